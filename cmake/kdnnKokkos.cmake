@@ -1,0 +1,49 @@
+# Finds Kokkos (and, when present, Kokkos Kernels) and makes `Kokkos::kokkos`
+# usable whichever way it was installed: a CMake-built Kokkos 3.x/4.x exports
+# a correct target; Debian's TriBITS-built libtrilinos-kokkos-dev exports
+# `Kokkos::kokkos` with a non-existent include directory (<prefix>/lib/include)
+# while the headers live in Kokkos_INCLUDE_DIRS (/usr/include/trilinos).
+# This file is installed with kdnn and included by kdnnConfig.cmake, so
+# consumers get the same repair.  Defines `kdnn_kokkoskernels_target` (empty
+# when Kokkos Kernels is not found).
+include_guard(GLOBAL)
+
+find_package(Kokkos REQUIRED)
+
+if(TARGET Kokkos::kokkos)
+  get_target_property(_kdnn_kokkos_inc Kokkos::kokkos INTERFACE_INCLUDE_DIRECTORIES)
+  set(_kdnn_kokkos_fixed_inc "")
+  set(_kdnn_kokkos_needs_fix OFF)
+  foreach(_dir IN LISTS _kdnn_kokkos_inc)
+    if(_dir MATCHES "^\\$<" OR EXISTS "${_dir}")
+      list(APPEND _kdnn_kokkos_fixed_inc "${_dir}")
+    else()
+      set(_kdnn_kokkos_needs_fix ON)
+    endif()
+  endforeach()
+  if(_kdnn_kokkos_needs_fix)
+    foreach(_dir IN LISTS Kokkos_INCLUDE_DIRS)
+      if(EXISTS "${_dir}")
+        list(APPEND _kdnn_kokkos_fixed_inc "${_dir}")
+      endif()
+    endforeach()
+    set_target_properties(Kokkos::kokkos PROPERTIES
+      INTERFACE_INCLUDE_DIRECTORIES "${_kdnn_kokkos_fixed_inc}")
+    message(STATUS "kdnn: repaired Kokkos::kokkos include dirs -> ${_kdnn_kokkos_fixed_inc}")
+  endif()
+else()
+  message(FATAL_ERROR "kdnn: Kokkos was found but exports no Kokkos::kokkos target")
+endif()
+
+set(kdnn_kokkoskernels_target "")
+find_package(KokkosKernels QUIET)
+if(KokkosKernels_FOUND)
+  if(TARGET Kokkos::kokkoskernels)
+    set(kdnn_kokkoskernels_target Kokkos::kokkoskernels)
+  elseif(TARGET trilinos_kokkoskernels)
+    # Debian's TriBITS export: the library target carries no include dirs.
+    set_property(TARGET trilinos_kokkoskernels APPEND PROPERTY
+      INTERFACE_INCLUDE_DIRECTORIES "${KokkosKernels_INCLUDE_DIRS}")
+    set(kdnn_kokkoskernels_target trilinos_kokkoskernels)
+  endif()
+endif()

@@ -1,0 +1,76 @@
+#pragma once
+// Host-side argument checks run before any kernel launch. Each check throws
+// kdnn::Error naming the operation (`op`), the argument, what was expected and
+// what was found.
+#include <cstddef>
+#include <string>
+
+#include "kdnn/core/error.hpp"
+
+namespace kdnn::validate {
+
+/// Requires `view.extent(dim) == expected`; `why` says where the expectation
+/// comes from, e.g. "same as R".
+template <class View>
+void extent(const char* op, const char* name, const View& view, int dim,
+            std::size_t expected, const std::string& why = "") {
+  if (view.extent(dim) != expected) {
+    fail(op, ": ", name, " has extent(", dim, ")=", view.extent(dim),
+         ", expected ", expected, why.empty() ? "" : " (" + why + ")");
+  }
+}
+
+/// Requires two views to have identical extents in every dimension.
+template <class View, class RefView>
+void same_shape(const char* op, const char* name, const View& view,
+                const char* ref_name, const RefView& ref) {
+  static_assert(unsigned(View::rank) == unsigned(RefView::rank),
+                "same_shape: views of different rank");
+  for (int d = 0; d < int(View::rank); ++d) {
+    extent(op, name, view, d, ref.extent(d), std::string("same as ") + ref_name);
+  }
+}
+
+/// Requires a square trailing pair of extents: view.extent(1) == extent(2).
+template <class View>
+void square(const char* op, const char* name, const View& view) {
+  if (view.extent(1) != view.extent(2)) {
+    fail(op, ": ", name, " must be a batch of square matrices [B, n, n], got [",
+         view.extent(0), ", ", view.extent(1), ", ", view.extent(2), "]");
+  }
+}
+
+/// Requires that `out` does not share memory with `in` (outputs are written
+/// while inputs are still being read).
+template <class Out, class In>
+void no_alias(const char* op, const char* out_name, const Out& out,
+              const char* in_name, const In& in) {
+  if (out.size() == 0 || in.size() == 0) return;
+  const char* o0 = reinterpret_cast<const char*>(out.data());
+  const char* o1 = o0 + out.span() * sizeof(typename Out::value_type);
+  const char* i0 = reinterpret_cast<const char*>(in.data());
+  const char* i1 = i0 + in.span() * sizeof(typename In::value_type);
+  if (o0 < i1 && i0 < o1) {
+    fail(op, ": output ", out_name, " overlaps input ", in_name,
+         " (outputs must not alias inputs)");
+  }
+}
+
+/// Requires lo <= value <= hi for a scalar option.
+template <class T>
+void in_range(const char* op, const char* name, T value, T lo, T hi) {
+  if (!(value >= lo && value <= hi)) {
+    fail(op, ": ", name, "=", value, ", expected a value in [", lo, ", ", hi, "]");
+  }
+}
+
+/// Requires an optional per-batch output (empty = not requested) to have
+/// extent(0) == batch.
+template <class View>
+void optional_batch(const char* op, const char* name, const View& view,
+                    std::size_t batch) {
+  if (view.data() == nullptr && view.extent(0) == 0) return;
+  extent(op, name, view, 0, batch, "batch size");
+}
+
+}  // namespace kdnn::validate

@@ -1,0 +1,421 @@
+#include "kdnn/io/npy.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include "kdnn/core/error.hpp"
+
+// The element bytes are copied to and from memory unchanged, which is only
+// correct for '<f4' / '<f8' on a little-endian host.
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "kdnn .npy I/O assumes a little-endian host"
+#endif
+
+namespace kdnn::io {
+
+namespace {
+
+constexpr char kMagic[] = "\x93NUMPY";
+constexpr std::size_t kMagicLen = 6;
+constexpr std::size_t kAlign = 64;  // NumPy pads the header to this many bytes
+
+template <class T>
+constexpr DType dtype_of();
+template <>
+constexpr DType dtype_of<float>() {
+  return DType::f32;
+}
+template <>
+constexpr DType dtype_of<double>() {
+  return DType::f64;
+}
+
+const char* descr_of(DType dtype) { return dtype == DType::f32 ? "<f4" : "<f8"; }
+
+std::size_t product(const std::vector<std::size_t>& shape) {
+  std::size_t n = 1;
+  for (const std::size_t d : shape) n *= d;
+  return n;
+}
+
+/// Python's repr of a shape tuple: "()", "(3,)", "(2, 3)".
+std::string format_shape(const std::vector<std::size_t>& shape) {
+  std::ostringstream os;
+  os << '(';
+  for (std::size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
+  if (shape.size() == 1) os << ',';
+  os << ')';
+  return os.str();
+}
+
+// ---- header dict parsing ----
+
+struct Header {
+  std::string descr;  // the string value, or the raw text of a non-string value
+  bool descr_is_string = true;
+  bool fortran_order = false;
+  std::vector<std::size_t> shape;
+};
+
+/// Parses the Python dict literal of a .npy header, e.g.
+///   {'descr': '<f8', 'fortran_order': False, 'shape': (2, 3), }
+/// Keys may come in any order; exactly these three keys are required.
+class HeaderParser {
+ public:
+  HeaderParser(const std::string& path, const std::string& text)
+      : path_(path), text_(text) {}
+
+  Header parse() {
+    Header header;
+    bool seen_descr = false, seen_fortran = false, seen_shape = false;
+    skip_space();
+    expect('{');
+    skip_space();
+    while (!at('}')) {
+      const std::string key = parse_string();
+      skip_space();
+      expect(':');
+      skip_space();
+      if (key == "descr") {
+        mark_seen(seen_descr, key);
+        parse_descr(header);
+      } else if (key == "fortran_order") {
+        mark_seen(seen_fortran, key);
+        header.fortran_order = parse_bool();
+      } else if (key == "shape") {
+        mark_seen(seen_shape, key);
+        header.shape = parse_shape();
+      } else {
+        malformed("unexpected key '" + key + "'");
+      }
+      skip_space();
+      if (!at('}')) {
+        expect(',');
+        skip_space();
+      }
+    }
+    ++pos_;  // the '}'
+    skip_space();
+    if (pos_ != text_.size()) malformed("unexpected text after the closing '}'");
+    if (!seen_descr) malformed("missing key 'descr'");
+    if (!seen_fortran) malformed("missing key 'fortran_order'");
+    if (!seen_shape) malformed("missing key 'shape'");
+    return header;
+  }
+
+ private:
+  [[noreturn]] void malformed(const std::string& what) const {
+    const std::size_t end = text_.find_last_not_of(" \t\r\n");
+    fail(path_, ": malformed header: ", what, " (header: ",
+         end == std::string::npos ? "" : text_.substr(0, end + 1), ")");
+  }
+
+  bool at(char c) const { return pos_ < text_.size() && text_[pos_] == c; }
+
+  void skip_space() {
+    while (pos_ < text_.size() && std::strchr(" \t\r\n", text_[pos_]) != nullptr) {
+      ++pos_;
+    }
+  }
+
+  void expect(char c) {
+    if (!at(c)) {
+      malformed(std::string("expected '") + c + "' at offset " + std::to_string(pos_));
+    }
+    ++pos_;
+  }
+
+  void mark_seen(bool& seen, const std::string& key) const {
+    if (seen) malformed("duplicate key '" + key + "'");
+    seen = true;
+  }
+
+  std::string parse_string() {
+    if (!at('\'') && !at('"')) {
+      malformed("expected a string at offset " + std::to_string(pos_));
+    }
+    const char quote = text_[pos_++];
+    const std::size_t end = text_.find(quote, pos_);
+    if (end == std::string::npos) malformed("unterminated string");
+    std::string value = text_.substr(pos_, end - pos_);
+    pos_ = end + 1;
+    return value;
+  }
+
+  /// A plain dtype string, or (for structured dtypes) the raw text of the
+  /// list so that the "not supported" message can show it.
+  void parse_descr(Header& header) {
+    if (at('\'') || at('"')) {
+      header.descr = parse_string();
+      return;
+    }
+    const std::size_t begin = pos_;
+    skip_bracketed();
+    header.descr = text_.substr(begin, pos_ - begin);
+    header.descr_is_string = false;
+  }
+
+  void skip_bracketed() {
+    if (!at('[') && !at('(')) malformed("'descr' is neither a string nor a list");
+    int depth = 0;
+    do {
+      if (pos_ >= text_.size()) malformed("unbalanced brackets in 'descr'");
+      const char c = text_[pos_];
+      if (c == '\'' || c == '"') {
+        parse_string();
+        continue;
+      }
+      if (c == '[' || c == '(') ++depth;
+      if (c == ']' || c == ')') --depth;
+      ++pos_;
+    } while (depth > 0);
+  }
+
+  bool parse_bool() {
+    for (const bool value : {true, false}) {
+      const char* word = value ? "True" : "False";
+      if (text_.compare(pos_, std::strlen(word), word) == 0) {
+        pos_ += std::strlen(word);
+        return value;
+      }
+    }
+    malformed("'fortran_order' is not True or False");
+  }
+
+  /// A tuple of non-negative integers: (), (3,), (2, 3), (2, 3,).
+  std::vector<std::size_t> parse_shape() {
+    std::vector<std::size_t> shape;
+    expect('(');
+    skip_space();
+    bool trailing_comma = false;
+    while (!at(')')) {
+      shape.push_back(parse_dim());
+      skip_space();
+      trailing_comma = at(',');
+      if (!trailing_comma) break;
+      ++pos_;
+      skip_space();
+    }
+    expect(')');
+    if (shape.size() == 1 && !trailing_comma) {
+      malformed("'shape' is not a tuple (a 1-d shape is written '(n,)')");
+    }
+    return shape;
+  }
+
+  std::size_t parse_dim() {
+    if (pos_ >= text_.size() || !std::isdigit(static_cast<unsigned char>(text_[pos_]))) {
+      malformed("expected a non-negative integer in 'shape' at offset " +
+                std::to_string(pos_));
+    }
+    constexpr std::size_t max = std::numeric_limits<std::size_t>::max();
+    std::size_t value = 0;
+    while (pos_ < text_.size() && std::isdigit(static_cast<unsigned char>(text_[pos_]))) {
+      const std::size_t digit = std::size_t(text_[pos_++] - '0');
+      if (value > (max - digit) / 10) malformed("dimension in 'shape' is too large");
+      value = value * 10 + digit;
+    }
+    if (at('L')) ++pos_;  // Python 2 long suffix, found in old files
+    return value;
+  }
+
+  const std::string& path_;
+  const std::string& text_;
+  std::size_t pos_ = 0;
+};
+
+/// Bytes of data for `shape`, failing if the count does not fit in size_t.
+std::size_t data_bytes(const std::string& path, const std::vector<std::size_t>& shape,
+                       std::size_t element_size) {
+  for (const std::size_t d : shape) {
+    if (d == 0) return 0;
+  }
+  std::size_t bytes = element_size;
+  for (const std::size_t d : shape) {
+    if (d > std::numeric_limits<std::size_t>::max() / bytes) {
+      fail(path, ": malformed header: shape ", format_shape(shape), " is too large");
+    }
+    bytes *= d;
+  }
+  return bytes;
+}
+
+DType check_descr(const std::string& path, const Header& header) {
+  if (header.descr_is_string && header.descr == "<f4") return DType::f32;
+  if (header.descr_is_string && header.descr == "<f8") return DType::f64;
+  const std::string shown =
+      header.descr_is_string ? "'" + header.descr + "'" : header.descr;
+  fail(path, ": dtype ", shown,
+       " not supported, expected '<f4' (float32) or '<f8' (float64)");
+}
+
+std::size_t read_le(const unsigned char* p, std::size_t n) {
+  std::size_t value = 0;
+  for (std::size_t i = n; i-- > 0;) value = (value << 8) | p[i];
+  return value;
+}
+
+/// Reads `n` bytes at the current position into `out`.
+void read_exact(const std::string& path, std::ifstream& in, void* out, std::size_t n) {
+  if (n > 0 && !in.read(static_cast<char*>(out), std::streamsize(n))) {
+    fail(path, ": read error: ", std::strerror(errno));
+  }
+}
+
+// ---- header writing ----
+
+/// The complete version 1.0 header: magic, version, length and the dict,
+/// padded with spaces and ended by '\n' to a multiple of kAlign bytes.
+std::string make_header(const std::string& path, DType dtype,
+                        const std::vector<std::size_t>& shape) {
+  std::string dict = std::string("{'descr': '") + descr_of(dtype) +
+                     "', 'fortran_order': False, 'shape': " + format_shape(shape) + ", }";
+  constexpr std::size_t prefix_len = kMagicLen + 2 + 2;  // magic, version, uint16 length
+  const std::size_t unpadded = prefix_len + dict.size() + 1;  // + '\n'
+  dict.append((kAlign - unpadded % kAlign) % kAlign, ' ');
+  dict.push_back('\n');
+  if (dict.size() > std::numeric_limits<std::uint16_t>::max()) {
+    fail(path, ": shape ", format_shape(shape), " is too long for a .npy 1.0 header");
+  }
+  std::string header(kMagic, kMagicLen);
+  header.push_back('\x01');
+  header.push_back('\x00');
+  header.push_back(static_cast<char>(dict.size() & 0xff));
+  header.push_back(static_cast<char>(dict.size() >> 8));
+  return header + dict;
+}
+
+}  // namespace
+
+const char* dtype_name(DType dtype) {
+  return dtype == DType::f32 ? "float32" : "float64";
+}
+
+std::size_t NpyArray::size() const { return product(shape); }
+
+template <class T>
+const T* NpyArray::data() const {
+  if (dtype != dtype_of<T>()) {
+    fail("npy: array has dtype ", dtype_name(dtype), ", requested ",
+         dtype_name(dtype_of<T>()));
+  }
+  if (bytes.size() != size() * element_size()) {
+    fail("npy: array holds ", bytes.size(), " bytes, expected ", size() * element_size(),
+         " for shape ", format_shape(shape), " of ", dtype_name(dtype));
+  }
+  // The vector's storage comes from operator new, so it is aligned for T.
+  return reinterpret_cast<const T*>(bytes.data());
+}
+
+template <class T>
+T* NpyArray::data() {
+  return const_cast<T*>(static_cast<const NpyArray&>(*this).data<T>());
+}
+
+template const float* NpyArray::data<float>() const;
+template const double* NpyArray::data<double>() const;
+template float* NpyArray::data<float>();
+template double* NpyArray::data<double>();
+
+NpyArray read_npy(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path, ": cannot open file: ", std::strerror(errno));
+  in.seekg(0, std::ios::end);
+  const std::streamoff file_size = in.tellg();
+  in.seekg(0, std::ios::beg);
+  if (file_size < 0 || !in) fail(path, ": cannot determine the file size");
+  const std::size_t size = std::size_t(file_size);
+
+  // Magic, version and header length: at most 6 + 2 + 4 bytes.
+  unsigned char prefix[12] = {};
+  read_exact(path, in, prefix, std::min<std::size_t>(size, sizeof prefix));
+  if (size < kMagicLen || std::memcmp(prefix, kMagic, kMagicLen) != 0) {
+    fail(path, ": not a .npy file (missing the \\x93NUMPY magic string)");
+  }
+  if (size < kMagicLen + 2) fail(path, ": truncated: file ends inside the header");
+  const int major = prefix[6], minor = prefix[7];
+  if ((major != 1 && major != 2 && major != 3) || minor != 0) {
+    fail(path, ": unsupported .npy format version ", major, ".", minor,
+         " (supported: 1.0, 2.0, 3.0)");
+  }
+  const std::size_t len_bytes = major == 1 ? 2 : 4;
+  const std::size_t prefix_len = kMagicLen + 2 + len_bytes;
+  if (size < prefix_len) fail(path, ": truncated: file ends inside the header");
+  const std::size_t header_len = read_le(prefix + kMagicLen + 2, len_bytes);
+  if (size - prefix_len < header_len) {
+    fail(path, ": truncated: expected ", header_len, " bytes of header, found ",
+         size - prefix_len);
+  }
+
+  std::string text(header_len, '\0');
+  in.seekg(std::streamoff(prefix_len), std::ios::beg);
+  read_exact(path, in, text.data(), header_len);
+  const Header header = HeaderParser(path, text).parse();
+
+  NpyArray array;
+  array.dtype = check_descr(path, header);
+  if (header.fortran_order) fail(path, ": Fortran order not supported, expected C order");
+  array.shape = header.shape;
+
+  const std::size_t expected = data_bytes(path, array.shape, array.element_size());
+  const std::size_t found = size - prefix_len - header_len;
+  if (found < expected) {
+    fail(path, ": truncated: expected ", expected, " bytes of data, found ", found);
+  }
+  if (found > expected) {
+    fail(path, ": unexpected trailing bytes: expected ", expected,
+         " bytes of data, found ", found);
+  }
+  array.bytes.resize(expected);
+  read_exact(path, in, array.bytes.data(), expected);
+  return array;
+}
+
+void write_npy(const std::string& path, DType dtype,
+               const std::vector<std::size_t>& shape, const void* data) {
+  const std::string header = make_header(path, dtype, shape);
+  const std::size_t element_size = dtype == DType::f32 ? sizeof(float) : sizeof(double);
+  const std::size_t nbytes = product(shape) * element_size;
+
+  const std::string tmp = path + ".tmp";
+  std::FILE* file = std::fopen(tmp.c_str(), "wb");
+  if (file == nullptr) {
+    fail(path, ": cannot open '", tmp, "' for writing: ", std::strerror(errno));
+  }
+  bool ok = std::fwrite(header.data(), 1, header.size(), file) == header.size() &&
+            (nbytes == 0 || std::fwrite(data, 1, nbytes, file) == nbytes);
+  int err = ok ? 0 : errno;
+  if (std::fclose(file) != 0 && ok) {
+    ok = false;
+    err = errno;
+  }
+  if (!ok) {
+    std::remove(tmp.c_str());
+    fail(path, ": writing '", tmp, "' failed: ", std::strerror(err));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    err = errno;
+    std::remove(tmp.c_str());
+    fail(path, ": cannot rename '", tmp, "' to it: ", std::strerror(err));
+  }
+}
+
+template <class T>
+void write_npy(const std::string& path, const std::vector<std::size_t>& shape,
+               const T* data) {
+  write_npy(path, dtype_of<T>(), shape, data);
+}
+
+template void write_npy<float>(const std::string&, const std::vector<std::size_t>&,
+                               const float*);
+template void write_npy<double>(const std::string&, const std::vector<std::size_t>&,
+                                const double*);
+
+}  // namespace kdnn::io

@@ -1,0 +1,49 @@
+#pragma once
+// Reading and writing NumPy .npy files (format versions 1.0, 2.0 and 3.0 on
+// read, 1.0 on write): float32 ('<f4') and float64 ('<f8') arrays in C order,
+// little endian. Anything else (Fortran order, other dtypes, big endian,
+// truncated or malformed files) is rejected with a kdnn::Error naming the file
+// and the problem. No Kokkos here: the data is a plain host buffer.
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace kdnn::io {
+
+enum class DType { f32, f64 };
+
+/// "float32" / "float64".
+const char* dtype_name(DType dtype);
+
+/// An array as stored in a .npy file: dtype, shape (C order) and raw bytes.
+struct NpyArray {
+  DType dtype = DType::f64;
+  std::vector<std::size_t> shape;
+  std::vector<unsigned char> bytes;  // size() * element_size() bytes
+
+  /// Number of elements (product of the shape; 1 for a 0-d array).
+  std::size_t size() const;
+  std::size_t element_size() const { return dtype == DType::f32 ? 4 : 8; }
+
+  /// The elements as T; throws kdnn::Error if T does not match the dtype.
+  template <class T>
+  const T* data() const;
+  template <class T>
+  T* data();
+};
+
+/// Reads `path`; throws kdnn::Error on any problem.
+NpyArray read_npy(const std::string& path);
+
+/// Writes `count = product(shape)` elements of `dtype` from `data` to `path`.
+/// Written to a temporary file beside `path` and renamed, so a failure never
+/// leaves a partial file under `path`. Throws kdnn::Error on I/O failure.
+void write_npy(const std::string& path, DType dtype,
+               const std::vector<std::size_t>& shape, const void* data);
+
+/// Typed convenience: write_npy with the DType of T (float or double).
+template <class T>
+void write_npy(const std::string& path, const std::vector<std::size_t>& shape,
+               const T* data);
+
+}  // namespace kdnn::io

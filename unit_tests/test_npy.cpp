@@ -1,0 +1,366 @@
+// Tests of kdnn::io .npy reading and writing. The files under data/npy/ were
+// written by NumPy 1.24 (np.save / np.lib.format.write_array).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kdnn/core/error.hpp"
+#include "kdnn/io/npy.hpp"
+
+namespace fs = std::filesystem;
+using kdnn::io::DType;
+using kdnn::io::NpyArray;
+using kdnn::io::read_npy;
+using kdnn::io::write_npy;
+
+namespace {
+
+std::string fixture(const std::string& name) {
+  return std::string(KDNN_TEST_DATA_DIR) + "/npy/" + name;
+}
+
+/// The message of the kdnn::Error thrown by `f` ("" and a failure if none).
+template <class F>
+std::string error_message(F&& f) {
+  try {
+    f();
+  } catch (const kdnn::Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected a kdnn::Error";
+  return "";
+}
+
+void expect_contains(const std::string& message, const std::string& part) {
+  EXPECT_NE(message.find(part), std::string::npos)
+      << "message: " << message << "\nexpected to contain: " << part;
+}
+
+/// Reading `path` fails with a message that starts with the path and
+/// contains every one of `parts`.
+void expect_read_error(const std::string& path, const std::vector<std::string>& parts) {
+  const std::string message = error_message([&] { read_npy(path); });
+  EXPECT_EQ(message.rfind(path, 0), 0u) << "message does not start with the path: "
+                                        << message;
+  for (const auto& part : parts) expect_contains(message, part);
+}
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+/// A version 1.0 .npy file with the given header dict (padded NumPy-style)
+/// and data bytes.
+std::string make_npy(std::string dict, const std::string& data) {
+  while ((10 + dict.size() + 1) % 64 != 0) dict.push_back(' ');
+  dict.push_back('\n');
+  std::string bytes("\x93NUMPY\x01\x00", 8);
+  bytes.push_back(char(dict.size() & 0xff));
+  bytes.push_back(char(dict.size() >> 8));
+  return bytes + dict + data;
+}
+
+/// `n` float64 values 1, 2, ..., n as raw bytes.
+std::string f64_bytes(std::size_t n) {
+  std::vector<double> values(n);
+  for (std::size_t i = 0; i < n; ++i) values[i] = double(i + 1);
+  return std::string(reinterpret_cast<const char*>(values.data()), n * sizeof(double));
+}
+
+/// Each test gets a fresh, empty directory, removed afterwards.
+class Npy : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string name =
+        ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    dir_ = fs::temp_directory_path() /
+           ("kdnn_test_npy_" + name + "_" + std::to_string(std::random_device{}()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  fs::path dir_;
+};
+
+template <class T>
+void check_round_trip(const std::string& path, const std::vector<std::size_t>& shape) {
+  std::size_t count = 1;
+  for (const std::size_t d : shape) count *= d;
+  std::vector<T> values(count);
+  for (std::size_t i = 0; i < count; ++i) values[i] = T(0.1) * T(i) - T(3);
+
+  write_npy<T>(path, shape, values.data());
+  const NpyArray array = read_npy(path);
+
+  EXPECT_EQ(array.dtype, sizeof(T) == 4 ? DType::f32 : DType::f64);
+  EXPECT_EQ(array.shape, shape);
+  ASSERT_EQ(array.size(), count);
+  ASSERT_EQ(array.bytes.size(), count * sizeof(T));
+  const T* data = array.data<T>();
+  for (std::size_t i = 0; i < count; ++i) EXPECT_EQ(data[i], values[i]) << "i=" << i;
+}
+
+const std::vector<std::vector<std::size_t>> kShapes = {
+    {}, {0}, {5}, {2, 3, 4}, {0, 4, 4}};
+
+}  // namespace
+
+TEST(NpyDType, Names) {
+  EXPECT_STREQ(kdnn::io::dtype_name(DType::f32), "float32");
+  EXPECT_STREQ(kdnn::io::dtype_name(DType::f64), "float64");
+}
+
+TEST_F(Npy, RoundTripFloat32) {
+  for (const auto& shape : kShapes) {
+    SCOPED_TRACE("rank " + std::to_string(shape.size()));
+    check_round_trip<float>(path("a.npy"), shape);
+  }
+}
+
+TEST_F(Npy, RoundTripFloat64) {
+  for (const auto& shape : kShapes) {
+    SCOPED_TRACE("rank " + std::to_string(shape.size()));
+    check_round_trip<double>(path("a.npy"), shape);
+  }
+}
+
+TEST_F(Npy, WrittenHeaderFollowsNumPy) {
+  const std::vector<std::pair<std::vector<std::size_t>, std::string>> cases = {
+      {{}, "()"}, {{3}, "(3,)"}, {{2, 3}, "(2, 3)"}};
+  for (const auto& [shape, shape_text] : cases) {
+    const double values[6] = {};
+    write_npy(path("a.npy"), DType::f64, shape, values);
+    const std::string bytes = read_bytes(path("a.npy"));
+    ASSERT_GE(bytes.size(), 10u);
+    EXPECT_EQ(bytes.substr(0, 8), std::string("\x93NUMPY\x01\x00", 8));
+    const std::size_t header_len =
+        std::uint8_t(bytes[8]) | std::size_t(std::uint8_t(bytes[9])) << 8;
+    EXPECT_EQ((10 + header_len) % 64, 0u);
+    const std::string text = bytes.substr(10, header_len);
+    EXPECT_EQ(text.rfind("{'descr': '<f8', 'fortran_order': False, 'shape': " +
+                             shape_text + ", }",
+                         0),
+              0u)
+        << text;
+    EXPECT_EQ(text.back(), '\n');
+  }
+}
+
+TEST_F(Npy, WriteReplacesExistingFileAndLeavesNoTemporary) {
+  const float first[2] = {1, 2};
+  const float second[3] = {3, 4, 5};
+  write_npy<float>(path("a.npy"), {2}, first);
+  write_npy<float>(path("a.npy"), {3}, second);
+  const NpyArray array = read_npy(path("a.npy"));
+  ASSERT_EQ(array.shape, std::vector<std::size_t>{3});
+  EXPECT_EQ(array.data<float>()[2], 5.0f);
+  EXPECT_FALSE(fs::exists(path("a.npy.tmp")));
+}
+
+TEST_F(Npy, WriteIntoMissingDirectoryThrowsAndLeavesNoFile) {
+  const std::string target = path("missing/a.npy");
+  const double values[2] = {1, 2};
+  const std::string message =
+      error_message([&] { write_npy<double>(target, {2}, values); });
+  EXPECT_EQ(message.rfind(target, 0), 0u) << message;
+  EXPECT_FALSE(fs::exists(target));
+  EXPECT_FALSE(fs::exists(target + ".tmp"));
+}
+
+TEST_F(Npy, FailedRenameRemovesTemporary) {
+  // The target is a directory: the temporary is written, the rename fails.
+  const std::string target = path("dir.npy");
+  fs::create_directory(target);
+  const double values[2] = {1, 2};
+  const std::string message =
+      error_message([&] { write_npy<double>(target, {2}, values); });
+  EXPECT_EQ(message.rfind(target, 0), 0u) << message;
+  expect_contains(message, "rename");
+  EXPECT_TRUE(fs::is_directory(target));
+  EXPECT_FALSE(fs::exists(target + ".tmp"));
+}
+
+// ---- files written by NumPy ----
+
+TEST(NpyNumPyFiles, Float32Matrix) {
+  const NpyArray array = read_npy(fixture("f32_2x3.npy"));
+  EXPECT_EQ(array.dtype, DType::f32);
+  EXPECT_EQ(array.shape, (std::vector<std::size_t>{2, 3}));
+  const std::vector<float> expected = {1.5f, -2.25f, 0.1f, 3.0f, 1e30f, -0.0f};
+  ASSERT_EQ(array.size(), expected.size());
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(array.data<float>()[i], expected[i]) << "i=" << i;
+  }
+  EXPECT_TRUE(std::signbit(array.data<float>()[5]));
+}
+
+TEST(NpyNumPyFiles, Float64Vector) {
+  const NpyArray array = read_npy(fixture("f64_4.npy"));
+  EXPECT_EQ(array.dtype, DType::f64);
+  EXPECT_EQ(array.shape, std::vector<std::size_t>{4});
+  const std::vector<double> expected = {0.1, -2.5, 1e300, 3.141592653589793};
+  ASSERT_EQ(array.size(), expected.size());
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(array.data<double>()[i], expected[i]) << "i=" << i;
+  }
+}
+
+TEST(NpyNumPyFiles, Float64Scalar) {
+  const NpyArray array = read_npy(fixture("f64_scalar.npy"));
+  EXPECT_EQ(array.dtype, DType::f64);
+  EXPECT_TRUE(array.shape.empty());
+  ASSERT_EQ(array.size(), 1u);
+  EXPECT_EQ(array.data<double>()[0], 42.5);
+}
+
+TEST(NpyNumPyFiles, Version2) {
+  const NpyArray array = read_npy(fixture("f64_2x2_v2.npy"));
+  EXPECT_EQ(array.shape, (std::vector<std::size_t>{2, 2}));
+  const double* data = array.data<double>();
+  EXPECT_EQ(std::vector<double>(data, data + 4), (std::vector<double>{1, 2, 3, 4}));
+}
+
+TEST(NpyNumPyFiles, Version3) {
+  const NpyArray array = read_npy(fixture("f32_3_v3.npy"));
+  EXPECT_EQ(array.shape, std::vector<std::size_t>{3});
+  const float* data = array.data<float>();
+  EXPECT_EQ(std::vector<float>(data, data + 3), (std::vector<float>{0.25f, 0.5f, 0.75f}));
+}
+
+TEST(NpyNumPyFiles, FortranOrderIsRejected) {
+  expect_read_error(fixture("f64_2x3_fortran.npy"),
+                    {"Fortran order not supported", "expected C order"});
+}
+
+TEST(NpyNumPyFiles, Int32IsRejected) {
+  expect_read_error(fixture("i32_3.npy"),
+                    {"dtype '<i4' not supported", "'<f4' (float32)", "'<f8' (float64)"});
+}
+
+TEST(NpyNumPyFiles, BigEndianIsRejected) {
+  expect_read_error(fixture("f8_bigendian_3.npy"), {"dtype '>f8' not supported"});
+}
+
+TEST(NpyNumPyFiles, StructuredDTypeIsRejected) {
+  expect_read_error(fixture("structured_2.npy"),
+                    {"dtype [('a', '<f4'), ('b', '<i4')] not supported"});
+}
+
+// ---- header parsing ----
+
+TEST_F(Npy, HeaderVariantsAreAccepted) {
+  const std::vector<std::string> dicts = {
+      "{'shape': (2, 3), 'fortran_order': False, 'descr': '<f8'}",
+      "{ \"descr\" : \"<f8\" ,\n\t'fortran_order':False,'shape':(2,3,) , }",
+      "{'descr': '<f8', 'fortran_order': False, 'shape': (2L, 3L), }",
+  };
+  for (const auto& dict : dicts) {
+    SCOPED_TRACE(dict);
+    write_bytes(path("a.npy"), make_npy(dict, f64_bytes(6)));
+    const NpyArray array = read_npy(path("a.npy"));
+    EXPECT_EQ(array.dtype, DType::f64);
+    EXPECT_EQ(array.shape, (std::vector<std::size_t>{2, 3}));
+    EXPECT_EQ(array.data<double>()[5], 6.0);
+  }
+}
+
+TEST_F(Npy, MalformedHeadersAreRejected) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"{'descr': '<f8', 'fortran_order': False}", "missing key 'shape'"},
+      {"{'descr': '<f8', 'fortran_order': False, 'shape': (3,), 'x': 1}",
+       "unexpected key 'x'"},
+      {"{'descr': '<f8', 'descr': '<f8', 'fortran_order': False, 'shape': (3,)}",
+       "duplicate key 'descr'"},
+      {"{'descr': '<f8', 'fortran_order': False, 'shape': (3)}", "not a tuple"},
+      {"{'descr': '<f8', 'fortran_order': False, 'shape': (-3,)}",
+       "non-negative integer"},
+      {"{'descr': '<f8', 'fortran_order': 0, 'shape': (3,)}", "True or False"},
+      {"{'descr': '<f8, 'fortran_order': False, 'shape': (3,)}", "malformed header"},
+      {"{'descr': '<f8', 'fortran_order': False, 'shape': (3,)} x", "after the closing"},
+      {"'descr': '<f8'", "expected '{'"},
+  };
+  for (const auto& [dict, part] : cases) {
+    SCOPED_TRACE(dict);
+    write_bytes(path("a.npy"), make_npy(dict, f64_bytes(3)));
+    expect_read_error(path("a.npy"), {"malformed header", part});
+  }
+}
+
+// ---- damaged files ----
+
+TEST_F(Npy, MissingFile) {
+  expect_read_error(path("does_not_exist.npy"), {"cannot open"});
+}
+
+TEST_F(Npy, BadMagic) {
+  write_bytes(path("a.npy"), "PK\x03\x04 this is a zip file, not an array");
+  expect_read_error(path("a.npy"), {"not a .npy file"});
+  write_bytes(path("short.npy"), "\x93NU");
+  expect_read_error(path("short.npy"), {"not a .npy file"});
+}
+
+TEST_F(Npy, UnsupportedVersion) {
+  std::string bytes = read_bytes(fixture("f64_4.npy"));
+  bytes[6] = '\x04';
+  write_bytes(path("a.npy"), bytes);
+  expect_read_error(path("a.npy"), {"unsupported .npy format version 4.0"});
+}
+
+TEST_F(Npy, TruncatedHeader) {
+  write_bytes(path("a.npy"), read_bytes(fixture("f64_4.npy")).substr(0, 40));
+  expect_read_error(path("a.npy"), {"truncated", "bytes of header"});
+}
+
+TEST_F(Npy, TruncatedData) {
+  const std::string bytes = read_bytes(fixture("f64_4.npy"));
+  write_bytes(path("a.npy"), bytes.substr(0, bytes.size() - 3));
+  expect_read_error(path("a.npy"), {"truncated: expected 32 bytes of data, found 29"});
+}
+
+TEST_F(Npy, TrailingBytes) {
+  write_bytes(path("a.npy"), read_bytes(fixture("f64_4.npy")) + "xx");
+  expect_read_error(path("a.npy"),
+                    {"unexpected trailing bytes", "expected 32 bytes of data, found 34"});
+}
+
+TEST_F(Npy, HugeShapeIsRejectedWithoutAllocating) {
+  const std::string dict =
+      "{'descr': '<f8', 'fortran_order': False, 'shape': (4294967296, 4294967296), }";
+  write_bytes(path("a.npy"), make_npy(dict, f64_bytes(1)));
+  expect_read_error(path("a.npy"), {"too large"});
+}
+
+// ---- typed access ----
+
+TEST(NpyTypedAccess, DataTypeMismatchThrows) {
+  const NpyArray array = read_npy(fixture("f64_4.npy"));
+  const std::string message = error_message([&] { array.data<float>(); });
+  expect_contains(message, "dtype float64");
+  expect_contains(message, "requested float32");
+
+  NpyArray f32 = read_npy(fixture("f32_2x3.npy"));
+  expect_contains(error_message([&] { f32.data<double>(); }), "requested float64");
+}
+
+TEST(NpyTypedAccess, InconsistentByteCountThrows) {
+  NpyArray array;
+  array.dtype = DType::f32;
+  array.shape = {2, 2};
+  array.bytes.resize(12);
+  expect_contains(error_message([&] { array.data<float>(); }),
+                  "holds 12 bytes, expected 16");
+}

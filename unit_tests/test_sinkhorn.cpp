@@ -1,0 +1,413 @@
+// Sinkhorn forward and the three backwards against independent double
+// references (plain loops, reverse mode through stored iterates, finite
+// differences), invariants, edge cases and every validation error.
+#include <cmath>
+#include <limits>
+
+#include "sinkhorn_test_util.hpp"
+
+namespace {
+
+using namespace kdnn_test;
+namespace sk = kdnn::sinkhorn;
+
+template <class T>
+double tol(double for_double, double for_float) {
+  return sizeof(T) == 8 ? for_double : for_float;
+}
+
+template <class T>
+class SinkhornTyped : public ::testing::Test {};
+using Types = ::testing::Types<float, double>;
+TYPED_TEST_SUITE(SinkhornTyped, Types);
+
+// ---- forward -------------------------------------------------------------
+
+TYPED_TEST(SinkhornTyped, ForwardMatchesPlainFormula) {
+  using T = TypeParam;
+  for (int n : {1, 2, 3, 4, 7, 16}) {
+    const int batch = 5, iters = 20;
+    const auto x = uniform(std::size_t(batch) * n * n, 0.0, 4.0, 11 + n);
+    auto X = to_device<T>(x, batch, n);
+    Batch<T> R("R", batch, n, n);
+    sk::forward(Space(), X, R, {iters});
+    const auto r = to_host(R);
+    for (int b = 0; b < batch; ++b) {
+      EXPECT_LT(rel_error(matrix(r, b, n), ref_forward(matrix(x, b, n), n, iters)),
+                tol<T>(1e-13, 2e-6))
+          << "n=" << n << " b=" << b;
+    }
+  }
+}
+
+TYPED_TEST(SinkhornTyped, ForwardLargeMagnitudeStaysFinite) {
+  using T = TypeParam;
+  const int n = 8, batch = 4, iters = 30;
+  auto x = uniform(std::size_t(batch) * n * n, -80.0, 80.0, 3);
+  // Matrix 1: one row of −80 among +80s; exp() of it underflows against the
+  // rest in float32, where the plain formula produces 0/0.
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j) x[(n + i) * n + j] = i == 2 ? -80.0 : 80.0;
+  // Matrix 2: a single column of +80 among −80s.
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j) x[(2 * n + i) * n + j] = j == 5 ? 80.0 : -80.0;
+  auto X = to_device<T>(x, batch, n);
+  Batch<T> R("R", batch, n, n);
+  sk::forward(Space(), X, R, {iters});
+  const auto r = to_host(R);
+  for (double v : r) ASSERT_TRUE(std::isfinite(v));
+  for (int b = 0; b < batch; ++b) {
+    // The double plain formula is finite for |X| <= 80.
+    EXPECT_LT(rel_error(matrix(r, b, n), ref_forward(matrix(x, b, n), n, iters)),
+              tol<T>(1e-12, 1e-5))
+        << "b=" << b;
+  }
+}
+
+TEST(Sinkhorn, ForwardToleranceStopsEarlyAndReports) {
+  const int n = 6, batch = 7, iters = 500;
+  const auto x = uniform(std::size_t(batch) * n * n, 0.0, 4.0, 5);
+  auto X = to_device<double>(x, batch, n);
+  Batch<double> R("R", batch, n, n);
+  Report report{Kokkos::View<int*, Space::memory_space>("it", batch),
+                Kokkos::View<double*, Space::memory_space>("err", batch)};
+  const double tolerance = 1e-9;
+  sk::forward(Space(), X, R, {iters, tolerance}, report);
+  const auto used = to_host_1d(report.iterations);
+  const auto err = to_host_1d(report.error);
+  const auto r = to_host(R);
+  for (int b = 0; b < batch; ++b) {
+    EXPECT_GE(used[b], 1);
+    EXPECT_LT(used[b], iters);
+    EXPECT_LE(err[b], tolerance);
+    // Same result as the plain formula run for the reported iterations.
+    const int k = int(used[b]);
+    EXPECT_LT(rel_error(matrix(r, b, n), ref_forward(matrix(x, b, n), n, k)), 1e-13);
+    // The reported error is max_j |colsum_j − 1| of the returned R.
+    double e = 0;
+    for (int j = 0; j < n; ++j) {
+      double s = 0;
+      for (int i = 0; i < n; ++i) s += r[(b * n + i) * n + j];
+      e = std::max(e, std::abs(s - 1));
+    }
+    EXPECT_NEAR(err[b], e, 1e-14);
+    // One iteration fewer would not have met the tolerance.
+    const Mat prev = ref_forward(matrix(x, b, n), n, k - 1);
+    double e_prev = 0;
+    for (int j = 0; j < n; ++j) {
+      double s = 0;
+      for (int i = 0; i < n; ++i) s += prev[i * n + j];
+      e_prev = std::max(e_prev, std::abs(s - 1));
+    }
+    if (k > 1) {
+      EXPECT_GT(e_prev, tolerance);
+    }
+  }
+}
+
+TEST(Sinkhorn, ForwardReportsAllIterationsWithoutTolerance) {
+  const int n = 3, batch = 2;
+  auto X = to_device<double>(uniform(batch * n * n, 0, 1, 9), batch, n);
+  Batch<double> R("R", batch, n, n);
+  Report report{Kokkos::View<int*, Space::memory_space>("it", batch), {}};
+  sk::forward(Space(), X, R, {17}, report);
+  for (double v : to_host_1d(report.iterations)) EXPECT_EQ(v, 17);
+}
+
+// ---- backward ------------------------------------------------------------
+
+struct Problem {
+  int n, batch, iters;
+  std::vector<double> x, g;
+};
+
+Problem make_problem(int n, int batch, int iters, double spread, unsigned seed) {
+  return {n, batch, iters, uniform(std::size_t(batch) * n * n, 0.0, spread, seed),
+          normal(std::size_t(batch) * n * n, seed + 1)};
+}
+
+template <class T>
+std::vector<double> run_backward(const Problem& p, sk::BackwardOptions opts,
+                                 std::vector<double>* cg_iters = nullptr) {
+  auto X = to_device<T>(p.x, p.batch, p.n);
+  auto G = to_device<T>(p.g, p.batch, p.n);
+  Batch<T> R("R", p.batch, p.n, p.n), dX("dX", p.batch, p.n, p.n);
+  sk::forward(Space(), X, R, {p.iters});
+  Report report{Kokkos::View<int*, Space::memory_space>("it", p.batch),
+                Kokkos::View<double*, Space::memory_space>("res", p.batch)};
+  sk::backward(Space(), R, G, dX, opts, report);
+  if (cg_iters) *cg_iters = to_host_1d(report.iterations);
+  return to_host(dX);
+}
+
+template <class T>
+std::vector<double> run_unrolled(const Problem& p) {
+  auto X = to_device<T>(p.x, p.batch, p.n);
+  auto G = to_device<T>(p.g, p.batch, p.n);
+  Batch<T> dX("dX", p.batch, p.n, p.n);
+  sk::backward_unrolled(Space(), X, G, dX, {p.iters});
+  return to_host(dX);
+}
+
+sk::BackwardOptions with_method(sk::Method m) {
+  sk::BackwardOptions o;
+  o.method = m;
+  return o;
+}
+
+TYPED_TEST(SinkhornTyped, UnrolledMatchesReverseModeReference) {
+  using T = TypeParam;
+  for (int n : {1, 2, 4, 5, 16}) {
+    const auto p = make_problem(n, 3, 9, 4.0, 20 + n);  // far from converged
+    const auto dx = run_unrolled<T>(p);
+    for (int b = 0; b < p.batch; ++b) {
+      const Mat ref = ref_unrolled_backward(matrix(p.x, b, n), matrix(p.g, b, n), n, p.iters);
+      if (n == 1) {
+        for (double v : matrix(dx, b, n)) EXPECT_EQ(v, 0.0);
+        continue;
+      }
+      EXPECT_LT(rel_error(matrix(dx, b, n), ref), tol<T>(1e-11, 1e-5)) << "n=" << n;
+    }
+  }
+}
+
+TYPED_TEST(SinkhornTyped, ImplicitAndBlockMatchUnrolledWhenConverged) {
+  using T = TypeParam;
+  for (int n : {2, 3, 4, 8, 16}) {
+    const auto p = make_problem(n, 6, 300, 4.0, 40 + n);
+    const auto ref = run_unrolled<double>(p);
+    std::vector<double> its;
+    const auto implicit = run_backward<T>(p, {}, &its);
+    const auto block = run_backward<T>(p, with_method(sk::Method::block));
+    EXPECT_LT(rel_error(implicit, ref), tol<T>(1e-10, 2e-5)) << "n=" << n;
+    EXPECT_LT(rel_error(block, ref), tol<T>(1e-10, 2e-5)) << "n=" << n;
+    for (double it : its) {
+      EXPECT_GE(it, 1);
+      EXPECT_LE(it, 2 * n);
+    }
+  }
+}
+
+TEST(Sinkhorn, AllBackwardsMatchFiniteDifferences) {
+  const int n = 4, iters = 400;
+  const auto p = make_problem(n, 3, iters, 3.0, 77);
+  const auto implicit = run_backward<double>(p, {});
+  const auto block = run_backward<double>(p, with_method(sk::Method::block));
+  const auto unrolled = run_unrolled<double>(p);
+  for (int b = 0; b < p.batch; ++b) {
+    const Mat fd = finite_difference(matrix(p.x, b, n), matrix(p.g, b, n), n, iters, 1e-5);
+    EXPECT_LT(rel_error(matrix(implicit, b, n), fd), 1e-7);
+    EXPECT_LT(rel_error(matrix(block, b, n), fd), 1e-7);
+    EXPECT_LT(rel_error(matrix(unrolled, b, n), fd), 1e-7);
+  }
+  // The unrolled backward also matches finite differences before convergence.
+  const auto early = make_problem(n, 2, 3, 3.0, 78);
+  const auto dx = run_unrolled<double>(early);
+  for (int b = 0; b < early.batch; ++b) {
+    const Mat fd = finite_difference(matrix(early.x, b, n), matrix(early.g, b, n), n, 3, 1e-5);
+    EXPECT_LT(rel_error(matrix(dx, b, n), fd), 1e-7);
+  }
+}
+
+TYPED_TEST(SinkhornTyped, GradientHasZeroRowAndColumnSums) {
+  using T = TypeParam;
+  const int n = 7;
+  const auto p = make_problem(n, 4, 200, 4.0, 90);
+  for (auto method : {sk::Method::implicit, sk::Method::block}) {
+    const auto dx = run_backward<T>(p, with_method(method));
+    double scale = 0;
+    for (double v : dx) scale = std::max(scale, std::abs(v));
+    for (int b = 0; b < p.batch; ++b)
+      for (int k = 0; k < n; ++k) {
+        double rs = 0, cs = 0;
+        for (int l = 0; l < n; ++l) {
+          rs += dx[(b * n + k) * n + l];
+          cs += dx[(b * n + l) * n + k];
+        }
+        EXPECT_LT(std::abs(rs), tol<T>(1e-12, 1e-5) * scale);
+        EXPECT_LT(std::abs(cs), tol<T>(1e-12, 1e-5) * scale);
+      }
+  }
+}
+
+TYPED_TEST(SinkhornTyped, RowPlusColumnGradientGivesZero) {
+  using T = TypeParam;
+  const int n = 5, batch = 3;
+  auto p = make_problem(n, batch, 200, 4.0, 91);
+  // G = a1ᵀ + 1bᵀ: L changes only by constants on the converged manifold.
+  const auto a = normal(batch * n, 5), c = normal(batch * n, 6);
+  for (int b = 0; b < batch; ++b)
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < n; ++j) p.g[(b * n + i) * n + j] = a[b * n + i] + c[b * n + j];
+  for (auto method : {sk::Method::implicit, sk::Method::block}) {
+    for (double v : run_backward<T>(p, with_method(method))) {
+      EXPECT_LT(std::abs(v), tol<T>(1e-12, 1e-5));
+    }
+  }
+}
+
+TEST(Sinkhorn, MeasuredMarginalsOnUnconvergedR) {
+  const int n = 6, batch = 4;
+  const auto p = make_problem(n, batch, 3, 4.0, 92);  // 3 iterations: not converged
+  sk::BackwardOptions opts;
+  opts.measured_marginals = true;
+  const auto dx = run_backward<double>(p, opts);
+  // Exact derivative of balancing to R's own marginals: zero row/col sums.
+  for (int b = 0; b < batch; ++b)
+    for (int k = 0; k < n; ++k) {
+      double rs = 0, cs = 0;
+      for (int l = 0; l < n; ++l) {
+        rs += dx[(b * n + k) * n + l];
+        cs += dx[(b * n + l) * n + k];
+      }
+      EXPECT_LT(std::abs(rs), 1e-12);
+      EXPECT_LT(std::abs(cs), 1e-12);
+    }
+  // On a converged R it equals the default.
+  const auto conv = make_problem(n, batch, 300, 4.0, 93);
+  EXPECT_LT(rel_error(run_backward<double>(conv, opts), run_backward<double>(conv, {})), 1e-11);
+  // And it is closer to the converged gradient than the default method on
+  // the unconverged R is not required; only consistency is claimed.
+}
+
+TYPED_TEST(SinkhornTyped, ResultsDoNotDependOnLaunchShape) {
+  using T = TypeParam;
+  const int n = 5;
+  const auto p = make_problem(n, 11, 50, 4.0, 94);
+  auto X = to_device<T>(p.x, p.batch, n);
+  auto G = to_device<T>(p.g, p.batch, n);
+  auto run = [&](sk::Launch launch) {
+    Batch<T> R("R", p.batch, n, n), dX("dX", p.batch, n, n), dXb("dXb", p.batch, n, n),
+        dXu("dXu", p.batch, n, n);
+    sk::ForwardOptions f{p.iters};
+    f.launch = launch;
+    sk::forward(Space(), X, R, f);
+    sk::BackwardOptions o;
+    o.launch = launch;
+    sk::backward(Space(), R, G, dX, o);
+    o.method = sk::Method::block;
+    sk::backward(Space(), R, G, dXb, o);
+    sk::backward_unrolled(Space(), X, G, dXu, f);
+    auto all = to_host(R);
+    for (const auto& v : {to_host(dX), to_host(dXb), to_host(dXu)}) all.insert(all.end(), v.begin(), v.end());
+    return all;
+  };
+  const auto ref = run({});
+  for (int tile : {1, 2, 3, 4, 11, 16}) {
+    sk::Launch l;
+    l.tile = tile;
+    EXPECT_EQ(run(l), ref) << "tile=" << tile;
+  }
+}
+
+// ---- edge cases ----------------------------------------------------------
+
+TYPED_TEST(SinkhornTyped, SizeOneIsIdentity) {
+  using T = TypeParam;
+  const auto p = make_problem(1, 4, 10, 50.0, 95);
+  auto X = to_device<T>(p.x, 4, 1);
+  Batch<T> R("R", 4, 1, 1);
+  sk::forward(Space(), X, R, {10});
+  for (double v : to_host(R)) EXPECT_EQ(v, 1.0);
+  for (double v : run_backward<T>(p, {})) EXPECT_EQ(v, 0.0);
+  for (double v : run_backward<T>(p, with_method(sk::Method::block))) EXPECT_EQ(v, 0.0);
+}
+
+TEST(Sinkhorn, SizeTwoMatchesClosedForm) {
+  // For n = 2 the converged R is [[s, 1−s], [1−s, s]] with
+  // s/(1−s) = sqrt(P00 P11 / (P01 P10)), i.e. s = σ((x00 + x11 − x01 − x10)/2).
+  const auto p = make_problem(2, 5, 200, 3.0, 96);
+  auto X = to_device<double>(p.x, 5, 2);
+  Batch<double> R("R", 5, 2, 2);
+  sk::forward(Space(), X, R, {200});
+  const auto r = to_host(R);
+  for (int b = 0; b < 5; ++b) {
+    const double* x = &p.x[b * 4];
+    const double s = 1 / (1 + std::exp(-(x[0] + x[3] - x[1] - x[2]) / 2));
+    EXPECT_NEAR(r[b * 4 + 0], s, 1e-12);
+    EXPECT_NEAR(r[b * 4 + 1], 1 - s, 1e-12);
+  }
+}
+
+TEST(Sinkhorn, EmptyBatchIsANoOp) {
+  Batch<float> X("X", 0, 4, 4), R("R", 0, 4, 4), G("G", 0, 4, 4), dX("dX", 0, 4, 4);
+  Report report{Kokkos::View<int*, Space::memory_space>("it", 0), {}};
+  EXPECT_NO_THROW(sk::forward(Space(), X, R, {}, report));
+  EXPECT_NO_THROW(sk::backward(Space(), R, G, dX, {}, report));
+  EXPECT_NO_THROW(sk::backward_unrolled(Space(), X, G, dX, {}));
+}
+
+TEST(Sinkhorn, BadlyConditionedNeedsMoreIterationsButConverges) {
+  // A large spread of X pushes σ₂(R) towards 1: CG needs more iterations.
+  const int n = 16, iters = 3000;
+  const auto easy = make_problem(n, 8, iters, 1.0, 97);
+  const auto hard = make_problem(n, 8, iters, 12.0, 97);
+  std::vector<double> it_easy, it_hard;
+  run_backward<double>(easy, {}, &it_easy);
+  const auto dx = run_backward<double>(hard, {}, &it_hard);
+  EXPECT_LT(rel_error(dx, run_unrolled<double>(hard)), 1e-10);
+  double max_easy = 0, min_hard = 1e9;
+  for (double v : it_easy) max_easy = std::max(max_easy, v);
+  for (double v : it_hard) min_hard = std::min(min_hard, v);
+  EXPECT_GT(min_hard, max_easy);
+}
+
+// ---- validation ------------------------------------------------------------
+
+TEST(Sinkhorn, ValidationErrors) {
+  Batch<float> X("X", 2, 4, 4), R("R", 2, 4, 4), G("G", 2, 4, 4), dX("dX", 2, 4, 4);
+  Batch<float> wrong_n("w", 2, 5, 5), wrong_b("wb", 3, 4, 4), rect("rect", 2, 4, 5);
+  EXPECT_KDNN_ERROR(sk::forward(Space(), rect, R), "sinkhorn::forward: X must be a batch of square matrices [B, n, n], got [2, 4, 5]");
+  EXPECT_KDNN_ERROR(sk::forward(Space(), X, wrong_n), "sinkhorn::forward: R has extent(1)=5, expected 4 (same as X)");
+  EXPECT_KDNN_ERROR(sk::forward(Space(), X, wrong_b), "R has extent(0)=3, expected 2 (same as X)");
+  EXPECT_KDNN_ERROR(sk::forward(Space(), X, X), "output R overlaps input X");
+  EXPECT_KDNN_ERROR(sk::forward(Space(), X, R, {0}), "iters=0, expected a value in [1, ");
+  EXPECT_KDNN_ERROR(sk::forward(Space(), X, R, {10, -1.0}), "tol=-1, expected a finite value >= 0");
+  EXPECT_KDNN_ERROR(sk::forward(Space(), X, R, {10, std::nan("")}), "tol=nan");
+  Report bad{Kokkos::View<int*, Space::memory_space>("it", 3), {}};
+  EXPECT_KDNN_ERROR(sk::forward(Space(), X, R, {}, bad), "report.iterations has extent(0)=3, expected 2 (batch size)");
+  Report bad_err{{}, Kokkos::View<double*, Space::memory_space>("e", 1)};
+  EXPECT_KDNN_ERROR(sk::backward(Space(), R, G, dX, {}, bad_err), "report.error has extent(0)=1, expected 2");
+
+  EXPECT_KDNN_ERROR(sk::backward(Space(), R, wrong_n, dX), "sinkhorn::backward: G has extent(1)=5, expected 4 (same as R)");
+  EXPECT_KDNN_ERROR(sk::backward(Space(), R, G, wrong_b), "sinkhorn::backward: dX has extent(0)=3, expected 2 (same as R)");
+  EXPECT_KDNN_ERROR(sk::backward(Space(), rect, G, dX), "sinkhorn::backward: R must be a batch of square matrices");
+  EXPECT_KDNN_ERROR(sk::backward(Space(), R, G, G), "output dX overlaps input G");
+  EXPECT_KDNN_ERROR(sk::backward(Space(), R, G, R), "output dX overlaps input R");
+  sk::BackwardOptions o;
+  o.rtol = 1.5;
+  EXPECT_KDNN_ERROR(sk::backward(Space(), R, G, dX, o), "rtol=1.5, expected a value in [0, 1)");
+  o = {};
+  o.max_iters = -2;
+  EXPECT_KDNN_ERROR(sk::backward(Space(), R, G, dX, o), "max_iters=-2, expected >= 0");
+  o = {};
+  o.method = sk::Method::block;
+  o.measured_marginals = true;
+  EXPECT_KDNN_ERROR(sk::backward(Space(), R, G, dX, o), "measured_marginals=true needs method=implicit");
+  o = {};
+  o.launch.tile = -1;
+  EXPECT_KDNN_ERROR(sk::backward(Space(), R, G, dX, o), "launch.tile=-1, expected >= 0");
+  o = {};
+  o.launch.team_size = 100000;
+  EXPECT_KDNN_ERROR(sk::backward(Space(), R, G, dX, o), "launch.team_size=100000, expected at most");
+
+  EXPECT_KDNN_ERROR(sk::backward_unrolled(Space(), X, wrong_n, dX), "sinkhorn::backward_unrolled: G has extent(1)=5, expected 4 (same as X)");
+  EXPECT_KDNN_ERROR(sk::backward_unrolled(Space(), X, G, X), "output dX overlaps input X");
+  EXPECT_KDNN_ERROR(sk::backward_unrolled(Space(), X, G, dX, {10, 1e-6}), "tol=1e-06, expected 0");
+  EXPECT_KDNN_ERROR(sk::backward_unrolled(Space(), X, G, dX, {-3}), "iters=-3");
+}
+
+TEST(Sinkhorn, TooLargeForScratchIsAClearError) {
+  using Policy = Kokkos::TeamPolicy<Space>;
+  // Smallest n whose two n×n working matrices exceed the level-1 limit.
+  int n = 1;
+  while (2.0 * n * (n | 1) * sizeof(double) <= double(Policy::scratch_size_max(1))) n *= 2;
+  Batch<double> R1(Kokkos::view_alloc(Kokkos::WithoutInitializing, "R1"), 1, n, n);
+  Batch<double> G1(Kokkos::view_alloc(Kokkos::WithoutInitializing, "G1"), 1, n, n);
+  Batch<double> dX1(Kokkos::view_alloc(Kokkos::WithoutInitializing, "dX1"), 1, n, n);
+  EXPECT_KDNN_ERROR(sk::backward(Space(), R1, G1, dX1),
+                    "bytes of team scratch per matrix, above the");
+  EXPECT_KDNN_ERROR(sk::backward(Space(), R1, G1, dX1), "n=" + std::to_string(n));
+}
+
+}  // namespace
