@@ -9,6 +9,7 @@
 //   implicit: (D_c − Rᵀ D_a⁻¹ R) v = s_c − Rᵀ D_a⁻¹ s_r, u = D_a⁻¹(s_r − Rv),
 //             applied matrix-free as Sp = c∘p − Rᵀ(D_a⁻¹(Rp)); null space 1.
 //   block:    the 2n×2n system itself (a = c = 1); null space [1; −1].
+#include "kdnn/sinkhorn/impl/col_dot.hpp"
 #include "kdnn/sinkhorn/impl/launch.hpp"
 #include "kdnn/sinkhorn/impl/team_vector_cg.hpp"
 
@@ -26,8 +27,8 @@ struct CGBackwardKernel {
   double rtol = 0;
   bool block = false, measured = false;
 
-  /// Per matrix: R and W (n×ld each) and 13 vectors of n.
-  static std::size_t matrix_elems(int n) { return std::size_t(n) * (2 * scratch_ld(n) + 13); }
+  /// Per matrix: R, Rᵀ and W (n×ld each) and 13 vectors of n.
+  static std::size_t matrix_elems(int n) { return std::size_t(n) * (3 * scratch_ld(n) + 13); }
   static std::size_t scratch_bytes(int n, int tile) {
     return scratch_vec_bytes<T, ExecSpace>(tile * matrix_elems(n));
   }
@@ -43,7 +44,8 @@ struct CGBackwardKernel {
   KOKKOS_INLINE_FUNCTION void one_matrix(const Member& team, int b, T* work) const {
     const int ld = scratch_ld(n);
     T* Rm = work;
-    T* W = Rm + n * ld;
+    T* RT = Rm + n * ld;
+    T* W = RT + n * ld;
     T* sr = W + n * ld;  // s_r, then u
     T* sc = sr + n;
     T* inv_a = sc + n;
@@ -58,6 +60,7 @@ struct CGBackwardKernel {
     for (int i = 0; i < n; ++i) {
       Kokkos::parallel_for(lanes, [&](int j) {
         Rm[i * ld + j] = R(b, i, j);
+        RT[j * ld + i] = Rm[i * ld + j];
         W[i * ld + j] = G(b, i, j) * Rm[i * ld + j];
       });
     }
@@ -75,49 +78,29 @@ struct CGBackwardKernel {
       c[k] = measured ? r_col : T(1);
     });
 
+    // Products with R and Rᵀ are col_dot calls on Rᵀ and R respectively.
     CGResult cg;
     if (block) {
       Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, 2 * n),
                            [&](int k) { r[k] = k < n ? sr[k] : sc[k - n]; });
-      auto apply = [&](const T* in, T* out) {
-        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, 2 * n), [&](int k) {
-          T s = in[k];
-          if (k < n) {
-            for (int j = 0; j < n; ++j) s += Rm[k * ld + j] * in[n + j];
-          } else {
-            for (int i = 0; i < n; ++i) s += Rm[i * ld + (k - n)] * in[i];
-          }
-          out[k] = s;
-        });
+      auto apply = [&](const T* in, T* out) {  // [in_u + R in_v; in_v + Rᵀ in_u]
+        col_dot<ExecSpace>(team, n, RT, ld, in + n, [&](int i, T s) { out[i] = in[i] + s; });
+        col_dot<ExecSpace>(team, n, Rm, ld, in,
+                           [&](int j, T s) { out[n + j] = in[n + j] + s; });
       };
       cg = team_vector_cg(team, 2 * n, n, rtol, max_iters, x, r, p, Ap, apply);
       Kokkos::parallel_for(lanes, [&](int i) { sr[i] = x[i]; });  // u
     } else {
       // b = s_c − Rᵀ D_a⁻¹ s_r
-      Kokkos::parallel_for(lanes, [&](int j) {
-        T s = sc[j];
-        for (int i = 0; i < n; ++i) s -= Rm[i * ld + j] * inv_a[i] * sr[i];
-        r[j] = s;
-      });
-      auto apply = [&](const T* in, T* out) {
-        Kokkos::parallel_for(lanes, [&](int i) {
-          T s = 0;
-          for (int j = 0; j < n; ++j) s += Rm[i * ld + j] * in[j];
-          q[i] = inv_a[i] * s;
-        });
-        Kokkos::parallel_for(lanes, [&](int j) {
-          T s = c[j] * in[j];
-          for (int i = 0; i < n; ++i) s -= Rm[i * ld + j] * q[i];
-          out[j] = s;
-        });
+      Kokkos::parallel_for(lanes, [&](int i) { q[i] = inv_a[i] * sr[i]; });
+      col_dot<ExecSpace>(team, n, Rm, ld, q, [&](int j, T s) { r[j] = sc[j] - s; });
+      auto apply = [&](const T* in, T* out) {  // c∘in − Rᵀ D_a⁻¹ R in
+        col_dot<ExecSpace>(team, n, RT, ld, in, [&](int i, T s) { q[i] = inv_a[i] * s; });
+        col_dot<ExecSpace>(team, n, Rm, ld, q, [&](int j, T s) { out[j] = c[j] * in[j] - s; });
       };
       cg = team_vector_cg(team, n, n, rtol, max_iters, x, r, p, Ap, apply);
       // u = D_a⁻¹ (s_r − R v), written over s_r.
-      Kokkos::parallel_for(lanes, [&](int i) {
-        T s = sr[i];
-        for (int j = 0; j < n; ++j) s -= Rm[i * ld + j] * x[j];
-        sr[i] = inv_a[i] * s;
-      });
+      col_dot<ExecSpace>(team, n, RT, ld, x, [&](int i, T s) { sr[i] = inv_a[i] * (sr[i] - s); });
     }
     const T* u = sr;
     const T* v = block ? x + n : x;

@@ -1,0 +1,87 @@
+// Sinkhorn benchmarks: forward and the three backwards at the reference sizes.
+// Each reports time and effective bandwidth against the bytes the operation
+// must move at least once:
+//   forward:            read X, write R         2 B n² sizeof(T)
+//   implicit / block:   read R and G, write dX  3 B n² sizeof(T)
+//   unrolled:           read X and G, write dX  3 B n² sizeof(T)
+// The PyTorch formulation is timed by sinkhorn_torch.py; compare_sinkhorn.py
+// runs both and prints the ratios.
+#include <random>
+
+#include <Kokkos_Core.hpp>
+#include <benchmark/benchmark.h>
+
+#include "kdnn/sinkhorn/sinkhorn.hpp"
+
+namespace {
+
+namespace sk = kdnn::sinkhorn;
+using Space = Kokkos::DefaultExecutionSpace;
+template <class T>
+using Batch = sk::Batch<T, Space>;
+
+enum class Op { forward, implicit, block, unrolled };
+
+template <class T>
+void fill(const Batch<T>& v, unsigned seed, bool logits) {
+  auto h = Kokkos::create_mirror_view(v);
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<double> u(0.0, 4.0);
+  std::normal_distribution<double> g(0.0, 1.0);
+  for (std::size_t k = 0; k < h.size(); ++k) h.data()[k] = T(logits ? u(gen) : g(gen));
+  Kokkos::deep_copy(v, h);
+}
+
+template <class T>
+void run(benchmark::State& state, Op op) {
+  const int batch = int(state.range(0)), n = int(state.range(1)), iters = int(state.range(2));
+  Batch<T> X("X", batch, n, n), G("G", batch, n, n), R("R", batch, n, n), dX("dX", batch, n, n);
+  fill(X, 1, true);
+  fill(G, 2, false);
+  Space space;
+  sk::forward(space, X, R, {iters});
+  sk::BackwardOptions opts;
+  opts.method = op == Op::block ? sk::Method::block : sk::Method::implicit;
+  sk::Report<Space> report{Kokkos::View<int*, Space::memory_space>("cg", batch), {}};
+  space.fence();
+  for (auto _ : state) {
+    switch (op) {
+      case Op::forward: sk::forward(space, X, R, {iters}); break;
+      case Op::implicit:
+      case Op::block: sk::backward(space, R, G, dX, opts, report); break;
+      case Op::unrolled: sk::backward_unrolled(space, X, G, dX, {iters}); break;
+    }
+    space.fence();
+  }
+  const double elems = double(batch) * n * n;
+  const double bytes = (op == Op::forward ? 2 : 3) * elems * sizeof(T);
+  state.SetBytesProcessed(int64_t(bytes * double(state.iterations())));
+  if (op == Op::implicit || op == Op::block) {
+    auto it = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), report.iterations);
+    double sum = 0;
+    for (int b = 0; b < batch; ++b) sum += it(b);
+    state.counters["cg_iters"] = batch > 0 ? sum / batch : 0;
+  }
+}
+
+void sizes(benchmark::internal::Benchmark* b) {
+  b->Args({4096, 16, 100})->Args({10001, 4, 48})->Unit(benchmark::kMillisecond)->UseRealTime();
+}
+
+void sinkhorn_f32(benchmark::State& state, Op op) { run<float>(state, op); }
+
+BENCHMARK_CAPTURE(sinkhorn_f32, forward, Op::forward)->Apply(sizes);
+BENCHMARK_CAPTURE(sinkhorn_f32, implicit, Op::implicit)->Apply(sizes);
+BENCHMARK_CAPTURE(sinkhorn_f32, block, Op::block)->Apply(sizes);
+BENCHMARK_CAPTURE(sinkhorn_f32, unrolled, Op::unrolled)->Apply(sizes);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Kokkos::ScopeGuard kokkos(argc, argv);
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs kdnn's build and test dependencies from the distribution (Debian 12):
+# Kokkos + Kokkos Kernels 3.4 (Serial backend), Open MPI, GoogleTest, Google
+# Benchmark, CMake, Ninja and a C++17 compiler. Idempotent: when everything is
+# already installed it returns without touching apt.
+# Optional: KDNN_WITH_TORCH=1 also installs PyTorch and NumPy (CPU, Debian's
+# python3-torch) to regenerate golden data and run perf_tests/*.py.
+set -euo pipefail
+
+packages=(
+  g++ cmake ninja-build
+  libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev
+  libopenmpi-dev openmpi-bin
+  libgtest-dev libbenchmark-dev
+)
+if [[ "${KDNN_WITH_TORCH:-0}" == 1 ]]; then
+  packages+=(python3-torch python3-numpy)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "install-deps: all ${#packages[@]} packages already installed"
+  exit 0
+fi
+
+sudo=""
+if [[ $(id -u) -ne 0 ]]; then sudo="sudo"; fi
+echo "install-deps: installing ${missing[*]}"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+echo "install-deps: done"

@@ -1,0 +1,54 @@
+#pragma once
+// y = Aᵀx for one small n×n matrix A in scratch (row stride ld), computed by
+// one team thread and its vector lanes: s_j = Σ_i A_ij x_i, summed over i in
+// order on every backend, then handed to finish(j, s_j) (store it, store its
+// reciprocal, ...). Only the loop nest differs between backends: on a host
+// backend the i loop is outside and blocks of columns accumulate in
+// registers, so the fixed-width inner loops vectorise; on a GPU each lane j
+// keeps its own sum in a register and walks column j (lanes read consecutive
+// addresses, no synchronisation inside). Kernels that need Ax keep Aᵀ in
+// scratch as well and call col_dot on it.
+#include <Kokkos_Core.hpp>
+
+namespace kdnn::sinkhorn::impl {
+
+/// Host helper of col_dot: columns j0 .. j0+W−1 (A already offset by j0).
+template <int W, class T, class Finish>
+KOKKOS_INLINE_FUNCTION void col_dot_block(int n, const T* A, int ld, const T* x, int j0, const Finish& finish) {
+  T acc[W];
+  for (int jj = 0; jj < W; ++jj) acc[jj] = A[jj] * x[0];
+  for (int i = 1; i < n; ++i) {
+    const T xi = x[i];
+    const T* Ai = A + i * ld;
+    for (int jj = 0; jj < W; ++jj) acc[jj] += Ai[jj] * xi;
+  }
+  for (int jj = 0; jj < W; ++jj) finish(j0 + jj, acc[jj]);
+}
+
+template <class ExecSpace, class Member, class T, class Finish>
+KOKKOS_INLINE_FUNCTION void col_dot(const Member& team, int n, const T* A, int ld,
+                                    const T* x, const Finish& finish) {
+  if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace,
+                                           typename ExecSpace::memory_space>::accessible) {
+    // A host backend runs a thread's vector lanes as a plain loop; it is
+    // written out here because Kokkos' host vector loop does not vectorise
+    // under GCC (runtime stride). Blocks of 16, then 8 columns accumulate in
+    // registers (independent chains); the rest go one by one.
+    int j0 = 0;
+    for (; j0 + 16 <= n; j0 += 16) col_dot_block<16>(n, A + j0, ld, x, j0, finish);
+    for (; j0 + 8 <= n; j0 += 8) col_dot_block<8>(n, A + j0, ld, x, j0, finish);
+    for (int j = j0; j < n; ++j) {
+      T s = A[j] * x[0];
+      for (int i = 1; i < n; ++i) s += A[i * ld + j] * x[i];
+      finish(j, s);
+    }
+  } else {
+    Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, n), [&](int j) {
+      T s = A[j] * x[0];
+      for (int i = 1; i < n; ++i) s += A[i * ld + j] * x[i];
+      finish(j, s);
+    });
+  }
+}
+
+}  // namespace kdnn::sinkhorn::impl

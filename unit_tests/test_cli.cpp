@@ -1,0 +1,438 @@
+// The `kdnn` command-line tool, run as a subprocess on .npy fixtures: results
+// against plain double references, dtypes, optional outputs, and every error
+// path (exit status, one "kdnn: error:" line on stderr, nothing in --out).
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kdnn/io/npy.hpp"
+#include "sinkhorn_reference.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using kdnn::io::DType;
+using kdnn_test::Mat;
+using kdnn_test::rel_error;
+using Shape = std::vector<std::size_t>;
+using Strings = std::vector<std::string>;
+
+constexpr int kUsage = 2, kInput = 1;
+
+struct Result {
+  int status = -1;
+  std::string out, err;
+};
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (const char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream os;
+  os << in.rdbuf();
+  return os.str();
+}
+
+std::vector<double> uniform(std::size_t count, double lo, double hi, unsigned seed) {
+  std::mt19937_64 gen(seed);
+  std::uniform_real_distribution<double> dist(lo, hi);
+  std::vector<double> v(count);
+  for (auto& x : v) x = dist(gen);
+  return v;
+}
+
+Mat matrix(const std::vector<double>& all, std::size_t b, std::size_t n) {
+  return Mat(all.begin() + b * n * n, all.begin() + (b + 1) * n * n);
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    root_ = fs::temp_directory_path() /
+            ("kdnn_cli_test_" + std::to_string(::getpid()) + "_" + info->name());
+    fs::remove_all(root_);
+    fs::create_directories(in_ = root_ / "in");
+    fs::create_directories(out_ = root_ / "out");
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  Result run(const Strings& args) const {
+    std::string cmd = quote(KDNN_CLI_PATH);
+    for (const auto& a : args) cmd += " " + quote(a);
+    const fs::path out = root_ / "stdout.txt", err = root_ / "stderr.txt";
+    cmd += " >" + quote(out.string()) + " 2>" + quote(err.string());
+    const int raw = std::system(cmd.c_str());
+    Result r;
+    r.status = raw != -1 && WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+    r.out = read_text(out);
+    r.err = read_text(err);
+    return r;
+  }
+
+  /// "sinkhorn --in IN --out OUT" followed by `extra`.
+  Strings sinkhorn(const Strings& extra, const fs::path& out = {}) const {
+    Strings args{"sinkhorn", "--in", in_.string(), "--out", (out.empty() ? out_ : out).string()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  }
+
+  void write(const std::string& name, DType dtype, const Shape& shape,
+             const std::vector<double>& values) const {
+    const std::string path = (in_ / name).string();
+    if (dtype == DType::f64) {
+      kdnn::io::write_npy(path, shape, values.data());
+    } else {
+      const std::vector<float> f(values.begin(), values.end());
+      kdnn::io::write_npy(path, shape, f.data());
+    }
+  }
+
+  /// Writes x.npy (and g.npy when `with_g`) for a [batch, n, n] problem.
+  void write_problem(DType dtype, std::size_t batch, std::size_t n, bool with_g) {
+    x_ = uniform(batch * n * n, 0.0, 4.0, 7);
+    g_ = uniform(batch * n * n, -1.0, 1.0, 8);
+    write("x.npy", dtype, {batch, n, n}, x_);
+    if (with_g) write("g.npy", dtype, {batch, n, n}, g_);
+  }
+
+  /// Reads an output file, checking its dtype and shape.
+  std::vector<double> read(const fs::path& path, DType dtype, const Shape& shape) const {
+    const auto a = kdnn::io::read_npy(path.string());
+    EXPECT_EQ(a.dtype, dtype) << path;
+    EXPECT_EQ(a.shape, shape) << path;
+    if (a.dtype == DType::f64) return {a.data<double>(), a.data<double>() + a.size()};
+    return {a.data<float>(), a.data<float>() + a.size()};
+  }
+
+  static std::set<std::string> files(const fs::path& dir) {
+    std::set<std::string> names;
+    for (const auto& e : fs::directory_iterator(dir)) names.insert(e.path().filename().string());
+    return names;
+  }
+
+  /// Runs `args` and expects failure with `status`, one error line on stderr
+  /// containing `fragment`, nothing on stdout, and an untouched --out.
+  void expect_error(const Strings& args, int status, const std::string& fragment,
+                    const std::set<std::string>& out_files = {}) const {
+    std::string shown;
+    for (const auto& a : args) shown += " " + a;
+    SCOPED_TRACE("kdnn" + shown);
+    const Result r = run(args);
+    EXPECT_EQ(r.status, status);
+    EXPECT_EQ(r.err.rfind("kdnn: error: ", 0), 0u) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_FALSE(r.err.empty() || r.err.back() != '\n') << r.err;
+    EXPECT_NE(r.err.find(fragment), std::string::npos)
+        << "expected \"" << fragment << "\" in: " << r.err;
+    EXPECT_EQ(r.out, "");
+    EXPECT_EQ(files(out_), out_files);
+  }
+
+  fs::path root_, in_, out_;
+  std::vector<double> x_, g_;
+};
+
+void expect_zero_marginals(const std::vector<double>& dx, std::size_t batch, std::size_t n,
+                           double tol) {
+  for (std::size_t b = 0; b < batch; ++b) {
+    for (std::size_t i = 0; i < n; ++i) {
+      double row = 0, col = 0;
+      for (std::size_t j = 0; j < n; ++j) {
+        row += dx[(b * n + i) * n + j];
+        col += dx[(b * n + j) * n + i];
+      }
+      EXPECT_NEAR(row, 0.0, tol) << "b=" << b << " row " << i;
+      EXPECT_NEAR(col, 0.0, tol) << "b=" << b << " column " << i;
+    }
+  }
+}
+
+// ---- help ----------------------------------------------------------------
+
+TEST_F(Cli, TopLevelHelp) {
+  for (const char* flag : {"--help", "-h"}) {
+    const Result r = run({flag});
+    EXPECT_EQ(r.status, 0);
+    EXPECT_EQ(r.err, "");
+    EXPECT_NE(r.out.find("usage: kdnn <subcommand>"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("sinkhorn"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("Exit status"), std::string::npos) << r.out;
+  }
+}
+
+TEST_F(Cli, SinkhornHelp) {
+  write_problem(DType::f64, 2, 3, true);
+  for (const Strings& args : {Strings{"sinkhorn", "--help"}, Strings{"sinkhorn", "-h"},
+                              sinkhorn({"--iters", "3", "--help"})}) {
+    const Result r = run(args);
+    EXPECT_EQ(r.status, 0);
+    EXPECT_EQ(r.err, "");
+    for (const char* word : {"usage: kdnn sinkhorn", "--in", "--out", "--iters", "--tol",
+                             "--method", "unrolled"}) {
+      EXPECT_NE(r.out.find(word), std::string::npos) << word;
+    }
+  }
+  EXPECT_TRUE(files(out_).empty());
+}
+
+// ---- results -------------------------------------------------------------
+
+TEST_F(Cli, ForwardOnlyMatchesReference) {
+  const std::size_t batch = 3, n = 5;
+  write_problem(DType::f64, batch, n, false);
+  const Result r = run(sinkhorn({"--iters", "20"}));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  for (const char* word : {"sinkhorn: B=3 n=5 dtype=float64", "method=none",
+                           "max_forward_iters=20", "wrote=r.npy\n"}) {
+    EXPECT_NE(r.out.find(word), std::string::npos) << word << " in: " << r.out;
+  }
+  EXPECT_EQ(files(out_), std::set<std::string>{"r.npy"});
+  const auto rr = read(out_ / "r.npy", DType::f64, {batch, n, n});
+  for (std::size_t b = 0; b < batch; ++b) {
+    EXPECT_LT(rel_error(matrix(rr, b, n), kdnn_test::ref_forward(matrix(x_, b, n), n, 20)),
+              1e-13);
+  }
+}
+
+TEST_F(Cli, BackwardMethodsAgreeWhenConverged) {
+  const std::size_t batch = 3, n = 5;
+  const int iters = 300;
+  write_problem(DType::f64, batch, n, true);
+  std::vector<double> dx[3];
+  const char* methods[] = {"implicit", "block", "unrolled"};
+  for (int m = 0; m < 3; ++m) {
+    const fs::path out = root_ / methods[m];
+    fs::create_directories(out);
+    // The default method is implicit.
+    Strings extra{"--iters", std::to_string(iters)};
+    if (m > 0) extra.insert(extra.end(), {"--method", methods[m]});
+    const Result r = run(sinkhorn(extra, out));
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.out.find(std::string("method=") + methods[m]), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("max_cg_iters=") != std::string::npos, m < 2) << r.out;
+    EXPECT_NE(r.out.find("wrote=r.npy,dx.npy"), std::string::npos) << r.out;
+    EXPECT_EQ(files(out), (std::set<std::string>{"r.npy", "dx.npy"}));
+    const auto rr = read(out / "r.npy", DType::f64, {batch, n, n});
+    for (std::size_t b = 0; b < batch; ++b) {
+      EXPECT_LT(rel_error(matrix(rr, b, n), kdnn_test::ref_forward(matrix(x_, b, n), n, iters)),
+                1e-12);
+    }
+    dx[m] = read(out / "dx.npy", DType::f64, {batch, n, n});
+    expect_zero_marginals(dx[m], batch, n, 1e-10);
+  }
+  for (std::size_t b = 0; b < batch; ++b) {
+    const Mat ref = kdnn_test::ref_unrolled_backward(matrix(x_, b, n), matrix(g_, b, n), n, iters);
+    EXPECT_LT(rel_error(matrix(dx[2], b, n), ref), 1e-11);
+  }
+  EXPECT_LT(rel_error(dx[0], dx[2]), 1e-9);
+  EXPECT_LT(rel_error(dx[1], dx[2]), 1e-9);
+}
+
+TEST_F(Cli, UnrolledUsesTheGivenIterations) {
+  const std::size_t batch = 2, n = 4;
+  const int iters = 3;  // far from converged: only the unrolled gradient matches
+  write_problem(DType::f64, batch, n, true);
+  const Result r = run(sinkhorn({"--iters", "3", "--method", "unrolled", "--tol", "0"}));
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto dx = read(out_ / "dx.npy", DType::f64, {batch, n, n});
+  for (std::size_t b = 0; b < batch; ++b) {
+    const Mat ref = kdnn_test::ref_unrolled_backward(matrix(x_, b, n), matrix(g_, b, n), n, iters);
+    EXPECT_LT(rel_error(matrix(dx, b, n), ref), 1e-12);
+  }
+}
+
+TEST_F(Cli, Float32InFloat32Out) {
+  const std::size_t batch = 4, n = 6;
+  const int iters = 300;
+  write_problem(DType::f32, batch, n, true);
+  // The reference sees the float-rounded inputs.
+  std::vector<double> xr(x_.size()), gr(g_.size());
+  for (std::size_t k = 0; k < x_.size(); ++k) {
+    xr[k] = double(float(x_[k]));
+    gr[k] = double(float(g_[k]));
+  }
+  for (const char* method : {"implicit", "block", "unrolled"}) {
+    SCOPED_TRACE(method);
+    const fs::path out = root_ / method;
+    fs::create_directories(out);
+    const Result r = run(sinkhorn({"--iters=300", "--method=" + std::string(method)}, out));
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.out.find("dtype=float32"), std::string::npos) << r.out;
+    const auto rr = read(out / "r.npy", DType::f32, {batch, n, n});
+    const auto dx = read(out / "dx.npy", DType::f32, {batch, n, n});
+    for (std::size_t b = 0; b < batch; ++b) {
+      EXPECT_LT(rel_error(matrix(rr, b, n), kdnn_test::ref_forward(matrix(xr, b, n), n, iters)),
+                1e-5);
+      const Mat ref =
+          kdnn_test::ref_unrolled_backward(matrix(xr, b, n), matrix(gr, b, n), n, iters);
+      EXPECT_LT(rel_error(matrix(dx, b, n), ref), 1e-4);
+    }
+  }
+}
+
+TEST_F(Cli, ToleranceStopsEarly) {
+  const std::size_t batch = 3, n = 5;
+  write_problem(DType::f64, batch, n, true);
+  const Result r = run(sinkhorn({"--iters", "500", "--tol", "1e-9", "--method", "block"}));
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto pos = r.out.find("max_forward_iters=");
+  ASSERT_NE(pos, std::string::npos) << r.out;
+  EXPECT_LT(std::stoi(r.out.substr(pos + 18)), 500) << r.out;
+  const auto rr = read(out_ / "r.npy", DType::f64, {batch, n, n});
+  for (std::size_t b = 0; b < batch; ++b) {
+    for (std::size_t j = 0; j < n; ++j) {
+      double col = 0;
+      for (std::size_t i = 0; i < n; ++i) col += rr[(b * n + i) * n + j];
+      EXPECT_NEAR(col, 1.0, 1e-9);
+    }
+  }
+  EXPECT_EQ(files(out_), (std::set<std::string>{"r.npy", "dx.npy"}));
+}
+
+TEST_F(Cli, EmptyBatch) {
+  write("x.npy", DType::f64, {0, 4, 4}, {});
+  write("g.npy", DType::f64, {0, 4, 4}, {});
+  const Result r = run(sinkhorn({"--iters", "5"}));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(read(out_ / "r.npy", DType::f64, {0, 4, 4}).empty());
+  EXPECT_TRUE(read(out_ / "dx.npy", DType::f64, {0, 4, 4}).empty());
+}
+
+// ---- errors ----------------------------------------------------------------
+
+TEST_F(Cli, UsageErrors) {
+  write_problem(DType::f64, 2, 3, true);
+  const std::string in = in_.string(), out = out_.string();
+  struct Case {
+    Strings args;
+    std::string fragment;
+  };
+  const std::vector<Case> cases = {
+      {{}, "missing subcommand"},
+      {{"frobnicate"}, "unknown subcommand 'frobnicate'"},
+      {{"--verbose"}, "unknown option '--verbose'"},
+      {{"sinkhorn", "--out", out, "--iters", "3"}, "missing required option --in"},
+      {{"sinkhorn", "--in", in, "--iters", "3"}, "missing required option --out"},
+      {{"sinkhorn", "--in", in, "--out", out}, "missing required option --iters"},
+      {sinkhorn({"--iters", "3", "--bogus", "1"}), "unknown option '--bogus'"},
+      {sinkhorn({"--iters", "3", "--bogus=1"}), "unknown option '--bogus'"},
+      {sinkhorn({"--iters", "3", "extra"}), "unexpected argument 'extra'"},
+      {sinkhorn({"--iters", "3", "--iters", "4"}), "option --iters given more than once"},
+      {sinkhorn({"--iters"}), "option --iters requires a value"},
+      {sinkhorn({"--iters="}), "option --iters requires a value"},
+      {sinkhorn({"--iters", "3", "--tol"}), "option --tol requires a value"},
+      {{"sinkhorn", "--in", "--out", out, "--iters", "3"}, "option --in requires a value"},
+      {sinkhorn({"--iters", "abc"}), "--iters: expected an integer >= 1"},
+      {sinkhorn({"--iters", "0"}), "--iters: expected an integer >= 1"},
+      {sinkhorn({"--iters", "-3"}), "--iters: expected an integer >= 1"},
+      {sinkhorn({"--iters", "2.5"}), "--iters: expected an integer >= 1"},
+      {sinkhorn({"--iters", "3x"}), "--iters: expected an integer >= 1"},
+      {sinkhorn({"--iters", " 3"}), "--iters: expected an integer >= 1"},
+      {sinkhorn({"--iters", "99999999999"}), "--iters: expected an integer >= 1"},
+      {sinkhorn({"--iters", "3", "--tol", "small"}), "--tol: expected a finite number >= 0"},
+      {sinkhorn({"--iters", "3", "--tol", "-1e-6"}), "--tol: expected a finite number >= 0"},
+      {sinkhorn({"--iters", "3", "--tol", "nan"}), "--tol: expected a finite number >= 0"},
+      {sinkhorn({"--iters", "3", "--tol", "inf"}), "--tol: expected a finite number >= 0"},
+      {sinkhorn({"--iters", "3", "--tol", "1e999"}), "--tol: expected a finite number >= 0"},
+      {sinkhorn({"--iters", "3", "--tol", "1e-6x"}), "--tol: expected a finite number >= 0"},
+      {sinkhorn({"--iters", "3", "--method", "newton"}), "unknown method 'newton'"},
+      {sinkhorn({"--iters", "3", "--method", "unrolled", "--tol", "1e-6"}),
+       "--method unrolled needs --tol 0"},
+  };
+  for (const Case& c : cases) expect_error(c.args, kUsage, c.fragment);
+}
+
+TEST_F(Cli, MissingX) {
+  expect_error(sinkhorn({"--iters", "3"}), kInput, "missing input " + (in_ / "x.npy").string());
+}
+
+TEST_F(Cli, InNotADirectory) {
+  const Strings args{"sinkhorn", "--in", (root_ / "nope").string(), "--out", out_.string(),
+                     "--iters", "3"};
+  expect_error(args, kInput, "--in '" + (root_ / "nope").string() + "' is not an existing directory");
+}
+
+TEST_F(Cli, OutNotAnExistingDirectory) {
+  write_problem(DType::f64, 2, 3, true);
+  const fs::path missing = root_ / "missing";
+  expect_error(sinkhorn({"--iters", "3"}, missing), kInput,
+               "--out '" + missing.string() + "' is not an existing directory");
+  EXPECT_FALSE(fs::exists(missing));
+  const fs::path file = root_ / "file";
+  std::ofstream(file) << "keep";
+  expect_error(sinkhorn({"--iters", "3"}, file), kInput, "is not an existing directory");
+  EXPECT_EQ(read_text(file), "keep");
+}
+
+TEST_F(Cli, XWrongRank) {
+  write("x.npy", DType::f64, {4, 4}, uniform(16, 0, 1, 1));
+  expect_error(sinkhorn({"--iters", "3"}), kInput,
+               "x.npy has shape (4, 4), expected a 3-d array [B, n, n]");
+  write("x.npy", DType::f64, {1, 2, 2, 2}, uniform(8, 0, 1, 1));
+  expect_error(sinkhorn({"--iters", "3"}), kInput, "expected a 3-d array");
+}
+
+TEST_F(Cli, XNotSquare) {
+  write("x.npy", DType::f64, {2, 3, 4}, uniform(24, 0, 1, 1));
+  expect_error(sinkhorn({"--iters", "3"}), kInput,
+               "x.npy has shape (2, 3, 4), expected [B, n, n] (a batch of square matrices)");
+}
+
+TEST_F(Cli, GShapeDiffers) {
+  write("x.npy", DType::f64, {3, 4, 4}, uniform(48, 0, 1, 1));
+  write("g.npy", DType::f64, {2, 4, 4}, uniform(32, 0, 1, 2));
+  expect_error(sinkhorn({"--iters", "3"}), kInput,
+               "g.npy has shape (2, 4, 4), expected (3, 4, 4) (same as x.npy)");
+}
+
+TEST_F(Cli, DTypeMismatch) {
+  write("x.npy", DType::f64, {2, 3, 3}, uniform(18, 0, 1, 1));
+  write("g.npy", DType::f32, {2, 3, 3}, uniform(18, 0, 1, 2));
+  expect_error(sinkhorn({"--iters", "3"}), kInput,
+               "g.npy has dtype float32, expected float64 (same as x.npy)");
+}
+
+TEST_F(Cli, UnsupportedDType) {
+  // A valid float32 file relabelled as int32 (same element size).
+  write("x.npy", DType::f32, {2, 3, 3}, uniform(18, 0, 1, 1));
+  std::string bytes = read_text(in_ / "x.npy");
+  const auto pos = bytes.find("<f4");
+  ASSERT_NE(pos, std::string::npos);
+  bytes.replace(pos, 3, "<i4");
+  std::ofstream(in_ / "x.npy", std::ios::binary) << bytes;
+  expect_error(sinkhorn({"--iters", "3"}), kInput, "dtype '<i4' not supported");
+}
+
+TEST_F(Cli, MalformedNpy) {
+  write("x.npy", DType::f64, {2, 3, 3}, uniform(18, 0, 1, 1));
+  std::ofstream(in_ / "g.npy") << "not an array\nsecond line\n";
+  expect_error(sinkhorn({"--iters", "3"}), kInput, "not a .npy file");
+}
+
+TEST_F(Cli, FailedSecondWriteLeavesNothing) {
+  write_problem(DType::f64, 2, 3, true);
+  // write_npy writes dx.npy through dx.npy.tmp; a directory there makes it fail
+  // after r.npy has been written, which must then be removed.
+  fs::create_directories(out_ / "dx.npy.tmp");
+  expect_error(sinkhorn({"--iters", "3"}), kInput, "dx.npy", {"dx.npy.tmp"});
+}
+
+}  // namespace
