@@ -32,11 +32,12 @@ KOKKOS_INLINE_FUNCTION void col_dot(const Member& team, int n, const T* A, int l
                                            typename ExecSpace::memory_space>::accessible) {
     // A host backend runs a thread's vector lanes as a plain loop; it is
     // written out here because Kokkos' host vector loop does not vectorise
-    // under GCC (runtime stride). Blocks of 16, then 8 columns accumulate in
+    // under GCC (runtime stride). Blocks of 16, 8, then 4 columns accumulate in
     // registers (independent chains); the rest go one by one.
     int j0 = 0;
     for (; j0 + 16 <= n; j0 += 16) col_dot_block<16>(n, A + j0, ld, x, j0, finish);
     for (; j0 + 8 <= n; j0 += 8) col_dot_block<8>(n, A + j0, ld, x, j0, finish);
+    for (; j0 + 4 <= n; j0 += 4) col_dot_block<4>(n, A + j0, ld, x, j0, finish);
     for (int j = j0; j < n; ++j) {
       T s = A[j] * x[0];
       for (int i = 1; i < n; ++i) s += A[i * ld + j] * x[i];

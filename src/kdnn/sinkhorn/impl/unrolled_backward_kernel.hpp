@@ -54,7 +54,7 @@ struct UnrolledBackwardKernel {
         Y[i * ld + j] = compat::exp(double(X(b, i, j)) - m);
         s += Y[i * ld + j];
       }
-      for (int i = 0; i < n; ++i) Y[i * ld + j] /= s;
+      for (int i = 0; i < n; ++i) Y[i * ld + j] *= 1 / s;
     });
     for (int k = 0; k < iters; ++k) {
       if (k > 0) {
@@ -62,14 +62,14 @@ struct UnrolledBackwardKernel {
           double s = 0;
           for (int i = 0; i < n; ++i) s += Y[i * ld + j];
           col_sums[k * n + j] = s;
-          for (int i = 0; i < n; ++i) Y[i * ld + j] /= s;
+          for (int i = 0; i < n; ++i) Y[i * ld + j] *= 1 / s;
         });
       }
       Kokkos::parallel_for(lanes, [&](int i) {
         double s = 0;
         for (int j = 0; j < n; ++j) s += Y[i * ld + j];
         row_sums[k * n + i] = s;
-        for (int j = 0; j < n; ++j) Y[i * ld + j] /= s;
+        for (int j = 0; j < n; ++j) Y[i * ld + j] *= 1 / s;
       });
     }
 
@@ -83,7 +83,7 @@ struct UnrolledBackwardKernel {
         double d = 0;
         for (int j = 0; j < n; ++j) d += dY[i * ld + j] * Y[i * ld + j];
         for (int j = 0; j < n; ++j) {
-          dY[i * ld + j] = (dY[i * ld + j] - d) / rho;
+          dY[i * ld + j] = (dY[i * ld + j] - d) * (1 / rho);
           Y[i * ld + j] *= rho;
         }
       });
@@ -93,7 +93,7 @@ struct UnrolledBackwardKernel {
         if (k > 0) {
           const double sigma = col_sums[k * n + j];
           for (int i = 0; i < n; ++i) {
-            dY[i * ld + j] = (dY[i * ld + j] - d) / sigma;
+            dY[i * ld + j] = (dY[i * ld + j] - d) * (1 / sigma);
             Y[i * ld + j] *= sigma;
           }
         } else {
