@@ -314,9 +314,26 @@ TYPED_TEST(SinkhornTyped, ResultsDoNotDependOnLaunchShape) {
   };
   const auto ref = run({});
   for (int tile : {1, 2, 3, 4, 11, 16}) {
+    for (int vector_length : {0, 1, 4, 8}) {
+      sk::Launch l;
+      l.tile = tile;
+      l.vector_length = vector_length;
+      EXPECT_EQ(run(l), ref) << "tile=" << tile << " vector_length=" << vector_length;
+    }
+  }
+  // Team sizes beyond what the backend allows are a kdnn::Error (Serial: 1).
+  for (int team_size : {1, 2, 4}) {
     sk::Launch l;
-    l.tile = tile;
-    EXPECT_EQ(run(l), ref) << "tile=" << tile;
+    l.tile = 4;
+    l.team_size = team_size;
+    std::vector<double> got;
+    const std::string err = error_of([&] { got = run(l); });
+    if (team_size == 1) EXPECT_EQ(err, "");
+    if (err.empty()) {
+      EXPECT_EQ(got, ref) << "team_size=" << team_size;
+    } else {
+      EXPECT_NE(err.find("launch.team_size="), std::string::npos) << err;
+    }
   }
 }
 
