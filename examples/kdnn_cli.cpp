@@ -120,15 +120,6 @@ double parse_nonnegative(const std::string& name, const std::string& text) {
 
 // ---- files ---------------------------------------------------------------
 
-std::string format_shape(const std::vector<std::size_t>& shape) {
-  std::ostringstream os;
-  os << '(';
-  for (std::size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
-  if (shape.size() == 1) os << ',';
-  os << ')';
-  return os.str();
-}
-
 void require_directory(const char* option, const std::string& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
@@ -297,16 +288,16 @@ SinkhornInputs load_sinkhorn_inputs(const std::string& dir) {
   SinkhornInputs in{*load(dir, "x.npy", false), load(dir, "g.npy", true)};
   const auto& shape = in.x.shape;
   if (shape.size() != 3) {
-    kdnn::fail("x.npy has shape ", format_shape(shape), ", expected a 3-d array [B, n, n]");
+    kdnn::fail("x.npy has shape ", kdnn::io::format_shape(shape), ", expected a 3-d array [B, n, n]");
   }
   if (shape[1] != shape[2]) {
-    kdnn::fail("x.npy has shape ", format_shape(shape),
+    kdnn::fail("x.npy has shape ", kdnn::io::format_shape(shape),
                ", expected [B, n, n] (a batch of square matrices)");
   }
   if (in.g) {
     if (in.g->shape != shape) {
-      kdnn::fail("g.npy has shape ", format_shape(in.g->shape), ", expected ",
-                 format_shape(shape), " (same as x.npy)");
+      kdnn::fail("g.npy has shape ", kdnn::io::format_shape(in.g->shape), ", expected ",
+                 kdnn::io::format_shape(shape), " (same as x.npy)");
     }
     if (in.g->dtype != in.x.dtype) {
       kdnn::fail("g.npy has dtype ", kdnn::io::dtype_name(in.g->dtype), ", expected ",

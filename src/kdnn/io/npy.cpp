@@ -45,16 +45,6 @@ std::size_t product(const std::vector<std::size_t>& shape) {
   return n;
 }
 
-/// Python's repr of a shape tuple: "()", "(3,)", "(2, 3)".
-std::string format_shape(const std::vector<std::size_t>& shape) {
-  std::ostringstream os;
-  os << '(';
-  for (std::size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
-  if (shape.size() == 1) os << ',';
-  os << ')';
-  return os.str();
-}
-
 // ---- header dict parsing ----
 
 struct Header {
@@ -417,5 +407,14 @@ template void write_npy<float>(const std::string&, const std::vector<std::size_t
                                const float*);
 template void write_npy<double>(const std::string&, const std::vector<std::size_t>&,
                                 const double*);
+
+std::string format_shape(const std::vector<std::size_t>& shape) {
+  std::ostringstream os;
+  os << '(';
+  for (std::size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
+  if (shape.size() == 1) os << ',';
+  os << ')';
+  return os.str();
+}
 
 }  // namespace kdnn::io

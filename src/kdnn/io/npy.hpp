@@ -15,6 +15,9 @@ enum class DType { f32, f64 };
 /// "float32" / "float64".
 const char* dtype_name(DType dtype);
 
+/// A shape as NumPy prints it: "()", "(3,)", "(2, 3)".
+std::string format_shape(const std::vector<std::size_t>& shape);
+
 /// An array as stored in a .npy file: dtype, shape (C order) and raw bytes.
 struct NpyArray {
   DType dtype = DType::f64;
