@@ -4,8 +4,9 @@
 //
 // Forward (the reference's order): P = exp(X); `iters` times divide by the
 // column sums (sum over dim -2), then by the row sums (dim -1). The first
-// iteration runs in the log domain (in double), so any finite X is safe from
-// overflow and underflow; later iterations are the plain divisions.
+// iteration runs in double with max-shifted exponentials (in the log domain
+// for a row that would underflow), so any finite X is safe from overflow and
+// underflow; later iterations update two scaling vectors, R = diag(u) P diag(v).
 //
 // Backward, for G = dL/dR:
 //  * implicit (default): implicit differentiation of the balancing

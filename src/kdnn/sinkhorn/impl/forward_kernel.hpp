@@ -5,9 +5,9 @@
 // Iteration 1 runs in double with shifted exponentials (a column softmax,
 // then the row division, falling back to the log domain for a row that
 // underflows): P equals exp(X) divided by its column sums and then by its row
-// sums, without forming exp(X). Every row and column of P has an entry
-// >= 1/n, so nothing below can overflow or divide by zero, whatever the
-// range of X.
+// sums, without forming exp(X). Every row of P then has an entry >= 1/n and
+// every column one >= 1/n², so nothing below can overflow or divide by zero,
+// whatever the range of X.
 //
 // Iterations 2..iters keep R = diag(u) P diag(v) and update only the scaling
 // vectors: dividing R by its column sums v∘(Pᵀu) is v = 1/(Pᵀu), dividing by
