@@ -36,7 +36,10 @@ else()
 endif()
 
 set(kdnn_kokkoskernels_target "")
-find_package(KokkosKernels QUIET)
+# Kokkos Kernels from the same prefix as Kokkos first (a CUDA build must not
+# pick up the distribution's Serial one).
+get_filename_component(_kdnn_kokkos_prefix "${Kokkos_DIR}/../../.." ABSOLUTE)
+find_package(KokkosKernels QUIET HINTS "${_kdnn_kokkos_prefix}")
 if(KokkosKernels_FOUND)
   if(TARGET Kokkos::kokkoskernels)
     set(kdnn_kokkoskernels_target Kokkos::kokkoskernels)

@@ -28,7 +28,7 @@ struct CGBackwardKernel {
   bool block = false, measured = false;
 
   /// Per matrix: R, Rᵀ and W (n×ld each) and 13 vectors of n.
-  static std::size_t matrix_elems(int n) { return std::size_t(n) * (3 * scratch_ld(n) + 13); }
+  KOKKOS_INLINE_FUNCTION static std::size_t matrix_elems(int n) { return std::size_t(n) * (3 * scratch_ld(n) + 13); }
   static std::size_t scratch_bytes(int n, int tile) {
     return scratch_vec_bytes<T, ExecSpace>(tile * matrix_elems(n));
   }

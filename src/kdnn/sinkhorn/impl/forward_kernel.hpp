@@ -33,8 +33,8 @@ struct ForwardKernel {
 
   /// Per matrix: P and Pᵀ (n×ld each) and the vectors u, v, c of n in T;
   /// the first iteration's E (n×ld) and two vectors of n in double.
-  static std::size_t matrix_elems(int n) { return std::size_t(n) * (2 * scratch_ld(n) + 3); }
-  static std::size_t aux_elems(int n) { return std::size_t(n) * (scratch_ld(n) + 2); }
+  KOKKOS_INLINE_FUNCTION static std::size_t matrix_elems(int n) { return std::size_t(n) * (2 * scratch_ld(n) + 3); }
+  KOKKOS_INLINE_FUNCTION static std::size_t aux_elems(int n) { return std::size_t(n) * (scratch_ld(n) + 2); }
   static std::size_t scratch_bytes(int n, int tile) {
     return scratch_vec_bytes<T, ExecSpace>(tile * matrix_elems(n)) +
            scratch_vec_bytes<double, ExecSpace>(tile * aux_elems(n));

@@ -21,7 +21,7 @@ struct UnrolledBackwardKernel {
   int batch = 0, n = 0, tile = 1, level = 0, iters = 1;
 
   /// Per matrix: Y and dY (n×ld each) and 2·iters vectors of sums.
-  static std::size_t matrix_elems(int n, int iters) {
+  KOKKOS_INLINE_FUNCTION static std::size_t matrix_elems(int n, int iters) {
     return std::size_t(n) * (2 * scratch_ld(n) + 2 * std::size_t(iters));
   }
   static std::size_t scratch_bytes(int n, int iters, int tile) {
