@@ -5,8 +5,15 @@
 //   implicit / block:   read R and G, write dX  3 B n² sizeof(T)
 //   unrolled:           read X and G, write dX  3 B n² sizeof(T)
 // The PyTorch formulation is timed by sinkhorn_torch.py; compare_sinkhorn.py
-// runs both and prints the ratios.
+// runs both and prints the ratios. Sizes: --kdnn_sizes=BxNxITERS,... (default
+// 4096x16x100,10001x4x48).
+#include <cstdio>
 #include <random>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include <Kokkos_Core.hpp>
 #include <benchmark/benchmark.h>
@@ -64,21 +71,61 @@ void run(benchmark::State& state, Op op) {
   }
 }
 
-void sizes(benchmark::internal::Benchmark* b) {
-  b->Args({4096, 16, 100})->Args({10001, 4, 48})->Unit(benchmark::kMillisecond)->UseRealTime();
+struct Size {
+  int batch, n, iters;
+};
+
+/// "BxNxITERS,..." as given to --kdnn_sizes.
+std::vector<Size> parse_sizes(const std::string& text) {
+  std::vector<Size> sizes;
+  std::stringstream list(text);
+  std::string item;
+  while (std::getline(list, item, ',')) {
+    Size s{};
+    char x1 = 0, x2 = 0;
+    std::stringstream one(item);
+    if (!(one >> s.batch >> x1 >> s.n >> x2 >> s.iters) || x1 != 'x' || x2 != 'x' || s.batch < 0 ||
+        s.n < 1 || s.iters < 1) {
+      throw std::invalid_argument("--kdnn_sizes: expected BxNxITERS[,...], got '" + item + "'");
+    }
+    sizes.push_back(s);
+  }
+  return sizes;
 }
-
-void sinkhorn_f32(benchmark::State& state, Op op) { run<float>(state, op); }
-
-BENCHMARK_CAPTURE(sinkhorn_f32, forward, Op::forward)->Apply(sizes);
-BENCHMARK_CAPTURE(sinkhorn_f32, implicit, Op::implicit)->Apply(sizes);
-BENCHMARK_CAPTURE(sinkhorn_f32, block, Op::block)->Apply(sizes);
-BENCHMARK_CAPTURE(sinkhorn_f32, unrolled, Op::unrolled)->Apply(sizes);
 
 }  // namespace
 
 int main(int argc, char** argv) {
   Kokkos::ScopeGuard kokkos(argc, argv);
+  // The reference sizes; GPUs want larger batches, e.g. 65536x16x100.
+  std::string sizes = "4096x16x100,10001x4x48";
+  const std::string flag = "--kdnn_sizes=";
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]).rfind(flag, 0) == 0) {
+      sizes = std::string(argv[i]).substr(flag.size());
+      for (int j = i; j + 1 < argc; ++j) argv[j] = argv[j + 1];
+      --argc;
+      --i;
+    }
+  }
+  const std::pair<const char*, Op> ops[] = {{"forward", Op::forward},
+                                            {"implicit", Op::implicit},
+                                            {"block", Op::block},
+                                            {"unrolled", Op::unrolled}};
+  try {
+    for (const auto& [name, op] : ops) {
+      for (const Size& s : parse_sizes(sizes)) {
+        benchmark::RegisterBenchmark((std::string("sinkhorn_f32/") + name).c_str(),
+                                     [op = op](benchmark::State& st) { run<float>(st, op); })
+            ->Args({s.batch, s.n, s.iters})
+            ->Unit(benchmark::kMillisecond)
+            ->UseRealTime();
+      }
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kdnn_perf_sinkhorn: %s\n", e.what());
+    return 2;
+  }
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

@@ -19,6 +19,7 @@
 
 #include "kdnn/io/npy.hpp"
 #include "sinkhorn_reference.hpp"
+#include "test_paths.hpp"
 
 namespace {
 
@@ -74,7 +75,7 @@ class Cli : public ::testing::Test {
   void TearDown() override { fs::remove_all(root_); }
 
   Result run(const Strings& args) const {
-    std::string cmd = quote(KDNN_CLI_PATH);
+    std::string cmd = quote(kdnn_test::env_or("KDNN_CLI_PATH", KDNN_CLI_PATH));
     for (const auto& a : args) cmd += " " + quote(a);
     const fs::path out = root_ / "stdout.txt", err = root_ / "stderr.txt";
     cmd += " >" + quote(out.string()) + " 2>" + quote(err.string());

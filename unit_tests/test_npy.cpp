@@ -13,6 +13,7 @@
 
 #include "kdnn/core/error.hpp"
 #include "kdnn/io/npy.hpp"
+#include "test_paths.hpp"
 
 namespace fs = std::filesystem;
 using kdnn::io::DType;
@@ -23,7 +24,7 @@ using kdnn::io::write_npy;
 namespace {
 
 std::string fixture(const std::string& name) {
-  return std::string(KDNN_TEST_DATA_DIR) + "/npy/" + name;
+  return kdnn_test::data_dir() + "/npy/" + name;
 }
 
 /// The message of the kdnn::Error thrown by `f` ("" and a failure if none).

@@ -5,6 +5,7 @@
 
 #include "kdnn/io/npy.hpp"
 #include "sinkhorn_test_util.hpp"
+#include "test_paths.hpp"
 
 namespace {
 
@@ -17,7 +18,7 @@ struct GoldenCase {
 };
 
 std::vector<double> load(const std::string& file, kdnn::io::DType dtype, int& batch, int& n) {
-  const auto a = kdnn::io::read_npy(std::string(KDNN_TEST_DATA_DIR) + "/sinkhorn/" + file);
+  const auto a = kdnn::io::read_npy(data_dir() + "/sinkhorn/" + file);
   EXPECT_EQ(a.dtype, dtype) << file;
   EXPECT_EQ(a.shape.size(), 3u) << file;
   batch = int(a.shape[0]);
