@@ -1,16 +1,19 @@
 #!/usr/bin/env python3
-"""Run the kdnn Sinkhorn benchmark and the PyTorch formulation in one go and
-print the ratios (PyTorch time / kdnn time; > 1 means kdnn is faster).
+"""Run the kdnn Sinkhorn benchmark and the PyTorch formulation (and, on a GPU,
+the Triton kernel) at the same sizes in one go, and print one table:
+operator, size, kdnn time, reference time, ratio (reference / kdnn; > 1 means
+kdnn is faster), achieved GB/s and, on a GPU, the fraction of the measured
+device copy bandwidth.
 
-  /usr/bin/python3 perf_tests/compare_sinkhorn.py --bench build/serial/perf_tests/kdnn_perf_sinkhorn
+  CPU: /usr/bin/python3 perf_tests/compare_sinkhorn.py --bench build/serial/perf_tests/kdnn_perf_sinkhorn
+  GPU: python3 perf_tests/compare_sinkhorn.py --device cuda --bench build/cuda/perf_tests/kdnn_perf_sinkhorn \\
+         --sizes 65536x16x100,4096x16x100,10001x4x48 --out results/
 
-Pairs compared at each size (B, n, iters), float32:
-  forward   kdnn forward                  vs torch forward loop (no autograd)
-  implicit  kdnn implicit backward        vs torch autograd backward
-  block     kdnn block backward           vs torch autograd backward
-  unrolled  kdnn unrolled backward        vs torch autograd backward
-  implicit  kdnn implicit backward        vs torch implicit-CG formulation
-Needs PyTorch (KDNN_WITH_TORCH=1 bash scripts/install-deps.sh).
+Pairs (float32): kdnn forward vs torch forward loop (no autograd); kdnn
+implicit / block / unrolled backward vs torch autograd backward; kdnn implicit
+vs the torch implicit-CG formulation and (GPU) the Triton kernel.
+GB/s counts the bytes an operation must move once: forward reads X and writes
+R; the backwards read two inputs and write dX.
 """
 import argparse
 import json
@@ -20,15 +23,16 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SIZES = "4096x16x100,10001x4x48"
-PAIRS = [("forward", "forward"), ("implicit", "autograd_backward"), ("block", "autograd_backward"),
-         ("unrolled", "autograd_backward"), ("implicit", "implicit_cg_backward")]
+sys.path.insert(0, HERE)
+PAIRS = [("forward", "torch forward"), ("implicit", "torch autograd_backward"),
+         ("block", "torch autograd_backward"), ("unrolled", "torch autograd_backward"),
+         ("implicit", "torch implicit_cg_backward"), ("implicit", "triton implicit")]
 
 
-def run_kdnn(bench, repetitions):
+def run_kdnn(bench, sizes, repetitions):
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
-        subprocess.run([bench, f"--benchmark_out={out.name}", "--benchmark_out_format=json",
-                        f"--benchmark_repetitions={repetitions}",
+        subprocess.run([bench, f"--kdnn_sizes={sizes}", f"--benchmark_out={out.name}",
+                        "--benchmark_out_format=json", f"--benchmark_repetitions={repetitions}",
                         "--benchmark_report_aggregates_only=true"], check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         data = json.load(open(out.name))
@@ -36,43 +40,111 @@ def run_kdnn(bench, repetitions):
     for b in data["benchmarks"]:
         if b.get("aggregate_name") not in (None, "median"):
             continue
-        # sinkhorn_f32/<op>/<B>/<n>/<iters>/real_time[_median]
-        parts = b["run_name"].split("/")
-        op, size = parts[1], tuple(int(p) for p in parts[2:5])
-        ms = b["real_time"] * {"ms": 1.0, "us": 1e-3, "ns": 1e-6, "s": 1e3}[b["time_unit"]]
-        results[(op, size)] = (ms, b.get("bytes_per_second", 0.0) / 1e9)
+        parts = b["run_name"].split("/")  # sinkhorn_f32/<op>/<B>/<n>/<iters>/real_time
+        size = tuple(int(p) for p in parts[2:5])
+        scale = {"ms": 1.0, "us": 1e-3, "ns": 1e-6, "s": 1e3}[b["time_unit"]]
+        results[(parts[1], size)] = b["real_time"] * scale
     return results
 
 
-def run_torch(threads, repeats, device):
+def run_torch(sizes, threads, repeats, device):
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
-        subprocess.run([sys.executable, os.path.join(HERE, "sinkhorn_torch.py"), "--sizes", SIZES,
+        subprocess.run([sys.executable, os.path.join(HERE, "sinkhorn_torch.py"), "--sizes", sizes,
                         "--threads", str(threads), "--repeats", str(repeats), "--device", device,
                         "--json", out.name], check=True, stdout=subprocess.DEVNULL)
         data = json.load(open(out.name))
-    return {(r["variant"], (r["B"], r["n"], r["iters"])): r["time_ms"] for r in data}
+    return {("torch " + r["variant"], (r["B"], r["n"], r["iters"])): r["time_ms"] for r in data}
+
+
+def cuda_time_ms(fn, repeats):
+    """Median of `repeats` timed calls (CUDA events), after two warm-up calls."""
+    import torch
+    fn(), fn()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return sorted(times)[len(times) // 2]
+
+
+def run_triton(sizes, repeats):
+    import torch
+    import sinkhorn_torch
+    import sinkhorn_triton
+    results = {}
+    for size in sizes:
+        batch, n, iters = size
+        x = torch.rand(batch, n, n, device="cuda") * 4
+        g = torch.randn(batch, n, n, device="cuda")
+        r = sinkhorn_torch.sinkhorn_forward(x, iters)
+        results[("triton implicit", size)] = cuda_time_ms(
+            lambda: sinkhorn_triton.implicit_backward(r, g), repeats)
+    return results
+
+
+def copy_bandwidth_gbs(repeats):
+    """Device-to-device copy of 1 GiB: bytes read + written per second."""
+    import torch
+    src = torch.empty(1 << 28, dtype=torch.float32, device="cuda")
+    dst = torch.empty_like(src)
+    ms = cuda_time_ms(lambda: dst.copy_(src), repeats)
+    return 2 * src.numel() * 4 / (ms * 1e-3) / 1e9
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bench", required=True, help="path of kdnn_perf_sinkhorn")
-    ap.add_argument("--threads", type=int, default=2, help="PyTorch threads")
-    ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--sizes", default="4096x16x100,10001x4x48", help="BxNxITERS,...")
+    ap.add_argument("--threads", type=int, default=2, help="PyTorch CPU threads")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--out", help="directory for results.json and table.md")
     args = ap.parse_args()
+    sizes = [tuple(int(v) for v in s.split("x")) for s in args.sizes.split(",")]
 
-    kdnn = run_kdnn(args.bench, args.repeats)
-    torch = run_torch(args.threads, args.repeats, args.device)
-    print(f"| op | B, n, iters | kdnn ms | kdnn GB/s | torch variant | torch ms | torch/kdnn |")
-    print("|---|---|---|---|---|---|---|")
-    for size in sorted({s for _, s in kdnn}, reverse=True):
-        for op, variant in PAIRS:
-            if (op, size) not in kdnn or (variant, size) not in torch:
+    kdnn = run_kdnn(args.bench, args.sizes, args.repeats)
+    ref = run_torch(args.sizes, args.threads, args.repeats, args.device)
+    copy_gbs = None
+    if args.device == "cuda":
+        ref.update(run_triton(sizes, max(args.repeats, 20)))
+        copy_gbs = copy_bandwidth_gbs(20)
+
+    rows = []
+    for size in sizes:
+        batch, n, _ = size
+        for op, ref_name in PAIRS:
+            if (op, size) not in kdnn or (ref_name, size) not in ref:
                 continue
-            ms, gbs = kdnn[(op, size)]
-            tms = torch[(variant, size)]
-            print(f"| {op} | {size[0]}, {size[1]}, {size[2]} | {ms:.2f} | {gbs:.2f} | {variant} "
-                  f"| {tms:.2f} | {tms / ms:.1f}x |")
+            ms, ref_ms = kdnn[(op, size)], ref[(ref_name, size)]
+            gbs = (2 if op == "forward" else 3) * batch * n * n * 4 / (ms * 1e-3) / 1e9
+            rows.append(dict(op=op, B=batch, n=n, iters=size[2], kdnn_ms=ms, reference=ref_name,
+                             reference_ms=ref_ms, ratio=ref_ms / ms, gbs=gbs,
+                             copy_fraction=gbs / copy_gbs if copy_gbs else None))
+
+    lines = []
+    if copy_gbs:
+        lines.append(f"measured device copy bandwidth: {copy_gbs:.0f} GB/s\n")
+    lines.append("| op | B, n, iters | kdnn ms | reference | reference ms | ratio | kdnn GB/s |"
+                 + (" of copy BW |" if copy_gbs else ""))
+    lines.append("|---|---|---|---|---|---|---|" + ("---|" if copy_gbs else ""))
+    for r in rows:
+        line = (f"| {r['op']} | {r['B']}, {r['n']}, {r['iters']} | {r['kdnn_ms']:.3f} | {r['reference']} "
+                f"| {r['reference_ms']:.3f} | {r['ratio']:.2f}x | {r['gbs']:.1f} |")
+        if copy_gbs:
+            line += f" {100 * r['copy_fraction']:.0f}% |"
+        lines.append(line)
+    table = "\n".join(lines)
+    print(table)
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "table.md"), "w") as f:
+            f.write(table + "\n")
+        with open(os.path.join(args.out, "results.json"), "w") as f:
+            json.dump(dict(copy_gbs=copy_gbs, rows=rows), f, indent=1)
 
 
 if __name__ == "__main__":

@@ -425,6 +425,9 @@ TEST(Sinkhorn, ValidationErrors) {
   o.launch.tile = -1;
   EXPECT_KDNN_ERROR(sk::backward(Space(), R, G, dX, o), "launch.tile=-1, expected >= 0");
   o = {};
+  o.launch.vector_length = 3;
+  EXPECT_KDNN_ERROR(sk::backward(Space(), R, G, dX, o), "launch.vector_length=3, expected a power of two");
+  o = {};
   o.launch.team_size = 100000;
   EXPECT_KDNN_ERROR(sk::backward(Space(), R, G, dX, o), "launch.team_size=100000, expected at most");
 

@@ -75,8 +75,12 @@ TeamPlan<ExecSpace> plan_launch(const char* op, const ExecSpace& space, int batc
   if (request.vector_length > 0) {
     plan.vector_length = request.vector_length;
   } else if (!host) {
+    // A lane per row/column, up to a warp (larger n loop over the lanes).
     plan.vector_length = 1;
     while (plan.vector_length < lanes && plan.vector_length < 32) plan.vector_length *= 2;
+  }
+  if ((plan.vector_length & (plan.vector_length - 1)) != 0) {
+    fail(op, ": launch.vector_length=", plan.vector_length, ", expected a power of two");
   }
   if (plan.vector_length > Policy::vector_length_max()) {
     fail(op, ": launch.vector_length=", plan.vector_length, ", expected at most ",
@@ -85,8 +89,10 @@ TeamPlan<ExecSpace> plan_launch(const char* op, const ExecSpace& space, int batc
   if (request.tile > 0) {
     plan.tile = request.tile;
   } else if (!host) {
-    // About 128 threads per team, while the tile still fits in fast scratch.
-    plan.tile = 128 / plan.vector_length;
+    // One warp per team: 32 / vector_length matrices (2 for n = 16, 8 for
+    // n = 4), fewer if they do not fit in fast scratch. Small teams keep the
+    // scratch per team small, so many teams share a multiprocessor.
+    plan.tile = 32 / plan.vector_length;
     while (plan.tile > 1 && bytes(plan.tile) > max0) plan.tile /= 2;
   }
   plan.scratch_bytes = bytes(plan.tile);

@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""Triton version of the implicit Sinkhorn backward, after the reference
+document's kernel: each program takes a tile of TILE matrices, forms
+s_r = (G∘R)1, s_c = (G∘R)ᵀ1, runs n CG iterations on (I − RᵀR) v = s_c − Rᵀ s_r
+with the matrix-free product Sp = p − Rᵀ(Rp) and the reference's EPS guards,
+and writes dX = (G − u1ᵀ − 1vᵀ)∘R with u = s_r − Rv. Products are written as
+broadcast multiply + reduction (valid for any power-of-two n; the reference's
+tl.dot with a single right-hand-side column needs a newer Triton). TILE and
+num_warps are autotuned as in the reference.
+
+Used by gpu_report.py; run alone it checks itself against PyTorch autograd:
+  python3 perf_tests/sinkhorn_triton.py
+"""
+import torch
+import triton
+import triton.language as tl
+
+EPS = 1e-10
+
+
+@triton.jit
+def _r_times(R, x):
+    """(R x)_i = Σ_j R_ij x_j for a tile: R [TILE, N, N], x [TILE, N]."""
+    return tl.sum(R * x[:, None, :], axis=2)
+
+
+@triton.jit
+def _rt_times(R, x):
+    """(Rᵀ x)_j = Σ_i R_ij x_i."""
+    return tl.sum(R * x[:, :, None], axis=1)
+
+
+@triton.autotune(
+    configs=[triton.Config({"TILE": t}, num_warps=w, num_stages=1)
+             for t in (1, 2, 4, 8, 16, 32, 64) for w in (1, 2, 4, 8)],
+    key=["N"],
+)
+@triton.jit
+def _implicit_backward_kernel(r_ptr, g_ptr, dx_ptr, batch, N: tl.constexpr, TILE: tl.constexpr,
+                              EPS_: tl.constexpr):
+    b = tl.program_id(0) * TILE + tl.arange(0, TILE)
+    k = tl.arange(0, N)
+    offs = b[:, None, None] * (N * N) + k[None, :, None] * N + k[None, None, :]
+    mask = (b < batch)[:, None, None]
+    R = tl.load(r_ptr + offs, mask=mask, other=0.0)
+    G = tl.load(g_ptr + offs, mask=mask, other=0.0)
+    W = R * G
+    s_r = tl.sum(W, axis=2)
+    s_c = tl.sum(W, axis=1)
+
+    rhs = s_c - _rt_times(R, s_r)
+    x = tl.zeros((TILE, N), dtype=tl.float32)
+    res = rhs
+    p = res
+    rr = tl.sum(res * res, axis=1)
+    for _ in range(N):
+        sp = p - _rt_times(R, _r_times(R, p))
+        alpha = rr / (tl.sum(p * sp, axis=1) + EPS_)
+        x += alpha[:, None] * p
+        res -= alpha[:, None] * sp
+        rr_new = tl.sum(res * res, axis=1)
+        p = res + (rr_new / (rr + EPS_))[:, None] * p
+        rr = rr_new
+
+    u = s_r - _r_times(R, x)
+    dx = (G - u[:, :, None] - x[:, None, :]) * R
+    tl.store(dx_ptr + offs, dx, mask=mask)
+
+
+def implicit_backward(r, g):
+    """dX for R, G of shape [B, n, n] (float32, contiguous, n a power of two)."""
+    assert r.is_cuda and r.dtype == torch.float32 and r.shape == g.shape
+    batch, n, _ = r.shape
+    r, g = r.contiguous(), g.contiguous()
+    dx = torch.empty_like(r)
+    grid = lambda meta: (triton.cdiv(batch, meta["TILE"]),)
+    _implicit_backward_kernel[grid](r, g, dx, batch, N=n, EPS_=EPS)
+    return dx
+
+
+def _self_check():
+    import sinkhorn_torch as ref  # same directory
+    torch.manual_seed(0)
+    for batch, n, iters in ((1000, 16, 100), (1001, 4, 48)):
+        x = (torch.rand(batch, n, n, device="cuda") * 4).requires_grad_(True)
+        g = torch.randn(batch, n, n, device="cuda")
+        r = ref.sinkhorn_forward(x, iters)
+        (r * g).sum().backward()
+        dx = implicit_backward(r.detach(), g)
+        err = ((dx - x.grad).norm() / x.grad.norm()).item()
+        print(f"triton implicit backward B={batch} n={n}: relative error vs autograd {err:.2e}")
+
+
+if __name__ == "__main__":
+    _self_check()
