@@ -10,6 +10,7 @@ set -euo pipefail
 packages=(
   g++ cmake ninja-build
   libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev
+  liblapack-dev libblas-dev  # named by Debian's Kokkos Kernels CMake target, not pulled in
   libopenmpi-dev openmpi-bin
   libgtest-dev libbenchmark-dev
 )
