@@ -448,6 +448,13 @@ TEST(Sinkhorn, TooLargeForScratchIsAClearError) {
   EXPECT_KDNN_ERROR(sk::backward(Space(), R1, G1, dX1),
                     "bytes of team scratch per matrix, above the");
   EXPECT_KDNN_ERROR(sk::backward(Space(), R1, G1, dX1), "n=" + std::to_string(n));
+  EXPECT_KDNN_ERROR(sk::forward(Space(), R1, dX1), "bytes of team scratch per matrix, above the");
+  // The unrolled backward keeps 2n sums per iteration: a huge iteration
+  // count is refused the same way.
+  Batch<double> X4("X4", 1, 4, 4), G4("G4", 1, 4, 4), dX4("dX4", 1, 4, 4);
+  const int iters = int(Policy::scratch_size_max(1) / (8 * 4 * 2)) + 1;
+  EXPECT_KDNN_ERROR(sk::backward_unrolled(Space(), X4, G4, dX4, {iters}),
+                    "sinkhorn::backward_unrolled: n=4 needs");
 }
 
 }  // namespace
