@@ -23,7 +23,8 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+sys.path.insert(0, HERE)  # sinkhorn_triton
+sys.path.insert(0, os.path.join(HERE, "..", "unit_tests", "reference"))  # kdnn_reference
 PAIRS = [("forward", "torch forward"), ("implicit", "torch autograd_backward"),
          ("block", "torch autograd_backward"), ("unrolled", "torch autograd_backward"),
          ("implicit", "torch implicit_cg_backward"), ("implicit", "triton implicit")]
@@ -73,14 +74,14 @@ def cuda_time_ms(fn, repeats):
 
 def run_triton(sizes, repeats):
     import torch
-    import sinkhorn_torch
     import sinkhorn_triton
+    from kdnn_reference import sinkhorn
     results = {}
     for size in sizes:
         batch, n, iters = size
         x = torch.rand(batch, n, n, device="cuda") * 4
         g = torch.randn(batch, n, n, device="cuda")
-        r = sinkhorn_torch.sinkhorn_forward(x, iters)
+        r = sinkhorn.forward(x, iters)
         results[("triton implicit", size)] = cuda_time_ms(
             lambda: sinkhorn_triton.implicit_backward(r, g), repeats)
     return results

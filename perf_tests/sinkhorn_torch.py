@@ -6,6 +6,7 @@ Variants, per size (B, n, iters), median of --repeats runs after 1 warm-up:
   autograd  : loss.backward() only (loss = (R * G).sum(), forward recorded with
               requires_grad), i.e. backward through the unrolled iterations
   implicit  : reference "rank-0 CG" backward from (R, G), for reference only
+The formulations are those of unit_tests/reference/kdnn_reference/sinkhorn.py.
 
 Example:
   python3 perf_tests/sinkhorn_torch.py --threads 2 --json /tmp/sinkhorn_torch.json
@@ -13,50 +14,16 @@ Example:
 """
 import argparse
 import json
+import os
 import statistics
+import sys
 import time
 
 import torch
 
-EPS = 1e-11
-
-
-def sinkhorn_forward(x, iters):
-    r = torch.exp(x)
-    for _ in range(iters):
-        r = r / r.sum(-2, keepdim=True)
-        r = r / r.sum(-1, keepdim=True)
-    return r
-
-
-def sinkhorn_bwd_implicit_cg(r, g):
-    """dX from R and G = dL/dR via CG on (I - R^T R) v = s_c - R^T s_r."""
-    rg = r * g
-    s_r = rg.sum(-1)  # [B, n]
-    s_c = rg.sum(-2)  # [B, n]
-    rt = r.transpose(-2, -1)
-
-    def mv(m, v):  # batched matrix-vector product
-        return torch.bmm(m, v.unsqueeze(-1)).squeeze(-1)
-
-    def matvec_s(p):  # (I - R^T R) p without forming R^T R
-        return p - mv(rt, mv(r, p))
-
-    b = s_c - mv(rt, s_r)
-    v = torch.zeros_like(b)
-    res = b.clone()
-    p = res.clone()
-    rr = (res * res).sum(-1, keepdim=True)
-    for _ in range(r.shape[-1]):
-        sp = matvec_s(p)
-        alpha = rr / ((p * sp).sum(-1, keepdim=True) + EPS)
-        v = v + alpha * p
-        res = res - alpha * sp
-        rr_new = (res * res).sum(-1, keepdim=True)
-        p = res + (rr_new / (rr + EPS)) * p
-        rr = rr_new
-    u = s_r - mv(r, v)
-    return (g - u[:, :, None] - v[:, None, :]) * r
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "unit_tests", "reference"))
+from kdnn_reference import sinkhorn  # noqa: E402  (the formulations timed here)
 
 
 def bench(fn, repeats, sync):
@@ -107,20 +74,19 @@ def main():
         x = (torch.rand(B, n, n, dtype=torch.float64) * 4.0).to(dev, dtype)
         g = torch.randn(B, n, n, dtype=torch.float64).to(dev, dtype)
         with torch.no_grad():
-            r = sinkhorn_forward(x, iters)
+            r = sinkhorn.forward(x, iters)
 
         def forward(timed):
             with torch.no_grad():
-                timed(lambda: sinkhorn_forward(x, iters))
+                timed(lambda: sinkhorn.forward(x, iters))
 
         def autograd(timed):
-            xg = x.detach().requires_grad_(True)
-            loss = (sinkhorn_forward(xg, iters) * g).sum()
+            _, loss = sinkhorn.loss(x.detach().requires_grad_(True), g, iters)
             timed(loss.backward)
 
         def implicit(timed):
             with torch.no_grad():
-                timed(lambda: sinkhorn_bwd_implicit_cg(r, g))
+                timed(lambda: sinkhorn.implicit_cg_backward(r, g))
 
         for variant, fn in (("forward", forward), ("autograd_backward", autograd),
                             ("implicit_cg_backward", implicit)):

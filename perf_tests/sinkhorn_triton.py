@@ -8,12 +8,19 @@ broadcast multiply + reduction (valid for any power-of-two n; the reference's
 tl.dot with a single right-hand-side column needs a newer Triton). TILE and
 num_warps are autotuned as in the reference.
 
-Used by gpu_report.py; run alone it checks itself against PyTorch autograd:
+Used by compare_sinkhorn.py; run alone it checks itself against PyTorch autograd:
   python3 perf_tests/sinkhorn_triton.py
 """
+import os
+import sys
+
 import torch
 import triton
 import triton.language as tl
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "unit_tests", "reference"))
+from kdnn_reference import sinkhorn  # noqa: E402
 
 EPS = 1e-10
 
@@ -79,12 +86,11 @@ def implicit_backward(r, g):
 
 
 def _self_check():
-    import sinkhorn_torch as ref  # same directory
     torch.manual_seed(0)
     for batch, n, iters in ((1000, 16, 100), (1001, 4, 48)):
         x = (torch.rand(batch, n, n, device="cuda") * 4).requires_grad_(True)
         g = torch.randn(batch, n, n, device="cuda")
-        r = ref.sinkhorn_forward(x, iters)
+        r = sinkhorn.forward(x, iters)
         (r * g).sum().backward()
         dx = implicit_backward(r.detach(), g)
         err = ((dx - x.grad).norm() / x.grad.norm()).item()

@@ -7,7 +7,8 @@ Forward (X is [B, n, n]):
         R = R / R.sum(-2, keepdim=True)   # divide by column sums
         R = R / R.sum(-1, keepdim=True)   # divide by row sums
 Backward: given G = dL/dR, dX = d/dX sum(R * G), computed with PyTorch
-autograd through the unrolled iterations.
+autograd through the unrolled iterations.  Both formulations are those of
+kdnn_reference/sinkhorn.py beside this script (forward, autograd_backward).
 
 Cases (name: n, iters, B), X ~ Uniform(0, 4), G ~ N(0, 1):
     n4_it48:   n=4,  iters=48,  B=32
@@ -30,6 +31,8 @@ import os
 import numpy as np
 import torch
 
+from kdnn_reference import sinkhorn  # this script's directory is on sys.path
+
 SEED = 20240607
 CASES = [  # (name, n, iters, batch)
     ("n4_it48", 4, 48, 32),
@@ -38,14 +41,6 @@ CASES = [  # (name, n, iters, batch)
 DTYPES = [("f64", torch.float64, "<f8"), ("f32", torch.float32, "<f4")]
 OUT_DIR = os.path.normpath(
     os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "sinkhorn"))
-
-
-def sinkhorn_forward(x, iters):
-    r = torch.exp(x)
-    for _ in range(iters):
-        r = r / r.sum(-2, keepdim=True)
-        r = r / r.sum(-1, keepdim=True)
-    return r
 
 
 def save(name, t, np_dtype):
@@ -61,15 +56,14 @@ def main():
         x64 = torch.rand((batch, n, n), generator=gen, dtype=torch.float64) * 4.0
         g64 = torch.randn((batch, n, n), generator=gen, dtype=torch.float64)
         for dt, tdtype, np_dtype in DTYPES:
-            x = x64.to(tdtype, copy=True).requires_grad_(True)
+            x = x64.to(tdtype, copy=True)
             g = g64.to(tdtype, copy=True)
-            r = sinkhorn_forward(x, iters)
-            (r * g).sum().backward()
+            r, dx = sinkhorn.autograd_backward(x, g, iters)
             prefix = f"{case}_{dt}"
             save(prefix + "_x", x, np_dtype)
             save(prefix + "_g", g, np_dtype)
             r_np = save(prefix + "_r", r, np_dtype)
-            dx_np = save(prefix + "_dx", x.grad, np_dtype)
+            dx_np = save(prefix + "_dx", dx, np_dtype)
             r_d = r_np.astype(np.float64)
             row_err = np.abs(r_d.sum(-1) - 1.0).max()
             col_err = np.abs(r_d.sum(-2) - 1.0).max()

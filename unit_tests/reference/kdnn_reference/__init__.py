@@ -1,0 +1,7 @@
+"""PyTorch reference formulations of the kdnn operators, one module per family.
+
+Shared by the golden-data generators in unit_tests/reference/ and the PyTorch
+comparison scripts in perf_tests/, so each formulation is written once:
+    kdnn_reference.sinkhorn   Sinkhorn-Knopp forward and backwards
+Scripts put unit_tests/reference on sys.path and `from kdnn_reference import sinkhorn`.
+"""
