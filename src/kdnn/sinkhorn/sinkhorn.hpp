@@ -23,17 +23,18 @@
 // they agree with the unrolled one once the forward has converged.
 #include <Kokkos_Core.hpp>
 
+#include "kdnn/core/launch.hpp"
+
 namespace kdnn::sinkhorn {
 
-/// How matrices are mapped onto Kokkos teams: a team owns `tile` matrices in
-/// its scratch memory, each handled by one team thread whose vector lanes
-/// split the rows/columns. 0 = chosen per backend and n. Results do not
-/// depend on these (tested); they only change speed.
-struct Launch {
-  int tile = 0;           ///< matrices per team
-  int team_size = 0;      ///< team threads (each works on one matrix at a time)
-  int vector_length = 0;  ///< vector lanes per team thread
-};
+/// How matrices are mapped onto Kokkos teams (kdnn::Launch): a team owns
+/// `tile` matrices in its scratch memory, each handled by one team thread
+/// whose vector lanes split the rows/columns. 0 = chosen per backend and n.
+/// They only change speed. Results are bitwise identical for any choice, with
+/// one exception: on a GPU the vector length changes the order in which the
+/// implicit and block backwards' CG sums dot products across lanes, so those
+/// agree to rounding (tested).
+using Launch = kdnn::Launch;
 
 struct ForwardOptions {
   int iters = 20;   ///< maximum number of (column, row) iterations, >= 1

@@ -9,9 +9,9 @@
 //   implicit: (D_c − Rᵀ D_a⁻¹ R) v = s_c − Rᵀ D_a⁻¹ s_r, u = D_a⁻¹(s_r − Rv),
 //             applied matrix-free as Sp = c∘p − Rᵀ(D_a⁻¹(Rp)); null space 1.
 //   block:    the 2n×2n system itself (a = c = 1); null space [1; −1].
-#include "kdnn/sinkhorn/impl/col_dot.hpp"
+#include "kdnn/core/impl/col_dot.hpp"
+#include "kdnn/core/impl/projected_cg.hpp"
 #include "kdnn/sinkhorn/impl/launch.hpp"
-#include "kdnn/sinkhorn/impl/team_vector_cg.hpp"
 
 namespace kdnn::sinkhorn::impl {
 
@@ -27,34 +27,52 @@ struct CGBackwardKernel {
   double rtol = 0;
   bool block = false, measured = false;
 
-  /// Per matrix: R, Rᵀ and W (n×ld each) and 13 vectors of n.
-  KOKKOS_INLINE_FUNCTION static std::size_t matrix_elems(int n) { return std::size_t(n) * (3 * scratch_ld(n) + 13); }
-  static std::size_t scratch_bytes(int n, int tile) {
-    return scratch_vec_bytes<T, ExecSpace>(tile * matrix_elems(n));
+  /// One matrix's working set: R, Rᵀ and W = G∘R (n×ld); s_r (then u),
+  /// s_c, 1/a, c and a product buffer q (n); the CG vectors x, r, p, Ap (2n:
+  /// the block system has 2n unknowns).
+  struct Work {
+    T *R, *RT, *W, *sr, *sc, *inv_a, *c, *q, *x, *r, *p, *Ap;
+  };
+  KOKKOS_INLINE_FUNCTION static Work carve(ScratchCarver& s, int n) {
+    const int ld = scratch_ld(n);
+    Work w;
+    w.R = s.take<T>(n * ld);
+    w.RT = s.take<T>(n * ld);
+    w.W = s.take<T>(n * ld);
+    w.sr = s.take<T>(n);
+    w.sc = s.take<T>(n);
+    w.inv_a = s.take<T>(n);
+    w.c = s.take<T>(n);
+    w.q = s.take<T>(n);
+    w.x = s.take<T>(2 * n);
+    w.r = s.take<T>(2 * n);
+    w.p = s.take<T>(2 * n);
+    w.Ap = s.take<T>(2 * n);
+    return w;
+  }
+  KOKKOS_INLINE_FUNCTION static std::size_t matrix_bytes(int n) {
+    return kdnn::impl::layout_bytes([&](ScratchCarver& s) { carve(s, n); });
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
-    ScratchVec<T, ExecSpace> work(team.team_scratch(level), tile * matrix_elems(n));
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, tile), [&](int t) {
-      const int b = team.league_rank() * tile + t;
-      if (b < batch) one_matrix(team, b, &work(t * matrix_elems(n)));
-    });
+    for_each_matrix(team, level, tile, batch, matrix_bytes(n),
+                    [&](int b, ScratchCarver& s) { one_matrix(team, b, carve(s, n)); });
   }
 
-  KOKKOS_INLINE_FUNCTION void one_matrix(const Member& team, int b, T* work) const {
+  KOKKOS_INLINE_FUNCTION void one_matrix(const Member& team, int b, const Work& w) const {
     const int ld = scratch_ld(n);
-    T* Rm = work;
-    T* RT = Rm + n * ld;
-    T* W = RT + n * ld;
-    T* sr = W + n * ld;  // s_r, then u
-    T* sc = sr + n;
-    T* inv_a = sc + n;
-    T* c = inv_a + n;
-    T* q = c + n;
-    T* x = q + n;  // 2n each from here on
-    T* r = x + 2 * n;
-    T* p = r + 2 * n;
-    T* Ap = p + 2 * n;
+    T* Rm = w.R;
+    T* RT = w.RT;
+    T* W = w.W;
+    T* sr = w.sr;  // s_r, then u
+    T* sc = w.sc;
+    T* inv_a = w.inv_a;
+    T* c = w.c;
+    T* q = w.q;
+    T* x = w.x;
+    T* r = w.r;
+    T* p = w.p;
+    T* Ap = w.Ap;
     const auto lanes = Kokkos::ThreadVectorRange(team, n);
 
     for (int i = 0; i < n; ++i) {
@@ -79,28 +97,28 @@ struct CGBackwardKernel {
     });
 
     // Products with R and Rᵀ are col_dot calls on Rᵀ and R respectively.
-    CGResult cg;
+    kdnn::impl::CGResult cg;
     if (block) {
       Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, 2 * n),
                            [&](int k) { r[k] = k < n ? sr[k] : sc[k - n]; });
       auto apply = [&](const T* in, T* out) {  // [in_u + R in_v; in_v + Rᵀ in_u]
-        col_dot<ExecSpace>(team, n, RT, ld, in + n, [&](int i, T s) { out[i] = in[i] + s; });
-        col_dot<ExecSpace>(team, n, Rm, ld, in,
+        kdnn::impl::col_dot<ExecSpace>(team, n, RT, ld, in + n, [&](int i, T s) { out[i] = in[i] + s; });
+        kdnn::impl::col_dot<ExecSpace>(team, n, Rm, ld, in,
                            [&](int j, T s) { out[n + j] = in[n + j] + s; });
       };
-      cg = team_vector_cg(team, 2 * n, n, rtol, max_iters, x, r, p, Ap, apply);
+      cg = kdnn::impl::projected_cg(team, 2 * n, n, rtol, max_iters, x, r, p, Ap, apply);
       Kokkos::parallel_for(lanes, [&](int i) { sr[i] = x[i]; });  // u
     } else {
       // b = s_c − Rᵀ D_a⁻¹ s_r
       Kokkos::parallel_for(lanes, [&](int i) { q[i] = inv_a[i] * sr[i]; });
-      col_dot<ExecSpace>(team, n, Rm, ld, q, [&](int j, T s) { r[j] = sc[j] - s; });
+      kdnn::impl::col_dot<ExecSpace>(team, n, Rm, ld, q, [&](int j, T s) { r[j] = sc[j] - s; });
       auto apply = [&](const T* in, T* out) {  // c∘in − Rᵀ D_a⁻¹ R in
-        col_dot<ExecSpace>(team, n, RT, ld, in, [&](int i, T s) { q[i] = inv_a[i] * s; });
-        col_dot<ExecSpace>(team, n, Rm, ld, q, [&](int j, T s) { out[j] = c[j] * in[j] - s; });
+        kdnn::impl::col_dot<ExecSpace>(team, n, RT, ld, in, [&](int i, T s) { q[i] = inv_a[i] * s; });
+        kdnn::impl::col_dot<ExecSpace>(team, n, Rm, ld, q, [&](int j, T s) { out[j] = c[j] * in[j] - s; });
       };
-      cg = team_vector_cg(team, n, n, rtol, max_iters, x, r, p, Ap, apply);
+      cg = kdnn::impl::projected_cg(team, n, n, rtol, max_iters, x, r, p, Ap, apply);
       // u = D_a⁻¹ (s_r − R v), written over s_r.
-      col_dot<ExecSpace>(team, n, RT, ld, x, [&](int i, T s) { sr[i] = inv_a[i] * (sr[i] - s); });
+      kdnn::impl::col_dot<ExecSpace>(team, n, RT, ld, x, [&](int i, T s) { sr[i] = inv_a[i] * (sr[i] - s); });
     }
     const T* u = sr;
     const T* v = block ? x + n : x;

@@ -51,8 +51,8 @@ void forward(const ExecSpace& space, const Batch<const T, ExecSpace>& X,
   if (batch == 0 || n == 0) return;
 
   using Kernel = ForwardKernel<ExecSpace, T>;
-  const auto plan = plan_launch<ExecSpace, Kernel>(
-      op, space, batch, n, n, opts.launch, [&](int tile) { return Kernel::scratch_bytes(n, tile); });
+  const auto plan = plan_matrices<ExecSpace, Kernel>(op, space, batch, n, n, opts.launch,
+                                                    Kernel::matrix_bytes(n));
   Kernel k;
   k.X = X;
   k.R = R;
@@ -91,9 +91,8 @@ void backward(const ExecSpace& space, const Batch<const T, ExecSpace>& R,
 
   const bool block = opts.method == Method::block;
   using Kernel = CGBackwardKernel<ExecSpace, T>;
-  const auto plan = plan_launch<ExecSpace, Kernel>(
-      op, space, batch, n, block ? 2 * n : n, opts.launch,
-      [&](int tile) { return Kernel::scratch_bytes(n, tile); });
+  const auto plan = plan_matrices<ExecSpace, Kernel>(
+      op, space, batch, n, block ? 2 * n : n, opts.launch, Kernel::matrix_bytes(n));
   Kernel k;
   k.R = R;
   k.G = G;
@@ -131,9 +130,8 @@ void backward_unrolled(const ExecSpace& space, const Batch<const T, ExecSpace>& 
   if (batch == 0 || n == 0) return;
 
   using Kernel = UnrolledBackwardKernel<ExecSpace, T>;
-  const auto plan = plan_launch<ExecSpace, Kernel>(
-      op, space, batch, n, n, opts.launch,
-      [&](int tile) { return Kernel::scratch_bytes(n, opts.iters, tile); });
+  const auto plan = plan_matrices<ExecSpace, Kernel>(op, space, batch, n, n, opts.launch,
+                                                    Kernel::matrix_bytes(n, opts.iters));
   Kernel k;
   k.X = X;
   k.G = G;

@@ -13,6 +13,7 @@
 
 #include "kdnn/core/error.hpp"
 #include "kdnn/io/npy.hpp"
+#include "expect_error.hpp"
 #include "test_paths.hpp"
 
 namespace fs = std::filesystem;
@@ -27,18 +28,6 @@ std::string fixture(const std::string& name) {
   return kdnn_test::data_dir() + "/npy/" + name;
 }
 
-/// The message of the kdnn::Error thrown by `f` ("" and a failure if none).
-template <class F>
-std::string error_message(F&& f) {
-  try {
-    f();
-  } catch (const kdnn::Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a kdnn::Error";
-  return "";
-}
-
 void expect_contains(const std::string& message, const std::string& part) {
   EXPECT_NE(message.find(part), std::string::npos)
       << "message: " << message << "\nexpected to contain: " << part;
@@ -47,7 +36,7 @@ void expect_contains(const std::string& message, const std::string& part) {
 /// Reading `path` fails with a message that starts with the path and
 /// contains every one of `parts`.
 void expect_read_error(const std::string& path, const std::vector<std::string>& parts) {
-  const std::string message = error_message([&] { read_npy(path); });
+  const std::string message = kdnn_test::error_of([&] { read_npy(path); });
   EXPECT_EQ(message.rfind(path, 0), 0u) << "message does not start with the path: "
                                         << message;
   for (const auto& part : parts) expect_contains(message, part);
@@ -176,7 +165,7 @@ TEST_F(Npy, WriteIntoMissingDirectoryThrowsAndLeavesNoFile) {
   const std::string target = path("missing/a.npy");
   const double values[2] = {1, 2};
   const std::string message =
-      error_message([&] { write_npy<double>(target, {2}, values); });
+      kdnn_test::error_of([&] { write_npy<double>(target, {2}, values); });
   EXPECT_EQ(message.rfind(target, 0), 0u) << message;
   EXPECT_FALSE(fs::exists(target));
   EXPECT_FALSE(fs::exists(target + ".tmp"));
@@ -188,7 +177,7 @@ TEST_F(Npy, FailedRenameRemovesTemporary) {
   fs::create_directory(target);
   const double values[2] = {1, 2};
   const std::string message =
-      error_message([&] { write_npy<double>(target, {2}, values); });
+      kdnn_test::error_of([&] { write_npy<double>(target, {2}, values); });
   EXPECT_EQ(message.rfind(target, 0), 0u) << message;
   expect_contains(message, "rename");
   EXPECT_TRUE(fs::is_directory(target));
@@ -349,12 +338,12 @@ TEST_F(Npy, HugeShapeIsRejectedWithoutAllocating) {
 
 TEST(NpyTypedAccess, DataTypeMismatchThrows) {
   const NpyArray array = read_npy(fixture("f64_4.npy"));
-  const std::string message = error_message([&] { array.data<float>(); });
+  const std::string message = kdnn_test::error_of([&] { array.data<float>(); });
   expect_contains(message, "dtype float64");
   expect_contains(message, "requested float32");
 
   NpyArray f32 = read_npy(fixture("f32_2x3.npy"));
-  expect_contains(error_message([&] { f32.data<double>(); }), "requested float64");
+  expect_contains(kdnn_test::error_of([&] { f32.data<double>(); }), "requested float64");
 }
 
 TEST(NpyTypedAccess, InconsistentByteCountThrows) {
@@ -362,6 +351,6 @@ TEST(NpyTypedAccess, InconsistentByteCountThrows) {
   array.dtype = DType::f32;
   array.shape = {2, 2};
   array.bytes.resize(12);
-  expect_contains(error_message([&] { array.data<float>(); }),
+  expect_contains(kdnn_test::error_of([&] { array.data<float>(); }),
                   "holds 12 bytes, expected 16");
 }

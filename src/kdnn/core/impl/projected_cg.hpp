@@ -10,7 +10,7 @@
 // non-positive curvature p·Ap (breakdown at round-off level), or at the cap.
 #include "kdnn/core/compat.hpp"
 
-namespace kdnn::sinkhorn::impl {
+namespace kdnn::impl {
 
 struct CGResult {
   int iterations = 0;
@@ -21,7 +21,7 @@ struct CGResult {
 /// are work vectors. `apply(p, Ap)` must compute Ap = A p with vector loops.
 /// All vectors have m entries.
 template <class Member, class T, class Apply>
-KOKKOS_INLINE_FUNCTION CGResult team_vector_cg(const Member& team, int m, int split,
+KOKKOS_INLINE_FUNCTION CGResult projected_cg(const Member& team, int m, int split,
                                                double rtol, int max_iters, T* x, T* r,
                                                T* p, T* Ap, const Apply& apply) {
   const auto lanes = Kokkos::ThreadVectorRange(team, m);
@@ -76,4 +76,4 @@ KOKKOS_INLINE_FUNCTION CGResult team_vector_cg(const Member& team, int m, int sp
   return result;
 }
 
-}  // namespace kdnn::sinkhorn::impl
+}  // namespace kdnn::impl

@@ -10,7 +10,7 @@
 // scratch as well and call col_dot on it.
 #include <Kokkos_Core.hpp>
 
-namespace kdnn::sinkhorn::impl {
+namespace kdnn::impl {
 
 /// Host helper of col_dot: columns j0 .. j0+W−1 (A already offset by j0).
 template <int W, class T, class Finish>
@@ -52,4 +52,4 @@ KOKKOS_INLINE_FUNCTION void col_dot(const Member& team, int n, const T* A, int l
   }
 }
 
-}  // namespace kdnn::sinkhorn::impl
+}  // namespace kdnn::impl

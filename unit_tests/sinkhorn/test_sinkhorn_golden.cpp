@@ -17,16 +17,19 @@ struct GoldenCase {
   int iters;
 };
 
-std::vector<double> load(const std::string& file, kdnn::io::DType dtype, int& batch, int& n) {
+/// Reads a [batch, n, n] golden array into `out` (ASSERTs: call through
+/// ASSERT_NO_FATAL_FAILURE).
+void load(const std::string& file, kdnn::io::DType dtype, int& batch, int& n,
+          std::vector<double>& out) {
   const auto a = kdnn::io::read_npy(data_dir() + "/sinkhorn/" + file);
-  EXPECT_EQ(a.dtype, dtype) << file;
-  EXPECT_EQ(a.shape.size(), 3u) << file;
+  ASSERT_EQ(a.dtype, dtype) << file;
+  ASSERT_EQ(a.shape.size(), 3u) << file;
+  ASSERT_EQ(a.shape[1], a.shape[2]) << file;
   batch = int(a.shape[0]);
   n = int(a.shape[1]);
-  std::vector<double> out(a.size());
+  out.resize(a.size());
   for (std::size_t k = 0; k < a.size(); ++k)
     out[k] = a.dtype == kdnn::io::DType::f32 ? double(a.data<float>()[k]) : a.data<double>()[k];
-  return out;
 }
 
 template <class T>
@@ -35,15 +38,17 @@ void check_case(const GoldenCase& c) {
   const std::string prefix = c.name + (single ? "_f32_" : "_f64_");
   const auto dtype = single ? kdnn::io::DType::f32 : kdnn::io::DType::f64;
   int batch = 0, n = 0;
-  const auto x = load(prefix + "x.npy", dtype, batch, n);
-  const auto g = load(prefix + "g.npy", dtype, batch, n);
-  const auto r_ref = load(prefix + "r.npy", dtype, batch, n);
-  const auto dx_ref = load(prefix + "dx.npy", dtype, batch, n);
+  std::vector<double> x, g, r_ref, dx_ref;
+  ASSERT_NO_FATAL_FAILURE(load(prefix + "x.npy", dtype, batch, n, x));
+  ASSERT_NO_FATAL_FAILURE(load(prefix + "g.npy", dtype, batch, n, g));
+  ASSERT_NO_FATAL_FAILURE(load(prefix + "r.npy", dtype, batch, n, r_ref));
+  ASSERT_NO_FATAL_FAILURE(load(prefix + "dx.npy", dtype, batch, n, dx_ref));
   ASSERT_GT(batch, 0);
+  ASSERT_EQ(x.size(), std::size_t(batch) * n * n);
 
-  auto X = to_device<T>(x, batch, n);
-  auto G = to_device<T>(g, batch, n);
-  auto Rg = to_device<T>(r_ref, batch, n);
+  auto X = batch_of<T>(x, batch, n);
+  auto G = batch_of<T>(g, batch, n);
+  auto Rg = batch_of<T>(r_ref, batch, n);
   Batch<T> R("R", batch, n, n), dX("dX", batch, n, n);
   sk::forward(Space(), X, R, {c.iters});
   EXPECT_LT(rel_error(to_host(R), r_ref), single ? 2e-6 : 1e-13) << prefix;
@@ -65,11 +70,11 @@ void check_case(const GoldenCase& c) {
 const GoldenCase cases[] = {{"n4_it48", 48}, {"n16_it100", 100}};
 
 TEST(SinkhornGolden, Float64) {
-  for (const auto& c : cases) check_case<double>(c);
+  for (const auto& c : cases) ASSERT_NO_FATAL_FAILURE(check_case<double>(c));
 }
 
 TEST(SinkhornGolden, Float32) {
-  for (const auto& c : cases) check_case<float>(c);
+  for (const auto& c : cases) ASSERT_NO_FATAL_FAILURE(check_case<float>(c));
 }
 
 }  // namespace

@@ -1,0 +1,162 @@
+#pragma once
+// Launch planning for team kernels, for the two shapes kdnn's kernels take:
+//
+//  * cooperative (plan_team): the whole team works on one block (a query
+//    block of fused attention, an SSD chunk) and synchronises with team
+//    barriers; the caller gives the league, the team and vector sizes it
+//    wants (0 = the backend's recommendation) and the team's scratch bytes.
+//  * one system per team thread (plan_system_tiles): a team owns a tile of
+//    small independent systems (Sinkhorn's matrices), each handled by one
+//    team thread whose vector lanes split its rows or columns; no barriers.
+//
+// Both check what the backend allows — vector length a power of two and at
+// most its maximum, team size at most team_size_max for the kernel, scratch
+// on level 0 (fast, on-chip) when it fits, else level 1 — and throw
+// kdnn::Error naming the operation and the limit otherwise.
+#include <cstddef>
+#include <string>
+
+#include <Kokkos_Core.hpp>
+
+#include "kdnn/core/error.hpp"
+#include "kdnn/core/impl/backend_traits.hpp"
+#include "kdnn/core/impl/scratch_layout.hpp"
+#include "kdnn/core/launch.hpp"
+
+namespace kdnn::impl {
+
+template <class ExecSpace>
+struct TeamPlan {
+  int league = 0;
+  int team_size = 1;
+  int vector_length = 1;
+  int tile = 1;                   ///< systems per team (plan_system_tiles)
+  int level = 0;                  ///< scratch level: 0 on-chip, 1 larger and slower
+  std::size_t scratch_bytes = 0;  ///< carved bytes per team (see scratch_layout.hpp)
+
+  Kokkos::TeamPolicy<ExecSpace> policy(const ExecSpace& space) const {
+    return Kokkos::TeamPolicy<ExecSpace>(space, league, team_size, vector_length)
+        .set_scratch_size(level, Kokkos::PerTeam(team_scratch_request(scratch_bytes)));
+  }
+};
+
+/// Largest team scratch request a level holds on this backend.
+template <class ExecSpace>
+std::size_t scratch_capacity(int level) {
+  const std::size_t max = Kokkos::TeamPolicy<ExecSpace>::scratch_size_max(level);
+  return max > kScratchAlign ? max - kScratchAlign : 0;
+}
+
+inline void check_launch_request(const char* op, const Launch& request) {
+  if (request.tile < 0) fail(op, ": launch.tile=", request.tile, ", expected >= 0");
+  if (request.team_size < 0)
+    fail(op, ": launch.team_size=", request.team_size, ", expected >= 0");
+  if (request.vector_length < 0)
+    fail(op, ": launch.vector_length=", request.vector_length, ", expected >= 0");
+}
+
+template <class ExecSpace>
+void check_vector_length(const char* op, int vector_length) {
+  if (vector_length < 1 || (vector_length & (vector_length - 1)) != 0) {
+    fail(op, ": launch.vector_length=", vector_length, ", expected a power of two");
+  }
+  const int max = Kokkos::TeamPolicy<ExecSpace>::vector_length_max();
+  if (vector_length > max) {
+    fail(op, ": launch.vector_length=", vector_length, ", expected at most ", max,
+         " on this backend");
+  }
+}
+
+/// Team size for `Kernel` with the plan's vector length and scratch: the
+/// request if it is allowed (an error if not), else `fallback(max)`.
+template <class ExecSpace, class Kernel, class Fallback>
+int choose_team_size(const char* op, const ExecSpace& space, const TeamPlan<ExecSpace>& plan,
+                     int request, const Fallback& fallback) {
+  Kokkos::TeamPolicy<ExecSpace> probe(space, 1, 1, plan.vector_length);
+  probe.set_scratch_size(plan.level, Kokkos::PerTeam(team_scratch_request(plan.scratch_bytes)));
+  const int max = probe.team_size_max(Kernel{}, Kokkos::ParallelForTag());
+  if (request > max) {
+    fail(op, ": launch.team_size=", request, ", expected at most ", max, " on this backend");
+  }
+  return request > 0 ? request : fallback(probe, max);
+}
+
+/// Scratch level for `bytes` per team: 0 if it fits, else 1.
+template <class ExecSpace>
+int scratch_level(std::size_t bytes) {
+  return bytes <= scratch_capacity<ExecSpace>(0) ? 0 : 1;
+}
+
+/// Cooperative kernels: `league` teams of `team_size` threads (0 = the
+/// backend's recommendation for Kernel) with `vector_length` lanes, each team
+/// with `scratch_bytes` of carved scratch. Throws kdnn::Error when the scratch
+/// exceeds level 1 (`what` names the problem size in the message).
+template <class ExecSpace, class Kernel>
+TeamPlan<ExecSpace> plan_team(const char* op, const ExecSpace& space, int league,
+                              int team_size, int vector_length, std::size_t scratch_bytes,
+                              const std::string& what) {
+  check_vector_length<ExecSpace>(op, vector_length);
+  if (team_size < 0) fail(op, ": launch.team_size=", team_size, ", expected >= 0");
+  const std::size_t max1 = scratch_capacity<ExecSpace>(1);
+  if (scratch_bytes > max1) {
+    fail(op, ": ", what, " needs ", scratch_bytes, " bytes of team scratch, above the ",
+         max1, "-byte limit of this backend's team scratch (level 1)");
+  }
+  TeamPlan<ExecSpace> plan;
+  plan.league = league;
+  plan.vector_length = vector_length;
+  plan.scratch_bytes = scratch_bytes;
+  plan.level = scratch_level<ExecSpace>(scratch_bytes);
+  plan.team_size = choose_team_size<ExecSpace, Kernel>(
+      op, space, plan, team_size, [](const auto& probe, int) {
+        return probe.team_size_recommended(Kernel{}, Kokkos::ParallelForTag());
+      });
+  return plan;
+}
+
+/// One system per team thread: `batch` independent systems whose inner loops
+/// have `lanes` iterations; `bytes(tile)` is the carved scratch of a team
+/// owning `tile` systems. `what` and `unit` name a system in messages ("n=16",
+/// "matrix"). Defaults: on a GPU, a lane per row up to a warp and one warp
+/// per team (warp / vector_length systems, fewer if they do not fit on-chip);
+/// on a host, one system per team, no vector lanes.
+template <class ExecSpace, class Kernel, class BytesFn>
+TeamPlan<ExecSpace> plan_system_tiles(const char* op, const ExecSpace& space, int batch,
+                                      int lanes, const Launch& request, const BytesFn& bytes,
+                                      const std::string& what, const char* unit) {
+  check_launch_request(op, request);
+  const std::size_t max0 = scratch_capacity<ExecSpace>(0);
+  const std::size_t max1 = scratch_capacity<ExecSpace>(1);
+  if (bytes(1) > max1) {
+    fail(op, ": ", what, " needs ", bytes(1), " bytes of team scratch per ", unit,
+         ", above the ", max1, "-byte limit of this backend's team scratch (level 1)");
+  }
+
+  const int warp = BackendTraits<ExecSpace>::warp_width();
+  TeamPlan<ExecSpace> plan;
+  if (request.vector_length > 0) {
+    plan.vector_length = request.vector_length;
+  } else {
+    while (plan.vector_length < lanes && plan.vector_length < warp) plan.vector_length *= 2;
+  }
+  check_vector_length<ExecSpace>(op, plan.vector_length);
+  if (request.tile > 0) {
+    plan.tile = request.tile;
+  } else if (warp > 1) {
+    plan.tile = warp / plan.vector_length > 0 ? warp / plan.vector_length : 1;
+    while (plan.tile > 1 && bytes(plan.tile) > max0) plan.tile /= 2;
+  }
+  plan.scratch_bytes = bytes(plan.tile);
+  if (plan.scratch_bytes > max1) {
+    fail(op, ": launch.tile=", plan.tile, " needs ", plan.scratch_bytes,
+         " bytes of team scratch, above the ", max1, "-byte limit (level 1)");
+  }
+  plan.level = scratch_level<ExecSpace>(plan.scratch_bytes);
+  plan.league = (batch + plan.tile - 1) / plan.tile;
+  plan.team_size = choose_team_size<ExecSpace, Kernel>(
+      op, space, plan, request.team_size,
+      [&](const auto&, int max) { return plan.tile < max ? plan.tile : max; });
+  return plan;
+}
+
+}  // namespace kdnn::impl

@@ -1,0 +1,65 @@
+#pragma once
+// Host <-> device copies for tests, any rank: data is built and checked on
+// the host as flat row-major std::vector<double>, operators run on Views of
+// the default execution space. Plus seeded random fills.
+#include <cstddef>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <Kokkos_Core.hpp>
+
+namespace kdnn_test {
+
+using Space = Kokkos::DefaultExecutionSpace;
+
+/// A LayoutRight View of `DataType` (e.g. float***) on the default space.
+template <class DataType>
+using DeviceView = Kokkos::View<DataType, Kokkos::LayoutRight, Space::memory_space>;
+
+/// A View with the given extents holding `values` (row-major), converted to
+/// its value type.
+template <class DataType, class... Extents>
+DeviceView<DataType> to_device(const std::vector<double>& values, Extents... extents) {
+  DeviceView<DataType> view("kdnn_test::to_device", std::size_t(extents)...);
+  if (values.size() != view.size()) {
+    throw std::invalid_argument("to_device: " + std::to_string(values.size()) +
+                                " values for a view of " + std::to_string(view.size()));
+  }
+  auto host = Kokkos::create_mirror_view(view);
+  for (std::size_t k = 0; k < values.size(); ++k) {
+    host.data()[k] = typename DeviceView<DataType>::value_type(values[k]);
+  }
+  Kokkos::deep_copy(view, host);
+  return view;
+}
+
+/// The elements of a contiguous View (any rank, any memory space), row-major,
+/// as double.
+template <class View>
+std::vector<double> to_host(const View& view) {
+  static_assert(std::is_same_v<typename View::array_layout, Kokkos::LayoutRight> ||
+                    unsigned(View::rank) <= 1,
+                "to_host: a LayoutRight (or rank-1) View");
+  auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), view);
+  return std::vector<double>(host.data(), host.data() + host.size());
+}
+
+inline std::vector<double> uniform(std::size_t count, double lo, double hi, unsigned seed) {
+  std::mt19937_64 gen(seed);
+  std::uniform_real_distribution<double> dist(lo, hi);
+  std::vector<double> v(count);
+  for (auto& x : v) x = dist(gen);
+  return v;
+}
+
+inline std::vector<double> normal(std::size_t count, unsigned seed) {
+  std::mt19937_64 gen(seed);
+  std::normal_distribution<double> dist(0.0, 1.0);
+  std::vector<double> v(count);
+  for (auto& x : v) x = dist(gen);
+  return v;
+}
+
+}  // namespace kdnn_test

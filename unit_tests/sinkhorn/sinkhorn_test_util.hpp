@@ -1,0 +1,29 @@
+#pragma once
+// Helpers of the Sinkhorn tests: batches of n×n matrices on the default
+// execution space, built and checked on the host in double.
+#include <vector>
+
+#include "allclose.hpp"
+#include "expect_error.hpp"
+#include "kdnn/sinkhorn/sinkhorn.hpp"
+#include "sinkhorn_reference.hpp"
+#include "views.hpp"
+
+namespace kdnn_test {
+
+template <class T>
+using Batch = kdnn::sinkhorn::Batch<T, Space>;
+using Report = kdnn::sinkhorn::Report<Space>;
+
+/// A [batch, n, n] batch holding `host` (row-major).
+template <class T>
+Batch<T> batch_of(const std::vector<double>& host, int batch, int n) {
+  return to_device<T***>(host, batch, n, n);
+}
+
+/// Matrix b of a flattened batch.
+inline Mat matrix(const std::vector<double>& all, int b, int n) {
+  return Mat(all.begin() + std::size_t(b) * n * n, all.begin() + std::size_t(b + 1) * n * n);
+}
+
+}  // namespace kdnn_test
