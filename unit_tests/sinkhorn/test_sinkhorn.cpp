@@ -167,6 +167,13 @@ std::vector<double> run_backward(const Problem& p, sk::BackwardOptions opts,
 }
 
 template <class T>
+Batch<T> run_forward(const Problem& p) {
+  Batch<T> R("R", p.batch, p.n, p.n);
+  sk::forward(Space(), batch_of<T>(p.x, p.batch, p.n), R, {p.iters});
+  return R;
+}
+
+template <class T>
 std::vector<double> run_unrolled(const Problem& p) {
   auto X = batch_of<T>(p.x, p.batch, p.n);
   auto G = batch_of<T>(p.g, p.batch, p.n);
@@ -460,6 +467,34 @@ TEST(Sinkhorn, BadlyConditionedNeedsMoreIterationsButConverges) {
   EXPECT_GT(min_hard, max_easy);
 }
 
+// ---- execution spaces ----------------------------------------------------
+
+// An execution space libkdnn does not instantiate (core/impl/eti.hpp) works
+// through the definitions its headers include: the same results as the
+// default space.
+TEST(Sinkhorn, OtherExecutionSpaceInstantiatesFromHeaders) {
+#ifdef KOKKOS_ENABLE_SERIAL
+  if constexpr (std::is_same_v<Kokkos::Serial, Space> ||
+                std::is_same_v<Kokkos::Serial, Kokkos::DefaultHostExecutionSpace>) {
+    GTEST_SKIP() << "Kokkos::Serial is instantiated in libkdnn in this build";
+  } else {
+    using Other = Kokkos::Serial;
+    using OtherBatch = sk::Batch<double, Other>;
+    const auto p = make_problem(5, 3, 40, 4.0, 98);
+    OtherBatch X("X", 3, 5, 5), G("G", 3, 5, 5), R("R", 3, 5, 5), dX("dX", 3, 5, 5);
+    std::copy(p.x.begin(), p.x.end(), X.data());
+    std::copy(p.g.begin(), p.g.end(), G.data());
+    sk::forward(Other(), X, R, {p.iters});
+    sk::backward(Other(), R, G, dX);
+    Other().fence();
+    EXPECT_ALLCLOSE(to_host(R), to_host(run_forward<double>(p)), 1e-14, 0.0);
+    EXPECT_ALLCLOSE(to_host(dX), run_backward<double>(p, {}), 1e-10, 1e-14);
+  }
+#else
+  GTEST_SKIP() << "Kokkos::Serial is not enabled";
+#endif
+}
+
 // ---- validation ------------------------------------------------------------
 
 TEST(Sinkhorn, ValidationErrors) {
@@ -509,10 +544,10 @@ TEST(Sinkhorn, ValidationErrors) {
 }
 
 TEST(Sinkhorn, TooLargeForScratchIsAClearError) {
-  using Policy = Kokkos::TeamPolicy<Space>;
-  // Smallest n whose two n×n working matrices exceed the level-1 limit.
+  using Kernel = sk::impl::CGBackwardKernel<Space, double>;
+  // Smallest power-of-two n whose working set exceeds the level-1 limit.
   int n = 1;
-  while (2.0 * n * (n | 1) * sizeof(double) <= double(Policy::scratch_size_max(1))) n *= 2;
+  while (Kernel::matrix_bytes(n) <= kdnn::impl::scratch_capacity<Space>(1)) n *= 2;
   Batch<double> R1(Kokkos::view_alloc(Kokkos::WithoutInitializing, "R1"), 1, n, n);
   Batch<double> G1(Kokkos::view_alloc(Kokkos::WithoutInitializing, "G1"), 1, n, n);
   Batch<double> dX1(Kokkos::view_alloc(Kokkos::WithoutInitializing, "dX1"), 1, n, n);
@@ -523,7 +558,9 @@ TEST(Sinkhorn, TooLargeForScratchIsAClearError) {
   // The unrolled backward keeps 2n sums per iteration: a huge iteration
   // count is refused the same way.
   Batch<double> X4("X4", 1, 4, 4), G4("G4", 1, 4, 4), dX4("dX4", 1, 4, 4);
-  const int iters = int(Policy::scratch_size_max(1) / (8 * 4 * 2)) + 1;
+  using Unrolled = sk::impl::UnrolledBackwardKernel<Space, double>;
+  int iters = 2;
+  while (Unrolled::matrix_bytes(4, iters) <= kdnn::impl::scratch_capacity<Space>(1)) iters *= 2;
   EXPECT_KDNN_ERROR(sk::backward_unrolled(Space(), X4, G4, dX4, {iters}),
                     "sinkhorn::backward_unrolled: n=4 needs");
 }

@@ -23,6 +23,8 @@
 // they agree with the unrolled one once the forward has converged.
 #include <Kokkos_Core.hpp>
 
+#include "kdnn/core/impl/eti.hpp"
+#include "kdnn/core/impl/view_checks.hpp"
 #include "kdnn/core/launch.hpp"
 
 namespace kdnn::sinkhorn {
@@ -78,27 +80,38 @@ struct Report {
 template <class T, class ExecSpace>
 using Batch = Kokkos::View<T***, Kokkos::LayoutRight, typename ExecSpace::memory_space>;
 
+// Every Sinkhorn operator's signature, written once: the declarations below,
+// the `extern template`s for the pairs libkdnn compiles (core/impl/eti.hpp)
+// and their instantiations in sinkhorn_eti.cpp are generated from it.
+#define KDNN_SINKHORN_OPERATORS(PREFIX, ExecSpace, T)                                  \
+  PREFIX void forward(const ExecSpace&, const Batch<const T, ExecSpace>&,              \
+                      const Batch<T, ExecSpace>&, const ForwardOptions&,               \
+                      const Report<ExecSpace>&);                                       \
+  PREFIX void backward(const ExecSpace&, const Batch<const T, ExecSpace>&,             \
+                       const Batch<const T, ExecSpace>&, const Batch<T, ExecSpace>&,   \
+                       const BackwardOptions&, const Report<ExecSpace>&);              \
+  PREFIX void backward_unrolled(const ExecSpace&, const Batch<const T, ExecSpace>&,    \
+                                const Batch<const T, ExecSpace>&,                      \
+                                const Batch<T, ExecSpace>&, const ForwardOptions&);
+
 namespace impl {
-template <class ExecSpace, class T>
-void forward(const ExecSpace& space, const Batch<const T, ExecSpace>& X,
-             const Batch<T, ExecSpace>& R, const ForwardOptions& opts,
-             const Report<ExecSpace>& report);
-template <class ExecSpace, class T>
-void backward(const ExecSpace& space, const Batch<const T, ExecSpace>& R,
-              const Batch<const T, ExecSpace>& G, const Batch<T, ExecSpace>& dX,
-              const BackwardOptions& opts, const Report<ExecSpace>& report);
-template <class ExecSpace, class T>
-void backward_unrolled(const ExecSpace& space, const Batch<const T, ExecSpace>& X,
-                       const Batch<const T, ExecSpace>& G,
-                       const Batch<T, ExecSpace>& dX, const ForwardOptions& opts);
+KDNN_SINKHORN_OPERATORS(KDNN_TEMPLATE_EXEC_SPACE_T, ExecSpace, T)
+#define KDNN_SINKHORN_EXTERN(ExecSpace, T) KDNN_SINKHORN_OPERATORS(extern template, ExecSpace, T)
+KDNN_ETI_FOR_EACH(KDNN_SINKHORN_EXTERN)
+#undef KDNN_SINKHORN_EXTERN
 }  // namespace impl
 
-/// R = Sinkhorn(exp(X)). X, R: [B, n, n], LayoutRight, float or double.
-/// Asynchronous on `space`; throws kdnn::Error on invalid arguments.
+/// R = Sinkhorn(exp(X)). X, R: [B, n, n], LayoutRight, float or double, in
+/// the memory space of `space`. Asynchronous on `space`; throws kdnn::Error on
+/// invalid arguments.
 template <class ExecSpace, class XView, class RView>
 void forward(const ExecSpace& space, const XView& X, const RView& R,
              const ForwardOptions& opts = {},
              const Report<ExecSpace>& report = {}) {
+  KDNN_CHECK_VIEW(ExecSpace, XView, 3, "[B, n, n]", "sinkhorn::forward: X");
+  KDNN_CHECK_VIEW(ExecSpace, RView, 3, "[B, n, n]", "sinkhorn::forward: R");
+  KDNN_CHECK_OUTPUT(RView, "sinkhorn::forward: R");
+  KDNN_CHECK_SAME_TYPE(XView, RView, "sinkhorn::forward: X and R");
   using T = typename RView::non_const_value_type;
   impl::forward<ExecSpace, T>(space, X, R, opts, report);
 }
@@ -109,6 +122,12 @@ template <class ExecSpace, class RView, class GView, class DXView>
 void backward(const ExecSpace& space, const RView& R, const GView& G,
               const DXView& dX, const BackwardOptions& opts = {},
               const Report<ExecSpace>& report = {}) {
+  KDNN_CHECK_VIEW(ExecSpace, RView, 3, "[B, n, n]", "sinkhorn::backward: R");
+  KDNN_CHECK_VIEW(ExecSpace, GView, 3, "[B, n, n]", "sinkhorn::backward: G");
+  KDNN_CHECK_VIEW(ExecSpace, DXView, 3, "[B, n, n]", "sinkhorn::backward: dX");
+  KDNN_CHECK_OUTPUT(DXView, "sinkhorn::backward: dX");
+  KDNN_CHECK_SAME_TYPE(RView, DXView, "sinkhorn::backward: R and dX");
+  KDNN_CHECK_SAME_TYPE(GView, DXView, "sinkhorn::backward: G and dX");
   using T = typename DXView::non_const_value_type;
   impl::backward<ExecSpace, T>(space, R, G, dX, opts, report);
 }
@@ -118,8 +137,17 @@ void backward(const ExecSpace& space, const RView& R, const GView& G,
 template <class ExecSpace, class XView, class GView, class DXView>
 void backward_unrolled(const ExecSpace& space, const XView& X, const GView& G,
                        const DXView& dX, const ForwardOptions& opts = {}) {
+  KDNN_CHECK_VIEW(ExecSpace, XView, 3, "[B, n, n]", "sinkhorn::backward_unrolled: X");
+  KDNN_CHECK_VIEW(ExecSpace, GView, 3, "[B, n, n]", "sinkhorn::backward_unrolled: G");
+  KDNN_CHECK_VIEW(ExecSpace, DXView, 3, "[B, n, n]", "sinkhorn::backward_unrolled: dX");
+  KDNN_CHECK_OUTPUT(DXView, "sinkhorn::backward_unrolled: dX");
+  KDNN_CHECK_SAME_TYPE(XView, DXView, "sinkhorn::backward_unrolled: X and dX");
+  KDNN_CHECK_SAME_TYPE(GView, DXView, "sinkhorn::backward_unrolled: G and dX");
   using T = typename DXView::non_const_value_type;
   impl::backward_unrolled<ExecSpace, T>(space, X, G, dX, opts);
 }
 
 }  // namespace kdnn::sinkhorn
+
+// Definitions, for execution spaces and types libkdnn does not instantiate.
+#include "kdnn/sinkhorn/impl/sinkhorn_impl.hpp"

@@ -1,28 +1,11 @@
-// Explicit instantiation of the Sinkhorn operators for the default execution
-// space, float and double. Other execution spaces: include
-// kdnn/sinkhorn/impl/sinkhorn_impl.hpp and instantiate on use.
-#include "kdnn/sinkhorn/impl/sinkhorn_impl.hpp"
+// Explicit instantiation of the Sinkhorn operators for the pairs of
+// core/impl/eti.hpp, from the signatures of KDNN_SINKHORN_OPERATORS.
+#include "kdnn/sinkhorn/sinkhorn.hpp"
 
 namespace kdnn::sinkhorn::impl {
 
-#define KDNN_SINKHORN_ETI(T)                                                          \
-  template void forward<Kokkos::DefaultExecutionSpace, T>(                            \
-      const Kokkos::DefaultExecutionSpace&, const Batch<const T, Kokkos::DefaultExecutionSpace>&, \
-      const Batch<T, Kokkos::DefaultExecutionSpace>&, const ForwardOptions&,          \
-      const Report<Kokkos::DefaultExecutionSpace>&);                                  \
-  template void backward<Kokkos::DefaultExecutionSpace, T>(                           \
-      const Kokkos::DefaultExecutionSpace&, const Batch<const T, Kokkos::DefaultExecutionSpace>&, \
-      const Batch<const T, Kokkos::DefaultExecutionSpace>&,                           \
-      const Batch<T, Kokkos::DefaultExecutionSpace>&, const BackwardOptions&,         \
-      const Report<Kokkos::DefaultExecutionSpace>&);                                  \
-  template void backward_unrolled<Kokkos::DefaultExecutionSpace, T>(                  \
-      const Kokkos::DefaultExecutionSpace&, const Batch<const T, Kokkos::DefaultExecutionSpace>&, \
-      const Batch<const T, Kokkos::DefaultExecutionSpace>&,                           \
-      const Batch<T, Kokkos::DefaultExecutionSpace>&, const ForwardOptions&);
-
-KDNN_SINKHORN_ETI(float)
-KDNN_SINKHORN_ETI(double)
-
-#undef KDNN_SINKHORN_ETI
+#define KDNN_SINKHORN_INSTANTIATE(ExecSpace, T) KDNN_SINKHORN_OPERATORS(template, ExecSpace, T)
+KDNN_ETI_FOR_EACH(KDNN_SINKHORN_INSTANTIATE)
+#undef KDNN_SINKHORN_INSTANTIATE
 
 }  // namespace kdnn::sinkhorn::impl

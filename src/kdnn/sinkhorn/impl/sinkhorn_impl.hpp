@@ -1,8 +1,9 @@
 #pragma once
 // Definitions of kdnn::sinkhorn::impl::{forward, backward, backward_unrolled}:
-// host-side validation, then one TeamPolicy launch. Included by
-// sinkhorn_eti.cpp (float and double on the default execution space); include
-// it yourself to instantiate for another execution space.
+// host-side validation, then one TeamPolicy launch. Included at the end of
+// sinkhorn.hpp: libkdnn instantiates the pairs of core/impl/eti.hpp
+// (sinkhorn_eti.cpp; `extern template` elsewhere), any other execution space
+// instantiates from here on use.
 #include <cmath>
 #include <limits>
 

@@ -1,0 +1,72 @@
+// Launch planning: scratch level choice and its limit, vector length and team
+// size checks, for both kernel shapes.
+#include <gtest/gtest.h>
+
+#include "expect_error.hpp"
+#include "kdnn/core/impl/team_plan.hpp"
+#include "views.hpp"
+
+namespace {
+
+using kdnn_test::Space;
+using Member = Kokkos::TeamPolicy<Space>::member_type;
+
+struct NoOp {
+  KOKKOS_INLINE_FUNCTION void operator()(const Member&) const {}
+};
+
+TEST(TeamPlan, CooperativeChoosesScratchLevel) {
+  const std::size_t max0 = kdnn::impl::scratch_capacity<Space>(0);
+  const std::size_t max1 = kdnn::impl::scratch_capacity<Space>(1);
+  auto small = kdnn::impl::plan_team<Space, NoOp>("op", Space(), 3, 0, 1, 64, "block=1");
+  EXPECT_EQ(small.level, 0);
+  EXPECT_EQ(small.league, 3);
+  EXPECT_GE(small.team_size, 1);
+  if (max1 > max0) {
+    auto large = kdnn::impl::plan_team<Space, NoOp>("op", Space(), 1, 0, 1, max0 + 1, "block=2");
+    EXPECT_EQ(large.level, 1);
+  }
+  EXPECT_KDNN_ERROR((kdnn::impl::plan_team<Space, NoOp>("op", Space(), 1, 0, 1, max1 + 1, "block=3")),
+                    "op: block=3 needs " + std::to_string(max1 + 1) +
+                        " bytes of team scratch, above the " + std::to_string(max1) +
+                        "-byte limit");
+}
+
+TEST(TeamPlan, CooperativeChecksVectorLengthAndTeamSize) {
+  EXPECT_KDNN_ERROR((kdnn::impl::plan_team<Space, NoOp>("op", Space(), 1, 0, 3, 0, "x")),
+                    "op: launch.vector_length=3, expected a power of two");
+  const int vmax = Kokkos::TeamPolicy<Space>::vector_length_max();
+  EXPECT_KDNN_ERROR((kdnn::impl::plan_team<Space, NoOp>("op", Space(), 1, 0, 2 * vmax, 0, "x")),
+                    "expected at most " + std::to_string(vmax));
+  EXPECT_KDNN_ERROR((kdnn::impl::plan_team<Space, NoOp>("op", Space(), 1, 1 << 20, 1, 0, "x")),
+                    "op: launch.team_size=1048576, expected at most");
+  auto plan = kdnn::impl::plan_team<Space, NoOp>("op", Space(), 2, 1, 1, 0, "x");
+  EXPECT_EQ(plan.team_size, 1);
+  Kokkos::parallel_for("TeamPlan::run", plan.policy(Space()), NoOp{});
+  Space().fence();
+}
+
+TEST(TeamPlan, SystemTilesDefaultsPerBackend) {
+  kdnn::Launch request;
+  auto plan = kdnn::impl::plan_system_tiles<Space, NoOp>(
+      "op", Space(), 100, 16, request, [](int tile) { return tile * std::size_t(256); },
+      "n=16", "matrix");
+  const int warp = kdnn::impl::BackendTraits<Space>::warp_width();
+  if (kdnn::impl::BackendTraits<Space>::is_host) {
+    EXPECT_EQ(warp, 1);
+    EXPECT_EQ(plan.tile, 1);
+    EXPECT_EQ(plan.vector_length, 1);
+  } else {
+    EXPECT_EQ(plan.vector_length, 16 < warp ? 16 : warp);
+    EXPECT_EQ(plan.tile * plan.vector_length, warp);  // one warp per team
+  }
+  EXPECT_EQ(plan.league, (100 + plan.tile - 1) / plan.tile);
+  EXPECT_EQ(plan.scratch_bytes, plan.tile * std::size_t(256));
+  EXPECT_KDNN_ERROR((kdnn::impl::plan_system_tiles<Space, NoOp>(
+                        "op", Space(), 1, 4, request,
+                        [](int tile) { return tile * (kdnn::impl::scratch_capacity<Space>(1) + 1); },
+                        "n=4", "matrix")),
+                    "op: n=4 needs");
+}
+
+}  // namespace
