@@ -35,12 +35,24 @@ else()
   message(FATAL_ERROR "kdnn: Kokkos was found but exports no Kokkos::kokkos target")
 endif()
 
+# Kokkos Kernels, from the installation Kokkos came from and nowhere else: a
+# search with default paths would fall back to another installation (say the
+# distribution's 3.4 Kernels under a user's Kokkos 4) and mix the two
+# versions' headers silently. Defines `kdnn_kokkoskernels_target` (empty when
+# that installation has no Kokkos Kernels); families that call Kokkos Kernels
+# link it.
 set(kdnn_kokkoskernels_target "")
-# Kokkos Kernels from the same prefix as Kokkos first (a CUDA build must not
-# pick up the distribution's Serial one).
 get_filename_component(_kdnn_kokkos_prefix "${Kokkos_DIR}/../../.." ABSOLUTE)
-find_package(KokkosKernels QUIET HINTS "${_kdnn_kokkos_prefix}")
+find_package(KokkosKernels QUIET PATHS "${_kdnn_kokkos_prefix}" NO_DEFAULT_PATH)
 if(KokkosKernels_FOUND)
+  if(KokkosKernels_VERSION AND Kokkos_VERSION)
+    string(REGEX MATCH "^[0-9]+\\.[0-9]+" _kdnn_kk_mm "${KokkosKernels_VERSION}")
+    string(REGEX MATCH "^[0-9]+\\.[0-9]+" _kdnn_kokkos_mm "${Kokkos_VERSION}")
+    if(NOT _kdnn_kk_mm STREQUAL _kdnn_kokkos_mm)
+      message(FATAL_ERROR "kdnn: Kokkos Kernels ${KokkosKernels_VERSION} (${KokkosKernels_DIR}) "
+        "does not match Kokkos ${Kokkos_VERSION} (${Kokkos_DIR}); install both from one release")
+    endif()
+  endif()
   if(TARGET Kokkos::kokkoskernels)
     set(kdnn_kokkoskernels_target Kokkos::kokkoskernels)
   elseif(TARGET trilinos_kokkoskernels)
@@ -49,4 +61,6 @@ if(KokkosKernels_FOUND)
       INTERFACE_INCLUDE_DIRECTORIES "${KokkosKernels_INCLUDE_DIRS}")
     set(kdnn_kokkoskernels_target trilinos_kokkoskernels)
   endif()
+else()
+  message(STATUS "kdnn: no Kokkos Kernels in the Kokkos installation ${_kdnn_kokkos_prefix}")
 endif()

@@ -1,5 +1,6 @@
 // Smallest use of an installed kdnn: normalise one 3×3 matrix and check that
-// its rows and columns sum to one.
+// its rows and columns sum to one. Built with kdnn::cp (KDNN_ENABLE_MPI), it
+// runs under MPI.
 #include <cmath>
 #include <cstdio>
 
@@ -8,6 +9,7 @@
 #include <mpi.h>
 #endif
 
+#include <kdnn/config.hpp>
 #include <kdnn/kdnn.hpp>
 
 int main(int argc, char** argv) {
@@ -33,7 +35,9 @@ int main(int argc, char** argv) {
       }
       if (std::abs(row - 1) > 1e-12 || std::abs(col - 1) > 1e-12) status = 1;
     }
-    std::printf("kdnn consumer: doubly stochastic %s\n", status == 0 ? "yes" : "NO");
+    std::printf("kdnn %s consumer (Kokkos %s, cp component %s): doubly stochastic %s\n",
+                KDNN_VERSION_STRING, KDNN_KOKKOS_VERSION_STRING, KDNN_HAS_CP ? "built" : "not built",
+                status == 0 ? "yes" : "NO");
   }
   Kokkos::finalize();
 #ifdef KDNN_ENABLE_MPI
