@@ -8,12 +8,14 @@
 #include <fstream>
 #include <iterator>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "kdnn/core/error.hpp"
 #include "kdnn/io/npy.hpp"
 #include "expect_error.hpp"
+#include "kdnn/io/npy_view.hpp"
 #include "test_paths.hpp"
 
 namespace fs = std::filesystem;
@@ -82,6 +84,13 @@ class Npy : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  /// The names in the directory (temporaries included).
+  std::set<std::string> entries() const {
+    std::set<std::string> names;
+    for (const auto& e : fs::directory_iterator(dir_)) names.insert(e.path().filename().string());
+    return names;
+  }
 
   fs::path dir_;
 };
@@ -158,7 +167,7 @@ TEST_F(Npy, WriteReplacesExistingFileAndLeavesNoTemporary) {
   const NpyArray array = read_npy(path("a.npy"));
   ASSERT_EQ(array.shape, std::vector<std::size_t>{3});
   EXPECT_EQ(array.data<float>()[2], 5.0f);
-  EXPECT_FALSE(fs::exists(path("a.npy.tmp")));
+  EXPECT_EQ(entries(), std::set<std::string>{"a.npy"});
 }
 
 TEST_F(Npy, WriteIntoMissingDirectoryThrowsAndLeavesNoFile) {
@@ -167,8 +176,7 @@ TEST_F(Npy, WriteIntoMissingDirectoryThrowsAndLeavesNoFile) {
   const std::string message =
       kdnn_test::error_of([&] { write_npy<double>(target, {2}, values); });
   EXPECT_EQ(message.rfind(target, 0), 0u) << message;
-  EXPECT_FALSE(fs::exists(target));
-  EXPECT_FALSE(fs::exists(target + ".tmp"));
+  EXPECT_TRUE(entries().empty());
 }
 
 TEST_F(Npy, FailedRenameRemovesTemporary) {
@@ -181,7 +189,7 @@ TEST_F(Npy, FailedRenameRemovesTemporary) {
   EXPECT_EQ(message.rfind(target, 0), 0u) << message;
   expect_contains(message, "rename");
   EXPECT_TRUE(fs::is_directory(target));
-  EXPECT_FALSE(fs::exists(target + ".tmp"));
+  EXPECT_EQ(entries(), std::set<std::string>{"dir.npy"});
 }
 
 // ---- files written by NumPy ----
@@ -353,4 +361,40 @@ TEST(NpyTypedAccess, InconsistentByteCountThrows) {
   array.bytes.resize(12);
   expect_contains(kdnn_test::error_of([&] { array.data<float>(); }),
                   "holds 12 bytes, expected 16");
+}
+
+// ---- arrays as Views (npy_view.hpp) ----
+
+TEST(NpyView, AllocatedArrayIsZeroFilled) {
+  const NpyArray array = kdnn::io::allocate_npy(DType::f32, {2, 3});
+  EXPECT_EQ(array.dtype, DType::f32);
+  EXPECT_EQ(array.shape, (std::vector<std::size_t>{2, 3}));
+  ASSERT_EQ(array.bytes.size(), 24u);
+  for (const unsigned char b : array.bytes) EXPECT_EQ(b, 0);
+}
+
+TEST(NpyView, ViewsTheArraysOwnElementsInCOrder) {
+  static_assert(kdnn::io::dtype_of<float>() == DType::f32);
+  static_assert(kdnn::io::dtype_of<double>() == DType::f64);
+  NpyArray array = kdnn::io::allocate_npy(DType::f64, {2, 3, 4});
+  const auto view = kdnn::io::view_of<double***>(array, "a");
+  EXPECT_EQ(view.data(), array.data<double>());
+  EXPECT_EQ(view.extent(0), 2u);
+  EXPECT_EQ(view.extent(1), 3u);
+  EXPECT_EQ(view.extent(2), 4u);
+  view(1, 2, 3) = 7;
+  EXPECT_EQ(array.data<double>()[(1 * 3 + 2) * 4 + 3], 7.0);
+
+  const NpyArray& read_only = array;
+  EXPECT_EQ(kdnn::io::view_of<const double***>(read_only, "a")(1, 2, 3), 7.0);
+  const NpyArray scalar = read_npy(fixture("f64_scalar.npy"));
+  EXPECT_EQ(kdnn::io::view_of<const double>(scalar, "s")(), scalar.data<double>()[0]);
+}
+
+TEST(NpyView, WrongDTypeOrRankThrows) {
+  NpyArray array = kdnn::io::allocate_npy(DType::f32, {2, 3});
+  expect_contains(kdnn_test::error_of([&] { kdnn::io::view_of<double**>(array, "x.npy"); }),
+                  "x.npy has dtype float32, expected float64");
+  expect_contains(kdnn_test::error_of([&] { kdnn::io::view_of<float***>(array, "x.npy"); }),
+                  "x.npy has shape (2, 3), expected a 3-d array");
 }

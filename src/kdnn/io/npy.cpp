@@ -1,6 +1,10 @@
 #include "kdnn/io/npy.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cerrno>
 #include <cstdint>
@@ -25,17 +29,6 @@ namespace {
 constexpr char kMagic[] = "\x93NUMPY";
 constexpr std::size_t kMagicLen = 6;
 constexpr std::size_t kAlign = 64;  // NumPy pads the header to this many bytes
-
-template <class T>
-constexpr DType dtype_of();
-template <>
-constexpr DType dtype_of<float>() {
-  return DType::f32;
-}
-template <>
-constexpr DType dtype_of<double>() {
-  return DType::f64;
-}
 
 const char* descr_of(DType dtype) { return dtype == DType::f32 ? "<f4" : "<f8"; }
 
@@ -290,6 +283,14 @@ const char* dtype_name(DType dtype) {
 
 std::size_t NpyArray::size() const { return product(shape); }
 
+NpyArray allocate_npy(DType dtype, const std::vector<std::size_t>& shape) {
+  NpyArray array;
+  array.dtype = dtype;
+  array.shape = shape;
+  array.bytes.resize(array.size() * array.element_size());
+  return array;
+}
+
 template <class T>
 const T* NpyArray::data() const {
   if (dtype != dtype_of<T>()) {
@@ -300,7 +301,9 @@ const T* NpyArray::data() const {
     fail("npy: array holds ", bytes.size(), " bytes, expected ", size() * element_size(),
          " for shape ", format_shape(shape), " of ", dtype_name(dtype));
   }
-  // The vector's storage comes from operator new, so it is aligned for T.
+  // The vector's storage comes from operator new, so it is aligned for T
+  // (and the .npy header is not in it).
+  static_assert(__STDCPP_DEFAULT_NEW_ALIGNMENT__ >= alignof(double));
   return reinterpret_cast<const T*>(bytes.data());
 }
 
@@ -368,16 +371,29 @@ NpyArray read_npy(const std::string& path) {
   return array;
 }
 
-void write_npy(const std::string& path, DType dtype,
-               const std::vector<std::size_t>& shape, const void* data) {
+std::string write_npy_temporary(const std::string& path, DType dtype,
+                                const std::vector<std::size_t>& shape, const void* data) {
   const std::string header = make_header(path, dtype, shape);
   const std::size_t element_size = dtype == DType::f32 ? sizeof(float) : sizeof(double);
   const std::size_t nbytes = product(shape) * element_size;
 
-  const std::string tmp = path + ".tmp";
-  std::FILE* file = std::fopen(tmp.c_str(), "wb");
+  // A name no other writer (thread or process) uses: O_EXCL retries past any
+  // file that already has it.
+  static std::atomic<unsigned> counter{0};
+  std::string tmp;
+  int fd = -1;
+  do {
+    tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
+    fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+  } while (fd < 0 && errno == EEXIST);
+  std::FILE* file = fd < 0 ? nullptr : ::fdopen(fd, "wb");
   if (file == nullptr) {
-    fail(path, ": cannot open '", tmp, "' for writing: ", std::strerror(errno));
+    const int err = errno;
+    if (fd >= 0) {
+      ::close(fd);
+      std::remove(tmp.c_str());
+    }
+    fail(path, ": cannot open '", tmp, "' for writing: ", std::strerror(err));
   }
   bool ok = std::fwrite(header.data(), 1, header.size(), file) == header.size() &&
             (nbytes == 0 || std::fwrite(data, 1, nbytes, file) == nbytes);
@@ -390,8 +406,14 @@ void write_npy(const std::string& path, DType dtype,
     std::remove(tmp.c_str());
     fail(path, ": writing '", tmp, "' failed: ", std::strerror(err));
   }
+  return tmp;
+}
+
+void write_npy(const std::string& path, DType dtype,
+               const std::vector<std::size_t>& shape, const void* data) {
+  const std::string tmp = write_npy_temporary(path, dtype, shape, data);
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    err = errno;
+    const int err = errno;
     std::remove(tmp.c_str());
     fail(path, ": cannot rename '", tmp, "' to it: ", std::strerror(err));
   }

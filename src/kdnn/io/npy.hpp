@@ -12,6 +12,18 @@ namespace kdnn::io {
 
 enum class DType { f32, f64 };
 
+/// The DType of float / double elements.
+template <class T>
+constexpr DType dtype_of();
+template <>
+constexpr DType dtype_of<float>() {
+  return DType::f32;
+}
+template <>
+constexpr DType dtype_of<double>() {
+  return DType::f64;
+}
+
 /// "float32" / "float64".
 const char* dtype_name(DType dtype);
 
@@ -35,6 +47,9 @@ struct NpyArray {
   T* data();
 };
 
+/// A zero-filled array of `dtype` and `shape` (e.g. to compute an output into).
+NpyArray allocate_npy(DType dtype, const std::vector<std::size_t>& shape);
+
 /// Reads `path`; throws kdnn::Error on any problem.
 NpyArray read_npy(const std::string& path);
 
@@ -43,6 +58,13 @@ NpyArray read_npy(const std::string& path);
 /// leaves a partial file under `path`. Throws kdnn::Error on I/O failure.
 void write_npy(const std::string& path, DType dtype,
                const std::vector<std::size_t>& shape, const void* data);
+
+/// The first half of write_npy: writes the file under a new, unique name
+/// beside `path` ("<path>.tmp.<pid>.<n>") and returns that name, for the
+/// caller to rename to `path` or remove. On failure nothing is left behind.
+std::string write_npy_temporary(const std::string& path, DType dtype,
+                                const std::vector<std::size_t>& shape,
+                                const void* data);
 
 /// Typed convenience: write_npy with the DType of T (float or double).
 template <class T>
