@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs kdnn's build and test dependencies from the distribution (Debian 12):
 # Kokkos + Kokkos Kernels 3.4 (Serial backend), Open MPI, GoogleTest, Google
-# Benchmark, CMake, Ninja and a C++17 compiler. Idempotent: when everything is
+# Benchmark, CLI11, CMake, Ninja and a C++17 compiler. Idempotent: when everything is
 # already installed it returns without touching apt.
 # Optional: KDNN_WITH_TORCH=1 also installs PyTorch and NumPy (CPU, Debian's
 # python3-torch) to regenerate golden data and run perf_tests/*.py.
@@ -13,6 +13,7 @@ packages=(
   liblapack-dev libblas-dev  # named by Debian's Kokkos Kernels CMake target, not pulled in
   libopenmpi-dev openmpi-bin
   libgtest-dev libbenchmark-dev
+  libcli11-dev  # the kdnn tool's option parsing
 )
 if [[ "${KDNN_WITH_TORCH:-0}" == 1 ]]; then
   packages+=(python3-torch python3-numpy)

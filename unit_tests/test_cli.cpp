@@ -1,6 +1,7 @@
 // The `kdnn` command-line tool, run as a subprocess on .npy fixtures: results
 // against plain double references, dtypes, optional outputs, and every error
 // path (exit status, one "kdnn: error:" line on stderr, nothing in --out).
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,6 +17,8 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+
+#include <Kokkos_Core.hpp>
 
 #include "kdnn/io/npy.hpp"
 #include "sinkhorn_reference.hpp"
@@ -74,8 +77,9 @@ class Cli : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(root_); }
 
-  Result run(const Strings& args) const {
-    std::string cmd = quote(kdnn_test::env_or("KDNN_CLI_PATH", KDNN_CLI_PATH));
+  /// Runs the tool with `args`, after `launcher` (e.g. "mpiexec -n 2") if given.
+  Result run(const Strings& args, const std::string& launcher = "") const {
+    std::string cmd = launcher + " " + quote(kdnn_test::env_or("KDNN_CLI_PATH", KDNN_CLI_PATH));
     for (const auto& a : args) cmd += " " + quote(a);
     const fs::path out = root_ / "stdout.txt", err = root_ / "stderr.txt";
     cmd += " >" + quote(out.string()) + " 2>" + quote(err.string());
@@ -330,17 +334,18 @@ TEST_F(Cli, UsageErrors) {
       {{}, "missing subcommand"},
       {{"frobnicate"}, "unknown subcommand 'frobnicate'"},
       {{"--verbose"}, "unknown option '--verbose'"},
-      {{"sinkhorn", "--out", out, "--iters", "3"}, "missing required option --in"},
-      {{"sinkhorn", "--in", in, "--iters", "3"}, "missing required option --out"},
-      {{"sinkhorn", "--in", in, "--out", out}, "missing required option --iters"},
+      {{"sinkhorn", "--out", out, "--iters", "3"}, "--in is required"},
+      {{"sinkhorn", "--in", in, "--iters", "3"}, "--out is required"},
+      {{"sinkhorn", "--in", in, "--out", out}, "--iters is required"},
       {sinkhorn({"--iters", "3", "--bogus", "1"}), "unknown option '--bogus'"},
       {sinkhorn({"--iters", "3", "--bogus=1"}), "unknown option '--bogus'"},
       {sinkhorn({"--iters", "3", "extra"}), "unexpected argument 'extra'"},
-      {sinkhorn({"--iters", "3", "--iters", "4"}), "option --iters given more than once"},
-      {sinkhorn({"--iters"}), "option --iters requires a value"},
-      {sinkhorn({"--iters="}), "option --iters requires a value"},
-      {sinkhorn({"--iters", "3", "--tol"}), "option --tol requires a value"},
-      {{"sinkhorn", "--in", "--out", out, "--iters", "3"}, "option --in requires a value"},
+      {sinkhorn({"--iters", "3", "--iters", "4"}), "--iters: At Most 1 required but received 2"},
+      {sinkhorn({"--iters"}), "--iters: 1 required INT missing"},
+      {sinkhorn({"--iters="}), "--iters: 1 required INT missing"},
+      {sinkhorn({"--iters", "3", "--tol"}), "--tol: 1 required FLOAT missing"},
+      {{"sinkhorn", "--in", "--out", out, "--iters", "3"}, "--in: requires a value, got '--out'"},
+      {sinkhorn({"--iters", "--tol", "1"}), "--iters: expected an integer >= 1"},
       {sinkhorn({"--iters", "abc"}), "--iters: expected an integer >= 1"},
       {sinkhorn({"--iters", "0"}), "--iters: expected an integer >= 1"},
       {sinkhorn({"--iters", "-3"}), "--iters: expected an integer >= 1"},
@@ -348,13 +353,15 @@ TEST_F(Cli, UsageErrors) {
       {sinkhorn({"--iters", "3x"}), "--iters: expected an integer >= 1"},
       {sinkhorn({"--iters", " 3"}), "--iters: expected an integer >= 1"},
       {sinkhorn({"--iters", "99999999999"}), "--iters: expected an integer >= 1"},
+      {sinkhorn({"--iters", "0x10"}), "--iters: expected an integer >= 1"},
       {sinkhorn({"--iters", "3", "--tol", "small"}), "--tol: expected a finite number >= 0"},
       {sinkhorn({"--iters", "3", "--tol", "-1e-6"}), "--tol: expected a finite number >= 0"},
       {sinkhorn({"--iters", "3", "--tol", "nan"}), "--tol: expected a finite number >= 0"},
       {sinkhorn({"--iters", "3", "--tol", "inf"}), "--tol: expected a finite number >= 0"},
       {sinkhorn({"--iters", "3", "--tol", "1e999"}), "--tol: expected a finite number >= 0"},
       {sinkhorn({"--iters", "3", "--tol", "1e-6x"}), "--tol: expected a finite number >= 0"},
-      {sinkhorn({"--iters", "3", "--method", "newton"}), "unknown method 'newton'"},
+      {sinkhorn({"--iters", "3", "--method", "newton"}),
+       "--method: newton not in {implicit,block,unrolled}"},
       {sinkhorn({"--iters", "3", "--method", "unrolled", "--tol", "1e-6"}),
        "--method unrolled needs --tol 0"},
   };
@@ -428,12 +435,87 @@ TEST_F(Cli, MalformedNpy) {
   expect_error(sinkhorn({"--iters", "3"}), kInput, "not a .npy file");
 }
 
-TEST_F(Cli, FailedSecondWriteLeavesNothing) {
+TEST_F(Cli, FailedOutputLeavesOutAsItWas) {
   write_problem(DType::f64, 2, 3, true);
-  // write_npy writes dx.npy through dx.npy.tmp; a directory there makes it fail
-  // after r.npy has been written, which must then be removed.
+  // An r.npy from an earlier run, and a directory where dx.npy must go: both
+  // outputs are written to temporaries, then neither may replace anything.
+  std::ofstream(out_ / "r.npy") << "earlier";
+  fs::create_directories(out_ / "dx.npy" / "keep");
+  expect_error(sinkhorn({"--iters", "3"}), kInput, "dx.npy", {"r.npy", "dx.npy"});
+  EXPECT_EQ(read_text(out_ / "r.npy"), "earlier");
+}
+
+TEST_F(Cli, TemporariesHaveUniqueNames) {
+  write_problem(DType::f64, 2, 3, true);
+  // Files under the names a fixed temporary would have are no obstacle.
+  fs::create_directories(out_ / "r.npy.tmp");
   fs::create_directories(out_ / "dx.npy.tmp");
-  expect_error(sinkhorn({"--iters", "3"}), kInput, "dx.npy", {"dx.npy.tmp"});
+  const Result r = run(sinkhorn({"--iters", "3"}));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(files(out_), (std::set<std::string>{"r.npy", "dx.npy", "r.npy.tmp", "dx.npy.tmp"}));
+}
+
+// ---- Kokkos, MPI, memory -----------------------------------------------------
+
+TEST_F(Cli, KokkosArgumentsGoToKokkos) {
+  const std::size_t batch = 2, n = 4;
+  write_problem(DType::f64, batch, n, true);
+  // Anywhere on the command line. Kokkos 4 takes the thread count, 3.4 knows
+  // it as --kokkos-threads and ignores this spelling; both know the other.
+  Strings args{"--kokkos-num-threads=1", "sinkhorn", "--in", in_.string(),
+               "--kokkos-tune-internals", "--out", out_.string(), "--iters", "20"};
+  const Result r = run(args);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  const auto rr = read(out_ / "r.npy", DType::f64, {batch, n, n});
+  for (std::size_t b = 0; b < batch; ++b) {
+    EXPECT_LT(rel_error(matrix(rr, b, n), kdnn_test::ref_forward(matrix(x_, b, n), n, 20)),
+              1e-13);
+  }
+}
+
+#ifdef KDNN_MPIEXEC
+TEST_F(Cli, UnderMpiRankZeroWorksAndEveryRankExitsWithItsStatus) {
+  write_problem(DType::f64, 2, 4, true);
+  const std::string mpiexec =
+      "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+      "OMPI_MCA_rmaps_base_oversubscribe=1 " + quote(KDNN_MPIEXEC) + " -n 3";
+  const Result ok = run(sinkhorn({"--iters", "5"}), mpiexec);
+  ASSERT_EQ(ok.status, 0) << ok.err;
+  EXPECT_EQ(ok.err, "");
+  EXPECT_EQ(ok.out.rfind("sinkhorn: B=2 n=4", 0), 0u) << ok.out;
+  EXPECT_EQ(std::count(ok.out.begin(), ok.out.end(), '\n'), 1) << ok.out;
+  EXPECT_EQ(files(out_), (std::set<std::string>{"r.npy", "dx.npy"}));
+
+  fs::remove_all(out_);
+  fs::create_directories(out_);
+  const Result bad = run(sinkhorn({}), mpiexec);  // no --iters
+  EXPECT_EQ(bad.status, kUsage);
+  const std::string line = "kdnn: error: --iters is required\n";
+  const auto first = bad.err.find(line);
+  EXPECT_NE(first, std::string::npos) << bad.err;
+  EXPECT_EQ(bad.err.find("kdnn: error:", first + 1), std::string::npos) << bad.err;
+  EXPECT_EQ(bad.out, "");
+  EXPECT_TRUE(files(out_).empty());
+}
+#endif
+
+TEST_F(Cli, PeakMemoryIsInputsPlusOutputs) {
+  if (!Kokkos::SpaceAccessibility<Kokkos::HostSpace,
+                                  Kokkos::DefaultExecutionSpace::memory_space>::accessible) {
+    GTEST_SKIP() << "device backend: the tool copies to and from the device";
+  }
+  // 4 arrays (x, g, r, dx) of 64 MiB; a copy of any of them would exceed the
+  // margin left for the libraries and Kokkos (about 22 MiB measured).
+  const std::size_t batch = 32768, n = 16;
+  const double array_mib = double(batch * n * n * sizeof(double)) / (1 << 20);
+  write_problem(DType::f64, batch, n, true);
+  const Result r = run(sinkhorn({"--iters", "5"}));
+  ASSERT_EQ(r.status, 0) << r.err;
+  rusage usage{};
+  ASSERT_EQ(::getrusage(RUSAGE_CHILDREN, &usage), 0);
+  const double peak_mib = double(usage.ru_maxrss) / 1024;  // the largest child's, in KiB
+  EXPECT_LT(peak_mib, 4 * array_mib + 48) << "peak RSS " << peak_mib << " MiB";
 }
 
 }  // namespace

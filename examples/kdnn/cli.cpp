@@ -1,0 +1,126 @@
+#include "cli.hpp"
+
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <cmath>
+#include <filesystem>
+#include <iostream>
+#include <limits>
+#include <sstream>
+
+#include "kdnn/core/error.hpp"
+
+namespace kdnn::cli {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+/// `text` as a T when it is exactly one (no spaces, signs of other types, hex).
+template <class T>
+std::optional<T> parse_number(const std::string& text) {
+  T value{};
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (ec != std::errc() || ptr != end) return std::nullopt;
+  return value;
+}
+
+/// Extra arguments, left by CLI11 (allow_extras) so that they get our words.
+void reject_extras(const Args& extras) {
+  if (extras.empty()) return;
+  const std::string& arg = extras.front();
+  if (arg.rfind('-', 0) == 0) usage_fail("unknown option '", arg.substr(0, arg.find('=')), "'");
+  usage_fail("unexpected argument '", arg, "'");
+}
+
+}  // namespace
+
+bool parse(CLI::App& app, const Args& args, const char* help) {
+  app.allow_extras();
+  Args reversed(args.rbegin(), args.rend());  // CLI11 takes them last first
+  try {
+    app.parse(reversed);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << help;
+    return false;
+  } catch (const CLI::ParseError& e) {
+    throw UsageError(e.what());
+  }
+  reject_extras(app.remaining());
+  return true;
+}
+
+CLI::Validator integer_at_least(int min) {
+  const auto check = [min](std::string& text) {
+    const auto value = parse_number<int>(text);
+    if (value && *value >= min) return std::string();
+    return "expected an integer >= " + std::to_string(min) + " (at most " +
+           std::to_string(std::numeric_limits<int>::max()) + "), got '" + text + "'";
+  };
+  return CLI::Validator(check, "");
+}
+
+CLI::Validator finite_at_least(double min) {
+  const auto check = [min](std::string& text) {
+    const auto value = parse_number<double>(text);
+    if (value && std::isfinite(*value) && *value >= min) return std::string();
+    std::ostringstream os;
+    os << "expected a finite number >= " << min << ", got '" << text << "'";
+    return os.str();
+  };
+  return CLI::Validator(check, "");
+}
+
+CLI::Validator not_an_option() {
+  const auto check = [](std::string& text) {
+    if (!text.empty() && text[0] != '-') return std::string();
+    return "requires a value, got '" + text + "'";
+  };
+  return CLI::Validator(check, "");
+}
+
+void require_directory(const std::string& option, const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) fail(option, " '", dir, "' is not an existing directory");
+}
+
+std::optional<io::NpyArray> read_input(const std::string& dir, const std::string& name,
+                                       bool optional) {
+  const fs::path path = fs::path(dir) / name;
+  std::error_code ec;
+  if (!fs::exists(path, ec)) {
+    if (optional) return std::nullopt;
+    fail("missing input ", path.string());
+  }
+  return io::read_npy(path.string());
+}
+
+void write_outputs(const std::string& dir, const std::vector<Output>& outputs) {
+  std::vector<std::string> paths, temporaries;
+  try {
+    for (const Output& out : outputs) {
+      paths.push_back((fs::path(dir) / out.name).string());
+      const io::NpyArray& a = out.array;
+      temporaries.push_back(io::write_npy_temporary(paths.back(), a.dtype, a.shape, a.bytes.data()));
+    }
+    // rename() fails for a directory in the way: check them all before the first.
+    for (const std::string& path : paths) {
+      std::error_code ec;
+      if (fs::is_directory(path, ec)) fail(path, ": cannot replace a directory with the output");
+    }
+  } catch (...) {
+    for (const std::string& tmp : temporaries) std::remove(tmp.c_str());
+    throw;
+  }
+  for (std::size_t i = 0; i < paths.size(); ++i) {
+    if (std::rename(temporaries[i].c_str(), paths[i].c_str()) == 0) continue;
+    const int err = errno;
+    for (std::size_t j = i; j < temporaries.size(); ++j) std::remove(temporaries[j].c_str());
+    fail(paths[i], ": cannot rename '", temporaries[i], "' to it: ", std::strerror(err));
+  }
+}
+
+}  // namespace kdnn::cli

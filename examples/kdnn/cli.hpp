@@ -1,0 +1,102 @@
+#pragma once
+// What the subcommands of the `kdnn` tool share: the subcommand record, usage
+// errors and exit codes, CLI11 parsing with the tool's messages, .npy inputs
+// and outputs as Views of the execution space, and the one output writer.
+#include <Kokkos_Core.hpp>
+
+#include <CLI/CLI.hpp>
+
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kdnn/io/npy.hpp"
+#include "kdnn/io/npy_view.hpp"
+
+namespace kdnn::cli {
+
+using Args = std::vector<std::string>;
+using Space = Kokkos::DefaultExecutionSpace;
+
+constexpr int kExitData = 1;   ///< bad input data, a failed computation or write
+constexpr int kExitUsage = 2;  ///< a command-line mistake
+
+/// One subcommand; each is defined in its own file.
+struct Subcommand {
+  const char* name;
+  const char* summary;    ///< one line for `kdnn --help`
+  bool context_parallel;  ///< runs on every MPI rank (otherwise on rank 0 only)
+  int (*run)(const Args& args);  ///< returns the exit status or throws
+};
+
+/// A command-line mistake (exit status 2); everything else is kdnn::Error.
+class UsageError : public std::runtime_error {
+ public:
+  explicit UsageError(const std::string& what) : std::runtime_error(what) {}
+};
+
+/// Throws UsageError with the streamed concatenation of the parts.
+template <class... Parts>
+[[noreturn]] void usage_fail(const Parts&... parts) {
+  std::ostringstream os;
+  (os << ... << parts);
+  throw UsageError(os.str());
+}
+
+// ---- options ----
+
+/// Parses `args` into `app`'s options. Returns false when -h/--help was given,
+/// after printing `help` to stdout. Throws UsageError for any mistake.
+bool parse(CLI::App& app, const Args& args, const char* help);
+
+/// CLI11 checks whose failures read "--NAME: expected ..., got '...'".
+CLI::Validator integer_at_least(int min);
+CLI::Validator finite_at_least(double min);
+/// A value, not the next option swallowed ("--in --out DIR").
+CLI::Validator not_an_option();
+
+// ---- files ----
+
+/// Fails (exit status 1) unless `dir` is an existing directory.
+void require_directory(const std::string& option, const std::string& dir);
+
+/// Reads DIR/name; a missing file is an error, or nothing when `optional`.
+std::optional<io::NpyArray> read_input(const std::string& dir, const std::string& name,
+                                       bool optional = false);
+
+/// An output file and its contents.
+struct Output {
+  std::string name;
+  io::NpyArray array;
+};
+
+/// Writes every output to a unique temporary in `dir` and renames them only
+/// when all are complete, so a failure leaves `dir` as it was.
+void write_outputs(const std::string& dir, const std::vector<Output>& outputs);
+
+// ---- arrays as Views of the execution space ----
+// On a host backend these are the arrays' own buffers (no copy, no extra
+// memory); on a device backend, device copies.
+
+/// An input array as a read-only View, e.g. input_view<const float***>(x, "x.npy").
+template <class DataType>
+auto input_view(const io::NpyArray& array, const std::string& name) {
+  return Kokkos::create_mirror_view_and_copy(Space::memory_space(),
+                                             io::view_of<DataType>(array, name));
+}
+
+/// A View to compute the output `array` (from io::allocate_npy) into; call
+/// copy_to_output(array, view) when done.
+template <class DataType>
+auto output_view(io::NpyArray& array, const std::string& name) {
+  return Kokkos::create_mirror_view(Space::memory_space(), io::view_of<DataType>(array, name));
+}
+
+template <class View>
+void copy_to_output(io::NpyArray& array, const View& view) {
+  Kokkos::deep_copy(io::view_of<typename View::data_type>(array, "output"), view);
+}
+
+}  // namespace kdnn::cli

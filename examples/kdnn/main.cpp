@@ -1,0 +1,130 @@
+// kdnn: the command-line front end of the kdnn operators. One subcommand per
+// operator family, each in its own file; each reads its inputs from .npy
+// files in --in DIR and writes its outputs to --out DIR, all or nothing.
+//
+// Exit status: 0 on success, 1 for bad input data or a failed computation or
+// write, 2 for command-line usage errors. Errors print one line
+// "kdnn: error: <message>" to stderr; on success stderr stays empty.
+//
+// Kokkos is initialised once, with its warnings off; --kokkos-* arguments,
+// anywhere on the command line, go to Kokkos and not to the subcommand. With
+// MPI, rank 0 reads, writes and prints; a subcommand that is not context
+// parallel runs on rank 0 only, and every rank exits with its status.
+#include <Kokkos_Core.hpp>
+#ifdef KDNN_ENABLE_MPI
+#include <mpi.h>
+#endif
+
+#include <algorithm>
+#include <exception>
+#include <iomanip>
+#include <iostream>
+#include <string>
+
+#include "cli.hpp"
+#include "kdnn/core/compat.hpp"
+
+namespace kdnn::cli {
+extern const Subcommand sinkhorn_command;  // sinkhorn.cpp
+}  // namespace kdnn::cli
+
+namespace {
+
+using namespace kdnn::cli;
+
+const Subcommand* const kSubcommands[] = {&sinkhorn_command};
+
+void print_help() {
+  std::cout << "usage: kdnn <subcommand> [options] [--kokkos-...]\n"
+               "       kdnn <subcommand> --help\n\n"
+               "Runs a kdnn operator on .npy files.\n\nsubcommands:\n";
+  for (const Subcommand* s : kSubcommands) {
+    std::cout << "  " << std::left << std::setw(12) << s->name << s->summary << '\n';
+  }
+  std::cout << "\nArguments --kokkos-* (e.g. --kokkos-num-threads=N with Kokkos 4,\n"
+               "--kokkos-threads=N with Kokkos 3) go to Kokkos.\n"
+               "\nExit status: 0 on success, 1 for bad input data or a failed\n"
+               "computation or write, 2 for command-line usage errors. Errors print\n"
+               "one line 'kdnn: error: <message>' to stderr and write nothing to --out.\n";
+}
+
+bool is_kokkos_arg(const std::string& arg) { return arg.rfind("--kokkos-", 0) == 0; }
+
+bool is_help(const Args& args) { return !args.empty() && (args[0] == "--help" || args[0] == "-h"); }
+
+/// The subcommand named by args[0].
+const Subcommand& find_subcommand(const Args& args) {
+  if (args.empty()) usage_fail("missing subcommand (try 'kdnn --help')");
+  if (args[0].rfind('-', 0) == 0) usage_fail("unknown option '", args[0], "' (try 'kdnn --help')");
+  for (const Subcommand* s : kSubcommands) {
+    if (args[0] == s->name) return *s;
+  }
+  usage_fail("unknown subcommand '", args[0], "' (try 'kdnn --help')");
+}
+
+/// Prints the one-line error message (newlines inside it flattened).
+void report_error(const char* what) {
+  std::string message = what;
+  std::replace_if(message.begin(), message.end(),
+                  [](char c) { return c == '\n' || c == '\r'; }, ' ');
+  std::cerr << "kdnn: error: " << message << std::endl;
+}
+
+/// Runs `f` and returns its exit status; errors are reported by rank 0.
+template <class F>
+int exit_status(int rank, F&& f) {
+  try {
+    return f();
+  } catch (const UsageError& e) {
+    if (rank == 0) report_error(e.what());
+    return kExitUsage;
+  } catch (const std::exception& e) {  // kdnn::Error and anything else
+    if (rank == 0) report_error(e.what());
+    return kExitData;
+  } catch (...) {
+    if (rank == 0) report_error("unknown error");
+    return kExitData;
+  }
+}
+
+int run(const Args& args, int rank) {
+  if (is_help(args)) {
+    if (rank == 0) print_help();
+    return 0;
+  }
+  // Every rank sees the same arguments, so they all agree on this.
+  const Subcommand* s = nullptr;
+  const int status = exit_status(rank, [&] {
+    s = &find_subcommand(args);
+    return 0;
+  });
+  if (status != 0) return status;
+  const Args rest(args.begin() + 1, args.end());
+  if (s->context_parallel) return exit_status(rank, [&] { return s->run(rest); });
+  int result = rank == 0 ? exit_status(rank, [&] { return s->run(rest); }) : 0;
+#ifdef KDNN_ENABLE_MPI
+  MPI_Bcast(&result, 1, MPI_INT, 0, MPI_COMM_WORLD);
+#endif
+  return result;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+#ifdef KDNN_ENABLE_MPI
+  MPI_Init(&argc, &argv);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+#else
+  const int rank = 0;
+#endif
+  Args kokkos_args, args;
+  for (int i = 1; i < argc; ++i) (is_kokkos_arg(argv[i]) ? kokkos_args : args).push_back(argv[i]);
+  kdnn::compat::initialize_without_warnings(argc > 0 ? argv[0] : "kdnn", kokkos_args);
+  const int status = run(args, rank);
+  Kokkos::finalize();
+#ifdef KDNN_ENABLE_MPI
+  MPI_Finalize();
+#endif
+  return status;
+}
