@@ -544,10 +544,11 @@ TEST(Sinkhorn, ValidationErrors) {
 }
 
 TEST(Sinkhorn, TooLargeForScratchIsAClearError) {
-  using Kernel = sk::impl::CGBackwardKernel<Space, double>;
   // Smallest power-of-two n whose working set exceeds the level-1 limit.
-  int n = 1;
-  while (Kernel::matrix_bytes(n) <= kdnn::impl::scratch_capacity<Space>(1)) n *= 2;
+  sk::impl::CGBackwardKernel<Space, double> cg;
+  cg.n = 1;
+  while (cg.matrix_bytes() <= kdnn::impl::scratch_capacity<Space>(1)) cg.n *= 2;
+  const int n = cg.n;
   Batch<double> R1(Kokkos::view_alloc(Kokkos::WithoutInitializing, "R1"), 1, n, n);
   Batch<double> G1(Kokkos::view_alloc(Kokkos::WithoutInitializing, "G1"), 1, n, n);
   Batch<double> dX1(Kokkos::view_alloc(Kokkos::WithoutInitializing, "dX1"), 1, n, n);
@@ -558,9 +559,11 @@ TEST(Sinkhorn, TooLargeForScratchIsAClearError) {
   // The unrolled backward keeps 2n sums per iteration: a huge iteration
   // count is refused the same way.
   Batch<double> X4("X4", 1, 4, 4), G4("G4", 1, 4, 4), dX4("dX4", 1, 4, 4);
-  using Unrolled = sk::impl::UnrolledBackwardKernel<Space, double>;
-  int iters = 2;
-  while (Unrolled::matrix_bytes(4, iters) <= kdnn::impl::scratch_capacity<Space>(1)) iters *= 2;
+  sk::impl::UnrolledBackwardKernel<Space, double> unrolled;
+  unrolled.n = 4;
+  unrolled.iters = 2;
+  while (unrolled.matrix_bytes() <= kdnn::impl::scratch_capacity<Space>(1)) unrolled.iters *= 2;
+  const int iters = unrolled.iters;
   EXPECT_KDNN_ERROR(sk::backward_unrolled(Space(), X4, G4, dX4, {iters}),
                     "sinkhorn::backward_unrolled: n=4 needs");
 }

@@ -116,18 +116,23 @@ void forward(const ExecSpace& space, const XView& X, const RView& R,
   impl::forward<ExecSpace, T>(space, X, R, opts, report);
 }
 
+// Compile-time checks of a backward's Views: the input In (R or X, named IN),
+// G and the output dX, all [B, n, n] of one scalar type.
+#define KDNN_SINKHORN_CHECK_BACKWARD_VIEWS(OP, InView, IN)                \
+  KDNN_CHECK_VIEW(ExecSpace, InView, 3, "[B, n, n]", OP ": " IN);          \
+  KDNN_CHECK_VIEW(ExecSpace, GView, 3, "[B, n, n]", OP ": G");             \
+  KDNN_CHECK_VIEW(ExecSpace, DXView, 3, "[B, n, n]", OP ": dX");           \
+  KDNN_CHECK_OUTPUT(DXView, OP ": dX");                                    \
+  KDNN_CHECK_SAME_TYPE(InView, DXView, OP ": " IN " and dX");              \
+  KDNN_CHECK_SAME_TYPE(GView, DXView, OP ": G and dX")
+
 /// dX from R (forward output) and G = dL/dR by the implicit (default) or
 /// block method. Asynchronous on `space`.
 template <class ExecSpace, class RView, class GView, class DXView>
 void backward(const ExecSpace& space, const RView& R, const GView& G,
               const DXView& dX, const BackwardOptions& opts = {},
               const Report<ExecSpace>& report = {}) {
-  KDNN_CHECK_VIEW(ExecSpace, RView, 3, "[B, n, n]", "sinkhorn::backward: R");
-  KDNN_CHECK_VIEW(ExecSpace, GView, 3, "[B, n, n]", "sinkhorn::backward: G");
-  KDNN_CHECK_VIEW(ExecSpace, DXView, 3, "[B, n, n]", "sinkhorn::backward: dX");
-  KDNN_CHECK_OUTPUT(DXView, "sinkhorn::backward: dX");
-  KDNN_CHECK_SAME_TYPE(RView, DXView, "sinkhorn::backward: R and dX");
-  KDNN_CHECK_SAME_TYPE(GView, DXView, "sinkhorn::backward: G and dX");
+  KDNN_SINKHORN_CHECK_BACKWARD_VIEWS("sinkhorn::backward", RView, "R");
   using T = typename DXView::non_const_value_type;
   impl::backward<ExecSpace, T>(space, R, G, dX, opts, report);
 }
@@ -137,12 +142,7 @@ void backward(const ExecSpace& space, const RView& R, const GView& G,
 template <class ExecSpace, class XView, class GView, class DXView>
 void backward_unrolled(const ExecSpace& space, const XView& X, const GView& G,
                        const DXView& dX, const ForwardOptions& opts = {}) {
-  KDNN_CHECK_VIEW(ExecSpace, XView, 3, "[B, n, n]", "sinkhorn::backward_unrolled: X");
-  KDNN_CHECK_VIEW(ExecSpace, GView, 3, "[B, n, n]", "sinkhorn::backward_unrolled: G");
-  KDNN_CHECK_VIEW(ExecSpace, DXView, 3, "[B, n, n]", "sinkhorn::backward_unrolled: dX");
-  KDNN_CHECK_OUTPUT(DXView, "sinkhorn::backward_unrolled: dX");
-  KDNN_CHECK_SAME_TYPE(XView, DXView, "sinkhorn::backward_unrolled: X and dX");
-  KDNN_CHECK_SAME_TYPE(GView, DXView, "sinkhorn::backward_unrolled: G and dX");
+  KDNN_SINKHORN_CHECK_BACKWARD_VIEWS("sinkhorn::backward_unrolled", XView, "X");
   using T = typename DXView::non_const_value_type;
   impl::backward_unrolled<ExecSpace, T>(space, X, G, dX, opts);
 }

@@ -16,14 +16,14 @@
 namespace kdnn::sinkhorn::impl {
 
 template <class ExecSpace, class T>
-struct CGBackwardKernel {
+struct CGBackwardKernel : PerMatrixKernel<CGBackwardKernel<ExecSpace, T>, ExecSpace> {
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
 
   Batch<const T, ExecSpace> R, G;
   Batch<T, ExecSpace> dX;
   Kokkos::View<int*, typename ExecSpace::memory_space> iters_out;
   Kokkos::View<double*, typename ExecSpace::memory_space> error_out;
-  int batch = 0, n = 0, tile = 1, level = 0, max_iters = 0;
+  int max_iters = 0;
   double rtol = 0;
   bool block = false, measured = false;
 
@@ -33,7 +33,8 @@ struct CGBackwardKernel {
   struct Work {
     T *R, *RT, *W, *sr, *sc, *inv_a, *c, *q, *x, *r, *p, *Ap;
   };
-  KOKKOS_INLINE_FUNCTION static Work carve(ScratchCarver& s, int n) {
+  KOKKOS_INLINE_FUNCTION Work carve(ScratchCarver& s) const {
+    const int n = this->n;
     const int ld = scratch_ld(n);
     Work w;
     w.R = s.take<T>(n * ld);
@@ -50,16 +51,8 @@ struct CGBackwardKernel {
     w.Ap = s.take<T>(2 * n);
     return w;
   }
-  KOKKOS_INLINE_FUNCTION static std::size_t matrix_bytes(int n) {
-    return kdnn::impl::layout_bytes([&](ScratchCarver& s) { carve(s, n); });
-  }
-
-  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
-    for_each_matrix(team, level, tile, batch, matrix_bytes(n),
-                    [&](int b, ScratchCarver& s) { one_matrix(team, b, carve(s, n)); });
-  }
-
   KOKKOS_INLINE_FUNCTION void one_matrix(const Member& team, int b, const Work& w) const {
+    const int n = this->n;
     const int ld = scratch_ld(n);
     T* Rm = w.R;
     T* RT = w.RT;

@@ -18,14 +18,14 @@
 namespace kdnn::sinkhorn::impl {
 
 template <class ExecSpace, class T>
-struct ForwardKernel {
+struct ForwardKernel : PerMatrixKernel<ForwardKernel<ExecSpace, T>, ExecSpace> {
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
 
   Batch<const T, ExecSpace> X;
   Batch<T, ExecSpace> R;
   Kokkos::View<int*, typename ExecSpace::memory_space> iters_out;
   Kokkos::View<double*, typename ExecSpace::memory_space> error_out;
-  int batch = 0, n = 0, tile = 1, iters = 1, level = 0;
+  int iters = 1;
   double tol = 0;
 
   /// One matrix's working set: P and Pᵀ (n×ld), the scaling vectors u, v
@@ -36,7 +36,8 @@ struct ForwardKernel {
     double* P1;
     ColumnSoftmax cs;
   };
-  KOKKOS_INLINE_FUNCTION static Work carve(ScratchCarver& s, int n) {
+  KOKKOS_INLINE_FUNCTION Work carve(ScratchCarver& s) const {
+    const int n = this->n;
     const int ld = scratch_ld(n);
     Work w;
     w.P = s.take<T>(n * ld);
@@ -49,16 +50,8 @@ struct ForwardKernel {
     w.cs.inv_colsum = s.take<double>(n);
     return w;
   }
-  KOKKOS_INLINE_FUNCTION static std::size_t matrix_bytes(int n) {
-    return kdnn::impl::layout_bytes([&](ScratchCarver& s) { carve(s, n); });
-  }
-
-  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
-    for_each_matrix(team, level, tile, batch, matrix_bytes(n),
-                    [&](int b, ScratchCarver& s) { one_matrix(team, b, carve(s, n)); });
-  }
-
   KOKKOS_INLINE_FUNCTION void one_matrix(const Member& team, int b, const Work& w) const {
+    const int n = this->n;
     const int ld = scratch_ld(n);
     T* P = w.P;
     T* PT = w.PT;

@@ -11,36 +11,53 @@
 namespace kdnn::sinkhorn::impl {
 
 using kdnn::impl::ScratchCarver;
-using kdnn::impl::TeamPlan;
 
 /// Row stride of an n×n matrix in scratch: odd, so that lanes walking a row
 /// each and lanes walking a column each both hit distinct memory banks.
 KOKKOS_INLINE_FUNCTION int scratch_ld(int n) { return n | 1; }
 
-/// Plans `Kernel` over `batch` matrices of size n whose vector loops have
-/// `lanes` iterations; `matrix_bytes` is the carved scratch of one matrix.
-template <class ExecSpace, class Kernel>
-TeamPlan<ExecSpace> plan_matrices(const char* op, const ExecSpace& space, int batch, int n,
-                                  int lanes, const Launch& request, std::size_t matrix_bytes) {
-  return kdnn::impl::plan_system_tiles<ExecSpace, Kernel>(
-      op, space, batch, lanes, request, [&](int tile) { return tile * matrix_bytes; },
-      "n=" + std::to_string(n), "matrix");
-}
+/// Base of the kernels that give each matrix of a batch to one team thread.
+/// Derived provides its layout, `Work carve(ScratchCarver&) const`, and
+/// `void one_matrix(const Member&, int b, const Work&) const`.
+template <class Derived, class ExecSpace>
+struct PerMatrixKernel {
+  using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
 
-/// Runs `one_matrix(b, carver)` for each of the team's matrices b, with a
-/// carver over that matrix's slice of the team's scratch.
-template <class Member, class OneMatrix>
-KOKKOS_INLINE_FUNCTION void for_each_matrix(const Member& team, int level, int tile,
-                                            int batch, std::size_t matrix_bytes,
-                                            const OneMatrix& one_matrix) {
-  char* base = static_cast<char*>(
-      kdnn::impl::team_scratch_base(team, level, tile * matrix_bytes));
-  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, tile), [&](int t) {
-    const int b = team.league_rank() * tile + t;
-    if (b >= batch) return;
-    ScratchCarver carver(base + t * matrix_bytes);
-    one_matrix(b, carver);
-  });
-}
+  int batch = 0, n = 0;
+  int tile = 1, level = 0;  // set by run()
+
+  /// Carved scratch bytes of one matrix.
+  KOKKOS_INLINE_FUNCTION std::size_t matrix_bytes() const {
+    return kdnn::impl::layout_bytes([&](ScratchCarver& s) { derived().carve(s); });
+  }
+
+  /// Plans the launch (vector loops of `lanes` iterations) and runs it.
+  void run(const char* op, const ExecSpace& space, int lanes, const Launch& request) {
+    const std::size_t bytes = matrix_bytes();
+    const auto plan = kdnn::impl::plan_system_tiles<ExecSpace, Derived>(
+        op, space, batch, lanes, request, [&](int tiles) { return tiles * bytes; },
+        "n=" + std::to_string(n), "matrix");
+    tile = plan.tile;
+    level = plan.level;
+    Kokkos::parallel_for(std::string("kdnn::") + op, plan.policy(space), derived());
+  }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    const std::size_t bytes = matrix_bytes();
+    char* base =
+        static_cast<char*>(kdnn::impl::team_scratch_base(team, level, tile * bytes));
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, tile), [&](int t) {
+      const int b = team.league_rank() * tile + t;
+      if (b >= batch) return;
+      ScratchCarver carver(base + t * bytes);
+      derived().one_matrix(team, b, derived().carve(carver));
+    });
+  }
+
+ private:
+  KOKKOS_INLINE_FUNCTION const Derived& derived() const {
+    return static_cast<const Derived&>(*this);
+  }
+};
 
 }  // namespace kdnn::sinkhorn::impl

@@ -52,8 +52,6 @@ void forward(const ExecSpace& space, const Batch<const T, ExecSpace>& X,
   if (batch == 0 || n == 0) return;
 
   using Kernel = ForwardKernel<ExecSpace, T>;
-  const auto plan = plan_matrices<ExecSpace, Kernel>(op, space, batch, n, n, opts.launch,
-                                                    Kernel::matrix_bytes(n));
   Kernel k;
   k.X = X;
   k.R = R;
@@ -61,11 +59,9 @@ void forward(const ExecSpace& space, const Batch<const T, ExecSpace>& X,
   k.error_out = report.error;
   k.batch = batch;
   k.n = n;
-  k.tile = plan.tile;
   k.iters = opts.iters;
-  k.level = plan.level;
   k.tol = opts.tol;
-  Kokkos::parallel_for("kdnn::sinkhorn::forward", plan.policy(space), k);
+  k.run(op, space, n, opts.launch);
 }
 
 template <class ExecSpace, class T>
@@ -92,8 +88,6 @@ void backward(const ExecSpace& space, const Batch<const T, ExecSpace>& R,
 
   const bool block = opts.method == Method::block;
   using Kernel = CGBackwardKernel<ExecSpace, T>;
-  const auto plan = plan_matrices<ExecSpace, Kernel>(
-      op, space, batch, n, block ? 2 * n : n, opts.launch, Kernel::matrix_bytes(n));
   Kernel k;
   k.R = R;
   k.G = G;
@@ -102,13 +96,11 @@ void backward(const ExecSpace& space, const Batch<const T, ExecSpace>& R,
   k.error_out = report.error;
   k.batch = batch;
   k.n = n;
-  k.tile = plan.tile;
-  k.level = plan.level;
   k.max_iters = opts.max_iters > 0 ? opts.max_iters : (block ? 4 : 2) * n;
   k.rtol = opts.rtol > 0 ? opts.rtol : (sizeof(T) == 4 ? 1e-6 : 1e-12);
   k.block = block;
   k.measured = opts.measured_marginals;
-  Kokkos::parallel_for("kdnn::sinkhorn::backward", plan.policy(space), k);
+  k.run(op, space, block ? 2 * n : n, opts.launch);
 }
 
 template <class ExecSpace, class T>
@@ -131,18 +123,14 @@ void backward_unrolled(const ExecSpace& space, const Batch<const T, ExecSpace>& 
   if (batch == 0 || n == 0) return;
 
   using Kernel = UnrolledBackwardKernel<ExecSpace, T>;
-  const auto plan = plan_matrices<ExecSpace, Kernel>(op, space, batch, n, n, opts.launch,
-                                                    Kernel::matrix_bytes(n, opts.iters));
   Kernel k;
   k.X = X;
   k.G = G;
   k.dX = dX;
   k.batch = batch;
   k.n = n;
-  k.tile = plan.tile;
-  k.level = plan.level;
   k.iters = opts.iters;
-  Kokkos::parallel_for("kdnn::sinkhorn::backward_unrolled", plan.policy(space), k);
+  k.run(op, space, n, opts.launch);
 }
 
 }  // namespace kdnn::sinkhorn::impl

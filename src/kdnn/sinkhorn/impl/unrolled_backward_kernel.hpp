@@ -17,12 +17,13 @@
 namespace kdnn::sinkhorn::impl {
 
 template <class ExecSpace, class T>
-struct UnrolledBackwardKernel {
+struct UnrolledBackwardKernel
+    : PerMatrixKernel<UnrolledBackwardKernel<ExecSpace, T>, ExecSpace> {
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
 
   Batch<const T, ExecSpace> X, G;
   Batch<T, ExecSpace> dX;
-  int batch = 0, n = 0, tile = 1, level = 0, iters = 1;
+  int iters = 1;
 
   /// One matrix's working set, in double: Y and dY (n×ld), the column and
   /// row sums of iterations 1..iters−1 (n each per iteration), the first
@@ -31,7 +32,8 @@ struct UnrolledBackwardKernel {
     double *Y, *dY, *col_sums, *row_sums, *a, *b;
     ColumnSoftmax cs;
   };
-  KOKKOS_INLINE_FUNCTION static Work carve(ScratchCarver& s, int n, int iters) {
+  KOKKOS_INLINE_FUNCTION Work carve(ScratchCarver& s) const {
+    const int n = this->n;
     const int ld = scratch_ld(n);
     const std::size_t sums = std::size_t(n) * std::size_t(iters - 1);
     Work w;
@@ -45,16 +47,8 @@ struct UnrolledBackwardKernel {
     w.b = s.take<double>(n);
     return w;
   }
-  KOKKOS_INLINE_FUNCTION static std::size_t matrix_bytes(int n, int iters) {
-    return kdnn::impl::layout_bytes([&](ScratchCarver& s) { carve(s, n, iters); });
-  }
-
-  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
-    for_each_matrix(team, level, tile, batch, matrix_bytes(n, iters),
-                    [&](int b, ScratchCarver& s) { one_matrix(team, b, carve(s, n, iters)); });
-  }
-
   KOKKOS_INLINE_FUNCTION void one_matrix(const Member& team, int b, const Work& w) const {
+    const int n = this->n;
     const int ld = scratch_ld(n);
     double* Y = w.Y;
     double* dY = w.dY;
