@@ -21,6 +21,7 @@
 #include <Kokkos_Core.hpp>
 
 #include "kdnn/io/npy.hpp"
+#include "random.hpp"
 #include "sinkhorn_reference.hpp"
 #include "test_paths.hpp"
 
@@ -29,6 +30,8 @@ namespace {
 namespace fs = std::filesystem;
 using kdnn::io::DType;
 using kdnn_test::Mat;
+using kdnn_test::matrix;
+using kdnn_test::uniform;
 using kdnn_test::rel_error;
 using Shape = std::vector<std::size_t>;
 using Strings = std::vector<std::string>;
@@ -51,18 +54,6 @@ std::string read_text(const fs::path& path) {
   std::ostringstream os;
   os << in.rdbuf();
   return os.str();
-}
-
-std::vector<double> uniform(std::size_t count, double lo, double hi, unsigned seed) {
-  std::mt19937_64 gen(seed);
-  std::uniform_real_distribution<double> dist(lo, hi);
-  std::vector<double> v(count);
-  for (auto& x : v) x = dist(gen);
-  return v;
-}
-
-Mat matrix(const std::vector<double>& all, std::size_t b, std::size_t n) {
-  return Mat(all.begin() + b * n * n, all.begin() + (b + 1) * n * n);
 }
 
 class Cli : public ::testing::Test {

@@ -1,14 +1,15 @@
 #pragma once
 // Host <-> device copies for tests, any rank: data is built and checked on
 // the host as flat row-major std::vector<double>, operators run on Views of
-// the default execution space. Plus seeded random fills.
+// the default execution space.
 #include <cstddef>
-#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include <Kokkos_Core.hpp>
+
+#include "random.hpp"  // the fills tests build data with
 
 namespace kdnn_test {
 
@@ -44,22 +45,6 @@ std::vector<double> to_host(const View& view) {
                 "to_host: a LayoutRight (or rank-1) View");
   auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), view);
   return std::vector<double>(host.data(), host.data() + host.size());
-}
-
-inline std::vector<double> uniform(std::size_t count, double lo, double hi, unsigned seed) {
-  std::mt19937_64 gen(seed);
-  std::uniform_real_distribution<double> dist(lo, hi);
-  std::vector<double> v(count);
-  for (auto& x : v) x = dist(gen);
-  return v;
-}
-
-inline std::vector<double> normal(std::size_t count, unsigned seed) {
-  std::mt19937_64 gen(seed);
-  std::normal_distribution<double> dist(0.0, 1.0);
-  std::vector<double> v(count);
-  for (auto& x : v) x = dist(gen);
-  return v;
 }
 
 }  // namespace kdnn_test

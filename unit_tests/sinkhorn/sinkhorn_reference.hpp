@@ -13,6 +13,11 @@ namespace kdnn_test {
 /// One n×n matrix, row-major.
 using Mat = std::vector<double>;
 
+/// Matrix b of a flattened [batch, n, n] array.
+inline Mat matrix(const std::vector<double>& all, std::size_t b, std::size_t n) {
+  return Mat(all.begin() + b * n * n, all.begin() + (b + 1) * n * n);
+}
+
 /// The plain formula, computed in Real (long double reaches exp(±11000),
 /// for inputs whose exp() overflows or underflows in double).
 template <class Real = double>

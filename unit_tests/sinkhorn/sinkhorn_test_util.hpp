@@ -21,9 +21,4 @@ Batch<T> batch_of(const std::vector<double>& host, int batch, int n) {
   return to_device<T***>(host, batch, n, n);
 }
 
-/// Matrix b of a flattened batch.
-inline Mat matrix(const std::vector<double>& all, int b, int n) {
-  return Mat(all.begin() + std::size_t(b) * n * n, all.begin() + std::size_t(b + 1) * n * n);
-}
-
 }  // namespace kdnn_test
