@@ -100,16 +100,18 @@ std::optional<io::NpyArray> read_input(const std::string& dir, const std::string
 
 void write_outputs(const std::string& dir, const std::vector<Output>& outputs) {
   std::vector<std::string> paths, temporaries;
-  try {
-    for (const Output& out : outputs) {
-      paths.push_back((fs::path(dir) / out.name).string());
-      const io::NpyArray& a = out.array;
-      temporaries.push_back(io::write_npy_temporary(paths.back(), a.dtype, a.shape, a.bytes.data()));
+  for (const Output& out : outputs) {
+    paths.push_back((fs::path(dir) / out.name).string());
+    // rename() cannot replace a directory: refuse before writing anything.
+    std::error_code ec;
+    if (fs::is_directory(paths.back(), ec)) {
+      fail(paths.back(), ": cannot replace a directory with the output");
     }
-    // rename() fails for a directory in the way: check them all before the first.
-    for (const std::string& path : paths) {
-      std::error_code ec;
-      if (fs::is_directory(path, ec)) fail(path, ": cannot replace a directory with the output");
+  }
+  try {
+    for (std::size_t i = 0; i < outputs.size(); ++i) {
+      const io::NpyArray& a = outputs[i].array;
+      temporaries.push_back(io::write_npy_temporary(paths[i], a.dtype, a.shape, a.bytes.data()));
     }
   } catch (...) {
     for (const std::string& tmp : temporaries) std::remove(tmp.c_str());

@@ -18,30 +18,48 @@ struct NoOp {
 TEST(TeamPlan, CooperativeChoosesScratchLevel) {
   const std::size_t max0 = kdnn::impl::scratch_capacity<Space>(0);
   const std::size_t max1 = kdnn::impl::scratch_capacity<Space>(1);
-  auto small = kdnn::impl::plan_team<Space, NoOp>("op", Space(), 3, 0, 1, 64, "block=1");
+  const kdnn::Launch any;
+  auto small = kdnn::impl::plan_team<Space, NoOp>("op", Space(), 3, any, 1, 64, "block=1");
   EXPECT_EQ(small.level, 0);
   EXPECT_EQ(small.league, 3);
   EXPECT_GE(small.team_size, 1);
   if (max1 > max0) {
-    auto large = kdnn::impl::plan_team<Space, NoOp>("op", Space(), 1, 0, 1, max0 + 1, "block=2");
+    auto large = kdnn::impl::plan_team<Space, NoOp>("op", Space(), 1, any, 1, max0 + 1, "block=2");
     EXPECT_EQ(large.level, 1);
   }
-  EXPECT_KDNN_ERROR((kdnn::impl::plan_team<Space, NoOp>("op", Space(), 1, 0, 1, max1 + 1, "block=3")),
+  EXPECT_KDNN_ERROR((kdnn::impl::plan_team<Space, NoOp>("op", Space(), 1, any, 1, max1 + 1, "block=3")),
                     "op: block=3 needs " + std::to_string(max1 + 1) +
                         " bytes of team scratch, above the " + std::to_string(max1) +
                         "-byte limit");
 }
 
+kdnn::Launch with_team_and_vector(int team_size, int vector_length) {
+  kdnn::Launch l;
+  l.team_size = team_size;
+  l.vector_length = vector_length;
+  return l;
+}
+
 TEST(TeamPlan, CooperativeChecksVectorLengthAndTeamSize) {
-  EXPECT_KDNN_ERROR((kdnn::impl::plan_team<Space, NoOp>("op", Space(), 1, 0, 3, 0, "x")),
+  const kdnn::Launch any;
+  EXPECT_KDNN_ERROR((kdnn::impl::plan_team<Space, NoOp>("op", Space(), 1, any, 3, 0, "x")),
+                    "op: launch.vector_length=3, expected a power of two");
+  EXPECT_KDNN_ERROR((kdnn::impl::plan_team<Space, NoOp>("op", Space(), 1,
+                                                        with_team_and_vector(0, 3), 1, 0, "x")),
                     "op: launch.vector_length=3, expected a power of two");
   const int vmax = Kokkos::TeamPolicy<Space>::vector_length_max();
-  EXPECT_KDNN_ERROR((kdnn::impl::plan_team<Space, NoOp>("op", Space(), 1, 0, 2 * vmax, 0, "x")),
+  EXPECT_KDNN_ERROR((kdnn::impl::plan_team<Space, NoOp>("op", Space(), 1, any, 2 * vmax, 0, "x")),
                     "expected at most " + std::to_string(vmax));
-  EXPECT_KDNN_ERROR((kdnn::impl::plan_team<Space, NoOp>("op", Space(), 1, 1 << 20, 1, 0, "x")),
+  EXPECT_KDNN_ERROR((kdnn::impl::plan_team<Space, NoOp>(
+                        "op", Space(), 1, with_team_and_vector(1 << 20, 0), 1, 0, "x")),
                     "op: launch.team_size=1048576, expected at most");
-  auto plan = kdnn::impl::plan_team<Space, NoOp>("op", Space(), 2, 1, 1, 0, "x");
+  EXPECT_KDNN_ERROR((kdnn::impl::plan_team<Space, NoOp>("op", Space(), 1,
+                                                        with_team_and_vector(-1, 0), 1, 0, "x")),
+                    "op: launch.team_size=-1, expected >= 0");
+  auto plan = kdnn::impl::plan_team<Space, NoOp>("op", Space(), 2, with_team_and_vector(1, 1), 1,
+                                                 0, "x");
   EXPECT_EQ(plan.team_size, 1);
+  EXPECT_EQ(plan.vector_length, 1);
   Kokkos::parallel_for("TeamPlan::run", plan.policy(Space()), NoOp{});
   Space().fence();
 }

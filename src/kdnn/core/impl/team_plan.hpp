@@ -3,8 +3,9 @@
 //
 //  * cooperative (plan_team): the whole team works on one block (a query
 //    block of fused attention, an SSD chunk) and synchronises with team
-//    barriers; the caller gives the league, the team and vector sizes it
-//    wants (0 = the backend's recommendation) and the team's scratch bytes.
+//    barriers; the caller gives the league, the team's scratch bytes and its
+//    default vector length, a kdnn::Launch request may pin team and vector
+//    sizes.
 //  * one system per team thread (plan_system_tiles): a team owns a tile of
 //    small independent systems (Sinkhorn's matrices), each handled by one
 //    team thread whose vector lanes split its rows or columns; no barriers.
@@ -87,28 +88,29 @@ int scratch_level(std::size_t bytes) {
   return bytes <= scratch_capacity<ExecSpace>(0) ? 0 : 1;
 }
 
-/// Cooperative kernels: `league` teams of `team_size` threads (0 = the
-/// backend's recommendation for Kernel) with `vector_length` lanes, each team
-/// with `scratch_bytes` of carved scratch. Throws kdnn::Error when the scratch
-/// exceeds level 1 (`what` names the problem size in the message).
+/// Cooperative kernels: `league` teams, each with `scratch_bytes` of carved
+/// scratch. The request's team size (0 = the backend's recommendation for
+/// Kernel) and vector length (0 = `default_vector_length`) are used; its tile
+/// has no meaning here. Throws kdnn::Error when the scratch exceeds level 1
+/// (`what` names the problem size in the message).
 template <class ExecSpace, class Kernel>
 TeamPlan<ExecSpace> plan_team(const char* op, const ExecSpace& space, int league,
-                              int team_size, int vector_length, std::size_t scratch_bytes,
-                              const std::string& what) {
-  check_vector_length<ExecSpace>(op, vector_length);
-  if (team_size < 0) fail(op, ": launch.team_size=", team_size, ", expected >= 0");
+                              const Launch& request, int default_vector_length,
+                              std::size_t scratch_bytes, const std::string& what) {
+  check_launch_request(op, request);
+  TeamPlan<ExecSpace> plan;
+  plan.vector_length = request.vector_length > 0 ? request.vector_length : default_vector_length;
+  check_vector_length<ExecSpace>(op, plan.vector_length);
   const std::size_t max1 = scratch_capacity<ExecSpace>(1);
   if (scratch_bytes > max1) {
     fail(op, ": ", what, " needs ", scratch_bytes, " bytes of team scratch, above the ",
          max1, "-byte limit of this backend's team scratch (level 1)");
   }
-  TeamPlan<ExecSpace> plan;
   plan.league = league;
-  plan.vector_length = vector_length;
   plan.scratch_bytes = scratch_bytes;
   plan.level = scratch_level<ExecSpace>(scratch_bytes);
   plan.team_size = choose_team_size<ExecSpace, Kernel>(
-      op, space, plan, team_size, [](const auto& probe, int) {
+      op, space, plan, request.team_size, [](const auto& probe, int) {
         return probe.team_size_recommended(Kernel{}, Kokkos::ParallelForTag());
       });
   return plan;
