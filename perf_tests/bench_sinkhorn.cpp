@@ -49,7 +49,8 @@ void run(benchmark::State& state, Op op) {
   sk::forward(space, X, R, {iters});
   sk::BackwardOptions opts;
   opts.method = op == Op::block ? sk::Method::block : sk::Method::implicit;
-  sk::Report<Space> report{Kokkos::View<int*, Space::memory_space>("cg", batch), {}};
+  sk::Report<Space> report;
+  report.iterations = Kokkos::View<int*, Space::memory_space>("cg", batch);
   space.fence();
   for (auto _ : state) {
     switch (op) {

@@ -63,15 +63,21 @@ CLI::Validator integer_at_least(int min) {
   return CLI::Validator(check, "");
 }
 
-CLI::Validator finite_at_least(double min) {
-  const auto check = [min](std::string& text) {
+CLI::Validator finite_in(double min, double max) {
+  const auto check = [min, max](std::string& text) {
     const auto value = parse_number<double>(text);
-    if (value && std::isfinite(*value) && *value >= min) return std::string();
+    if (value && std::isfinite(*value) && *value >= min && *value <= max) return std::string();
     std::ostringstream os;
-    os << "expected a finite number >= " << min << ", got '" << text << "'";
+    os << "expected a finite number >= " << min;
+    if (max < std::numeric_limits<double>::infinity()) os << " and <= " << max;
+    os << ", got '" << text << "'";
     return os.str();
   };
   return CLI::Validator(check, "");
+}
+
+CLI::Validator finite_at_least(double min) {
+  return finite_in(min, std::numeric_limits<double>::infinity());
 }
 
 CLI::Validator not_an_option() {

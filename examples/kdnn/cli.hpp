@@ -54,6 +54,7 @@ bool parse(CLI::App& app, const Args& args, const char* help);
 /// CLI11 checks whose failures read "--NAME: expected ..., got '...'".
 CLI::Validator integer_at_least(int min);
 CLI::Validator finite_at_least(double min);
+CLI::Validator finite_in(double min, double max);
 /// A value, not the next option swallowed ("--in --out DIR").
 CLI::Validator not_an_option();
 

@@ -18,22 +18,33 @@ inline Mat matrix(const std::vector<double>& all, std::size_t b, std::size_t n) 
   return Mat(all.begin() + b * n * n, all.begin() + (b + 1) * n * n);
 }
 
+/// The forward's variant: the order of the two normalisations of an
+/// iteration and TileKernels' eps (added after the first normalisation, and
+/// to the sum of every later one).
+struct Variant {
+  bool rows_first = false;
+  double eps = 0;
+};
+
+/// Normalisation step `it` (0 .. 2·iters − 1) divides columns?
+inline bool step_divides_columns(const Variant& v, int it) { return (it % 2 == 0) != v.rows_first; }
+
 /// The plain formula, computed in Real (long double reaches exp(±11000),
 /// for inputs whose exp() overflows or underflows in double).
 template <class Real = double>
-Mat ref_forward(const Mat& X, int n, int iters) {
+Mat ref_forward(const Mat& X, int n, int iters, const Variant& var = {}) {
   std::vector<Real> R(n * n);
   for (int e = 0; e < n * n; ++e) R[e] = std::exp(Real(X[e]));
-  for (int it = 0; it < iters; ++it) {
-    for (int j = 0; j < n; ++j) {
+  for (int it = 0; it < 2 * iters; ++it) {
+    const bool cols = step_divides_columns(var, it);
+    const Real eps = it == 0 ? Real(0) : Real(var.eps);
+    for (int a = 0; a < n; ++a) {
       Real s = 0;
-      for (int i = 0; i < n; ++i) s += R[i * n + j];
-      for (int i = 0; i < n; ++i) R[i * n + j] /= s;
+      for (int k = 0; k < n; ++k) s += cols ? R[k * n + a] : R[a * n + k];
+      for (int k = 0; k < n; ++k) (cols ? R[k * n + a] : R[a * n + k]) /= s + eps;
     }
-    for (int i = 0; i < n; ++i) {
-      Real s = 0;
-      for (int j = 0; j < n; ++j) s += R[i * n + j];
-      for (int j = 0; j < n; ++j) R[i * n + j] /= s;
+    if (it == 0) {
+      for (auto& r : R) r += Real(var.eps);
     }
   }
   return Mat(R.begin(), R.end());
@@ -41,7 +52,8 @@ Mat ref_forward(const Mat& X, int n, int iters) {
 
 /// dX of L = Σ G∘R(X) by reverse mode through all stored iterates, in Real.
 template <class Real = double>
-Mat ref_unrolled_backward(const Mat& X, const Mat& G, int n, int iters) {
+Mat ref_unrolled_backward(const Mat& X, const Mat& G, int n, int iters,
+                          const Variant& var = {}) {
   using Vec = std::vector<Real>;
   std::vector<Vec> states;  // input of every normalisation step
   Vec Z(n * n);
@@ -49,21 +61,26 @@ Mat ref_unrolled_backward(const Mat& X, const Mat& G, int n, int iters) {
   const Vec P = Z;
   for (int it = 0; it < 2 * iters; ++it) {
     states.push_back(Z);
-    const bool cols = it % 2 == 0;
+    const bool cols = step_divides_columns(var, it);
+    const Real eps = it == 0 ? Real(0) : Real(var.eps);
     for (int a = 0; a < n; ++a) {
       Real s = 0;
       for (int k = 0; k < n; ++k) s += cols ? Z[k * n + a] : Z[a * n + k];
-      for (int k = 0; k < n; ++k) (cols ? Z[k * n + a] : Z[a * n + k]) /= s;
+      for (int k = 0; k < n; ++k) (cols ? Z[k * n + a] : Z[a * n + k]) /= s + eps;
+    }
+    if (it == 0) {
+      for (auto& z : Z) z += Real(var.eps);  // its reverse is the identity
     }
   }
   Vec dZ(G.begin(), G.end());
   for (int it = 2 * iters - 1; it >= 0; --it) {
     const Vec& In = states[it];
-    const bool cols = it % 2 == 0;
+    const bool cols = step_divides_columns(var, it);
+    const Real eps = it == 0 ? Real(0) : Real(var.eps);
     Vec dIn(n * n);
     for (int a = 0; a < n; ++a) {
       auto idx = [&](int k) { return cols ? k * n + a : a * n + k; };
-      Real s = 0, d = 0;
+      Real s = eps, d = 0;
       for (int k = 0; k < n; ++k) s += In[idx(k)];
       for (int k = 0; k < n; ++k) d += dZ[idx(k)] * In[idx(k)];
       // y_k = x_k / s:  dx_k = dy_k / s − (Σ dy_l x_l) / s²
@@ -75,14 +92,29 @@ Mat ref_unrolled_backward(const Mat& X, const Mat& G, int n, int iters) {
   return Mat(dZ.begin(), dZ.end());
 }
 
+/// max(max_i |Σ_j R_ij − 1|, max_j |Σ_i R_ij − 1|), NaN if R holds NaN.
+inline double marginal_error(const Mat& R, int n) {
+  double e = 0;
+  for (int a = 0; a < n; ++a) {
+    double row = 0, col = 0;
+    for (int k = 0; k < n; ++k) {
+      row += R[a * n + k];
+      col += R[k * n + a];
+    }
+    for (double d : {std::abs(row - 1), std::abs(col - 1)}) e = (d > e || d != d) ? d : e;
+  }
+  return e;
+}
+
 /// Central differences of L = Σ G∘R(X) with step h.
-inline Mat finite_difference(const Mat& X, const Mat& G, int n, int iters, double h) {
+inline Mat finite_difference(const Mat& X, const Mat& G, int n, int iters, double h,
+                             const Variant& var = {}) {
   Mat dX(n * n);
   for (int e = 0; e < n * n; ++e) {
     Mat Xp = X, Xm = X;
     Xp[e] += h;
     Xm[e] -= h;
-    const Mat Rp = ref_forward(Xp, n, iters), Rm = ref_forward(Xm, n, iters);
+    const Mat Rp = ref_forward(Xp, n, iters, var), Rm = ref_forward(Xm, n, iters, var);
     double lp = 0, lm = 0;
     for (int k = 0; k < n * n; ++k) {
       lp += G[k] * Rp[k];

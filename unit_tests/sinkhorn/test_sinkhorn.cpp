@@ -85,17 +85,60 @@ TYPED_TEST(SinkhornTyped, ForwardHugeRowAndColumnOffsetsGiveUniform) {
   for (double v : to_host(R)) EXPECT_NEAR(v, 1.0 / n, tol<T>(1e-12, 1e-6));
 }
 
+// The README promises any finite X: rows of constant ±DBL_MAX-scale values
+// (whose differences overflow) balance to 11ᵀ/n like any X_ij = a_i + c_j, and
+// the gradient is the one at offsets ±400, where e^{−800} is already below
+// double precision (reference in long double).
+TYPED_TEST(SinkhornTyped, ExtremeFiniteValuesAreSafe) {
+  using T = TypeParam;
+  const int n = 4, batch = 3, iters = 6;
+  const double huge = double(std::numeric_limits<T>::max());
+  const double offsets[batch][n] = {{huge, -huge, huge, -huge},
+                                    {1e308 < huge ? 1e308 : huge / 2, -huge / 3, 0, huge},
+                                    {-huge, -huge, -huge, huge}};
+  const auto g = normal(std::size_t(batch) * n * n, 33);
+  std::vector<double> x(std::size_t(batch) * n * n);
+  for (int b = 0; b < batch; ++b)
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < n; ++j) x[(b * n + i) * n + j] = offsets[b][i];
+  for (auto order : {sk::Order::columns_first, sk::Order::rows_first}) {
+    sk::ForwardOptions o{iters};
+    o.order = order;
+    std::vector<double> xs = x;
+    if (order == sk::Order::rows_first) {  // offsets by column instead
+      for (int b = 0; b < batch; ++b)
+        for (int i = 0; i < n; ++i)
+          for (int j = 0; j < n; ++j) xs[(b * n + i) * n + j] = x[(b * n + j) * n + i];
+    }
+    auto X = batch_of<T>(xs, batch, n);
+    Batch<T> R("R", batch, n, n), dX("dX", batch, n, n);
+    sk::forward(Space(), X, R, o);
+    for (double v : to_host(R)) EXPECT_NEAR(v, 1.0 / n, tol<T>(1e-15, 1e-7));
+    sk::backward_unrolled(Space(), X, batch_of<T>(g, batch, n), dX, o);
+    const auto dx = to_host(dX);
+    for (double v : dx) ASSERT_TRUE(std::isfinite(v));
+    if (order == sk::Order::rows_first) continue;
+    for (int b = 0; b < batch; ++b) {
+      // The same matrix with every offset replaced by 0 or ±400.
+      Mat m(n * n);
+      for (int i = 0; i < n; ++i)
+        for (int j = 0; j < n; ++j) m[i * n + j] = offsets[b][i] == 0 ? 0 : (offsets[b][i] > 0 ? 400.0 : -400.0);
+      const Mat ref = ref_unrolled_backward<long double>(m, matrix(g, b, n), n, iters);
+      EXPECT_LT(rel_error(matrix(dx, b, n), ref), tol<T>(1e-12, 1e-5)) << "b=" << b;
+    }
+  }
+}
+
 TEST(Sinkhorn, ForwardToleranceStopsEarlyAndReports) {
   const int n = 6, batch = 7, iters = 500;
   const auto x = uniform(std::size_t(batch) * n * n, 0.0, 4.0, 5);
   auto X = batch_of<double>(x, batch, n);
   Batch<double> R("R", batch, n, n);
-  Report report{Kokkos::View<int*, Space::memory_space>("it", batch),
-                Kokkos::View<double*, Space::memory_space>("err", batch)};
+  const auto report = Report::allocate(batch);
   const double tolerance = 1e-9;
   sk::forward(Space(), X, R, {iters, tolerance}, report);
   const auto used = to_host(report.iterations);
-  const auto err = to_host(report.error);
+  const auto err = to_host(report.marginal_error);
   const auto r = to_host(R);
   for (int b = 0; b < batch; ++b) {
     EXPECT_GE(used[b], 1);
@@ -104,14 +147,9 @@ TEST(Sinkhorn, ForwardToleranceStopsEarlyAndReports) {
     // Same result as the plain formula run for the reported iterations.
     const int k = int(used[b]);
     EXPECT_LT(rel_error(matrix(r, b, n), ref_forward(matrix(x, b, n), n, k)), 1e-13);
-    // The reported error is max_j |colsum_j − 1| of the returned R.
-    double e = 0;
-    for (int j = 0; j < n; ++j) {
-      double s = 0;
-      for (int i = 0; i < n; ++i) s += r[(b * n + i) * n + j];
-      e = std::max(e, std::abs(s - 1));
-    }
-    EXPECT_NEAR(err[b], e, 1e-14);
+    // The reported error is the largest |row or column sum − 1| of the
+    // returned R.
+    EXPECT_NEAR(err[b], marginal_error(matrix(r, b, n), n), 1e-14);
     // One iteration fewer would not have met the tolerance.
     const Mat prev = ref_forward(matrix(x, b, n), n, k - 1);
     double e_prev = 0;
@@ -149,7 +187,7 @@ Problem make_problem(int n, int batch, int iters, double spread, unsigned seed) 
 
 /// Per-matrix CG diagnostics of a backward.
 struct CGReport {
-  std::vector<double> iterations, residual;
+  std::vector<double> iterations, residual, marginal_error;
 };
 
 template <class T>
@@ -159,10 +197,12 @@ std::vector<double> run_backward(const Problem& p, sk::BackwardOptions opts,
   auto G = batch_of<T>(p.g, p.batch, p.n);
   Batch<T> R("R", p.batch, p.n, p.n), dX("dX", p.batch, p.n, p.n);
   sk::forward(Space(), X, R, {p.iters});
-  Report report{Kokkos::View<int*, Space::memory_space>("it", p.batch),
-                Kokkos::View<double*, Space::memory_space>("res", p.batch)};
+  const auto report = Report::allocate(p.batch);
   sk::backward(Space(), R, G, dX, opts, report);
-  if (cg) *cg = {to_host(report.iterations), to_host(report.error)};
+  if (cg) {
+    *cg = {to_host(report.iterations), to_host(report.residual),
+           to_host(report.marginal_error)};
+  }
   return to_host(dX);
 }
 
@@ -322,28 +362,256 @@ TYPED_TEST(SinkhornTyped, RowPlusColumnGradientGivesZero) {
   }
 }
 
-TEST(Sinkhorn, MeasuredMarginalsOnUnconvergedR) {
-  const int n = 6, batch = 4;
-  const auto p = make_problem(n, batch, 3, 4.0, 92);  // 3 iterations: not converged
-  sk::BackwardOptions opts;
-  opts.measured_marginals = true;
-  const auto dx = run_backward<double>(p, opts);
-  // Exact derivative of balancing to R's own marginals: zero row/col sums.
-  for (int b = 0; b < batch; ++b)
+sk::BackwardOptions with_marginals(sk::Method m, sk::Marginals marginals) {
+  sk::BackwardOptions o = with_method(m);
+  o.marginals = marginals;
+  return o;
+}
+
+/// Largest |row or column sum| of each dX matrix, relative to its largest entry.
+double max_relative_marginal(const std::vector<double>& dx, int batch, int n) {
+  double worst = 0;
+  for (int b = 0; b < batch; ++b) {
+    const Mat m = matrix(dx, b, n);
+    double scale = 0;
+    for (double v : m) scale = std::max(scale, std::abs(v));
     for (int k = 0; k < n; ++k) {
       double rs = 0, cs = 0;
       for (int l = 0; l < n; ++l) {
-        rs += dx[(b * n + k) * n + l];
-        cs += dx[(b * n + l) * n + k];
+        rs += m[k * n + l];
+        cs += m[l * n + k];
       }
-      EXPECT_LT(std::abs(rs), 1e-12);
-      EXPECT_LT(std::abs(cs), 1e-12);
+      worst = std::max({worst, std::abs(rs) / scale, std::abs(cs) / scale});
     }
-  // On a converged R it equals the default.
+  }
+  return worst;
+}
+
+// The defect report: 20 iterations (what mHC models use) on logits of scale 5
+// leave R unconverged; the implicit backward with unit marginals then solves
+// an inconsistent system (max|dX| 4.92 against 0.0157 converged, with a CG
+// residual that looked fine, or CG diverging). The default (measured
+// marginals) stays well posed for both CG methods.
+TYPED_TEST(SinkhornTyped, DefaultBackwardIsWellPosedOnUnconvergedR) {
+  using T = TypeParam;
+  const int n = 4, batch = 2000, iters = 20;
+  Problem p{n, batch, iters, normal(std::size_t(batch) * n * n, 301),
+            normal(std::size_t(batch) * n * n, 302)};
+  for (double& v : p.x) v *= 5;
+  Problem converged = p;
+  converged.iters = 4000;
+  const auto reference = run_unrolled<double>(converged);
+  for (auto method : {sk::Method::implicit, sk::Method::block}) {
+    SCOPED_TRACE(method == sk::Method::block ? "block" : "implicit");
+    CGReport cg;
+    const auto dx = run_backward<T>(p, with_method(method), &cg);
+    double worst_marginal = 0;
+    for (int b = 0; b < batch; ++b) {
+      // CG reached its tolerance on every matrix (or stopped at a breakdown
+      // at round-off level).
+      EXPECT_LE(cg.residual[b], tol<T>(1e-10, 1e-4)) << "b=" << b;
+      worst_marginal = std::max(worst_marginal, cg.marginal_error[b]);
+      // Close to the converged gradient: the difference is of the order of
+      // R's distance from convergence (measured up to 8 × marginal error ×
+      // max|G|), where unit marginals gave differences 300× the gradient.
+      const Mat d = matrix(dx, b, n), ref = matrix(reference, b, n), g = matrix(p.g, b, n);
+      double diff = 0, gmax = 0;
+      for (int e = 0; e < n * n; ++e) {
+        diff = std::max(diff, std::abs(d[e] - ref[e]));
+        gmax = std::max(gmax, std::abs(g[e]));
+      }
+      EXPECT_LE(diff, 10 * cg.marginal_error[b] * gmax + tol<T>(1e-12, 1e-4) * gmax)
+          << "b=" << b;
+    }
+    EXPECT_GT(worst_marginal, 1e-2);  // the case is really unconverged
+    if (sizeof(T) == 8) {
+      EXPECT_LT(max_relative_marginal(dx, batch, n), 1e-10);
+    } else {  // float: the same gradient as in double, to its precision
+      const auto dx64 = run_backward<double>(p, with_method(method));
+      EXPECT_LT(rel_error(dx, dx64), 1e-4);
+    }
+  }
+}
+
+TEST(Sinkhorn, ReportNamesUnconvergedRAndUnitMarginalsStayAvailable) {
+  const int n = 6, batch = 4;
+  const auto p = make_problem(n, batch, 3, 4.0, 92);  // 3 iterations: not converged
+  const auto R = to_host(run_forward<double>(p));
+  for (auto method : {sk::Method::implicit, sk::Method::block}) {
+    CGReport measured, unit;
+    const auto dx = run_backward<double>(p, with_method(method), &measured);
+    run_backward<double>(p, with_marginals(method, sk::Marginals::unit), &unit);
+    // Exact derivative of balancing to R's own marginals: zero row/col sums.
+    EXPECT_LT(max_relative_marginal(dx, batch, n), 1e-12);
+    for (int b = 0; b < batch; ++b) {
+      const double expected = marginal_error(matrix(R, b, n), n);
+      EXPECT_GT(expected, 1e-4);
+      EXPECT_NEAR(measured.marginal_error[b], expected, 1e-15);
+      EXPECT_NEAR(unit.marginal_error[b], expected, 1e-15);
+    }
+  }
+  // On a converged R all four agree.
   const auto conv = make_problem(n, batch, 300, 4.0, 93);
-  EXPECT_LT(rel_error(run_backward<double>(conv, opts), run_backward<double>(conv, {})), 1e-11);
-  // And it is closer to the converged gradient than the default method on
-  // the unconverged R is not required; only consistency is claimed.
+  const auto ref = run_backward<double>(conv, {});
+  for (auto method : {sk::Method::implicit, sk::Method::block}) {
+    for (auto marginals : {sk::Marginals::measured, sk::Marginals::unit}) {
+      EXPECT_LT(rel_error(run_backward<double>(conv, with_marginals(method, marginals)), ref),
+                1e-10);
+    }
+  }
+}
+
+TEST(Sinkhorn, CGThatStopsShortIsReported) {
+  const auto p = make_problem(8, 3, 300, 4.0, 95);
+  sk::BackwardOptions o;
+  o.max_iters = 1;
+  CGReport cg;
+  run_backward<double>(p, o, &cg);
+  for (int b = 0; b < p.batch; ++b) {
+    EXPECT_EQ(cg.iterations[b], 1);
+    EXPECT_GT(cg.residual[b], 1e-6);
+  }
+}
+
+// NaN in the input is carried into every statistic of the report (and into
+// its summary), never reported as 0.
+TEST(Sinkhorn, NaNInputGivesNaNInTheReport) {
+  const int n = 4, batch = 3;
+  auto p = make_problem(n, batch, 20, 4.0, 96);
+  p.x[(1 * n + 2) * n + 3] = std::nan("");
+  auto X = batch_of<double>(p.x, batch, n);
+  auto G = batch_of<double>(p.g, batch, n);
+  Batch<double> R("R", batch, n, n), dX("dX", batch, n, n);
+  const auto fwd = Report::allocate(batch), bwd = Report::allocate(batch);
+  sk::forward(Space(), X, R, {20}, fwd);
+  sk::backward(Space(), R, G, dX, {}, bwd);
+  const auto fe = to_host(fwd.marginal_error), be = to_host(bwd.marginal_error),
+             res = to_host(bwd.residual);
+  for (int b = 0; b < batch; ++b) {
+    EXPECT_EQ(std::isnan(fe[b]), b == 1) << fe[b];
+    EXPECT_EQ(std::isnan(be[b]), b == 1) << be[b];
+    EXPECT_EQ(std::isnan(res[b]), b == 1) << res[b];
+  }
+  for (const auto& report : {fwd, bwd}) {
+    const auto summary = sk::summarize(report);
+    EXPECT_TRUE(std::isnan(summary.max_marginal_error));
+  }
+  EXPECT_TRUE(std::isnan(sk::summarize(bwd).max_residual));
+  // A G with NaN poisons the residual of its matrix only.
+  p = make_problem(n, batch, 20, 4.0, 97);
+  p.g[(2 * n + 1) * n] = std::nan("");
+  const auto clean_r = run_forward<double>(p);
+  sk::backward(Space(), clean_r, batch_of<double>(p.g, batch, n), dX, {}, bwd);
+  const auto res2 = to_host(bwd.residual);
+  for (int b = 0; b < batch; ++b) EXPECT_EQ(std::isnan(res2[b]), b == 2) << res2[b];
+}
+
+TEST(Sinkhorn, SummaryIsTheMaximumOverTheBatch) {
+  const auto report = Report::allocate(3);
+  const auto it = Kokkos::create_mirror_view(report.iterations);
+  const auto me = Kokkos::create_mirror_view(report.marginal_error);
+  const auto re = Kokkos::create_mirror_view(report.residual);
+  for (int b = 0; b < 3; ++b) {
+    it(b) = 10 - b;
+    me(b) = 0.5 * b;
+    re(b) = b == 1 ? 3.0 : 1e-8;
+  }
+  Kokkos::deep_copy(report.iterations, it);
+  Kokkos::deep_copy(report.marginal_error, me);
+  Kokkos::deep_copy(report.residual, re);
+  const auto s = sk::summarize(report);
+  EXPECT_EQ(s.max_iterations, 10);
+  EXPECT_EQ(s.max_marginal_error, 1.0);
+  EXPECT_EQ(s.max_residual, 3.0);
+  const auto empty = sk::summarize(Report{});
+  EXPECT_EQ(empty.max_iterations, 0);
+  EXPECT_EQ(empty.max_marginal_error, 0.0);
+}
+
+// ---- order and eps (TransformerEngine's and TileKernels' semantics) ---------
+
+sk::ForwardOptions variant_options(int iters, const Variant& v) {
+  sk::ForwardOptions o;
+  o.iters = iters;
+  o.order = v.rows_first ? sk::Order::rows_first : sk::Order::columns_first;
+  o.eps = v.eps;
+  return o;
+}
+
+const Variant kVariants[] = {{false, 0}, {true, 0}, {false, 1e-6}, {true, 1e-6}, {true, 0.05}};
+
+TYPED_TEST(SinkhornTyped, OrderAndEpsMatchThePlainFormula) {
+  using T = TypeParam;
+  for (const Variant& v : kVariants) {
+    for (int n : {1, 2, 4, 8}) {
+      for (int iters : {1, 2, 10}) {
+        SCOPED_TRACE("rows_first=" + std::to_string(v.rows_first) + " eps=" +
+                     std::to_string(v.eps) + " n=" + std::to_string(n) +
+                     " iters=" + std::to_string(iters));
+        const auto p = make_problem(n, 3, iters, 4.0, 200 + n + iters);
+        auto X = batch_of<T>(p.x, p.batch, n);
+        auto G = batch_of<T>(p.g, p.batch, n);
+        Batch<T> R("R", p.batch, n, n), dX("dX", p.batch, n, n);
+        sk::forward(Space(), X, R, variant_options(iters, v));
+        sk::backward_unrolled(Space(), X, G, dX, variant_options(iters, v));
+        const auto r = to_host(R), dx = to_host(dX);
+        for (int b = 0; b < p.batch; ++b) {
+          const Mat x = matrix(p.x, b, n), g = matrix(p.g, b, n);
+          EXPECT_LT(rel_error(matrix(r, b, n), ref_forward(x, n, iters, v)), tol<T>(1e-13, 2e-6));
+          const Mat ref = ref_unrolled_backward(x, g, n, iters, v);
+          if (n == 1) {  // R = 1 (or a constant with eps): dX = 0
+            for (double e : matrix(dx, b, n)) EXPECT_NEAR(e, 0.0, 1e-12);
+          } else {
+            EXPECT_LT(rel_error(matrix(dx, b, n), ref), tol<T>(1e-11, 1e-5));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Sinkhorn, RowsFirstIsColumnsFirstOnTheTranspose) {
+  const int n = 5, batch = 4, iters = 7;
+  const auto p = make_problem(n, batch, iters, 4.0, 210);
+  std::vector<double> xt(p.x.size()), gt(p.g.size());
+  for (int b = 0; b < batch; ++b)
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < n; ++j) {
+        xt[(b * n + j) * n + i] = p.x[(b * n + i) * n + j];
+        gt[(b * n + j) * n + i] = p.g[(b * n + i) * n + j];
+      }
+  Batch<double> R("R", batch, n, n), Rt("Rt", batch, n, n), dX("dX", batch, n, n),
+      dXt("dXt", batch, n, n);
+  sk::ForwardOptions rows = variant_options(iters, {true, 1e-3});
+  sk::ForwardOptions cols = variant_options(iters, {false, 1e-3});
+  sk::forward(Space(), batch_of<double>(p.x, batch, n), R, rows);
+  sk::forward(Space(), batch_of<double>(xt, batch, n), Rt, cols);
+  sk::backward_unrolled(Space(), batch_of<double>(p.x, batch, n),
+                        batch_of<double>(p.g, batch, n), dX, rows);
+  sk::backward_unrolled(Space(), batch_of<double>(xt, batch, n), batch_of<double>(gt, batch, n),
+                        dXt, cols);
+  const auto r = to_host(R), rt = to_host(Rt), dx = to_host(dX), dxt = to_host(dXt);
+  for (int b = 0; b < batch; ++b)
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < n; ++j) {
+        EXPECT_EQ(r[(b * n + i) * n + j], rt[(b * n + j) * n + i]);
+        EXPECT_EQ(dx[(b * n + i) * n + j], dxt[(b * n + j) * n + i]);
+      }
+}
+
+TEST(Sinkhorn, UnrolledWithEpsMatchesFiniteDifferences) {
+  const int n = 4, iters = 6;
+  const auto p = make_problem(n, 2, iters, 3.0, 211);
+  for (const Variant& v : kVariants) {
+    Batch<double> dX("dX", p.batch, n, n);
+    sk::backward_unrolled(Space(), batch_of<double>(p.x, p.batch, n),
+                          batch_of<double>(p.g, p.batch, n), dX, variant_options(iters, v));
+    const auto dx = to_host(dX);
+    for (int b = 0; b < p.batch; ++b) {
+      const Mat fd = finite_difference(matrix(p.x, b, n), matrix(p.g, b, n), n, iters, 1e-5, v);
+      EXPECT_LT(rel_error(matrix(dx, b, n), fd), 1e-8) << "eps=" << v.eps;
+    }
+  }
 }
 
 // What the launch shape may change (sinkhorn.hpp, Launch): nothing, except
@@ -507,10 +775,33 @@ TEST(Sinkhorn, ValidationErrors) {
   EXPECT_KDNN_ERROR(sk::forward(Space(), X, R, {0}), "iters=0, expected a value in [1, ");
   EXPECT_KDNN_ERROR(sk::forward(Space(), X, R, {10, -1.0}), "tol=-1, expected a finite value >= 0");
   EXPECT_KDNN_ERROR(sk::forward(Space(), X, R, {10, std::nan("")}), "tol=nan");
+  sk::ForwardOptions f;
+  f.eps = -1e-3;
+  EXPECT_KDNN_ERROR(sk::forward(Space(), X, R, f), "eps=-0.001, expected a value in [0, 1]");
+  f.eps = std::nan("");
+  EXPECT_KDNN_ERROR(sk::backward_unrolled(Space(), X, G, dX, f), "eps=nan, expected a value in [0, 1]");
+  Batch<float> X0("X0", 2, 0, 0), R0("R0", 2, 0, 0);
+  EXPECT_KDNN_ERROR(sk::forward(Space(), X0, R0), "sinkhorn::forward: X has shape [2, 0, 0], expected n >= 1");
+  EXPECT_KDNN_ERROR(sk::backward(Space(), X0, X0, R0), "sinkhorn::backward: R has shape [2, 0, 0], expected n >= 1");
+  // A report written over an operand would corrupt it.
+  Kokkos::View<double*, Space::memory_space> over_x(reinterpret_cast<double*>(X.data()), 2);
+  Report aliased;
+  aliased.marginal_error = over_x;
+  EXPECT_KDNN_ERROR(sk::forward(Space(), X, R, {}, aliased), "output report.marginal_error overlaps input X");
+  Report aliased_it;
+  aliased_it.iterations = Kokkos::View<int*, Space::memory_space>(reinterpret_cast<int*>(R.data()), 2);
+  EXPECT_KDNN_ERROR(sk::backward(Space(), R, G, dX, {}, aliased_it), "output report.iterations overlaps input R");
+  Report aliased_res;
+  aliased_res.residual = Kokkos::View<double*, Space::memory_space>(reinterpret_cast<double*>(dX.data()) + 3, 2);
+  EXPECT_KDNN_ERROR(sk::backward(Space(), R, G, dX, {}, aliased_res), "output report.residual overlaps input dX");
+  Report self = Report::allocate(2);
+  self.residual = self.marginal_error;
+  EXPECT_KDNN_ERROR(sk::backward(Space(), R, G, dX, {}, self), "report.marginal_error overlaps input report.residual");
   Report bad{Kokkos::View<int*, Space::memory_space>("it", 3), {}};
   EXPECT_KDNN_ERROR(sk::forward(Space(), X, R, {}, bad), "report.iterations has extent(0)=3, expected 2 (batch size)");
-  Report bad_err{{}, Kokkos::View<double*, Space::memory_space>("e", 1)};
-  EXPECT_KDNN_ERROR(sk::backward(Space(), R, G, dX, {}, bad_err), "report.error has extent(0)=1, expected 2");
+  Report bad_err;
+  bad_err.residual = Kokkos::View<double*, Space::memory_space>("e", 1);
+  EXPECT_KDNN_ERROR(sk::backward(Space(), R, G, dX, {}, bad_err), "report.residual has extent(0)=1, expected 2");
 
   EXPECT_KDNN_ERROR(sk::backward(Space(), R, wrong_n, dX), "sinkhorn::backward: G has extent(1)=5, expected 4 (same as R)");
   EXPECT_KDNN_ERROR(sk::backward(Space(), R, G, wrong_b), "sinkhorn::backward: dX has extent(0)=3, expected 2 (same as R)");
@@ -523,10 +814,6 @@ TEST(Sinkhorn, ValidationErrors) {
   o = {};
   o.max_iters = -2;
   EXPECT_KDNN_ERROR(sk::backward(Space(), R, G, dX, o), "max_iters=-2, expected >= 0");
-  o = {};
-  o.method = sk::Method::block;
-  o.measured_marginals = true;
-  EXPECT_KDNN_ERROR(sk::backward(Space(), R, G, dX, o), "measured_marginals=true needs method=implicit");
   o = {};
   o.launch.tile = -1;
   EXPECT_KDNN_ERROR(sk::backward(Space(), R, G, dX, o), "launch.tile=-1, expected >= 0");

@@ -2,30 +2,44 @@
 // kdnn::sinkhorn — batched Sinkhorn–Knopp normalisation of n×n matrices (the
 // mHC residual-mixing operator) and its backward.
 //
-// Forward (the reference's order): P = exp(X); `iters` times divide by the
-// column sums (sum over dim -2), then by the row sums (dim -1). The first
-// iteration runs in double with max-shifted exponentials (in the log domain
-// for a row that would underflow), so any finite X is safe from overflow and
-// underflow; later iterations update two scaling vectors, R = diag(u) P diag(v).
+// Forward, columns first (the default, the mHC reference's order): P = exp(X);
+// `iters` times divide by the column sums (sum over dim -2), then by the row
+// sums (dim -1). Rows first (Order::rows_first; TransformerEngine's and
+// TileKernels' order) divides by the row sums first; it is the columns-first
+// map applied to Xᵀ, transposed back. With eps > 0 (TileKernels' placement)
+// the first normalisation is a softmax whose output gets + eps, and every
+// later division is by (sum + eps).
 //
-// Backward, for G = dL/dR:
-//  * implicit (default): implicit differentiation of the balancing
-//    conditions R1 = 1, Rᵀ1 = 1. With W = G∘R, s_r = W1, s_c = Wᵀ1, solve
-//    (I − RᵀR) v = s_c − Rᵀs_r by matrix-free CG (Sp = p − Rᵀ(Rp)) restricted
-//    to 1⊥ (the null space of I − RᵀR is span{1}), u = s_r − Rv, and
-//    dX = (G − u1ᵀ − 1vᵀ)∘R. Needs only R and G.
-//  * block: CG on the 2n×2n system [[I, R], [Rᵀ, I]] [u; v] = [s_r; s_c]
-//    (the reference's baseline), restricted to [1; −1]⊥. For comparison.
-//  * unrolled (backward_unrolled): exact reverse mode through the `iters`
-//    forward iterations, i.e. what autograd returns even when the forward has
-//    not converged. Needs X.
-// The implicit and block methods are the gradient of the *converged* map;
-// they agree with the unrolled one once the forward has converged.
+// The first iteration runs in double with max-shifted exponentials (in the log
+// domain for a row that would underflow), so any finite X, up to ±DBL_MAX, is
+// safe from overflow and underflow; later iterations update two scaling
+// vectors, R = diag(u) P diag(v). NaN or +inf in X, or a row or column that is
+// entirely −inf, gives NaN in R and in the report (partial −inf masks are
+// fine).
+//
+// Backward, for G = dL/dR. Which gradient each method returns:
+//  * backward_unrolled: exact reverse mode through the `iters` forward
+//    iterations (with the same order and eps), i.e. what autograd returns
+//    through the forward as run, converged or not. Needs X. This is the
+//    gradient mHC training uses.
+//  * backward, Method::implicit (default): implicit differentiation of the
+//    balancing conditions of R, matrix-free CG on an n×n system. Needs only R
+//    and G. With Marginals::measured (default) it is the exact gradient of
+//    balancing P = exp(X) to the row and column sums R actually has: well
+//    posed for any R, and equal to the converged map's gradient when R has
+//    converged. With Marginals::unit it assumes R1 = Rᵀ1 = 1, which is
+//    inconsistent (and CG may diverge) when R has not converged: kept for
+//    comparison with the reference's formulation.
+//  * backward, Method::block: CG on the 2n×2n system [[D_a, R], [Rᵀ, D_c]]
+//    (the reference's baseline), same marginals choice. For comparison.
+// Implicit and block equal the unrolled gradient only in the limit of
+// convergence; the report's marginal_error says how far R is from it.
 #include <Kokkos_Core.hpp>
 
 #include "kdnn/core/impl/eti.hpp"
 #include "kdnn/core/impl/view_checks.hpp"
 #include "kdnn/core/launch.hpp"
+#include "kdnn/sinkhorn/report.hpp"
 
 namespace kdnn::sinkhorn {
 
@@ -38,43 +52,52 @@ namespace kdnn::sinkhorn {
 /// agree to rounding (tested).
 using Launch = kdnn::Launch;
 
+/// Which marginal the first normalisation of an iteration enforces.
+enum class Order {
+  columns_first,  ///< column sums, then row sums (the mHC reference; default)
+  rows_first,     ///< row sums, then column sums (TransformerEngine, TileKernels)
+};
+
 struct ForwardOptions {
-  int iters = 20;   ///< maximum number of (column, row) iterations, >= 1
-  double tol = 0;   ///< stop a matrix early once max_j |colsum_j − 1| <= tol
-                    ///< (checked before each iteration; 0 = run all iters)
+  int iters = 20;   ///< maximum number of iterations (two normalisations each), >= 1
+  double tol = 0;   ///< stop a matrix early once the marginal that the next
+                    ///< normalisation fixes is within tol of 1 (checked before
+                    ///< each iteration; 0 = run all iters)
+  Order order = Order::columns_first;
+  /// TileKernels' regulariser: the first (softmax) normalisation's output
+  /// gets + eps and every later division is by (sum + eps). 0 = plain
+  /// Sinkhorn. Finite, in [0, 1].
+  double eps = 0;
   Launch launch;
 };
 
 enum class Method { implicit, block };
 
+/// The row and column sums the implicit and block backwards balance to.
+enum class Marginals {
+  measured,  ///< a = R1, c = Rᵀ1 of the R given (default; consistent for any R)
+  unit,      ///< a = c = 1 (the reference's formulation; needs a converged R)
+};
+
 struct BackwardOptions {
   Method method = Method::implicit;
+  /// With a = R1 and c = Rᵀ1 measured, the implicit method solves
+  /// (D_c − Rᵀ D_a⁻¹ R) v = s_c − Rᵀ D_a⁻¹ s_r, u = D_a⁻¹(s_r − Rv): a
+  /// consistent system whose dX has zero row and column sums.
+  Marginals marginals = Marginals::measured;
   /// CG stops when ||r|| <= rtol ||b||. 0 = default for the type:
   /// 1e-6 for float, 1e-12 for double.
   double rtol = 0;
   /// CG iteration cap per system. 0 = default: 2n (implicit), 4n (block).
   int max_iters = 0;
-  /// Implicit only. Use R's actual row sums a = R1 and column sums c = Rᵀ1
-  /// instead of 1, i.e. solve (D_c − Rᵀ D_a⁻¹ R) v = s_c − Rᵀ D_a⁻¹ s_r,
-  /// u = D_a⁻¹(s_r − Rv). This is the exact gradient of the balancing of P
-  /// to the marginals R actually has. Use it when the forward stopped before
-  /// convergence (few iterations or a loose tol): the system stays consistent
-  /// and dX keeps zero row and column sums. For a converged R it equals the
-  /// default.
-  bool measured_marginals = false;
   Launch launch;
 };
 
-/// Optional per-matrix diagnostics; leave a view empty to skip it. Forward:
-/// iterations used and final marginal error max_j |colsum_j − 1| (rows sum
-/// to 1 after each iteration). Backward: CG iterations and final relative
-/// residual ||r|| / ||b||.
-template <class ExecSpace>
-struct Report {
-  using memory_space = typename ExecSpace::memory_space;
-  Kokkos::View<int*, memory_space> iterations;
-  Kokkos::View<double*, memory_space> error;
-};
+/// The default CG rtol of BackwardOptions for scalar type T.
+template <class T>
+constexpr double default_rtol() {
+  return sizeof(T) == 4 ? 1e-6 : 1e-12;
+}
 
 /// A batch of n×n matrices as the operators take them.
 template <class T, class ExecSpace>
@@ -137,8 +160,9 @@ void backward(const ExecSpace& space, const RView& R, const GView& G,
   impl::backward<ExecSpace, T>(space, R, G, dX, opts, report);
 }
 
-/// dX by exact reverse mode through the forward with opts.iters iterations
-/// (opts.tol must be 0: autograd differentiates a fixed iteration count).
+/// dX by exact reverse mode through the forward with opts.iters iterations,
+/// opts.order and opts.eps (opts.tol must be 0: autograd differentiates a
+/// fixed iteration count). Memory per matrix: O(n² + n·iters).
 template <class ExecSpace, class XView, class GView, class DXView>
 void backward_unrolled(const ExecSpace& space, const XView& X, const GView& G,
                        const DXView& dX, const ForwardOptions& opts = {}) {

@@ -1,6 +1,7 @@
 #pragma once
-// y = Aᵀx for one small n×n matrix A in scratch (row stride ld), computed by
-// one team thread and its vector lanes: s_j = Σ_i A_ij x_i, summed over i in
+// y = Aᵀx for one small rows×cols matrix A in scratch (row stride ld),
+// computed by one team thread and its vector lanes: s_j = Σ_i A_ij x_i
+// (j < cols), summed over i < rows in
 // order on every backend, then handed to finish(j, s_j) (store it, store its
 // reciprocal, ...). Only the loop nest differs between backends: on a host
 // backend the i loop is outside and blocks of columns accumulate in
@@ -14,10 +15,11 @@ namespace kdnn::impl {
 
 /// Host helper of col_dot: columns j0 .. j0+W−1 (A already offset by j0).
 template <int W, class T, class Finish>
-KOKKOS_INLINE_FUNCTION void col_dot_block(int n, const T* A, int ld, const T* x, int j0, const Finish& finish) {
+KOKKOS_INLINE_FUNCTION void col_dot_block(int rows, const T* A, int ld, const T* x, int j0,
+                                          const Finish& finish) {
   T acc[W];
   for (int jj = 0; jj < W; ++jj) acc[jj] = A[jj] * x[0];
-  for (int i = 1; i < n; ++i) {
+  for (int i = 1; i < rows; ++i) {
     const T xi = x[i];
     const T* Ai = A + i * ld;
     for (int jj = 0; jj < W; ++jj) acc[jj] += Ai[jj] * xi;
@@ -25,8 +27,9 @@ KOKKOS_INLINE_FUNCTION void col_dot_block(int n, const T* A, int ld, const T* x,
   for (int jj = 0; jj < W; ++jj) finish(j0 + jj, acc[jj]);
 }
 
+/// rows >= 1.
 template <class ExecSpace, class Member, class T, class Finish>
-KOKKOS_INLINE_FUNCTION void col_dot(const Member& team, int n, const T* A, int ld,
+KOKKOS_INLINE_FUNCTION void col_dot(const Member& team, int rows, int cols, const T* A, int ld,
                                     const T* x, const Finish& finish) {
   if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace,
                                            typename ExecSpace::memory_space>::accessible) {
@@ -35,21 +38,28 @@ KOKKOS_INLINE_FUNCTION void col_dot(const Member& team, int n, const T* A, int l
     // under GCC (runtime stride). Blocks of 16, 8, then 4 columns accumulate in
     // registers (independent chains); the rest go one by one.
     int j0 = 0;
-    for (; j0 + 16 <= n; j0 += 16) col_dot_block<16>(n, A + j0, ld, x, j0, finish);
-    for (; j0 + 8 <= n; j0 += 8) col_dot_block<8>(n, A + j0, ld, x, j0, finish);
-    for (; j0 + 4 <= n; j0 += 4) col_dot_block<4>(n, A + j0, ld, x, j0, finish);
-    for (int j = j0; j < n; ++j) {
+    for (; j0 + 16 <= cols; j0 += 16) col_dot_block<16>(rows, A + j0, ld, x, j0, finish);
+    for (; j0 + 8 <= cols; j0 += 8) col_dot_block<8>(rows, A + j0, ld, x, j0, finish);
+    for (; j0 + 4 <= cols; j0 += 4) col_dot_block<4>(rows, A + j0, ld, x, j0, finish);
+    for (int j = j0; j < cols; ++j) {
       T s = A[j] * x[0];
-      for (int i = 1; i < n; ++i) s += A[i * ld + j] * x[i];
+      for (int i = 1; i < rows; ++i) s += A[i * ld + j] * x[i];
       finish(j, s);
     }
   } else {
-    Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, n), [&](int j) {
+    Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, cols), [&](int j) {
       T s = A[j] * x[0];
-      for (int i = 1; i < n; ++i) s += A[i * ld + j] * x[i];
+      for (int i = 1; i < rows; ++i) s += A[i * ld + j] * x[i];
       finish(j, s);
     });
   }
+}
+
+/// The square case, n×n.
+template <class ExecSpace, class Member, class T, class Finish>
+KOKKOS_INLINE_FUNCTION void col_dot(const Member& team, int n, const T* A, int ld, const T* x,
+                                    const Finish& finish) {
+  col_dot<ExecSpace>(team, n, n, A, ld, x, finish);
 }
 
 }  // namespace kdnn::impl

@@ -72,7 +72,8 @@ KOKKOS_INLINE_FUNCTION CGResult projected_cg(const Member& team, int m, int spli
     Kokkos::parallel_for(lanes, [&](int k) { p[k] = r[k] + beta * p[k]; });
     ++result.iterations;
   }
-  result.relative_residual = bb > 0 ? compat::sqrt(double(rr) / double(bb)) : 0.0;
+  // NaN in b (or A) stays NaN here: it must not read as converged.
+  result.relative_residual = bb == 0 ? 0.0 : compat::sqrt(double(rr) / double(bb));
   return result;
 }
 

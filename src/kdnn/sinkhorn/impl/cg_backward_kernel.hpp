@@ -3,13 +3,23 @@
 // Schur system (implicit) or the 2n×2n block system (block). One team thread
 // per matrix; R, W = G∘R and the CG vectors live in team scratch.
 //
-// With a = R1 and c = Rᵀ1 (both 1 unless measured_marginals), the adjoint of
-// the balancing conditions is [[D_a, R], [Rᵀ, D_c]] [u; v] = [s_r; s_c] with
-// s_r = W1, s_c = Wᵀ1, and dX = W − (u1ᵀ + 1vᵀ)∘R.
+// With a = R1 and c = Rᵀ1 (Marginals::measured) or a = c = 1
+// (Marginals::unit), the adjoint of the balancing conditions is
+// [[D_a, R], [Rᵀ, D_c]] [u; v] = [s_r; s_c] with s_r = W1, s_c = Wᵀ1, and
+// dX = W − (u1ᵀ + 1vᵀ)∘R.
 //   implicit: (D_c − Rᵀ D_a⁻¹ R) v = s_c − Rᵀ D_a⁻¹ s_r, u = D_a⁻¹(s_r − Rv),
 //             applied matrix-free as Sp = c∘p − Rᵀ(D_a⁻¹(Rp)); null space 1.
-//   block:    the 2n×2n system itself (a = c = 1); null space [1; −1].
+//   block:    the 2n×2n system itself; null space [1; −1].
+// With measured marginals both systems are consistent for any R: the matrix
+// is positive semidefinite (pᵀAp = Σ_ij R_ij (p_i + q_j)² for p = [p; q]),
+// its null space is exactly the one above, and the right-hand side is
+// orthogonal to it (1ᵀs_r = 1ᵀs_c = Σ W). With unit marginals they are
+// consistent only for a doubly stochastic R.
+// The report gets R's marginal error max(|a − 1|, |c − 1|) (measured sums)
+// and CG's final relative residual.
+#include "kdnn/core/compat.hpp"
 #include "kdnn/core/impl/col_dot.hpp"
+#include "kdnn/core/nan_max.hpp"
 #include "kdnn/core/impl/projected_cg.hpp"
 #include "kdnn/sinkhorn/impl/launch.hpp"
 
@@ -22,16 +32,16 @@ struct CGBackwardKernel : PerMatrixKernel<CGBackwardKernel<ExecSpace, T>, ExecSp
   Batch<const T, ExecSpace> R, G;
   Batch<T, ExecSpace> dX;
   Kokkos::View<int*, typename ExecSpace::memory_space> iters_out;
-  Kokkos::View<double*, typename ExecSpace::memory_space> error_out;
+  Kokkos::View<double*, typename ExecSpace::memory_space> marginal_error_out, residual_out;
   int max_iters = 0;
   double rtol = 0;
   bool block = false, measured = false;
 
   /// One matrix's working set: R, Rᵀ and W = G∘R (n×ld); s_r (then u),
-  /// s_c, 1/a, c and a product buffer q (n); the CG vectors x, r, p, Ap (2n:
-  /// the block system has 2n unknowns).
+  /// s_c, R's row and column sums a and c, and a product buffer q (n); the CG
+  /// vectors x, r, p, Ap (2n: the block system has 2n unknowns).
   struct Work {
-    T *R, *RT, *W, *sr, *sc, *inv_a, *c, *q, *x, *r, *p, *Ap;
+    T *R, *RT, *W, *sr, *sc, *a, *c, *q, *x, *r, *p, *Ap;
   };
   KOKKOS_INLINE_FUNCTION Work carve(ScratchCarver& s) const {
     const int n = this->n;
@@ -42,7 +52,7 @@ struct CGBackwardKernel : PerMatrixKernel<CGBackwardKernel<ExecSpace, T>, ExecSp
     w.W = s.take<T>(n * ld);
     w.sr = s.take<T>(n);
     w.sc = s.take<T>(n);
-    w.inv_a = s.take<T>(n);
+    w.a = s.take<T>(n);
     w.c = s.take<T>(n);
     w.q = s.take<T>(n);
     w.x = s.take<T>(2 * n);
@@ -59,7 +69,7 @@ struct CGBackwardKernel : PerMatrixKernel<CGBackwardKernel<ExecSpace, T>, ExecSp
     T* W = w.W;
     T* sr = w.sr;  // s_r, then u
     T* sc = w.sc;
-    T* inv_a = w.inv_a;
+    T* a = w.a;
     T* c = w.c;
     T* q = w.q;
     T* x = w.x;
@@ -85,33 +95,42 @@ struct CGBackwardKernel : PerMatrixKernel<CGBackwardKernel<ExecSpace, T>, ExecSp
       }
       sr[k] = w_row;
       sc[k] = w_col;
-      inv_a[k] = measured ? T(1) / r_row : T(1);
-      c[k] = measured ? r_col : T(1);
+      a[k] = r_row;
+      c[k] = r_col;
     });
+    const double marginal_error = lane_nan_max(team, 2 * n, [&](int k) {
+      return compat::fabs(double(k < n ? a[k] : c[k - n]) - 1.0);
+    });
+    // The marginals the system balances to.
+    const auto a_of = [&](int i) { return measured ? a[i] : T(1); };
+    const auto c_of = [&](int j) { return measured ? c[j] : T(1); };
 
     // Products with R and Rᵀ are col_dot calls on Rᵀ and R respectively.
     kdnn::impl::CGResult cg;
     if (block) {
       Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, 2 * n),
                            [&](int k) { r[k] = k < n ? sr[k] : sc[k - n]; });
-      auto apply = [&](const T* in, T* out) {  // [in_u + R in_v; in_v + Rᵀ in_u]
-        kdnn::impl::col_dot<ExecSpace>(team, n, RT, ld, in + n, [&](int i, T s) { out[i] = in[i] + s; });
+      auto apply = [&](const T* in, T* out) {  // [a∘in_u + R in_v; c∘in_v + Rᵀ in_u]
+        kdnn::impl::col_dot<ExecSpace>(team, n, RT, ld, in + n,
+                                       [&](int i, T s) { out[i] = a_of(i) * in[i] + s; });
         kdnn::impl::col_dot<ExecSpace>(team, n, Rm, ld, in,
-                           [&](int j, T s) { out[n + j] = in[n + j] + s; });
+                                       [&](int j, T s) { out[n + j] = c_of(j) * in[n + j] + s; });
       };
       cg = kdnn::impl::projected_cg(team, 2 * n, n, rtol, max_iters, x, r, p, Ap, apply);
       Kokkos::parallel_for(lanes, [&](int i) { sr[i] = x[i]; });  // u
     } else {
       // b = s_c − Rᵀ D_a⁻¹ s_r
-      Kokkos::parallel_for(lanes, [&](int i) { q[i] = inv_a[i] * sr[i]; });
+      Kokkos::parallel_for(lanes, [&](int i) { q[i] = sr[i] / a_of(i); });
       kdnn::impl::col_dot<ExecSpace>(team, n, Rm, ld, q, [&](int j, T s) { r[j] = sc[j] - s; });
       auto apply = [&](const T* in, T* out) {  // c∘in − Rᵀ D_a⁻¹ R in
-        kdnn::impl::col_dot<ExecSpace>(team, n, RT, ld, in, [&](int i, T s) { q[i] = inv_a[i] * s; });
-        kdnn::impl::col_dot<ExecSpace>(team, n, Rm, ld, q, [&](int j, T s) { out[j] = c[j] * in[j] - s; });
+        kdnn::impl::col_dot<ExecSpace>(team, n, RT, ld, in, [&](int i, T s) { q[i] = s / a_of(i); });
+        kdnn::impl::col_dot<ExecSpace>(team, n, Rm, ld, q,
+                                       [&](int j, T s) { out[j] = c_of(j) * in[j] - s; });
       };
       cg = kdnn::impl::projected_cg(team, n, n, rtol, max_iters, x, r, p, Ap, apply);
       // u = D_a⁻¹ (s_r − R v), written over s_r.
-      kdnn::impl::col_dot<ExecSpace>(team, n, RT, ld, x, [&](int i, T s) { sr[i] = inv_a[i] * (sr[i] - s); });
+      kdnn::impl::col_dot<ExecSpace>(team, n, RT, ld, x,
+                                     [&](int i, T s) { sr[i] = (sr[i] - s) / a_of(i); });
     }
     const T* u = sr;
     const T* v = block ? x + n : x;
@@ -122,7 +141,8 @@ struct CGBackwardKernel : PerMatrixKernel<CGBackwardKernel<ExecSpace, T>, ExecSp
     }
     Kokkos::single(Kokkos::PerThread(team), [&]() {
       if (iters_out.extent(0) > 0) iters_out(b) = cg.iterations;
-      if (error_out.extent(0) > 0) error_out(b) = cg.relative_residual;
+      if (marginal_error_out.extent(0) > 0) marginal_error_out(b) = marginal_error;
+      if (residual_out.extent(0) > 0) residual_out(b) = cg.relative_residual;
     });
   }
 };

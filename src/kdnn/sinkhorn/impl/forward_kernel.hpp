@@ -1,19 +1,23 @@
 #pragma once
 // Sinkhorn forward: a team thread per matrix, kept in team scratch for all
-// iterations, vector lanes over its rows or columns.
+// iterations, vector lanes over its rows or columns. Written for the
+// columns-first order; rows first runs it on the transposed matrix
+// (PerMatrixKernel::transpose).
 //
 // Iteration 1 runs in double with shifted exponentials (first_iteration.hpp),
 // so any finite X is safe.
 //
 // Iterations 2..iters keep R = diag(u) P diag(v) and update only the scaling
-// vectors: dividing R by its column sums v∘(Pᵀu) is v = 1/(Pᵀu), dividing by
-// its row sums is u = 1/(Pv). That is the reference iteration exactly (up to
-// rounding) at two matrix-vector products per iteration, and P is never
-// rewritten. Pᵀ is kept beside P so that both products are col_dot calls.
+// vectors (rescale.hpp): v from the column sums v∘(Pᵀu), then u from the row
+// sums u∘(Pv). That is the reference iteration exactly (up to rounding) at two
+// matrix-vector products per iteration, and P is never rewritten. Pᵀ is kept
+// beside P so that both products are col_dot calls.
 #include "kdnn/core/compat.hpp"
 #include "kdnn/core/impl/col_dot.hpp"
+#include "kdnn/core/nan_max.hpp"
 #include "kdnn/sinkhorn/impl/first_iteration.hpp"
 #include "kdnn/sinkhorn/impl/launch.hpp"
+#include "kdnn/sinkhorn/impl/rescale.hpp"
 
 namespace kdnn::sinkhorn::impl {
 
@@ -26,15 +30,15 @@ struct ForwardKernel : PerMatrixKernel<ForwardKernel<ExecSpace, T>, ExecSpace> {
   Kokkos::View<int*, typename ExecSpace::memory_space> iters_out;
   Kokkos::View<double*, typename ExecSpace::memory_space> error_out;
   int iters = 1;
-  double tol = 0;
+  double tol = 0, eps = 0;
 
   /// One matrix's working set: P and Pᵀ (n×ld), the scaling vectors u, v
-  /// and the column sums c in T; the first iteration's P and column
+  /// and the column and row sums c, r in T; the first iteration's P and
   /// statistics in double.
   struct Work {
-    T *P, *PT, *u, *v, *c;
+    T *P, *PT, *u, *v, *c, *r;
     double* P1;
-    ColumnSoftmax cs;
+    FirstIteration fi;
   };
   KOKKOS_INLINE_FUNCTION Work carve(ScratchCarver& s) const {
     const int n = this->n;
@@ -45,9 +49,11 @@ struct ForwardKernel : PerMatrixKernel<ForwardKernel<ExecSpace, T>, ExecSpace> {
     w.u = s.take<T>(n);
     w.v = s.take<T>(n);
     w.c = s.take<T>(n);
+    w.r = s.take<T>(n);
     w.P1 = s.take<double>(n * ld);
-    w.cs.shift = s.take<double>(n);
-    w.cs.inv_colsum = s.take<double>(n);
+    w.fi.shift = s.take<double>(n);
+    w.fi.inv_colsum = s.take<double>(n);
+    w.fi.row_eps = s.take<double>(n);
     return w;
   }
   KOKKOS_INLINE_FUNCTION void one_matrix(const Member& team, int b, const Work& w) const {
@@ -58,13 +64,15 @@ struct ForwardKernel : PerMatrixKernel<ForwardKernel<ExecSpace, T>, ExecSpace> {
     T* u = w.u;
     T* v = w.v;
     T* c = w.c;
+    T* r = w.r;
+    const T e = T(eps);
     const auto lanes = Kokkos::ThreadVectorRange(team, n);
 
     for (int i = 0; i < n; ++i) {
-      Kokkos::parallel_for(lanes, [&](int j) { P[i * ld + j] = X(b, i, j); });
+      Kokkos::parallel_for(lanes, [&](int j) { P[i * ld + j] = this->at(X, b, i, j); });
     }
-    first_iteration(team, n, [&](int i, int j) { return double(P[i * ld + j]); }, w.P1, ld,
-                    w.cs);
+    first_iteration(team, n, [&](int i, int j) { return double(P[i * ld + j]); }, eps, w.P1, ld,
+                    w.fi);
     for (int i = 0; i < n; ++i) {
       Kokkos::parallel_for(lanes, [&](int j) {
         P[i * ld + j] = T(w.P1[i * ld + j]);
@@ -73,35 +81,37 @@ struct ForwardKernel : PerMatrixKernel<ForwardKernel<ExecSpace, T>, ExecSpace> {
     }
     Kokkos::parallel_for(lanes, [&](int k) { u[k] = v[k] = T(1); });
 
-    // Iterations 2..iters. Each starts from c = Pᵀu: the column sums of the
-    // current R are v∘c (its row sums are 1); v = 1/c, then u = 1/(Pv).
+    // Iterations 2..iters. With tol, each first checks the column sums v∘c,
+    // c = Pᵀu, of the current R (its rows were just normalised).
     int used = iters;
-    double error = 0;
-    for (int it = 1;; ++it) {
-      if (tol > 0 || it == iters) {
+    for (int it = 1; it < iters; ++it) {
+      if (tol > 0) {
         kdnn::impl::col_dot<ExecSpace>(team, n, P, ld, u, [&](int j, T s) { c[j] = s; });
-        Kokkos::parallel_reduce(
-            lanes,
-            [&](int j, double& e) {
-              const double d = compat::fabs(double(v[j] * c[j]) - 1.0);
-              e = e > d ? e : d;
-            },
-            Kokkos::Max<double>(error));
-        if (it == iters) break;
+        const double error = lane_nan_max(
+            team, n, [&](int j) { return compat::fabs(double(v[j] * c[j]) - 1.0); });
         if (error <= tol) {
           used = it;
           break;
         }
-        Kokkos::parallel_for(lanes, [&](int j) { v[j] = T(1) / c[j]; });
+        Kokkos::parallel_for(lanes, [&](int j) {
+          v[j] = e == 0 ? T(1) / c[j] : v[j] / (v[j] * c[j] + e);
+        });
       } else {
-        kdnn::impl::col_dot<ExecSpace>(team, n, P, ld, u, [&](int j, T s) { v[j] = T(1) / s; });
+        rescale<ExecSpace>(team, n, P, ld, u, v, v, e);
       }
-      kdnn::impl::col_dot<ExecSpace>(team, n, PT, ld, v, [&](int i, T s) { u[i] = T(1) / s; });
+      rescale<ExecSpace>(team, n, PT, ld, v, u, u, e);
     }
 
     for (int i = 0; i < n; ++i) {
-      Kokkos::parallel_for(lanes, [&](int j) { R(b, i, j) = u[i] * P[i * ld + j] * v[j]; });
+      Kokkos::parallel_for(lanes, [&](int j) { this->at(R, b, i, j) = u[i] * P[i * ld + j] * v[j]; });
     }
+    if (iters_out.extent(0) == 0 && error_out.extent(0) == 0) return;
+    // Marginal error: column sums v∘(Pᵀu), row sums u∘(Pv).
+    kdnn::impl::col_dot<ExecSpace>(team, n, P, ld, u, [&](int j, T s) { c[j] = v[j] * s; });
+    kdnn::impl::col_dot<ExecSpace>(team, n, PT, ld, v, [&](int i, T s) { r[i] = u[i] * s; });
+    const double error = lane_nan_max(team, 2 * n, [&](int k) {
+      return compat::fabs(double(k < n ? c[k] : r[k - n]) - 1.0);
+    });
     Kokkos::single(Kokkos::PerThread(team), [&]() {
       if (iters_out.extent(0) > 0) iters_out(b) = used;
       if (error_out.extent(0) > 0) error_out(b) = error;

@@ -24,7 +24,17 @@ struct PerMatrixKernel {
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
 
   int batch = 0, n = 0;
+  /// Rows first is columns first on the transposed matrices: with transpose
+  /// set, at() reads and writes element (j, i) for (i, j).
+  bool transpose = false;
   int tile = 1, level = 0;  // set by run()
+
+  /// Element (i, j) of matrix b of a [B, n, n] view, or (j, i) if transpose.
+  template <class View>
+  KOKKOS_INLINE_FUNCTION typename View::reference_type at(const View& v, int b, int i,
+                                                           int j) const {
+    return transpose ? v(b, j, i) : v(b, i, j);
+  }
 
   /// Carved scratch bytes of one matrix.
   KOKKOS_INLINE_FUNCTION std::size_t matrix_bytes() const {

@@ -6,6 +6,7 @@
 // instantiates from here on use.
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include "kdnn/core/validate.hpp"
 #include "kdnn/sinkhorn/impl/cg_backward_kernel.hpp"
@@ -15,21 +16,48 @@
 
 namespace kdnn::sinkhorn::impl {
 
-template <class ExecSpace>
-void validate_report(const char* op, const Report<ExecSpace>& report, std::size_t batch) {
+/// The report's views: a batch entry each, and no overlap with the operator's
+/// matrices (a report written over X or R would corrupt them).
+template <class ExecSpace, class... Views>
+void validate_report(const char* op, const Report<ExecSpace>& report, std::size_t batch,
+                     const Views&... matrices) {
   validate::optional_batch(op, "report.iterations", report.iterations, batch);
-  validate::optional_batch(op, "report.error", report.error, batch);
+  validate::optional_batch(op, "report.marginal_error", report.marginal_error, batch);
+  validate::optional_batch(op, "report.residual", report.residual, batch);
+  const auto no_alias = [&](const char* name, const auto& view) {
+    (validate::no_alias(op, name, view, matrices.first, matrices.second), ...);
+  };
+  no_alias("report.iterations", report.iterations);
+  no_alias("report.marginal_error", report.marginal_error);
+  no_alias("report.residual", report.residual);
+  validate::no_alias(op, "report.marginal_error", report.marginal_error, "report.residual",
+                     report.residual);
+  validate::no_alias(op, "report.iterations", report.iterations, "report.marginal_error",
+                     report.marginal_error);
+  validate::no_alias(op, "report.iterations", report.iterations, "report.residual",
+                     report.residual);
 }
 
-inline void validate_iters(const char* op, const ForwardOptions& opts) {
+inline void validate_forward_options(const char* op, const ForwardOptions& opts) {
   validate::in_range(op, "iters", opts.iters, 1, std::numeric_limits<int>::max());
   if (!(std::isfinite(opts.tol) && opts.tol >= 0)) {
     fail(op, ": tol=", opts.tol, ", expected a finite value >= 0");
   }
+  if (!(opts.eps >= 0 && opts.eps <= 1)) {
+    fail(op, ": eps=", opts.eps, ", expected a value in [0, 1]");
+  }
+  if (opts.order != Order::columns_first && opts.order != Order::rows_first) {
+    fail(op, ": order=", int(opts.order), ", expected Order::columns_first or Order::rows_first");
+  }
 }
 
+/// n >= 1 (a batch of B >= 0 matrices of n×n) and sizes the kernels index
+/// with int.
 inline void validate_batch_size(const char* op, const char* name, std::size_t batch,
                                 std::size_t n) {
+  if (n == 0) {
+    fail(op, ": ", name, " has shape [", batch, ", 0, 0], expected n >= 1");
+  }
   if (batch > std::size_t(std::numeric_limits<int>::max()) ||
       n > std::size_t(std::numeric_limits<int>::max() / 2)) {
     fail(op, ": ", name, " has shape [", batch, ", ", n, ", ", n,
@@ -46,21 +74,23 @@ void forward(const ExecSpace& space, const Batch<const T, ExecSpace>& X,
   validate::same_shape(op, "R", R, "X", X);
   validate::no_alias(op, "R", R, "X", X);
   validate_batch_size(op, "X", X.extent(0), X.extent(1));
-  validate_iters(op, opts);
-  validate_report(op, report, X.extent(0));
+  validate_forward_options(op, opts);
+  validate_report(op, report, X.extent(0), std::pair("X", X), std::pair("R", R));
   const int batch = int(X.extent(0)), n = int(X.extent(1));
-  if (batch == 0 || n == 0) return;
+  if (batch == 0) return;
 
   using Kernel = ForwardKernel<ExecSpace, T>;
   Kernel k;
   k.X = X;
   k.R = R;
   k.iters_out = report.iterations;
-  k.error_out = report.error;
+  k.error_out = report.marginal_error;
   k.batch = batch;
   k.n = n;
+  k.transpose = opts.order == Order::rows_first;
   k.iters = opts.iters;
   k.tol = opts.tol;
+  k.eps = opts.eps;
   k.run(op, space, n, opts.launch);
 }
 
@@ -79,12 +109,17 @@ void backward(const ExecSpace& space, const Batch<const T, ExecSpace>& R,
     fail(op, ": rtol=", opts.rtol, ", expected a value in [0, 1)");
   }
   if (opts.max_iters < 0) fail(op, ": max_iters=", opts.max_iters, ", expected >= 0");
-  if (opts.measured_marginals && opts.method != Method::implicit) {
-    fail(op, ": measured_marginals=true needs method=implicit, got method=block");
+  if (opts.method != Method::implicit && opts.method != Method::block) {
+    fail(op, ": method=", int(opts.method), ", expected Method::implicit or Method::block");
   }
-  validate_report(op, report, R.extent(0));
+  if (opts.marginals != Marginals::measured && opts.marginals != Marginals::unit) {
+    fail(op, ": marginals=", int(opts.marginals),
+         ", expected Marginals::measured or Marginals::unit");
+  }
+  validate_report(op, report, R.extent(0), std::pair("R", R), std::pair("G", G),
+                  std::pair("dX", dX));
   const int batch = int(R.extent(0)), n = int(R.extent(1));
-  if (batch == 0 || n == 0) return;
+  if (batch == 0) return;
 
   const bool block = opts.method == Method::block;
   using Kernel = CGBackwardKernel<ExecSpace, T>;
@@ -93,13 +128,14 @@ void backward(const ExecSpace& space, const Batch<const T, ExecSpace>& R,
   k.G = G;
   k.dX = dX;
   k.iters_out = report.iterations;
-  k.error_out = report.error;
+  k.marginal_error_out = report.marginal_error;
+  k.residual_out = report.residual;
   k.batch = batch;
   k.n = n;
   k.max_iters = opts.max_iters > 0 ? opts.max_iters : (block ? 4 : 2) * n;
-  k.rtol = opts.rtol > 0 ? opts.rtol : (sizeof(T) == 4 ? 1e-6 : 1e-12);
+  k.rtol = opts.rtol > 0 ? opts.rtol : default_rtol<T>();
   k.block = block;
-  k.measured = opts.measured_marginals;
+  k.measured = opts.marginals == Marginals::measured;
   k.run(op, space, block ? 2 * n : n, opts.launch);
 }
 
@@ -114,13 +150,13 @@ void backward_unrolled(const ExecSpace& space, const Batch<const T, ExecSpace>& 
   validate::no_alias(op, "dX", dX, "X", X);
   validate::no_alias(op, "dX", dX, "G", G);
   validate_batch_size(op, "X", X.extent(0), X.extent(1));
-  validate_iters(op, opts);
+  validate_forward_options(op, opts);
   if (opts.tol != 0) {
     fail(op, ": tol=", opts.tol,
          ", expected 0 (reverse mode differentiates a fixed iteration count)");
   }
   const int batch = int(X.extent(0)), n = int(X.extent(1));
-  if (batch == 0 || n == 0) return;
+  if (batch == 0) return;
 
   using Kernel = UnrolledBackwardKernel<ExecSpace, T>;
   Kernel k;
@@ -130,6 +166,8 @@ void backward_unrolled(const ExecSpace& space, const Batch<const T, ExecSpace>& 
   k.batch = batch;
   k.n = n;
   k.iters = opts.iters;
+  k.eps = opts.eps;
+  k.transpose = opts.order == Order::rows_first;
   k.run(op, space, n, opts.launch);
 }
 

@@ -1,0 +1,26 @@
+#pragma once
+// One normalisation of R = diag(u) P diag(v) by its scaling vectors, shared by
+// the forward and the unrolled backward's replay. Dividing R's columns by
+// (their sums + eps) is v_j <- v_j / (v_j (Pᵀu)_j + eps), i.e. 1 / (Pᵀu)_j for
+// eps = 0; dividing its rows is the same with P, u and v in the roles of Pᵀ,
+// v and u.
+#include "kdnn/core/impl/col_dot.hpp"
+
+namespace kdnn::sinkhorn::impl {
+
+/// scale_out_j = scale_in_j / (scale_in_j (Aᵀx)_j + eps) for A = P (columns,
+/// x = u, scale = v) or A = Pᵀ (rows, x = v, scale = u); in place allowed.
+template <class ExecSpace, class Member, class C>
+KOKKOS_INLINE_FUNCTION void rescale(const Member& team, int n, const C* A, int ld, const C* x,
+                                    const C* scale_in, C* scale_out, C eps) {
+  if (eps == 0) {
+    kdnn::impl::col_dot<ExecSpace>(team, n, A, ld, x,
+                                   [&](int j, C s) { scale_out[j] = C(1) / s; });
+  } else {
+    kdnn::impl::col_dot<ExecSpace>(team, n, A, ld, x, [&](int j, C s) {
+      scale_out[j] = scale_in[j] / (scale_in[j] * s + eps);
+    });
+  }
+}
+
+}  // namespace kdnn::sinkhorn::impl
