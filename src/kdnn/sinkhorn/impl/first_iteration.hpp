@@ -31,6 +31,7 @@ struct FirstIteration {
   double* shift;       ///< m_j, n entries
   double* inv_colsum;  ///< 1 / s_j, n entries
   double* row_eps;     ///< w_i = eps / ρ_i, n entries (0 when eps = 0)
+  double* S;           ///< optional (may be null): the column softmax, n×ld
 };
 
 /// P (n×n, row stride ld) from X, read through x(i, j) -> double.
@@ -49,6 +50,9 @@ KOKKOS_INLINE_FUNCTION void first_iteration(const Member& team, int n, const XAt
     }
     fi.shift[j] = m;
     fi.inv_colsum[j] = 1 / s;
+    if (fi.S != nullptr) {
+      for (int i = 0; i < n; ++i) fi.S[i * ld + j] = P[i * ld + j] * (1 / s);
+    }
   });
   Kokkos::parallel_for(lanes, [&](int i) {
     double rho = eps;
@@ -99,7 +103,8 @@ KOKKOS_INLINE_FUNCTION void first_iteration_reverse(const Member& team, int n, c
   });
   for (int i = 0; i < n; ++i) {
     Kokkos::parallel_for(lanes, [&](int j) {
-      const double S = compat::exp(x(i, j) - fi.shift[j]) * fi.inv_colsum[j];
+      const double S = fi.S != nullptr ? fi.S[i * ld + j]
+                                       : compat::exp(x(i, j) - fi.shift[j]) * fi.inv_colsum[j];
       store(i, j, (P[i * ld + j] - w[i]) * (dP[i * ld + j] - a[i]) - S * b[j]);
     });
   }

@@ -54,6 +54,7 @@ struct ForwardKernel : PerMatrixKernel<ForwardKernel<ExecSpace, T>, ExecSpace> {
     w.fi.shift = s.take<double>(n);
     w.fi.inv_colsum = s.take<double>(n);
     w.fi.row_eps = s.take<double>(n);
+    w.fi.S = nullptr;
     return w;
   }
   KOKKOS_INLINE_FUNCTION void one_matrix(const Member& team, int b, const Work& w) const {

@@ -1,6 +1,8 @@
 #pragma once
 // Sinkhorn backward by exact reverse mode through the forward iterations
-// (columns first; rows first on the transposed matrices), in double.
+// (columns first; rows first on the transposed matrices). The first iteration
+// and its reverse run in double (first_iteration.hpp); the replay and the
+// reverse sweep of the later iterations in T, like the forward.
 //
 // The forward is replayed in scaling-vector form (forward_kernel.hpp): after
 // the first iteration P, the state after iteration k + 1 is
@@ -29,21 +31,22 @@ template <class ExecSpace, class T>
 struct UnrolledBackwardKernel
     : PerMatrixKernel<UnrolledBackwardKernel<ExecSpace, T>, ExecSpace> {
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
-  using C = double;  // the replay and reverse sweep
 
   Batch<const T, ExecSpace> X, G;
   Batch<T, ExecSpace> dX;
   int iters = 1;
   double eps = 0;
 
-  /// One matrix's working set, in double: the first iteration's P and dP,
-  /// Pᵀ (n×ld each) and statistics; the scaling vectors U = [u_0 .. u_{K−1}]
+  /// One matrix's working set: in double the first iteration's P1, dP, S
+  /// (n×ld) and statistics and two work vectors; in T, P and Pᵀ (n×ld), the scaling
+  /// vectors U = [u_0 .. u_{K−1}]
   /// (K×n), then V = [v_0 .. v_{K−1}] followed by DC = [dc_1 .. dc_{K−1}]
   /// (2K−1 rows of n, so that [v_1 .. v_{K−1}, dc_1 .. dc_{K−1}] is one
   /// 2(K−1)×n matrix); DRU, n×2(K−1), whose row i is
-  /// [dr_1 .. dr_{K−1}, u_0 .. u_{K−2}]_i; du, dv and two work vectors.
+  /// [dr_1 .. dr_{K−1}, u_0 .. u_{K−2}]_i, du, dv and dr.
   struct Work {
-    double *P, *PT, *dP, *U, *V, *DRU, *du, *dv, *a, *b;
+    double *P1, *dP, *a, *b;
+    T *P, *PT, *U, *V, *DRU, *du, *dv, *dr;
     FirstIteration fi;
   };
   KOKKOS_INLINE_FUNCTION int steps() const { return 2 * (iters - 1); }
@@ -52,29 +55,34 @@ struct UnrolledBackwardKernel
     const int ld = scratch_ld(n);
     const std::size_t K = std::size_t(iters);
     Work w;
-    w.P = s.take<double>(n * ld);
-    w.PT = s.take<double>(n * ld);
+    w.P1 = s.take<double>(n * ld);
     w.dP = s.take<double>(n * ld);
-    w.U = s.take<double>(K * n);
-    w.V = s.take<double>((2 * K - 1) * n);
-    w.DRU = s.take<double>(std::size_t(n) * std::size_t(steps()));
     w.fi.shift = s.take<double>(n);
     w.fi.inv_colsum = s.take<double>(n);
     w.fi.row_eps = s.take<double>(n);
-    w.du = s.take<double>(n);
-    w.dv = s.take<double>(n);
+    w.fi.S = s.take<double>(n * ld);  // kept: the reverse needs no exp()
     w.a = s.take<double>(n);
     w.b = s.take<double>(n);
+    w.P = s.take<T>(n * ld);
+    w.PT = s.take<T>(n * ld);
+    w.U = s.take<T>(K * n);
+    w.V = s.take<T>((2 * K - 1) * n);
+    w.DRU = s.take<T>(std::size_t(n) * std::size_t(steps()));
+    w.du = s.take<T>(n);
+    w.dv = s.take<T>(n);
+    w.dr = s.take<T>(n);
     return w;
   }
   KOKKOS_INLINE_FUNCTION void one_matrix(const Member& team, int b, const Work& w) const {
     const int n = this->n;
     const int ld = scratch_ld(n);
     const int K = iters, M = steps();
-    double* P = w.P;
-    double* PT = w.PT;
-    double* du = w.du;
-    double* dv = w.dv;
+    T* P = w.P;
+    T* PT = w.PT;
+    T* du = w.du;
+    T* dv = w.dv;
+    T* dr = w.dr;
+    const T e = T(eps);
     auto u = [&](int k) { return w.U + k * n; };
     auto v = [&](int k) { return w.V + k * n; };
     auto dc = [&](int k) { return w.V + (K - 1 + k) * n; };  // k >= 1
@@ -82,62 +90,64 @@ struct UnrolledBackwardKernel
     const auto x = [&](int i, int j) { return double(this->at(X, b, i, j)); };
 
     // Forward replay.
-    first_iteration(team, n, x, eps, P, ld, w.fi);
-    for (int i = 0; i < n; ++i) {
-      Kokkos::parallel_for(lanes, [&](int j) { PT[j * ld + i] = P[i * ld + j]; });
-    }
-    Kokkos::parallel_for(lanes, [&](int k) { u(0)[k] = v(0)[k] = 1; });
-    for (int k = 1; k < K; ++k) {
-      rescale<ExecSpace>(team, n, P, ld, u(k - 1), v(k - 1), v(k), eps);
-      rescale<ExecSpace>(team, n, PT, ld, v(k), u(k - 1), u(k), eps);
-    }
-
-    // du = W v, dv = Wᵀu at the output, W = G∘P (in dP for now).
+    first_iteration(team, n, x, eps, w.P1, ld, w.fi);
     for (int i = 0; i < n; ++i) {
       Kokkos::parallel_for(lanes, [&](int j) {
-        w.dP[i * ld + j] = double(this->at(G, b, i, j)) * P[i * ld + j];
+        P[i * ld + j] = T(w.P1[i * ld + j]);
+        PT[j * ld + i] = P[i * ld + j];
       });
     }
+    Kokkos::parallel_for(lanes, [&](int k) { u(0)[k] = v(0)[k] = T(1); });
+    for (int k = 1; k < K; ++k) {
+      rescale<ExecSpace>(team, n, P, ld, u(k - 1), v(k - 1), v(k), e);
+      rescale<ExecSpace>(team, n, PT, ld, v(k), u(k - 1), u(k), e);
+    }
+
+    // du = W v and dv = Wᵀu at the output, W = G∘P.
     Kokkos::parallel_for(lanes, [&](int i) {
-      double s = 0;
-      for (int j = 0; j < n; ++j) s += w.dP[i * ld + j] * v(K - 1)[j];
+      T s = 0;
+      for (int j = 0; j < n; ++j) s += this->at(G, b, i, j) * P[i * ld + j] * v(K - 1)[j];
       du[i] = s;
     });
-    kdnn::impl::col_dot<ExecSpace>(team, n, w.dP, ld, u(K - 1),
-                                   [&](int j, double s) { dv[j] = s; });
+    Kokkos::parallel_for(lanes, [&](int j) {
+      T s = 0;
+      for (int i = 0; i < n; ++i) s += this->at(G, b, i, j) * P[i * ld + j] * u(K - 1)[i];
+      dv[j] = s;
+    });
 
-    // Reverse sweep; dr_k goes to DRU's column k − 1 and to `a` (contiguous).
-    double* dr = w.a;
+    // Reverse sweep; dr_k goes to DRU's column k − 1 and to dr (contiguous).
     for (int k = K - 1; k >= 1; --k) {
       Kokkos::parallel_for(lanes, [&](int i) {
-        const double uk = u(k)[i], uprev = u(k - 1)[i];
+        const T uk = u(k)[i], uprev = u(k - 1)[i];
         dr[i] = -du[i] * uk * uk;
-        w.DRU[i * M + k - 1] = dr[i];
-        w.DRU[i * M + K - 1 + k - 1] = uprev;
-        du[i] = eps == 0 ? 0.0 : du[i] * eps * (uk / uprev) * (uk / uprev);
+        du[i] = e == 0 ? T(0) : du[i] * e * (uk / uprev) * (uk / uprev);
       });
-      kdnn::impl::col_dot<ExecSpace>(team, n, P, ld, dr, [&](int j, double s) { dv[j] += s; });
+      kdnn::impl::col_dot<ExecSpace>(team, n, P, ld, dr, [&](int j, T s) { dv[j] += s; });
       Kokkos::parallel_for(lanes, [&](int j) {
-        const double vk = v(k)[j], vprev = v(k - 1)[j];
+        const T vk = v(k)[j], vprev = v(k - 1)[j];
         dc(k)[j] = -dv[j] * vk * vk;
-        dv[j] = eps == 0 ? 0.0 : dv[j] * eps * (vk / vprev) * (vk / vprev);
+        dv[j] = e == 0 ? T(0) : dv[j] * e * (vk / vprev) * (vk / vprev);
       });
-      kdnn::impl::col_dot<ExecSpace>(team, n, PT, ld, dc(k), [&](int i, double s) { du[i] += s; });
+      kdnn::impl::col_dot<ExecSpace>(team, n, PT, ld, dc(k), [&](int i, T s) { du[i] += s; });
+      Kokkos::parallel_for(lanes, [&](int i) {
+        w.DRU[i * M + k - 1] = dr[i];
+        w.DRU[i * M + K - 1 + k - 1] = u(k - 1)[i];
+      });
     }
 
     // dP = G∘(u vᵀ) + DRU · [v_1 .. v_{K−1}, dc_1 .. dc_{K−1}], row by row.
     for (int i = 0; i < n; ++i) {
-      const double ui = u(K - 1)[i];
-      const auto store = [&](int j, double s) {
-        w.dP[i * ld + j] = double(this->at(G, b, i, j)) * ui * v(K - 1)[j] + s;
+      const T ui = u(K - 1)[i];
+      const auto store = [&](int j, T s) {
+        w.dP[i * ld + j] = double(this->at(G, b, i, j) * ui * v(K - 1)[j] + s);
       };
       if (M == 0) {
-        Kokkos::parallel_for(lanes, [&](int j) { store(j, 0.0); });
+        Kokkos::parallel_for(lanes, [&](int j) { store(j, T(0)); });
       } else {
         kdnn::impl::col_dot<ExecSpace>(team, M, n, v(1), n, w.DRU + i * M, store);
       }
     }
-    first_iteration_reverse(team, n, x, P, w.dP, ld, w.fi, w.a, w.b,
+    first_iteration_reverse(team, n, x, w.P1, w.dP, ld, w.fi, w.a, w.b,
                             [&](int i, int j, double value) { this->at(dX, b, i, j) = T(value); });
   }
 };
