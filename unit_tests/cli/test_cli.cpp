@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <set>
 #include <sstream>
@@ -310,6 +311,129 @@ TEST_F(Cli, EmptyBatch) {
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_TRUE(read(out_ / "r.npy", DType::f64, {0, 4, 4}).empty());
   EXPECT_TRUE(read(out_ / "dx.npy", DType::f64, {0, 4, 4}).empty());
+}
+
+// ---- gradient choice, order and eps ------------------------------------------
+
+/// Writes a [batch, 4, 4] problem with logits randn × 5 (20 iterations do not
+/// converge: the defect report's case).
+void write_unconverged(const fs::path& dir, std::size_t batch) {
+  std::vector<double> x = kdnn_test::normal(batch * 16, 301), g = kdnn_test::normal(batch * 16, 302);
+  for (double& v : x) v *= 5;
+  kdnn::io::write_npy((dir / "x.npy").string(), Shape{batch, 4, 4}, x.data());
+  kdnn::io::write_npy((dir / "g.npy").string(), Shape{batch, 4, 4}, g.data());
+}
+
+TEST_F(Cli, UnconvergedGradientWarnsOnceAndNamesTheRemedy) {
+  write_unconverged(in_, 500);
+  for (const std::string method : {"implicit", "block"}) {
+    for (const std::string marginals : {"measured", "unit"}) {
+      SCOPED_TRACE(method + " " + marginals);
+      const Result r = run(sinkhorn({"--iters", "20", "--method", method, "--marginals", marginals}));
+      ASSERT_EQ(r.status, 0) << r.err;
+      EXPECT_EQ(r.err.rfind("kdnn: warning: dx.npy is not the converged gradient: R's max "
+                            "marginal error ", 0),
+                0u)
+          << r.err;
+      EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+      EXPECT_NE(r.err.find("--method unrolled"), std::string::npos) << r.err;
+      EXPECT_NE(r.err.find("more --iters"), std::string::npos) << r.err;
+      EXPECT_NE(r.out.find("marginals=" + marginals), std::string::npos) << r.out;
+    }
+  }
+  // Autograd's gradient through the 20 iterations is what was asked for: no
+  // warning; nor once the forward has converged (a milder problem).
+  const Result unrolled = run(sinkhorn({"--iters", "20", "--method", "unrolled"}));
+  ASSERT_EQ(unrolled.status, 0) << unrolled.err;
+  EXPECT_EQ(unrolled.err, "");
+  write_problem(DType::f64, 5, 4, true);
+  const Result converged = run(sinkhorn({"--iters", "300"}));
+  ASSERT_EQ(converged.status, 0) << converged.err;
+  EXPECT_EQ(converged.err, "");
+}
+
+TEST_F(Cli, CGThatDoesNotConvergeIsReported) {
+  // Unit marginals on an unconverged R: the system is inconsistent, CG's
+  // residual stays far above its tolerance.
+  write_unconverged(in_, 2000);
+  const Result r = run(sinkhorn({"--iters", "20", "--marginals", "unit"}));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("CG stopped at max relative residual "), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+}
+
+TEST_F(Cli, OrderAndEps) {
+  const std::size_t batch = 3, n = 4;
+  const int iters = 10;
+  write_problem(DType::f64, batch, n, true);
+  const kdnn_test::Variant variant{true, 1e-6};
+  const Result r = run(sinkhorn({"--iters", "10", "--order", "rows-first", "--eps", "1e-6",
+                                 "--method", "unrolled"}));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("order=rows-first eps=1e-06"), std::string::npos) << r.out;
+  const auto rr = read(out_ / "r.npy", DType::f64, {batch, n, n});
+  const auto dx = read(out_ / "dx.npy", DType::f64, {batch, n, n});
+  for (std::size_t b = 0; b < batch; ++b) {
+    const Mat x = matrix(x_, b, n), g = matrix(g_, b, n);
+    EXPECT_LT(rel_error(matrix(rr, b, n), kdnn_test::ref_forward(x, n, iters, variant)), 1e-13);
+    EXPECT_LT(rel_error(matrix(dx, b, n), kdnn_test::ref_unrolled_backward(x, g, n, iters, variant)),
+              1e-11);
+  }
+}
+
+TEST_F(Cli, NonFiniteInputsAreRejectedWithTheirPosition) {
+  const std::size_t batch = 2, n = 3;
+  const double inf = std::numeric_limits<double>::infinity();
+  struct Case {
+    const char* file;
+    std::size_t at;  // flat index into [batch, n, n]
+    double value;
+    std::vector<std::size_t> also;  // more entries set to value
+    const char* message;
+  };
+  const Case cases[] = {
+      {"x.npy", 1 * 9 + 2 * 3 + 1, std::nan(""), {}, "x.npy: NaN at [1, 2, 1]"},
+      {"x.npy", 0 * 9 + 1 * 3 + 2, inf, {}, "x.npy: +inf at [0, 1, 2]"},
+      {"x.npy", 9 + 3, -inf, {9 + 4, 9 + 5}, "x.npy: row 1 entirely -inf at [1, 1, 0]"},
+      {"x.npy", 2, -inf, {5, 8}, "x.npy: column 2 entirely -inf at [0, 0, 2]"},
+      {"g.npy", 9 + 8, -inf, {}, "g.npy: -inf at [1, 2, 2] (expected finite values)"},
+      {"g.npy", 4, std::nan(""), {}, "g.npy: NaN at [0, 1, 1]"},
+  };
+  for (const Case& c : cases) {
+    for (const DType dtype : {DType::f64, DType::f32}) {
+      SCOPED_TRACE(c.message);
+      write_problem(dtype, batch, n, true);
+      std::vector<double>& values = std::string(c.file) == "x.npy" ? x_ : g_;
+      values[c.at] = c.value;
+      for (std::size_t k : c.also) values[k] = c.value;
+      write(c.file, dtype, {batch, n, n}, values);
+      std::ofstream(out_ / "r.npy") << "earlier";
+      expect_error(sinkhorn({"--iters", "5"}), kInput, c.message, {"r.npy"});
+      EXPECT_EQ(read_text(out_ / "r.npy"), "earlier");
+      fs::remove(out_ / "r.npy");
+    }
+  }
+  // A partial -inf mask is valid: masked entries come out 0.
+  write_problem(DType::f64, batch, n, true);
+  x_[1] = x_[9 + 4] = -inf;
+  write("x.npy", DType::f64, {batch, n, n}, x_);
+  const Result r = run(sinkhorn({"--iters", "50", "--method", "unrolled"}));
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto rr = read(out_ / "r.npy", DType::f64, {batch, n, n});
+  const auto dx = read(out_ / "dx.npy", DType::f64, {batch, n, n});
+  EXPECT_EQ(rr[1], 0.0);
+  EXPECT_EQ(rr[9 + 4], 0.0);
+  for (double v : rr) EXPECT_TRUE(std::isfinite(v));
+  for (double v : dx) EXPECT_TRUE(std::isfinite(v));
+}
+
+TEST_F(Cli, ShapesAreCheckedBeforeAnythingIsAllocated) {
+  const std::size_t huge = std::size_t(1) << 40;
+  const Shape shapes[] = {{huge, 0, 0}, {std::size_t(1) << 31, 0, 0}, {0, std::size_t(1) << 62, std::size_t(1) << 62}, {3, 0, 0}};
+  for (const Shape& shape : shapes) {
+    write("x.npy", DType::f64, shape, {});
+    expect_error(sinkhorn({"--iters", "5"}), kInput, "expected [B, n, n] with 1 <= n <= ");
+  }
 }
 
 // ---- errors ----------------------------------------------------------------
