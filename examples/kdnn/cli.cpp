@@ -1,9 +1,6 @@
 #include "cli.hpp"
 
-#include <cerrno>
 #include <charconv>
-#include <cstdio>
-#include <cstring>
 #include <cmath>
 #include <filesystem>
 #include <iostream>
@@ -105,30 +102,16 @@ std::optional<io::NpyArray> read_input(const std::string& dir, const std::string
 }
 
 void write_outputs(const std::string& dir, const std::vector<Output>& outputs) {
-  std::vector<std::string> paths, temporaries;
+  std::vector<io::NpyFile> files;
   for (const Output& out : outputs) {
-    paths.push_back((fs::path(dir) / out.name).string());
+    files.push_back({(fs::path(dir) / out.name).string(), out.array});
     // rename() cannot replace a directory: refuse before writing anything.
     std::error_code ec;
-    if (fs::is_directory(paths.back(), ec)) {
-      fail(paths.back(), ": cannot replace a directory with the output");
+    if (fs::is_directory(files.back().path, ec)) {
+      fail(files.back().path, ": cannot replace a directory with the output");
     }
   }
-  try {
-    for (std::size_t i = 0; i < outputs.size(); ++i) {
-      const io::NpyArray& a = outputs[i].array;
-      temporaries.push_back(io::write_npy_temporary(paths[i], a.dtype, a.shape, a.bytes.data()));
-    }
-  } catch (...) {
-    for (const std::string& tmp : temporaries) std::remove(tmp.c_str());
-    throw;
-  }
-  for (std::size_t i = 0; i < paths.size(); ++i) {
-    if (std::rename(temporaries[i].c_str(), paths[i].c_str()) == 0) continue;
-    const int err = errno;
-    for (std::size_t j = i; j < temporaries.size(); ++j) std::remove(temporaries[j].c_str());
-    fail(paths[i], ": cannot rename '", temporaries[i], "' to it: ", std::strerror(err));
-  }
+  io::write_npy_files(files);
 }
 
 }  // namespace kdnn::cli

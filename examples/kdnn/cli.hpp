@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kdnn/io/npy.hpp"
+#include "kdnn/io/npy_files.hpp"
 #include "kdnn/io/npy_view.hpp"
 
 namespace kdnn::cli {
@@ -73,8 +74,8 @@ struct Output {
   io::NpyArray array;
 };
 
-/// Writes every output to a unique temporary in `dir` and renames them only
-/// when all are complete, so a failure leaves `dir` as it was.
+/// Writes the outputs into `dir` all or nothing (io::write_npy_files), after
+/// refusing any that would replace a directory.
 void write_outputs(const std::string& dir, const std::vector<Output>& outputs);
 
 // ---- arrays as Views of the execution space ----
