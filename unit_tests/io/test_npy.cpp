@@ -2,6 +2,8 @@
 // written by NumPy 1.24 (np.save / np.lib.format.write_array).
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -14,6 +16,7 @@
 
 #include "kdnn/core/error.hpp"
 #include "kdnn/io/npy.hpp"
+#include "kdnn/io/npy_files.hpp"
 #include "expect_error.hpp"
 #include "kdnn/io/npy_view.hpp"
 #include "test_paths.hpp"
@@ -397,4 +400,61 @@ TEST(NpyView, WrongDTypeOrRankThrows) {
                   "x.npy has dtype float32, expected float64");
   expect_contains(kdnn_test::error_of([&] { kdnn::io::view_of<float***>(array, "x.npy"); }),
                   "x.npy has shape (2, 3), expected a 3-d array");
+}
+
+// ---- a set of files, all or nothing (npy_files.hpp) ----
+
+namespace {
+
+/// The inode of `path` itself (not of a link's target).
+ino_t inode_of(const std::string& path) {
+  struct stat st {};
+  EXPECT_EQ(::lstat(path.c_str(), &st), 0) << path;
+  return st.st_ino;
+}
+
+}  // namespace
+
+TEST_F(Npy, WriteFilesReplacesEveryFileAndLeavesNothingElse) {
+  const NpyArray a = read_npy(fixture("f64_4.npy"));
+  const NpyArray b = read_npy(fixture("f32_2x3.npy"));
+  write_bytes(path("a.npy"), "earlier");
+  kdnn::io::write_npy_files({{path("a.npy"), a}, {path("b.npy"), b}});
+  EXPECT_EQ(read_npy(path("a.npy")).bytes, a.bytes);
+  EXPECT_EQ(read_npy(path("b.npy")).bytes, b.bytes);
+  EXPECT_EQ(entries(), (std::set<std::string>{"a.npy", "b.npy"}));
+}
+
+TEST_F(Npy, WriteFilesFailingPartWayRestoresEveryEarlierFile) {
+  // a.npy and c.npy are replaced before the rename onto the directory b.npy
+  // fails; then a.npy must be the very file it was, and c.npy gone again.
+  const NpyArray array = read_npy(fixture("f64_4.npy"));
+  write_bytes(path("a.npy"), "earlier");
+  const ino_t inode = inode_of(path("a.npy"));
+  fs::create_directories(path("b.npy") + "/keep");
+  const std::string message = kdnn_test::error_of([&] {
+    kdnn::io::write_npy_files(
+        {{path("a.npy"), array}, {path("c.npy"), array}, {path("b.npy"), array}});
+  });
+  EXPECT_EQ(message.rfind(path("b.npy"), 0), 0u) << message;
+  EXPECT_EQ(read_bytes(path("a.npy")), "earlier");
+  EXPECT_EQ(inode_of(path("a.npy")), inode);
+  EXPECT_TRUE(fs::is_directory(path("b.npy") + "/keep"));
+  EXPECT_EQ(entries(), (std::set<std::string>{"a.npy", "b.npy"}));
+}
+
+TEST_F(Npy, WriteFilesRestoresAnEarlierSymbolicLink) {
+  // The link itself is kept and put back, not the file it points to.
+  const NpyArray array = read_npy(fixture("f64_4.npy"));
+  write_bytes(path("target"), "target");
+  fs::create_symlink("target", path("a.npy"));
+  fs::create_directory(path("b.npy"));
+  EXPECT_NE(kdnn_test::error_of([&] {
+              kdnn::io::write_npy_files({{path("a.npy"), array}, {path("b.npy"), array}});
+            }),
+            "");
+  ASSERT_TRUE(fs::is_symlink(path("a.npy")));
+  EXPECT_EQ(fs::read_symlink(path("a.npy")), "target");
+  EXPECT_EQ(read_bytes(path("target")), "target");
+  EXPECT_EQ(entries(), (std::set<std::string>{"a.npy", "b.npy", "target"}));
 }

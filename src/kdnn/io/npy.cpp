@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cctype>
 #include <cerrno>
 #include <cstdint>
@@ -15,6 +14,7 @@
 #include <sstream>
 
 #include "kdnn/core/error.hpp"
+#include "kdnn/io/impl/unique_name.hpp"
 
 // The element bytes are copied to and from memory unchanged, which is only
 // correct for '<f4' / '<f8' on a little-endian host.
@@ -377,13 +377,10 @@ std::string write_npy_temporary(const std::string& path, DType dtype,
   const std::size_t element_size = dtype == DType::f32 ? sizeof(float) : sizeof(double);
   const std::size_t nbytes = product(shape) * element_size;
 
-  // A name no other writer (thread or process) uses: O_EXCL retries past any
-  // file that already has it.
-  static std::atomic<unsigned> counter{0};
   std::string tmp;
   int fd = -1;
   do {
-    tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
+    tmp = impl::unique_name(path, "tmp");
     fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
   } while (fd < 0 && errno == EEXIST);
   std::FILE* file = fd < 0 ? nullptr : ::fdopen(fd, "wb");
