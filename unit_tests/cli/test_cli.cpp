@@ -69,10 +69,16 @@ class Cli : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(root_); }
 
+  /// The shell command that runs the tool with `args`.
+  static std::string command(const Strings& args) {
+    std::string cmd = quote(kdnn_test::env_or("KDNN_CLI_PATH", KDNN_CLI_PATH));
+    for (const auto& a : args) cmd += " " + quote(a);
+    return cmd;
+  }
+
   /// Runs the tool with `args`, after `launcher` (e.g. "mpiexec -n 2") if given.
   Result run(const Strings& args, const std::string& launcher = "") const {
-    std::string cmd = launcher + " " + quote(kdnn_test::env_or("KDNN_CLI_PATH", KDNN_CLI_PATH));
-    for (const auto& a : args) cmd += " " + quote(a);
+    std::string cmd = launcher + " " + command(args);
     const fs::path out = root_ / "stdout.txt", err = root_ / "stderr.txt";
     cmd += " >" + quote(out.string()) + " 2>" + quote(err.string());
     const int raw = std::system(cmd.c_str());
@@ -631,6 +637,54 @@ TEST_F(Cli, PeakMemoryIsInputsPlusOutputs) {
   ASSERT_EQ(::getrusage(RUSAGE_CHILDREN, &usage), 0);
   const double peak_mib = double(usage.ru_maxrss) / 1024;  // the largest child's, in KiB
   EXPECT_LT(peak_mib, 4 * array_mib + 48) << "peak RSS " << peak_mib << " MiB";
+}
+
+// ---- concurrent runs ---------------------------------------------------------
+
+TEST_F(Cli, ConcurrentRunsIntoOneOutLeaveOneRunsFiles) {
+  // Two problems; each run alone gives the reference outputs.
+  const std::size_t batch = 64, n = 8;
+  const fs::path in[2] = {in_, root_ / "in2"};
+  fs::create_directories(in[1]);
+  for (int k = 0; k < 2; ++k) {
+    const auto x = uniform(batch * n * n, 0.0, 4.0, 10 + k);
+    const auto g = uniform(batch * n * n, -1.0, 1.0, 20 + k);
+    kdnn::io::write_npy((in[k] / "x.npy").string(), {batch, n, n}, x.data());
+    kdnn::io::write_npy((in[k] / "g.npy").string(), {batch, n, n}, g.data());
+  }
+  const auto args = [&](int k, const fs::path& out) {
+    return Strings{"sinkhorn", "--in", in[k].string(), "--out", out.string(), "--iters", "50"};
+  };
+  std::string expected[2][2];  // [run][r.npy, dx.npy], the files' bytes
+  const char* names[2] = {"r.npy", "dx.npy"};
+  for (int k = 0; k < 2; ++k) {
+    const fs::path out = root_ / ("alone" + std::to_string(k));
+    fs::create_directories(out);
+    ASSERT_EQ(run(args(k, out)).status, 0);
+    for (int f = 0; f < 2; ++f) expected[k][f] = read_text(out / names[f]);
+    ASSERT_NE(expected[k][0], "");
+  }
+  ASSERT_NE(expected[0][0], expected[1][0]);
+
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    std::string cmd;
+    for (int k = 0; k < 2; ++k) {
+      const fs::path status = root_ / ("status" + std::to_string(k));
+      cmd += "(" + command(args(k, out_)) + " >/dev/null 2>&1; echo $? >" +
+             quote(status.string()) + ") & ";
+    }
+    ASSERT_EQ(std::system((cmd + "wait").c_str()), 0);
+    for (int k = 0; k < 2; ++k) {
+      EXPECT_EQ(read_text(root_ / ("status" + std::to_string(k))), "0\n") << "run " << k;
+    }
+    EXPECT_EQ(files(out_), (std::set<std::string>{"r.npy", "dx.npy"}));
+    for (int f = 0; f < 2; ++f) {
+      const std::string bytes = read_text(out_ / names[f]);
+      EXPECT_TRUE(bytes == expected[0][f] || bytes == expected[1][f]) << names[f];
+      read(out_ / names[f], DType::f64, {batch, n, n});  // a valid .npy file
+    }
+  }
 }
 
 }  // namespace

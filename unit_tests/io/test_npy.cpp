@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdint>
@@ -457,4 +458,38 @@ TEST_F(Npy, WriteFilesRestoresAnEarlierSymbolicLink) {
   EXPECT_EQ(fs::read_symlink(path("a.npy")), "target");
   EXPECT_EQ(read_bytes(path("target")), "target");
   EXPECT_EQ(entries(), (std::set<std::string>{"a.npy", "b.npy", "target"}));
+}
+
+// ---- temporaries never follow what is already under their name ----
+
+TEST_F(Npy, TemporaryNamesTakenBySymbolicLinksAreSkipped) {
+  // Learn the naming pattern "<path>.tmp.<pid>.<n>" from one temporary.
+  const double values[2] = {1, 2};
+  const std::string target = path("a.npy");
+  const std::string first = kdnn::io::write_npy_temporary(target, DType::f64, {2}, values);
+  fs::remove(first);
+  const std::string prefix = target + ".tmp." + std::to_string(::getpid()) + ".";
+  ASSERT_EQ(first.rfind(prefix, 0), 0u) << first;
+  const unsigned long n = std::stoul(first.substr(prefix.size()));
+
+  // Links at the next 50 names, pointing at a file that must stay unchanged.
+  const std::string victim = path("victim");
+  write_bytes(victim, "victim");
+  std::set<std::string> expected = {"a.npy", "victim"};
+  for (unsigned long k = n + 1; k <= n + 50; ++k) {
+    const std::string link = prefix + std::to_string(k);
+    fs::create_symlink(victim, link);
+    expected.insert(fs::path(link).filename().string());
+  }
+
+  write_npy<double>(target, {2}, values);
+  EXPECT_FALSE(fs::is_symlink(target));
+  EXPECT_EQ(read_npy(target).data<double>()[1], 2.0);
+  EXPECT_EQ(read_bytes(victim), "victim");
+  EXPECT_EQ(entries(), expected);
+  for (unsigned long k = n + 1; k <= n + 50; ++k) {
+    const std::string link = prefix + std::to_string(k);
+    ASSERT_TRUE(fs::is_symlink(link)) << link;
+    EXPECT_EQ(fs::read_symlink(link), victim) << link;
+  }
 }
