@@ -93,8 +93,11 @@ void require_directory(const std::string& option, const std::string& dir) {
 std::optional<io::NpyArray> read_input(const std::string& dir, const std::string& name,
                                        bool optional) {
   const fs::path path = fs::path(dir) / name;
+  // Absent only when there is no directory entry at all: anything under the
+  // name (a dangling link, a FIFO, ...) goes to read_npy, which says why it
+  // cannot be read.
   std::error_code ec;
-  if (!fs::exists(path, ec)) {
+  if (fs::symlink_status(path, ec).type() == fs::file_type::not_found) {
     if (optional) return std::nullopt;
     fail("missing input ", path.string());
   }

@@ -64,7 +64,9 @@ CLI::Validator not_an_option();
 /// Fails (exit status 1) unless `dir` is an existing directory.
 void require_directory(const std::string& option, const std::string& dir);
 
-/// Reads DIR/name; a missing file is an error, or nothing when `optional`.
+/// Reads DIR/name, a regular file (or a link to one). No entry under the name
+/// is an error, or nothing when `optional`; an entry that cannot be read (a
+/// dangling link, a FIFO, a directory, ...) is always an error.
 std::optional<io::NpyArray> read_input(const std::string& dir, const std::string& name,
                                        bool optional = false);
 

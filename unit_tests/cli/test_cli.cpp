@@ -2,12 +2,15 @@
 // against plain double references, dtypes, optional outputs, and every error
 // path (exit status, one "kdnn: error:" line on stderr, nothing in --out).
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -132,12 +135,14 @@ class Cli : public ::testing::Test {
 
   /// Runs `args` and expects failure with `status`, one error line on stderr
   /// containing `fragment`, nothing on stdout, and an untouched --out.
+  /// `launcher` as for run().
   void expect_error(const Strings& args, int status, const std::string& fragment,
-                    const std::set<std::string>& out_files = {}) const {
+                    const std::set<std::string>& out_files = {},
+                    const std::string& launcher = "") const {
     std::string shown;
     for (const auto& a : args) shown += " " + a;
     SCOPED_TRACE("kdnn" + shown);
-    const Result r = run(args);
+    const Result r = run(args, launcher);
     EXPECT_EQ(r.status, status);
     EXPECT_EQ(r.err.rfind("kdnn: error: ", 0), 0u) << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
@@ -685,6 +690,60 @@ TEST_F(Cli, ConcurrentRunsIntoOneOutLeaveOneRunsFiles) {
       read(out_ / names[f], DType::f64, {batch, n, n});  // a valid .npy file
     }
   }
+}
+
+// ---- inputs that are not regular files ---------------------------------------
+
+TEST_F(Cli, FifoInputIsAnErrorNotAHang) {
+  ASSERT_EQ(::mkfifo((in_ / "x.npy").c_str(), 0600), 0);
+  // Under `timeout`, so that a regression fails (status 124) instead of hanging.
+  expect_error(sinkhorn({"--iters", "3"}), kInput,
+               (in_ / "x.npy").string() + ": not a regular file (a FIFO)", {}, "timeout 20");
+}
+
+TEST_F(Cli, DanglingSymbolicLinkIsAnErrorNotAnAbsentInput) {
+  write_problem(DType::f64, 2, 3, false);
+  fs::create_symlink(in_ / "missing.npy", in_ / "g.npy");
+  expect_error(sinkhorn({"--iters", "3"}), kInput,
+               (in_ / "g.npy").string() + ": symbolic link to a missing file");
+}
+
+TEST_F(Cli, SymbolicLinkLoopIsNamedAsSuch) {
+  fs::create_symlink("y.npy", in_ / "x.npy");
+  fs::create_symlink("x.npy", in_ / "y.npy");
+  expect_error(sinkhorn({"--iters", "3"}), kInput,
+               (in_ / "x.npy").string() + ": cannot open file: " + std::strerror(ELOOP));
+}
+
+TEST_F(Cli, DirectoryInputIsAnError) {
+  write_problem(DType::f64, 2, 3, false);
+  fs::create_directories(in_ / "g.npy" / "keep");
+  expect_error(sinkhorn({"--iters", "3"}), kInput,
+               (in_ / "g.npy").string() + ": not a regular file (a directory)");
+}
+
+TEST_F(Cli, UnreadableInputIsAnError) {
+  if (::geteuid() == 0) GTEST_SKIP() << "root reads any file";
+  write_problem(DType::f64, 2, 3, true);
+  fs::permissions(in_ / "g.npy", fs::perms::none);
+  expect_error(sinkhorn({"--iters", "3"}), kInput,
+               (in_ / "g.npy").string() + ": cannot open file: " + std::strerror(EACCES));
+}
+
+TEST_F(Cli, SymbolicLinksToRegularFilesAreRead) {
+  const std::size_t batch = 2, n = 3;
+  const fs::path data = root_ / "data";
+  fs::create_directories(data);
+  write_problem(DType::f64, batch, n, true);
+  for (const char* name : {"x.npy", "g.npy"}) {
+    fs::rename(in_ / name, data / name);
+    fs::create_symlink(data / name, in_ / name);
+  }
+  const Result r = run(sinkhorn({"--iters", "5"}));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(files(out_), (std::set<std::string>{"r.npy", "dx.npy"}));
+  const auto rr = read(out_ / "r.npy", DType::f64, {batch, n, n});
+  EXPECT_LT(rel_error(matrix(rr, 0, n), kdnn_test::ref_forward(matrix(x_, 0, n), n, 5)), 1e-13);
 }
 
 }  // namespace

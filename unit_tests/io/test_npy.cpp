@@ -5,8 +5,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -492,4 +494,36 @@ TEST_F(Npy, TemporaryNamesTakenBySymbolicLinksAreSkipped) {
     ASSERT_TRUE(fs::is_symlink(link)) << link;
     EXPECT_EQ(fs::read_symlink(link), victim) << link;
   }
+}
+
+// ---- only regular files are read ----
+
+TEST_F(Npy, FifoIsRejectedWithoutBlocking) {
+  // Opening a FIFO for reading would wait for a writer forever; should it
+  // block, SIGALRM ends the test binary rather than leave it hanging.
+  ASSERT_EQ(::mkfifo(path("a.npy").c_str(), 0600), 0);
+  ::alarm(20);
+  expect_read_error(path("a.npy"), {": not a regular file (a FIFO)"});
+  ::alarm(0);
+}
+
+TEST_F(Npy, DirectoryIsRejected) {
+  fs::create_directory(path("a.npy"));
+  expect_read_error(path("a.npy"), {": not a regular file (a directory)"});
+}
+
+TEST_F(Npy, DanglingSymbolicLinkIsNamed) {
+  fs::create_symlink(path("missing.npy"), path("a.npy"));
+  expect_read_error(path("a.npy"), {": symbolic link to a missing file"});
+}
+
+TEST_F(Npy, SymbolicLinkLoopIsRejected) {
+  fs::create_symlink("b.npy", path("a.npy"));
+  fs::create_symlink("a.npy", path("b.npy"));
+  expect_read_error(path("a.npy"), {std::strerror(ELOOP)});
+}
+
+TEST_F(Npy, SymbolicLinkToARegularFileIsRead) {
+  fs::create_symlink(fixture("f64_4.npy"), path("a.npy"));
+  EXPECT_EQ(read_npy(path("a.npy")).bytes, read_npy(fixture("f64_4.npy")).bytes);
 }

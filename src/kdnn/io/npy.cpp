@@ -1,6 +1,7 @@
 #include "kdnn/io/npy.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,7 +10,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <sstream>
 
@@ -245,12 +245,72 @@ std::size_t read_le(const unsigned char* p, std::size_t n) {
   return value;
 }
 
-/// Reads `n` bytes at the current position into `out`.
-void read_exact(const std::string& path, std::ifstream& in, void* out, std::size_t n) {
-  if (n > 0 && !in.read(static_cast<char*>(out), std::streamsize(n))) {
-    fail(path, ": read error: ", std::strerror(errno));
-  }
+// ---- reading a regular file ----
+
+/// "a FIFO", "a directory", ...: what a file that is not a regular one is.
+const char* file_type_name(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  return "an unknown kind of file";
 }
+
+/// A regular file open for reading. The descriptor is checked and read, not
+/// the path again, so the file checked is the file read; opening never
+/// blocks (O_NONBLOCK: a FIFO is refused before any read).
+class InputFile {
+ public:
+  explicit InputFile(const std::string& path)
+      : path_(path), fd_(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC)) {
+    if (fd_ < 0) fail_to_open();
+    struct stat st {};
+    if (::fstat(fd_, &st) != 0) {
+      const int err = errno;
+      ::close(fd_);
+      fail(path_, ": cannot inspect the file: ", std::strerror(err));
+    }
+    if (!S_ISREG(st.st_mode)) {
+      ::close(fd_);
+      fail(path_, ": not a regular file (", file_type_name(st.st_mode), ")");
+    }
+    size_ = std::size_t(st.st_size);
+  }
+  ~InputFile() { ::close(fd_); }
+  InputFile(const InputFile&) = delete;
+  InputFile& operator=(const InputFile&) = delete;
+
+  std::size_t size() const { return size_; }
+
+  /// Reads `n` bytes at `offset` into `out`.
+  void read(std::size_t offset, void* out, std::size_t n) const {
+    auto* p = static_cast<unsigned char*>(out);
+    while (n > 0) {
+      const ssize_t got = ::pread(fd_, p, n, off_t(offset));
+      if (got < 0 && errno == EINTR) continue;
+      if (got < 0) fail(path_, ": read error: ", std::strerror(errno));
+      if (got == 0) fail(path_, ": read error: the file got shorter while being read");
+      p += got;
+      offset += std::size_t(got);
+      n -= std::size_t(got);
+    }
+  }
+
+ private:
+  [[noreturn]] void fail_to_open() const {
+    const int err = errno;
+    struct stat st {};
+    if (err == ENOENT && ::lstat(path_.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+      fail(path_, ": symbolic link to a missing file");
+    }
+    fail(path_, ": cannot open file: ", std::strerror(err));
+  }
+
+  const std::string& path_;
+  int fd_;
+  std::size_t size_ = 0;
+};
 
 // ---- header writing ----
 
@@ -318,17 +378,12 @@ template float* NpyArray::data<float>();
 template double* NpyArray::data<double>();
 
 NpyArray read_npy(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, ": cannot open file: ", std::strerror(errno));
-  in.seekg(0, std::ios::end);
-  const std::streamoff file_size = in.tellg();
-  in.seekg(0, std::ios::beg);
-  if (file_size < 0 || !in) fail(path, ": cannot determine the file size");
-  const std::size_t size = std::size_t(file_size);
+  const InputFile in(path);
+  const std::size_t size = in.size();
 
   // Magic, version and header length: at most 6 + 2 + 4 bytes.
   unsigned char prefix[12] = {};
-  read_exact(path, in, prefix, std::min<std::size_t>(size, sizeof prefix));
+  in.read(0, prefix, std::min<std::size_t>(size, sizeof prefix));
   if (size < kMagicLen || std::memcmp(prefix, kMagic, kMagicLen) != 0) {
     fail(path, ": not a .npy file (missing the \\x93NUMPY magic string)");
   }
@@ -348,8 +403,7 @@ NpyArray read_npy(const std::string& path) {
   }
 
   std::string text(header_len, '\0');
-  in.seekg(std::streamoff(prefix_len), std::ios::beg);
-  read_exact(path, in, text.data(), header_len);
+  in.read(prefix_len, text.data(), header_len);
   const Header header = HeaderParser(path, text).parse();
 
   NpyArray array;
@@ -367,7 +421,7 @@ NpyArray read_npy(const std::string& path) {
          " bytes of data, found ", found);
   }
   array.bytes.resize(expected);
-  read_exact(path, in, array.bytes.data(), expected);
+  in.read(prefix_len + header_len, array.bytes.data(), expected);
   return array;
 }
 

@@ -50,7 +50,10 @@ struct NpyArray {
 /// A zero-filled array of `dtype` and `shape` (e.g. to compute an output into).
 NpyArray allocate_npy(DType dtype, const std::vector<std::size_t>& shape);
 
-/// Reads `path`; throws kdnn::Error on any problem.
+/// Reads `path`, which must be a regular file or a symbolic link to one;
+/// throws kdnn::Error on any problem. Anything else (a FIFO, a directory, a
+/// device, a link to a missing file) is refused without blocking and without
+/// reading from it: "<path>: not a regular file (a FIFO)".
 NpyArray read_npy(const std::string& path);
 
 /// Writes `count = product(shape)` elements of `dtype` from `data` to `path`.
