@@ -746,4 +746,23 @@ TEST_F(Cli, SymbolicLinksToRegularFilesAreRead) {
   EXPECT_LT(rel_error(matrix(rr, 0, n), kdnn_test::ref_forward(matrix(x_, 0, n), n, 5)), 1e-13);
 }
 
+// ---- bytes from files in messages ----------------------------------------------
+
+TEST_F(Cli, HeaderBytesAreEscapedOnStderr) {
+  write("x.npy", DType::f64, {2, 3, 3}, uniform(18, 0, 1, 1));
+  std::string bytes = read_text(in_ / "x.npy");
+  const auto pos = bytes.find("'<f8'");
+  ASSERT_NE(pos, std::string::npos);
+  // A dtype with a terminal escape sequence, a NUL and a newline; as many
+  // padding spaces removed, so that the header keeps its length.
+  const std::string descr("'\x1b[31m\0\n'", 9);
+  bytes.replace(pos, 5, descr);
+  bytes.erase(bytes.find("} ") + 1, descr.size() - 5);
+  std::ofstream(in_ / "x.npy", std::ios::binary) << bytes;
+  // One line on stderr (checked by expect_error), with the bytes escaped.
+  expect_error(sinkhorn({"--iters", "3"}), kInput, "dtype '\\x1b[31m\\x00\\x0a' not supported");
+  const Result r = run(sinkhorn({"--iters", "3"}));
+  EXPECT_EQ(r.err.find('\x1b'), std::string::npos) << r.err;
+}
+
 }  // namespace

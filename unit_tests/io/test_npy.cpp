@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "kdnn/core/error.hpp"
+#include "kdnn/io/escape.hpp"
 #include "kdnn/io/npy.hpp"
 #include "kdnn/io/npy_files.hpp"
 #include "expect_error.hpp"
@@ -526,4 +527,53 @@ TEST_F(Npy, SymbolicLinkLoopIsRejected) {
 TEST_F(Npy, SymbolicLinkToARegularFileIsRead) {
   fs::create_symlink(fixture("f64_4.npy"), path("a.npy"));
   EXPECT_EQ(read_npy(path("a.npy")).bytes, read_npy(fixture("f64_4.npy")).bytes);
+}
+
+// ---- bytes from the file are escaped in messages ----
+
+namespace {
+
+/// No control bytes (NUL, ESC, newline, ...) and nothing beyond ASCII.
+bool only_printable_ascii(const std::string& text) {
+  for (const char c : text) {
+    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_F(Npy, HeaderBytesAreEscapedInMessages) {
+  // A key holding a NUL, a terminal escape sequence, a backslash and a byte
+  // beyond ASCII; the text after the NUL must not be lost.
+  const std::string key = std::string("a", 1) + '\0' + "after\x1b[31mred\\\xff";
+  const std::string dict =
+      "{'descr': '<f8', 'fortran_order': False, 'shape': (3,), '" + key + "': 1}";
+  write_bytes(path("a.npy"), make_npy(dict, f64_bytes(3)));
+  const std::string message = kdnn_test::error_of([&] { read_npy(path("a.npy")); });
+  EXPECT_TRUE(only_printable_ascii(message)) << message;
+  const std::string escaped = "a\\x00after\\x1b[31mred\\\\\\xff";
+  expect_contains(message, "unexpected key '" + escaped + "'");
+  expect_contains(message, "(header: {'descr': '<f8'");  // the header shown ...
+  expect_contains(message, "'" + escaped + "': 1})");  // ... to its end, escaped
+}
+
+TEST_F(Npy, DescrBytesAreEscapedInMessages) {
+  write_bytes(path("a.npy"),
+              make_npy("{'descr': '<f8\x1b]0;title\x07', 'fortran_order': False, 'shape': (3,), }",
+                       f64_bytes(3)));
+  const std::string message = kdnn_test::error_of([&] { read_npy(path("a.npy")); });
+  EXPECT_TRUE(only_printable_ascii(message)) << message;
+  expect_contains(message, "dtype '<f8\\x1b]0;title\\x07' not supported");
+}
+
+TEST(NpyEscape, PrintableAsciiAsIsBackslashDoubledOtherBytesInLowercaseHex) {
+  using kdnn::io::escape_bytes;
+  EXPECT_EQ(escape_bytes(" az~'\""), " az~'\"");
+  EXPECT_EQ(escape_bytes("a\\b"), "a\\\\b");
+  EXPECT_EQ(escape_bytes(std::string("\0\n\x1b\x1f\x7f\x80\xff", 7)),
+            "\\x00\\x0a\\x1b\\x1f\\x7f\\x80\\xff");
+  EXPECT_EQ(escape_bytes(""), "");
 }

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "kdnn/core/error.hpp"
+#include "kdnn/io/escape.hpp"
 #include "kdnn/io/impl/unique_name.hpp"
 
 // The element bytes are copied to and from memory unchanged, which is only
@@ -94,10 +95,12 @@ class HeaderParser {
   }
 
  private:
+  /// `what` may quote the header (a key), so it is escaped like the header
+  /// (the parser's own words are printable ASCII: unchanged).
   [[noreturn]] void malformed(const std::string& what) const {
     const std::size_t end = text_.find_last_not_of(" \t\r\n");
-    fail(path_, ": malformed header: ", what, " (header: ",
-         end == std::string::npos ? "" : text_.substr(0, end + 1), ")");
+    fail(path_, ": malformed header: ", escape_bytes(what), " (header: ",
+         escape_bytes(end == std::string::npos ? "" : text_.substr(0, end + 1)), ")");
   }
 
   bool at(char c) const { return pos_ < text_.size() && text_[pos_] == c; }
@@ -233,8 +236,8 @@ std::size_t data_bytes(const std::string& path, const std::vector<std::size_t>& 
 DType check_descr(const std::string& path, const Header& header) {
   if (header.descr_is_string && header.descr == "<f4") return DType::f32;
   if (header.descr_is_string && header.descr == "<f8") return DType::f64;
-  const std::string shown =
-      header.descr_is_string ? "'" + header.descr + "'" : header.descr;
+  const std::string descr = escape_bytes(header.descr);
+  const std::string shown = header.descr_is_string ? "'" + descr + "'" : descr;
   fail(path, ": dtype ", shown,
        " not supported, expected '<f4' (float32) or '<f8' (float64)");
 }
