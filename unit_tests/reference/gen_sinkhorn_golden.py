@@ -26,12 +26,10 @@ done in the file's dtype.  For each case and dt in (f64, f32) it writes, into
 Run from the repository root:
     python3 unit_tests/reference/gen_sinkhorn_golden.py
 """
-import os
-
-import numpy as np
 import torch
 
-from kdnn_reference import sinkhorn  # this script's directory is on sys.path
+import golden_io  # this script's directory is on sys.path
+from kdnn_reference import sinkhorn
 
 SEED = 20240607
 CASES = [  # (name, n, iters, batch)
@@ -39,18 +37,9 @@ CASES = [  # (name, n, iters, batch)
     ("n16_it100", 16, 100, 24),
 ]
 DTYPES = [("f64", torch.float64, "<f8"), ("f32", torch.float32, "<f4")]
-OUT_DIR = os.path.normpath(
-    os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "sinkhorn"))
-
-
-def save(name, t, np_dtype):
-    a = np.ascontiguousarray(t.detach().cpu().numpy().astype(np_dtype))
-    np.save(os.path.join(OUT_DIR, name + ".npy"), a)
-    return a
 
 
 def main():
-    os.makedirs(OUT_DIR, exist_ok=True)
     for ci, (case, n, iters, batch) in enumerate(CASES):
         gen = torch.Generator().manual_seed(SEED + ci)
         x64 = torch.rand((batch, n, n), generator=gen, dtype=torch.float64) * 4.0
@@ -59,18 +48,8 @@ def main():
             x = x64.to(tdtype, copy=True)
             g = g64.to(tdtype, copy=True)
             r, dx = sinkhorn.autograd_backward(x, g, iters)
-            prefix = f"{case}_{dt}"
-            save(prefix + "_x", x, np_dtype)
-            save(prefix + "_g", g, np_dtype)
-            r_np = save(prefix + "_r", r, np_dtype)
-            dx_np = save(prefix + "_dx", dx, np_dtype)
-            r_d = r_np.astype(np.float64)
-            row_err = np.abs(r_d.sum(-1) - 1.0).max()
-            col_err = np.abs(r_d.sum(-2) - 1.0).max()
-            dx_norm = np.linalg.norm(dx_np.astype(np.float64))
-            print(f"{prefix}: shape={r_np.shape} max|rowsum-1|={row_err:.3e} "
-                  f"max|colsum-1|={col_err:.3e} ||dx||={dx_norm:.6e}")
-    print(f"wrote golden files to {OUT_DIR}")
+            golden_io.write_case(f"{case}_{dt}", x, g, r, dx, np_dtype)
+    print(f"wrote golden files to {golden_io.OUT_DIR}")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,12 @@ template <class T>
 using Batch = kdnn::sinkhorn::Batch<T, Space>;
 using Report = kdnn::sinkhorn::Report<Space>;
 
+/// A tolerance for scalar type T.
+template <class T>
+double tol(double for_double, double for_float) {
+  return sizeof(T) == 8 ? for_double : for_float;
+}
+
 /// A [batch, n, n] batch holding `host` (row-major).
 template <class T>
 Batch<T> batch_of(const std::vector<double>& host, int batch, int n) {

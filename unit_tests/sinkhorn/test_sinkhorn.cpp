@@ -13,11 +13,6 @@ using namespace kdnn_test;
 namespace sk = kdnn::sinkhorn;
 
 template <class T>
-double tol(double for_double, double for_float) {
-  return sizeof(T) == 8 ? for_double : for_float;
-}
-
-template <class T>
 class SinkhornTyped : public ::testing::Test {};
 using Types = ::testing::Types<float, double>;
 TYPED_TEST_SUITE(SinkhornTyped, Types);
