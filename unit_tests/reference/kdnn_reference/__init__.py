@@ -3,5 +3,6 @@
 Shared by the golden-data generators in unit_tests/reference/ and the PyTorch
 comparison scripts in perf_tests/, so each formulation is written once:
     kdnn_reference.sinkhorn   Sinkhorn-Knopp forward and backwards
+    kdnn_reference.mhc_peers  TransformerEngine's and TileKernels' mHC Sinkhorn
 Scripts put unit_tests/reference on sys.path and `from kdnn_reference import sinkhorn`.
 """
