@@ -100,7 +100,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bench", required=True, help="path of kdnn_perf_sinkhorn")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    ap.add_argument("--sizes", default="4096x16x100,10001x4x48", help="BxNxITERS,...")
+    ap.add_argument("--sizes", default="4096x16x100,16384x4x20,10001x4x48", help="BxNxITERS,...")
     ap.add_argument("--threads", type=int, default=2, help="PyTorch CPU threads")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--out", help="directory for results.json and table.md")
