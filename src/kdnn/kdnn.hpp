@@ -2,5 +2,6 @@
 // Umbrella header of kdnn.
 #include "kdnn/core/error.hpp"
 #include "kdnn/io/npy.hpp"
+#include "kdnn/io/npy_files.hpp"
 #include "kdnn/io/npy_view.hpp"
 #include "kdnn/sinkhorn/sinkhorn.hpp"
