@@ -14,9 +14,32 @@
 namespace kdnn::impl {
 
 /// Host helper of col_dot: columns j0 .. j0+W−1 (A already offset by j0).
+/// With GCC or Clang on the host the W accumulators are explicit 16-byte
+/// vectors: left to the auto-vectoriser, they stay scalar once inlined into a
+/// large kernel (GCC 12, measured 3× slower in the unrolled backward).
 template <int W, class T, class Finish>
 KOKKOS_INLINE_FUNCTION void col_dot_block(int rows, const T* A, int ld, const T* x, int j0,
                                           const Finish& finish) {
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDA_ARCH__) && \
+    !defined(__HIP_DEVICE_COMPILE__)
+  typedef T Vec __attribute__((vector_size(16)));
+  constexpr int L = int(16 / sizeof(T));
+  static_assert(W % L == 0, "col_dot_block: W must be a multiple of the vector width");
+  Vec acc[W / L];
+  const auto load = [](const T* p) {
+    Vec v;
+    __builtin_memcpy(&v, p, sizeof v);
+    return v;
+  };
+  for (int k = 0; k < W / L; ++k) acc[k] = load(A + k * L) * x[0];
+  for (int i = 1; i < rows; ++i) {
+    const T xi = x[i];
+    const T* Ai = A + i * ld;
+    for (int k = 0; k < W / L; ++k) acc[k] += load(Ai + k * L) * xi;
+  }
+  for (int k = 0; k < W / L; ++k)
+    for (int l = 0; l < L; ++l) finish(j0 + k * L + l, acc[k][l]);
+#else
   T acc[W];
   for (int jj = 0; jj < W; ++jj) acc[jj] = A[jj] * x[0];
   for (int i = 1; i < rows; ++i) {
@@ -25,6 +48,7 @@ KOKKOS_INLINE_FUNCTION void col_dot_block(int rows, const T* A, int ld, const T*
     for (int jj = 0; jj < W; ++jj) acc[jj] += Ai[jj] * xi;
   }
   for (int jj = 0; jj < W; ++jj) finish(j0 + jj, acc[jj]);
+#endif
 }
 
 /// rows >= 1.

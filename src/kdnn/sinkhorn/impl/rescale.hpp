@@ -11,7 +11,7 @@ namespace kdnn::sinkhorn::impl {
 /// scale_out_j = scale_in_j / (scale_in_j (Aᵀx)_j + eps) for A = P (columns,
 /// x = u, scale = v) or A = Pᵀ (rows, x = v, scale = u); in place allowed.
 template <class ExecSpace, class Member, class C>
-KOKKOS_INLINE_FUNCTION void rescale(const Member& team, int n, const C* A, int ld, const C* x,
+KOKKOS_FORCEINLINE_FUNCTION void rescale(const Member& team, int n, const C* A, int ld, const C* x,
                                     const C* scale_in, C* scale_out, C eps) {
   if (eps == 0) {
     kdnn::impl::col_dot<ExecSpace>(team, n, A, ld, x,

@@ -73,6 +73,26 @@ struct UnrolledBackwardKernel
     w.dr = s.take<T>(n);
     return w;
   }
+  /// Reverse of s_k = s_{k−1} / (s_{k−1}∘y + eps) (rescale.hpp) for the
+  /// adjoint ds of s_k: dy = −ds∘s_k², and ds becomes the adjoint of s_{k−1},
+  /// ds∘eps (s_k/s_{k−1})² (0 for eps = 0; the branch is outside the loop).
+  KOKKOS_INLINE_FUNCTION void reverse_rescale(const Member& team, const T* s, const T* s_prev,
+                                              T* ds, T* dy, T e) const {
+    const auto lanes = Kokkos::ThreadVectorRange(team, this->n);
+    if (e == 0) {
+      Kokkos::parallel_for(lanes, [&](int i) {
+        dy[i] = -ds[i] * s[i] * s[i];
+        ds[i] = 0;
+      });
+    } else {
+      Kokkos::parallel_for(lanes, [&](int i) {
+        const T ratio = s[i] / s_prev[i];
+        dy[i] = -ds[i] * s[i] * s[i];
+        ds[i] *= e * ratio * ratio;
+      });
+    }
+  }
+
   KOKKOS_INLINE_FUNCTION void one_matrix(const Member& team, int b, const Work& w) const {
     const int n = this->n;
     const int ld = scratch_ld(n);
@@ -117,17 +137,9 @@ struct UnrolledBackwardKernel
 
     // Reverse sweep; dr_k goes to DRU's column k − 1 and to dr (contiguous).
     for (int k = K - 1; k >= 1; --k) {
-      Kokkos::parallel_for(lanes, [&](int i) {
-        const T uk = u(k)[i], uprev = u(k - 1)[i];
-        dr[i] = -du[i] * uk * uk;
-        du[i] = e == 0 ? T(0) : du[i] * e * (uk / uprev) * (uk / uprev);
-      });
+      reverse_rescale(team, u(k), u(k - 1), du, dr, e);
       kdnn::impl::col_dot<ExecSpace>(team, n, P, ld, dr, [&](int j, T s) { dv[j] += s; });
-      Kokkos::parallel_for(lanes, [&](int j) {
-        const T vk = v(k)[j], vprev = v(k - 1)[j];
-        dc(k)[j] = -dv[j] * vk * vk;
-        dv[j] = e == 0 ? T(0) : dv[j] * e * (vk / vprev) * (vk / vprev);
-      });
+      reverse_rescale(team, v(k), v(k - 1), dv, dc(k), e);
       kdnn::impl::col_dot<ExecSpace>(team, n, PT, ld, dc(k), [&](int i, T s) { du[i] += s; });
       Kokkos::parallel_for(lanes, [&](int i) {
         w.DRU[i * M + k - 1] = dr[i];
