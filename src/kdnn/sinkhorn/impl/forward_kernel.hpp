@@ -74,13 +74,7 @@ struct ForwardKernel : PerMatrixKernel<ForwardKernel<ExecSpace, T>, ExecSpace> {
     }
     first_iteration(team, n, [&](int i, int j) { return double(P[i * ld + j]); }, eps, w.P1, ld,
                     w.fi);
-    for (int i = 0; i < n; ++i) {
-      Kokkos::parallel_for(lanes, [&](int j) {
-        P[i * ld + j] = T(w.P1[i * ld + j]);
-        PT[j * ld + i] = P[i * ld + j];
-      });
-    }
-    Kokkos::parallel_for(lanes, [&](int k) { u[k] = v[k] = T(1); });
+    start_scaling(team, n, w.P1, P, PT, ld, u, v);
 
     // Iterations 2..iters. With tol, each first checks the column sums v∘c,
     // c = Pᵀu, of the current R (its rows were just normalised).

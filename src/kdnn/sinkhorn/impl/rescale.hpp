@@ -8,6 +8,21 @@
 
 namespace kdnn::sinkhorn::impl {
 
+/// The scaling form's start after the first iteration: P and Pᵀ in C from
+/// its output P1 (double, n×n, stride ld), and u = v = 1.
+template <class Member, class C>
+KOKKOS_INLINE_FUNCTION void start_scaling(const Member& team, int n, const double* P1, C* P,
+                                          C* PT, int ld, C* u, C* v) {
+  const auto lanes = Kokkos::ThreadVectorRange(team, n);
+  for (int i = 0; i < n; ++i) {
+    Kokkos::parallel_for(lanes, [&](int j) {
+      P[i * ld + j] = C(P1[i * ld + j]);
+      PT[j * ld + i] = P[i * ld + j];
+    });
+  }
+  Kokkos::parallel_for(lanes, [&](int k) { u[k] = v[k] = C(1); });
+}
+
 /// scale_out_j = scale_in_j / (scale_in_j (Aᵀx)_j + eps) for A = P (columns,
 /// x = u, scale = v) or A = Pᵀ (rows, x = v, scale = u); in place allowed.
 template <class ExecSpace, class Member, class C>

@@ -97,11 +97,7 @@ struct UnrolledBackwardKernel
     const int n = this->n;
     const int ld = scratch_ld(n);
     const int K = iters, M = steps();
-    T* P = w.P;
-    T* PT = w.PT;
-    T* du = w.du;
-    T* dv = w.dv;
-    T* dr = w.dr;
+    T *P = w.P, *PT = w.PT, *du = w.du, *dv = w.dv, *dr = w.dr;
     const T e = T(eps);
     auto u = [&](int k) { return w.U + k * n; };
     auto v = [&](int k) { return w.V + k * n; };
@@ -111,13 +107,7 @@ struct UnrolledBackwardKernel
 
     // Forward replay.
     first_iteration(team, n, x, eps, w.P1, ld, w.fi);
-    for (int i = 0; i < n; ++i) {
-      Kokkos::parallel_for(lanes, [&](int j) {
-        P[i * ld + j] = T(w.P1[i * ld + j]);
-        PT[j * ld + i] = P[i * ld + j];
-      });
-    }
-    Kokkos::parallel_for(lanes, [&](int k) { u(0)[k] = v(0)[k] = T(1); });
+    start_scaling(team, n, w.P1, P, PT, ld, u(0), v(0));
     for (int k = 1; k < K; ++k) {
       rescale<ExecSpace>(team, n, P, ld, u(k - 1), v(k - 1), v(k), e);
       rescale<ExecSpace>(team, n, PT, ld, v(k), u(k - 1), u(k), e);
