@@ -29,24 +29,31 @@ struct Variant {
 /// Normalisation step `it` (0 .. 2·iters − 1) divides columns?
 inline bool step_divides_columns(const Variant& v, int it) { return (it % 2 == 0) != v.rows_first; }
 
+/// The eps added to the sum of normalisation step `it` (none for the first).
+inline double step_eps(const Variant& v, int it) { return it == 0 ? 0.0 : v.eps; }
+
+/// Normalisation step `it` of the plain formula, in place on Z (n×n), and for
+/// it = 0 the + eps that follows it.
+template <class Real>
+void normalise_step(std::vector<Real>& Z, int n, const Variant& var, int it) {
+  const bool cols = step_divides_columns(var, it);
+  for (int a = 0; a < n; ++a) {
+    Real s = Real(step_eps(var, it));
+    for (int k = 0; k < n; ++k) s += cols ? Z[k * n + a] : Z[a * n + k];
+    for (int k = 0; k < n; ++k) (cols ? Z[k * n + a] : Z[a * n + k]) /= s;
+  }
+  if (it == 0) {
+    for (auto& z : Z) z += Real(var.eps);  // its reverse is the identity
+  }
+}
+
 /// The plain formula, computed in Real (long double reaches exp(±11000),
 /// for inputs whose exp() overflows or underflows in double).
 template <class Real = double>
 Mat ref_forward(const Mat& X, int n, int iters, const Variant& var = {}) {
   std::vector<Real> R(n * n);
   for (int e = 0; e < n * n; ++e) R[e] = std::exp(Real(X[e]));
-  for (int it = 0; it < 2 * iters; ++it) {
-    const bool cols = step_divides_columns(var, it);
-    const Real eps = it == 0 ? Real(0) : Real(var.eps);
-    for (int a = 0; a < n; ++a) {
-      Real s = 0;
-      for (int k = 0; k < n; ++k) s += cols ? R[k * n + a] : R[a * n + k];
-      for (int k = 0; k < n; ++k) (cols ? R[k * n + a] : R[a * n + k]) /= s + eps;
-    }
-    if (it == 0) {
-      for (auto& r : R) r += Real(var.eps);
-    }
-  }
+  for (int it = 0; it < 2 * iters; ++it) normalise_step(R, n, var, it);
   return Mat(R.begin(), R.end());
 }
 
@@ -61,22 +68,13 @@ Mat ref_unrolled_backward(const Mat& X, const Mat& G, int n, int iters,
   const Vec P = Z;
   for (int it = 0; it < 2 * iters; ++it) {
     states.push_back(Z);
-    const bool cols = step_divides_columns(var, it);
-    const Real eps = it == 0 ? Real(0) : Real(var.eps);
-    for (int a = 0; a < n; ++a) {
-      Real s = 0;
-      for (int k = 0; k < n; ++k) s += cols ? Z[k * n + a] : Z[a * n + k];
-      for (int k = 0; k < n; ++k) (cols ? Z[k * n + a] : Z[a * n + k]) /= s + eps;
-    }
-    if (it == 0) {
-      for (auto& z : Z) z += Real(var.eps);  // its reverse is the identity
-    }
+    normalise_step(Z, n, var, it);
   }
   Vec dZ(G.begin(), G.end());
   for (int it = 2 * iters - 1; it >= 0; --it) {
     const Vec& In = states[it];
     const bool cols = step_divides_columns(var, it);
-    const Real eps = it == 0 ? Real(0) : Real(var.eps);
+    const Real eps = Real(step_eps(var, it));
     Vec dIn(n * n);
     for (int a = 0; a < n; ++a) {
       auto idx = [&](int k) { return cols ? k * n + a : a * n + k; };

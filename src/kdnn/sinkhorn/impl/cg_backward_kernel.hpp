@@ -17,11 +17,10 @@
 // consistent only for a doubly stochastic R.
 // The report gets R's marginal error max(|a − 1|, |c − 1|) (measured sums)
 // and CG's final relative residual.
-#include "kdnn/core/compat.hpp"
 #include "kdnn/core/impl/col_dot.hpp"
-#include "kdnn/core/nan_max.hpp"
 #include "kdnn/core/impl/projected_cg.hpp"
 #include "kdnn/sinkhorn/impl/launch.hpp"
+#include "kdnn/sinkhorn/impl/marginal_error.hpp"
 
 namespace kdnn::sinkhorn::impl {
 
@@ -98,9 +97,7 @@ struct CGBackwardKernel : PerMatrixKernel<CGBackwardKernel<ExecSpace, T>, ExecSp
       a[k] = r_row;
       c[k] = r_col;
     });
-    const double marginal_error = lane_nan_max(team, 2 * n, [&](int k) {
-      return compat::fabs(double(k < n ? a[k] : c[k - n]) - 1.0);
-    });
+    const double r_marginal_error = marginal_error(team, n, a, c);
     // The marginals the system balances to.
     const auto a_of = [&](int i) { return measured ? a[i] : T(1); };
     const auto c_of = [&](int j) { return measured ? c[j] : T(1); };
@@ -141,7 +138,7 @@ struct CGBackwardKernel : PerMatrixKernel<CGBackwardKernel<ExecSpace, T>, ExecSp
     }
     Kokkos::single(Kokkos::PerThread(team), [&]() {
       if (iters_out.extent(0) > 0) iters_out(b) = cg.iterations;
-      if (marginal_error_out.extent(0) > 0) marginal_error_out(b) = marginal_error;
+      if (marginal_error_out.extent(0) > 0) marginal_error_out(b) = r_marginal_error;
       if (residual_out.extent(0) > 0) residual_out(b) = cg.relative_residual;
     });
   }

@@ -17,6 +17,7 @@
 #include "kdnn/core/nan_max.hpp"
 #include "kdnn/sinkhorn/impl/first_iteration.hpp"
 #include "kdnn/sinkhorn/impl/launch.hpp"
+#include "kdnn/sinkhorn/impl/marginal_error.hpp"
 #include "kdnn/sinkhorn/impl/rescale.hpp"
 
 namespace kdnn::sinkhorn::impl {
@@ -88,9 +89,7 @@ struct ForwardKernel : PerMatrixKernel<ForwardKernel<ExecSpace, T>, ExecSpace> {
           used = it;
           break;
         }
-        Kokkos::parallel_for(lanes, [&](int j) {
-          v[j] = e == 0 ? T(1) / c[j] : v[j] / (v[j] * c[j] + e);
-        });
+        Kokkos::parallel_for(lanes, [&](int j) { v[j] = rescaled(v[j], c[j], e); });
       } else {
         rescale<ExecSpace>(team, n, P, ld, u, v, v, e);
       }
@@ -104,9 +103,7 @@ struct ForwardKernel : PerMatrixKernel<ForwardKernel<ExecSpace, T>, ExecSpace> {
     // Marginal error: column sums v∘(Pᵀu), row sums u∘(Pv).
     kdnn::impl::col_dot<ExecSpace>(team, n, P, ld, u, [&](int j, T s) { c[j] = v[j] * s; });
     kdnn::impl::col_dot<ExecSpace>(team, n, PT, ld, v, [&](int i, T s) { r[i] = u[i] * s; });
-    const double error = lane_nan_max(team, 2 * n, [&](int k) {
-      return compat::fabs(double(k < n ? c[k] : r[k - n]) - 1.0);
-    });
+    const double error = marginal_error(team, n, r, c);
     Kokkos::single(Kokkos::PerThread(team), [&]() {
       if (iters_out.extent(0) > 0) iters_out(b) = used;
       if (error_out.extent(0) > 0) error_out(b) = error;

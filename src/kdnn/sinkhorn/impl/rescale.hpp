@@ -23,17 +23,26 @@ KOKKOS_INLINE_FUNCTION void start_scaling(const Member& team, int n, const doubl
   Kokkos::parallel_for(lanes, [&](int k) { u[k] = v[k] = C(1); });
 }
 
-/// scale_out_j = scale_in_j / (scale_in_j (Aᵀx)_j + eps) for A = P (columns,
+/// A scale after one normalisation of its line, whose sum before it is
+/// scale·sum: scale / (scale·sum + eps), for eps = 0 exactly 1 / sum.
+template <class C>
+KOKKOS_INLINE_FUNCTION C rescaled(C scale, C sum, C eps) {
+  return eps == 0 ? C(1) / sum : scale / (scale * sum + eps);
+}
+
+/// scale_out_j = rescaled(scale_in_j, (Aᵀx)_j, eps) for A = P (columns,
 /// x = u, scale = v) or A = Pᵀ (rows, x = v, scale = u); in place allowed.
+/// The eps = 0 case is a call of its own, so that its loop has no branch.
 template <class ExecSpace, class Member, class C>
 KOKKOS_FORCEINLINE_FUNCTION void rescale(const Member& team, int n, const C* A, int ld, const C* x,
                                     const C* scale_in, C* scale_out, C eps) {
   if (eps == 0) {
-    kdnn::impl::col_dot<ExecSpace>(team, n, A, ld, x,
-                                   [&](int j, C s) { scale_out[j] = C(1) / s; });
+    kdnn::impl::col_dot<ExecSpace>(team, n, A, ld, x, [&](int j, C s) {
+      scale_out[j] = rescaled(scale_in[j], s, C(0));
+    });
   } else {
     kdnn::impl::col_dot<ExecSpace>(team, n, A, ld, x, [&](int j, C s) {
-      scale_out[j] = scale_in[j] / (scale_in[j] * s + eps);
+      scale_out[j] = rescaled(scale_in[j], s, eps);
     });
   }
 }
