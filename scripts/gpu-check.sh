@@ -20,17 +20,21 @@ status=0
 
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; date -u; } \
   | tee "$out/device.txt"
+# Each step has a time limit, so that a hung kernel costs minutes, not the lease.
 echo "== unit tests"
-"$build/unit_tests/kdnn_unit_tests" --gtest_output="xml:$out/unit_tests.xml" \
+timeout 300 "$build/unit_tests/kdnn_unit_tests" --gtest_output="xml:$out/unit_tests.xml" \
   > "$out/unit_tests.log" 2>&1 || status=1
-tail -n 3 "$out/unit_tests.log"
+grep -E '^\[  (FAILED|PASSED|SKIPPED) ' "$out/unit_tests.log" | head -n 40
 echo "== CLI tests"
-"$build/unit_tests/kdnn_cli_tests" > "$out/cli_tests.log" 2>&1 || status=1
-tail -n 3 "$out/cli_tests.log"
+timeout 120 "$build/unit_tests/kdnn_cli_tests" > "$out/cli_tests.log" 2>&1 || status=1
+grep -E '^\[  (FAILED|PASSED|SKIPPED) ' "$out/cli_tests.log" | head -n 20
+echo "== demo (examples/mhc_sinkhorn, one process) and Kokkos' view of the device"
+timeout 60 "$build/examples/mhc_sinkhorn" 16384 4 48 --kokkos-print-configuration > "$out/demo.log" 2>&1 || status=1
+grep -iE 'cuda|arch|device|error|fail' "$out/demo.log" | head -n 20; tail -n 5 "$out/demo.log"
 echo "== Triton kernel self-check"
 "$python" perf_tests/sinkhorn_triton.py 2>&1 | tee "$out/triton_check.log" || status=1
 echo "== benchmarks (kdnn, PyTorch, Triton on this GPU)"
-"$python" perf_tests/compare_sinkhorn.py --device cuda \
+timeout 420 "$python" perf_tests/compare_sinkhorn.py --device cuda \
   --bench "$build/perf_tests/kdnn_perf_sinkhorn" \
-  --sizes 65536x16x100,4096x16x100,10001x4x48 --out "$out" || status=1
+  --sizes 65536x16x100,65536x4x20,4096x16x100,16384x4x20,10001x4x48 --out "$out" || status=1
 exit $status
