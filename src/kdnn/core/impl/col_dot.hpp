@@ -11,35 +11,49 @@
 // scratch as well and call col_dot on it.
 #include <Kokkos_Core.hpp>
 
+#include "kdnn/core/impl/lanes.hpp"
+
 namespace kdnn::impl {
+
+/// Column j alone: Σ_i A_ij x_i, in order.
+template <class T>
+KOKKOS_FORCEINLINE_FUNCTION T col_dot_one(int rows, const T* A, int ld, const T* x, int j) {
+  T s = A[j] * x[0];
+  for (int i = 1; i < rows; ++i) s += A[i * ld + j] * x[i];
+  return s;
+}
 
 /// Host helper of col_dot: columns j0 .. j0+W−1 (A already offset by j0).
 /// With GCC or Clang on the host the W accumulators are explicit 16-byte
 /// vectors: left to the auto-vectoriser, they stay scalar once inlined into a
-/// large kernel (GCC 12, measured 3× slower in the unrolled backward).
+/// large kernel (GCC 12, measured 3× slower in the unrolled backward). If T
+/// is a lanes vector (lanes.hpp), it holds W vectors: W independent sums.
 template <int W, class T, class Finish>
 KOKKOS_INLINE_FUNCTION void col_dot_block(int rows, const T* A, int ld, const T* x, int j0,
                                           const Finish& finish) {
 #if (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDA_ARCH__) && \
     !defined(__HIP_DEVICE_COMPILE__)
-  typedef T Vec __attribute__((vector_size(16)));
-  constexpr int L = int(16 / sizeof(T));
-  static_assert(W % L == 0, "col_dot_block: W must be a multiple of the vector width");
-  Vec acc[W / L];
-  const auto load = [](const T* p) {
-    Vec v;
-    __builtin_memcpy(&v, p, sizeof v);
-    return v;
-  };
-  for (int k = 0; k < W / L; ++k) acc[k] = load(A + k * L) * x[0];
-  for (int i = 1; i < rows; ++i) {
-    const T xi = x[i];
-    const T* Ai = A + i * ld;
-    for (int k = 0; k < W / L; ++k) acc[k] += load(Ai + k * L) * xi;
+  if constexpr (!is_lanes_v<T>) {
+    typedef T Vec __attribute__((vector_size(16)));
+    constexpr int L = int(16 / sizeof(T));
+    static_assert(W % L == 0, "col_dot_block: W must be a multiple of the vector width");
+    Vec acc[W / L];
+    const auto load = [](const T* p) {
+      Vec v;
+      __builtin_memcpy(&v, p, sizeof v);
+      return v;
+    };
+    for (int k = 0; k < W / L; ++k) acc[k] = load(A + k * L) * x[0];
+    for (int i = 1; i < rows; ++i) {
+      const T xi = x[i];
+      const T* Ai = A + i * ld;
+      for (int k = 0; k < W / L; ++k) acc[k] += load(Ai + k * L) * xi;
+    }
+    for (int k = 0; k < W / L; ++k)
+      for (int l = 0; l < L; ++l) finish(j0 + k * L + l, acc[k][l]);
+    return;
   }
-  for (int k = 0; k < W / L; ++k)
-    for (int l = 0; l < L; ++l) finish(j0 + k * L + l, acc[k][l]);
-#else
+#endif
   T acc[W];
   for (int jj = 0; jj < W; ++jj) acc[jj] = A[jj] * x[0];
   for (int i = 1; i < rows; ++i) {
@@ -48,7 +62,6 @@ KOKKOS_INLINE_FUNCTION void col_dot_block(int rows, const T* A, int ld, const T*
     for (int jj = 0; jj < W; ++jj) acc[jj] += Ai[jj] * xi;
   }
   for (int jj = 0; jj < W; ++jj) finish(j0 + jj, acc[jj]);
-#endif
 }
 
 /// rows >= 1.
@@ -60,21 +73,18 @@ KOKKOS_INLINE_FUNCTION void col_dot(const Member& team, int rows, int cols, cons
     // A host backend runs a thread's vector lanes as a plain loop; it is
     // written out here because Kokkos' host vector loop does not vectorise
     // under GCC (runtime stride). Blocks of 16, 8, then 4 columns accumulate in
-    // registers (independent chains); the rest go one by one.
+    // registers (independent chains); the rest go one by one. If T already
+    // holds one system per SIMD lane (lanes.hpp), blocks of 4 columns.
     int j0 = 0;
-    for (; j0 + 16 <= cols; j0 += 16) col_dot_block<16>(rows, A + j0, ld, x, j0, finish);
-    for (; j0 + 8 <= cols; j0 += 8) col_dot_block<8>(rows, A + j0, ld, x, j0, finish);
-    for (; j0 + 4 <= cols; j0 += 4) col_dot_block<4>(rows, A + j0, ld, x, j0, finish);
-    for (int j = j0; j < cols; ++j) {
-      T s = A[j] * x[0];
-      for (int i = 1; i < rows; ++i) s += A[i * ld + j] * x[i];
-      finish(j, s);
+    if constexpr (!is_lanes_v<T>) {
+      for (; j0 + 16 <= cols; j0 += 16) col_dot_block<16>(rows, A + j0, ld, x, j0, finish);
+      for (; j0 + 8 <= cols; j0 += 8) col_dot_block<8>(rows, A + j0, ld, x, j0, finish);
     }
+    for (; j0 + 4 <= cols; j0 += 4) col_dot_block<4>(rows, A + j0, ld, x, j0, finish);
+    for (int j = j0; j < cols; ++j) finish(j, col_dot_one(rows, A, ld, x, j));
   } else {
     Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, cols), [&](int j) {
-      T s = A[j] * x[0];
-      for (int i = 1; i < rows; ++i) s += A[i * ld + j] * x[i];
-      finish(j, s);
+      finish(j, col_dot_one(rows, A, ld, x, j));
     });
   }
 }

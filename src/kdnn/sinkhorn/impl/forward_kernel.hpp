@@ -75,7 +75,8 @@ struct ForwardKernel : PerMatrixKernel<ForwardKernel<ExecSpace, T>, ExecSpace> {
     }
     first_iteration(team, n, [&](int i, int j) { return double(P[i * ld + j]); }, eps, w.P1, ld,
                     w.fi);
-    start_scaling(team, n, w.P1, P, PT, ld, u, v);
+    start_scaling(
+        team, n, [&](int i, int j) { return T(w.P1[i * ld + j]); }, P, PT, ld, u, v);
 
     // Iterations 2..iters. With tol, each first checks the column sums v∘c,
     // c = Pᵀu, of the current R (its rows were just normalised).

@@ -4,6 +4,8 @@
 // of team scratch by its kernel's layout function.
 #include <string>
 
+#include <Kokkos_Core.hpp>
+
 #include "kdnn/core/impl/scratch_layout.hpp"
 #include "kdnn/core/impl/team_plan.hpp"
 #include "kdnn/sinkhorn/sinkhorn.hpp"
@@ -18,10 +20,17 @@ KOKKOS_INLINE_FUNCTION int scratch_ld(int n) { return n | 1; }
 
 /// Base of the kernels that give each matrix of a batch to one team thread.
 /// Derived provides its layout, `Work carve(ScratchCarver&) const`, and
-/// `void one_matrix(const Member&, int b, const Work&) const`.
+/// `void one_matrix(const Member&, int b, const Work&) const`; or, if it sets
+/// `grouped` and `group = G` (matrices side by side in SIMD lanes,
+/// core/impl/lanes.hpp; G may be 1), a layout for G matrices and
+/// `void one_group(const Member&, int b0, int count, const Work&) const` for
+/// matrices b0 .. b0 + count − 1 (count <= G). A team's tile of matrices is
+/// then cut into groups of G, the last one possibly partial.
 template <class Derived, class ExecSpace>
 struct PerMatrixKernel {
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  static constexpr bool grouped = false;
+  static constexpr int group = 1;
 
   int batch = 0, n = 0;
   /// Rows first is columns first on the transposed matrices: with transpose
@@ -36,35 +45,50 @@ struct PerMatrixKernel {
     return transpose ? v(b, j, i) : v(b, i, j);
   }
 
-  /// Carved scratch bytes of one matrix.
+  /// Carved scratch bytes of one matrix (of one group of them).
   KOKKOS_INLINE_FUNCTION std::size_t matrix_bytes() const {
     return kdnn::impl::layout_bytes([&](ScratchCarver& s) { derived().carve(s); });
   }
 
-  /// Plans the launch (vector loops of `lanes` iterations) and runs it.
-  void run(const char* op, const ExecSpace& space, int lanes, const Launch& request) {
+  /// Plans the launch (vector loops of `lanes` iterations) and runs it. The
+  /// default tile of a grouped kernel is one group.
+  void run(const char* op, const ExecSpace& space, int lanes, Launch request) {
+    constexpr int G = Derived::group;
+    if (G > 1 && request.tile == 0) request.tile = G;
     const std::size_t bytes = matrix_bytes();
     const auto plan = kdnn::impl::plan_system_tiles<ExecSpace, Derived>(
-        op, space, batch, lanes, request, [&](int tiles) { return tiles * bytes; },
-        "n=" + std::to_string(n), "matrix");
+        op, space, batch, lanes, request,
+        [&](int tiles) { return std::size_t(groups(tiles)) * bytes; }, "n=" + std::to_string(n),
+        "matrix");
     tile = plan.tile;
     level = plan.level;
     Kokkos::parallel_for(std::string("kdnn::") + op, plan.policy(space), derived());
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    constexpr int G = Derived::group;
     const std::size_t bytes = matrix_bytes();
-    char* base =
-        static_cast<char*>(kdnn::impl::team_scratch_base(team, level, tile * bytes));
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, tile), [&](int t) {
+    char* base = static_cast<char*>(
+        kdnn::impl::team_scratch_base(team, level, groups(tile) * bytes));
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, groups(tile)), [&](int g) {
+      const int t = g * G;
       const int b = team.league_rank() * tile + t;
       if (b >= batch) return;
-      ScratchCarver carver(base + t * bytes);
-      derived().one_matrix(team, b, derived().carve(carver));
+      ScratchCarver carver(base + g * bytes);
+      if constexpr (!Derived::grouped) {
+        derived().one_matrix(team, b, derived().carve(carver));
+      } else {
+        const int left = tile - t < batch - b ? tile - t : batch - b;
+        derived().one_group(team, b, left < G ? left : G, derived().carve(carver));
+      }
     });
   }
 
  private:
+  /// Groups in `matrices` matrices.
+  static KOKKOS_INLINE_FUNCTION int groups(int matrices) {
+    return (matrices + Derived::group - 1) / Derived::group;
+  }
   KOKKOS_INLINE_FUNCTION const Derived& derived() const {
     return static_cast<const Derived&>(*this);
   }

@@ -19,8 +19,16 @@
 //   dP = G∘(u_{K−1} v_{K−1}ᵀ) + Σ_k (dr_k v_kᵀ + u_{k−1} dc_kᵀ).
 // The first iteration is reversed by first_iteration_reverse, which needs no
 // division by its row sums (they may underflow).
+//
+// On a host, a team thread takes a group of matrices side by side in SIMD
+// lanes (core/impl/lanes.hpp): the first iteration and its reverse run per
+// matrix, the replay and the reverse sweep — the bulk of the work, and at
+// small n a chain of short dependent steps — once for the whole group, lane by
+// lane. Each lane computes exactly what one matrix alone would, so results do
+// not depend on the grouping. On a GPU a group is one matrix.
 #include "kdnn/core/compat.hpp"
 #include "kdnn/core/impl/col_dot.hpp"
+#include "kdnn/core/impl/lanes.hpp"
 #include "kdnn/sinkhorn/impl/first_iteration.hpp"
 #include "kdnn/sinkhorn/impl/launch.hpp"
 #include "kdnn/sinkhorn/impl/rescale.hpp"
@@ -31,83 +39,116 @@ template <class ExecSpace, class T>
 struct UnrolledBackwardKernel
     : PerMatrixKernel<UnrolledBackwardKernel<ExecSpace, T>, ExecSpace> {
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  using Lanes = kdnn::impl::Lanes<T, kdnn::impl::BackendTraits<ExecSpace>::is_host>;
+  /// One lane's value of T per matrix of the group.
+  using C = typename Lanes::type;
+  static constexpr bool grouped = true;
+  static constexpr int group = Lanes::width;
 
   Batch<const T, ExecSpace> X, G;
   Batch<T, ExecSpace> dX;
   int iters = 1;
   double eps = 0;
 
-  /// One matrix's working set: in double the first iteration's P1, dP, S
-  /// (n×ld) and statistics and two work vectors; in T, P and Pᵀ (n×ld), the scaling
-  /// vectors U = [u_0 .. u_{K−1}]
-  /// (K×n), then V = [v_0 .. v_{K−1}] followed by DC = [dc_1 .. dc_{K−1}]
-  /// (2K−1 rows of n, so that [v_1 .. v_{K−1}, dc_1 .. dc_{K−1}] is one
-  /// 2(K−1)×n matrix); DRU, n×2(K−1), whose row i is
-  /// [dr_1 .. dr_{K−1}, u_0 .. u_{K−2}]_i, du, dv and dr.
+  /// One group's working set. Per matrix, in double: the first iteration's
+  /// P1, dP, S (n×ld each), its statistics and two work vectors (n each),
+  /// matrix l's at offset l times the size. For the whole group, in C: P and
+  /// Pᵀ (n×ld), the scaling vectors U = [u_0 .. u_{K−1}] (K×n), then
+  /// V = [v_0 .. v_{K−1}] followed by DC = [dc_1 .. dc_{K−1}] (2K−1 rows of
+  /// n, so that [v_1 .. v_{K−1}, dc_1 .. dc_{K−1}] is one 2(K−1)×n matrix);
+  /// DRU, n×2(K−1), whose row i is [dr_1 .. dr_{K−1}, u_0 .. u_{K−2}]_i, du,
+  /// dv and dr.
   struct Work {
-    double *P1, *dP, *a, *b;
-    T *P, *PT, *U, *V, *DRU, *du, *dv, *dr;
-    FirstIteration fi;
+    double *P1, *dP, *S, *shift, *inv_colsum, *row_eps, *a, *b;
+    C *P, *PT, *U, *V, *DRU, *du, *dv, *dr;
   };
   KOKKOS_INLINE_FUNCTION int steps() const { return 2 * (iters - 1); }
   KOKKOS_INLINE_FUNCTION Work carve(ScratchCarver& s) const {
-    const int n = this->n;
-    const int ld = scratch_ld(n);
-    const std::size_t K = std::size_t(iters);
+    const std::size_t n = std::size_t(this->n), nld = n * std::size_t(scratch_ld(this->n));
+    const std::size_t K = std::size_t(iters), L = std::size_t(group);
     Work w;
-    w.P1 = s.take<double>(n * ld);
-    w.dP = s.take<double>(n * ld);
-    w.fi.shift = s.take<double>(n);
-    w.fi.inv_colsum = s.take<double>(n);
-    w.fi.row_eps = s.take<double>(n);
-    w.fi.S = s.take<double>(n * ld);  // kept: the reverse needs no exp()
-    w.a = s.take<double>(n);
-    w.b = s.take<double>(n);
-    w.P = s.take<T>(n * ld);
-    w.PT = s.take<T>(n * ld);
-    w.U = s.take<T>(K * n);
-    w.V = s.take<T>((2 * K - 1) * n);
-    w.DRU = s.take<T>(std::size_t(n) * std::size_t(steps()));
-    w.du = s.take<T>(n);
-    w.dv = s.take<T>(n);
-    w.dr = s.take<T>(n);
+    w.P1 = s.take<double>(L * nld);
+    w.dP = s.take<double>(L * nld);
+    w.S = s.take<double>(L * nld);  // kept: the reverse needs no exp()
+    w.shift = s.take<double>(L * n);
+    w.inv_colsum = s.take<double>(L * n);
+    w.row_eps = s.take<double>(L * n);
+    w.a = s.take<double>(L * n);
+    w.b = s.take<double>(L * n);
+    w.P = s.take<C>(nld);
+    w.PT = s.take<C>(nld);
+    w.U = s.take<C>(K * n);
+    w.V = s.take<C>((2 * K - 1) * n);
+    w.DRU = s.take<C>(n * std::size_t(steps()));
+    w.du = s.take<C>(n);
+    w.dv = s.take<C>(n);
+    w.dr = s.take<C>(n);
     return w;
+  }
+  /// The first iteration's statistics of the group's matrix l.
+  KOKKOS_INLINE_FUNCTION FirstIteration first_iteration_of(const Work& w, int l) const {
+    const int n = this->n;
+    return {w.shift + l * n, w.inv_colsum + l * n, w.row_eps + l * n,
+            w.S + std::size_t(l) * n * scratch_ld(n)};
   }
   /// Reverse of s_k = s_{k−1} / (s_{k−1}∘y + eps) (rescale.hpp) for the
   /// adjoint ds of s_k: dy = −ds∘s_k², and ds becomes the adjoint of s_{k−1},
   /// ds∘eps (s_k/s_{k−1})² (0 for eps = 0; the branch is outside the loop).
-  KOKKOS_INLINE_FUNCTION void reverse_rescale(const Member& team, const T* s, const T* s_prev,
-                                              T* ds, T* dy, T e) const {
+  KOKKOS_INLINE_FUNCTION void reverse_rescale(const Member& team, const C* s, const C* s_prev,
+                                              C* ds, C* dy, T e) const {
     const auto lanes = Kokkos::ThreadVectorRange(team, this->n);
     if (e == 0) {
       Kokkos::parallel_for(lanes, [&](int i) {
         dy[i] = -ds[i] * s[i] * s[i];
-        ds[i] = 0;
+        ds[i] = C{};
       });
     } else {
       Kokkos::parallel_for(lanes, [&](int i) {
-        const T ratio = s[i] / s_prev[i];
+        const C ratio = s[i] / s_prev[i];
         dy[i] = -ds[i] * s[i] * s[i];
         ds[i] *= e * ratio * ratio;
       });
     }
   }
 
-  KOKKOS_INLINE_FUNCTION void one_matrix(const Member& team, int b, const Work& w) const {
+  /// Matrices b0 .. b0 + count − 1 in lanes 0 .. count − 1; the lanes after
+  /// them repeat matrix b0, and their results are dropped.
+  KOKKOS_INLINE_FUNCTION void one_group(const Member& team, int b0, int count,
+                                        const Work& w) const {
     const int n = this->n;
     const int ld = scratch_ld(n);
+    const std::size_t nld = std::size_t(n) * ld;
     const int K = iters, M = steps();
-    T *P = w.P, *PT = w.PT, *du = w.du, *dv = w.dv, *dr = w.dr;
+    C *P = w.P, *PT = w.PT, *du = w.du, *dv = w.dv, *dr = w.dr;
     const T e = T(eps);
     auto u = [&](int k) { return w.U + k * n; };
     auto v = [&](int k) { return w.V + k * n; };
     auto dc = [&](int k) { return w.V + (K - 1 + k) * n; };  // k >= 1
     const auto lanes = Kokkos::ThreadVectorRange(team, n);
-    const auto x = [&](int i, int j) { return double(this->at(X, b, i, j)); };
+    const auto source = [&](int l) { return l < count ? l : 0; };
+    /// Element (i, j) of view for every lane of the group.
+    const auto gather = [&](const Batch<const T, ExecSpace>& view, int i, int j) {
+      C value{};
+      for (int l = 0; l < group; ++l)
+        kdnn::impl::set_lane(value, l, this->at(view, b0 + source(l), i, j));
+      return value;
+    };
 
-    // Forward replay.
-    first_iteration(team, n, x, eps, w.P1, ld, w.fi);
-    start_scaling(team, n, w.P1, P, PT, ld, u(0), v(0));
+    // Forward replay: the first iteration per matrix, then the group.
+    for (int l = 0; l < count; ++l) {
+      first_iteration(
+          team, n, [&](int i, int j) { return double(this->at(X, b0 + l, i, j)); }, eps,
+          w.P1 + l * nld, ld, first_iteration_of(w, l));
+    }
+    start_scaling(
+        team, n,
+        [&](int i, int j) {
+          C value{};
+          for (int l = 0; l < group; ++l)
+            kdnn::impl::set_lane(value, l, T(w.P1[source(l) * nld + i * ld + j]));
+          return value;
+        },
+        P, PT, ld, u(0), v(0));
     for (int k = 1; k < K; ++k) {
       rescale<ExecSpace>(team, n, P, ld, u(k - 1), v(k - 1), v(k), e);
       rescale<ExecSpace>(team, n, PT, ld, v(k), u(k - 1), u(k), e);
@@ -115,42 +156,50 @@ struct UnrolledBackwardKernel
 
     // du = W v and dv = Wᵀu at the output, W = G∘P.
     Kokkos::parallel_for(lanes, [&](int i) {
-      T s = 0;
-      for (int j = 0; j < n; ++j) s += this->at(G, b, i, j) * P[i * ld + j] * v(K - 1)[j];
+      C s{};
+      for (int j = 0; j < n; ++j) s += gather(G, i, j) * P[i * ld + j] * v(K - 1)[j];
       du[i] = s;
     });
     Kokkos::parallel_for(lanes, [&](int j) {
-      T s = 0;
-      for (int i = 0; i < n; ++i) s += this->at(G, b, i, j) * P[i * ld + j] * u(K - 1)[i];
+      C s{};
+      for (int i = 0; i < n; ++i) s += gather(G, i, j) * P[i * ld + j] * u(K - 1)[i];
       dv[j] = s;
     });
 
     // Reverse sweep; dr_k goes to DRU's column k − 1 and to dr (contiguous).
     for (int k = K - 1; k >= 1; --k) {
       reverse_rescale(team, u(k), u(k - 1), du, dr, e);
-      kdnn::impl::col_dot<ExecSpace>(team, n, P, ld, dr, [&](int j, T s) { dv[j] += s; });
+      kdnn::impl::col_dot<ExecSpace>(team, n, P, ld, dr, [&](int j, C s) { dv[j] += s; });
       reverse_rescale(team, v(k), v(k - 1), dv, dc(k), e);
-      kdnn::impl::col_dot<ExecSpace>(team, n, PT, ld, dc(k), [&](int i, T s) { du[i] += s; });
+      kdnn::impl::col_dot<ExecSpace>(team, n, PT, ld, dc(k), [&](int i, C s) { du[i] += s; });
       Kokkos::parallel_for(lanes, [&](int i) {
         w.DRU[i * M + k - 1] = dr[i];
         w.DRU[i * M + K - 1 + k - 1] = u(k - 1)[i];
       });
     }
 
-    // dP = G∘(u vᵀ) + DRU · [v_1 .. v_{K−1}, dc_1 .. dc_{K−1}], row by row.
+    // dP = G∘(u vᵀ) + DRU · [v_1 .. v_{K−1}, dc_1 .. dc_{K−1}], row by row,
+    // into each matrix's dP (double).
     for (int i = 0; i < n; ++i) {
-      const T ui = u(K - 1)[i];
-      const auto store = [&](int j, T s) {
-        w.dP[i * ld + j] = double(this->at(G, b, i, j) * ui * v(K - 1)[j] + s);
+      const C ui = u(K - 1)[i];
+      const auto store = [&](int j, C s) {
+        const C value = gather(G, i, j) * ui * v(K - 1)[j] + s;
+        for (int l = 0; l < count; ++l)
+          w.dP[l * nld + i * ld + j] = double(kdnn::impl::lane(value, l));
       };
       if (M == 0) {
-        Kokkos::parallel_for(lanes, [&](int j) { store(j, T(0)); });
+        Kokkos::parallel_for(lanes, [&](int j) { store(j, C{}); });
       } else {
         kdnn::impl::col_dot<ExecSpace>(team, M, n, v(1), n, w.DRU + i * M, store);
       }
     }
-    first_iteration_reverse(team, n, x, w.P1, w.dP, ld, w.fi, w.a, w.b,
-                            [&](int i, int j, double value) { this->at(dX, b, i, j) = T(value); });
+    for (int l = 0; l < count; ++l) {
+      first_iteration_reverse(
+          team, n, [&](int i, int j) { return double(this->at(X, b0 + l, i, j)); },
+          w.P1 + l * nld, w.dP + l * nld, ld, first_iteration_of(w, l), w.a + l * n,
+          w.b + l * n,
+          [&](int i, int j, double value) { this->at(dX, b0 + l, i, j) = T(value); });
+    }
   }
 };
 
