@@ -113,8 +113,10 @@ struct UnrolledBackwardKernel
 
   /// Matrices b0 .. b0 + count − 1 in lanes 0 .. count − 1; the lanes after
   /// them repeat matrix b0, and their results are dropped.
-  KOKKOS_INLINE_FUNCTION void one_group(const Member& team, int b0, int count,
+  KOKKOS_INLINE_FUNCTION void one_group(const Member& team, int b0, int group_count,
                                         const Work& w) const {
+    // A compile-time 1 for groups of one (a GPU): no loops around one matrix.
+    const int count = group == 1 ? 1 : group_count;
     const int n = this->n;
     const int ld = scratch_ld(n);
     const std::size_t nld = std::size_t(n) * ld;
