@@ -4,8 +4,9 @@
 # `Kokkos::kokkos` with a non-existent include directory (<prefix>/lib/include)
 # while the headers live in Kokkos_INCLUDE_DIRS (/usr/include/trilinos).
 # This file is installed with kdnn and included by kdnnConfig.cmake, so
-# consumers get the same repair.  Defines `kdnn_kokkoskernels_target` (empty
-# when Kokkos Kernels is not found).
+# consumers get the same repair. Kokkos Kernels (kdnn's GEMMs) is required
+# and must come from the same installation; `kdnn_kokkoskernels_target` names
+# its library target.
 include_guard(GLOBAL)
 
 find_package(Kokkos REQUIRED)
@@ -38,12 +39,15 @@ endif()
 # Kokkos Kernels, from the installation Kokkos came from and nowhere else: a
 # search with default paths would fall back to another installation (say the
 # distribution's 3.4 Kernels under a user's Kokkos 4) and mix the two
-# versions' headers silently. Defines `kdnn_kokkoskernels_target` (empty when
-# that installation has no Kokkos Kernels); families that call Kokkos Kernels
-# link it.
+# versions' headers silently. Defines `kdnn_kokkoskernels_target`, which
+# kdnn links publicly.
 set(kdnn_kokkoskernels_target "")
 get_filename_component(_kdnn_kokkos_prefix "${Kokkos_DIR}/../../.." ABSOLUTE)
-find_package(KokkosKernels QUIET PATHS "${_kdnn_kokkos_prefix}" NO_DEFAULT_PATH)
+# Its package directory sits beside Kokkos' (<libdir>/cmake/KokkosKernels, also
+# on multiarch Debian, where <libdir> is lib/x86_64-linux-gnu), or under the
+# same prefix.
+find_package(KokkosKernels QUIET PATHS "${Kokkos_DIR}/.." "${_kdnn_kokkos_prefix}"
+  NO_DEFAULT_PATH)
 if(KokkosKernels_FOUND)
   if(KokkosKernels_VERSION AND Kokkos_VERSION)
     string(REGEX MATCH "^[0-9]+\\.[0-9]+" _kdnn_kk_mm "${KokkosKernels_VERSION}")
@@ -61,6 +65,9 @@ if(KokkosKernels_FOUND)
       INTERFACE_INCLUDE_DIRECTORIES "${KokkosKernels_INCLUDE_DIRS}")
     set(kdnn_kokkoskernels_target trilinos_kokkoskernels)
   endif()
-else()
-  message(STATUS "kdnn: no Kokkos Kernels in the Kokkos installation ${_kdnn_kokkos_prefix}")
+endif()
+if(NOT kdnn_kokkoskernels_target)
+  message(FATAL_ERROR "kdnn: Kokkos Kernels not found in the Kokkos installation "
+    "${_kdnn_kokkos_prefix} (Kokkos_DIR=${Kokkos_DIR}); kdnn's GEMMs need it. Install it "
+    "from the same release as Kokkos (Debian: libtrilinos-kokkos-kernels-dev)")
 endif()

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs kdnn's build and test dependencies from the distribution (Debian 12):
-# Kokkos + Kokkos Kernels 3.4 (Serial backend), Open MPI, GoogleTest, Google
-# Benchmark, CLI11, CMake, Ninja and a C++17 compiler. Idempotent: when everything is
-# already installed it returns without touching apt.
+# Kokkos + Kokkos Kernels 3.4 (Serial backend) with OpenBLAS as the system BLAS,
+# Open MPI, GoogleTest, Google Benchmark, CLI11, CMake, Ninja and a C++17
+# compiler. Idempotent: when everything is already installed it returns
+# without touching apt.
 # Optional: KDNN_WITH_TORCH=1 also installs PyTorch and NumPy (CPU, Debian's
 # python3-torch) to regenerate golden data and run perf_tests/*.py.
 set -euo pipefail
@@ -11,6 +12,7 @@ packages=(
   g++ cmake ninja-build
   libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev
   liblapack-dev libblas-dev  # named by Debian's Kokkos Kernels CMake target, not pulled in
+  libopenblas0-pthread  # becomes libblas.so.3 (alternatives): Kokkos Kernels' GEMMs reach OpenBLAS
   libopenmpi-dev openmpi-bin
   libgtest-dev libbenchmark-dev
   libcli11-dev  # the kdnn tool's option parsing

@@ -1,5 +1,6 @@
 #pragma once
 // Umbrella header of kdnn.
+#include "kdnn/attention/attention.hpp"
 #include "kdnn/core/error.hpp"
 #include "kdnn/io/npy.hpp"
 #include "kdnn/io/npy_files.hpp"

@@ -3,6 +3,7 @@
 // kdnn::Error naming the operation (`op`), the argument, what was expected and
 // what was found.
 #include <cstddef>
+#include <initializer_list>
 #include <string>
 
 #include "kdnn/core/error.hpp"
@@ -40,19 +41,49 @@ void square(const char* op, const char* name, const View& view) {
   }
 }
 
+/// The bytes a View spans, named for messages; empty for an empty View.
+struct MemoryRange {
+  const char* name;
+  const char* begin;
+  const char* end;
+  bool overlaps(const MemoryRange& other) const {
+    return begin < other.end && other.begin < end;
+  }
+};
+template <class View>
+MemoryRange memory_of(const char* name, const View& view) {
+  const char* begin = reinterpret_cast<const char*>(view.data());
+  if (view.size() == 0) return {name, begin, begin};
+  return {name, begin, begin + view.span() * sizeof(typename View::value_type)};
+}
+
 /// Requires that `out` does not share memory with `in` (outputs are written
 /// while inputs are still being read).
 template <class Out, class In>
 void no_alias(const char* op, const char* out_name, const Out& out,
               const char* in_name, const In& in) {
-  if (out.size() == 0 || in.size() == 0) return;
-  const char* o0 = reinterpret_cast<const char*>(out.data());
-  const char* o1 = o0 + out.span() * sizeof(typename Out::value_type);
-  const char* i0 = reinterpret_cast<const char*>(in.data());
-  const char* i1 = i0 + in.span() * sizeof(typename In::value_type);
-  if (o0 < i1 && i0 < o1) {
+  if (memory_of(out_name, out).overlaps(memory_of(in_name, in))) {
     fail(op, ": output ", out_name, " overlaps input ", in_name,
          " (outputs must not alias inputs)");
+  }
+}
+
+/// Requires every output to share no memory with any input or with another
+/// output (memory_of each argument).
+inline void disjoint(const char* op, std::initializer_list<MemoryRange> outputs,
+                     std::initializer_list<MemoryRange> inputs) {
+  for (auto o = outputs.begin(); o != outputs.end(); ++o) {
+    for (const MemoryRange& in : inputs) {
+      if (o->overlaps(in)) {
+        fail(op, ": output ", o->name, " overlaps input ", in.name,
+             " (outputs must not alias inputs)");
+      }
+    }
+    for (auto other = outputs.begin(); other != o; ++other) {
+      if (o->overlaps(*other)) {
+        fail(op, ": outputs ", other->name, " and ", o->name, " overlap");
+      }
+    }
   }
 }
 
@@ -62,6 +93,22 @@ void in_range(const char* op, const char* name, T value, T lo, T hi) {
   if (!(value >= lo && value <= hi)) {
     fail(op, ": ", name, "=", value, ", expected a value in [", lo, ", ", hi, "]");
   }
+}
+
+/// Whether an optional View argument was given: a default-constructed View
+/// (no data, every extent 0) means "not given".
+template <class View>
+bool given(const View& view) {
+  if (view.data() != nullptr) return true;
+  for (int d = 0; d < int(View::rank); ++d) {
+    if (view.extent(d) != 0) return true;
+  }
+  return false;
+}
+
+/// Requires a finite scalar option.
+inline void finite(const char* op, const char* name, double value) {
+  if (!(value - value == 0)) fail(op, ": ", name, "=", value, ", expected a finite value");
 }
 
 /// Requires an optional per-batch output (empty = not requested) to have

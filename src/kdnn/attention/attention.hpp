@@ -1,0 +1,7 @@
+#pragma once
+// kdnn::attention — multi-head attention training operators (the eigenMHA /
+// cuDNN scope), forward and backward. So far: the MSE loss, the Linear layer
+// and the strided batched GEMM.
+#include "kdnn/attention/batched_gemm.hpp"
+#include "kdnn/attention/linear.hpp"
+#include "kdnn/attention/mse_loss.hpp"

@@ -1,0 +1,16 @@
+// Explicit instantiation of the attention operators for the pairs of
+// core/impl/eti.hpp, from their signature macros.
+#include "kdnn/attention/batched_gemm.hpp"
+#include "kdnn/attention/linear.hpp"
+#include "kdnn/attention/mse_loss.hpp"
+
+namespace kdnn::attention::impl {
+
+#define KDNN_ATTENTION_INSTANTIATE(ExecSpace, T)        \
+  KDNN_MSE_LOSS_OPERATORS(template, ExecSpace, T)       \
+  KDNN_LINEAR_OPERATORS(template, ExecSpace, T)         \
+  KDNN_BATCHED_GEMM_OPERATORS(template, ExecSpace, T)
+KDNN_ETI_FOR_EACH(KDNN_ATTENTION_INSTANTIATE)
+#undef KDNN_ATTENTION_INSTANTIATE
+
+}  // namespace kdnn::attention::impl

@@ -1,0 +1,26 @@
+#pragma once
+// Tensor types and options shared by the kdnn::attention operators. All
+// tensors are LayoutRight Views in the execution space's memory space:
+// activations batch-first [B, S, E], weights as in PyTorch's nn.Linear
+// ([out, in]), per-head tensors [B, H, rows, cols].
+#include <Kokkos_Core.hpp>
+
+namespace kdnn::attention {
+
+template <class T, class ExecSpace>
+using Vector = Kokkos::View<T*, Kokkos::LayoutRight, typename ExecSpace::memory_space>;
+template <class T, class ExecSpace>
+using Matrix = Kokkos::View<T**, Kokkos::LayoutRight, typename ExecSpace::memory_space>;
+template <class T, class ExecSpace>
+using Tensor3 = Kokkos::View<T***, Kokkos::LayoutRight, typename ExecSpace::memory_space>;
+template <class T, class ExecSpace>
+using Tensor4 = Kokkos::View<T****, Kokkos::LayoutRight, typename ExecSpace::memory_space>;
+
+/// op(M) in a product: M itself or its transpose.
+enum class Op { none, transpose };
+
+/// How a backward writes weight gradients (cuDNN's CUDNN_WGRAD_MODE_SET and
+/// CUDNN_WGRAD_MODE_ADD): overwrite them, or add to what they hold.
+enum class WgradMode { set, add };
+
+}  // namespace kdnn::attention
