@@ -1,7 +1,8 @@
 #pragma once
 // kdnn::attention — multi-head attention training operators (the eigenMHA /
-// cuDNN scope), forward and backward. So far: the MSE loss, the Linear layer
-// and the strided batched GEMM.
+// cuDNN scope), forward and backward. So far: the MSE loss, the Linear layer,
+// the strided batched GEMM and the masked softmax.
 #include "kdnn/attention/batched_gemm.hpp"
 #include "kdnn/attention/linear.hpp"
 #include "kdnn/attention/mse_loss.hpp"
+#include "kdnn/attention/softmax.hpp"

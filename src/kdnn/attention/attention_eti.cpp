@@ -3,13 +3,15 @@
 #include "kdnn/attention/batched_gemm.hpp"
 #include "kdnn/attention/linear.hpp"
 #include "kdnn/attention/mse_loss.hpp"
+#include "kdnn/attention/softmax.hpp"
 
 namespace kdnn::attention::impl {
 
 #define KDNN_ATTENTION_INSTANTIATE(ExecSpace, T)        \
   KDNN_MSE_LOSS_OPERATORS(template, ExecSpace, T)       \
   KDNN_LINEAR_OPERATORS(template, ExecSpace, T)         \
-  KDNN_BATCHED_GEMM_OPERATORS(template, ExecSpace, T)
+  KDNN_BATCHED_GEMM_OPERATORS(template, ExecSpace, T)  \
+  KDNN_SOFTMAX_OPERATORS(template, ExecSpace, T)
 KDNN_ETI_FOR_EACH(KDNN_ATTENTION_INSTANTIATE)
 #undef KDNN_ATTENTION_INSTANTIATE
 

@@ -1,0 +1,143 @@
+#pragma once
+// Definitions of kdnn::attention::impl::{softmax_forward, softmax_backward}:
+// one team thread per query row, its vector lanes over the row's visible keys
+// (impl/visible_keys.hpp); the row is read from global memory on each pass.
+#include <limits>
+
+#include "kdnn/attention/impl/visible_keys.hpp"
+#include "kdnn/attention/softmax.hpp"
+#include "kdnn/core/compat.hpp"
+#include "kdnn/core/impl/backend_traits.hpp"
+#include "kdnn/core/validate.hpp"
+
+namespace kdnn::attention::impl {
+
+inline void validate_softmax_options(const char* op, const SoftmaxOptions& opts) {
+  if (opts.mode != SoftmaxMode::accurate && opts.mode != SoftmaxMode::log) {
+    fail(op, ": mode=", int(opts.mode), ", expected SoftmaxMode::accurate or SoftmaxMode::log");
+  }
+  validate::finite(op, "scale", opts.scale);
+}
+
+/// Rows of `threads` team threads with `lanes` vector lanes each: one row per
+/// thread on a host, a warp's worth of lanes (fewer for short rows) and 128
+/// threads per team on a GPU.
+template <class ExecSpace>
+Kokkos::TeamPolicy<ExecSpace> row_policy(const ExecSpace& space, std::size_t rows,
+                                         std::size_t keys, int& threads) {
+  const int warp = kdnn::impl::BackendTraits<ExecSpace>::warp_width();
+  int lanes = 1;
+  while (lanes < warp && std::size_t(lanes) < keys) lanes *= 2;
+  threads = warp > 1 ? 128 / lanes : 1;
+  const std::size_t league = (rows + threads - 1) / threads;
+  return Kokkos::TeamPolicy<ExecSpace>(space, int(league), threads, lanes);
+}
+
+template <class ExecSpace, class T>
+void softmax_forward(const ExecSpace& space, const Tensor4<const T, ExecSpace>& x,
+                     const Tensor4<T, ExecSpace>& y, const SoftmaxOptions& opts,
+                     const AttentionMask<ExecSpace>& mask) {
+  constexpr const char* op = "attention::softmax_forward";
+  validate_softmax_options(op, opts);
+  validate::same_shape(op, "y", y, "x", x);
+  validate::disjoint(op, {validate::memory_of("y", y)}, {validate::memory_of("x", x)});
+  const int B = int(x.extent(0)), H = int(x.extent(1)), S = int(x.extent(2)),
+            Sk = int(x.extent(3));
+  check_mask(op, mask, B, S, Sk);
+  const std::size_t rows = std::size_t(B) * H * S;
+  if (rows == 0 || Sk == 0) return;
+
+  const VisibleKeys<ExecSpace> visible(mask, Sk);
+  const T s = T(opts.scale);
+  const bool log_mode = opts.mode == SoftmaxMode::log;
+  const T masked = log_mode ? -std::numeric_limits<T>::infinity() : T(0);
+  int threads = 1;
+  const auto policy = row_policy(space, rows, Sk, threads);
+  using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  Kokkos::parallel_for(
+      "kdnn::attention::softmax_forward", policy, KOKKOS_LAMBDA(const Member& team) {
+        const std::size_t r = std::size_t(team.league_rank()) * threads + team.team_rank();
+        if (r >= rows) return;
+        const int i = int(r % S), b = int(r / (std::size_t(H) * S));
+        const T* xr = x.data() + r * Sk;
+        T* yr = y.data() + r * Sk;
+        int first, last;
+        visible.range(b, i, first, last);
+        const auto all = Kokkos::ThreadVectorRange(team, Sk);
+        if (first >= last) {
+          Kokkos::parallel_for(all, [&](int j) { yr[j] = masked; });
+          return;
+        }
+        const auto keys = Kokkos::ThreadVectorRange(team, first, last);
+        T m = 0;
+        Kokkos::parallel_reduce(
+            keys, [&](int j, T& v) { v = s * xr[j] > v ? s * xr[j] : v; }, Kokkos::Max<T>(m));
+        T sum = 0;
+        Kokkos::parallel_reduce(
+            keys, [&](int j, T& v) { v += compat::exp(s * xr[j] - m); }, sum);
+        if (log_mode) {
+          const T lse = m + compat::log(sum);
+          Kokkos::parallel_for(all, [&](int j) {
+            yr[j] = j >= first && j < last ? s * xr[j] - lse : masked;
+          });
+        } else {
+          const T inv = T(1) / sum;
+          Kokkos::parallel_for(all, [&](int j) {
+            yr[j] = j >= first && j < last ? compat::exp(s * xr[j] - m) * inv : masked;
+          });
+        }
+      });
+}
+
+template <class ExecSpace, class T>
+void softmax_backward(const ExecSpace& space, const Tensor4<const T, ExecSpace>& y,
+                      const Tensor4<const T, ExecSpace>& dy, const Tensor4<T, ExecSpace>& dx,
+                      const SoftmaxOptions& opts, const AttentionMask<ExecSpace>& mask) {
+  constexpr const char* op = "attention::softmax_backward";
+  validate_softmax_options(op, opts);
+  validate::same_shape(op, "dy", dy, "y", y);
+  validate::same_shape(op, "dx", dx, "y", y);
+  validate::disjoint(op, {validate::memory_of("dx", dx)},
+                     {validate::memory_of("y", y), validate::memory_of("dy", dy)});
+  const int B = int(y.extent(0)), H = int(y.extent(1)), S = int(y.extent(2)),
+            Sk = int(y.extent(3));
+  check_mask(op, mask, B, S, Sk);
+  const std::size_t rows = std::size_t(B) * H * S;
+  if (rows == 0 || Sk == 0) return;
+
+  const VisibleKeys<ExecSpace> visible(mask, Sk);
+  const T s = T(opts.scale);
+  const bool log_mode = opts.mode == SoftmaxMode::log;
+  int threads = 1;
+  const auto policy = row_policy(space, rows, Sk, threads);
+  using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  Kokkos::parallel_for(
+      "kdnn::attention::softmax_backward", policy, KOKKOS_LAMBDA(const Member& team) {
+        const std::size_t r = std::size_t(team.league_rank()) * threads + team.team_rank();
+        if (r >= rows) return;
+        const int i = int(r % S), b = int(r / (std::size_t(H) * S));
+        const T* yr = y.data() + r * Sk;
+        const T* gr = dy.data() + r * Sk;
+        T* dr = dx.data() + r * Sk;
+        int first, last;
+        visible.range(b, i, first, last);
+        const auto all = Kokkos::ThreadVectorRange(team, Sk);
+        if (first >= last) {
+          Kokkos::parallel_for(all, [&](int j) { dr[j] = T(0); });
+          return;
+        }
+        const auto keys = Kokkos::ThreadVectorRange(team, first, last);
+        // accurate: Σ y∘dy; log: Σ dy (both over the visible keys).
+        T dot = 0;
+        Kokkos::parallel_reduce(
+            keys, [&](int j, T& v) { v += log_mode ? gr[j] : yr[j] * gr[j]; }, dot);
+        Kokkos::parallel_for(all, [&](int j) {
+          const bool seen = j >= first && j < last;
+          dr[j] = !seen    ? T(0)
+                  : log_mode ? s * (gr[j] - compat::exp(yr[j]) * dot)
+                             : s * yr[j] * (gr[j] - dot);
+        });
+      });
+}
+
+}  // namespace kdnn::attention::impl

@@ -1,0 +1,83 @@
+#pragma once
+// The keys a query sees under an AttentionMask (softmax.hpp): every limit is
+// an interval, so what is left is one interval [first, last) of key indices,
+// empty for a padded query or a fully masked row. Checked on the host once
+// (check_mask), evaluated per row in kernels.
+#include <Kokkos_Core.hpp>
+
+#include "kdnn/attention/softmax.hpp"
+#include "kdnn/core/error.hpp"
+
+namespace kdnn::attention::impl {
+
+template <class ExecSpace>
+struct VisibleKeys {
+  AttentionMask<ExecSpace> mask;
+  int keys = 0;  ///< Sk
+  bool lo = false, hi = false, seq_q = false, seq_k = false;
+
+  VisibleKeys(const AttentionMask<ExecSpace>& m, int key_count)
+      : mask(m),
+        keys(key_count),
+        lo(m.lo_win.extent(0) > 0),
+        hi(m.hi_win.extent(0) > 0),
+        seq_q(m.seq_q.extent(0) > 0),
+        seq_k(m.seq_k.extent(0) > 0) {}
+
+  /// Keys [first, last) of query i in batch entry b (first >= last: none).
+  KOKKOS_INLINE_FUNCTION void range(int b, int i, int& first, int& last) const {
+    first = 0;
+    last = keys;
+    if (seq_q && i >= mask.seq_q(b)) last = 0;
+    if (seq_k && mask.seq_k(b) < last) last = mask.seq_k(b);
+    if (lo && mask.lo_win(i) > first) first = mask.lo_win(i);
+    if (hi && mask.hi_win(i) < last) last = mask.hi_win(i);
+    if (mask.causal && i + 1 < last) last = i + 1;
+  }
+};
+
+/// Every value of an optional int vector in [lo, hi] (read on the host).
+template <class View>
+void check_values(const char* op, const char* name, const View& v, int lo, int hi,
+                  const char* what) {
+  const auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
+  for (std::size_t k = 0; k < h.extent(0); ++k) {
+    if (h(k) < lo || h(k) > hi) {
+      fail(op, ": ", name, "[", k, "]=", h(k), ", expected a value in [", lo, ", ", hi, "] (",
+           what, ")");
+    }
+  }
+}
+
+/// The mask against scores of B entries, S queries and Sk keys.
+template <class ExecSpace>
+void check_mask(const char* op, const AttentionMask<ExecSpace>& m, std::size_t batch,
+                std::size_t queries, std::size_t keys) {
+  const auto check_extent = [&](const char* name, const auto& v, std::size_t n,
+                                const char* what) {
+    if (v.extent(0) != 0 && v.extent(0) != n) {
+      fail(op, ": mask.", name, " has extent(0)=", v.extent(0), ", expected ", n, " (", what,
+           ")");
+    }
+  };
+  check_extent("lo_win", m.lo_win, queries, "one per query, S");
+  check_extent("hi_win", m.hi_win, queries, "one per query, S");
+  check_extent("seq_q", m.seq_q, batch, "one per batch entry, B");
+  check_extent("seq_k", m.seq_k, batch, "one per batch entry, B");
+  check_values(op, "mask.lo_win", m.lo_win, 0, int(keys), "key indices, Sk");
+  check_values(op, "mask.hi_win", m.hi_win, 0, int(keys), "key indices, Sk");
+  check_values(op, "mask.seq_q", m.seq_q, 0, int(queries), "query length, S");
+  check_values(op, "mask.seq_k", m.seq_k, 0, int(keys), "key length, Sk");
+  if (m.lo_win.extent(0) > 0 && m.hi_win.extent(0) > 0) {
+    const auto lo = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), m.lo_win);
+    const auto hi = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), m.hi_win);
+    for (std::size_t i = 0; i < queries; ++i) {
+      if (lo(i) > hi(i)) {
+        fail(op, ": mask.lo_win[", i, "]=", lo(i), " > mask.hi_win[", i, "]=", hi(i),
+             ", expected lo <= hi");
+      }
+    }
+  }
+}
+
+}  // namespace kdnn::attention::impl

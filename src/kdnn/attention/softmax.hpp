@@ -1,0 +1,94 @@
+#pragma once
+// kdnn::attention masked softmax over the last axis of attention scores
+// x [B, H, S, Sk] (query rows, key columns), forward and backward:
+//   accurate: y_ij = exp(s·x_ij − m_i) / Σ_k exp(s·x_ik − m_i), m_i the row
+//             maximum over its visible keys (cuDNN's CUDNN_SOFTMAX_ACCURATE);
+//   log:      y_ij = s·x_ij − m_i − log Σ_k exp(s·x_ik − m_i)
+// with s the scale (cuDNN's smScaler). The mask (AttentionMask) leaves query i
+// of batch entry b the keys j with
+//   j < seq_k[b],  lo[i] <= j < hi[i],  j <= i if causal,
+// and none at all when i >= seq_q[b] (a padded query). Masked entries get
+// probability 0 (log: −inf) and zero gradient; a row with no visible key is
+// all zeros (log: all −inf) with zero gradient, never NaN.
+// Backward, for dy = dL/dy, over the visible keys:
+//   accurate: dx_ij = s · y_ij (dy_ij − Σ_k y_ik dy_ik)
+//   log:      dx_ij = s · (dy_ij − exp(y_ij) Σ_k dy_ik)
+#include <Kokkos_Core.hpp>
+
+#include "kdnn/attention/types.hpp"
+#include "kdnn/core/impl/eti.hpp"
+#include "kdnn/core/impl/view_checks.hpp"
+
+namespace kdnn::attention {
+
+enum class SoftmaxMode { accurate, log };
+
+struct SoftmaxOptions {
+  SoftmaxMode mode = SoftmaxMode::accurate;
+  double scale = 1.0;  ///< s: the softmax is taken of s·x (finite)
+};
+
+/// Which keys each query sees; every part is optional (default-constructed
+/// Views: no limit). Windows and lengths are read on the host to be checked.
+template <class ExecSpace>
+struct AttentionMask {
+  bool causal = false;                   ///< query i sees keys j <= i (top-left aligned)
+  Vector<const int, ExecSpace> lo_win;   ///< [S]: first key of query i's window
+  Vector<const int, ExecSpace> hi_win;   ///< [S]: one past its last key
+  Vector<const int, ExecSpace> seq_q;    ///< [B]: queries i >= seq_q[b] are padding
+  Vector<const int, ExecSpace> seq_k;    ///< [B]: keys j >= seq_k[b] are padding
+};
+
+}  // namespace kdnn::attention
+
+#define KDNN_SOFTMAX_OPERATORS(PREFIX, ExecSpace, T)                                        \
+  PREFIX void softmax_forward(const ExecSpace&, const Tensor4<const T, ExecSpace>&,        \
+                              const Tensor4<T, ExecSpace>&, const SoftmaxOptions&,         \
+                              const AttentionMask<ExecSpace>&);                            \
+  PREFIX void softmax_backward(const ExecSpace&, const Tensor4<const T, ExecSpace>&,       \
+                               const Tensor4<const T, ExecSpace>&,                         \
+                               const Tensor4<T, ExecSpace>&, const SoftmaxOptions&,        \
+                               const AttentionMask<ExecSpace>&);
+
+namespace kdnn::attention {
+
+namespace impl {
+KDNN_SOFTMAX_OPERATORS(KDNN_TEMPLATE_EXEC_SPACE_T, ExecSpace, T)
+#define KDNN_SOFTMAX_EXTERN(ExecSpace, T) KDNN_SOFTMAX_OPERATORS(extern template, ExecSpace, T)
+KDNN_ETI_FOR_EACH(KDNN_SOFTMAX_EXTERN)
+#undef KDNN_SOFTMAX_EXTERN
+}  // namespace impl
+
+/// y = softmax(s·x) (or its log) over the visible keys of each query.
+/// Asynchronous on `space` (after the host reads the mask's windows and
+/// lengths to check them).
+template <class ExecSpace, class XView, class YView>
+void softmax_forward(const ExecSpace& space, const XView& x, const YView& y,
+                     const SoftmaxOptions& opts = {},
+                     const AttentionMask<ExecSpace>& mask = {}) {
+  KDNN_CHECK_VIEW(ExecSpace, XView, 4, "[B, H, S, Sk]", "attention::softmax_forward: x");
+  KDNN_CHECK_VIEW(ExecSpace, YView, 4, "[B, H, S, Sk]", "attention::softmax_forward: y");
+  KDNN_CHECK_OUTPUT(YView, "attention::softmax_forward: y");
+  KDNN_CHECK_SAME_TYPE(XView, YView, "attention::softmax_forward: x and y");
+  using T = typename YView::non_const_value_type;
+  impl::softmax_forward<ExecSpace, T>(space, x, y, opts, mask);
+}
+
+/// dx from the forward's output y and dy = dL/dy, same options and mask.
+template <class ExecSpace, class YView, class DYView, class DXView>
+void softmax_backward(const ExecSpace& space, const YView& y, const DYView& dy,
+                      const DXView& dx, const SoftmaxOptions& opts = {},
+                      const AttentionMask<ExecSpace>& mask = {}) {
+  KDNN_CHECK_VIEW(ExecSpace, YView, 4, "[B, H, S, Sk]", "attention::softmax_backward: y");
+  KDNN_CHECK_VIEW(ExecSpace, DYView, 4, "[B, H, S, Sk]", "attention::softmax_backward: dy");
+  KDNN_CHECK_VIEW(ExecSpace, DXView, 4, "[B, H, S, Sk]", "attention::softmax_backward: dx");
+  KDNN_CHECK_OUTPUT(DXView, "attention::softmax_backward: dx");
+  KDNN_CHECK_SAME_TYPE(YView, DXView, "attention::softmax_backward: y and dx");
+  KDNN_CHECK_SAME_TYPE(DYView, DXView, "attention::softmax_backward: dy and dx");
+  using T = typename DXView::non_const_value_type;
+  impl::softmax_backward<ExecSpace, T>(space, y, dy, dx, opts, mask);
+}
+
+}  // namespace kdnn::attention
+
+#include "kdnn/attention/impl/softmax_impl.hpp"
