@@ -19,18 +19,30 @@ inline void validate_softmax_options(const char* op, const SoftmaxOptions& opts)
   validate::finite(op, "scale", opts.scale);
 }
 
-/// Rows of `threads` team threads with `lanes` vector lanes each: one row per
-/// thread on a host, a warp's worth of lanes (fewer for short rows) and 128
-/// threads per team on a GPU.
-template <class ExecSpace>
-Kokkos::TeamPolicy<ExecSpace> row_policy(const ExecSpace& space, std::size_t rows,
-                                         std::size_t keys, int& threads) {
+/// Runs row(team, r, first, last) for every query row r of scores
+/// [B, H, S, Sk] (row r's keys are r·Sk .. r·Sk + Sk − 1, the visible ones
+/// [first, last)): one row per team thread, its vector lanes over the keys; on
+/// a GPU a warp's worth of lanes (fewer for short rows), 128 threads a team.
+template <class ExecSpace, class Row>
+void for_each_row(const char* name, const ExecSpace& space, int B, int H, int S, int Sk,
+                  const VisibleKeys<ExecSpace>& visible, const Row& row) {
+  const std::size_t rows = std::size_t(B) * H * S;
+  if (rows == 0 || Sk == 0) return;
   const int warp = kdnn::impl::BackendTraits<ExecSpace>::warp_width();
   int lanes = 1;
-  while (lanes < warp && std::size_t(lanes) < keys) lanes *= 2;
-  threads = warp > 1 ? 128 / lanes : 1;
-  const std::size_t league = (rows + threads - 1) / threads;
-  return Kokkos::TeamPolicy<ExecSpace>(space, int(league), threads, lanes);
+  while (lanes < warp && lanes < Sk) lanes *= 2;
+  const int threads = warp > 1 ? 128 / lanes : 1;
+  const int league = int((rows + threads - 1) / threads);
+  using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  Kokkos::parallel_for(
+      name, Kokkos::TeamPolicy<ExecSpace>(space, league, threads, lanes),
+      KOKKOS_LAMBDA(const Member& team) {
+        const std::size_t r = std::size_t(team.league_rank()) * threads + team.team_rank();
+        if (r >= rows) return;
+        int first, last;
+        visible.range(int(r / (std::size_t(H) * S)), int(r % S), first, last);
+        row(team, r, first, last);
+      });
 }
 
 template <class ExecSpace, class T>
@@ -44,25 +56,15 @@ void softmax_forward(const ExecSpace& space, const Tensor4<const T, ExecSpace>& 
   const int B = int(x.extent(0)), H = int(x.extent(1)), S = int(x.extent(2)),
             Sk = int(x.extent(3));
   check_mask(op, mask, B, S, Sk);
-  const std::size_t rows = std::size_t(B) * H * S;
-  if (rows == 0 || Sk == 0) return;
-
-  const VisibleKeys<ExecSpace> visible(mask, Sk);
   const T s = T(opts.scale);
   const bool log_mode = opts.mode == SoftmaxMode::log;
   const T masked = log_mode ? -std::numeric_limits<T>::infinity() : T(0);
-  int threads = 1;
-  const auto policy = row_policy(space, rows, Sk, threads);
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
-  Kokkos::parallel_for(
-      "kdnn::attention::softmax_forward", policy, KOKKOS_LAMBDA(const Member& team) {
-        const std::size_t r = std::size_t(team.league_rank()) * threads + team.team_rank();
-        if (r >= rows) return;
-        const int i = int(r % S), b = int(r / (std::size_t(H) * S));
+  for_each_row(
+      "kdnn::attention::softmax_forward", space, B, H, S, Sk, VisibleKeys<ExecSpace>(mask, Sk),
+      KOKKOS_LAMBDA(const Member& team, std::size_t r, int first, int last) {
         const T* xr = x.data() + r * Sk;
         T* yr = y.data() + r * Sk;
-        int first, last;
-        visible.range(b, i, first, last);
         const auto all = Kokkos::ThreadVectorRange(team, Sk);
         if (first >= last) {
           Kokkos::parallel_for(all, [&](int j) { yr[j] = masked; });
@@ -102,25 +104,15 @@ void softmax_backward(const ExecSpace& space, const Tensor4<const T, ExecSpace>&
   const int B = int(y.extent(0)), H = int(y.extent(1)), S = int(y.extent(2)),
             Sk = int(y.extent(3));
   check_mask(op, mask, B, S, Sk);
-  const std::size_t rows = std::size_t(B) * H * S;
-  if (rows == 0 || Sk == 0) return;
-
-  const VisibleKeys<ExecSpace> visible(mask, Sk);
   const T s = T(opts.scale);
   const bool log_mode = opts.mode == SoftmaxMode::log;
-  int threads = 1;
-  const auto policy = row_policy(space, rows, Sk, threads);
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
-  Kokkos::parallel_for(
-      "kdnn::attention::softmax_backward", policy, KOKKOS_LAMBDA(const Member& team) {
-        const std::size_t r = std::size_t(team.league_rank()) * threads + team.team_rank();
-        if (r >= rows) return;
-        const int i = int(r % S), b = int(r / (std::size_t(H) * S));
+  for_each_row(
+      "kdnn::attention::softmax_backward", space, B, H, S, Sk, VisibleKeys<ExecSpace>(mask, Sk),
+      KOKKOS_LAMBDA(const Member& team, std::size_t r, int first, int last) {
         const T* yr = y.data() + r * Sk;
         const T* gr = dy.data() + r * Sk;
         T* dr = dx.data() + r * Sk;
-        int first, last;
-        visible.range(b, i, first, last);
         const auto all = Kokkos::ThreadVectorRange(team, Sk);
         if (first >= last) {
           Kokkos::parallel_for(all, [&](int j) { dr[j] = T(0); });
