@@ -125,7 +125,9 @@ TEST(Softmax, BackwardMatchesFiniteDifferences) {
   // L = Σ over visible entries of g ∘ y; masked dy entries must be ignored.
   const auto x = normal(kCount, 2), g = normal(kCount, 3);
   const double s = 1.3, h = 1e-6;
-  for (const auto& [name, m] : masks()) {
+  for (const auto& named : masks()) {
+    const std::string& name = named.first;
+    const HostMask& m = named.second;
     for (bool log_mode : {false, true}) {
       at::SoftmaxOptions o;
       o.mode = log_mode ? at::SoftmaxMode::log : at::SoftmaxMode::accurate;
