@@ -1,6 +1,7 @@
 // Explicit instantiation of the attention operators for the pairs of
 // core/impl/eti.hpp, from their signature macros.
 #include "kdnn/attention/batched_gemm.hpp"
+#include "kdnn/attention/dropout.hpp"
 #include "kdnn/attention/linear.hpp"
 #include "kdnn/attention/mse_loss.hpp"
 #include "kdnn/attention/softmax.hpp"
@@ -11,7 +12,8 @@ namespace kdnn::attention::impl {
   KDNN_MSE_LOSS_OPERATORS(template, ExecSpace, T)       \
   KDNN_LINEAR_OPERATORS(template, ExecSpace, T)         \
   KDNN_BATCHED_GEMM_OPERATORS(template, ExecSpace, T)  \
-  KDNN_SOFTMAX_OPERATORS(template, ExecSpace, T)
+  KDNN_SOFTMAX_OPERATORS(template, ExecSpace, T)       \
+  KDNN_DROPOUT_OPERATORS(template, ExecSpace, T)
 KDNN_ETI_FOR_EACH(KDNN_ATTENTION_INSTANTIATE)
 #undef KDNN_ATTENTION_INSTANTIATE
 
