@@ -57,17 +57,6 @@ MemoryRange memory_of(const char* name, const View& view) {
   return {name, begin, begin + view.span() * sizeof(typename View::value_type)};
 }
 
-/// Requires that `out` does not share memory with `in` (outputs are written
-/// while inputs are still being read).
-template <class Out, class In>
-void no_alias(const char* op, const char* out_name, const Out& out,
-              const char* in_name, const In& in) {
-  if (memory_of(out_name, out).overlaps(memory_of(in_name, in))) {
-    fail(op, ": output ", out_name, " overlaps input ", in_name,
-         " (outputs must not alias inputs)");
-  }
-}
-
 /// Requires every output to share no memory with any input or with another
 /// output (memory_of each argument).
 inline void disjoint(const char* op, std::initializer_list<MemoryRange> outputs,
@@ -85,6 +74,14 @@ inline void disjoint(const char* op, std::initializer_list<MemoryRange> outputs,
       }
     }
   }
+}
+
+/// Requires that `out` does not share memory with `in` (outputs are written
+/// while inputs are still being read).
+template <class Out, class In>
+void no_alias(const char* op, const char* out_name, const Out& out,
+              const char* in_name, const In& in) {
+  disjoint(op, {memory_of(out_name, out)}, {memory_of(in_name, in)});
 }
 
 /// Requires lo <= value <= hi for a scalar option.

@@ -36,41 +36,31 @@ struct VisibleKeys {
   }
 };
 
-/// Every value of an optional int vector in [lo, hi] (read on the host).
-template <class View>
-void check_values(const char* op, const char* name, const View& v, int lo, int hi,
-                  const char* what) {
-  const auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
-  for (std::size_t k = 0; k < h.extent(0); ++k) {
-    if (h(k) < lo || h(k) > hi) {
-      fail(op, ": ", name, "[", k, "]=", h(k), ", expected a value in [", lo, ", ", hi, "] (",
-           what, ")");
-    }
-  }
-}
-
-/// The mask against scores of B entries, S queries and Sk keys.
+/// The mask against scores of B entries, S queries and Sk keys. Each given
+/// vector is copied to the host once.
 template <class ExecSpace>
 void check_mask(const char* op, const AttentionMask<ExecSpace>& m, std::size_t batch,
                 std::size_t queries, std::size_t keys) {
-  const auto check_extent = [&](const char* name, const auto& v, std::size_t n,
-                                const char* what) {
+  const auto check = [&](const char* name, const auto& v, std::size_t n, const char* count,
+                         std::size_t max, const char* what) {
     if (v.extent(0) != 0 && v.extent(0) != n) {
-      fail(op, ": mask.", name, " has extent(0)=", v.extent(0), ", expected ", n, " (", what,
+      fail(op, ": mask.", name, " has extent(0)=", v.extent(0), ", expected ", n, " (", count,
            ")");
     }
+    const auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
+    for (std::size_t k = 0; k < h.extent(0); ++k) {
+      if (h(k) < 0 || std::size_t(h(k)) > max) {
+        fail(op, ": mask.", name, "[", k, "]=", h(k), ", expected a value in [0, ", max,
+             "] (", what, ")");
+      }
+    }
+    return h;
   };
-  check_extent("lo_win", m.lo_win, queries, "one per query, S");
-  check_extent("hi_win", m.hi_win, queries, "one per query, S");
-  check_extent("seq_q", m.seq_q, batch, "one per batch entry, B");
-  check_extent("seq_k", m.seq_k, batch, "one per batch entry, B");
-  check_values(op, "mask.lo_win", m.lo_win, 0, int(keys), "key indices, Sk");
-  check_values(op, "mask.hi_win", m.hi_win, 0, int(keys), "key indices, Sk");
-  check_values(op, "mask.seq_q", m.seq_q, 0, int(queries), "query length, S");
-  check_values(op, "mask.seq_k", m.seq_k, 0, int(keys), "key length, Sk");
-  if (m.lo_win.extent(0) > 0 && m.hi_win.extent(0) > 0) {
-    const auto lo = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), m.lo_win);
-    const auto hi = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), m.hi_win);
+  const auto lo = check("lo_win", m.lo_win, queries, "one per query, S", keys, "key indices, Sk");
+  const auto hi = check("hi_win", m.hi_win, queries, "one per query, S", keys, "key indices, Sk");
+  check("seq_q", m.seq_q, batch, "one per batch entry, B", queries, "query length, S");
+  check("seq_k", m.seq_k, batch, "one per batch entry, B", keys, "key length, Sk");
+  if (lo.extent(0) > 0 && hi.extent(0) > 0) {
     for (std::size_t i = 0; i < queries; ++i) {
       if (lo(i) > hi(i)) {
         fail(op, ": mask.lo_win[", i, "]=", lo(i), " > mask.hi_win[", i, "]=", hi(i),
