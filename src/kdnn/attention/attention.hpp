@@ -1,10 +1,11 @@
 #pragma once
 // kdnn::attention — multi-head attention training operators (the eigenMHA /
-// cuDNN scope), forward and backward. So far: the MSE loss, the Linear layer,
-// the strided batched GEMM, the masked softmax
-// and dropout.
+// cuDNN scope), forward and backward: the MSE loss, the Linear layer, the
+// strided batched GEMM, the masked softmax, dropout and the multi-head
+// attention layer built from them.
 #include "kdnn/attention/batched_gemm.hpp"
 #include "kdnn/attention/dropout.hpp"
 #include "kdnn/attention/linear.hpp"
+#include "kdnn/attention/mha.hpp"
 #include "kdnn/attention/mse_loss.hpp"
 #include "kdnn/attention/softmax.hpp"

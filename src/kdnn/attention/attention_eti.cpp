@@ -3,6 +3,7 @@
 #include "kdnn/attention/batched_gemm.hpp"
 #include "kdnn/attention/dropout.hpp"
 #include "kdnn/attention/linear.hpp"
+#include "kdnn/attention/mha.hpp"
 #include "kdnn/attention/mse_loss.hpp"
 #include "kdnn/attention/softmax.hpp"
 
@@ -13,7 +14,8 @@ namespace kdnn::attention::impl {
   KDNN_LINEAR_OPERATORS(template, ExecSpace, T)         \
   KDNN_BATCHED_GEMM_OPERATORS(template, ExecSpace, T)  \
   KDNN_SOFTMAX_OPERATORS(template, ExecSpace, T)       \
-  KDNN_DROPOUT_OPERATORS(template, ExecSpace, T)
+  KDNN_DROPOUT_OPERATORS(template, ExecSpace, T)      \
+  KDNN_MHA_OPERATORS(template, ExecSpace, T)
 KDNN_ETI_FOR_EACH(KDNN_ATTENTION_INSTANTIATE)
 #undef KDNN_ATTENTION_INSTANTIATE
 

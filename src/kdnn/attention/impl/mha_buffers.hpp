@@ -1,0 +1,143 @@
+#pragma once
+// How the multi-head attention layer (mha.hpp) lays out its caller-owned
+// buffers. Each layout is built from the layer's shape and a base pointer;
+// with a null base it only counts, which is how mha_buffer_sizes answers, so
+// the sizes and the views can never disagree.
+#include <algorithm>
+#include <cstddef>
+
+#include "kdnn/attention/mha.hpp"
+
+namespace kdnn::attention::impl {
+
+/// Consecutive tensors cut from one buffer (or, with a null base, counted).
+template <class T, class ExecSpace>
+class Carver {
+ public:
+  explicit Carver(T* base) : base_(base) {}
+  std::size_t used() const { return used_; }
+
+  Tensor3<T, ExecSpace> take(std::size_t n0, std::size_t n1, std::size_t n2) {
+    return Tensor3<T, ExecSpace>(next(n0 * n1 * n2), n0, n1, n2);
+  }
+  Tensor4<T, ExecSpace> take(std::size_t n0, std::size_t n1, std::size_t n2, std::size_t n3) {
+    return Tensor4<T, ExecSpace>(next(n0 * n1 * n2 * n3), n0, n1, n2, n3);
+  }
+  /// A region of `count` elements for tensors that overlay one another.
+  T* region(std::size_t count) { return next(count); }
+
+ private:
+  T* next(std::size_t count) {
+    T* p = base_ == nullptr ? nullptr : base_ + used_;
+    used_ += count;
+    return p;
+  }
+  T* base_;
+  std::size_t used_ = 0;
+};
+
+/// Kept from the forward to backward-weights: the per-head projections, the
+/// probabilities and the concatenated head outputs (forward), and the
+/// projections' gradients (backward-data, for backward-weights).
+template <class T, class ExecSpace>
+struct MhaReserve {
+  Tensor4<T, ExecSpace> qh, kh, vh;  ///< [B, H, S, D], [B, H, Sk, D], [B, H, Sk, Dv]
+  Tensor4<T, ExecSpace> p;           ///< softmax probabilities [B, H, S, Sk]
+  Tensor3<T, ExecSpace> a;           ///< heads side by side [B, S, H·Dv]
+  Tensor3<T, ExecSpace> dq, dk, dv;  ///< dL/dQ [B, S, H·D], dL/dK [B, Sk, H·D], dL/dV [B, Sk, H·Dv]
+  std::size_t size = 0;
+
+  MhaReserve(const MhaShape& s, T* base) {
+    Carver<T, ExecSpace> c(base);
+    const std::size_t B = s.batch, H = s.heads;
+    qh = c.take(B, H, s.seq_q, s.head_dim);
+    kh = c.take(B, H, s.seq_k, s.head_dim);
+    vh = c.take(B, H, s.seq_k, s.v_head_dim);
+    p = c.take(B, H, s.seq_q, s.seq_k);
+    a = c.take(B, s.seq_q, H * s.v_head_dim);
+    dq = c.take(B, s.seq_q, H * s.head_dim);
+    dk = c.take(B, s.seq_k, H * s.head_dim);
+    dv = c.take(B, s.seq_k, H * s.v_head_dim);
+    size = c.used();
+  }
+};
+
+/// The forward's scratch: the three projections and then the per-head
+/// outputs share one region (each is done with before the next); the raw
+/// scores, later the dropped-out probabilities, another.
+template <class T, class ExecSpace>
+struct MhaForwardWorkspace {
+  Tensor3<T, ExecSpace> q, k, v;  ///< projections [B, S, H·D], [B, Sk, H·D], [B, Sk, H·Dv]
+  Tensor4<T, ExecSpace> oh;       ///< P_h·V_h [B, H, S, Dv]
+  Tensor4<T, ExecSpace> scores;   ///< Q_h K_hᵀ, then dropout(P) [B, H, S, Sk]
+  std::size_t size = 0;
+
+  MhaForwardWorkspace(const MhaShape& s, T* base) {
+    Carver<T, ExecSpace> c(base);
+    const std::size_t B = s.batch, H = s.heads, S = s.seq_q, Sk = s.seq_k;
+    T* shared = c.region(std::max({B * S * H * s.head_dim, B * Sk * H * s.head_dim,
+                                   B * Sk * H * s.v_head_dim, B * H * S * s.v_head_dim}));
+    q = Tensor3<T, ExecSpace>(shared, B, S, H * s.head_dim);
+    k = Tensor3<T, ExecSpace>(shared, B, Sk, H * s.head_dim);
+    v = Tensor3<T, ExecSpace>(shared, B, Sk, H * s.v_head_dim);
+    oh = Tensor4<T, ExecSpace>(shared, B, H, S, s.v_head_dim);
+    scores = c.take(B, H, S, Sk);
+    size = c.used();
+  }
+};
+
+/// Backward-data's scratch, one tensor per intermediate gradient.
+template <class T, class ExecSpace>
+struct MhaBackwardDataWorkspace {
+  Tensor3<T, ExecSpace> dout;      ///< dL/dout, padded query rows zeroed [B, S, E_o]
+  Tensor3<T, ExecSpace> da;        ///< dL/dA [B, S, H·Dv]
+  Tensor4<T, ExecSpace> doh;       ///< dL/dA_h [B, H, S, Dv]
+  Tensor4<T, ExecSpace> sk1, sk2;  ///< two [B, H, S, Sk] tensors: dropout(P), dL/dP, dL/dscores
+  Tensor4<T, ExecSpace> dqh, dkh, dvh;  ///< per-head gradients of Q, K, V
+  std::size_t size = 0;
+
+  MhaBackwardDataWorkspace(const MhaShape& s, T* base) {
+    Carver<T, ExecSpace> c(base);
+    const std::size_t B = s.batch, H = s.heads, S = s.seq_q, Sk = s.seq_k;
+    dout = c.take(B, S, s.o_size);
+    da = c.take(B, S, H * s.v_head_dim);
+    doh = c.take(B, H, S, s.v_head_dim);
+    sk1 = c.take(B, H, S, Sk);
+    sk2 = c.take(B, H, S, Sk);
+    dqh = c.take(B, H, S, s.head_dim);
+    dkh = c.take(B, H, Sk, s.head_dim);
+    dvh = c.take(B, H, Sk, s.v_head_dim);
+    size = c.used();
+  }
+};
+
+/// Backward-weights' scratch: dL/dout with the padded query rows zeroed.
+template <class T, class ExecSpace>
+struct MhaBackwardWeightsWorkspace {
+  Tensor3<T, ExecSpace> dout;
+  std::size_t size = 0;
+
+  MhaBackwardWeightsWorkspace(const MhaShape& s, T* base) {
+    Carver<T, ExecSpace> c(base);
+    dout = c.take(s.batch, s.seq_q, s.o_size);
+    size = c.used();
+  }
+};
+
+}  // namespace kdnn::attention::impl
+
+namespace kdnn::attention {
+
+inline MhaBufferSizes mha_buffer_sizes(const MhaShape& shape) {
+  // The counts do not depend on the scalar type or the space.
+  using T = double;
+  using Space = Kokkos::DefaultHostExecutionSpace;
+  MhaBufferSizes sizes;
+  sizes.reserve = impl::MhaReserve<T, Space>(shape, nullptr).size;
+  sizes.workspace = std::max({impl::MhaForwardWorkspace<T, Space>(shape, nullptr).size,
+                              impl::MhaBackwardDataWorkspace<T, Space>(shape, nullptr).size,
+                              impl::MhaBackwardWeightsWorkspace<T, Space>(shape, nullptr).size});
+  return sizes;
+}
+
+}  // namespace kdnn::attention

@@ -1,0 +1,275 @@
+#pragma once
+// Definitions of kdnn::attention::impl::{mha_forward, mha_backward_data,
+// mha_backward_weights}: the layer composed from the family's operators
+// (Linear, batched GEMM, masked softmax, dropout) and its own layout kernels.
+// Backward, for the forward of mha.hpp with G = dL/dout (padded rows zeroed):
+//   dA = G·W_o                           dA_h → its head's slice
+//   dV_h = dropout(P_h)ᵀ·dA_h            dP_h = dropout⁻ᵀ(dA_h·V_hᵀ)
+//   dScores_h = softmax_backward(P_h, dP_h)     (includes the scale s)
+//   dQ_h = dScores_h·K_h                 dK_h = dScores_hᵀ·Q_h
+//   dq = dQ·W_q,  dk = dK·W_k,  dv = dV·W_v
+//   dW_q = dQᵀ·q, db_q = Σ dQ (same for K, V);  dW_o = Gᵀ·A, db_o = Σ G.
+#include <cmath>
+
+#include "kdnn/attention/batched_gemm.hpp"
+#include "kdnn/attention/dropout.hpp"
+#include "kdnn/attention/impl/mha_buffers.hpp"
+#include "kdnn/attention/impl/mha_kernels.hpp"
+#include "kdnn/attention/impl/visible_keys.hpp"
+#include "kdnn/attention/linear.hpp"
+#include "kdnn/attention/mha.hpp"
+#include "kdnn/attention/softmax.hpp"
+#include "kdnn/core/impl/gemm.hpp"
+#include "kdnn/core/validate.hpp"
+
+namespace kdnn::attention::impl {
+
+/// Checks the options, the weights and the three activations (q, k, v or
+/// their gradients, named `names`) against each other and the mask; returns
+/// the layer's shape (o_size from w_o).
+template <class ExecSpace, class T>
+MhaShape mha_shape(const char* op, const MhaOptions& opts, const AttentionMask<ExecSpace>& mask,
+                   const MhaParams<const T, ExecSpace>& w, const char* const (&names)[3],
+                   const Tensor3<const T, ExecSpace>& q, const Tensor3<const T, ExecSpace>& k,
+                   const Tensor3<const T, ExecSpace>& v) {
+  if (opts.heads < 1) fail(op, ": opts.heads=", opts.heads, ", expected at least 1");
+  const std::size_t H = std::size_t(opts.heads);
+  const auto per_head = [&](const char* name, std::size_t rows, const char* what) {
+    if (rows == 0 || rows % H != 0) {
+      fail(op, ": weights.", name, " has extent(0)=", rows, ", expected a positive multiple of ",
+           "opts.heads=", H, " (", what, ")");
+    }
+    return rows / H;
+  };
+  MhaShape s;
+  s.heads = H;
+  s.head_dim = per_head("w_q", w.w_q.extent(0), "H·D, the query projection size");
+  s.v_head_dim = per_head("w_v", w.w_v.extent(0), "H·Dv, the value projection size");
+  s.o_size = w.w_o.extent(0);
+  s.batch = q.extent(0);
+  s.seq_q = q.extent(1);
+  s.seq_k = k.extent(1);
+  s.q_size = w.w_q.extent(1);
+  s.k_size = w.w_k.extent(1);
+  s.v_size = w.w_v.extent(1);
+  validate::extent(op, "weights.w_k", w.w_k, 0, H * s.head_dim, "H·D, as weights.w_q");
+  validate::extent(op, "weights.w_o", w.w_o, 1, H * s.v_head_dim, "H·Dv, as weights.w_v");
+  const auto bias = [&](const char* name, const auto& b, std::size_t size, const char* what) {
+    if (validate::given(b)) validate::extent(op, name, b, 0, size, what);
+  };
+  bias("weights.b_q", w.b_q, H * s.head_dim, "H·D");
+  bias("weights.b_k", w.b_k, H * s.head_dim, "H·D");
+  bias("weights.b_v", w.b_v, H * s.v_head_dim, "H·Dv");
+  bias("weights.b_o", w.b_o, s.o_size, "E_o, weights.w_o's extent(0)");
+
+  validate::extent(op, names[0], q, 2, s.q_size, "E_q, weights.w_q's extent(1)");
+  validate::extent(op, names[1], k, 0, s.batch, std::string("the batch of ") + names[0]);
+  validate::extent(op, names[1], k, 2, s.k_size, "E_k, weights.w_k's extent(1)");
+  validate::extent(op, names[2], v, 0, s.batch, std::string("the batch of ") + names[0]);
+  validate::extent(op, names[2], v, 1, s.seq_k, std::string("the key length of ") + names[1]);
+  validate::extent(op, names[2], v, 2, s.v_size, "E_v, weights.w_v's extent(1)");
+
+  if (opts.sm_scaler) validate::finite(op, "opts.sm_scaler", *opts.sm_scaler);
+  if (!(opts.dropout.p >= 0 && opts.dropout.p < 1)) {
+    fail(op, ": opts.dropout.p=", opts.dropout.p, ", expected a value in [0, 1)");
+  }
+  check_mask(op, mask, s.batch, s.seq_q, s.seq_k);
+  return s;
+}
+
+/// Requires `buffer` (reserve or workspace) to hold at least `needed` elements.
+template <class View>
+void require_buffer(const char* op, const char* name, const View& buffer, std::size_t needed) {
+  if (buffer.extent(0) < needed) {
+    fail(op, ": ", name, " has extent(0)=", buffer.extent(0), ", expected at least ", needed,
+         " (mha_buffer_sizes(shape).", name, ")");
+  }
+}
+
+/// Requires an [B, S, E_o] tensor (out, dout, dresidual, residual).
+template <class View>
+void require_output_shape(const char* op, const char* name, const View& t, const MhaShape& s) {
+  validate::extent(op, name, t, 0, s.batch, "B");
+  validate::extent(op, name, t, 1, s.seq_q, "S, the query length");
+  validate::extent(op, name, t, 2, s.o_size, "E_o, weights.w_o's extent(0)");
+}
+
+/// dL/dout as the layer sees it: `dout` itself, or, with query lengths,
+/// a copy in `scratch` with the padded rows zeroed (their outputs are 0).
+template <class ExecSpace, class T>
+Tensor3<const T, ExecSpace> padded_rows_zeroed(const ExecSpace& space,
+                                               const Tensor3<const T, ExecSpace>& dout,
+                                               const Vector<const int, ExecSpace>& seq_q,
+                                               const Tensor3<T, ExecSpace>& scratch) {
+  if (!validate::given(seq_q)) return dout;
+  output_rows(space, dout, {}, seq_q, scratch);
+  return scratch;
+}
+
+inline SoftmaxOptions softmax_options(const MhaOptions& opts, const MhaShape& s) {
+  return {SoftmaxMode::accurate,
+          opts.sm_scaler ? *opts.sm_scaler : 1.0 / std::sqrt(double(s.head_dim))};
+}
+
+template <class ExecSpace, class T>
+void mha_forward(const ExecSpace& space, const MhaOptions& opts,
+                 const AttentionMask<ExecSpace>& mask, const MhaParams<const T, ExecSpace>& w,
+                 const Tensor3<const T, ExecSpace>& q, const Tensor3<const T, ExecSpace>& k,
+                 const Tensor3<const T, ExecSpace>& v, const Tensor3<const T, ExecSpace>& residual,
+                 const Tensor3<T, ExecSpace>& out, const Vector<T, ExecSpace>& reserve,
+                 const Vector<T, ExecSpace>& workspace) {
+  constexpr const char* op = "attention::mha_forward";
+  const MhaShape s = mha_shape(op, opts, mask, w, {"q", "k", "v"}, q, k, v);
+  require_output_shape(op, "out", out, s);
+  if (validate::given(residual)) validate::same_shape(op, "residual", residual, "out", out);
+  const MhaReserve<T, ExecSpace> r(s, reserve.data());
+  const MhaForwardWorkspace<T, ExecSpace> ws(s, workspace.data());
+  require_buffer(op, "reserve", reserve, r.size);
+  require_buffer(op, "workspace", workspace, mha_buffer_sizes(s).workspace);
+  using validate::memory_of;
+  validate::disjoint(
+      op, {memory_of("out", out), memory_of("reserve", reserve), memory_of("workspace", workspace)},
+      {memory_of("q", q), memory_of("k", k), memory_of("v", v), memory_of("residual", residual),
+       memory_of("weights.w_q", w.w_q), memory_of("weights.w_k", w.w_k),
+       memory_of("weights.w_v", w.w_v), memory_of("weights.w_o", w.w_o),
+       memory_of("weights.b_q", w.b_q), memory_of("weights.b_k", w.b_k),
+       memory_of("weights.b_v", w.b_v), memory_of("weights.b_o", w.b_o)});
+
+  attention::linear_forward(space, q, w.w_q, w.b_q, ws.q);
+  split_heads(space, Tensor3<const T, ExecSpace>(ws.q), r.qh);
+  attention::linear_forward(space, k, w.w_k, w.b_k, ws.k);
+  split_heads(space, Tensor3<const T, ExecSpace>(ws.k), r.kh);
+  attention::linear_forward(space, v, w.w_v, w.b_v, ws.v);
+  split_heads(space, Tensor3<const T, ExecSpace>(ws.v), r.vh);
+
+  attention::batched_gemm(space, Op::none, Op::transpose, Op::none, T(1), r.qh, r.kh, T(0),
+                          ws.scores);
+  attention::softmax_forward(space, ws.scores, r.p, softmax_options(opts, s), mask);
+  Tensor4<const T, ExecSpace> dropped = r.p;
+  if (opts.dropout.p > 0) {
+    attention::dropout_forward(space, r.p, ws.scores, opts.dropout);
+    dropped = ws.scores;
+  }
+  attention::batched_gemm(space, Op::none, Op::none, Op::none, T(1), dropped, r.vh, T(0), ws.oh);
+  merge_heads(space, Tensor4<const T, ExecSpace>(ws.oh), r.a);
+
+  attention::linear_forward(space, r.a, w.w_o, w.b_o, out);
+  if (validate::given(residual) || validate::given(mask.seq_q)) {
+    output_rows(space, Tensor3<const T, ExecSpace>(out), residual, mask.seq_q, out);
+  }
+}
+
+template <class ExecSpace, class T>
+void mha_backward_data(const ExecSpace& space, const MhaOptions& opts,
+                       const AttentionMask<ExecSpace>& mask, const MhaParams<const T, ExecSpace>& w,
+                       const Tensor3<const T, ExecSpace>& dout, const Tensor3<T, ExecSpace>& dq,
+                       const Tensor3<T, ExecSpace>& dk, const Tensor3<T, ExecSpace>& dv,
+                       const Tensor3<T, ExecSpace>& dresidual, const Vector<T, ExecSpace>& reserve,
+                       const Vector<T, ExecSpace>& workspace) {
+  constexpr const char* op = "attention::mha_backward_data";
+  const MhaShape s =
+      mha_shape(op, opts, mask, w, {"dq", "dk", "dv"}, Tensor3<const T, ExecSpace>(dq),
+                Tensor3<const T, ExecSpace>(dk), Tensor3<const T, ExecSpace>(dv));
+  require_output_shape(op, "dout", dout, s);
+  if (validate::given(dresidual)) validate::same_shape(op, "dresidual", dresidual, "dout", dout);
+  const MhaReserve<T, ExecSpace> r(s, reserve.data());
+  const MhaBackwardDataWorkspace<T, ExecSpace> ws(s, workspace.data());
+  require_buffer(op, "reserve", reserve, r.size);
+  require_buffer(op, "workspace", workspace, mha_buffer_sizes(s).workspace);
+  using validate::memory_of;
+  validate::disjoint(
+      op,
+      {memory_of("dq", dq), memory_of("dk", dk), memory_of("dv", dv),
+       memory_of("dresidual", dresidual), memory_of("reserve", reserve),
+       memory_of("workspace", workspace)},
+      {memory_of("dout", dout), memory_of("weights.w_q", w.w_q), memory_of("weights.w_k", w.w_k),
+       memory_of("weights.w_v", w.w_v), memory_of("weights.w_o", w.w_o)});
+
+  const Tensor3<const T, ExecSpace> g = padded_rows_zeroed(space, dout, mask.seq_q, ws.dout);
+  if (validate::given(dresidual)) Kokkos::deep_copy(space, dresidual, g);
+  kdnn::impl::gemm(space, false, false, T(1), rows_of(g), w.w_o, T(0), rows_of(ws.da));
+  split_heads(space, Tensor3<const T, ExecSpace>(ws.da), ws.doh);
+
+  // dV_h = dropout(P_h)ᵀ·dA_h and dP_h = dropout⁻ᵀ(dA_h·V_hᵀ), dropout's
+  // mask regenerated from its (seed, offset).
+  const bool dropout = opts.dropout.p > 0;
+  Tensor4<const T, ExecSpace> dropped = r.p;
+  if (dropout) {
+    attention::dropout_forward(space, r.p, ws.sk1, opts.dropout);
+    dropped = ws.sk1;
+  }
+  attention::batched_gemm(space, Op::transpose, Op::none, Op::none, T(1), dropped, ws.doh, T(0),
+                          ws.dvh);
+  attention::batched_gemm(space, Op::none, Op::transpose, Op::none, T(1), ws.doh, r.vh, T(0),
+                          ws.sk2);
+  Tensor4<T, ExecSpace> dp = ws.sk2, dscores = ws.sk1;
+  if (dropout) {
+    attention::dropout_backward(space, ws.sk2, ws.sk1, opts.dropout);
+    dp = ws.sk1;
+    dscores = ws.sk2;
+  }
+  attention::softmax_backward(space, r.p, dp, dscores, softmax_options(opts, s), mask);
+  attention::batched_gemm(space, Op::none, Op::none, Op::none, T(1), dscores, r.kh, T(0), ws.dqh);
+  attention::batched_gemm(space, Op::transpose, Op::none, Op::none, T(1), dscores, r.qh, T(0),
+                          ws.dkh);
+
+  merge_heads(space, Tensor4<const T, ExecSpace>(ws.dqh), r.dq);
+  merge_heads(space, Tensor4<const T, ExecSpace>(ws.dkh), r.dk);
+  merge_heads(space, Tensor4<const T, ExecSpace>(ws.dvh), r.dv);
+  kdnn::impl::gemm(space, false, false, T(1), rows_of(r.dq), w.w_q, T(0), rows_of(dq));
+  kdnn::impl::gemm(space, false, false, T(1), rows_of(r.dk), w.w_k, T(0), rows_of(dk));
+  kdnn::impl::gemm(space, false, false, T(1), rows_of(r.dv), w.w_v, T(0), rows_of(dv));
+}
+
+template <class ExecSpace, class T>
+void mha_backward_weights(
+    const ExecSpace& space, const MhaOptions& opts, const AttentionMask<ExecSpace>& mask,
+    const MhaParams<const T, ExecSpace>& w, const Tensor3<const T, ExecSpace>& q,
+    const Tensor3<const T, ExecSpace>& k, const Tensor3<const T, ExecSpace>& v,
+    const Tensor3<const T, ExecSpace>& dout, const MhaParams<T, ExecSpace>& grads, WgradMode mode,
+    const Vector<T, ExecSpace>& reserve, const Vector<T, ExecSpace>& workspace) {
+  constexpr const char* op = "attention::mha_backward_weights";
+  validate_wgrad_mode(op, mode);
+  const MhaShape s = mha_shape(op, opts, mask, w, {"q", "k", "v"}, q, k, v);
+  require_output_shape(op, "dout", dout, s);
+  validate::same_shape(op, "grads.w_q", grads.w_q, "weights.w_q", w.w_q);
+  validate::same_shape(op, "grads.w_k", grads.w_k, "weights.w_k", w.w_k);
+  validate::same_shape(op, "grads.w_v", grads.w_v, "weights.w_v", w.w_v);
+  validate::same_shape(op, "grads.w_o", grads.w_o, "weights.w_o", w.w_o);
+  const auto bias_grad = [&](const char* name, const char* bias, const auto& g, const auto& b) {
+    if (!validate::given(g)) return;
+    if (!validate::given(b)) fail(op, ": ", name, " given but ", bias, " is not (no such bias)");
+    validate::same_shape(op, name, g, bias, b);
+  };
+  bias_grad("grads.b_q", "weights.b_q", grads.b_q, w.b_q);
+  bias_grad("grads.b_k", "weights.b_k", grads.b_k, w.b_k);
+  bias_grad("grads.b_v", "weights.b_v", grads.b_v, w.b_v);
+  bias_grad("grads.b_o", "weights.b_o", grads.b_o, w.b_o);
+  const MhaReserve<T, ExecSpace> r(s, reserve.data());
+  const MhaBackwardWeightsWorkspace<T, ExecSpace> ws(s, workspace.data());
+  require_buffer(op, "reserve", reserve, r.size);
+  require_buffer(op, "workspace", workspace, mha_buffer_sizes(s).workspace);
+  using validate::memory_of;
+  validate::disjoint(op,
+                     {memory_of("grads.w_q", grads.w_q), memory_of("grads.w_k", grads.w_k),
+                      memory_of("grads.w_v", grads.w_v), memory_of("grads.w_o", grads.w_o),
+                      memory_of("grads.b_q", grads.b_q), memory_of("grads.b_k", grads.b_k),
+                      memory_of("grads.b_v", grads.b_v), memory_of("grads.b_o", grads.b_o),
+                      memory_of("workspace", workspace)},
+                     {memory_of("q", q), memory_of("k", k), memory_of("v", v),
+                      memory_of("dout", dout), memory_of("reserve", reserve),
+                      memory_of("weights.w_q", w.w_q), memory_of("weights.w_k", w.w_k),
+                      memory_of("weights.w_v", w.w_v), memory_of("weights.w_o", w.w_o),
+                      memory_of("weights.b_q", w.b_q), memory_of("weights.b_k", w.b_k),
+                      memory_of("weights.b_v", w.b_v), memory_of("weights.b_o", w.b_o)});
+
+  const Tensor3<T, ExecSpace> none;
+  attention::linear_backward(space, q, w.w_q, r.dq, none, grads.w_q, grads.b_q, mode);
+  attention::linear_backward(space, k, w.w_k, r.dk, none, grads.w_k, grads.b_k, mode);
+  attention::linear_backward(space, v, w.w_v, r.dv, none, grads.w_v, grads.b_v, mode);
+  attention::linear_backward(space, r.a, w.w_o,
+                             padded_rows_zeroed(space, dout, mask.seq_q, ws.dout), none, grads.w_o,
+                             grads.b_o, mode);
+}
+
+}  // namespace kdnn::attention::impl

@@ -1,0 +1,179 @@
+#pragma once
+// kdnn::attention multi-head attention layer (the eigenMHA / cuDNN scope),
+// for queries q [B, S, E_q], keys k [B, Sk, E_k] and values v [B, Sk, E_v]:
+//
+//   Q = q·W_qᵀ + b_q [B, S, H·D],  K = k·W_kᵀ + b_k [B, Sk, H·D],
+//   V = v·W_vᵀ + b_v [B, Sk, H·Dv]                    (nn.Linear, biases optional)
+//   P_h = softmax(s · Q_h K_hᵀ) over the keys the mask leaves    [B, H, S, Sk]
+//   A_h = dropout(P_h) · V_h,  A = [A_0 … A_{H−1}]    (heads side by side) [B, S, H·Dv]
+//   out = A·W_oᵀ + b_o (+ residual)                   [B, S, E_o]
+//
+// Head h uses rows h·D … (h+1)·D − 1 of W_q and W_k and rows h·Dv … of W_v;
+// s is sm_scaler (default 1/√D). The mask is softmax.hpp's AttentionMask
+// (causal, cuDNN's per-query windows [lo, hi), per-entry sequence lengths):
+// a fully masked query row has zero probabilities, so its output is
+// b_o (+ residual) and it passes no gradient; a padded query (i ≥ seq_q[b])
+// gets a zero output row and zero gradients, residual included.
+//
+// Training is three calls, in cuDNN's order:
+//   mha_forward           out; saves what the backward needs in `reserve`
+//                         (the per-head Q, K, V, the probabilities P and A);
+//   mha_backward_data     dq, dk, dv (and the residual's gradient) from dout;
+//                         leaves the projections' gradients in `reserve`;
+//   mha_backward_weights  dW_q … dW_o and the bias gradients, written or
+//                         added (WgradMode), from reserve and the inputs.
+// `reserve` must be kept untouched between the three calls; `workspace` is
+// scratch for one call. Both are caller-owned 1-D buffers of T whose sizes
+// mha_buffer_sizes gives. Dropout's mask is regenerated from its (seed,
+// offset), never stored. The backward calls take the forward's options and
+// mask. Every call is asynchronous on `space` after host-side checks, and
+// checks everything before it launches anything.
+#include <cstddef>
+#include <optional>
+#include <type_traits>
+
+#include <Kokkos_Core.hpp>
+
+#include "kdnn/attention/dropout.hpp"
+#include "kdnn/attention/softmax.hpp"
+#include "kdnn/attention/types.hpp"
+#include "kdnn/core/impl/eti.hpp"
+
+namespace kdnn::attention {
+
+/// The layer's parameters, laid out as nn.Linear weights: w_q [H·D, E_q],
+/// w_k [H·D, E_k], w_v [H·Dv, E_v], w_o [E_o, H·Dv]; biases b_q, b_k [H·D],
+/// b_v [H·Dv], b_o [E_o], each optional (a default-constructed View). With
+/// T = const U: the weights a call reads; with T = U: weight gradients.
+template <class T, class ExecSpace>
+struct MhaParams {
+  Matrix<T, ExecSpace> w_q, w_k, w_v, w_o;
+  Vector<T, ExecSpace> b_q, b_k, b_v, b_o;
+
+  /// The same Views, read-only.
+  MhaParams<const T, ExecSpace> as_const() const {
+    return {w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o};
+  }
+};
+
+struct MhaOptions {
+  int heads = 1;                     ///< H, dividing the projection sizes
+  std::optional<double> sm_scaler;   ///< s, the softmax scale; 1/√D when unset
+  DropoutOptions dropout;            ///< on the probabilities; p = 0: none
+};
+
+/// The sizes that fix a layer's buffers (B, S, Sk and the feature sizes).
+struct MhaShape {
+  std::size_t batch = 0, seq_q = 0, seq_k = 0;     ///< B, S, Sk
+  std::size_t q_size = 0, k_size = 0, v_size = 0;  ///< E_q, E_k, E_v
+  std::size_t heads = 1, head_dim = 0, v_head_dim = 0, o_size = 0;  ///< H, D, Dv, E_o
+};
+
+/// Elements of T the layer's caller-owned buffers need.
+struct MhaBufferSizes {
+  std::size_t reserve = 0;    ///< kept from mha_forward to mha_backward_weights
+  std::size_t workspace = 0;  ///< scratch for any one call
+};
+
+/// The buffer sizes for `shape` (the same for every scalar type, in elements).
+inline MhaBufferSizes mha_buffer_sizes(const MhaShape& shape);
+
+}  // namespace kdnn::attention
+
+#define KDNN_MHA_OPERATORS(PREFIX, ExecSpace, T)                                              \
+  PREFIX void mha_forward(const ExecSpace&, const MhaOptions&, const AttentionMask<ExecSpace>&, \
+                          const MhaParams<const T, ExecSpace>&,                              \
+                          const Tensor3<const T, ExecSpace>&, const Tensor3<const T, ExecSpace>&, \
+                          const Tensor3<const T, ExecSpace>&, const Tensor3<const T, ExecSpace>&, \
+                          const Tensor3<T, ExecSpace>&, const Vector<T, ExecSpace>&,          \
+                          const Vector<T, ExecSpace>&);                                      \
+  PREFIX void mha_backward_data(const ExecSpace&, const MhaOptions&,                          \
+                                const AttentionMask<ExecSpace>&,                             \
+                                const MhaParams<const T, ExecSpace>&,                        \
+                                const Tensor3<const T, ExecSpace>&, const Tensor3<T, ExecSpace>&, \
+                                const Tensor3<T, ExecSpace>&, const Tensor3<T, ExecSpace>&,  \
+                                const Tensor3<T, ExecSpace>&, const Vector<T, ExecSpace>&,   \
+                                const Vector<T, ExecSpace>&);                                \
+  PREFIX void mha_backward_weights(const ExecSpace&, const MhaOptions&,                       \
+                                   const AttentionMask<ExecSpace>&,                          \
+                                   const MhaParams<const T, ExecSpace>&,                     \
+                                   const Tensor3<const T, ExecSpace>&,                       \
+                                   const Tensor3<const T, ExecSpace>&,                       \
+                                   const Tensor3<const T, ExecSpace>&,                       \
+                                   const Tensor3<const T, ExecSpace>&,                       \
+                                   const MhaParams<T, ExecSpace>&, WgradMode,                \
+                                   const Vector<T, ExecSpace>&, const Vector<T, ExecSpace>&);
+
+namespace kdnn::attention {
+
+namespace impl {
+KDNN_MHA_OPERATORS(KDNN_TEMPLATE_EXEC_SPACE_T, ExecSpace, T)
+#define KDNN_MHA_EXTERN(ExecSpace, T) KDNN_MHA_OPERATORS(extern template, ExecSpace, T)
+KDNN_ETI_FOR_EACH(KDNN_MHA_EXTERN)
+#undef KDNN_MHA_EXTERN
+
+/// X, in a position where a template argument is not deduced from it.
+template <class X>
+struct NoDeduceT {
+  using type = X;
+};
+template <class X>
+using NoDeduce = typename NoDeduceT<X>::type;
+}  // namespace impl
+
+/// out = the layer applied to (q, k, v) (+ residual, optional); fills
+/// `reserve` for the backward calls. T is the weights' scalar type.
+template <class ExecSpace, class W, class T = std::remove_const_t<W>>
+void mha_forward(const ExecSpace& space, const MhaOptions& opts,
+                 const AttentionMask<ExecSpace>& mask, const MhaParams<W, ExecSpace>& weights,
+                 const impl::NoDeduce<Tensor3<const T, ExecSpace>>& q,
+                 const impl::NoDeduce<Tensor3<const T, ExecSpace>>& k,
+                 const impl::NoDeduce<Tensor3<const T, ExecSpace>>& v,
+                 const impl::NoDeduce<Tensor3<const T, ExecSpace>>& residual,
+                 const impl::NoDeduce<Tensor3<T, ExecSpace>>& out,
+                 const impl::NoDeduce<Vector<T, ExecSpace>>& reserve,
+                 const impl::NoDeduce<Vector<T, ExecSpace>>& workspace) {
+  impl::mha_forward<ExecSpace, T>(space, opts, mask, weights.as_const(), q, k, v, residual, out,
+                                  reserve, workspace);
+}
+
+/// From dout = dL/dout: dq, dk, dv and, if given, dresidual (dout with the
+/// padded query rows zeroed). Needs the forward's reserve; leaves in it the
+/// projections' gradients for mha_backward_weights.
+template <class ExecSpace, class W, class T = std::remove_const_t<W>>
+void mha_backward_data(const ExecSpace& space, const MhaOptions& opts,
+                       const AttentionMask<ExecSpace>& mask,
+                       const MhaParams<W, ExecSpace>& weights,
+                       const impl::NoDeduce<Tensor3<const T, ExecSpace>>& dout,
+                       const impl::NoDeduce<Tensor3<T, ExecSpace>>& dq,
+                       const impl::NoDeduce<Tensor3<T, ExecSpace>>& dk,
+                       const impl::NoDeduce<Tensor3<T, ExecSpace>>& dv,
+                       const impl::NoDeduce<Tensor3<T, ExecSpace>>& dresidual,
+                       const impl::NoDeduce<Vector<T, ExecSpace>>& reserve,
+                       const impl::NoDeduce<Vector<T, ExecSpace>>& workspace) {
+  impl::mha_backward_data<ExecSpace, T>(space, opts, mask, weights.as_const(), dout, dq, dk, dv,
+                                        dresidual, reserve, workspace);
+}
+
+/// The weight and bias gradients (a bias gradient is written iff that bias
+/// is given in `weights` and `grads`), overwritten or added to (`mode`).
+/// Runs after mha_backward_data on the same reserve; q, k, v and dout are the
+/// forward's inputs and backward_data's dout.
+template <class ExecSpace, class W, class T = std::remove_const_t<W>>
+void mha_backward_weights(const ExecSpace& space, const MhaOptions& opts,
+                          const AttentionMask<ExecSpace>& mask,
+                          const MhaParams<W, ExecSpace>& weights,
+                          const impl::NoDeduce<Tensor3<const T, ExecSpace>>& q,
+                          const impl::NoDeduce<Tensor3<const T, ExecSpace>>& k,
+                          const impl::NoDeduce<Tensor3<const T, ExecSpace>>& v,
+                          const impl::NoDeduce<Tensor3<const T, ExecSpace>>& dout,
+                          const impl::NoDeduce<MhaParams<T, ExecSpace>>& grads, WgradMode mode,
+                          const impl::NoDeduce<Vector<T, ExecSpace>>& reserve,
+                          const impl::NoDeduce<Vector<T, ExecSpace>>& workspace) {
+  impl::mha_backward_weights<ExecSpace, T>(space, opts, mask, weights.as_const(), q, k, v, dout,
+                                           grads, mode, reserve, workspace);
+}
+
+}  // namespace kdnn::attention
+
+#include "kdnn/attention/impl/mha_impl.hpp"
