@@ -88,7 +88,7 @@ struct DeviceLayer {
   }
   void backward(at::WgradMode mode = at::WgradMode::set) {
     at::mha_backward_data(Space(), opts, mask, w, dout, dq, dk, dv, dresidual, reserve, workspace);
-    at::mha_backward_weights(Space(), opts, mask, w, q, k, v, dout, dw, mode, reserve, workspace);
+    at::mha_backward_weights(Space(), opts, w, q, k, v, dw, mode, reserve);
   }
 
   /// Every gradient, by the MhaData member it is the gradient of.

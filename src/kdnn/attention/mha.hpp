@@ -19,11 +19,12 @@
 //   mha_forward           out; saves what the backward needs in `reserve`
 //                         (the per-head Q, K, V, the probabilities P and A);
 //   mha_backward_data     dq, dk, dv (and the residual's gradient) from dout;
-//                         leaves the projections' gradients in `reserve`;
+//                         leaves dout (padded rows zeroed) and the
+//                         projections' gradients in `reserve`;
 //   mha_backward_weights  dW_q … dW_o and the bias gradients, written or
-//                         added (WgradMode), from reserve and the inputs.
+//                         added (WgradMode), from reserve and q, k, v.
 // `reserve` must be kept untouched between the three calls; `workspace` is
-// scratch for one call. Both are caller-owned 1-D buffers of T whose sizes
+// scratch for one call (the same size serves the forward and backward-data). Both are caller-owned 1-D buffers of T whose sizes
 // mha_buffer_sizes gives. Dropout's mask is regenerated from its (seed,
 // offset), never stored. The backward calls take the forward's options and
 // mask. Every call is asynchronous on `space` after host-side checks, and
@@ -95,14 +96,12 @@ inline MhaBufferSizes mha_buffer_sizes(const MhaShape& shape);
                                 const Tensor3<T, ExecSpace>&, const Vector<T, ExecSpace>&,   \
                                 const Vector<T, ExecSpace>&);                                \
   PREFIX void mha_backward_weights(const ExecSpace&, const MhaOptions&,                       \
-                                   const AttentionMask<ExecSpace>&,                          \
                                    const MhaParams<const T, ExecSpace>&,                     \
                                    const Tensor3<const T, ExecSpace>&,                       \
                                    const Tensor3<const T, ExecSpace>&,                       \
                                    const Tensor3<const T, ExecSpace>&,                       \
-                                   const Tensor3<const T, ExecSpace>&,                       \
                                    const MhaParams<T, ExecSpace>&, WgradMode,                \
-                                   const Vector<T, ExecSpace>&, const Vector<T, ExecSpace>&);
+                                   const Vector<T, ExecSpace>&);
 
 namespace kdnn::attention {
 
@@ -155,23 +154,20 @@ void mha_backward_data(const ExecSpace& space, const MhaOptions& opts,
                                         dresidual, reserve, workspace);
 }
 
-/// The weight and bias gradients (a bias gradient is written iff that bias
-/// is given in `weights` and `grads`), overwritten or added to (`mode`).
-/// Runs after mha_backward_data on the same reserve; q, k, v and dout are the
-/// forward's inputs and backward_data's dout.
+/// The weight and bias gradients (a bias gradient is written iff it is given
+/// in `grads`; then the bias must be in `weights`), overwritten or added to
+/// (`mode`). Runs after mha_backward_data on the same reserve, which holds
+/// dL/dout and the projections' gradients; q, k, v are the forward's inputs.
 template <class ExecSpace, class W, class T = std::remove_const_t<W>>
 void mha_backward_weights(const ExecSpace& space, const MhaOptions& opts,
-                          const AttentionMask<ExecSpace>& mask,
                           const MhaParams<W, ExecSpace>& weights,
                           const impl::NoDeduce<Tensor3<const T, ExecSpace>>& q,
                           const impl::NoDeduce<Tensor3<const T, ExecSpace>>& k,
                           const impl::NoDeduce<Tensor3<const T, ExecSpace>>& v,
-                          const impl::NoDeduce<Tensor3<const T, ExecSpace>>& dout,
                           const impl::NoDeduce<MhaParams<T, ExecSpace>>& grads, WgradMode mode,
-                          const impl::NoDeduce<Vector<T, ExecSpace>>& reserve,
-                          const impl::NoDeduce<Vector<T, ExecSpace>>& workspace) {
-  impl::mha_backward_weights<ExecSpace, T>(space, opts, mask, weights.as_const(), q, k, v, dout,
-                                           grads, mode, reserve, workspace);
+                          const impl::NoDeduce<Vector<T, ExecSpace>>& reserve) {
+  impl::mha_backward_weights<ExecSpace, T>(space, opts, weights.as_const(), q, k, v, grads, mode,
+                                           reserve);
 }
 
 }  // namespace kdnn::attention

@@ -38,13 +38,15 @@ class Carver {
 
 /// Kept from the forward to backward-weights: the per-head projections, the
 /// probabilities and the concatenated head outputs (forward), and the
-/// projections' gradients (backward-data, for backward-weights).
+/// projections' and the output's gradients (backward-data, for
+/// backward-weights, which therefore needs neither dout nor the mask).
 template <class T, class ExecSpace>
 struct MhaReserve {
   Tensor4<T, ExecSpace> qh, kh, vh;  ///< [B, H, S, D], [B, H, Sk, D], [B, H, Sk, Dv]
   Tensor4<T, ExecSpace> p;           ///< softmax probabilities [B, H, S, Sk]
   Tensor3<T, ExecSpace> a;           ///< heads side by side [B, S, H·Dv]
   Tensor3<T, ExecSpace> dq, dk, dv;  ///< dL/dQ [B, S, H·D], dL/dK [B, Sk, H·D], dL/dV [B, Sk, H·Dv]
+  Tensor3<T, ExecSpace> dout;        ///< dL/dout, padded query rows zeroed [B, S, E_o]
   std::size_t size = 0;
 
   MhaReserve(const MhaShape& s, T* base) {
@@ -58,6 +60,7 @@ struct MhaReserve {
     dq = c.take(B, s.seq_q, H * s.head_dim);
     dk = c.take(B, s.seq_k, H * s.head_dim);
     dv = c.take(B, s.seq_k, H * s.v_head_dim);
+    dout = c.take(B, s.seq_q, s.o_size);
     size = c.used();
   }
 };
@@ -99,7 +102,6 @@ struct MhaBackwardDataWorkspace {
   MhaBackwardDataWorkspace(const MhaShape& s, T* base) {
     Carver<T, ExecSpace> c(base);
     const std::size_t B = s.batch, H = s.heads, S = s.seq_q, Sk = s.seq_k;
-    dout = c.take(B, S, s.o_size);
     da = c.take(B, S, H * s.v_head_dim);
     doh = c.take(B, H, S, s.v_head_dim);
     sk1 = c.take(B, H, S, Sk);
@@ -107,19 +109,6 @@ struct MhaBackwardDataWorkspace {
     dqh = c.take(B, H, S, s.head_dim);
     dkh = c.take(B, H, Sk, s.head_dim);
     dvh = c.take(B, H, Sk, s.v_head_dim);
-    size = c.used();
-  }
-};
-
-/// Backward-weights' scratch: dL/dout with the padded query rows zeroed.
-template <class T, class ExecSpace>
-struct MhaBackwardWeightsWorkspace {
-  Tensor3<T, ExecSpace> dout;
-  std::size_t size = 0;
-
-  MhaBackwardWeightsWorkspace(const MhaShape& s, T* base) {
-    Carver<T, ExecSpace> c(base);
-    dout = c.take(s.batch, s.seq_q, s.o_size);
     size = c.used();
   }
 };
@@ -134,9 +123,8 @@ inline MhaBufferSizes mha_buffer_sizes(const MhaShape& shape) {
   using Space = Kokkos::DefaultHostExecutionSpace;
   MhaBufferSizes sizes;
   sizes.reserve = impl::MhaReserve<T, Space>(shape, nullptr).size;
-  sizes.workspace = std::max({impl::MhaForwardWorkspace<T, Space>(shape, nullptr).size,
-                              impl::MhaBackwardDataWorkspace<T, Space>(shape, nullptr).size,
-                              impl::MhaBackwardWeightsWorkspace<T, Space>(shape, nullptr).size});
+  sizes.workspace = std::max(impl::MhaForwardWorkspace<T, Space>(shape, nullptr).size,
+                             impl::MhaBackwardDataWorkspace<T, Space>(shape, nullptr).size);
   return sizes;
 }
 

@@ -94,18 +94,6 @@ void require_output_shape(const char* op, const char* name, const View& t, const
   validate::extent(op, name, t, 2, s.o_size, "E_o, weights.w_o's extent(0)");
 }
 
-/// dL/dout as the layer sees it: `dout` itself, or, with query lengths,
-/// a copy in `scratch` with the padded rows zeroed (their outputs are 0).
-template <class ExecSpace, class T>
-Tensor3<const T, ExecSpace> padded_rows_zeroed(const ExecSpace& space,
-                                               const Tensor3<const T, ExecSpace>& dout,
-                                               const Vector<const int, ExecSpace>& seq_q,
-                                               const Tensor3<T, ExecSpace>& scratch) {
-  if (!validate::given(seq_q)) return dout;
-  output_rows(space, dout, {}, seq_q, scratch);
-  return scratch;
-}
-
 inline SoftmaxOptions softmax_options(const MhaOptions& opts, const MhaShape& s) {
   return {SoftmaxMode::accurate,
           opts.sm_scaler ? *opts.sm_scaler : 1.0 / std::sqrt(double(s.head_dim))};
@@ -185,7 +173,9 @@ void mha_backward_data(const ExecSpace& space, const MhaOptions& opts,
       {memory_of("dout", dout), memory_of("weights.w_q", w.w_q), memory_of("weights.w_k", w.w_k),
        memory_of("weights.w_v", w.w_v), memory_of("weights.w_o", w.w_o)});
 
-  const Tensor3<const T, ExecSpace> g = padded_rows_zeroed(space, dout, mask.seq_q, ws.dout);
+  // G = dL/dout with the padded rows zeroed, kept for backward-weights.
+  output_rows(space, dout, {}, mask.seq_q, r.dout);
+  const Tensor3<const T, ExecSpace> g = r.dout;
   if (validate::given(dresidual)) Kokkos::deep_copy(space, dresidual, g);
   kdnn::impl::gemm(space, false, false, T(1), rows_of(g), w.w_o, T(0), rows_of(ws.da));
   split_heads(space, Tensor3<const T, ExecSpace>(ws.da), ws.doh);
@@ -222,16 +212,16 @@ void mha_backward_data(const ExecSpace& space, const MhaOptions& opts,
 }
 
 template <class ExecSpace, class T>
-void mha_backward_weights(
-    const ExecSpace& space, const MhaOptions& opts, const AttentionMask<ExecSpace>& mask,
-    const MhaParams<const T, ExecSpace>& w, const Tensor3<const T, ExecSpace>& q,
-    const Tensor3<const T, ExecSpace>& k, const Tensor3<const T, ExecSpace>& v,
-    const Tensor3<const T, ExecSpace>& dout, const MhaParams<T, ExecSpace>& grads, WgradMode mode,
-    const Vector<T, ExecSpace>& reserve, const Vector<T, ExecSpace>& workspace) {
+void mha_backward_weights(const ExecSpace& space, const MhaOptions& opts,
+                          const MhaParams<const T, ExecSpace>& w,
+                          const Tensor3<const T, ExecSpace>& q,
+                          const Tensor3<const T, ExecSpace>& k,
+                          const Tensor3<const T, ExecSpace>& v,
+                          const MhaParams<T, ExecSpace>& grads, WgradMode mode,
+                          const Vector<T, ExecSpace>& reserve) {
   constexpr const char* op = "attention::mha_backward_weights";
   validate_wgrad_mode(op, mode);
-  const MhaShape s = mha_shape(op, opts, mask, w, {"q", "k", "v"}, q, k, v);
-  require_output_shape(op, "dout", dout, s);
+  const MhaShape s = mha_shape(op, opts, AttentionMask<ExecSpace>{}, w, {"q", "k", "v"}, q, k, v);
   validate::same_shape(op, "grads.w_q", grads.w_q, "weights.w_q", w.w_q);
   validate::same_shape(op, "grads.w_k", grads.w_k, "weights.w_k", w.w_k);
   validate::same_shape(op, "grads.w_v", grads.w_v, "weights.w_v", w.w_v);
@@ -246,30 +236,25 @@ void mha_backward_weights(
   bias_grad("grads.b_v", "weights.b_v", grads.b_v, w.b_v);
   bias_grad("grads.b_o", "weights.b_o", grads.b_o, w.b_o);
   const MhaReserve<T, ExecSpace> r(s, reserve.data());
-  const MhaBackwardWeightsWorkspace<T, ExecSpace> ws(s, workspace.data());
   require_buffer(op, "reserve", reserve, r.size);
-  require_buffer(op, "workspace", workspace, mha_buffer_sizes(s).workspace);
   using validate::memory_of;
-  validate::disjoint(op,
-                     {memory_of("grads.w_q", grads.w_q), memory_of("grads.w_k", grads.w_k),
-                      memory_of("grads.w_v", grads.w_v), memory_of("grads.w_o", grads.w_o),
-                      memory_of("grads.b_q", grads.b_q), memory_of("grads.b_k", grads.b_k),
-                      memory_of("grads.b_v", grads.b_v), memory_of("grads.b_o", grads.b_o),
-                      memory_of("workspace", workspace)},
-                     {memory_of("q", q), memory_of("k", k), memory_of("v", v),
-                      memory_of("dout", dout), memory_of("reserve", reserve),
-                      memory_of("weights.w_q", w.w_q), memory_of("weights.w_k", w.w_k),
-                      memory_of("weights.w_v", w.w_v), memory_of("weights.w_o", w.w_o),
-                      memory_of("weights.b_q", w.b_q), memory_of("weights.b_k", w.b_k),
-                      memory_of("weights.b_v", w.b_v), memory_of("weights.b_o", w.b_o)});
+  validate::disjoint(
+      op,
+      {memory_of("grads.w_q", grads.w_q), memory_of("grads.w_k", grads.w_k),
+       memory_of("grads.w_v", grads.w_v), memory_of("grads.w_o", grads.w_o),
+       memory_of("grads.b_q", grads.b_q), memory_of("grads.b_k", grads.b_k),
+       memory_of("grads.b_v", grads.b_v), memory_of("grads.b_o", grads.b_o)},
+      {memory_of("q", q), memory_of("k", k), memory_of("v", v), memory_of("reserve", reserve),
+       memory_of("weights.w_q", w.w_q), memory_of("weights.w_k", w.w_k),
+       memory_of("weights.w_v", w.w_v), memory_of("weights.w_o", w.w_o),
+       memory_of("weights.b_q", w.b_q), memory_of("weights.b_k", w.b_k),
+       memory_of("weights.b_v", w.b_v), memory_of("weights.b_o", w.b_o)});
 
   const Tensor3<T, ExecSpace> none;
   attention::linear_backward(space, q, w.w_q, r.dq, none, grads.w_q, grads.b_q, mode);
   attention::linear_backward(space, k, w.w_k, r.dk, none, grads.w_k, grads.b_k, mode);
   attention::linear_backward(space, v, w.w_v, r.dv, none, grads.w_v, grads.b_v, mode);
-  attention::linear_backward(space, r.a, w.w_o,
-                             padded_rows_zeroed(space, dout, mask.seq_q, ws.dout), none, grads.w_o,
-                             grads.b_o, mode);
+  attention::linear_backward(space, r.a, w.w_o, r.dout, none, grads.w_o, grads.b_o, mode);
 }
 
 }  // namespace kdnn::attention::impl
