@@ -66,7 +66,9 @@ void require_directory(const std::string& option, const std::string& dir);
 
 /// Reads DIR/name, a regular file (or a link to one). No entry under the name
 /// is an error, or nothing when `optional`; an entry that cannot be read (a
-/// dangling link, a FIFO, a directory, ...) is always an error.
+/// dangling link, a FIFO, a directory, ...) is always an error. The array may
+/// have any dtype read_npy accepts, float or integer: the caller says which it
+/// takes (io::require_floating, io::read_int_vector, input_view).
 std::optional<io::NpyArray> read_input(const std::string& dir, const std::string& name,
                                        bool optional = false);
 

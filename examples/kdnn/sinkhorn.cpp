@@ -141,6 +141,10 @@ void check_values(const NpyArray& a, const char* name, bool is_x) {
 
 Inputs read_inputs(const std::string& dir) {
   Inputs in{*read_input(dir, "x.npy"), read_input(dir, "g.npy", true)};
+  // Every use below takes a float32 array as float and anything else as
+  // double: an int32/int64 file stops here.
+  io::require_floating(in.x, "x.npy");
+  if (in.g) io::require_floating(*in.g, "g.npy");
   const auto& shape = in.x.shape;
   if (shape.size() != 3) {
     fail("x.npy has shape ", io::format_shape(shape), ", expected a 3-d array [B, n, n]");

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -545,14 +546,36 @@ TEST_F(Cli, DTypeMismatch) {
 }
 
 TEST_F(Cli, UnsupportedDType) {
-  // A valid float32 file relabelled as int32 (same element size).
+  // A valid float32 file relabelled as uint32 (same element size).
   write("x.npy", DType::f32, {2, 3, 3}, uniform(18, 0, 1, 1));
   std::string bytes = read_text(in_ / "x.npy");
   const auto pos = bytes.find("<f4");
   ASSERT_NE(pos, std::string::npos);
-  bytes.replace(pos, 3, "<i4");
+  bytes.replace(pos, 3, "<u4");
   std::ofstream(in_ / "x.npy", std::ios::binary) << bytes;
-  expect_error(sinkhorn({"--iters", "3"}), kInput, "dtype '<i4' not supported");
+  expect_error(sinkhorn({"--iters", "3"}), kInput, "dtype '<u4' not supported");
+}
+
+TEST_F(Cli, IntegerInputsAreRejectedNotReadAsFloats) {
+  // int32 has float32's element size and int64 float64's: the bytes would
+  // make a valid float array; the tool must refuse them by their dtype.
+  const std::vector<std::int32_t> i32(18, 1);
+  const std::vector<std::int64_t> i64(18, 1);
+  const std::string expected = ": dtype int32, expected float32 or float64";
+  kdnn::io::write_npy<std::int32_t>((in_ / "x.npy").string(), {2, 3, 3}, i32.data());
+  expect_error(sinkhorn({"--iters", "3"}), kInput, "x.npy" + expected);
+  kdnn::io::write_npy<std::int64_t>((in_ / "x.npy").string(), {2, 3, 3}, i64.data());
+  expect_error(sinkhorn({"--iters", "3"}), kInput,
+               "x.npy: dtype int64, expected float32 or float64");
+  // A float x.npy with an integer g.npy, forward only and with a backward.
+  write("x.npy", DType::f32, {2, 3, 3}, uniform(18, 0, 1, 1));
+  kdnn::io::write_npy<std::int32_t>((in_ / "g.npy").string(), {2, 3, 3}, i32.data());
+  expect_error(sinkhorn({"--iters", "3"}), kInput, "g.npy" + expected);
+  expect_error(sinkhorn({"--iters", "3", "--method", "unrolled"}), kInput, "g.npy" + expected);
+  // An earlier output in --out stays as it was.
+  std::ofstream(out_ / "r.npy") << "earlier";
+  expect_error(sinkhorn({"--iters", "3"}), kInput, "g.npy" + expected, {"r.npy"});
+  EXPECT_EQ(read_text(out_ / "r.npy"), "earlier");
 }
 
 TEST_F(Cli, MalformedNpy) {

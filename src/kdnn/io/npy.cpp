@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <sstream>
 
@@ -18,7 +19,7 @@
 #include "kdnn/io/impl/unique_name.hpp"
 
 // The element bytes are copied to and from memory unchanged, which is only
-// correct for '<f4' / '<f8' on a little-endian host.
+// correct for '<f4' / '<f8' / '<i4' / '<i8' on a little-endian host.
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "kdnn .npy I/O assumes a little-endian host"
 #endif
@@ -31,7 +32,23 @@ constexpr char kMagic[] = "\x93NUMPY";
 constexpr std::size_t kMagicLen = 6;
 constexpr std::size_t kAlign = 64;  // NumPy pads the header to this many bytes
 
-const char* descr_of(DType dtype) { return dtype == DType::f32 ? "<f4" : "<f8"; }
+/// The dtypes and their .npy descr strings, in the order the "not supported"
+/// message lists them.
+constexpr struct {
+  DType dtype;
+  const char* descr;
+  const char* name;
+} kDTypes[] = {{DType::f32, "<f4", "float32"},
+               {DType::f64, "<f8", "float64"},
+               {DType::i32, "<i4", "int32"},
+               {DType::i64, "<i8", "int64"}};
+
+const char* descr_of(DType dtype) {
+  for (const auto& d : kDTypes) {
+    if (d.dtype == dtype) return d.descr;
+  }
+  fail("npy: invalid DType ", static_cast<int>(dtype));
+}
 
 std::size_t product(const std::vector<std::size_t>& shape) {
   std::size_t n = 1;
@@ -234,12 +251,16 @@ std::size_t data_bytes(const std::string& path, const std::vector<std::size_t>& 
 }
 
 DType check_descr(const std::string& path, const Header& header) {
-  if (header.descr_is_string && header.descr == "<f4") return DType::f32;
-  if (header.descr_is_string && header.descr == "<f8") return DType::f64;
+  std::string expected;  // "'<f4' (float32), ... or '<i8' (int64)"
+  constexpr std::size_t n = std::size(kDTypes);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (header.descr_is_string && header.descr == kDTypes[i].descr) return kDTypes[i].dtype;
+    if (i > 0) expected += i + 1 < n ? ", " : " or ";
+    expected += std::string("'") + kDTypes[i].descr + "' (" + kDTypes[i].name + ")";
+  }
   const std::string descr = escape_bytes(header.descr);
   const std::string shown = header.descr_is_string ? "'" + descr + "'" : descr;
-  fail(path, ": dtype ", shown,
-       " not supported, expected '<f4' (float32) or '<f8' (float64)");
+  fail(path, ": dtype ", shown, " not supported, expected ", expected);
 }
 
 std::size_t read_le(const unsigned char* p, std::size_t n) {
@@ -341,7 +362,10 @@ std::string make_header(const std::string& path, DType dtype,
 }  // namespace
 
 const char* dtype_name(DType dtype) {
-  return dtype == DType::f32 ? "float32" : "float64";
+  for (const auto& d : kDTypes) {
+    if (d.dtype == dtype) return d.name;
+  }
+  return "(invalid dtype)";
 }
 
 std::size_t NpyArray::size() const { return product(shape); }
@@ -377,8 +401,37 @@ T* NpyArray::data() {
 
 template const float* NpyArray::data<float>() const;
 template const double* NpyArray::data<double>() const;
+template const std::int32_t* NpyArray::data<std::int32_t>() const;
+template const std::int64_t* NpyArray::data<std::int64_t>() const;
 template float* NpyArray::data<float>();
 template double* NpyArray::data<double>();
+template std::int32_t* NpyArray::data<std::int32_t>();
+template std::int64_t* NpyArray::data<std::int64_t>();
+
+void require_floating(const NpyArray& array, const std::string& name) {
+  if (is_floating(array.dtype)) return;
+  fail(name, ": dtype ", dtype_name(array.dtype), ", expected float32 or float64");
+}
+
+std::vector<int> read_int_vector(const NpyArray& array, const std::string& name) {
+  if (array.dtype == DType::i32) {
+    const std::int32_t* data = array.data<std::int32_t>();
+    return std::vector<int>(data, data + array.size());
+  }
+  if (array.dtype != DType::i64) {
+    fail(name, ": dtype ", dtype_name(array.dtype), ", expected int32 or int64");
+  }
+  const std::int64_t* data = array.data<std::int64_t>();
+  std::vector<int> values(array.size());
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (data[i] < std::numeric_limits<int>::min() || data[i] > std::numeric_limits<int>::max()) {
+      fail(name, ": value ", data[i], " at flat index ", i, " is outside the range of int [",
+           std::numeric_limits<int>::min(), ", ", std::numeric_limits<int>::max(), "]");
+    }
+    values[i] = int(data[i]);
+  }
+  return values;
+}
 
 NpyArray read_npy(const std::string& path) {
   const InputFile in(path);
@@ -431,8 +484,7 @@ NpyArray read_npy(const std::string& path) {
 std::string write_npy_temporary(const std::string& path, DType dtype,
                                 const std::vector<std::size_t>& shape, const void* data) {
   const std::string header = make_header(path, dtype, shape);
-  const std::size_t element_size = dtype == DType::f32 ? sizeof(float) : sizeof(double);
-  const std::size_t nbytes = product(shape) * element_size;
+  const std::size_t nbytes = product(shape) * element_size(dtype);
 
   std::string tmp;
   int fd = -1;
@@ -483,6 +535,10 @@ template void write_npy<float>(const std::string&, const std::vector<std::size_t
                                const float*);
 template void write_npy<double>(const std::string&, const std::vector<std::size_t>&,
                                 const double*);
+template void write_npy<std::int32_t>(const std::string&, const std::vector<std::size_t>&,
+                                      const std::int32_t*);
+template void write_npy<std::int64_t>(const std::string&, const std::vector<std::size_t>&,
+                                      const std::int64_t*);
 
 std::string format_shape(const std::vector<std::size_t>& shape) {
   std::ostringstream os;

@@ -1,18 +1,25 @@
 #pragma once
 // Reading and writing NumPy .npy files (format versions 1.0, 2.0 and 3.0 on
-// read, 1.0 on write): float32 ('<f4') and float64 ('<f8') arrays in C order,
-// little endian. Anything else (Fortran order, other dtypes, big endian,
-// truncated or malformed files) is rejected with a kdnn::Error naming the file
-// and the problem. No Kokkos here: the data is a plain host buffer.
+// read, 1.0 on write): float32 ('<f4'), float64 ('<f8'), int32 ('<i4') and
+// int64 ('<i8') arrays in C order, little endian. Anything else (Fortran
+// order, other dtypes such as unsigned or other widths, big endian, truncated
+// or malformed files) is rejected with a kdnn::Error naming the file and the
+// problem. No Kokkos here: the data is a plain host buffer.
+//
+// read_npy accepts all four dtypes, so a caller states which it takes:
+// require_floating() for operator data (float32 or float64; the bytes of an
+// integer array are never read as floats), read_int_vector() for integer
+// parameters (attention windows, sequence lengths) stored as int32 or int64.
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
 namespace kdnn::io {
 
-enum class DType { f32, f64 };
+enum class DType { f32, f64, i32, i64 };
 
-/// The DType of float / double elements.
+/// The DType of float / double / std::int32_t / std::int64_t elements.
 template <class T>
 constexpr DType dtype_of();
 template <>
@@ -23,8 +30,24 @@ template <>
 constexpr DType dtype_of<double>() {
   return DType::f64;
 }
+template <>
+constexpr DType dtype_of<std::int32_t>() {
+  return DType::i32;
+}
+template <>
+constexpr DType dtype_of<std::int64_t>() {
+  return DType::i64;
+}
 
-/// "float32" / "float64".
+/// Bytes per element: 4 for float32 and int32, 8 for float64 and int64.
+constexpr std::size_t element_size(DType dtype) {
+  return dtype == DType::f32 || dtype == DType::i32 ? 4 : 8;
+}
+
+/// True for float32 and float64.
+constexpr bool is_floating(DType dtype) { return dtype == DType::f32 || dtype == DType::f64; }
+
+/// "float32" / "float64" / "int32" / "int64".
 const char* dtype_name(DType dtype);
 
 /// A shape as NumPy prints it: "()", "(3,)", "(2, 3)".
@@ -38,9 +61,10 @@ struct NpyArray {
 
   /// Number of elements (product of the shape; 1 for a 0-d array).
   std::size_t size() const;
-  std::size_t element_size() const { return dtype == DType::f32 ? 4 : 8; }
+  std::size_t element_size() const { return io::element_size(dtype); }
 
-  /// The elements as T; throws kdnn::Error if T does not match the dtype.
+  /// The elements as T (float, double, std::int32_t or std::int64_t); throws
+  /// kdnn::Error naming both dtypes if T does not match the dtype.
   template <class T>
   const T* data() const;
   template <class T>
@@ -49,6 +73,17 @@ struct NpyArray {
 
 /// A zero-filled array of `dtype` and `shape` (e.g. to compute an output into).
 NpyArray allocate_npy(DType dtype, const std::vector<std::size_t>& shape);
+
+/// Throws kdnn::Error "<name>: dtype int32, expected float32 or float64"
+/// unless `array` holds floats.
+void require_floating(const NpyArray& array, const std::string& name);
+
+/// The elements of an int32 or int64 array (any shape, C order) as int.
+/// Throws kdnn::Error for any other dtype ("<name>: dtype float32, expected
+/// int32 or int64") and for an int64 value outside int's range ("<name>:
+/// value 4294967296 at flat index 3 is outside the range of int ...").
+/// The shape is not checked: that is the caller's.
+std::vector<int> read_int_vector(const NpyArray& array, const std::string& name);
 
 /// Reads `path`, which must be a regular file or a symbolic link to one;
 /// throws kdnn::Error on any problem. Anything else (a FIFO, a directory, a
@@ -69,7 +104,8 @@ std::string write_npy_temporary(const std::string& path, DType dtype,
                                 const std::vector<std::size_t>& shape,
                                 const void* data);
 
-/// Typed convenience: write_npy with the DType of T (float or double).
+/// Typed convenience: write_npy with the DType of T (float, double,
+/// std::int32_t or std::int64_t).
 template <class T>
 void write_npy(const std::string& path, const std::vector<std::size_t>& shape,
                const T* data);
