@@ -7,5 +7,6 @@
 #include "kdnn/attention/dropout.hpp"
 #include "kdnn/attention/linear.hpp"
 #include "kdnn/attention/mha.hpp"
+#include "kdnn/attention/mha_descriptor.hpp"
 #include "kdnn/attention/mse_loss.hpp"
 #include "kdnn/attention/softmax.hpp"
