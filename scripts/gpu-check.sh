@@ -3,10 +3,12 @@
 # build (build/cuda, from `cmake --preset cuda && cmake --build build/cuda`)
 # but no package registry; PyTorch and Triton must be installed there.
 #   scripts/gpu-check.sh OUT_DIR
-# Runs the CUDA unit tests and the CLI tests, then perf_tests/compare_sinkhorn.py
-# (kdnn benchmarks, the PyTorch formulations, the Triton kernel and the device
-# copy bandwidth, all on this GPU), and writes the logs and table.md to OUT_DIR.
-# Exits non-zero if any test fails.
+# Runs the CUDA unit tests, the CLI tests and the examples, then the
+# benchmarks against their references on this GPU: perf_tests/compare_sinkhorn.py
+# (PyTorch, the Triton kernel, the device copy bandwidth; table.md) and
+# perf_tests/compare_mha.py (PyTorch float32; mha_table.md), and writes the
+# logs and tables to OUT_DIR. KDNN_GPU_BENCH="sinkhorn attention" (the
+# default) picks the benchmark families. Exits non-zero if any test fails.
 set -uo pipefail
 out=${1:?usage: scripts/gpu-check.sh OUT_DIR}
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -31,6 +33,18 @@ grep -E '^\[  (FAILED|PASSED|SKIPPED) ' "$out/cli_tests.log" | head -n 20
 echo "== demo (examples/mhc_sinkhorn, one process) and Kokkos' view of the device"
 timeout 60 "$build/examples/mhc_sinkhorn" 16384 4 48 --kokkos-print-configuration > "$out/demo.log" 2>&1 || status=1
 grep -iE 'cuda|arch|device|error|fail' "$out/demo.log" | head -n 20; tail -n 5 "$out/demo.log"
+echo "== example: one attention layer trained by SGD"
+timeout 60 "$build/examples/mha_training" > "$out/mha_training.log" 2>&1 || status=1
+tail -n 2 "$out/mha_training.log"
+bench=${KDNN_GPU_BENCH:-sinkhorn attention}
+if [[ " $bench " == *" attention "* ]]; then
+  echo "== attention benchmarks (kdnn, PyTorch float32 on this GPU)"
+  timeout 300 "$python" perf_tests/compare_mha.py --device cuda \
+    --bench "$build/perf_tests/kdnn_perf_mha" \
+    --sizes 8x4x128x128x64,2x4x1024x1024x64,1x8x2048x2048x64 --json "$out/mha.json" \
+    | tee "$out/mha_table.md" || status=1
+fi
+[[ " $bench " == *" sinkhorn "* ]] || exit $status
 echo "== Triton kernel self-check"
 "$python" perf_tests/sinkhorn_triton.py 2>&1 | tee "$out/triton_check.log" || status=1
 echo "== benchmarks (kdnn, PyTorch, Triton on this GPU)"
