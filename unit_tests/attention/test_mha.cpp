@@ -11,6 +11,7 @@
 #include "allclose.hpp"
 #include "expect_error.hpp"
 #include "kdnn/attention/mha.hpp"
+#include "mha_layer.hpp"
 #include "mha_reference.hpp"
 #include "views.hpp"
 
@@ -18,109 +19,6 @@ namespace {
 
 using namespace kdnn_test;
 namespace at = kdnn::attention;
-
-/// One layer's tensors on the device, and the three calls on them.
-template <class T>
-struct DeviceLayer {
-  MhaCase c;
-  at::MhaOptions opts;
-  at::AttentionMask<Space> mask;
-  at::MhaParams<T, Space> w, dw;
-  DeviceView<T***> q, k, v, residual, out, dq, dk, dv, dresidual, dout;
-  DeviceView<T*> reserve, workspace;
-
-  DeviceLayer(const MhaCase& cs, const MhaData& d) : c(cs) {
-    opts.heads = c.H;
-    opts.sm_scaler = c.scaler;
-    opts.dropout = {c.p, c.seed, c.offset};
-    mask.causal = c.causal;
-    const auto ints = [](const std::vector<int>& x) {
-      DeviceView<int*> v("mask", x.size());
-      auto h = Kokkos::create_mirror_view(v);
-      for (std::size_t i = 0; i < x.size(); ++i) h(i) = x[i];
-      Kokkos::deep_copy(v, h);
-      return v;
-    };
-    if (!c.lo.empty()) mask.lo_win = ints(c.lo);
-    if (!c.hi.empty()) mask.hi_win = ints(c.hi);
-    if (!c.seq_q.empty()) mask.seq_q = ints(c.seq_q);
-    if (!c.seq_k.empty()) mask.seq_k = ints(c.seq_k);
-    q = to_device<T***>(d.q, c.B, c.S, c.Eq);
-    k = to_device<T***>(d.k, c.B, c.Sk, c.Ek);
-    v = to_device<T***>(d.v, c.B, c.Sk, c.Ev);
-    if (c.residual) residual = to_device<T***>(d.residual, c.B, c.S, c.Eo);
-    dout = to_device<T***>(d.dout, c.B, c.S, c.Eo);
-    w.w_q = to_device<T**>(d.wq, c.H * c.D, c.Eq);
-    w.w_k = to_device<T**>(d.wk, c.H * c.D, c.Ek);
-    w.w_v = to_device<T**>(d.wv, c.H * c.Dv, c.Ev);
-    w.w_o = to_device<T**>(d.wo, c.Eo, c.H * c.Dv);
-    dw.w_q = DeviceView<T**>("dw_q", c.H * c.D, c.Eq);
-    dw.w_k = DeviceView<T**>("dw_k", c.H * c.D, c.Ek);
-    dw.w_v = DeviceView<T**>("dw_v", c.H * c.Dv, c.Ev);
-    dw.w_o = DeviceView<T**>("dw_o", c.Eo, c.H * c.Dv);
-    if (c.bias_q)
-      w.b_q = to_device<T*>(d.bq, c.H * c.D), dw.b_q = DeviceView<T*>("db_q", c.H * c.D);
-    if (c.bias_k)
-      w.b_k = to_device<T*>(d.bk, c.H * c.D), dw.b_k = DeviceView<T*>("db_k", c.H * c.D);
-    if (c.bias_v)
-      w.b_v = to_device<T*>(d.bv, c.H * c.Dv), dw.b_v = DeviceView<T*>("db_v", c.H * c.Dv);
-    if (c.bias_o) w.b_o = to_device<T*>(d.bo, c.Eo), dw.b_o = DeviceView<T*>("db_o", c.Eo);
-    out = DeviceView<T***>("out", c.B, c.S, c.Eo);
-    dq = DeviceView<T***>("dq", c.B, c.S, c.Eq);
-    dk = DeviceView<T***>("dk", c.B, c.Sk, c.Ek);
-    dv = DeviceView<T***>("dv", c.B, c.Sk, c.Ev);
-    if (c.residual) dresidual = DeviceView<T***>("dresidual", c.B, c.S, c.Eo);
-    const auto sizes = at::mha_buffer_sizes(shape());
-    reserve = DeviceView<T*>("reserve", sizes.reserve);
-    workspace = DeviceView<T*>("workspace", sizes.workspace);
-  }
-
-  at::MhaShape shape() const {
-    at::MhaShape s;
-    s.batch = c.B, s.seq_q = c.S, s.seq_k = c.Sk;
-    s.q_size = c.Eq, s.k_size = c.Ek, s.v_size = c.Ev;
-    s.heads = c.H, s.head_dim = c.D, s.v_head_dim = c.Dv, s.o_size = c.Eo;
-    return s;
-  }
-
-  void forward() {
-    at::mha_forward(Space(), opts, mask, w, q, k, v, residual, out, reserve, workspace);
-  }
-  void backward(at::WgradMode mode = at::WgradMode::set) {
-    at::mha_backward_data(Space(), opts, mask, w, dout, dq, dk, dv, dresidual, reserve, workspace);
-    at::mha_backward_weights(Space(), opts, w, q, k, v, dw, mode, reserve);
-  }
-
-  /// Every gradient, by the MhaData member it is the gradient of.
-  std::vector<std::pair<std::vector<double> MhaData::*, std::vector<double>>> gradients() const {
-    std::vector<std::pair<std::vector<double> MhaData::*, std::vector<double>>> g = {
-        {&MhaData::q, to_host(dq)},      {&MhaData::k, to_host(dk)},
-        {&MhaData::v, to_host(dv)},      {&MhaData::wq, to_host(dw.w_q)},
-        {&MhaData::wk, to_host(dw.w_k)}, {&MhaData::wv, to_host(dw.w_v)},
-        {&MhaData::wo, to_host(dw.w_o)}};
-    if (c.bias_q) g.push_back({&MhaData::bq, to_host(dw.b_q)});
-    if (c.bias_k) g.push_back({&MhaData::bk, to_host(dw.b_k)});
-    if (c.bias_v) g.push_back({&MhaData::bv, to_host(dw.b_v)});
-    if (c.bias_o) g.push_back({&MhaData::bo, to_host(dw.b_o)});
-    if (c.residual) g.push_back({&MhaData::residual, to_host(dresidual)});
-    return g;
-  }
-};
-
-const char* name_of(std::vector<double> MhaData::*x) {
-  if (x == &MhaData::q) return "dq";
-  if (x == &MhaData::k) return "dk";
-  if (x == &MhaData::v) return "dv";
-  if (x == &MhaData::wq) return "dw_q";
-  if (x == &MhaData::wk) return "dw_k";
-  if (x == &MhaData::wv) return "dw_v";
-  if (x == &MhaData::wo) return "dw_o";
-  if (x == &MhaData::bq) return "db_q";
-  if (x == &MhaData::bk) return "db_k";
-  if (x == &MhaData::bv) return "db_v";
-  if (x == &MhaData::bo) return "db_o";
-  return "dresidual";
-}
 
 /// The layers every accuracy test runs: each feature on its own and mixed.
 std::vector<MhaCase> cases() {

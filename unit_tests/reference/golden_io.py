@@ -1,8 +1,11 @@
-"""Writing golden Sinkhorn data, shared by the gen_sinkhorn_*golden.py scripts.
+"""Writing golden data, shared by the gen_*golden.py scripts.
 
+save(name, t, np_dtype, out_dir) writes one tensor or array as
+{out_dir}/{name}.npy (C order, little-endian, np_dtype); out_dir defaults to
+OUT_DIR = unit_tests/data/sinkhorn.
 write_case(prefix, x, g, r, dx, np_dtype) saves the four [B, n, n] tensors of
-a case as {prefix}_{x,g,r,dx}.npy (C order, little-endian, np_dtype) in
-OUT_DIR = unit_tests/data/sinkhorn, and prints R's marginal errors and ||dX||.
+a Sinkhorn case as {prefix}_{x,g,r,dx}.npy in OUT_DIR, and prints R's
+marginal errors and ||dX||.
 """
 import os
 
@@ -12,10 +15,13 @@ OUT_DIR = os.path.normpath(
     os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "sinkhorn"))
 
 
-def save(name, t, np_dtype):
-    """Writes tensor t as OUT_DIR/{name}.npy and returns it as saved (NumPy)."""
-    a = np.ascontiguousarray(t.detach().cpu().numpy().astype(np_dtype))
-    np.save(os.path.join(OUT_DIR, name + ".npy"), a)
+def save(name, t, np_dtype, out_dir=OUT_DIR):
+    """Writes t (a tensor or a NumPy array) as {out_dir}/{name}.npy and returns
+    it as saved (NumPy)."""
+    if hasattr(t, "detach"):
+        t = t.detach().cpu().numpy()
+    a = np.ascontiguousarray(np.asarray(t).astype(np_dtype))
+    np.save(os.path.join(out_dir, name + ".npy"), a)
     return a
 
 
