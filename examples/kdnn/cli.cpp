@@ -1,6 +1,8 @@
 #include "cli.hpp"
 
+#include <algorithm>
 #include <charconv>
+#include <cstdint>
 #include <cmath>
 #include <filesystem>
 #include <iostream>
@@ -60,21 +62,53 @@ CLI::Validator integer_at_least(int min) {
   return CLI::Validator(check, "");
 }
 
-CLI::Validator finite_in(double min, double max) {
-  const auto check = [min, max](std::string& text) {
+namespace {
+
+/// min <= x <= max (x < max when `open_max`), finite.
+CLI::Validator finite_range(double min, double max, bool open_max) {
+  const auto check = [min, max, open_max](std::string& text) {
     const auto value = parse_number<double>(text);
-    if (value && std::isfinite(*value) && *value >= min && *value <= max) return std::string();
+    if (value && std::isfinite(*value) && *value >= min &&
+        (open_max ? *value < max : *value <= max)) {
+      return std::string();
+    }
     std::ostringstream os;
-    os << "expected a finite number >= " << min;
-    if (max < std::numeric_limits<double>::infinity()) os << " and <= " << max;
+    os << "expected a finite number";
+    if (min > -std::numeric_limits<double>::infinity()) os << " >= " << min;
+    if (max < std::numeric_limits<double>::infinity()) {
+      os << (min > -std::numeric_limits<double>::infinity() ? " and " : " ")
+         << (open_max ? "< " : "<= ") << max;
+    }
     os << ", got '" << text << "'";
     return os.str();
   };
   return CLI::Validator(check, "");
 }
 
+}  // namespace
+
+CLI::Validator finite_in(double min, double max) { return finite_range(min, max, false); }
+
+CLI::Validator finite_in_half_open(double min, double max) {
+  return finite_range(min, max, true);
+}
+
 CLI::Validator finite_at_least(double min) {
   return finite_in(min, std::numeric_limits<double>::infinity());
+}
+
+CLI::Validator finite() {
+  return finite_in(-std::numeric_limits<double>::infinity(),
+                   std::numeric_limits<double>::infinity());
+}
+
+CLI::Validator unsigned_64() {
+  const auto check = [](std::string& text) {
+    if (parse_number<std::uint64_t>(text)) return std::string();
+    return "expected an integer >= 0 (at most " +
+           std::to_string(std::numeric_limits<std::uint64_t>::max()) + "), got '" + text + "'";
+  };
+  return CLI::Validator(check, "");
 }
 
 CLI::Validator not_an_option() {
@@ -102,6 +136,81 @@ std::optional<io::NpyArray> read_input(const std::string& dir, const std::string
     fail("missing input ", path.string());
   }
   return io::read_npy(path.string());
+}
+
+std::string format_index(const std::vector<std::size_t>& shape, std::size_t flat) {
+  std::vector<std::size_t> index(shape.size());
+  for (std::size_t axis = shape.size(); axis-- > 0;) {
+    index[axis] = shape[axis] == 0 ? 0 : flat % shape[axis];
+    flat = shape[axis] == 0 ? 0 : flat / shape[axis];
+  }
+  std::string text = "[";
+  for (std::size_t axis = 0; axis < index.size(); ++axis) {
+    text += (axis > 0 ? ", " : "") + std::to_string(index[axis]);
+  }
+  return text + "]";
+}
+
+namespace {
+
+template <class T>
+void require_finite_elements(const io::NpyArray& array, const std::string& name) {
+  const T* data = array.data<T>();
+  for (std::size_t k = 0; k < array.size(); ++k) {
+    const T x = data[k];
+    if (std::isfinite(x)) continue;
+    const char* what = std::isnan(x) ? "NaN" : x > 0 ? "+inf" : "-inf";
+    fail(name, ": ", what, " at ", format_index(array.shape, k), " (expected finite values)");
+  }
+}
+
+}  // namespace
+
+void require_finite(const io::NpyArray& array, const std::string& name) {
+  io::require_floating(array, name);
+  if (array.dtype == io::DType::f32) {
+    require_finite_elements<float>(array, name);
+  } else {
+    require_finite_elements<double>(array, name);
+  }
+}
+
+void Dims::check(const io::NpyArray& array, const std::string& file,
+                 std::initializer_list<const char*> axes) {
+  const auto& shape = array.shape;
+  const auto layout = [&] {
+    std::string text = "[";
+    for (const char* axis : axes) text += (text.size() > 1 ? ", " : "") + std::string(axis);
+    return text + "]";
+  };
+  if (shape.size() != axes.size()) {
+    fail(file, ": shape ", io::format_shape(shape), ", expected ", axes.size(),
+         axes.size() == 1 ? " axis " : " axes ", layout());
+  }
+  std::size_t axis = 0;
+  for (const char* name : axes) {
+    const std::size_t size = shape[axis];
+    if (size > std::size_t(std::numeric_limits<int>::max())) {
+      fail(file, ": shape ", io::format_shape(shape), ", expected ", name, " at most ",
+           std::numeric_limits<int>::max(), " at axis ", axis);
+    }
+    const auto known = std::find_if(dims_.begin(), dims_.end(),
+                                    [&](const Dim& d) { return d.name == name; });
+    if (known == dims_.end()) {
+      dims_.push_back({name, size, file});
+    } else if (known->value != size) {
+      fail(file, ": shape ", io::format_shape(shape), ", expected ", name, " ", known->value,
+           " (from ", known->file, ") at axis ", axis);
+    }
+    ++axis;
+  }
+}
+
+std::size_t Dims::operator[](const std::string& name) const {
+  for (const Dim& d : dims_) {
+    if (d.name == name) return d.value;
+  }
+  fail("internal error: size ", name, " not checked yet");
 }
 
 void write_outputs(const std::string& dir, const std::vector<Output>& outputs) {

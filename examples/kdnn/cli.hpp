@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <initializer_list>
 #include <optional>
 #include <sstream>
 #include <stdexcept>
@@ -56,6 +57,12 @@ bool parse(CLI::App& app, const Args& args, const char* help);
 CLI::Validator integer_at_least(int min);
 CLI::Validator finite_at_least(double min);
 CLI::Validator finite_in(double min, double max);
+/// min <= x < max (e.g. a probability that must stay below 1).
+CLI::Validator finite_in_half_open(double min, double max);
+/// Any finite number.
+CLI::Validator finite();
+/// An integer in [0, 2^64 - 1], parsed by the caller as std::uint64_t.
+CLI::Validator unsigned_64();
 /// A value, not the next option swallowed ("--in --out DIR").
 CLI::Validator not_an_option();
 
@@ -71,6 +78,37 @@ void require_directory(const std::string& option, const std::string& dir);
 /// takes (io::require_floating, io::read_int_vector, input_view).
 std::optional<io::NpyArray> read_input(const std::string& dir, const std::string& name,
                                        bool optional = false);
+
+/// The flat index `flat` of an array of `shape` as "[i, j, k]".
+std::string format_index(const std::vector<std::size_t>& shape, std::size_t flat);
+
+/// Fails at the first NaN or infinity of a float32 or float64 array, naming
+/// the file and the element: "k.npy: NaN at [1, 2, 0] (expected finite values)".
+void require_finite(const io::NpyArray& array, const std::string& name);
+
+/// The sizes named in several files' shapes (B, S, E_q, ...), each fixed by
+/// the first file checked that has it and required of every later one:
+///   dims.check(q, "q.npy", {"B", "S", "E_q"});
+///   dims.check(k, "k.npy", {"B", "Sk", "E_k"});  // "k.npy: shape (3, 5, 4),
+///                             // expected batch 2 (from q.npy) at axis 0"
+/// Every size must fit in an int (the kernels' index type).
+class Dims {
+ public:
+  /// Checks `array`'s rank against `axes` and each axis against the size of
+  /// that name, recording the sizes not seen before.
+  void check(const io::NpyArray& array, const std::string& file,
+             std::initializer_list<const char*> axes);
+  /// The size `name` (checked before).
+  std::size_t operator[](const std::string& name) const;
+
+ private:
+  struct Dim {
+    std::string name;
+    std::size_t value;
+    std::string file;
+  };
+  std::vector<Dim> dims_;
+};
 
 /// An output file and its contents.
 struct Output {

@@ -26,13 +26,14 @@
 
 namespace kdnn::cli {
 extern const Subcommand sinkhorn_command;  // sinkhorn.cpp
+extern const Subcommand mha_command;       // mha.cpp
 }  // namespace kdnn::cli
 
 namespace {
 
 using namespace kdnn::cli;
 
-const Subcommand* const kSubcommands[] = {&sinkhorn_command};
+const Subcommand* const kSubcommands[] = {&sinkhorn_command, &mha_command};
 
 void print_help() {
   std::cout << "usage: kdnn <subcommand> [options] [--kokkos-...]\n"

@@ -95,26 +95,24 @@ struct Inputs {
   std::optional<NpyArray> g;
 };
 
-/// The first element of `a` (a [B, n, n] array) that the operator cannot
+/// The first element of x.npy (a [B, n, n] array) that the operator cannot
 /// take, as "NaN at [b, i, j]"; empty if none. X may hold −inf (a mask) but
-/// no NaN, no +inf and no row or column entirely −inf; G must be finite.
+/// no NaN, no +inf and no row or column entirely −inf. (G must be finite:
+/// require_finite.)
 template <class T>
-std::string first_bad_value(const NpyArray& a, bool is_x) {
+std::string first_bad_value(const NpyArray& a) {
   const std::size_t batch = a.shape[0], n = a.shape[1];
   const T* data = a.data<T>();
-  const auto at = [](std::size_t b, std::size_t i, std::size_t j) {
-    return "[" + std::to_string(b) + ", " + std::to_string(i) + ", " + std::to_string(j) + "]";
+  const auto at = [&](std::size_t b, std::size_t i, std::size_t j) {
+    return format_index(a.shape, (b * n + i) * n + j);
   };
   for (std::size_t b = 0; b < batch; ++b) {
     const T* m = data + b * n * n;
     for (std::size_t k = 0; k < n * n; ++k) {
       const T v = m[k];
       if (std::isnan(v)) return "NaN at " + at(b, k / n, k % n);
-      if (std::isinf(v) && (v > 0 || !is_x)) {
-        return std::string(v > 0 ? "+inf" : "-inf") + " at " + at(b, k / n, k % n);
-      }
+      if (std::isinf(v) && v > 0) return "+inf at " + at(b, k / n, k % n);
     }
-    if (!is_x) continue;
     const T minus_inf = -std::numeric_limits<T>::infinity();
     for (std::size_t i = 0; i < n; ++i) {
       bool all = true;
@@ -130,13 +128,12 @@ std::string first_bad_value(const NpyArray& a, bool is_x) {
   return "";
 }
 
-void check_values(const NpyArray& a, const char* name, bool is_x) {
+void check_x_values(const NpyArray& x) {
   const std::string bad =
-      a.dtype == DType::f32 ? first_bad_value<float>(a, is_x) : first_bad_value<double>(a, is_x);
+      x.dtype == DType::f32 ? first_bad_value<float>(x) : first_bad_value<double>(x);
   if (bad.empty()) return;
-  fail(name, ": ", bad, is_x ? " (expected finite values or -inf masks, no row or column "
-                               "entirely -inf)"
-                             : " (expected finite values)");
+  fail("x.npy: ", bad,
+       " (expected finite values or -inf masks, no row or column entirely -inf)");
 }
 
 Inputs read_inputs(const std::string& dir) {
@@ -173,8 +170,8 @@ Inputs read_inputs(const std::string& dir) {
            io::dtype_name(in.x.dtype), " (same as x.npy)");
     }
   }
-  check_values(in.x, "x.npy", true);
-  if (in.g) check_values(*in.g, "g.npy", false);
+  check_x_values(in.x);
+  if (in.g) require_finite(*in.g, "g.npy");
   return in;
 }
 

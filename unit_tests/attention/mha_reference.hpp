@@ -29,6 +29,21 @@ struct MhaCase {
   double scale() const { return scaler ? *scaler : 1.0 / std::sqrt(double(D)); }
 };
 
+/// A layer with every feature at once: S != Sk, three heads, causal mask,
+/// windows, lengths (entry 1 has padded queries and keys), residual, dropout.
+inline MhaCase mha_case_with_everything() {
+  MhaCase c;
+  c.B = 2, c.S = 5, c.Sk = 6, c.H = 3, c.D = 2, c.Dv = 3;
+  c.causal = true;
+  c.lo = {0, 0, 1, 2, 4};
+  c.hi = {3, 6, 6, 4, 6};
+  c.seq_q = {5, 3};
+  c.seq_k = {6, 4};
+  c.residual = true;
+  c.p = 0.2, c.seed = 99;
+  return c;
+}
+
 /// Inputs, parameters and the output gradient of one test layer; empty
 /// vectors for what the case leaves out.
 struct MhaData {

@@ -58,16 +58,8 @@ std::vector<MhaCase> cases() {
   c.name = "dropout 0.3";
   c.p = 0.3, c.seed = 1234, c.offset = 5;
   all.push_back(c);
-  c = MhaCase();
+  c = mha_case_with_everything();
   c.name = "everything: causal, windows, lengths, residual, dropout";
-  c.B = 2, c.S = 5, c.Sk = 6, c.H = 3, c.D = 2, c.Dv = 3;
-  c.causal = true;
-  c.lo = {0, 0, 1, 2, 4};
-  c.hi = {3, 6, 6, 4, 6};
-  c.seq_q = {5, 3};
-  c.seq_k = {6, 4};
-  c.residual = true;
-  c.p = 0.2, c.seed = 99;
   all.push_back(c);
   return all;
 }

@@ -1,6 +1,8 @@
-// The `kdnn` command-line tool, run as a subprocess on .npy fixtures: results
-// against plain double references, dtypes, optional outputs, and every error
-// path (exit status, one "kdnn: error:" line on stderr, nothing in --out).
+// The `kdnn` command-line tool, run as a subprocess on .npy fixtures: the
+// top-level help, usage errors, input and output handling, and `kdnn
+// sinkhorn` (results against plain double references, dtypes, optional
+// outputs and every error path: exit status, one "kdnn: error:" line on
+// stderr, nothing in --out). `kdnn mha`: test_cli_mha.cpp.
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -25,90 +27,23 @@
 
 #include <Kokkos_Core.hpp>
 
+#include "cli_fixture.hpp"
 #include "kdnn/io/npy.hpp"
 #include "random.hpp"
 #include "sinkhorn_reference.hpp"
-#include "test_paths.hpp"
 
 namespace {
 
-namespace fs = std::filesystem;
+using namespace kdnn_test;
 using kdnn::io::DType;
-using kdnn_test::Mat;
-using kdnn_test::matrix;
-using kdnn_test::uniform;
-using kdnn_test::rel_error;
-using Shape = std::vector<std::size_t>;
-using Strings = std::vector<std::string>;
 
-constexpr int kUsage = 2, kInput = 1;
-
-struct Result {
-  int status = -1;
-  std::string out, err;
-};
-
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (const char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream os;
-  os << in.rdbuf();
-  return os.str();
-}
-
-class Cli : public ::testing::Test {
+class Cli : public CliTest {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    root_ = fs::temp_directory_path() /
-            ("kdnn_cli_test_" + std::to_string(::getpid()) + "_" + info->name());
-    fs::remove_all(root_);
-    fs::create_directories(in_ = root_ / "in");
-    fs::create_directories(out_ = root_ / "out");
-  }
-  void TearDown() override { fs::remove_all(root_); }
-
-  /// The shell command that runs the tool with `args`.
-  static std::string command(const Strings& args) {
-    std::string cmd = quote(kdnn_test::env_or("KDNN_CLI_PATH", KDNN_CLI_PATH));
-    for (const auto& a : args) cmd += " " + quote(a);
-    return cmd;
-  }
-
-  /// Runs the tool with `args`, after `launcher` (e.g. "mpiexec -n 2") if given.
-  Result run(const Strings& args, const std::string& launcher = "") const {
-    std::string cmd = launcher + " " + command(args);
-    const fs::path out = root_ / "stdout.txt", err = root_ / "stderr.txt";
-    cmd += " >" + quote(out.string()) + " 2>" + quote(err.string());
-    const int raw = std::system(cmd.c_str());
-    Result r;
-    r.status = raw != -1 && WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-    r.out = read_text(out);
-    r.err = read_text(err);
-    return r;
-  }
-
   /// "sinkhorn --in IN --out OUT" followed by `extra`.
   Strings sinkhorn(const Strings& extra, const fs::path& out = {}) const {
     Strings args{"sinkhorn", "--in", in_.string(), "--out", (out.empty() ? out_ : out).string()};
     args.insert(args.end(), extra.begin(), extra.end());
     return args;
-  }
-
-  void write(const std::string& name, DType dtype, const Shape& shape,
-             const std::vector<double>& values) const {
-    const std::string path = (in_ / name).string();
-    if (dtype == DType::f64) {
-      kdnn::io::write_npy(path, shape, values.data());
-    } else {
-      const std::vector<float> f(values.begin(), values.end());
-      kdnn::io::write_npy(path, shape, f.data());
-    }
   }
 
   /// Writes x.npy (and g.npy when `with_g`) for a [batch, n, n] problem.
@@ -119,42 +54,6 @@ class Cli : public ::testing::Test {
     if (with_g) write("g.npy", dtype, {batch, n, n}, g_);
   }
 
-  /// Reads an output file, checking its dtype and shape.
-  std::vector<double> read(const fs::path& path, DType dtype, const Shape& shape) const {
-    const auto a = kdnn::io::read_npy(path.string());
-    EXPECT_EQ(a.dtype, dtype) << path;
-    EXPECT_EQ(a.shape, shape) << path;
-    if (a.dtype == DType::f64) return {a.data<double>(), a.data<double>() + a.size()};
-    return {a.data<float>(), a.data<float>() + a.size()};
-  }
-
-  static std::set<std::string> files(const fs::path& dir) {
-    std::set<std::string> names;
-    for (const auto& e : fs::directory_iterator(dir)) names.insert(e.path().filename().string());
-    return names;
-  }
-
-  /// Runs `args` and expects failure with `status`, one error line on stderr
-  /// containing `fragment`, nothing on stdout, and an untouched --out.
-  /// `launcher` as for run().
-  void expect_error(const Strings& args, int status, const std::string& fragment,
-                    const std::set<std::string>& out_files = {},
-                    const std::string& launcher = "") const {
-    std::string shown;
-    for (const auto& a : args) shown += " " + a;
-    SCOPED_TRACE("kdnn" + shown);
-    const Result r = run(args, launcher);
-    EXPECT_EQ(r.status, status);
-    EXPECT_EQ(r.err.rfind("kdnn: error: ", 0), 0u) << r.err;
-    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-    EXPECT_FALSE(r.err.empty() || r.err.back() != '\n') << r.err;
-    EXPECT_NE(r.err.find(fragment), std::string::npos)
-        << "expected \"" << fragment << "\" in: " << r.err;
-    EXPECT_EQ(r.out, "");
-    EXPECT_EQ(files(out_), out_files);
-  }
-
-  fs::path root_, in_, out_;
   std::vector<double> x_, g_;
 };
 

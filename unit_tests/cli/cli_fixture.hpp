@@ -1,0 +1,132 @@
+#pragma once
+// What the tests of the `kdnn` tool share: a fixture with a fresh --in and
+// --out directory per test, running the tool as a subprocess (no Kokkos in
+// the test process), writing inputs and reading outputs as double, and the
+// check of every error path (exit status, one "kdnn: error:" line on stderr,
+// nothing on stdout, --out as it was).
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kdnn/io/npy.hpp"
+#include "test_paths.hpp"
+
+namespace kdnn_test {
+
+namespace fs = std::filesystem;
+using Shape = std::vector<std::size_t>;
+using Strings = std::vector<std::string>;
+
+constexpr int kUsage = 2, kInput = 1;
+
+struct Result {
+  int status = -1;
+  std::string out, err;
+};
+
+inline std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (const char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+inline std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream os;
+  os << in.rdbuf();
+  return os.str();
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    root_ = fs::temp_directory_path() / ("kdnn_cli_test_" + std::to_string(::getpid()) + "_" +
+                                         info->test_suite_name() + "_" + info->name());
+    fs::remove_all(root_);
+    fs::create_directories(in_ = root_ / "in");
+    fs::create_directories(out_ = root_ / "out");
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  /// The shell command that runs the tool with `args`.
+  static std::string command(const Strings& args) {
+    std::string cmd = quote(env_or("KDNN_CLI_PATH", KDNN_CLI_PATH));
+    for (const auto& a : args) cmd += " " + quote(a);
+    return cmd;
+  }
+
+  /// Runs the tool with `args`, after `launcher` (e.g. "mpiexec -n 2") if given.
+  Result run(const Strings& args, const std::string& launcher = "") const {
+    std::string cmd = launcher + " " + command(args);
+    const fs::path out = root_ / "stdout.txt", err = root_ / "stderr.txt";
+    cmd += " >" + quote(out.string()) + " 2>" + quote(err.string());
+    const int raw = std::system(cmd.c_str());
+    Result r;
+    r.status = raw != -1 && WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+    r.out = read_text(out);
+    r.err = read_text(err);
+    return r;
+  }
+
+  /// Writes in_/name as float64 or float32 (the values rounded).
+  void write(const std::string& name, kdnn::io::DType dtype, const Shape& shape,
+             const std::vector<double>& values) const {
+    const std::string path = (in_ / name).string();
+    if (dtype == kdnn::io::DType::f64) {
+      kdnn::io::write_npy(path, shape, values.data());
+    } else {
+      const std::vector<float> f(values.begin(), values.end());
+      kdnn::io::write_npy(path, shape, f.data());
+    }
+  }
+
+  /// Reads an output file, checking its dtype and shape.
+  std::vector<double> read(const fs::path& path, kdnn::io::DType dtype, const Shape& shape) const {
+    const auto a = kdnn::io::read_npy(path.string());
+    EXPECT_EQ(a.dtype, dtype) << path;
+    EXPECT_EQ(a.shape, shape) << path;
+    if (a.dtype == kdnn::io::DType::f64) return {a.data<double>(), a.data<double>() + a.size()};
+    return {a.data<float>(), a.data<float>() + a.size()};
+  }
+
+  static std::set<std::string> files(const fs::path& dir) {
+    std::set<std::string> names;
+    for (const auto& e : fs::directory_iterator(dir)) names.insert(e.path().filename().string());
+    return names;
+  }
+
+  /// Runs `args` and expects failure with `status`, one error line on stderr
+  /// containing `fragment`, nothing on stdout, and an untouched --out.
+  /// `launcher` as for run().
+  void expect_error(const Strings& args, int status, const std::string& fragment,
+                    const std::set<std::string>& out_files = {},
+                    const std::string& launcher = "") const {
+    std::string shown;
+    for (const auto& a : args) shown += " " + a;
+    SCOPED_TRACE("kdnn" + shown);
+    const Result r = run(args, launcher);
+    EXPECT_EQ(r.status, status);
+    EXPECT_EQ(r.err.rfind("kdnn: error: ", 0), 0u) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_FALSE(r.err.empty() || r.err.back() != '\n') << r.err;
+    EXPECT_NE(r.err.find(fragment), std::string::npos)
+        << "expected \"" << fragment << "\" in: " << r.err;
+    EXPECT_EQ(r.out, "");
+    EXPECT_EQ(files(out_), out_files);
+  }
+
+  fs::path root_, in_, out_;
+};
+
+}  // namespace kdnn_test
