@@ -14,13 +14,16 @@ backward (data and weights: PyTorch's out.backward(dout)), step (both).
 """
 import argparse
 import json
+import os
 import statistics
-import subprocess
-import tempfile
+import sys
 import time
 
 import torch
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gbench import median_times_ms  # noqa: E402
 
 PHASES = ("forward", "backward", "step")
 
@@ -35,20 +38,11 @@ def forward_flops(B, H, S, Sk, D):
 
 
 def run_kdnn(bench, sizes, repetitions):
-    with tempfile.NamedTemporaryFile(suffix=".json") as out:
-        subprocess.run([bench, "--kdnn_sizes=" + ",".join("x".join(map(str, s)) for s in sizes),
-                        f"--benchmark_out={out.name}", "--benchmark_out_format=json",
-                        f"--benchmark_repetitions={repetitions}",
-                        "--benchmark_report_aggregates_only=true"], check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        data = json.load(open(out.name))
+    arg = "--kdnn_sizes=" + ",".join("x".join(map(str, s)) for s in sizes)
     results = {}
-    for b in data["benchmarks"]:
-        if b.get("aggregate_name") not in (None, "median"):
-            continue
-        parts = b["run_name"].split("/")  # mha_f32/<phase>/B/H/S/Sk/D/real_time
-        scale = {"ms": 1.0, "us": 1e-3, "ns": 1e-6, "s": 1e3}[b["time_unit"]]
-        results[(parts[1], tuple(int(p) for p in parts[2:7]))] = b["real_time"] * scale
+    for parts, ms in median_times_ms(bench, [arg], repetitions).items():
+        # mha_f32/<phase>/B/H/S/Sk/D/real_time
+        results[(parts[1], tuple(int(p) for p in parts[2:7]))] = ms
     return results
 
 

@@ -23,28 +23,20 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)  # sinkhorn_triton
+sys.path.insert(0, HERE)  # sinkhorn_triton, gbench
 sys.path.insert(0, os.path.join(HERE, "..", "unit_tests", "reference"))  # kdnn_reference
+from gbench import median_times_ms  # noqa: E402
+
 PAIRS = [("forward", "torch forward"), ("implicit", "torch autograd_backward"),
          ("block", "torch autograd_backward"), ("unrolled", "torch autograd_backward"),
          ("implicit", "torch implicit_cg_backward"), ("implicit", "triton implicit")]
 
 
 def run_kdnn(bench, sizes, repetitions):
-    with tempfile.NamedTemporaryFile(suffix=".json") as out:
-        subprocess.run([bench, f"--kdnn_sizes={sizes}", f"--benchmark_out={out.name}",
-                        "--benchmark_out_format=json", f"--benchmark_repetitions={repetitions}",
-                        "--benchmark_report_aggregates_only=true"], check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        data = json.load(open(out.name))
     results = {}
-    for b in data["benchmarks"]:
-        if b.get("aggregate_name") not in (None, "median"):
-            continue
-        parts = b["run_name"].split("/")  # sinkhorn_f32/<op>/<B>/<n>/<iters>/real_time
-        size = tuple(int(p) for p in parts[2:5])
-        scale = {"ms": 1.0, "us": 1e-3, "ns": 1e-6, "s": 1e3}[b["time_unit"]]
-        results[(parts[1], size)] = b["real_time"] * scale
+    for parts, ms in median_times_ms(bench, [f"--kdnn_sizes={sizes}"], repetitions).items():
+        # sinkhorn_f32/<op>/<B>/<n>/<iters>/real_time
+        results[(parts[1], tuple(int(p) for p in parts[2:5]))] = ms
     return results
 
 

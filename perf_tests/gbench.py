@@ -1,0 +1,23 @@
+"""Running a Google Benchmark executable and reading its median times."""
+import json
+import subprocess
+import tempfile
+
+
+def median_times_ms(bench, args, repetitions):
+    """Runs `bench args...` with `repetitions` repetitions and returns
+    {run_name split at '/': median real time in ms} (a single run's time
+    when repetitions is 1)."""
+    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        subprocess.run([bench, *args, f"--benchmark_out={out.name}",
+                        "--benchmark_out_format=json", f"--benchmark_repetitions={repetitions}",
+                        "--benchmark_report_aggregates_only=true"], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        data = json.load(open(out.name))
+    results = {}
+    for b in data["benchmarks"]:
+        if b.get("aggregate_name") not in (None, "median"):
+            continue
+        scale = {"ms": 1.0, "us": 1e-3, "ns": 1e-6, "s": 1e3}[b["time_unit"]]
+        results[tuple(b["run_name"].split("/"))] = b["real_time"] * scale
+    return results
