@@ -9,9 +9,7 @@ namespace kdnn::attention::impl {
 void validate_descriptor(const char* op, const AttnDescriptor& d) {
   if (d.heads < 1) fail(op, ": desc.heads=", d.heads, ", expected at least 1");
   validate::finite(op, "desc.sm_scaler", d.sm_scaler);
-  if (!(d.dropout_p >= 0 && d.dropout_p < 1)) {
-    fail(op, ": desc.dropout_p=", d.dropout_p, ", expected a value in [0, 1)");
-  }
+  validate::in_half_open(op, "desc.dropout_p", d.dropout_p, 0.0, 1.0);
   const auto positive = [&](const char* name, std::size_t value, const char* what) {
     if (value == 0) fail(op, ": desc.", name, "=0, expected at least 1 (", what, ")");
   };

@@ -92,6 +92,14 @@ void in_range(const char* op, const char* name, T value, T lo, T hi) {
   }
 }
 
+/// Requires lo <= value < hi for a scalar option (false for NaN).
+template <class T>
+void in_half_open(const char* op, const char* name, T value, T lo, T hi) {
+  if (!(value >= lo && value < hi)) {
+    fail(op, ": ", name, "=", value, ", expected a value in [", lo, ", ", hi, ")");
+  }
+}
+
 /// Whether an optional View argument was given: a default-constructed View
 /// (no data, every extent 0) means "not given".
 template <class View>

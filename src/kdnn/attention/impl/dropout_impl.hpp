@@ -21,7 +21,7 @@ template <class ExecSpace, class T>
 void dropout(const ExecSpace& space, const Tensor4<const T, ExecSpace>& in,
              const Tensor4<T, ExecSpace>& out, const DropoutOptions& opts, const char* op,
              const char* in_name, const char* out_name) {
-  if (!(opts.p >= 0 && opts.p < 1)) fail(op, ": p=", opts.p, ", expected a value in [0, 1)");
+  validate::in_half_open(op, "p", opts.p, 0.0, 1.0);
   validate::same_shape(op, out_name, out, in_name, in);
   validate::disjoint(op, {validate::memory_of(out_name, out)},
                      {validate::memory_of(in_name, in)});

@@ -70,9 +70,7 @@ MhaShape mha_shape(const char* op, const MhaOptions& opts, const AttentionMask<E
   validate::extent(op, names[2], v, 2, s.v_size, "E_v, weights.w_v's extent(1)");
 
   if (opts.sm_scaler) validate::finite(op, "opts.sm_scaler", *opts.sm_scaler);
-  if (!(opts.dropout.p >= 0 && opts.dropout.p < 1)) {
-    fail(op, ": opts.dropout.p=", opts.dropout.p, ", expected a value in [0, 1)");
-  }
+  validate::in_half_open(op, "opts.dropout.p", opts.dropout.p, 0.0, 1.0);
   check_mask(op, mask, s.batch, s.seq_q, s.seq_k);
   return s;
 }

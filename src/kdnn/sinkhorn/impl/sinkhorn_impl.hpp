@@ -105,9 +105,7 @@ void backward(const ExecSpace& space, const Batch<const T, ExecSpace>& R,
   validate::no_alias(op, "dX", dX, "R", R);
   validate::no_alias(op, "dX", dX, "G", G);
   validate_batch_size(op, "R", R.extent(0), R.extent(1));
-  if (!(opts.rtol >= 0 && opts.rtol < 1)) {
-    fail(op, ": rtol=", opts.rtol, ", expected a value in [0, 1)");
-  }
+  validate::in_half_open(op, "rtol", opts.rtol, 0.0, 1.0);
   if (opts.max_iters < 0) fail(op, ": max_iters=", opts.max_iters, ", expected >= 0");
   if (opts.method != Method::implicit && opts.method != Method::block) {
     fail(op, ": method=", int(opts.method), ", expected Method::implicit or Method::block");
