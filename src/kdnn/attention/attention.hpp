@@ -5,6 +5,7 @@
 // attention layer built from them.
 #include "kdnn/attention/batched_gemm.hpp"
 #include "kdnn/attention/dropout.hpp"
+#include "kdnn/attention/fused_attention.hpp"
 #include "kdnn/attention/linear.hpp"
 #include "kdnn/attention/mha.hpp"
 #include "kdnn/attention/mha_descriptor.hpp"

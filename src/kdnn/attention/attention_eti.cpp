@@ -2,6 +2,7 @@
 // core/impl/eti.hpp, from their signature macros.
 #include "kdnn/attention/batched_gemm.hpp"
 #include "kdnn/attention/dropout.hpp"
+#include "kdnn/attention/fused_attention.hpp"
 #include "kdnn/attention/linear.hpp"
 #include "kdnn/attention/mha.hpp"
 #include "kdnn/attention/mse_loss.hpp"
@@ -15,7 +16,8 @@ namespace kdnn::attention::impl {
   KDNN_BATCHED_GEMM_OPERATORS(template, ExecSpace, T)  \
   KDNN_SOFTMAX_OPERATORS(template, ExecSpace, T)       \
   KDNN_DROPOUT_OPERATORS(template, ExecSpace, T)      \
-  KDNN_MHA_OPERATORS(template, ExecSpace, T)
+  KDNN_MHA_OPERATORS(template, ExecSpace, T)           \
+  KDNN_FUSED_ATTENTION_OPERATORS(template, ExecSpace, T)
 KDNN_ETI_FOR_EACH(KDNN_ATTENTION_INSTANTIATE)
 #undef KDNN_ATTENTION_INSTANTIATE
 

@@ -16,6 +16,7 @@ struct VisibleKeys {
   int keys = 0;  ///< Sk
   bool lo = false, hi = false, seq_q = false, seq_k = false;
 
+  VisibleKeys() = default;
   VisibleKeys(const AttentionMask<ExecSpace>& m, int key_count)
       : mask(m),
         keys(key_count),

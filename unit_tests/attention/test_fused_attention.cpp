@@ -1,0 +1,151 @@
+// Fused attention forward: O against the unfused path (masked softmax,
+// dropout, batched GEMM) and lse against a double-precision log-sum-exp,
+// for every mask, S and Sk not multiples of the block sizes, D != Dv, and
+// dropout on and off.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "allclose.hpp"
+#include "expect_error.hpp"
+#include "kdnn/attention/batched_gemm.hpp"
+#include "kdnn/attention/fused_attention.hpp"
+#include "mha_reference.hpp"
+#include "views.hpp"
+
+namespace {
+
+using namespace kdnn_test;
+namespace at = kdnn::attention;
+
+struct FusedCase {
+  const char* name;
+  int B, H, S, Sk, D, Dv;
+  bool causal;
+  std::vector<int> lo, hi, seq_q, seq_k;
+  double p;
+};
+
+std::vector<FusedCase> fused_cases() {
+  return {
+      {"plain, S and Sk not block multiples", 2, 2, 37, 70, 16, 16, false, {}, {}, {}, {}, 0},
+      {"D != Dv, causal", 1, 3, 65, 65, 16, 8, true, {}, {}, {}, {}, 0},
+      {"lengths: padded queries, an entry without keys",
+       3,
+       1,
+       20,
+       33,
+       8,
+       8,
+       false,
+       {},
+       {},
+       {20, 7, 13},
+       {33, 0, 9},
+       0},
+      {"windows with empty rows",
+       1,
+       2,
+       5,
+       9,
+       4,
+       4,
+       false,
+       {0, 3, 3, 8, 0},
+       {9, 3, 7, 9, 1},
+       {},
+       {},
+       0},
+      {"dropout 0.2, causal, S > Sk", 2, 2, 40, 24, 16, 12, true, {}, {}, {}, {}, 0.2},
+      {"D = 64", 1, 2, 70, 130, 64, 64, false, {}, {}, {}, {}, 0},
+  };
+}
+
+template <class T>
+DeviceView<int*> ints(const std::vector<int>& x) {
+  std::vector<double> d(x.begin(), x.end());
+  return x.empty() ? DeviceView<int*>() : to_device<int*>(d, x.size());
+}
+
+template <class T>
+class FusedAttention : public ::testing::Test {};
+using Types = ::testing::Types<float, double>;
+TYPED_TEST_SUITE(FusedAttention, Types);
+
+TYPED_TEST(FusedAttention, ForwardMatchesTheUnfusedPath) {
+  using T = TypeParam;
+  unsigned seed = 1;
+  for (const FusedCase& c : fused_cases()) {
+    const auto q =
+        to_device<T****>(normal(std::size_t(c.B) * c.H * c.S * c.D, seed++), c.B, c.H, c.S, c.D);
+    const auto k =
+        to_device<T****>(normal(std::size_t(c.B) * c.H * c.Sk * c.D, seed++), c.B, c.H, c.Sk, c.D);
+    const auto v = to_device<T****>(normal(std::size_t(c.B) * c.H * c.Sk * c.Dv, seed++), c.B, c.H,
+                                    c.Sk, c.Dv);
+    at::AttentionMask<Space> mask;
+    mask.causal = c.causal;
+    mask.lo_win = ints<T>(c.lo), mask.hi_win = ints<T>(c.hi);
+    mask.seq_q = ints<T>(c.seq_q), mask.seq_k = ints<T>(c.seq_k);
+    at::FusedAttentionOptions opts;
+    opts.scale = 1 / std::sqrt(double(c.D));
+    opts.dropout = {c.p, 77, 5};
+    DeviceView<T****> o("o", c.B, c.H, c.S, c.Dv);
+    DeviceView<T***> lse("lse", c.B, c.H, c.S);
+    at::fused_attention_forward(Space(), q, k, v, o, lse, opts, mask);
+
+    // The unfused path: scores, masked softmax, dropout, P·V.
+    DeviceView<T****> scores("scores", c.B, c.H, c.S, c.Sk), P("P", c.B, c.H, c.S, c.Sk),
+        Pd("Pd", c.B, c.H, c.S, c.Sk), o2("o2", c.B, c.H, c.S, c.Dv);
+    at::batched_gemm(Space(), at::Op::none, at::Op::transpose, at::Op::none, T(1), q, k, T(0),
+                     scores);
+    at::softmax_forward(Space(), scores, P, {at::SoftmaxMode::accurate, opts.scale}, mask);
+    at::dropout_forward(Space(), P, Pd, opts.dropout);
+    at::batched_gemm(Space(), at::Op::none, at::Op::none, at::Op::none, T(1), Pd, v, T(0), o2);
+    const double tol = sizeof(T) == 8 ? 1e-13 : 1e-5;
+    EXPECT_ALLCLOSE(to_host(o), to_host(o2), tol, tol) << c.name;
+
+    // lse: log Σ exp over the visible scaled scores, in double.
+    const auto s = to_host(scores);
+    const auto l = to_host(lse);
+    MhaCase mc;
+    mc.causal = c.causal, mc.lo = c.lo, mc.hi = c.hi, mc.seq_q = c.seq_q, mc.seq_k = c.seq_k;
+    for (int b = 0; b < c.B; ++b)
+      for (int h = 0; h < c.H; ++h)
+        for (int i = 0; i < c.S; ++i) {
+          double m = -INFINITY, sum = 0;
+          const std::size_t row = ((std::size_t(b) * c.H + h) * c.S + i) * c.Sk;
+          for (int j = 0; j < c.Sk; ++j)
+            if (reference_visible(mc, b, i, j)) m = std::max(m, opts.scale * s[row + j]);
+          for (int j = 0; j < c.Sk; ++j)
+            if (reference_visible(mc, b, i, j)) sum += std::exp(opts.scale * s[row + j] - m);
+          const double got = l[(std::size_t(b) * c.H + h) * c.S + i];
+          if (sum == 0) {
+            EXPECT_EQ(got, -INFINITY) << c.name << " row " << i;
+          } else {
+            EXPECT_NEAR(got, m + std::log(sum), 10 * tol * (1 + std::abs(m))) << c.name;
+          }
+        }
+  }
+}
+
+TEST(FusedAttentionErrors, BadInputIsAKdnnError) {
+  DeviceView<double****> q("q", 1, 2, 3, 4), k("k", 1, 2, 5, 4), v("v", 1, 2, 5, 6),
+      o("o", 1, 2, 3, 6);
+  DeviceView<double***> lse("lse", 1, 2, 3);
+  DeviceView<double****> k_bad("k", 1, 2, 5, 3), o_bad("o", 1, 2, 3, 5);
+  EXPECT_KDNN_ERROR(at::fused_attention_forward(Space(), q, k_bad, v, o, lse),
+                    "k has extent(3)=3, expected 4 (D, q's extent(3))");
+  EXPECT_KDNN_ERROR(at::fused_attention_forward(Space(), q, k, v, o_bad, lse),
+                    "o has extent(3)=5, expected 6 (Dv, v's extent(3))");
+  at::FusedAttentionOptions opts;
+  opts.dropout.p = 1;
+  EXPECT_KDNN_ERROR(at::fused_attention_forward(Space(), q, k, v, o, lse, opts),
+                    "opts.dropout.p=1, expected a value in [0, 1)");
+  EXPECT_KDNN_ERROR(at::fused_attention_forward(Space(), q, k, v,
+                                                DeviceView<double****>(q.data(), 1, 2, 3, 6), lse),
+                    "output o overlaps input q");
+}
+
+}  // namespace
