@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "allclose.hpp"
@@ -127,6 +128,61 @@ TYPED_TEST(FusedAttention, ForwardMatchesTheUnfusedPath) {
             EXPECT_NEAR(got, m + std::log(sum), 10 * tol * (1 + std::abs(m))) << c.name;
           }
         }
+  }
+}
+
+TYPED_TEST(FusedAttention, BackwardMatchesTheUnfusedPathAndIsReproducible) {
+  using T = TypeParam;
+  unsigned seed = 100;
+  for (const FusedCase& c : fused_cases()) {
+    const std::size_t nq = std::size_t(c.B) * c.H * c.S, nk = std::size_t(c.B) * c.H * c.Sk;
+    const auto q = to_device<T****>(normal(nq * c.D, seed++), c.B, c.H, c.S, c.D);
+    const auto k = to_device<T****>(normal(nk * c.D, seed++), c.B, c.H, c.Sk, c.D);
+    const auto v = to_device<T****>(normal(nk * c.Dv, seed++), c.B, c.H, c.Sk, c.Dv);
+    const auto g = to_device<T****>(normal(nq * c.Dv, seed++), c.B, c.H, c.S, c.Dv);
+    at::AttentionMask<Space> mask;
+    mask.causal = c.causal;
+    mask.lo_win = ints<T>(c.lo), mask.hi_win = ints<T>(c.hi);
+    mask.seq_q = ints<T>(c.seq_q), mask.seq_k = ints<T>(c.seq_k);
+    at::FusedAttentionOptions opts;
+    opts.scale = 0.7 / std::sqrt(double(c.D));
+    opts.dropout = {c.p, 1234, 9};
+    DeviceView<T****> o("o", c.B, c.H, c.S, c.Dv), dq("dq", c.B, c.H, c.S, c.D),
+        dk("dk", c.B, c.H, c.Sk, c.D), dv("dv", c.B, c.H, c.Sk, c.Dv);
+    DeviceView<T***> lse("lse", c.B, c.H, c.S);
+    at::fused_attention_forward(Space(), q, k, v, o, lse, opts, mask);
+    at::fused_attention_backward(Space(), q, k, v, o, lse, g, dq, dk, dv, opts, mask);
+
+    // The unfused chain: P, dropout, dV = Pdᵀ·dO, dPd = dO·Vᵀ, dP, dS, dQ, dK.
+    const auto shape4 = [&](const char* name, int rows, int cols) {
+      return DeviceView<T****>(std::string(name), c.B, c.H, rows, cols);
+    };
+    auto scores = shape4("scores", c.S, c.Sk), P = shape4("P", c.S, c.Sk),
+         Pd = shape4("Pd", c.S, c.Sk), dPd = shape4("dPd", c.S, c.Sk), dP = shape4("dP", c.S, c.Sk),
+         dS = shape4("dS", c.S, c.Sk), dq2 = shape4("dq2", c.S, c.D),
+         dk2 = shape4("dk2", c.Sk, c.D), dv2 = shape4("dv2", c.Sk, c.Dv);
+    const auto none = at::Op::none, tr = at::Op::transpose;
+    at::batched_gemm(Space(), none, tr, none, T(1), q, k, T(0), scores);
+    at::softmax_forward(Space(), scores, P, {at::SoftmaxMode::accurate, opts.scale}, mask);
+    at::dropout_forward(Space(), P, Pd, opts.dropout);
+    at::batched_gemm(Space(), tr, none, none, T(1), Pd, g, T(0), dv2);
+    at::batched_gemm(Space(), none, tr, none, T(1), g, v, T(0), dPd);
+    at::dropout_backward(Space(), dPd, dP, opts.dropout);
+    at::softmax_backward(Space(), P, dP, dS, {at::SoftmaxMode::accurate, opts.scale}, mask);
+    at::batched_gemm(Space(), none, none, none, T(1), dS, k, T(0), dq2);
+    at::batched_gemm(Space(), tr, none, none, T(1), dS, q, T(0), dk2);
+    const double tol = sizeof(T) == 8 ? 1e-12 : 2e-5;
+    EXPECT_ALLCLOSE(to_host(dq), to_host(dq2), tol, tol) << c.name;
+    EXPECT_ALLCLOSE(to_host(dk), to_host(dk2), tol, tol) << c.name;
+    EXPECT_ALLCLOSE(to_host(dv), to_host(dv2), tol, tol) << c.name;
+
+    // Bitwise identical on a second run (no atomics).
+    DeviceView<T****> dq3("dq3", c.B, c.H, c.S, c.D), dk3("dk3", c.B, c.H, c.Sk, c.D),
+        dv3("dv3", c.B, c.H, c.Sk, c.Dv);
+    at::fused_attention_backward(Space(), q, k, v, o, lse, g, dq3, dk3, dv3, opts, mask);
+    EXPECT_EQ(to_host(dq), to_host(dq3)) << c.name;
+    EXPECT_EQ(to_host(dk), to_host(dk3)) << c.name;
+    EXPECT_EQ(to_host(dv), to_host(dv3)) << c.name;
   }
 }
 

@@ -31,7 +31,13 @@ struct FusedAttentionOptions {
       const ExecSpace&, const Tensor4<const T, ExecSpace>&, const Tensor4<const T, ExecSpace>&, \
       const Tensor4<const T, ExecSpace>&, const Tensor4<T, ExecSpace>&,                         \
       const Tensor3<T, ExecSpace>&, const FusedAttentionOptions&,                               \
-      const AttentionMask<ExecSpace>&);
+      const AttentionMask<ExecSpace>&);                                                         \
+  PREFIX void fused_attention_backward(                                                         \
+      const ExecSpace&, const Tensor4<const T, ExecSpace>&, const Tensor4<const T, ExecSpace>&, \
+      const Tensor4<const T, ExecSpace>&, const Tensor4<const T, ExecSpace>&,                   \
+      const Tensor3<const T, ExecSpace>&, const Tensor4<const T, ExecSpace>&,                   \
+      const Tensor4<T, ExecSpace>&, const Tensor4<T, ExecSpace>&, const Tensor4<T, ExecSpace>&, \
+      const FusedAttentionOptions&, const AttentionMask<ExecSpace>&);
 
 namespace kdnn::attention {
 
@@ -63,6 +69,44 @@ void fused_attention_forward(const ExecSpace& space, const QView& q, const KView
   KDNN_CHECK_SAME_TYPE(LView, OView, "attention::fused_attention_forward: lse and o");
   using T = typename OView::non_const_value_type;
   impl::fused_attention_forward<ExecSpace, T>(space, q, k, v, o, lse, opts, mask);
+}
+
+/// dq, dk, dv from the forward's q, k, v, o, lse and dout = dL/dO, with the
+/// forward's options and mask: the probabilities are recomputed tile by tile
+/// from lse. Deterministic: no atomics, every sum in a fixed order.
+/// Asynchronous on `space` after the host-side checks.
+template <class ExecSpace, class QView, class KView, class VView, class OView, class LView,
+          class GView, class DQView, class DKView, class DVView>
+void fused_attention_backward(const ExecSpace& space, const QView& q, const KView& k,
+                              const VView& v, const OView& o, const LView& lse, const GView& dout,
+                              const DQView& dq, const DKView& dk, const DVView& dv,
+                              const FusedAttentionOptions& opts = {},
+                              const AttentionMask<ExecSpace>& mask = {}) {
+#define KDNN_IMPL_ARG(name) "attention::fused_attention_backward: " name
+  KDNN_CHECK_VIEW(ExecSpace, QView, 4, "[B, H, S, D]", KDNN_IMPL_ARG("q"));
+  KDNN_CHECK_VIEW(ExecSpace, KView, 4, "[B, H, Sk, D]", KDNN_IMPL_ARG("k"));
+  KDNN_CHECK_VIEW(ExecSpace, VView, 4, "[B, H, Sk, Dv]", KDNN_IMPL_ARG("v"));
+  KDNN_CHECK_VIEW(ExecSpace, OView, 4, "[B, H, S, Dv]", KDNN_IMPL_ARG("o"));
+  KDNN_CHECK_VIEW(ExecSpace, LView, 3, "[B, H, S]", KDNN_IMPL_ARG("lse"));
+  KDNN_CHECK_VIEW(ExecSpace, GView, 4, "[B, H, S, Dv]", KDNN_IMPL_ARG("dout"));
+  KDNN_CHECK_VIEW(ExecSpace, DQView, 4, "[B, H, S, D]", KDNN_IMPL_ARG("dq"));
+  KDNN_CHECK_VIEW(ExecSpace, DKView, 4, "[B, H, Sk, D]", KDNN_IMPL_ARG("dk"));
+  KDNN_CHECK_VIEW(ExecSpace, DVView, 4, "[B, H, Sk, Dv]", KDNN_IMPL_ARG("dv"));
+  KDNN_CHECK_OUTPUT(DQView, KDNN_IMPL_ARG("dq"));
+  KDNN_CHECK_OUTPUT(DKView, KDNN_IMPL_ARG("dk"));
+  KDNN_CHECK_OUTPUT(DVView, KDNN_IMPL_ARG("dv"));
+  KDNN_CHECK_SAME_TYPE(QView, DQView, KDNN_IMPL_ARG("q and dq"));
+  KDNN_CHECK_SAME_TYPE(KView, DQView, KDNN_IMPL_ARG("k and dq"));
+  KDNN_CHECK_SAME_TYPE(VView, DQView, KDNN_IMPL_ARG("v and dq"));
+  KDNN_CHECK_SAME_TYPE(OView, DQView, KDNN_IMPL_ARG("o and dq"));
+  KDNN_CHECK_SAME_TYPE(LView, DQView, KDNN_IMPL_ARG("lse and dq"));
+  KDNN_CHECK_SAME_TYPE(GView, DQView, KDNN_IMPL_ARG("dout and dq"));
+  KDNN_CHECK_SAME_TYPE(DKView, DQView, KDNN_IMPL_ARG("dk and dq"));
+  KDNN_CHECK_SAME_TYPE(DVView, DQView, KDNN_IMPL_ARG("dv and dq"));
+#undef KDNN_IMPL_ARG
+  using T = typename DQView::non_const_value_type;
+  impl::fused_attention_backward<ExecSpace, T>(space, q, k, v, o, lse, dout, dq, dk, dv, opts,
+                                               mask);
 }
 
 }  // namespace kdnn::attention

@@ -7,6 +7,7 @@
 
 #include "kdnn/attention/fused_attention.hpp"
 #include "kdnn/attention/impl/dropout_impl.hpp"
+#include "kdnn/attention/impl/fused_backward_kernels.hpp"
 #include "kdnn/attention/impl/fused_forward_kernel.hpp"
 #include "kdnn/attention/impl/visible_keys.hpp"
 #include "kdnn/core/impl/backend_traits.hpp"
@@ -27,13 +28,24 @@ void fused_block_sizes(int D, int Dv, int& bq, int& bk) {
   }
 }
 
+/// The dropout test of `opts` (dropout.hpp's rule, Philox keyed by seed).
+inline DropoutMask dropout_mask(const DropoutOptions& opts) {
+  DropoutMask m;
+  m.active = opts.p > 0;
+  m.threshold = drop_threshold(opts.p);
+  m.key0 = std::uint32_t(opts.seed), m.key1 = std::uint32_t(opts.seed >> 32);
+  m.off0 = std::uint32_t(opts.offset), m.off1 = std::uint32_t(opts.offset >> 32);
+  return m;
+}
+
+/// Checks the options and that q, k, v and the [B, H, S, Dv] and [B, H, S]
+/// tensors named in `outs` agree.
 template <class ExecSpace, class T>
-void fused_attention_forward(const ExecSpace& space, const Tensor4<const T, ExecSpace>& q,
-                             const Tensor4<const T, ExecSpace>& k,
-                             const Tensor4<const T, ExecSpace>& v, const Tensor4<T, ExecSpace>& o,
-                             const Tensor3<T, ExecSpace>& lse, const FusedAttentionOptions& opts,
-                             const AttentionMask<ExecSpace>& mask) {
-  constexpr const char* op = "attention::fused_attention_forward";
+void validate_fused(const char* op, const FusedAttentionOptions& opts,
+                    const Tensor4<const T, ExecSpace>& q, const Tensor4<const T, ExecSpace>& k,
+                    const Tensor4<const T, ExecSpace>& v, const char* o_name,
+                    const Tensor4<const T, ExecSpace>& o, const char* lse_name,
+                    const Tensor3<const T, ExecSpace>& lse) {
   validate::finite(op, "opts.scale", opts.scale);
   if (!(opts.dropout.p >= 0 && opts.dropout.p < 1)) {
     fail(op, ": opts.dropout.p=", opts.dropout.p, ", expected a value in [0, 1)");
@@ -42,14 +54,38 @@ void fused_attention_forward(const ExecSpace& space, const Tensor4<const T, Exec
     const char* what = d == 0 ? "q's batch" : "q's heads";
     validate::extent(op, "k", k, d, q.extent(d), what);
     validate::extent(op, "v", v, d, q.extent(d), what);
-    validate::extent(op, "o", o, d, q.extent(d), what);
-    validate::extent(op, "lse", lse, d, q.extent(d), what);
+    validate::extent(op, o_name, o, d, q.extent(d), what);
+    validate::extent(op, lse_name, lse, d, q.extent(d), what);
   }
   validate::extent(op, "k", k, 3, q.extent(3), "D, q's extent(3)");
   validate::extent(op, "v", v, 2, k.extent(2), "Sk, k's extent(2)");
-  validate::extent(op, "o", o, 2, q.extent(2), "S, q's extent(2)");
-  validate::extent(op, "o", o, 3, v.extent(3), "Dv, v's extent(3)");
-  validate::extent(op, "lse", lse, 2, q.extent(2), "S, q's extent(2)");
+  validate::extent(op, o_name, o, 2, q.extent(2), "S, q's extent(2)");
+  validate::extent(op, o_name, o, 3, v.extent(3), "Dv, v's extent(3)");
+  validate::extent(op, lse_name, lse, 2, q.extent(2), "S, q's extent(2)");
+}
+
+/// The launch plan of one fused kernel over `league` teams.
+template <class ExecSpace, class Kernel>
+kdnn::impl::TeamPlan<ExecSpace> plan_fused(const char* op, const ExecSpace& space, int league,
+                                           const FusedAttentionOptions& opts, int bq, int bk, int D,
+                                           int Dv) {
+  const std::size_t bytes = kdnn::impl::layout_bytes(
+      [&](kdnn::impl::ScratchCarver& s) { Kernel::carve(s, bq, bk, D, Dv); });
+  return kdnn::impl::plan_team<ExecSpace, Kernel>(
+      op, space, league, opts.launch, kdnn::impl::BackendTraits<ExecSpace>::is_host ? 1 : 8, bytes,
+      "blocks of " + std::to_string(bq) + " queries and " + std::to_string(bk) +
+          " keys with D=" + std::to_string(D) + ", Dv=" + std::to_string(Dv));
+}
+
+template <class ExecSpace, class T>
+void fused_attention_forward(const ExecSpace& space, const Tensor4<const T, ExecSpace>& q,
+                             const Tensor4<const T, ExecSpace>& k,
+                             const Tensor4<const T, ExecSpace>& v, const Tensor4<T, ExecSpace>& o,
+                             const Tensor3<T, ExecSpace>& lse, const FusedAttentionOptions& opts,
+                             const AttentionMask<ExecSpace>& mask) {
+  constexpr const char* op = "attention::fused_attention_forward";
+  validate_fused<ExecSpace, T>(op, opts, q, k, v, "o", Tensor4<const T, ExecSpace>(o), "lse",
+                 Tensor3<const T, ExecSpace>(lse));
   using validate::memory_of;
   validate::disjoint(op, {memory_of("o", o), memory_of("lse", lse)},
                      {memory_of("q", q), memory_of("k", k), memory_of("v", v)});
@@ -65,25 +101,80 @@ void fused_attention_forward(const ExecSpace& space, const Tensor4<const T, Exec
   kernel.scale = T(opts.scale);
   kernel.keep_scale = T(1.0 / (1.0 - opts.dropout.p));
   kernel.neg_inf = -std::numeric_limits<T>::infinity();
-  kernel.dropout.active = opts.dropout.p > 0;
-  kernel.dropout.threshold = drop_threshold(opts.dropout.p);
-  kernel.dropout.key0 = std::uint32_t(opts.dropout.seed);
-  kernel.dropout.key1 = std::uint32_t(opts.dropout.seed >> 32);
-  kernel.dropout.off0 = std::uint32_t(opts.dropout.offset);
-  kernel.dropout.off1 = std::uint32_t(opts.dropout.offset >> 32);
+  kernel.dropout = dropout_mask(opts.dropout);
   fused_block_sizes<ExecSpace>(D, Dv, kernel.bq, kernel.bk);
-  const int bq = kernel.bq, bk = kernel.bk;
-  const std::size_t bytes = kdnn::impl::layout_bytes(
-      [&](kdnn::impl::ScratchCarver& s) { Kernel::carve(s, bq, bk, D, Dv); });
-  const int blocks = (S + bq - 1) / bq;
-  const auto plan = kdnn::impl::plan_team<ExecSpace, Kernel>(
-      op, space, B * H * blocks, opts.launch, kdnn::impl::BackendTraits<ExecSpace>::is_host ? 1 : 8,
-      bytes,
-      "a block of " + std::to_string(bq) + " queries with D=" + std::to_string(D) +
-          ", Dv=" + std::to_string(Dv));
+  const auto plan = plan_fused<ExecSpace, Kernel>(
+      op, space, B * H * ((S + kernel.bq - 1) / kernel.bq), opts, kernel.bq, kernel.bk, D, Dv);
   kernel.level = plan.level;
   kernel.scratch_bytes = plan.scratch_bytes;
   Kokkos::parallel_for("kdnn::attention::fused_attention_forward", plan.policy(space), kernel);
+}
+
+template <class ExecSpace, class T>
+void fused_attention_backward(const ExecSpace& space, const Tensor4<const T, ExecSpace>& q,
+                              const Tensor4<const T, ExecSpace>& k,
+                              const Tensor4<const T, ExecSpace>& v,
+                              const Tensor4<const T, ExecSpace>& o,
+                              const Tensor3<const T, ExecSpace>& lse,
+                              const Tensor4<const T, ExecSpace>& dout,
+                              const Tensor4<T, ExecSpace>& dq, const Tensor4<T, ExecSpace>& dk,
+                              const Tensor4<T, ExecSpace>& dv, const FusedAttentionOptions& opts,
+                              const AttentionMask<ExecSpace>& mask) {
+  constexpr const char* op = "attention::fused_attention_backward";
+  validate_fused<ExecSpace, T>(op, opts, q, k, v, "o", o, "lse", lse);
+  validate::same_shape(op, "dout", dout, "o", o);
+  validate::same_shape(op, "dq", dq, "q", q);
+  validate::same_shape(op, "dk", dk, "k", k);
+  validate::same_shape(op, "dv", dv, "v", v);
+  using validate::memory_of;
+  validate::disjoint(op, {memory_of("dq", dq), memory_of("dk", dk), memory_of("dv", dv)},
+                     {memory_of("q", q), memory_of("k", k), memory_of("v", v), memory_of("o", o),
+                      memory_of("lse", lse), memory_of("dout", dout)});
+  const int B = int(q.extent(0)), H = int(q.extent(1)), S = int(q.extent(2)), Sk = int(k.extent(2)),
+            D = int(q.extent(3)), Dv = int(v.extent(3));
+  check_mask(op, mask, B, S, Sk);
+  if (B == 0 || H == 0) return;
+
+  // δ_i = dO_i·O_i, the softmax backward's row sums (O(B·H·S) memory).
+  const Tensor3<T, ExecSpace> delta("kdnn::attention::fused_delta", B, H, S);
+  if (delta.size() > 0) {
+    Kokkos::parallel_for(
+        "kdnn::attention::fused_delta", Kokkos::RangePolicy<ExecSpace>(space, 0, delta.size()),
+        KOKKOS_LAMBDA(std::size_t row) {
+          T s = 0;
+          for (int d = 0; d < Dv; ++d) s += dout.data()[row * Dv + d] * o.data()[row * Dv + d];
+          delta.data()[row] = s;
+        });
+  }
+
+  FusedBackwardData<ExecSpace, T> data;
+  data.q = q, data.k = k, data.v = v, data.dout = dout, data.lse = lse, data.delta = delta;
+  data.visible = VisibleKeys<ExecSpace>(mask, Sk);
+  data.dropout = dropout_mask(opts.dropout);
+  data.scale = T(opts.scale);
+  data.keep_scale = T(1.0 / (1.0 - opts.dropout.p));
+  fused_block_sizes<ExecSpace>(D, Dv, data.bq, data.bk);
+
+  if (Sk > 0) {
+    using KV = FusedBackwardKVKernel<ExecSpace, T>;
+    KV kv;
+    static_cast<FusedBackwardData<ExecSpace, T>&>(kv) = data;
+    kv.dk = dk, kv.dv = dv;
+    const auto plan = plan_fused<ExecSpace, KV>(op, space, B * H * ((Sk + data.bk - 1) / data.bk),
+                                                opts, data.bq, data.bk, D, Dv);
+    kv.level = plan.level, kv.scratch_bytes = plan.scratch_bytes;
+    Kokkos::parallel_for("kdnn::attention::fused_backward_kv", plan.policy(space), kv);
+  }
+  if (S > 0) {
+    using Q = FusedBackwardQKernel<ExecSpace, T>;
+    Q qk;
+    static_cast<FusedBackwardData<ExecSpace, T>&>(qk) = data;
+    qk.dq = dq;
+    const auto plan = plan_fused<ExecSpace, Q>(op, space, B * H * ((S + data.bq - 1) / data.bq),
+                                               opts, data.bq, data.bk, D, Dv);
+    qk.level = plan.level, qk.scratch_bytes = plan.scratch_bytes;
+    Kokkos::parallel_for("kdnn::attention::fused_backward_q", plan.policy(space), qk);
+  }
 }
 
 }  // namespace kdnn::attention::impl
