@@ -1,10 +1,13 @@
 // Fused attention forward: O against the unfused path (masked softmax,
 // dropout, batched GEMM) and lse against a double-precision log-sum-exp,
-// for every mask, S and Sk not multiples of the block sizes, D != Dv, and
-// dropout on and off.
+// for every mask, S and Sk not multiples of the block sizes, D from 4 to
+// 256, D != Dv, and dropout on and off; the backward against the unfused
+// chain and run to run; the memory the fused calls allocate.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <string>
 #include <vector>
@@ -61,6 +64,8 @@ std::vector<FusedCase> fused_cases() {
        0},
       {"dropout 0.2, causal, S > Sk", 2, 2, 40, 24, 16, 12, true, {}, {}, {}, {}, 0.2},
       {"D = 64", 1, 2, 70, 130, 64, 64, false, {}, {}, {}, {}, 0},
+      {"D = 128, dropout", 1, 1, 40, 50, 128, 128, false, {}, {}, {}, {}, 0.1},
+      {"D = 256, Dv = 128, causal", 1, 1, 33, 40, 256, 128, true, {}, {}, {}, {}, 0},
   };
 }
 
@@ -184,6 +189,72 @@ TYPED_TEST(FusedAttention, BackwardMatchesTheUnfusedPathAndIsReproducible) {
     EXPECT_EQ(to_host(dk), to_host(dk3)) << c.name;
     EXPECT_EQ(to_host(dv), to_host(dv3)) << c.name;
   }
+}
+
+/// Bytes allocated through Kokkos (any memory space) while counting: the
+/// current total and its peak, from Kokkos' tools callbacks.
+struct AllocationCounter {
+  static inline std::int64_t current = 0, peak = 0;
+  static void allocate(Kokkos::Profiling::SpaceHandle, const char*, const void*,
+                       std::uint64_t bytes) {
+    current += std::int64_t(bytes);
+    peak = std::max(peak, current);
+  }
+  static void deallocate(Kokkos::Profiling::SpaceHandle, const char*, const void*,
+                         std::uint64_t bytes) {
+    current -= std::int64_t(bytes);
+  }
+  AllocationCounter() {
+    current = peak = 0;
+    Kokkos::Tools::Experimental::set_allocate_data_callback(&allocate);
+    Kokkos::Tools::Experimental::set_deallocate_data_callback(&deallocate);
+  }
+  ~AllocationCounter() {
+    Kokkos::Tools::Experimental::set_allocate_data_callback(nullptr);
+    Kokkos::Tools::Experimental::set_deallocate_data_callback(nullptr);
+  }
+};
+
+// The memory claim, measured: beyond its inputs, outputs and the backend's
+// team scratch (block-sized, kept between launches) the fused forward +
+// backward allocate O(B·H·S) (the row sums δ), the same for every Sk, where
+// the unfused path needs [B, H, S, Sk] tensors.
+TEST(FusedAttentionMemory, ExtraAllocationsDoNotGrowWithTheKeyLength) {
+  using T = float;
+  const int B = 2, H = 2, S = 96, D = 16;
+  std::vector<std::int64_t> peaks;
+  for (int Sk : {64, 1024}) {
+    const std::size_t nq = std::size_t(B) * H * S, nk = std::size_t(B) * H * Sk;
+    const auto q = to_device<T****>(normal(nq * D, 1), B, H, S, D);
+    const auto k = to_device<T****>(normal(nk * D, 2), B, H, Sk, D);
+    const auto v = to_device<T****>(normal(nk * D, 3), B, H, Sk, D);
+    const auto g = to_device<T****>(normal(nq * D, 4), B, H, S, D);
+    DeviceView<T****> o("o", B, H, S, D), dq("dq", B, H, S, D), dk("dk", B, H, Sk, D),
+        dv("dv", B, H, Sk, D);
+    DeviceView<T***> lse("lse", B, H, S);
+    at::AttentionMask<Space> mask;
+    mask.causal = true;
+    at::FusedAttentionOptions opts;
+    opts.dropout = {0.1, 3, 0};
+    // Warm-up: backends keep their team-scratch pools between launches.
+    at::fused_attention_forward(Space(), q, k, v, o, lse, opts, mask);
+    at::fused_attention_backward(Space(), q, k, v, o, lse, g, dq, dk, dv, opts, mask);
+    Space().fence();
+    {
+      AllocationCounter counter;
+      {  // the counter sees allocations: a control of known size
+        DeviceView<T*> control("control", 1000);
+      }
+      EXPECT_GE(AllocationCounter::peak, std::int64_t(1000 * sizeof(T)));
+      AllocationCounter::current = AllocationCounter::peak = 0;
+      at::fused_attention_forward(Space(), q, k, v, o, lse, opts, mask);
+      at::fused_attention_backward(Space(), q, k, v, o, lse, g, dq, dk, dv, opts, mask);
+      Space().fence();
+      peaks.push_back(AllocationCounter::peak);
+    }
+    EXPECT_LE(peaks.back(), std::int64_t(nq * sizeof(T)) + 4096) << "Sk=" << Sk;
+  }
+  EXPECT_EQ(peaks[0], peaks[1]);
 }
 
 TEST(FusedAttentionErrors, BadInputIsAKdnnError) {
