@@ -15,11 +15,10 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
-#include <sstream>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "bench_args.hpp"
 #include "kdnn/attention/mha.hpp"
 
 namespace {
@@ -93,41 +92,17 @@ void run(benchmark::State& state, Phase phase) {
       benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
-std::vector<std::vector<std::int64_t>> parse_sizes(const std::string& text) {
-  std::vector<std::vector<std::int64_t>> sizes;
-  std::stringstream list(text);
-  std::string item;
-  while (std::getline(list, item, ',')) {
-    std::vector<std::int64_t> size;
-    std::stringstream parts(item);
-    std::string part;
-    while (std::getline(parts, part, 'x')) size.push_back(std::stoll(part));
-    if (size.size() != 5)
-      throw std::invalid_argument("--kdnn_sizes: expected BxHxSxSkxD, got " + item);
-    sizes.push_back(size);
-  }
-  return sizes;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string sizes = "8x4x128x128x64,2x4x1024x1024x64";
-  std::vector<char*> args;
-  for (int i = 0; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg.rfind("--kdnn_sizes=", 0) == 0) {
-      sizes = arg.substr(13);
-    } else {
-      args.push_back(argv[i]);
-    }
-  }
-  int count = int(args.size());
-  Kokkos::initialize(count, args.data());
+  kdnn_bench::Args args =
+      kdnn_bench::parse_args(argc, argv, "8x4x128x128x64,2x4x1024x1024x64", 5, "BxHxSxSkxD");
+  int count = int(args.rest.size());
+  Kokkos::initialize(count, args.rest.data());
   {
     const std::pair<const char*, Phase> phases[] = {
         {"forward", Phase::forward}, {"backward", Phase::backward}, {"step", Phase::step}};
-    for (const auto& size : parse_sizes(sizes)) {
+    for (const auto& size : args.sizes) {
       for (const auto& [name, phase] : phases) {
         benchmark::RegisterBenchmark((std::string("mha_f32/") + name).c_str(), run, phase)
             ->Args(size)
@@ -135,7 +110,7 @@ int main(int argc, char** argv) {
             ->UseRealTime();
       }
     }
-    benchmark::Initialize(&count, args.data());
+    benchmark::Initialize(&count, args.rest.data());
     benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();
   }

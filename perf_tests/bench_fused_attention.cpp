@@ -1,0 +1,122 @@
+// Scaled-dot-product attention on per-head tensors, fused (flash-style, O(S)
+// memory) vs unfused (scores, masked softmax and P·V materialised), float32,
+// forward and backward, at --kdnn_sizes=BxHxSxSkxD,... (default
+// 8x4x128x128x64,1x8x2048x2048x64), no mask, no dropout. GFLOP/s counts
+// 4·B·H·S·Sk·D for the forward and 2.5 times that for the backward (the
+// FlashAttention convention).
+#include <benchmark/benchmark.h>
+
+#include <Kokkos_Core.hpp>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench_args.hpp"
+#include "kdnn/attention/batched_gemm.hpp"
+#include "kdnn/attention/fused_attention.hpp"
+
+namespace {
+
+namespace at = kdnn::attention;
+using Space = Kokkos::DefaultExecutionSpace;
+using T = float;
+using View4 = at::Tensor4<T, Space>;
+
+enum class Path { fused, unfused };
+enum class Phase { forward, backward };
+
+View4 random_view(const std::string& name, unsigned seed, std::size_t B, std::size_t H,
+                  std::size_t rows, std::size_t cols) {
+  View4 v(name, B, H, rows, cols);
+  auto h = Kokkos::create_mirror_view(v);
+  std::mt19937 gen(seed);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  for (std::size_t k = 0; k < h.size(); ++k) h.data()[k] = T(normal(gen));
+  Kokkos::deep_copy(v, h);
+  return v;
+}
+
+void run(benchmark::State& state, Path path, Phase phase) {
+  const std::size_t B = state.range(0), H = state.range(1), S = state.range(2), Sk = state.range(3),
+                    D = state.range(4);
+  const View4 q = random_view("q", 1, B, H, S, D), k = random_view("k", 2, B, H, Sk, D),
+              v = random_view("v", 3, B, H, Sk, D), g = random_view("dout", 4, B, H, S, D);
+  View4 o("o", B, H, S, D), dq("dq", B, H, S, D), dk("dk", B, H, Sk, D), dv("dv", B, H, Sk, D);
+  at::Tensor3<T, Space> lse("lse", B, H, S);
+  at::FusedAttentionOptions opts;
+  opts.scale = 1 / std::sqrt(double(D));
+  const at::SoftmaxOptions softmax{at::SoftmaxMode::accurate, opts.scale};
+  View4 scores, P, dP;
+  if (path == Path::unfused) {
+    scores = View4("scores", B, H, S, Sk), P = View4("P", B, H, S, Sk);
+    dP = View4("dP", B, H, S, Sk);
+  }
+  const auto none = at::Op::none, tr = at::Op::transpose;
+  Space space;
+  const auto forward = [&] {
+    if (path == Path::fused) {
+      at::fused_attention_forward(space, q, k, v, o, lse, opts);
+    } else {
+      at::batched_gemm(space, none, tr, none, T(1), q, k, T(0), scores);
+      at::softmax_forward(space, scores, P, softmax);
+      at::batched_gemm(space, none, none, none, T(1), P, v, T(0), o);
+    }
+  };
+  const auto backward = [&] {
+    if (path == Path::fused) {
+      at::fused_attention_backward(space, q, k, v, o, lse, g, dq, dk, dv, opts);
+    } else {
+      at::batched_gemm(space, tr, none, none, T(1), P, g, T(0), dv);
+      at::batched_gemm(space, none, tr, none, T(1), g, v, T(0), dP);
+      at::softmax_backward(space, P, dP, scores, softmax);  // dS into scores
+      at::batched_gemm(space, none, none, none, T(1), scores, k, T(0), dq);
+      at::batched_gemm(space, tr, none, none, T(1), scores, q, T(0), dk);
+    }
+  };
+  forward();
+  space.fence();
+  for (auto _ : state) {
+    if (phase == Phase::forward) {
+      forward();
+    } else {
+      backward();
+    }
+    space.fence();
+  }
+  const double flops = 4.0 * B * H * S * Sk * D * (phase == Phase::forward ? 1 : 2.5);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  kdnn_bench::Args args =
+      kdnn_bench::parse_args(argc, argv, "8x4x128x128x64,1x8x2048x2048x64", 5, "BxHxSxSkxD");
+  int count = int(args.rest.size());
+  Kokkos::initialize(count, args.rest.data());
+  {
+    const std::pair<const char*, Path> paths[] = {{"fused", Path::fused},
+                                                  {"unfused", Path::unfused}};
+    const std::pair<const char*, Phase> phases[] = {{"forward", Phase::forward},
+                                                    {"backward", Phase::backward}};
+    for (const auto& size : args.sizes) {
+      for (const auto& path : paths) {
+        for (const auto& phase : phases) {
+          const std::string name = std::string("sdpa_f32/") + path.first + "_" + phase.first;
+          benchmark::RegisterBenchmark(name.c_str(), run, path.second, phase.second)
+              ->Args(size)
+              ->Unit(benchmark::kMillisecond)
+              ->UseRealTime();
+        }
+      }
+    }
+    benchmark::Initialize(&count, args.rest.data());
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+  }
+  Kokkos::finalize();
+  return 0;
+}
