@@ -52,8 +52,9 @@ struct FusedForwardKernel {
     T *q, *k, *v, *p, *o, *m, *l;
     int *first, *last;
   };
-  /// The team's scratch: its queries, one key and value tile, the tile's
-  /// probabilities, the output accumulator and the row statistics.
+  /// The team's scratch: its queries, one key tile (transposed, [D, bk]) and
+  /// one value tile, the tile's probabilities, the output accumulator and the
+  /// row statistics.
   KOKKOS_INLINE_FUNCTION static Work carve(kdnn::impl::ScratchCarver& s, int bq, int bk, int D,
                                            int Dv) {
     Work w;
@@ -114,7 +115,7 @@ struct FusedForwardKernel {
       const int cols = Sk - j0 < bk ? Sk - j0 : bk;
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols), [&](int c) {
         Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D),
-                             [&](int d) { w.k[c * D + d] = k(b, h, j0 + c, d); });
+                             [&](int d) { w.k[d * bk + c] = k(b, h, j0 + c, d); });
         Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, Dv),
                              [&](int d) { w.v[c * Dv + d] = v(b, h, j0 + c, d); });
       });
@@ -124,13 +125,20 @@ struct FusedForwardKernel {
         const int c1 = w.last[r] - j0 < cols ? w.last[r] - j0 : cols;
         if (c0 >= c1) return;
         T* p = w.p + r * bk;
+        // Scores as axpys over the tile's keys (Kᵀ in scratch): contiguous,
+        // vectorisable without reordering any sum.
+        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, c0, c1), [&](int c) { p[c] = T(0); });
+        for (int d = 0; d < D; ++d) {
+          const T qd = w.q[r * D + d];
+          const T* kd = w.k + d * bk;
+          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, c0, c1),
+                               [&](int c) { p[c] += qd * kd[c]; });
+        }
         T tile_max = neg_inf;
         Kokkos::parallel_reduce(
             Kokkos::ThreadVectorRange(team, c0, c1),
             [&](int c, T& x) {
-              T s = 0;
-              for (int d = 0; d < D; ++d) s += w.q[r * D + d] * w.k[c * D + d];
-              p[c] = scale * s;
+              p[c] *= scale;
               if (p[c] > x) x = p[c];
             },
             Kokkos::Max<T>(tile_max));
@@ -147,11 +155,15 @@ struct FusedForwardKernel {
               p[c] = dropout.keep(row + c) ? e * keep_scale : T(0);
             },
             sum);
-        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, Dv), [&](int d) {
-          T acc = alpha * w.o[r * Dv + d];
-          for (int c = c0; c < c1; ++c) acc += p[c] * w.v[c * Dv + d];
-          w.o[r * Dv + d] = acc;
-        });
+        T* o_row = w.o + r * Dv;
+        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, Dv),
+                             [&](int d) { o_row[d] *= alpha; });
+        for (int c = c0; c < c1; ++c) {  // O += p_c·V_c, axpys over the features
+          const T pc = p[c];
+          const T* vc = w.v + c * Dv;
+          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, Dv),
+                               [&](int d) { o_row[d] += pc * vc[d]; });
+        }
         Kokkos::single(Kokkos::PerThread(team), [&] {
           w.m[r] = m_new;
           w.l[r] = alpha * w.l[r] + sum;
