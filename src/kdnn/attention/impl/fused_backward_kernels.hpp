@@ -41,6 +41,12 @@ struct FusedBackwardData {
         Kokkos::ThreadVectorRange(team, D), [&](int d, T& x) { x += qr[d] * kr[d]; }, s);
     Kokkos::parallel_reduce(
         Kokkos::ThreadVectorRange(team, Dv), [&](int d, T& x) { x += gr[d] * vr[d]; }, dpd);
+    grads(s, dpd, index, row_lse, row_delta, pd, ds);
+  }
+
+  /// Pd and dS from the raw score s = q·k and dPd = dO·v of element `index`.
+  KOKKOS_INLINE_FUNCTION void grads(T s, T dpd, std::uint64_t index, T row_lse, T row_delta, T& pd,
+                                    T& ds) const {
     const T p = compat::exp(scale * s - row_lse);
     const bool keep = dropout.keep(index);
     pd = keep ? p * keep_scale : T(0);
@@ -144,7 +150,7 @@ struct FusedBackwardQKernel : FusedBackwardData<ExecSpace, T> {
   Tensor4<T, ExecSpace> dq;
 
   struct Work {
-    T *q, *g, *dq, *lse, *delta, *k, *v;
+    T *q, *g, *dq, *lse, *delta, *k, *kt, *vt, *s, *dp;
     int *first, *last;
   };
   KOKKOS_INLINE_FUNCTION static Work carve(kdnn::impl::ScratchCarver& s, int bq, int bk, int D,
@@ -156,7 +162,10 @@ struct FusedBackwardQKernel : FusedBackwardData<ExecSpace, T> {
     w.lse = s.take<T>(bq);
     w.delta = s.take<T>(bq);
     w.k = s.take<T>(std::size_t(bk) * D);
-    w.v = s.take<T>(std::size_t(bk) * Dv);
+    w.kt = s.take<T>(std::size_t(D) * bk);
+    w.vt = s.take<T>(std::size_t(Dv) * bk);
+    w.s = s.take<T>(std::size_t(bq) * bk);
+    w.dp = s.take<T>(std::size_t(bq) * bk);
     w.first = s.take<int>(bq);
     w.last = s.take<int>(bq);
     return w;
@@ -209,21 +218,50 @@ struct FusedBackwardQKernel : FusedBackwardData<ExecSpace, T> {
       const int cols = Sk - j0 < bk ? Sk - j0 : bk;
       team.team_barrier();  // the previous tile is done with
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols), [&](int c) {
-        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D),
-                             [&](int d) { w.k[c * D + d] = in.k(b, h, j0 + c, d); });
+        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D), [&](int d) {
+          const T x = in.k(b, h, j0 + c, d);
+          w.k[c * D + d] = x;
+          w.kt[d * bk + c] = x;
+        });
         Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, Dv),
-                             [&](int d) { w.v[c * Dv + d] = in.v(b, h, j0 + c, d); });
+                             [&](int d) { w.vt[d * bk + c] = in.v(b, h, j0 + c, d); });
       });
       team.team_barrier();
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](int r) {
         const int c0 = w.first[r] - j0 > 0 ? w.first[r] - j0 : 0;
         const int c1 = w.last[r] - j0 < cols ? w.last[r] - j0 : cols;
+        if (c0 >= c1) return;
+        // The row's scores and dO·V over the tile as axpys over keys (Kᵀ, Vᵀ
+        // in scratch), then dS, then dQ_r += Σ_c dS_c K_c as axpys over D.
+        T* s = w.s + r * bk;
+        T* dp = w.dp + r * bk;
+        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, c0, c1), [&](int c) {
+          s[c] = T(0);
+          dp[c] = T(0);
+        });
+        for (int d = 0; d < D; ++d) {
+          const T x = w.q[r * D + d];
+          const T* kd = w.kt + d * bk;
+          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, c0, c1),
+                               [&](int c) { s[c] += x * kd[c]; });
+        }
+        for (int d = 0; d < Dv; ++d) {
+          const T x = w.g[r * Dv + d];
+          const T* vd = w.vt + d * bk;
+          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, c0, c1),
+                               [&](int c) { dp[c] += x * vd[c]; });
+        }
+        const std::uint64_t row = (std::uint64_t(bh) * S + (i0 + r)) * Sk + j0;
+        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, c0, c1), [&](int c) {
+          T pd;
+          in.grads(s[c], dp[c], row + c, w.lse[r], w.delta[r], pd, s[c]);
+        });
+        T* dq_row = w.dq + r * D;
         for (int c = c0; c < c1; ++c) {
-          T pd, ds;
-          in.pair(team, w.q + r * D, w.g + r * Dv, w.k + c * D, w.v + c * Dv,
-                  (std::uint64_t(bh) * S + (i0 + r)) * Sk + (j0 + c), w.lse[r], w.delta[r], pd, ds);
+          const T ds = s[c];
+          const T* kc = w.k + c * D;
           Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D),
-                               [&](int d) { w.dq[r * D + d] += ds * w.k[c * D + d]; });
+                               [&](int d) { dq_row[d] += ds * kc[d]; });
         }
       });
     }
