@@ -7,8 +7,11 @@
 //   dK_j = Σ_i dS_ij Q_i,    dQ_i = Σ_j dS_ij K_j.
 // Two kernels, each owning what it writes, so that no atomics are needed and
 // every sum has a fixed order (bitwise reproducible): one team per key block
-// accumulates dK, dV over all queries; one team per query block accumulates
-// dQ over its visible keys. Each recomputes the scores tile by tile.
+// accumulates dK, dV over the query tiles; one team per query block
+// accumulates dQ over the key tiles. Each recomputes the scores tile by tile
+// with team_gemm (its layouts: A k-major, B and C row-major), so a kernel
+// keeps each operand the way its products read it (Qᵀ and Q, ...); pad rows
+// and columns of the tiles hold zeros.
 #include <Kokkos_Core.hpp>
 #include <cstdint>
 
@@ -16,64 +19,137 @@
 
 namespace kdnn::attention::impl {
 
-/// What both backward kernels read and how they recompute one (query, key)
-/// pair's probability and score gradient.
+/// A tile of raw scores and one of dO·Vᵀ (later Pd and dS), addressed by
+/// (query r, key c): row-major [queries, keys], or transposed.
+template <class T, bool Transposed>
+struct PairTiles {
+  T *scores, *dpd;
+  int ld;
+  KOKKOS_FORCEINLINE_FUNCTION T& s(int r, int c) const {
+    return scores[Transposed ? c * ld + r : r * ld + c];
+  }
+  KOKKOS_FORCEINLINE_FUNCTION T& dp(int r, int c) const {
+    return dpd[Transposed ? c * ld + r : r * ld + c];
+  }
+};
+
+/// What both backward kernels read, and the gradients of one (query, key)
+/// pair.
 template <class ExecSpace, class T>
 struct FusedBackwardData {
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  using Tile = kdnn::impl::GemmTile<ExecSpace, T>;
   Tensor4<const T, ExecSpace> q, k, v, dout;  ///< [B,H,S,D], [B,H,Sk,D], [B,H,Sk,Dv], [B,H,S,Dv]
   Tensor3<const T, ExecSpace> lse, delta;     ///< [B, H, S]
   VisibleKeys<ExecSpace> visible;
   DropoutMask dropout;
   T scale = 1, keep_scale = 1;
-  int bq = 1, bk = 1, level = 0;
+  int bq = 1, bk = 1, level = 0;  ///< multiples of Tile::align
   std::size_t scratch_bytes = 0;
 
-  /// Pd (dropped-out probability) and dS for query row `qr` (D values) with
-  /// gradient row `gr` (Dv), key row `kr`, value row `vr`; element index
-  /// `index` in [B, H, S, Sk]; the row's lse and δ.
-  KOKKOS_INLINE_FUNCTION void pair(const Member& team, const T* qr, const T* gr, const T* kr,
-                                   const T* vr, std::uint64_t index, T row_lse, T row_delta, T& pd,
-                                   T& ds) const {
-    const int D = int(q.extent(3)), Dv = int(v.extent(3));
-    T s = 0, dpd = 0;
-    Kokkos::parallel_reduce(
-        Kokkos::ThreadVectorRange(team, D), [&](int d, T& x) { x += qr[d] * kr[d]; }, s);
-    Kokkos::parallel_reduce(
-        Kokkos::ThreadVectorRange(team, Dv), [&](int d, T& x) { x += gr[d] * vr[d]; }, dpd);
-    grads(s, dpd, index, row_lse, row_delta, pd, ds);
+  /// Pd and dS of a pair from its raw score s = q·k and dPd = dO·v: P is 0
+  /// where the pair is hidden (whatever lse is), `keep` is dropout's test.
+  KOKKOS_FORCEINLINE_FUNCTION void grads(T s, T dpd, bool seen, bool keep, T row_lse, T row_delta,
+                                         T& pd, T& ds) const {
+    const T e = kdnn::impl::exp_vectorisable(scale * s - row_lse);
+    const T p = seen ? e : T(0);
+    const T kept = keep ? keep_scale : T(0);
+    pd = p * kept;
+    ds = scale * p * (dpd * kept - row_delta);
   }
 
-  /// Pd and dS from the raw score s = q·k and dPd = dO·v of element `index`.
-  KOKKOS_INLINE_FUNCTION void grads(T s, T dpd, std::uint64_t index, T row_lse, T row_delta, T& pd,
-                                    T& ds) const {
-    const T p = compat::exp(scale * s - row_lse);
-    const bool keep = dropout.keep(index);
-    pd = keep ? p * keep_scale : T(0);
-    const T dp = keep ? dpd * keep_scale : T(0);
-    ds = scale * p * (dp - row_delta);
+  /// Calls grads for every (row, column) pair of a tile through `sweep`
+  /// (team_sweep with the tile's loop order), with dropout's test only
+  /// when dropout is on. at(r, c) gives the pair's s and dPd by reference,
+  /// which it overwrites with Pd and dS.
+  template <class Sweep, class At>
+  KOKKOS_INLINE_FUNCTION void tile_grads(const Sweep& sweep, int bh, int i0, int j0,
+                                         const int* first, const int* last, const T* row_lse,
+                                         const T* row_delta, const At& at) const {
+    const int S = int(q.extent(2)), Sk = int(k.extent(2));
+    const auto one = [&](int r, int c, bool keep) {
+      const int j = j0 + c;
+      T& s = at.s(r, c);
+      T& dp = at.dp(r, c);
+      T pd, ds;
+      grads(s, dp, (j >= first[r]) & (j < last[r]), keep, row_lse[r], row_delta[r], pd, ds);
+      s = pd;
+      dp = ds;
+    };
+    if (dropout.active) {
+      const std::uint64_t base = std::uint64_t(bh) * S * Sk;
+      sweep([&](int r, int c) {
+        one(r, c, dropout.keep(base + std::uint64_t(i0 + r) * Sk + (j0 + c)));
+      });
+    } else {
+      sweep([&](int r, int c) { one(r, c, true); });
+    }
+  }
+
+  /// The rows [i0, i0 + rows) of a query tile: their visible keys (none for
+  /// pad rows), lse and δ; returns through `any` whether a row sees a key of
+  /// [j_lo, j_hi).
+  KOKKOS_INLINE_FUNCTION void load_rows(const Member& team, int b, int h, int i0, int rows,
+                                        int* first, int* last, T* row_lse, T* row_delta, int j_lo,
+                                        int j_hi, int& any) const {
+    Kokkos::parallel_reduce(
+        Kokkos::TeamVectorRange(team, bq),
+        [&](int r, int& seen) {
+          int f = 0, e = 0;
+          if (r < rows) visible.range(b, i0 + r, f, e);
+          first[r] = f, last[r] = e;
+          row_lse[r] = r < rows ? lse(b, h, i0 + r) : T(0);
+          row_delta[r] = r < rows ? delta(b, h, i0 + r) : T(0);
+          if ((f > j_lo ? f : j_lo) < (e < j_hi ? e : j_hi)) seen = 1;
+        },
+        Kokkos::Max<int>(any));
+  }
+
+  /// rows × n values of `src` (row-major, row stride n) into `dst` as
+  /// [n, ld] (transposed, lead ld) and/or [ld_rows, n_pad] (row-major,
+  /// pad columns zero); rows past `rows` up to `all` become zeros.
+  template <class Src>
+  KOKKOS_INLINE_FUNCTION static void load_tile(const Member& team, const Src& src, int rows,
+                                               int all, int n, T* transposed, T* row_major) {
+    const int np = Tile::pad(n);
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, all), [&](int r) {
+      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, np), [&](int d) {
+        const T x = r < rows && d < n ? src(r, d) : T(0);
+        if (transposed != nullptr && d < n) transposed[d * all + r] = x;
+        if (row_major != nullptr) row_major[r * np + d] = x;
+      });
+    });
   }
 };
 
-/// dK and dV: one team per (b, h, block of bk keys); team threads own keys.
+/// dK and dV: one team per (b, h, block of bk keys).
 template <class ExecSpace, class T>
 struct FusedBackwardKVKernel : FusedBackwardData<ExecSpace, T> {
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  using Tile = kdnn::impl::GemmTile<ExecSpace, T>;
   Tensor4<T, ExecSpace> dk, dv;
 
   struct Work {
-    T *k, *v, *dk, *dv, *q, *g, *lse, *delta;
+    T *kt, *vt, *dk, *dv, *qt, *q, *gt, *g, *p, *dp, *lse, *delta;
     int *first, *last;
   };
+  /// Once per team: Kᵀ [D, bk], Vᵀ [Dv, bk] and the dK, dV accumulators
+  /// [bk, D'], [bk, Dv'] (' padded to the GEMM tile); per query tile: Qᵀ,
+  /// Q, dOᵀ, dO, the scores [bq, bk] (then Pd) and dO·Vᵀ (then dS).
   KOKKOS_INLINE_FUNCTION static Work carve(kdnn::impl::ScratchCarver& s, int bq, int bk, int D,
                                            int Dv) {
+    const std::size_t dp = Tile::pad(D), dvp = Tile::pad(Dv);
     Work w;
-    w.k = s.take<T>(std::size_t(bk) * D);
-    w.v = s.take<T>(std::size_t(bk) * Dv);
-    w.dk = s.take<T>(std::size_t(bk) * D);
-    w.dv = s.take<T>(std::size_t(bk) * Dv);
-    w.q = s.take<T>(std::size_t(bq) * D);
-    w.g = s.take<T>(std::size_t(bq) * Dv);
+    w.kt = s.take<T>(std::size_t(D) * bk);
+    w.vt = s.take<T>(std::size_t(Dv) * bk);
+    w.dk = s.take<T>(bk * dp);
+    w.dv = s.take<T>(bk * dvp);
+    w.qt = s.take<T>(std::size_t(D) * bq);
+    w.q = s.take<T>(bq * dp);
+    w.gt = s.take<T>(std::size_t(Dv) * bq);
+    w.g = s.take<T>(bq * dvp);
+    w.p = s.take<T>(std::size_t(bq) * bk);
+    w.dp = s.take<T>(std::size_t(bq) * bk);
     w.lse = s.take<T>(bq);
     w.delta = s.take<T>(bq);
     w.first = s.take<int>(bq);
@@ -85,6 +161,7 @@ struct FusedBackwardKVKernel : FusedBackwardData<ExecSpace, T> {
     const auto& in = *this;
     const int H = int(in.q.extent(1)), S = int(in.q.extent(2)), D = int(in.q.extent(3));
     const int Sk = int(in.k.extent(2)), Dv = int(in.v.extent(3));
+    const int dpad = Tile::pad(D), dvp = Tile::pad(Dv);
     const int bq = in.bq, bk = in.bk;
     const int blocks = (Sk + bk - 1) / bk;
     const int block = team.league_rank() % blocks, bh = team.league_rank() / blocks;
@@ -94,78 +171,75 @@ struct FusedBackwardKVKernel : FusedBackwardData<ExecSpace, T> {
         kdnn::impl::team_scratch_base(team, in.level, in.scratch_bytes));
     const Work w = carve(carver, bq, bk, D, Dv);
 
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols), [&](int c) {
-      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D), [&](int d) {
-        w.k[c * D + d] = in.k(b, h, j0 + c, d);
-        w.dk[c * D + d] = T(0);
-      });
-      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, Dv), [&](int d) {
-        w.v[c * Dv + d] = in.v(b, h, j0 + c, d);
-        w.dv[c * Dv + d] = T(0);
-      });
-    });
+    const auto kv = [&](const auto& view) {
+      return [&](int c, int d) { return view(b, h, j0 + c, d); };
+    };
+    this->load_tile(team, kv(in.k), cols, bk, D, w.kt, nullptr);
+    this->load_tile(team, kv(in.v), cols, bk, Dv, w.vt, nullptr);
+    Kokkos::parallel_for(Kokkos::TeamVectorRange(team, bk * dpad), [&](int x) { w.dk[x] = T(0); });
+    Kokkos::parallel_for(Kokkos::TeamVectorRange(team, bk * dvp), [&](int x) { w.dv[x] = T(0); });
     for (int i0 = 0; i0 < S; i0 += bq) {
       const int rows = S - i0 < bq ? S - i0 : bq;
       team.team_barrier();  // the previous tile is done with
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](int r) {
-        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D),
-                             [&](int d) { w.q[r * D + d] = in.q(b, h, i0 + r, d); });
-        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, Dv),
-                             [&](int d) { w.g[r * Dv + d] = in.dout(b, h, i0 + r, d); });
-        Kokkos::single(Kokkos::PerThread(team), [&] {
-          in.visible.range(b, i0 + r, w.first[r], w.last[r]);
-          w.lse[r] = in.lse(b, h, i0 + r);
-          w.delta[r] = in.delta(b, h, i0 + r);
-        });
-      });
+      int any = 0;
+      this->load_rows(team, b, h, i0, rows, w.first, w.last, w.lse, w.delta, j0, j0 + cols, any);
+      if (!any) continue;  // no query of the tile sees these keys
+      const auto qg = [&](const auto& view) {
+        return [&](int r, int d) { return view(b, h, i0 + r, d); };
+      };
+      this->load_tile(team, qg(in.q), rows, bq, D, w.qt, w.q);
+      this->load_tile(team, qg(in.dout), rows, bq, Dv, w.gt, w.g);
       team.team_barrier();
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols), [&](int c) {
-        const int j = j0 + c;
-        for (int r = 0; r < rows; ++r) {
-          if (j < w.first[r] || j >= w.last[r]) continue;
-          T pd, ds;
-          in.pair(team, w.q + r * D, w.g + r * Dv, w.k + c * D, w.v + c * Dv,
-                  (std::uint64_t(bh) * S + (i0 + r)) * Sk + j, w.lse[r], w.delta[r], pd, ds);
-          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, Dv),
-                               [&](int d) { w.dv[c * Dv + d] += pd * w.g[r * Dv + d]; });
-          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D),
-                               [&](int d) { w.dk[c * D + d] += ds * w.q[r * D + d]; });
-        }
-      });
+      // S = Q·Kᵀ and dO·Vᵀ [bq, bk], then Pd and dS in their place.
+      kdnn::impl::team_gemm<ExecSpace>(team, bq, bk, D, w.qt, bq, w.kt, bk, w.p, bk, false);
+      kdnn::impl::team_gemm<ExecSpace>(team, bq, bk, Dv, w.gt, bq, w.vt, bk, w.dp, bk, false);
+      team.team_barrier();
+      const auto sweep = [&](const auto& f) { kdnn::impl::team_sweep<ExecSpace>(team, bq, bk, f); };
+      const PairTiles<T, false> at{w.p, w.dp, bk};
+      this->tile_grads(sweep, bh, i0, j0, w.first, w.last, w.lse, w.delta, at);
+      team.team_barrier();
+      // dV += Pdᵀ·dO and dK += dSᵀ·Q over the tile's live queries.
+      kdnn::impl::team_gemm<ExecSpace>(team, bk, dvp, rows, w.p, bk, w.g, dvp, w.dv, dvp, true);
+      kdnn::impl::team_gemm<ExecSpace>(team, bk, dpad, rows, w.dp, bk, w.q, dpad, w.dk, dpad, true);
     }
     team.team_barrier();
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols), [&](int c) {
       Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D),
-                           [&](int d) { dk(b, h, j0 + c, d) = w.dk[c * D + d]; });
+                           [&](int d) { dk(b, h, j0 + c, d) = w.dk[c * dpad + d]; });
       Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, Dv),
-                           [&](int d) { dv(b, h, j0 + c, d) = w.dv[c * Dv + d]; });
+                           [&](int d) { dv(b, h, j0 + c, d) = w.dv[c * dvp + d]; });
     });
   }
 };
 
-/// dQ: one team per (b, h, block of bq queries); team threads own queries.
+/// dQ: one team per (b, h, block of bq queries).
 template <class ExecSpace, class T>
 struct FusedBackwardQKernel : FusedBackwardData<ExecSpace, T> {
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  using Tile = kdnn::impl::GemmTile<ExecSpace, T>;
   Tensor4<T, ExecSpace> dq;
 
   struct Work {
-    T *q, *g, *dq, *lse, *delta, *k, *kt, *vt, *s, *dp;
+    T *qt, *gt, *dq, *lse, *delta, *kt, *vt, *k, *st, *dpt;
     int *first, *last;
   };
+  /// Once per team: Qᵀ [D, bq], dOᵀ [Dv, bq], the dQ accumulator [bq, D']
+  /// and the rows' data; per key tile: Kᵀ, Vᵀ, K [bk, D'] and the
+  /// transposed scores and V·dOᵀ [bk, bq] (then Pd and dS).
   KOKKOS_INLINE_FUNCTION static Work carve(kdnn::impl::ScratchCarver& s, int bq, int bk, int D,
                                            int Dv) {
+    const std::size_t dp = Tile::pad(D);
     Work w;
-    w.q = s.take<T>(std::size_t(bq) * D);
-    w.g = s.take<T>(std::size_t(bq) * Dv);
-    w.dq = s.take<T>(std::size_t(bq) * D);
+    w.qt = s.take<T>(std::size_t(D) * bq);
+    w.gt = s.take<T>(std::size_t(Dv) * bq);
+    w.dq = s.take<T>(bq * dp);
     w.lse = s.take<T>(bq);
     w.delta = s.take<T>(bq);
-    w.k = s.take<T>(std::size_t(bk) * D);
     w.kt = s.take<T>(std::size_t(D) * bk);
     w.vt = s.take<T>(std::size_t(Dv) * bk);
-    w.s = s.take<T>(std::size_t(bq) * bk);
-    w.dp = s.take<T>(std::size_t(bq) * bk);
+    w.k = s.take<T>(bk * dp);
+    w.st = s.take<T>(std::size_t(bk) * bq);
+    w.dpt = s.take<T>(std::size_t(bk) * bq);
     w.first = s.take<int>(bq);
     w.last = s.take<int>(bq);
     return w;
@@ -174,7 +248,7 @@ struct FusedBackwardQKernel : FusedBackwardData<ExecSpace, T> {
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
     const auto& in = *this;
     const int H = int(in.q.extent(1)), S = int(in.q.extent(2)), D = int(in.q.extent(3));
-    const int Sk = int(in.k.extent(2)), Dv = int(in.v.extent(3));
+    const int Sk = int(in.k.extent(2)), Dv = int(in.v.extent(3)), dpad = Tile::pad(D);
     const int bq = in.bq, bk = in.bk;
     const int blocks = (S + bq - 1) / bq;
     const int block = team.league_rank() % blocks, bh = team.league_rank() / blocks;
@@ -184,19 +258,14 @@ struct FusedBackwardQKernel : FusedBackwardData<ExecSpace, T> {
         kdnn::impl::team_scratch_base(team, in.level, in.scratch_bytes));
     const Work w = carve(carver, bq, bk, D, Dv);
 
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](int r) {
-      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D), [&](int d) {
-        w.q[r * D + d] = in.q(b, h, i0 + r, d);
-        w.dq[r * D + d] = T(0);
-      });
-      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, Dv),
-                           [&](int d) { w.g[r * Dv + d] = in.dout(b, h, i0 + r, d); });
-      Kokkos::single(Kokkos::PerThread(team), [&] {
-        in.visible.range(b, i0 + r, w.first[r], w.last[r]);
-        w.lse[r] = in.lse(b, h, i0 + r);
-        w.delta[r] = in.delta(b, h, i0 + r);
-      });
-    });
+    int any = 0;
+    this->load_rows(team, b, h, i0, rows, w.first, w.last, w.lse, w.delta, 0, Sk, any);
+    const auto qg = [&](const auto& view) {
+      return [&](int r, int d) { return view(b, h, i0 + r, d); };
+    };
+    this->load_tile(team, qg(in.q), rows, bq, D, w.qt, nullptr);
+    this->load_tile(team, qg(in.dout), rows, bq, Dv, w.gt, nullptr);
+    Kokkos::parallel_for(Kokkos::TeamVectorRange(team, bq * dpad), [&](int x) { w.dq[x] = T(0); });
     int lo = Sk, hi = 0;  // the union of the rows' key ranges
     Kokkos::parallel_reduce(
         Kokkos::TeamThreadRange(team, rows),
@@ -217,58 +286,30 @@ struct FusedBackwardQKernel : FusedBackwardData<ExecSpace, T> {
     for (int j0 = lo / bk * bk; j0 < hi; j0 += bk) {
       const int cols = Sk - j0 < bk ? Sk - j0 : bk;
       team.team_barrier();  // the previous tile is done with
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols), [&](int c) {
-        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D), [&](int d) {
-          const T x = in.k(b, h, j0 + c, d);
-          w.k[c * D + d] = x;
-          w.kt[d * bk + c] = x;
-        });
-        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, Dv),
-                             [&](int d) { w.vt[d * bk + c] = in.v(b, h, j0 + c, d); });
-      });
+      const auto kv = [&](const auto& view) {
+        return [&](int c, int d) { return view(b, h, j0 + c, d); };
+      };
+      this->load_tile(team, kv(in.k), cols, bk, D, w.kt, w.k);
+      this->load_tile(team, kv(in.v), cols, bk, Dv, w.vt, nullptr);
       team.team_barrier();
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](int r) {
-        const int c0 = w.first[r] - j0 > 0 ? w.first[r] - j0 : 0;
-        const int c1 = w.last[r] - j0 < cols ? w.last[r] - j0 : cols;
-        if (c0 >= c1) return;
-        // The row's scores and dO·V over the tile as axpys over keys (Kᵀ, Vᵀ
-        // in scratch), then dS, then dQ_r += Σ_c dS_c K_c as axpys over D.
-        T* s = w.s + r * bk;
-        T* dp = w.dp + r * bk;
-        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, c0, c1), [&](int c) {
-          s[c] = T(0);
-          dp[c] = T(0);
-        });
-        for (int d = 0; d < D; ++d) {
-          const T x = w.q[r * D + d];
-          const T* kd = w.kt + d * bk;
-          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, c0, c1),
-                               [&](int c) { s[c] += x * kd[c]; });
-        }
-        for (int d = 0; d < Dv; ++d) {
-          const T x = w.g[r * Dv + d];
-          const T* vd = w.vt + d * bk;
-          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, c0, c1),
-                               [&](int c) { dp[c] += x * vd[c]; });
-        }
-        const std::uint64_t row = (std::uint64_t(bh) * S + (i0 + r)) * Sk + j0;
-        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, c0, c1), [&](int c) {
-          T pd;
-          in.grads(s[c], dp[c], row + c, w.lse[r], w.delta[r], pd, s[c]);
-        });
-        T* dq_row = w.dq + r * D;
-        for (int c = c0; c < c1; ++c) {
-          const T ds = s[c];
-          const T* kc = w.k + c * D;
-          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D),
-                               [&](int d) { dq_row[d] += ds * kc[d]; });
-        }
-      });
+      // Sᵀ = K·Qᵀ and V·dOᵀ [bk, bq], then Pdᵀ and dSᵀ in their place.
+      kdnn::impl::team_gemm<ExecSpace>(team, bk, bq, D, w.kt, bk, w.qt, bq, w.st, bq, false);
+      kdnn::impl::team_gemm<ExecSpace>(team, bk, bq, Dv, w.vt, bk, w.gt, bq, w.dpt, bq, false);
+      team.team_barrier();
+      const auto sweep = [&](const auto& f) {
+        kdnn::impl::team_sweep<ExecSpace>(team, bk, bq, [&](int c, int r) { f(r, c); });
+      };
+      const PairTiles<T, true> at{w.st, w.dpt, bq};
+      this->tile_grads(sweep, bh, i0, j0, w.first, w.last, w.lse, w.delta, at);
+      team.team_barrier();
+      // dQ += dS·K over the tile's live keys.
+      kdnn::impl::team_gemm<ExecSpace>(team, bq, dpad, cols, w.dpt, bq, w.k, dpad, w.dq, dpad,
+                                       true);
     }
     team.team_barrier();
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](int r) {
       Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D),
-                           [&](int d) { dq(b, h, i0 + r, d) = w.dq[r * D + d]; });
+                           [&](int d) { dq(b, h, i0 + r, d) = w.dq[r * dpad + d]; });
     });
   }
 };

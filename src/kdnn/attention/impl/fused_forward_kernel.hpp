@@ -7,16 +7,20 @@
 //   O' = O·e^{m−m'} + Σ_c dropout(e^{s_c−m'})·V_c,
 // and at the end O/l and lse = m + log l (−inf for a row with no key).
 // Scores s_c = scale·q·k_c exist one tile at a time: memory O(B·H·S·D).
-// Each query row is one team thread's, its vector lanes split the tile's
-// keys (scores) and the value features (O).
+// Per key tile the team computes Sᵀ = K·Qᵀ and O += P·V with team_gemm
+// (register tiles over the whole team), and the softmax steps in between
+// element by element; pad rows and columns of the tiles hold zeros.
 #include <Kokkos_Core.hpp>
 #include <cstdint>
 
 #include "kdnn/attention/impl/visible_keys.hpp"
 #include "kdnn/attention/types.hpp"
 #include "kdnn/core/compat.hpp"
+#include "kdnn/core/impl/exp_vectorisable.hpp"
 #include "kdnn/core/impl/philox.hpp"
 #include "kdnn/core/impl/scratch_layout.hpp"
+#include "kdnn/core/impl/team_gemm.hpp"
+#include "kdnn/core/impl/team_sweep.hpp"
 
 namespace kdnn::attention::impl {
 
@@ -37,6 +41,7 @@ struct DropoutMask {
 template <class ExecSpace, class T>
 struct FusedForwardKernel {
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  using Tile = kdnn::impl::GemmTile<ExecSpace, T>;
 
   Tensor4<const T, ExecSpace> q, k, v;  ///< [B, H, S, D], [B, H, Sk, D], [B, H, Sk, Dv]
   Tensor4<T, ExecSpace> o;              ///< [B, H, S, Dv]
@@ -44,27 +49,31 @@ struct FusedForwardKernel {
   VisibleKeys<ExecSpace> visible;
   DropoutMask dropout;
   T scale = 1, keep_scale = 1;
-  T neg_inf = 0;  ///< −infinity (set on the host)
-  int bq = 1, bk = 1, level = 0;
+  T neg_inf = 0;                  ///< −infinity (set on the host)
+  int bq = 1, bk = 1, level = 0;  ///< multiples of Tile::align
   std::size_t scratch_bytes = 0;
 
   struct Work {
-    T *q, *k, *v, *p, *o, *m, *l;
+    T *qt, *kt, *v, *st, *o, *m, *l, *alpha, *sum;
     int *first, *last;
   };
-  /// The team's scratch: its queries, one key tile (transposed, [D, bk]) and
-  /// one value tile, the tile's probabilities, the output accumulator and the
-  /// row statistics.
+  /// The team's scratch: its queries transposed (Qᵀ [D, bq]), one key tile
+  /// transposed (Kᵀ [D, bk]), one value tile [bk, Dv'] (Dv' = Dv padded to
+  /// the GEMM tile), the tile's scores transposed (Sᵀ [bk, bq], later the
+  /// probabilities), the output accumulator [bq, Dv'] and the row statistics.
   KOKKOS_INLINE_FUNCTION static Work carve(kdnn::impl::ScratchCarver& s, int bq, int bk, int D,
                                            int Dv) {
+    const std::size_t dv = Tile::pad(Dv);
     Work w;
-    w.q = s.take<T>(std::size_t(bq) * D);
-    w.k = s.take<T>(std::size_t(bk) * D);
-    w.v = s.take<T>(std::size_t(bk) * Dv);
-    w.p = s.take<T>(std::size_t(bq) * bk);
-    w.o = s.take<T>(std::size_t(bq) * Dv);
+    w.qt = s.take<T>(std::size_t(D) * bq);
+    w.kt = s.take<T>(std::size_t(D) * bk);
+    w.v = s.take<T>(bk * dv);
+    w.st = s.take<T>(std::size_t(bk) * bq);
+    w.o = s.take<T>(bq * dv);
     w.m = s.take<T>(bq);
     w.l = s.take<T>(bq);
+    w.alpha = s.take<T>(bq);
+    w.sum = s.take<T>(bq);
     w.first = s.take<int>(bq);
     w.last = s.take<int>(bq);
     return w;
@@ -72,7 +81,7 @@ struct FusedForwardKernel {
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
     const int H = int(q.extent(1)), S = int(q.extent(2)), D = int(q.extent(3));
-    const int Sk = int(k.extent(2)), Dv = int(v.extent(3));
+    const int Sk = int(k.extent(2)), Dv = int(v.extent(3)), dvp = Tile::pad(Dv);
     const int blocks = (S + bq - 1) / bq;
     const int block = team.league_rank() % blocks, bh = team.league_rank() / blocks;
     const int b = bh / H, h = bh % H, i0 = block * bq;
@@ -80,14 +89,19 @@ struct FusedForwardKernel {
     kdnn::impl::ScratchCarver carver(kdnn::impl::team_scratch_base(team, level, scratch_bytes));
     const Work w = carve(carver, bq, bk, D, Dv);
 
-    // The block's queries, empty accumulators, and the keys each row sees.
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](int r) {
+    // The block's queries (pad rows zero, seeing no key), empty accumulators.
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, bq), [&](int r) {
+      const bool live = r < rows;
       Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D),
-                           [&](int d) { w.q[r * D + d] = q(b, h, i0 + r, d); });
-      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, Dv),
-                           [&](int d) { w.o[r * Dv + d] = T(0); });
+                           [&](int d) { w.qt[d * bq + r] = live ? q(b, h, i0 + r, d) : T(0); });
+      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, dvp),
+                           [&](int d) { w.o[r * dvp + d] = T(0); });
       Kokkos::single(Kokkos::PerThread(team), [&] {
-        visible.range(b, i0 + r, w.first[r], w.last[r]);
+        if (live) {
+          visible.range(b, i0 + r, w.first[r], w.last[r]);
+        } else {
+          w.first[r] = w.last[r] = 0;
+        }
         w.m[r] = neg_inf;
         w.l[r] = T(0);
       });
@@ -109,74 +123,76 @@ struct FusedForwardKernel {
           if (f < e && e > x) x = e;
         },
         Kokkos::Max<int>(hi));
-    team.team_barrier();
 
     for (int j0 = lo / bk * bk; j0 < hi; j0 += bk) {
       const int cols = Sk - j0 < bk ? Sk - j0 : bk;
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols), [&](int c) {
+      team.team_barrier();  // the previous tile is done with
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, bk), [&](int c) {
+        const bool live = c < cols;
         Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D),
-                             [&](int d) { w.k[d * bk + c] = k(b, h, j0 + c, d); });
-        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, Dv),
-                             [&](int d) { w.v[c * Dv + d] = v(b, h, j0 + c, d); });
-      });
-      team.team_barrier();
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](int r) {
-        const int c0 = w.first[r] - j0 > 0 ? w.first[r] - j0 : 0;
-        const int c1 = w.last[r] - j0 < cols ? w.last[r] - j0 : cols;
-        if (c0 >= c1) return;
-        T* p = w.p + r * bk;
-        // Scores as axpys over the tile's keys (Kᵀ in scratch): contiguous,
-        // vectorisable without reordering any sum.
-        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, c0, c1), [&](int c) { p[c] = T(0); });
-        for (int d = 0; d < D; ++d) {
-          const T qd = w.q[r * D + d];
-          const T* kd = w.k + d * bk;
-          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, c0, c1),
-                               [&](int c) { p[c] += qd * kd[c]; });
-        }
-        T tile_max = neg_inf;
-        Kokkos::parallel_reduce(
-            Kokkos::ThreadVectorRange(team, c0, c1),
-            [&](int c, T& x) {
-              p[c] *= scale;
-              if (p[c] > x) x = p[c];
-            },
-            Kokkos::Max<T>(tile_max));
-        const T m_old = w.m[r];
-        const T m_new = m_old > tile_max ? m_old : tile_max;
-        const T alpha = compat::exp(m_old - m_new);  // 0 while m_old = −inf
-        T sum = 0;
-        const std::uint64_t row = (std::uint64_t(bh) * S + (i0 + r)) * Sk + j0;
-        Kokkos::parallel_reduce(
-            Kokkos::ThreadVectorRange(team, c0, c1),
-            [&](int c, T& x) {
-              const T e = compat::exp(p[c] - m_new);
-              x += e;
-              p[c] = dropout.keep(row + c) ? e * keep_scale : T(0);
-            },
-            sum);
-        T* o_row = w.o + r * Dv;
-        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, Dv),
-                             [&](int d) { o_row[d] *= alpha; });
-        for (int c = c0; c < c1; ++c) {  // O += p_c·V_c, axpys over the features
-          const T pc = p[c];
-          const T* vc = w.v + c * Dv;
-          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, Dv),
-                               [&](int d) { o_row[d] += pc * vc[d]; });
-        }
-        Kokkos::single(Kokkos::PerThread(team), [&] {
-          w.m[r] = m_new;
-          w.l[r] = alpha * w.l[r] + sum;
+                             [&](int d) { w.kt[d * bk + c] = live ? k(b, h, j0 + c, d) : T(0); });
+        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, dvp), [&](int d) {
+          w.v[c * dvp + d] = live && d < Dv ? v(b, h, j0 + c, d) : T(0);
         });
       });
       team.team_barrier();
+      // Sᵀ = K·Qᵀ [bk, bq]: the tile's raw scores, one key per row.
+      kdnn::impl::team_gemm<ExecSpace>(team, bk, bq, D, w.kt, bk, w.qt, bq, w.st, bq, false);
+      team.team_barrier();
+      // Scaled scores, −inf where the mask hides the pair; the rows' new
+      // maxima m' (in α until the rescale factors replace them).
+      Kokkos::parallel_for(Kokkos::TeamVectorRange(team, bq), [&](int r) { w.alpha[r] = w.m[r]; });
+      team.team_barrier();
+      kdnn::impl::team_sweep<ExecSpace>(team, cols, bq, [&](int c, int r) {
+        const int j = j0 + c;
+        T& x = w.st[c * bq + r];
+        x = (j >= w.first[r]) & (j < w.last[r]) ? x * scale : neg_inf;
+        w.alpha[r] = x > w.alpha[r] ? x : w.alpha[r];
+      });
+      team.team_barrier();
+      Kokkos::parallel_for(Kokkos::TeamVectorRange(team, bq), [&](int r) {
+        const T m_new = w.alpha[r];
+        // α = e^{m−m'} rescales the old sums: 0 while m = −inf, 1 while m' is.
+        w.alpha[r] = m_new == neg_inf ? T(1) : kdnn::impl::exp_vectorisable(w.m[r] - m_new);
+        w.m[r] = m_new;
+        w.sum[r] = T(0);
+      });
+      team.team_barrier();
+      kdnn::impl::team_sweep<ExecSpace>(team, cols, bq, [&](int c, int r) {
+        T& x = w.st[c * bq + r];
+        const T e = kdnn::impl::exp_vectorisable(x - w.m[r]);  // NaN if x = m = −inf
+        x = x == neg_inf ? T(0) : e;
+        w.sum[r] += x;
+      });
+      team.team_barrier();
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, bq), [&](int r) {
+        const T alpha = w.alpha[r];
+        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, dvp),
+                             [&](int d) { w.o[r * dvp + d] *= alpha; });
+        Kokkos::single(Kokkos::PerThread(team), [&] { w.l[r] = alpha * w.l[r] + w.sum[r]; });
+      });
+      if (dropout.active) {
+        team.team_barrier();
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols), [&](int c) {
+          T* sc = w.st + c * bq;
+          const std::uint64_t col = std::uint64_t(bh) * S * Sk + j0 + c;
+          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, rows), [&](int r) {
+            const std::uint64_t index = col + std::uint64_t(i0 + r) * Sk;
+            sc[r] = dropout.keep(index) ? sc[r] * keep_scale : T(0);
+          });
+        });
+      }
+      team.team_barrier();
+      // O += P·V over the tile's live keys.
+      kdnn::impl::team_gemm<ExecSpace>(team, bq, dvp, cols, w.st, bq, w.v, dvp, w.o, dvp, true);
     }
+    team.team_barrier();
 
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](int r) {
       const T l = w.l[r];
       const T inv = l > T(0) ? T(1) / l : T(0);
       Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, Dv),
-                           [&](int d) { o(b, h, i0 + r, d) = w.o[r * Dv + d] * inv; });
+                           [&](int d) { o(b, h, i0 + r, d) = w.o[r * dvp + d] * inv; });
       Kokkos::single(Kokkos::PerThread(team),
                      [&] { lse(b, h, i0 + r) = l > T(0) ? w.m[r] + compat::log(l) : neg_inf; });
     });
