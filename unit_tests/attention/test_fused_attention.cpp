@@ -16,6 +16,7 @@
 #include "expect_error.hpp"
 #include "kdnn/attention/batched_gemm.hpp"
 #include "kdnn/attention/fused_attention.hpp"
+#include "kdnn/attention/impl/fused_attention_impl.hpp"
 #include "mha_reference.hpp"
 #include "views.hpp"
 
@@ -189,6 +190,115 @@ TYPED_TEST(FusedAttention, BackwardMatchesTheUnfusedPathAndIsReproducible) {
     EXPECT_EQ(to_host(dk), to_host(dk3)) << c.name;
     EXPECT_EQ(to_host(dv), to_host(dv3)) << c.name;
   }
+}
+
+// Finite differences in double: L = Σ G∘O through the fused forward against
+// the fused backward's dq, dk, dv (causal, dropout, S != Sk, odd sizes).
+TEST(FusedAttentionGradients, MatchCentralDifferencesInDouble) {
+  const int B = 1, H = 2, S = 6, Sk = 9, D = 5, Dv = 3;
+  std::vector<double> hq = normal(std::size_t(B) * H * S * D, 501),
+                      hk = normal(std::size_t(B) * H * Sk * D, 502),
+                      hv = normal(std::size_t(B) * H * Sk * Dv, 503),
+                      hg = normal(std::size_t(B) * H * S * Dv, 504);
+  at::AttentionMask<Space> mask;
+  mask.causal = true;
+  at::FusedAttentionOptions opts;
+  opts.scale = 0.6;
+  opts.dropout = {0.25, 99, 3};
+  DeviceView<double****> o("o", B, H, S, Dv);
+  DeviceView<double***> lse("lse", B, H, S);
+  const auto loss = [&]() {
+    at::fused_attention_forward(Space(), to_device<double****>(hq, B, H, S, D),
+                                to_device<double****>(hk, B, H, Sk, D),
+                                to_device<double****>(hv, B, H, Sk, Dv), o, lse, opts, mask);
+    const auto out = to_host(o);
+    double l = 0;
+    for (std::size_t x = 0; x < out.size(); ++x) l += hg[x] * out[x];
+    return l;
+  };
+  loss();
+  DeviceView<double****> dq("dq", B, H, S, D), dk("dk", B, H, Sk, D), dv("dv", B, H, Sk, Dv);
+  at::fused_attention_backward(Space(), to_device<double****>(hq, B, H, S, D),
+                               to_device<double****>(hk, B, H, Sk, D),
+                               to_device<double****>(hv, B, H, Sk, Dv), o, lse,
+                               to_device<double****>(hg, B, H, S, Dv), dq, dk, dv, opts, mask);
+  const double h = 1e-6;
+  const auto check = [&](const char* name, std::vector<double>& x,
+                         const std::vector<double>& grad) {
+    for (std::size_t e = 0; e < x.size(); ++e) {
+      const double saved = x[e];
+      x[e] = saved + h;
+      const double up = loss();
+      x[e] = saved - h;
+      const double down = loss();
+      x[e] = saved;
+      const double numeric = (up - down) / (2 * h);
+      EXPECT_NEAR(grad[e], numeric, 1e-7 * (1 + std::abs(numeric))) << name << "[" << e << "]";
+    }
+  };
+  check("dq", hq, to_host(dq));
+  check("dk", hk, to_host(dk));
+  check("dv", hv, to_host(dv));
+}
+
+// Every launch shape the backend accepts gives bitwise the same results: the
+// GEMM tiles and the per-row sweeps fix every sum's order, not the team.
+TEST(FusedAttentionLaunch, ResultsDoNotDependOnTheLaunchShape) {
+  using T = float;
+  const int B = 2, H = 2, S = 70, Sk = 45, D = 24, Dv = 16;
+  const auto q = to_device<T****>(normal(std::size_t(B) * H * S * D, 601), B, H, S, D);
+  const auto k = to_device<T****>(normal(std::size_t(B) * H * Sk * D, 602), B, H, Sk, D);
+  const auto v = to_device<T****>(normal(std::size_t(B) * H * Sk * Dv, 603), B, H, Sk, Dv);
+  const auto g = to_device<T****>(normal(std::size_t(B) * H * S * Dv, 604), B, H, S, Dv);
+  at::AttentionMask<Space> mask;
+  mask.causal = true;
+  const auto run = [&](const kdnn::Launch& launch) {
+    at::FusedAttentionOptions opts;
+    opts.scale = 0.3;
+    opts.dropout = {0.1, 5, 0};
+    opts.launch = launch;
+    DeviceView<T****> o("o", B, H, S, Dv), dq("dq", B, H, S, D), dk("dk", B, H, Sk, D),
+        dv("dv", B, H, Sk, Dv);
+    DeviceView<T***> lse("lse", B, H, S);
+    at::fused_attention_forward(Space(), q, k, v, o, lse, opts, mask);
+    at::fused_attention_backward(Space(), q, k, v, o, lse, g, dq, dk, dv, opts, mask);
+    return std::vector<std::vector<double>>{to_host(o), to_host(lse), to_host(dq), to_host(dk),
+                                            to_host(dv)};
+  };
+  const auto reference = run({});
+  std::vector<kdnn::Launch> shapes = {{0, 1, 1}};
+  const bool host = kdnn::impl::BackendTraits<Space>::is_host;
+  if (!host) shapes.push_back({0, 4, 8});
+  if (host && Space().concurrency() >= 2) shapes.push_back({0, 2, 1});
+  for (const kdnn::Launch& launch : shapes) {
+    EXPECT_EQ(run(launch), reference)
+        << "team_size=" << launch.team_size << ", vector_length=" << launch.vector_length;
+  }
+}
+
+// A head dimension whose blocks exceed the backend's team scratch is refused
+// with the sizes, before anything runs.
+TEST(FusedAttentionErrors, ScratchPastTheLimitIsAClearError) {
+  using Kernel = at::impl::FusedForwardKernel<Space, double>;
+  const auto bytes = [](int D) {
+    int bq = 0, bk = 0;
+    at::impl::fused_block_sizes<Space>(D, 1, bq, bk);
+    return kdnn::impl::layout_bytes(
+        [&](kdnn::impl::ScratchCarver& s) { Kernel::carve(s, bq, bk, D, 1); });
+  };
+  int D = 64;
+  while (bytes(D) <= kdnn::impl::scratch_capacity<Space>(1)) D *= 2;
+  const auto alloc = [](const char* name, int d) {
+    return DeviceView<double****>(
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(name)), 1, 1, 1, d);
+  };
+  DeviceView<double***> lse("lse", 1, 1, 1);
+  EXPECT_KDNN_ERROR(at::fused_attention_forward(Space(), alloc("q", D), alloc("k", D),
+                                                alloc("v", 1), alloc("o", 1), lse),
+                    "bytes of team scratch, above the");
+  EXPECT_KDNN_ERROR(at::fused_attention_forward(Space(), alloc("q", D), alloc("k", D),
+                                                alloc("v", 1), alloc("o", 1), lse),
+                    "D=" + std::to_string(D));
 }
 
 /// Bytes allocated through Kokkos (any memory space) while counting: the
