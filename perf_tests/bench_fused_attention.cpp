@@ -3,7 +3,11 @@
 // forward and backward, at --kdnn_sizes=BxHxSxSkxD,... (default
 // 8x4x128x128x64,1x8x2048x2048x64), no mask, no dropout. GFLOP/s counts
 // 4·B·H·S·Sk·D for the forward and 2.5 times that for the backward (the
-// FlashAttention convention).
+// FlashAttention convention). peak_MiB is the most memory Kokkos held while
+// the phase ran: inputs, outputs, what the forward keeps for the backward
+// and the phase's own allocations (Kokkos' tools callbacks count every
+// allocation of every memory space; a backend's reused scratch pool is
+// counted when it grows).
 #include <benchmark/benchmark.h>
 
 #include <Kokkos_Core.hpp>
@@ -23,6 +27,19 @@ namespace at = kdnn::attention;
 using Space = Kokkos::DefaultExecutionSpace;
 using T = float;
 using View4 = at::Tensor4<T, Space>;
+
+/// Bytes Kokkos holds now and their peak since the last reset.
+struct Memory {
+  static inline std::int64_t current = 0, peak = 0;
+  static void allocate(Kokkos::Profiling::SpaceHandle, const char*, const void*, std::uint64_t n) {
+    current += std::int64_t(n);
+    if (current > peak) peak = current;
+  }
+  static void deallocate(Kokkos::Profiling::SpaceHandle, const char*, const void*,
+                         std::uint64_t n) {
+    current -= std::int64_t(n);
+  }
+};
 
 enum class Path { fused, unfused };
 enum class Phase { forward, backward };
@@ -51,7 +68,7 @@ void run(benchmark::State& state, Path path, Phase phase) {
   View4 scores, P, dP;
   if (path == Path::unfused) {
     scores = View4("scores", B, H, S, Sk), P = View4("P", B, H, S, Sk);
-    dP = View4("dP", B, H, S, Sk);
+    if (phase == Phase::backward) dP = View4("dP", B, H, S, Sk);
   }
   const auto none = at::Op::none, tr = at::Op::transpose;
   Space space;
@@ -77,6 +94,7 @@ void run(benchmark::State& state, Path path, Phase phase) {
   };
   forward();
   space.fence();
+  Memory::peak = Memory::current;
   for (auto _ : state) {
     if (phase == Phase::forward) {
       forward();
@@ -88,6 +106,7 @@ void run(benchmark::State& state, Path path, Phase phase) {
   const double flops = 4.0 * B * H * S * Sk * D * (phase == Phase::forward ? 1 : 2.5);
   state.counters["GFLOP/s"] =
       benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["peak_MiB"] = double(Memory::peak) / (1 << 20);
 }
 
 }  // namespace
@@ -97,6 +116,8 @@ int main(int argc, char** argv) {
       kdnn_bench::parse_args(argc, argv, "8x4x128x128x64,1x8x2048x2048x64", 5, "BxHxSxSkxD");
   int count = int(args.rest.size());
   Kokkos::initialize(count, args.rest.data());
+  Kokkos::Tools::Experimental::set_allocate_data_callback(&Memory::allocate);
+  Kokkos::Tools::Experimental::set_deallocate_data_callback(&Memory::deallocate);
   {
     const std::pair<const char*, Path> paths[] = {{"fused", Path::fused},
                                                   {"unfused", Path::unfused}};
