@@ -182,13 +182,27 @@ TYPED_TEST(FusedAttention, BackwardMatchesTheUnfusedPathAndIsReproducible) {
     EXPECT_ALLCLOSE(to_host(dk), to_host(dk2), tol, tol) << c.name;
     EXPECT_ALLCLOSE(to_host(dv), to_host(dv2), tol, tol) << c.name;
 
-    // Bitwise identical on a second run (no atomics).
-    DeviceView<T****> dq3("dq3", c.B, c.H, c.S, c.D), dk3("dk3", c.B, c.H, c.Sk, c.D),
-        dv3("dv3", c.B, c.H, c.Sk, c.Dv);
-    at::fused_attention_backward(Space(), q, k, v, o, lse, g, dq3, dk3, dv3, opts, mask);
-    EXPECT_EQ(to_host(dq), to_host(dq3)) << c.name;
-    EXPECT_EQ(to_host(dk), to_host(dk3)) << c.name;
-    EXPECT_EQ(to_host(dv), to_host(dv3)) << c.name;
+    // Each schedule against the chain, and bitwise identical on a second
+    // run (no atomics).
+    for (const auto schedule :
+         {at::FusedBackwardSchedule::per_head, at::FusedBackwardSchedule::per_key_block}) {
+      const std::string name =
+          std::string(c.name) +
+          (schedule == at::FusedBackwardSchedule::per_head ? ", per_head" : ", per_key_block");
+      at::FusedAttentionOptions forced = opts;
+      forced.backward = schedule;
+      DeviceView<T****> dq3("dq3", c.B, c.H, c.S, c.D), dk3("dk3", c.B, c.H, c.Sk, c.D),
+          dv3("dv3", c.B, c.H, c.Sk, c.Dv), dq4("dq4", c.B, c.H, c.S, c.D),
+          dk4("dk4", c.B, c.H, c.Sk, c.D), dv4("dv4", c.B, c.H, c.Sk, c.Dv);
+      at::fused_attention_backward(Space(), q, k, v, o, lse, g, dq3, dk3, dv3, forced, mask);
+      at::fused_attention_backward(Space(), q, k, v, o, lse, g, dq4, dk4, dv4, forced, mask);
+      EXPECT_ALLCLOSE(to_host(dq3), to_host(dq2), tol, tol) << name;
+      EXPECT_ALLCLOSE(to_host(dk3), to_host(dk2), tol, tol) << name;
+      EXPECT_ALLCLOSE(to_host(dv3), to_host(dv2), tol, tol) << name;
+      EXPECT_EQ(to_host(dq3), to_host(dq4)) << name;
+      EXPECT_EQ(to_host(dk3), to_host(dk4)) << name;
+      EXPECT_EQ(to_host(dv3), to_host(dv4)) << name;
+    }
   }
 }
 
@@ -252,8 +266,9 @@ TEST(FusedAttentionLaunch, ResultsDoNotDependOnTheLaunchShape) {
   const auto g = to_device<T****>(normal(std::size_t(B) * H * S * Dv, 604), B, H, S, Dv);
   at::AttentionMask<Space> mask;
   mask.causal = true;
-  const auto run = [&](const kdnn::Launch& launch) {
+  const auto run = [&](const kdnn::Launch& launch, at::FusedBackwardSchedule schedule) {
     at::FusedAttentionOptions opts;
+    opts.backward = schedule;
     opts.scale = 0.3;
     opts.dropout = {0.1, 5, 0};
     opts.launch = launch;
@@ -265,14 +280,18 @@ TEST(FusedAttentionLaunch, ResultsDoNotDependOnTheLaunchShape) {
     return std::vector<std::vector<double>>{to_host(o), to_host(lse), to_host(dq), to_host(dk),
                                             to_host(dv)};
   };
-  const auto reference = run({});
   std::vector<kdnn::Launch> shapes = {{0, 1, 1}};
   const bool host = kdnn::impl::BackendTraits<Space>::is_host;
   if (!host) shapes.push_back({0, 4, 8});
   if (host && Space().concurrency() >= 2) shapes.push_back({0, 2, 1});
-  for (const kdnn::Launch& launch : shapes) {
-    EXPECT_EQ(run(launch), reference)
-        << "team_size=" << launch.team_size << ", vector_length=" << launch.vector_length;
+  for (const auto schedule :
+       {at::FusedBackwardSchedule::per_head, at::FusedBackwardSchedule::per_key_block}) {
+    const auto reference = run({}, schedule);
+    for (const kdnn::Launch& launch : shapes) {
+      EXPECT_EQ(run(launch, schedule), reference)
+          << "team_size=" << launch.team_size << ", vector_length=" << launch.vector_length
+          << ", schedule " << int(schedule);
+    }
   }
 }
 
@@ -380,6 +399,10 @@ TEST(FusedAttentionErrors, BadInputIsAKdnnError) {
   opts.dropout.p = 1;
   EXPECT_KDNN_ERROR(at::fused_attention_forward(Space(), q, k, v, o, lse, opts),
                     "opts.dropout.p=1, expected a value in [0, 1)");
+  opts.dropout.p = 0;
+  opts.backward = static_cast<at::FusedBackwardSchedule>(7);
+  EXPECT_KDNN_ERROR(at::fused_attention_forward(Space(), q, k, v, o, lse, opts),
+                    "opts.backward=7, expected FusedBackwardSchedule::automatic");
   EXPECT_KDNN_ERROR(at::fused_attention_forward(Space(), q, k, v,
                                                 DeviceView<double****>(q.data(), 1, 2, 3, 6), lse),
                     "output o overlaps input q");

@@ -18,10 +18,21 @@
 
 namespace kdnn::attention {
 
+/// How fused_attention_backward splits its work; every schedule gives
+/// run-to-run bitwise-identical results (no atomics).
+enum class FusedBackwardSchedule {
+  automatic,      ///< per_head on a host backend when B·H ≥ the space's concurrency, else
+                  ///< per_key_block
+  per_head,       ///< one team per (b, h): five tile products per pair of tiles, B·H teams
+  per_key_block,  ///< one team per key block (dK, dV) and one per query block (dQ): seven
+                  ///< tile products per pair of tiles, B·H·(S/bq + Sk/bk) teams
+};
+
 struct FusedAttentionOptions {
   double scale = 1.0;      ///< the scores' scale (finite), e.g. 1/√D
   DropoutOptions dropout;  ///< on the probabilities; p = 0: none
   Launch launch;           ///< team size and vector length; 0: chosen per backend
+  FusedBackwardSchedule backward = FusedBackwardSchedule::automatic;  ///< the backward's split
 };
 
 }  // namespace kdnn::attention

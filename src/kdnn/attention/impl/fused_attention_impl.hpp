@@ -47,8 +47,12 @@ void validate_fused(const char* op, const FusedAttentionOptions& opts,
                     const Tensor4<const T, ExecSpace>& o, const char* lse_name,
                     const Tensor3<const T, ExecSpace>& lse) {
   validate::finite(op, "opts.scale", opts.scale);
-  if (!(opts.dropout.p >= 0 && opts.dropout.p < 1)) {
-    fail(op, ": opts.dropout.p=", opts.dropout.p, ", expected a value in [0, 1)");
+  validate::in_half_open(op, "opts.dropout.p", opts.dropout.p, 0.0, 1.0);
+  const int schedule = int(opts.backward);
+  if (schedule < int(FusedBackwardSchedule::automatic) ||
+      schedule > int(FusedBackwardSchedule::per_key_block)) {
+    fail(op, ": opts.backward=", schedule,
+         ", expected FusedBackwardSchedule::automatic, per_head or per_key_block (0, 1 or 2)");
   }
   for (int d = 0; d < 2; ++d) {
     const char* what = d == 0 ? "q's batch" : "q's heads";
@@ -85,7 +89,7 @@ void fused_attention_forward(const ExecSpace& space, const Tensor4<const T, Exec
                              const AttentionMask<ExecSpace>& mask) {
   constexpr const char* op = "attention::fused_attention_forward";
   validate_fused<ExecSpace, T>(op, opts, q, k, v, "o", Tensor4<const T, ExecSpace>(o), "lse",
-                 Tensor3<const T, ExecSpace>(lse));
+                               Tensor3<const T, ExecSpace>(lse));
   using validate::memory_of;
   validate::disjoint(op, {memory_of("o", o), memory_of("lse", lse)},
                      {memory_of("q", q), memory_of("k", k), memory_of("v", v)});
@@ -155,6 +159,20 @@ void fused_attention_backward(const ExecSpace& space, const Tensor4<const T, Exe
   data.keep_scale = T(1.0 / (1.0 - opts.dropout.p));
   fused_block_sizes<ExecSpace>(D, Dv, data.bq, data.bk);
 
+  const bool per_head =
+      opts.backward == FusedBackwardSchedule::per_head ||
+      (opts.backward == FusedBackwardSchedule::automatic &&
+       kdnn::impl::BackendTraits<ExecSpace>::is_host && B * H >= space.concurrency());
+  if (per_head) {
+    using Head = FusedBackwardHeadKernel<ExecSpace, T>;
+    Head head;
+    static_cast<FusedBackwardData<ExecSpace, T>&>(head) = data;
+    head.dq = dq, head.dk = dk, head.dv = dv;
+    const auto plan = plan_fused<ExecSpace, Head>(op, space, B * H, opts, data.bq, data.bk, D, Dv);
+    head.level = plan.level, head.scratch_bytes = plan.scratch_bytes;
+    Kokkos::parallel_for("kdnn::attention::fused_backward_head", plan.policy(space), head);
+    return;
+  }
   if (Sk > 0) {
     using KV = FusedBackwardKVKernel<ExecSpace, T>;
     KV kv;
