@@ -1,8 +1,8 @@
 #pragma once
 // kdnn::attention — multi-head attention training operators (the eigenMHA /
 // cuDNN scope), forward and backward: the MSE loss, the Linear layer, the
-// strided batched GEMM, the masked softmax, dropout and the multi-head
-// attention layer built from them.
+// strided batched GEMM, the masked softmax, dropout, fused ("flash")
+// attention and the multi-head attention layer built from them.
 #include "kdnn/attention/batched_gemm.hpp"
 #include "kdnn/attention/dropout.hpp"
 #include "kdnn/attention/fused_attention.hpp"
