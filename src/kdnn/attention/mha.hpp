@@ -18,9 +18,10 @@
 // Two algorithms compute the A_h (MhaOptions::algo), with the same results
 // up to rounding and the same dropout mask for the same (seed, offset):
 // AttentionAlgo::fused (the default) is fused_attention.hpp's flash-style
-// kernel, which never stores P: no buffer grows with S·Sk; AttentionAlgo::
-// unfused is batched GEMM → softmax → dropout → batched GEMM, which keeps P
-// [B, H, S, Sk] in the reserve and needs two more such tensors of scratch.
+// kernel, which never stores P: no buffer grows with S·Sk;
+// AttentionAlgo::unfused is batched GEMM → softmax → dropout → batched GEMM,
+// which keeps P [B, H, S, Sk] in the reserve and needs two more such tensors
+// of scratch.
 //
 // Training is three calls, in cuDNN's order:
 //   mha_forward           out; saves what the backward needs in `reserve`:
