@@ -23,7 +23,7 @@ using io::NpyArray;
 
 constexpr const char* kHelp =
     R"(usage: kdnn mha --in DIR --out DIR --heads H [--causal] [--scale S]
-                [--dropout P --seed N]
+                [--dropout P --seed N] [--attention fused|unfused]
 
 Multi-head attention (kdnn::attention::mha_forward), and its gradients when
 dL/dO is given:
@@ -60,6 +60,10 @@ Head h takes rows h*D ... (h+1)*D-1 of w_q and w_k and rows h*Dv ... of w_v.
   --seed N       the dropout mask's key, 0 <= N < 2^64 (Philox-4x32-10,
                  offset 0: the same N gives the same mask on every backend);
                  an error without --dropout
+  --attention A  how the heads are computed: fused (default; the fused
+                 attention kernel, which never stores the [B, H, S, Sk]
+                 probabilities) or unfused (batched GEMM, softmax, dropout,
+                 batched GEMM); the same results to rounding, the same mask
   -h, --help     print this help
 
 A query that sees no key gets O = b_o (+ residual) and passes no gradient; a
@@ -71,7 +75,7 @@ Prints one summary line: the sizes, dtype, options and the files written.
 )";
 
 struct Options {
-  std::string in, out;
+  std::string in, out, attention = "fused";
   at::MhaOptions layer;
   bool causal = false;
 };
@@ -88,6 +92,7 @@ std::optional<Options> parse_options(const Args& args) {
   auto* scale_option = app.add_option("--scale", scale)->check(finite());
   auto* dropout = app.add_option("--dropout", o.layer.dropout.p)->check(finite_in_half_open(0, 1));
   auto* seed = app.add_option("--seed", o.layer.dropout.seed)->check(unsigned_64());
+  app.add_option("--attention", o.attention)->check(CLI::IsMember({"fused", "unfused"}));
   if (!parse(app, args, kHelp)) return std::nullopt;
   if (seed->count() > 0 && dropout->count() == 0) {
     usage_fail("--seed needs --dropout P (without dropout there is no mask to seed)");
@@ -96,6 +101,7 @@ std::optional<Options> parse_options(const Args& args) {
     usage_fail("--dropout needs --seed N (the key of the dropout mask)");
   }
   if (scale_option->count() > 0) o.layer.sm_scaler = scale;
+  o.layer.algo = o.attention == "unfused" ? at::AttentionAlgo::unfused : at::AttentionAlgo::fused;
   return o;
 }
 
@@ -131,14 +137,15 @@ std::size_t per_head(const NpyArray& array, const char* file, const char* rows, 
   return n / h;
 }
 
-/// Fails unless the layer's buffers (the largest being the B*H*S*Sk
+/// Fails unless the layer's buffers (the largest, unfused, being the B*H*S*Sk
 /// probabilities) can be counted in size_t bytes, before anything is
 /// allocated for them.
 void require_countable(const at::MhaShape& s) {
   const long double B = s.batch, H = s.heads, S = s.seq_q, Sk = s.seq_k;
   const long double widest =
-      std::max({(long double)s.q_size, (long double)s.k_size, (long double)s.v_size,
-                H * s.head_dim, H * s.v_head_dim, (long double)s.o_size, H * Sk});
+      std::max({(long double)s.q_size, (long double)s.k_size, (long double)s.v_size, H * s.head_dim,
+                H * s.v_head_dim, (long double)s.o_size,
+                s.algo == at::AttentionAlgo::unfused ? H * Sk : 0.0L});
   // Each buffer is a sum of fewer than 16 tensors of at most B*max(S,Sk)*widest.
   const long double elements = 16 * B * std::max(S, Sk) * widest;
   if (elements * sizeof(double) > (long double)(std::numeric_limits<std::int64_t>::max())) {
@@ -147,7 +154,8 @@ void require_countable(const at::MhaShape& s) {
   }
 }
 
-Inputs read_inputs(const std::string& dir, int heads) {
+Inputs read_inputs(const std::string& dir, const at::MhaOptions& layer) {
+  const int heads = layer.heads;
   Inputs in;
   for (int f = 0; f < kFloatFiles; ++f) {
     in.f[f] = read_input(dir, kFloatNames[f], is_optional(FloatFile(f)));
@@ -196,6 +204,7 @@ Inputs read_inputs(const std::string& dir, int heads) {
   s.batch = dims["batch"], s.seq_q = dims["S"], s.seq_k = dims["Sk"];
   s.q_size = dims["E_q"], s.k_size = dims["E_k"], s.v_size = dims["E_v"];
   s.heads = std::size_t(heads), s.head_dim = D, s.v_head_dim = Dv, s.o_size = dims["E_o"];
+  s.algo = layer.algo;
   require_countable(s);
 
   for (int f = 0; f < kFloatFiles; ++f) {
@@ -306,7 +315,7 @@ void print_summary(const Options& o, const Inputs& in, const Result& r) {
      << (o.layer.sm_scaler ? *o.layer.sm_scaler : 1.0 / std::sqrt(double(s.head_dim)))
      << " dropout=" << o.layer.dropout.p;
   if (o.layer.dropout.p > 0) os << " seed=" << o.layer.dropout.seed;
-  os << " mask=";
+  os << " attention=" << o.attention << " mask=";
   bool any = false;
   for (int m = 0; m < kIntFiles; ++m) {
     if (!in.mask[m]) continue;
@@ -325,7 +334,7 @@ int run(const Args& args) {
   if (!o) return 0;
   require_directory("--in", o->in);
   require_directory("--out", o->out);
-  const Inputs in = read_inputs(o->in, o->layer.heads);
+  const Inputs in = read_inputs(o->in, o->layer);
   const Result result = in.dtype == DType::f32 ? compute<float>(*o, in) : compute<double>(*o, in);
   write_outputs(o->out, result.outputs);
   print_summary(*o, in, result);

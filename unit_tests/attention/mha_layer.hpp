@@ -12,7 +12,16 @@
 
 namespace kdnn_test {
 
-/// One layer's tensors on the device, and the three calls on them.
+/// Both attention algorithms, for tests that run every case on each.
+constexpr kdnn::attention::AttentionAlgo kAlgos[] = {kdnn::attention::AttentionAlgo::fused,
+                                                     kdnn::attention::AttentionAlgo::unfused};
+
+inline const char* name_of(kdnn::attention::AttentionAlgo algo) {
+  return algo == kdnn::attention::AttentionAlgo::fused ? "fused" : "unfused";
+}
+
+/// One layer's tensors on the device, and the three calls on them, with the
+/// attention algorithm `algo`.
 template <class T>
 struct DeviceLayer {
   MhaCase c;
@@ -22,8 +31,11 @@ struct DeviceLayer {
   DeviceView<T***> q, k, v, residual, out, dq, dk, dv, dresidual, dout;
   DeviceView<T*> reserve, workspace;
 
-  DeviceLayer(const MhaCase& cs, const MhaData& d) : c(cs) {
+  DeviceLayer(const MhaCase& cs, const MhaData& d,
+              kdnn::attention::AttentionAlgo algo = kdnn::attention::AttentionAlgo::fused)
+      : c(cs) {
     opts.heads = c.H;
+    opts.algo = algo;
     opts.sm_scaler = c.scaler;
     opts.dropout = {c.p, c.seed, c.offset};
     mask.causal = c.causal;
@@ -73,6 +85,7 @@ struct DeviceLayer {
     s.batch = c.B, s.seq_q = c.S, s.seq_k = c.Sk;
     s.q_size = c.Eq, s.k_size = c.Ek, s.v_size = c.Ev;
     s.heads = c.H, s.head_dim = c.D, s.v_head_dim = c.Dv, s.o_size = c.Eo;
+    s.algo = opts.algo;
     return s;
   }
 

@@ -2,9 +2,10 @@
 // (unit_tests/reference/gen_mha_golden.py, an independent torch.nn.functional
 // formulation, with dropout's keep mask from its own NumPy Philox): out and
 // every gradient of L = Σ dout·out, for the float32 and the float64 layer run
-// on the stored float32 inputs. Cases: plain; causal with residual and no
-// biases; windows and sequence lengths (a fully masked row, padded queries,
-// an entry with no keys); dropout; an eigenMHA-sized layer.
+// on the stored float32 inputs, with the fused (default) and the unfused
+// attention. Cases: plain; causal with residual and no biases; windows and
+// sequence lengths (a fully masked row, padded queries, an entry with no
+// keys); dropout; an eigenMHA-sized layer.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -173,13 +174,13 @@ void load_golden(const std::string& name, Golden& g) {
   }
 }
 
-/// Runs the layer in T on the golden inputs and compares out and every
-/// gradient with the expected values.
+/// Runs the layer in T with `algo` on the golden inputs and compares out and
+/// every gradient with the expected values.
 template <class T>
-void check_case(const std::string& name) {
+void check_case(const std::string& name, kdnn::attention::AttentionAlgo algo) {
   Golden g;
   ASSERT_NO_FATAL_FAILURE(load_golden(name, g));
-  DeviceLayer<T> layer(g.c, g.d);
+  DeviceLayer<T> layer(g.c, g.d, algo);
   layer.forward();
   layer.backward();
   auto results = layer.gradients();
@@ -188,7 +189,7 @@ void check_case(const std::string& name) {
   EXPECT_EQ(actual.size(), g.expected.size()) << name;
   for (const auto& [array, a] : actual) {
     const std::vector<double>& e = g.expected.at(array);
-    SCOPED_TRACE(name + ": " + array);
+    SCOPED_TRACE(name + " (" + name_of(algo) + "): " + array);
     if (array == "db_k") {
       // Softmax is shift invariant per row and b_k shifts row i's scores by
       // s·Q_i·b_k, so L does not depend on b_k: its exact gradient is zero
@@ -206,11 +207,15 @@ void check_case(const std::string& name) {
 const char* const cases[] = {"plain", "causal_residual", "masks", "dropout", "eigenmha"};
 
 TEST(MhaGolden, Float32) {
-  for (const char* name : cases) ASSERT_NO_FATAL_FAILURE(check_case<float>(name));
+  for (const auto algo : kAlgos) {
+    for (const char* name : cases) ASSERT_NO_FATAL_FAILURE(check_case<float>(name, algo));
+  }
 }
 
 TEST(MhaGolden, Float64) {
-  for (const char* name : cases) ASSERT_NO_FATAL_FAILURE(check_case<double>(name));
+  for (const auto algo : kAlgos) {
+    for (const char* name : cases) ASSERT_NO_FATAL_FAILURE(check_case<double>(name, algo));
+  }
 }
 
 // The dropout case checks kdnn's generator only if its mask matters: with

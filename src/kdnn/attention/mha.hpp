@@ -15,20 +15,32 @@
 // b_o (+ residual) and it passes no gradient; a padded query (i ≥ seq_q[b])
 // gets a zero output row and zero gradients, residual included.
 //
+// Two algorithms compute the A_h (MhaOptions::algo), with the same results
+// up to rounding and the same dropout mask for the same (seed, offset):
+// AttentionAlgo::fused (the default) is fused_attention.hpp's flash-style
+// kernel, which never stores P: no buffer grows with S·Sk;
+// AttentionAlgo::unfused is batched GEMM → softmax → dropout → batched GEMM,
+// which keeps P [B, H, S, Sk] in the reserve and needs two more such tensors
+// of scratch.
+//
 // Training is three calls, in cuDNN's order:
-//   mha_forward           out; saves what the backward needs in `reserve`
-//                         (the per-head Q, K, V, the probabilities P and A);
+//   mha_forward           out; saves what the backward needs in `reserve`:
+//                         the per-head Q, K, V, then the per-head outputs
+//                         A_h [B, H, S, Dv] with each query's log-sum-exp
+//                         of scores [B, H, S] (fused) or the probabilities
+//                         P [B, H, S, Sk] (unfused), and A;
 //   mha_backward_data     dq, dk, dv (and the residual's gradient) from dout;
 //                         leaves dout (padded rows zeroed) and the
 //                         projections' gradients in `reserve`;
 //   mha_backward_weights  dW_q … dW_o and the bias gradients, written or
 //                         added (WgradMode), from reserve and q, k, v.
 // `reserve` must be kept untouched between the three calls; `workspace` is
-// scratch for one call (the same size serves the forward and backward-data). Both are caller-owned 1-D buffers of T whose sizes
-// mha_buffer_sizes gives. Dropout's mask is regenerated from its (seed,
-// offset), never stored. The backward calls take the forward's options and
-// mask. Every call is asynchronous on `space` after host-side checks, and
-// checks everything before it launches anything.
+// scratch for one call (the same size serves the forward and backward-data).
+// Both are caller-owned 1-D buffers of T whose sizes mha_buffer_sizes gives
+// for the shape and algorithm. Dropout's mask is regenerated from its (seed,
+// offset), never stored. The backward calls take the forward's options
+// (algorithm included) and mask. Every call is asynchronous on `space` after
+// host-side checks, and checks everything before it launches anything.
 #include <cstddef>
 #include <optional>
 #include <type_traits>
@@ -57,17 +69,26 @@ struct MhaParams {
   }
 };
 
+/// How the layer computes the per-head attention (see the header comment).
+enum class AttentionAlgo {
+  fused,    ///< fused_attention.hpp: P never stored, no buffer grows with S·Sk
+  unfused,  ///< batched GEMM, softmax, dropout, batched GEMM: P [B, H, S, Sk] kept
+};
+
 struct MhaOptions {
   int heads = 1;                     ///< H, dividing the projection sizes
   std::optional<double> sm_scaler;   ///< s, the softmax scale; 1/√D when unset
   DropoutOptions dropout;            ///< on the probabilities; p = 0: none
+  AttentionAlgo algo = AttentionAlgo::fused;  ///< the same in the three calls
 };
 
-/// The sizes that fix a layer's buffers (B, S, Sk and the feature sizes).
+/// The sizes that fix a layer's buffers (B, S, Sk, the feature sizes and
+/// the algorithm, whose buffers differ).
 struct MhaShape {
   std::size_t batch = 0, seq_q = 0, seq_k = 0;     ///< B, S, Sk
   std::size_t q_size = 0, k_size = 0, v_size = 0;  ///< E_q, E_k, E_v
   std::size_t heads = 1, head_dim = 0, v_head_dim = 0, o_size = 0;  ///< H, D, Dv, E_o
+  AttentionAlgo algo = AttentionAlgo::fused;                        ///< MhaOptions::algo
 };
 
 /// Elements of T the layer's caller-owned buffers need.
@@ -76,7 +97,8 @@ struct MhaBufferSizes {
   std::size_t workspace = 0;  ///< scratch for any one call
 };
 
-/// The buffer sizes for `shape` (the same for every scalar type, in elements).
+/// The buffer sizes for `shape` (the same for every scalar type, in elements);
+/// a kdnn::Error for an algo that is no AttentionAlgo.
 inline MhaBufferSizes mha_buffer_sizes(const MhaShape& shape);
 
 }  // namespace kdnn::attention

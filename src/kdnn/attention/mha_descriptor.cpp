@@ -10,6 +10,7 @@ void validate_descriptor(const char* op, const AttnDescriptor& d) {
   if (d.heads < 1) fail(op, ": desc.heads=", d.heads, ", expected at least 1");
   validate::finite(op, "desc.sm_scaler", d.sm_scaler);
   validate::in_half_open(op, "desc.dropout_p", d.dropout_p, 0.0, 1.0);
+  check_algo(op, "desc.algo", d.algo);
   const auto positive = [&](const char* name, std::size_t value, const char* what) {
     if (value == 0) fail(op, ": desc.", name, "=0, expected at least 1 (", what, ")");
   };
@@ -56,6 +57,7 @@ MhaShape max_shape(const AttnDescriptor& d) {
   s.q_size = d.q_size, s.k_size = d.k_size, s.v_size = d.v_size;
   s.heads = std::size_t(d.heads), s.head_dim = d.q_proj_size, s.v_head_dim = d.v_proj_size;
   s.o_size = d.o_proj_size;
+  s.algo = d.algo;
   return s;
 }
 
@@ -64,6 +66,7 @@ MhaOptions options_of(const AttnDescriptor& d) {
   opts.heads = d.heads;
   opts.sm_scaler = d.sm_scaler;
   opts.dropout = {d.dropout_p, d.dropout_seed, d.dropout_offset};
+  opts.algo = d.algo;
   return opts;
 }
 

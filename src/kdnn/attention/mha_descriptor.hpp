@@ -14,7 +14,9 @@
 // device Views of the actual S and B; dropout is counter-based, with the
 // offset in the descriptor (advance it per step for a fresh mask);
 // backward-weights takes no dout, it reads it from the reserve where
-// backward-data left it (as cuDNN, it must follow backward-data).
+// backward-data left it (as cuDNN, it must follow backward-data); the
+// descriptor also picks the layer's attention algorithm (`algo`, fused by
+// default), which sets the reserve and workspace sizes.
 #include <cstddef>
 #include <cstdint>
 
@@ -38,6 +40,9 @@ struct AttnDescriptor {
   std::size_t kv_max_seq_length = 0;               ///< the largest Sk
   std::size_t max_batch_size = 0;                  ///< the largest B
   bool proj_biases = false;                        ///< attnMode CUDNN_ATTN_ENABLE_PROJ_BIASES
+  /// kdnn's addition, not a cuDNN field: fused (default) or unfused
+  /// attention (MhaOptions::algo); the buffer sizes depend on it.
+  AttentionAlgo algo = AttentionAlgo::fused;
 };
 
 /// cudnnMultiHeadAttnWeightKind_t.

@@ -2,13 +2,23 @@
 // How the multi-head attention layer (mha.hpp) lays out its caller-owned
 // buffers. Each layout is built from the layer's shape and a base pointer;
 // with a null base it only counts, which is how mha_buffer_sizes answers, so
-// the sizes and the views can never disagree.
+// the sizes and the views can never disagree. The shape's algorithm picks
+// the layout: only the unfused one has [B, H, S, Sk] tensors.
 #include <algorithm>
 #include <cstddef>
 
 #include "kdnn/attention/mha.hpp"
+#include "kdnn/core/error.hpp"
 
 namespace kdnn::attention::impl {
+
+/// Requires `algo` (opts.algo, shape.algo, desc.algo) to be an AttentionAlgo.
+inline void check_algo(const char* op, const char* name, AttentionAlgo algo) {
+  if (algo != AttentionAlgo::fused && algo != AttentionAlgo::unfused) {
+    fail(op, ": ", name, "=", int(algo),
+         ", expected AttentionAlgo::fused or AttentionAlgo::unfused");
+  }
+}
 
 /// Consecutive tensors cut from one buffer (or, with a null base, counted).
 template <class T, class ExecSpace>
@@ -36,14 +46,18 @@ class Carver {
   std::size_t used_ = 0;
 };
 
-/// Kept from the forward to backward-weights: the per-head projections, the
-/// probabilities and the concatenated head outputs (forward), and the
-/// projections' and the output's gradients (backward-data, for
-/// backward-weights, which therefore needs neither dout nor the mask).
+/// Kept from the forward to backward-weights: the per-head projections, what
+/// the attention's backward needs (fused: the per-head outputs and their
+/// rows' log-sum-exp; unfused: the probabilities) and the concatenated head
+/// outputs (forward), and the projections' and the output's gradients
+/// (backward-data, for backward-weights, which therefore needs neither dout
+/// nor the mask). The views of the other algorithm are empty.
 template <class T, class ExecSpace>
 struct MhaReserve {
   Tensor4<T, ExecSpace> qh, kh, vh;  ///< [B, H, S, D], [B, H, Sk, D], [B, H, Sk, Dv]
-  Tensor4<T, ExecSpace> p;           ///< softmax probabilities [B, H, S, Sk]
+  Tensor4<T, ExecSpace> oh;          ///< fused: A_h [B, H, S, Dv]
+  Tensor3<T, ExecSpace> lse;         ///< fused: each query's log-sum-exp [B, H, S]
+  Tensor4<T, ExecSpace> p;           ///< unfused: softmax probabilities [B, H, S, Sk]
   Tensor3<T, ExecSpace> a;           ///< heads side by side [B, S, H·Dv]
   Tensor3<T, ExecSpace> dq, dk, dv;  ///< dL/dQ [B, S, H·D], dL/dK [B, Sk, H·D], dL/dV [B, Sk, H·Dv]
   Tensor3<T, ExecSpace> dout;        ///< dL/dout, padded query rows zeroed [B, S, E_o]
@@ -55,7 +69,12 @@ struct MhaReserve {
     qh = c.take(B, H, s.seq_q, s.head_dim);
     kh = c.take(B, H, s.seq_k, s.head_dim);
     vh = c.take(B, H, s.seq_k, s.v_head_dim);
-    p = c.take(B, H, s.seq_q, s.seq_k);
+    if (s.algo == AttentionAlgo::unfused) {
+      p = c.take(B, H, s.seq_q, s.seq_k);
+    } else {
+      oh = c.take(B, H, s.seq_q, s.v_head_dim);
+      lse = c.take(B, H, s.seq_q);
+    }
     a = c.take(B, s.seq_q, H * s.v_head_dim);
     dq = c.take(B, s.seq_q, H * s.head_dim);
     dk = c.take(B, s.seq_k, H * s.head_dim);
@@ -65,26 +84,31 @@ struct MhaReserve {
   }
 };
 
-/// The forward's scratch: the three projections and then the per-head
-/// outputs share one region (each is done with before the next); the raw
-/// scores, later the dropped-out probabilities, another.
+/// The forward's scratch: the three projections and then (unfused) the
+/// per-head outputs share one region (each is done with before the next);
+/// unfused, the raw scores, later the dropped-out probabilities, another.
+/// The fused path keeps its per-head outputs in the reserve.
 template <class T, class ExecSpace>
 struct MhaForwardWorkspace {
   Tensor3<T, ExecSpace> q, k, v;  ///< projections [B, S, H·D], [B, Sk, H·D], [B, Sk, H·Dv]
-  Tensor4<T, ExecSpace> oh;       ///< P_h·V_h [B, H, S, Dv]
-  Tensor4<T, ExecSpace> scores;   ///< Q_h K_hᵀ, then dropout(P) [B, H, S, Sk]
+  Tensor4<T, ExecSpace> oh;       ///< unfused: P_h·V_h [B, H, S, Dv]
+  Tensor4<T, ExecSpace> scores;   ///< unfused: Q_h K_hᵀ, then dropout(P) [B, H, S, Sk]
   std::size_t size = 0;
 
   MhaForwardWorkspace(const MhaShape& s, T* base) {
     Carver<T, ExecSpace> c(base);
     const std::size_t B = s.batch, H = s.heads, S = s.seq_q, Sk = s.seq_k;
-    T* shared = c.region(std::max({B * S * H * s.head_dim, B * Sk * H * s.head_dim,
-                                   B * Sk * H * s.v_head_dim, B * H * S * s.v_head_dim}));
+    const bool unfused = s.algo == AttentionAlgo::unfused;
+    T* shared =
+        c.region(std::max({B * S * H * s.head_dim, B * Sk * H * s.head_dim,
+                           B * Sk * H * s.v_head_dim, unfused ? B * H * S * s.v_head_dim : 0}));
     q = Tensor3<T, ExecSpace>(shared, B, S, H * s.head_dim);
     k = Tensor3<T, ExecSpace>(shared, B, Sk, H * s.head_dim);
     v = Tensor3<T, ExecSpace>(shared, B, Sk, H * s.v_head_dim);
-    oh = Tensor4<T, ExecSpace>(shared, B, H, S, s.v_head_dim);
-    scores = c.take(B, H, S, Sk);
+    if (unfused) {
+      oh = Tensor4<T, ExecSpace>(shared, B, H, S, s.v_head_dim);
+      scores = c.take(B, H, S, Sk);
+    }
     size = c.used();
   }
 };
@@ -92,10 +116,9 @@ struct MhaForwardWorkspace {
 /// Backward-data's scratch, one tensor per intermediate gradient.
 template <class T, class ExecSpace>
 struct MhaBackwardDataWorkspace {
-  Tensor3<T, ExecSpace> dout;      ///< dL/dout, padded query rows zeroed [B, S, E_o]
   Tensor3<T, ExecSpace> da;        ///< dL/dA [B, S, H·Dv]
   Tensor4<T, ExecSpace> doh;       ///< dL/dA_h [B, H, S, Dv]
-  Tensor4<T, ExecSpace> sk1, sk2;  ///< two [B, H, S, Sk] tensors: dropout(P), dL/dP, dL/dscores
+  Tensor4<T, ExecSpace> sk1, sk2;  ///< unfused: two [B, H, S, Sk]: dropout(P), dL/dP, dL/dscores
   Tensor4<T, ExecSpace> dqh, dkh, dvh;  ///< per-head gradients of Q, K, V
   std::size_t size = 0;
 
@@ -104,8 +127,10 @@ struct MhaBackwardDataWorkspace {
     const std::size_t B = s.batch, H = s.heads, S = s.seq_q, Sk = s.seq_k;
     da = c.take(B, S, H * s.v_head_dim);
     doh = c.take(B, H, S, s.v_head_dim);
-    sk1 = c.take(B, H, S, Sk);
-    sk2 = c.take(B, H, S, Sk);
+    if (s.algo == AttentionAlgo::unfused) {
+      sk1 = c.take(B, H, S, Sk);
+      sk2 = c.take(B, H, S, Sk);
+    }
     dqh = c.take(B, H, S, s.head_dim);
     dkh = c.take(B, H, Sk, s.head_dim);
     dvh = c.take(B, H, Sk, s.v_head_dim);
@@ -118,6 +143,7 @@ struct MhaBackwardDataWorkspace {
 namespace kdnn::attention {
 
 inline MhaBufferSizes mha_buffer_sizes(const MhaShape& shape) {
+  impl::check_algo("attention::mha_buffer_sizes", "shape.algo", shape.algo);
   // The counts do not depend on the scalar type or the space.
   using T = double;
   using Space = Kokkos::DefaultHostExecutionSpace;

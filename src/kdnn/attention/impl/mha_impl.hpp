@@ -1,18 +1,21 @@
 #pragma once
 // Definitions of kdnn::attention::impl::{mha_forward, mha_backward_data,
 // mha_backward_weights}: the layer composed from the family's operators
-// (Linear, batched GEMM, masked softmax, dropout) and its own layout kernels.
-// Backward, for the forward of mha.hpp with G = dL/dout (padded rows zeroed):
+// (Linear, then fused attention or batched GEMM, masked softmax and dropout)
+// and its own layout kernels. Backward, for the forward of mha.hpp with
+// G = dL/dout (padded rows zeroed):
 //   dA = G·W_o                           dA_h → its head's slice
-//   dV_h = dropout(P_h)ᵀ·dA_h            dP_h = dropout⁻ᵀ(dA_h·V_hᵀ)
-//   dScores_h = softmax_backward(P_h, dP_h)     (includes the scale s)
-//   dQ_h = dScores_h·K_h                 dK_h = dScores_hᵀ·Q_h
+//   dQ_h, dK_h, dV_h from dA_h: fused_attention_backward (fused), or
+//     dV_h = dropout(P_h)ᵀ·dA_h          dP_h = dropout⁻ᵀ(dA_h·V_hᵀ)
+//     dScores_h = softmax_backward(P_h, dP_h)     (includes the scale s)
+//     dQ_h = dScores_h·K_h               dK_h = dScores_hᵀ·Q_h     (unfused)
 //   dq = dQ·W_q,  dk = dK·W_k,  dv = dV·W_v
 //   dW_q = dQᵀ·q, db_q = Σ dQ (same for K, V);  dW_o = Gᵀ·A, db_o = Σ G.
 #include <cmath>
 
 #include "kdnn/attention/batched_gemm.hpp"
 #include "kdnn/attention/dropout.hpp"
+#include "kdnn/attention/fused_attention.hpp"
 #include "kdnn/attention/impl/mha_buffers.hpp"
 #include "kdnn/attention/impl/mha_kernels.hpp"
 #include "kdnn/attention/impl/visible_keys.hpp"
@@ -33,6 +36,7 @@ MhaShape mha_shape(const char* op, const MhaOptions& opts, const AttentionMask<E
                    const Tensor3<const T, ExecSpace>& q, const Tensor3<const T, ExecSpace>& k,
                    const Tensor3<const T, ExecSpace>& v) {
   if (opts.heads < 1) fail(op, ": opts.heads=", opts.heads, ", expected at least 1");
+  check_algo(op, "opts.algo", opts.algo);
   const std::size_t H = std::size_t(opts.heads);
   const auto per_head = [&](const char* name, std::size_t rows, const char* what) {
     if (rows == 0 || rows % H != 0) {
@@ -42,6 +46,7 @@ MhaShape mha_shape(const char* op, const MhaOptions& opts, const AttentionMask<E
     return rows / H;
   };
   MhaShape s;
+  s.algo = opts.algo;
   s.heads = H;
   s.head_dim = per_head("w_q", w.w_q.extent(0), "H·D, the query projection size");
   s.v_head_dim = per_head("w_v", w.w_v.extent(0), "H·Dv, the value projection size");
@@ -92,9 +97,44 @@ void require_output_shape(const char* op, const char* name, const View& t, const
   validate::extent(op, name, t, 2, s.o_size, "E_o, weights.w_o's extent(0)");
 }
 
+/// The scores' scale s: opts.sm_scaler, else 1/√D.
+inline double score_scale(const MhaOptions& opts, const MhaShape& s) {
+  return opts.sm_scaler ? *opts.sm_scaler : 1.0 / std::sqrt(double(s.head_dim));
+}
+
 inline SoftmaxOptions softmax_options(const MhaOptions& opts, const MhaShape& s) {
-  return {SoftmaxMode::accurate,
-          opts.sm_scaler ? *opts.sm_scaler : 1.0 / std::sqrt(double(s.head_dim))};
+  return {SoftmaxMode::accurate, score_scale(opts, s)};
+}
+
+inline FusedAttentionOptions fused_options(const MhaOptions& opts, const MhaShape& s) {
+  FusedAttentionOptions f;
+  f.scale = score_scale(opts, s);
+  f.dropout = opts.dropout;
+  return f;
+}
+
+/// The fused path's launch plans, made but not launched, so that the one
+/// check of fused_attention_forward / _backward that the layer's own checks
+/// do not imply (a block's team scratch within the backend's limit, which
+/// grows with D and Dv) fails before the layer launches anything. The
+/// plans mirror impl/fused_attention_impl.hpp: the kernels it launches for
+/// this shape, with its block sizes.
+template <class ExecSpace, class T>
+void check_fused_plans(const char* op, const ExecSpace& space, const MhaShape& s,
+                       const FusedAttentionOptions& fopts, bool backward) {
+  if (s.algo != AttentionAlgo::fused || s.batch == 0) return;
+  const int D = int(s.head_dim), Dv = int(s.v_head_dim);
+  int bq = 1, bk = 1;
+  fused_block_sizes<ExecSpace>(D, Dv, bq, bk);
+  if (!backward && s.seq_q > 0) {
+    plan_fused<ExecSpace, FusedForwardKernel<ExecSpace, T>>(op, space, 1, fopts, bq, bk, D, Dv);
+  }
+  if (backward && s.seq_k > 0) {
+    plan_fused<ExecSpace, FusedBackwardKVKernel<ExecSpace, T>>(op, space, 1, fopts, bq, bk, D, Dv);
+  }
+  if (backward && s.seq_q > 0) {
+    plan_fused<ExecSpace, FusedBackwardQKernel<ExecSpace, T>>(op, space, 1, fopts, bq, bk, D, Dv);
+  }
 }
 
 template <class ExecSpace, class T>
@@ -112,6 +152,7 @@ void mha_forward(const ExecSpace& space, const MhaOptions& opts,
   const MhaForwardWorkspace<T, ExecSpace> ws(s, workspace.data());
   require_buffer(op, "reserve", reserve, r.size);
   require_buffer(op, "workspace", workspace, mha_buffer_sizes(s).workspace);
+  const FusedAttentionOptions fopts = fused_options(opts, s);
   using validate::memory_of;
   validate::disjoint(
       op, {memory_of("out", out), memory_of("reserve", reserve), memory_of("workspace", workspace)},
@@ -120,6 +161,7 @@ void mha_forward(const ExecSpace& space, const MhaOptions& opts,
        memory_of("weights.w_v", w.w_v), memory_of("weights.w_o", w.w_o),
        memory_of("weights.b_q", w.b_q), memory_of("weights.b_k", w.b_k),
        memory_of("weights.b_v", w.b_v), memory_of("weights.b_o", w.b_o)});
+  check_fused_plans<ExecSpace, T>(op, space, s, fopts, false);
 
   attention::linear_forward(space, q, w.w_q, w.b_q, ws.q);
   split_heads(space, Tensor3<const T, ExecSpace>(ws.q), r.qh);
@@ -128,16 +170,22 @@ void mha_forward(const ExecSpace& space, const MhaOptions& opts,
   attention::linear_forward(space, v, w.w_v, w.b_v, ws.v);
   split_heads(space, Tensor3<const T, ExecSpace>(ws.v), r.vh);
 
-  attention::batched_gemm(space, Op::none, Op::transpose, Op::none, T(1), r.qh, r.kh, T(0),
-                          ws.scores);
-  attention::softmax_forward(space, ws.scores, r.p, softmax_options(opts, s), mask);
-  Tensor4<const T, ExecSpace> dropped = r.p;
-  if (opts.dropout.p > 0) {
-    attention::dropout_forward(space, r.p, ws.scores, opts.dropout);
-    dropped = ws.scores;
+  if (s.algo == AttentionAlgo::fused) {
+    // Checked above: mha_shape's checks imply fused_attention_forward's.
+    impl::fused_attention_forward<ExecSpace, T>(space, r.qh, r.kh, r.vh, r.oh, r.lse, fopts, mask);
+    merge_heads(space, Tensor4<const T, ExecSpace>(r.oh), r.a);
+  } else {
+    attention::batched_gemm(space, Op::none, Op::transpose, Op::none, T(1), r.qh, r.kh, T(0),
+                            ws.scores);
+    attention::softmax_forward(space, ws.scores, r.p, softmax_options(opts, s), mask);
+    Tensor4<const T, ExecSpace> dropped = r.p;
+    if (opts.dropout.p > 0) {
+      attention::dropout_forward(space, r.p, ws.scores, opts.dropout);
+      dropped = ws.scores;
+    }
+    attention::batched_gemm(space, Op::none, Op::none, Op::none, T(1), dropped, r.vh, T(0), ws.oh);
+    merge_heads(space, Tensor4<const T, ExecSpace>(ws.oh), r.a);
   }
-  attention::batched_gemm(space, Op::none, Op::none, Op::none, T(1), dropped, r.vh, T(0), ws.oh);
-  merge_heads(space, Tensor4<const T, ExecSpace>(ws.oh), r.a);
 
   attention::linear_forward(space, r.a, w.w_o, w.b_o, out);
   if (validate::given(residual) || validate::given(mask.seq_q)) {
@@ -162,6 +210,7 @@ void mha_backward_data(const ExecSpace& space, const MhaOptions& opts,
   const MhaBackwardDataWorkspace<T, ExecSpace> ws(s, workspace.data());
   require_buffer(op, "reserve", reserve, r.size);
   require_buffer(op, "workspace", workspace, mha_buffer_sizes(s).workspace);
+  const FusedAttentionOptions fopts = fused_options(opts, s);
   using validate::memory_of;
   validate::disjoint(
       op,
@@ -170,6 +219,7 @@ void mha_backward_data(const ExecSpace& space, const MhaOptions& opts,
        memory_of("workspace", workspace)},
       {memory_of("dout", dout), memory_of("weights.w_q", w.w_q), memory_of("weights.w_k", w.w_k),
        memory_of("weights.w_v", w.w_v), memory_of("weights.w_o", w.w_o)});
+  check_fused_plans<ExecSpace, T>(op, space, s, fopts, true);
 
   // G = dL/dout with the padded rows zeroed, kept for backward-weights.
   output_rows(space, dout, {}, mask.seq_q, r.dout);
@@ -178,28 +228,34 @@ void mha_backward_data(const ExecSpace& space, const MhaOptions& opts,
   kdnn::impl::gemm(space, false, false, T(1), rows_of(g), w.w_o, T(0), rows_of(ws.da));
   split_heads(space, Tensor3<const T, ExecSpace>(ws.da), ws.doh);
 
-  // dV_h = dropout(P_h)ᵀ·dA_h and dP_h = dropout⁻ᵀ(dA_h·V_hᵀ), dropout's
-  // mask regenerated from its (seed, offset).
-  const bool dropout = opts.dropout.p > 0;
-  Tensor4<const T, ExecSpace> dropped = r.p;
-  if (dropout) {
-    attention::dropout_forward(space, r.p, ws.sk1, opts.dropout);
-    dropped = ws.sk1;
+  if (s.algo == AttentionAlgo::fused) {
+    // The probabilities recomputed from Q_h, K_h and the forward's lse.
+    impl::fused_attention_backward<ExecSpace, T>(space, r.qh, r.kh, r.vh, r.oh, r.lse, ws.doh,
+                                                 ws.dqh, ws.dkh, ws.dvh, fopts, mask);
+  } else {
+    // dV_h = dropout(P_h)ᵀ·dA_h and dP_h = dropout⁻ᵀ(dA_h·V_hᵀ), dropout's
+    // mask regenerated from its (seed, offset).
+    const bool dropout = opts.dropout.p > 0;
+    Tensor4<const T, ExecSpace> dropped = r.p;
+    if (dropout) {
+      attention::dropout_forward(space, r.p, ws.sk1, opts.dropout);
+      dropped = ws.sk1;
+    }
+    attention::batched_gemm(space, Op::transpose, Op::none, Op::none, T(1), dropped, ws.doh, T(0),
+                            ws.dvh);
+    attention::batched_gemm(space, Op::none, Op::transpose, Op::none, T(1), ws.doh, r.vh, T(0),
+                            ws.sk2);
+    Tensor4<T, ExecSpace> dp = ws.sk2, dscores = ws.sk1;
+    if (dropout) {
+      attention::dropout_backward(space, ws.sk2, ws.sk1, opts.dropout);
+      dp = ws.sk1;
+      dscores = ws.sk2;
+    }
+    attention::softmax_backward(space, r.p, dp, dscores, softmax_options(opts, s), mask);
+    attention::batched_gemm(space, Op::none, Op::none, Op::none, T(1), dscores, r.kh, T(0), ws.dqh);
+    attention::batched_gemm(space, Op::transpose, Op::none, Op::none, T(1), dscores, r.qh, T(0),
+                            ws.dkh);
   }
-  attention::batched_gemm(space, Op::transpose, Op::none, Op::none, T(1), dropped, ws.doh, T(0),
-                          ws.dvh);
-  attention::batched_gemm(space, Op::none, Op::transpose, Op::none, T(1), ws.doh, r.vh, T(0),
-                          ws.sk2);
-  Tensor4<T, ExecSpace> dp = ws.sk2, dscores = ws.sk1;
-  if (dropout) {
-    attention::dropout_backward(space, ws.sk2, ws.sk1, opts.dropout);
-    dp = ws.sk1;
-    dscores = ws.sk2;
-  }
-  attention::softmax_backward(space, r.p, dp, dscores, softmax_options(opts, s), mask);
-  attention::batched_gemm(space, Op::none, Op::none, Op::none, T(1), dscores, r.kh, T(0), ws.dqh);
-  attention::batched_gemm(space, Op::transpose, Op::none, Op::none, T(1), dscores, r.qh, T(0),
-                          ws.dkh);
 
   merge_heads(space, Tensor4<const T, ExecSpace>(ws.dqh), r.dq);
   merge_heads(space, Tensor4<const T, ExecSpace>(ws.dkh), r.dk);
