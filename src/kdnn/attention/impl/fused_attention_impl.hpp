@@ -81,6 +81,37 @@ kdnn::impl::TeamPlan<ExecSpace> plan_fused(const char* op, const ExecSpace& spac
           " keys with D=" + std::to_string(D) + ", Dv=" + std::to_string(Dv));
 }
 
+/// Whether the backward runs one team per head (FusedBackwardSchedule).
+template <class ExecSpace>
+bool backward_per_head(const ExecSpace& space, int B, int H, const FusedAttentionOptions& opts) {
+  return opts.backward == FusedBackwardSchedule::per_head ||
+         (opts.backward == FusedBackwardSchedule::automatic &&
+          kdnn::impl::BackendTraits<ExecSpace>::is_host && B * H >= space.concurrency());
+}
+
+/// Makes the launch plans the fused forward (or backward) would make for
+/// these sizes, launching nothing: throws what the call would (team scratch
+/// past the backend's limit, a launch the backend refuses). For callers that
+/// must check everything before their first launch (the attention layer).
+template <class ExecSpace, class T>
+void check_fused_launch(const char* op, const ExecSpace& space, int B, int H, int S, int Sk, int D,
+                        int Dv, const FusedAttentionOptions& opts, bool backward) {
+  if (B == 0 || H == 0) return;
+  int bq = 1, bk = 1;
+  fused_block_sizes<ExecSpace>(D, Dv, bq, bk);
+  if (!backward) {
+    if (S > 0)
+      plan_fused<ExecSpace, FusedForwardKernel<ExecSpace, T>>(op, space, 1, opts, bq, bk, D, Dv);
+  } else if (backward_per_head(space, B, H, opts)) {
+    plan_fused<ExecSpace, FusedBackwardHeadKernel<ExecSpace, T>>(op, space, 1, opts, bq, bk, D, Dv);
+  } else {
+    if (Sk > 0)
+      plan_fused<ExecSpace, FusedBackwardKVKernel<ExecSpace, T>>(op, space, 1, opts, bq, bk, D, Dv);
+    if (S > 0)
+      plan_fused<ExecSpace, FusedBackwardQKernel<ExecSpace, T>>(op, space, 1, opts, bq, bk, D, Dv);
+  }
+}
+
 template <class ExecSpace, class T>
 void fused_attention_forward(const ExecSpace& space, const Tensor4<const T, ExecSpace>& q,
                              const Tensor4<const T, ExecSpace>& k,
@@ -159,11 +190,7 @@ void fused_attention_backward(const ExecSpace& space, const Tensor4<const T, Exe
   data.keep_scale = T(1.0 / (1.0 - opts.dropout.p));
   fused_block_sizes<ExecSpace>(D, Dv, data.bq, data.bk);
 
-  const bool per_head =
-      opts.backward == FusedBackwardSchedule::per_head ||
-      (opts.backward == FusedBackwardSchedule::automatic &&
-       kdnn::impl::BackendTraits<ExecSpace>::is_host && B * H >= space.concurrency());
-  if (per_head) {
+  if (backward_per_head(space, B, H, opts)) {
     using Head = FusedBackwardHeadKernel<ExecSpace, T>;
     Head head;
     static_cast<FusedBackwardData<ExecSpace, T>&>(head) = data;

@@ -116,25 +116,15 @@ inline FusedAttentionOptions fused_options(const MhaOptions& opts, const MhaShap
 /// The fused path's launch plans, made but not launched, so that the one
 /// check of fused_attention_forward / _backward that the layer's own checks
 /// do not imply (a block's team scratch within the backend's limit, which
-/// grows with D and Dv) fails before the layer launches anything. The
-/// plans mirror impl/fused_attention_impl.hpp: the kernels it launches for
-/// this shape, with its block sizes.
+/// grows with D and Dv) fails before the layer launches anything
+/// (check_fused_launch).
 template <class ExecSpace, class T>
 void check_fused_plans(const char* op, const ExecSpace& space, const MhaShape& s,
                        const FusedAttentionOptions& fopts, bool backward) {
-  if (s.algo != AttentionAlgo::fused || s.batch == 0) return;
-  const int D = int(s.head_dim), Dv = int(s.v_head_dim);
-  int bq = 1, bk = 1;
-  fused_block_sizes<ExecSpace>(D, Dv, bq, bk);
-  if (!backward && s.seq_q > 0) {
-    plan_fused<ExecSpace, FusedForwardKernel<ExecSpace, T>>(op, space, 1, fopts, bq, bk, D, Dv);
-  }
-  if (backward && s.seq_k > 0) {
-    plan_fused<ExecSpace, FusedBackwardKVKernel<ExecSpace, T>>(op, space, 1, fopts, bq, bk, D, Dv);
-  }
-  if (backward && s.seq_q > 0) {
-    plan_fused<ExecSpace, FusedBackwardQKernel<ExecSpace, T>>(op, space, 1, fopts, bq, bk, D, Dv);
-  }
+  if (s.algo != AttentionAlgo::fused) return;
+  check_fused_launch<ExecSpace, T>(op, space, int(s.batch), int(s.heads), int(s.seq_q),
+                                   int(s.seq_k), int(s.head_dim), int(s.v_head_dim), fopts,
+                                   backward);
 }
 
 template <class ExecSpace, class T>
