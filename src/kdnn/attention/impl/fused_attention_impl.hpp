@@ -103,7 +103,7 @@ void check_fused_launch(const char* op, const ExecSpace& space, int B, int H, in
     if (S > 0)
       plan_fused<ExecSpace, FusedForwardKernel<ExecSpace, T>>(op, space, 1, opts, bq, bk, D, Dv);
   } else if (backward_per_head(space, B, H, opts)) {
-    plan_fused<ExecSpace, FusedBackwardHeadKernel<ExecSpace, T>>(op, space, 1, opts, bq, bk, D, Dv);
+    plan_fused<ExecSpace, FusedBackwardKVKernel<ExecSpace, T>>(op, space, 1, opts, bq, bk, D, Dv);
   } else {
     if (Sk > 0)
       plan_fused<ExecSpace, FusedBackwardKVKernel<ExecSpace, T>>(op, space, 1, opts, bq, bk, D, Dv);
@@ -190,26 +190,19 @@ void fused_attention_backward(const ExecSpace& space, const Tensor4<const T, Exe
   data.keep_scale = T(1.0 / (1.0 - opts.dropout.p));
   fused_block_sizes<ExecSpace>(D, Dv, data.bq, data.bk);
 
-  if (backward_per_head(space, B, H, opts)) {
-    using Head = FusedBackwardHeadKernel<ExecSpace, T>;
-    Head head;
-    static_cast<FusedBackwardData<ExecSpace, T>&>(head) = data;
-    head.dq = dq, head.dk = dk, head.dv = dv;
-    const auto plan = plan_fused<ExecSpace, Head>(op, space, B * H, opts, data.bq, data.bk, D, Dv);
-    head.level = plan.level, head.scratch_bytes = plan.scratch_bytes;
-    Kokkos::parallel_for("kdnn::attention::fused_backward_head", plan.policy(space), head);
-    return;
-  }
-  if (Sk > 0) {
+  const bool per_head = backward_per_head(space, B, H, opts);
+  if (Sk > 0 || per_head) {
     using KV = FusedBackwardKVKernel<ExecSpace, T>;
     KV kv;
     static_cast<FusedBackwardData<ExecSpace, T>&>(kv) = data;
-    kv.dk = dk, kv.dv = dv;
-    const auto plan = plan_fused<ExecSpace, KV>(op, space, B * H * ((Sk + data.bk - 1) / data.bk),
-                                                opts, data.bq, data.bk, D, Dv);
+    kv.dq = dq, kv.dk = dk, kv.dv = dv;
+    kv.with_dq = per_head;
+    const int league = per_head ? B * H : B * H * ((Sk + data.bk - 1) / data.bk);
+    const auto plan = plan_fused<ExecSpace, KV>(op, space, league, opts, data.bq, data.bk, D, Dv);
     kv.level = plan.level, kv.scratch_bytes = plan.scratch_bytes;
     Kokkos::parallel_for("kdnn::attention::fused_backward_kv", plan.policy(space), kv);
   }
+  if (per_head) return;
   if (S > 0) {
     using Q = FusedBackwardQKernel<ExecSpace, T>;
     Q qk;

@@ -122,26 +122,35 @@ struct FusedBackwardData {
   }
 };
 
-/// dK and dV: one team per (b, h, block of bk keys).
+/// dK and dV of key blocks, and with `with_dq` dQ as well. A team takes one
+/// key block of one head (per_key_block; FusedBackwardQKernel then gives dQ)
+/// or, with_dq, every key block of one head in order (per_head): for each
+/// block it walks the query tiles that see it, and with dQ that is five tile
+/// products per pair of tiles instead of the two kernels' seven. dK and dV
+/// of a block accumulate in scratch; dQ accumulates in `dq` itself (the team
+/// owns the head), tile by tile in key order, so every sum keeps a fixed
+/// order.
 template <class ExecSpace, class T>
 struct FusedBackwardKVKernel : FusedBackwardData<ExecSpace, T> {
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   using Tile = kdnn::impl::GemmTile<ExecSpace, T>;
-  Tensor4<T, ExecSpace> dk, dv;
+  Tensor4<T, ExecSpace> dq, dk, dv;  ///< dq only with_dq
+  bool with_dq = false;
 
   struct Work {
-    T *kt, *vt, *dk, *dv, *qt, *q, *gt, *g, *p, *dp, *lse, *delta;
+    T *kt, *vt, *k, *dk, *dv, *qt, *q, *gt, *g, *p, *dp, *dst, *dq, *lse, *delta;
     int *first, *last;
   };
-  /// Once per team: Kᵀ [D, bk], Vᵀ [Dv, bk] and the dK, dV accumulators
-  /// [bk, D'], [bk, Dv'] (' padded to the GEMM tile); per query tile: Qᵀ,
-  /// Q, dOᵀ, dO, the scores [bq, bk] (then Pd) and dO·Vᵀ (then dS).
+  /// Per key block: Kᵀ, Vᵀ, K and the dK, dV accumulators; per query tile:
+  /// Qᵀ, Q, dOᵀ, dO, the scores (then Pd), dO·Vᵀ (then dS), and for dQ dSᵀ
+  /// and the tile's dQ.
   KOKKOS_INLINE_FUNCTION static Work carve(kdnn::impl::ScratchCarver& s, int bq, int bk, int D,
                                            int Dv) {
     const std::size_t dp = Tile::pad(D), dvp = Tile::pad(Dv);
     Work w;
     w.kt = s.take<T>(std::size_t(D) * bk);
     w.vt = s.take<T>(std::size_t(Dv) * bk);
+    w.k = s.take<T>(bk * dp);
     w.dk = s.take<T>(bk * dp);
     w.dv = s.take<T>(bk * dvp);
     w.qt = s.take<T>(std::size_t(D) * bq);
@@ -150,6 +159,8 @@ struct FusedBackwardKVKernel : FusedBackwardData<ExecSpace, T> {
     w.g = s.take<T>(bq * dvp);
     w.p = s.take<T>(std::size_t(bq) * bk);
     w.dp = s.take<T>(std::size_t(bq) * bk);
+    w.dst = s.take<T>(std::size_t(bk) * bq);
+    w.dq = s.take<T>(bq * dp);
     w.lse = s.take<T>(bq);
     w.delta = s.take<T>(bq);
     w.first = s.take<int>(bq);
@@ -163,52 +174,79 @@ struct FusedBackwardKVKernel : FusedBackwardData<ExecSpace, T> {
     const int Sk = int(in.k.extent(2)), Dv = int(in.v.extent(3));
     const int dpad = Tile::pad(D), dvp = Tile::pad(Dv);
     const int bq = in.bq, bk = in.bk;
-    const int blocks = (Sk + bk - 1) / bk;
-    const int block = team.league_rank() % blocks, bh = team.league_rank() / blocks;
-    const int b = bh / H, h = bh % H, j0 = block * bk;
-    const int cols = Sk - j0 < bk ? Sk - j0 : bk;
+    const int blocks = with_dq ? 1 : (Sk + bk - 1) / bk;  // key blocks per head's teams
+    const int bh = team.league_rank() / blocks, b = bh / H, h = bh % H;
+    const int j_begin = with_dq ? 0 : team.league_rank() % blocks * bk;
+    const int j_end = with_dq ? Sk : j_begin + bk;
     kdnn::impl::ScratchCarver carver(
         kdnn::impl::team_scratch_base(team, in.level, in.scratch_bytes));
     const Work w = carve(carver, bq, bk, D, Dv);
 
-    const auto kv = [&](const auto& view) {
-      return [&](int c, int d) { return view(b, h, j0 + c, d); };
-    };
-    this->load_tile(team, kv(in.k), cols, bk, D, w.kt, nullptr);
-    this->load_tile(team, kv(in.v), cols, bk, Dv, w.vt, nullptr);
-    Kokkos::parallel_for(Kokkos::TeamVectorRange(team, bk * dpad), [&](int x) { w.dk[x] = T(0); });
-    Kokkos::parallel_for(Kokkos::TeamVectorRange(team, bk * dvp), [&](int x) { w.dv[x] = T(0); });
-    for (int i0 = 0; i0 < S; i0 += bq) {
-      const int rows = S - i0 < bq ? S - i0 : bq;
-      team.team_barrier();  // the previous tile is done with
-      int any = 0;
-      this->load_rows(team, b, h, i0, rows, w.first, w.last, w.lse, w.delta, j0, j0 + cols, any);
-      if (!any) continue;  // no query of the tile sees these keys
-      const auto qg = [&](const auto& view) {
-        return [&](int r, int d) { return view(b, h, i0 + r, d); };
+    if (with_dq)
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, S), [&](int i) {
+        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D),
+                             [&](int d) { dq(b, h, i, d) = T(0); });
+      });
+    for (int j0 = j_begin; j0 < j_end && j0 < Sk; j0 += bk) {
+      const int cols = Sk - j0 < bk ? Sk - j0 : bk;
+      team.team_barrier();  // the previous block is done with
+      const auto kv = [&](const auto& view) {
+        return [&](int c, int d) { return view(b, h, j0 + c, d); };
       };
-      this->load_tile(team, qg(in.q), rows, bq, D, w.qt, w.q);
-      this->load_tile(team, qg(in.dout), rows, bq, Dv, w.gt, w.g);
+      this->load_tile(team, kv(in.k), cols, bk, D, w.kt, w.k);
+      this->load_tile(team, kv(in.v), cols, bk, Dv, w.vt, nullptr);
+      Kokkos::parallel_for(Kokkos::TeamVectorRange(team, bk * dpad),
+                           [&](int x) { w.dk[x] = T(0); });
+      Kokkos::parallel_for(Kokkos::TeamVectorRange(team, bk * dvp), [&](int x) { w.dv[x] = T(0); });
+      for (int i0 = 0; i0 < S; i0 += bq) {
+        const int rows = S - i0 < bq ? S - i0 : bq;
+        team.team_barrier();  // the previous tile is done with
+        int any = 0;
+        this->load_rows(team, b, h, i0, rows, w.first, w.last, w.lse, w.delta, j0, j0 + cols, any);
+        if (!any) continue;  // no query of the tile sees these keys
+        const auto qg = [&](const auto& view) {
+          return [&](int r, int d) { return view(b, h, i0 + r, d); };
+        };
+        this->load_tile(team, qg(in.q), rows, bq, D, w.qt, w.q);
+        this->load_tile(team, qg(in.dout), rows, bq, Dv, w.gt, w.g);
+        if (with_dq) this->load_tile(team, qg(dq), rows, bq, D, nullptr, w.dq);
+        team.team_barrier();
+        kdnn::impl::team_gemm<ExecSpace>(team, bq, bk, D, w.qt, bq, w.kt, bk, w.p, bk, false);
+        kdnn::impl::team_gemm<ExecSpace>(team, bq, bk, Dv, w.gt, bq, w.vt, bk, w.dp, bk, false);
+        team.team_barrier();
+        const auto sweep = [&](const auto& f) {
+          kdnn::impl::team_sweep<ExecSpace>(team, bq, bk, f);
+        };
+        const PairTiles<T, false> at{w.p, w.dp, bk};
+        this->tile_grads(sweep, bh, i0, j0, w.first, w.last, w.lse, w.delta, at);
+        team.team_barrier();
+        // dV += Pdᵀ·dO and dK += dSᵀ·Q over the tile's live queries.
+        kdnn::impl::team_gemm<ExecSpace>(team, bk, dvp, rows, w.p, bk, w.g, dvp, w.dv, dvp, true);
+        kdnn::impl::team_gemm<ExecSpace>(team, bk, dpad, rows, w.dp, bk, w.q, dpad, w.dk, dpad,
+                                         true);
+        if (!with_dq) continue;
+        // dQ += dS·K, from dSᵀ (team_gemm reads its A k-major).
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, bk), [&](int c) {
+          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, bq),
+                               [&](int r) { w.dst[c * bq + r] = w.dp[r * bk + c]; });
+        });
+        team.team_barrier();
+        kdnn::impl::team_gemm<ExecSpace>(team, bq, dpad, cols, w.dst, bq, w.k, dpad, w.dq, dpad,
+                                         true);
+        team.team_barrier();
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](int r) {
+          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D),
+                               [&](int d) { dq(b, h, i0 + r, d) = w.dq[r * dpad + d]; });
+        });
+      }
       team.team_barrier();
-      // S = Q·Kᵀ and dO·Vᵀ [bq, bk], then Pd and dS in their place.
-      kdnn::impl::team_gemm<ExecSpace>(team, bq, bk, D, w.qt, bq, w.kt, bk, w.p, bk, false);
-      kdnn::impl::team_gemm<ExecSpace>(team, bq, bk, Dv, w.gt, bq, w.vt, bk, w.dp, bk, false);
-      team.team_barrier();
-      const auto sweep = [&](const auto& f) { kdnn::impl::team_sweep<ExecSpace>(team, bq, bk, f); };
-      const PairTiles<T, false> at{w.p, w.dp, bk};
-      this->tile_grads(sweep, bh, i0, j0, w.first, w.last, w.lse, w.delta, at);
-      team.team_barrier();
-      // dV += Pdᵀ·dO and dK += dSᵀ·Q over the tile's live queries.
-      kdnn::impl::team_gemm<ExecSpace>(team, bk, dvp, rows, w.p, bk, w.g, dvp, w.dv, dvp, true);
-      kdnn::impl::team_gemm<ExecSpace>(team, bk, dpad, rows, w.dp, bk, w.q, dpad, w.dk, dpad, true);
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols), [&](int c) {
+        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D),
+                             [&](int d) { dk(b, h, j0 + c, d) = w.dk[c * dpad + d]; });
+        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, Dv),
+                             [&](int d) { dv(b, h, j0 + c, d) = w.dv[c * dvp + d]; });
+      });
     }
-    team.team_barrier();
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols), [&](int c) {
-      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D),
-                           [&](int d) { dk(b, h, j0 + c, d) = w.dk[c * dpad + d]; });
-      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, Dv),
-                           [&](int d) { dv(b, h, j0 + c, d) = w.dv[c * dvp + d]; });
-    });
   }
 };
 
@@ -311,125 +349,6 @@ struct FusedBackwardQKernel : FusedBackwardData<ExecSpace, T> {
       Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D),
                            [&](int d) { dq(b, h, i0 + r, d) = w.dq[r * dpad + d]; });
     });
-  }
-};
-
-/// dQ, dK and dV in one pass: one team per (b, h) walks the key blocks and,
-/// for each, the query tiles that see them, with five tile products per
-/// pair of tiles instead of the two kernels' seven. dK and dV of the block
-/// accumulate in scratch; dQ accumulates in `dq` itself (the team owns the
-/// head), tile by tile in key order, so sums keep a fixed order. For hosts,
-/// where a team is a thread and B·H heads keep the threads busy.
-template <class ExecSpace, class T>
-struct FusedBackwardHeadKernel : FusedBackwardData<ExecSpace, T> {
-  using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
-  using Tile = kdnn::impl::GemmTile<ExecSpace, T>;
-  Tensor4<T, ExecSpace> dq, dk, dv;
-
-  struct Work {
-    T *kt, *vt, *k, *dk, *dv, *qt, *q, *gt, *g, *p, *dp, *dst, *dq, *lse, *delta;
-    int *first, *last;
-  };
-  /// Per key block: Kᵀ, Vᵀ, K and the dK, dV accumulators; per query tile:
-  /// Qᵀ, Q, dOᵀ, dO, the scores (then Pd), dO·Vᵀ (then dS), dSᵀ and the
-  /// tile's dQ.
-  KOKKOS_INLINE_FUNCTION static Work carve(kdnn::impl::ScratchCarver& s, int bq, int bk, int D,
-                                           int Dv) {
-    const std::size_t dp = Tile::pad(D), dvp = Tile::pad(Dv);
-    Work w;
-    w.kt = s.take<T>(std::size_t(D) * bk);
-    w.vt = s.take<T>(std::size_t(Dv) * bk);
-    w.k = s.take<T>(bk * dp);
-    w.dk = s.take<T>(bk * dp);
-    w.dv = s.take<T>(bk * dvp);
-    w.qt = s.take<T>(std::size_t(D) * bq);
-    w.q = s.take<T>(bq * dp);
-    w.gt = s.take<T>(std::size_t(Dv) * bq);
-    w.g = s.take<T>(bq * dvp);
-    w.p = s.take<T>(std::size_t(bq) * bk);
-    w.dp = s.take<T>(std::size_t(bq) * bk);
-    w.dst = s.take<T>(std::size_t(bk) * bq);
-    w.dq = s.take<T>(bq * dp);
-    w.lse = s.take<T>(bq);
-    w.delta = s.take<T>(bq);
-    w.first = s.take<int>(bq);
-    w.last = s.take<int>(bq);
-    return w;
-  }
-
-  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
-    const auto& in = *this;
-    const int H = int(in.q.extent(1)), S = int(in.q.extent(2)), D = int(in.q.extent(3));
-    const int Sk = int(in.k.extent(2)), Dv = int(in.v.extent(3));
-    const int dpad = Tile::pad(D), dvp = Tile::pad(Dv);
-    const int bq = in.bq, bk = in.bk;
-    const int bh = team.league_rank(), b = bh / H, h = bh % H;
-    kdnn::impl::ScratchCarver carver(
-        kdnn::impl::team_scratch_base(team, in.level, in.scratch_bytes));
-    const Work w = carve(carver, bq, bk, D, Dv);
-
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, S), [&](int i) {
-      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D),
-                           [&](int d) { dq(b, h, i, d) = T(0); });
-    });
-    for (int j0 = 0; j0 < Sk; j0 += bk) {
-      const int cols = Sk - j0 < bk ? Sk - j0 : bk;
-      team.team_barrier();  // the previous block is done with
-      const auto kv = [&](const auto& view) {
-        return [&](int c, int d) { return view(b, h, j0 + c, d); };
-      };
-      this->load_tile(team, kv(in.k), cols, bk, D, w.kt, w.k);
-      this->load_tile(team, kv(in.v), cols, bk, Dv, w.vt, nullptr);
-      Kokkos::parallel_for(Kokkos::TeamVectorRange(team, bk * dpad),
-                           [&](int x) { w.dk[x] = T(0); });
-      Kokkos::parallel_for(Kokkos::TeamVectorRange(team, bk * dvp), [&](int x) { w.dv[x] = T(0); });
-      for (int i0 = 0; i0 < S; i0 += bq) {
-        const int rows = S - i0 < bq ? S - i0 : bq;
-        team.team_barrier();  // the previous tile is done with
-        int any = 0;
-        this->load_rows(team, b, h, i0, rows, w.first, w.last, w.lse, w.delta, j0, j0 + cols, any);
-        if (!any) continue;  // no query of the tile sees these keys
-        const auto qg = [&](const auto& view) {
-          return [&](int r, int d) { return view(b, h, i0 + r, d); };
-        };
-        this->load_tile(team, qg(in.q), rows, bq, D, w.qt, w.q);
-        this->load_tile(team, qg(in.dout), rows, bq, Dv, w.gt, w.g);
-        this->load_tile(team, qg(dq), rows, bq, D, nullptr, w.dq);
-        team.team_barrier();
-        kdnn::impl::team_gemm<ExecSpace>(team, bq, bk, D, w.qt, bq, w.kt, bk, w.p, bk, false);
-        kdnn::impl::team_gemm<ExecSpace>(team, bq, bk, Dv, w.gt, bq, w.vt, bk, w.dp, bk, false);
-        team.team_barrier();
-        const auto sweep = [&](const auto& f) {
-          kdnn::impl::team_sweep<ExecSpace>(team, bq, bk, f);
-        };
-        const PairTiles<T, false> at{w.p, w.dp, bk};
-        this->tile_grads(sweep, bh, i0, j0, w.first, w.last, w.lse, w.delta, at);
-        team.team_barrier();
-        // dSᵀ for dQ += dS·K (team_gemm reads its A k-major).
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, bk), [&](int c) {
-          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, bq),
-                               [&](int r) { w.dst[c * bq + r] = w.dp[r * bk + c]; });
-        });
-        kdnn::impl::team_gemm<ExecSpace>(team, bk, dvp, rows, w.p, bk, w.g, dvp, w.dv, dvp, true);
-        kdnn::impl::team_gemm<ExecSpace>(team, bk, dpad, rows, w.dp, bk, w.q, dpad, w.dk, dpad,
-                                         true);
-        team.team_barrier();
-        kdnn::impl::team_gemm<ExecSpace>(team, bq, dpad, cols, w.dst, bq, w.k, dpad, w.dq, dpad,
-                                         true);
-        team.team_barrier();
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](int r) {
-          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D),
-                               [&](int d) { dq(b, h, i0 + r, d) = w.dq[r * dpad + d]; });
-        });
-      }
-      team.team_barrier();
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols), [&](int c) {
-        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D),
-                             [&](int d) { dk(b, h, j0 + c, d) = w.dk[c * dpad + d]; });
-        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, Dv),
-                             [&](int d) { dv(b, h, j0 + c, d) = w.dv[c * dvp + d]; });
-      });
-    }
   }
 };
 
