@@ -9,8 +9,9 @@ each, and the ratio PyTorch / kdnn fused (> 1: kdnn faster).
 Peak memory: kdnn's is the most Kokkos held during the phase (inputs,
 outputs, what the forward keeps, the phase's allocations); PyTorch's is the
 growth of the process's peak resident memory from just before the inputs
-exist to the end of one forward (forward) or forward + backward (backward),
-measured in a fresh process per size and phase. PyTorch runs on
+exist to the end of one forward (forward) or forward + backward (backward)
+(Linux's VmHWM, reset first), measured in a fresh process per size and
+phase (on a GPU: torch.cuda.max_memory_allocated). PyTorch runs on
 --torch-threads threads (default 2).
 
   python perf_tests/compare_fused_attention.py --bench build/serial/perf_tests/kdnn_perf_fused_attention
@@ -19,7 +20,6 @@ measured in a fresh process per size and phase. PyTorch runs on
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -79,7 +79,10 @@ def torch_peak_mib(size, phase, device):
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
     else:
-        base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        # Linux: writing 5 to clear_refs resets the peak resident size (VmHWM).
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        base = resident_kib("VmRSS")
     q, k, v, g = inputs(size, device)
     o = F.scaled_dot_product_attention(q, k, v)
     if phase == "backward":
@@ -87,7 +90,12 @@ def torch_peak_mib(size, phase, device):
     sync(device)
     if device == "cuda":
         return (torch.cuda.max_memory_allocated() - base) / 2**20
-    return (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base) / 2**20
+    return (resident_kib("VmHWM") - base) / 1024
+
+
+def resident_kib(field):
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
 
 
 def main():
