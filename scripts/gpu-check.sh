@@ -6,9 +6,11 @@
 # Runs the CUDA unit tests, the CLI tests and the examples, then the
 # benchmarks against their references on this GPU: perf_tests/compare_sinkhorn.py
 # (PyTorch, the Triton kernel, the device copy bandwidth; table.md) and
-# perf_tests/compare_mha.py (PyTorch float32; mha_table.md), and writes the
-# logs and tables to OUT_DIR. KDNN_GPU_BENCH="sinkhorn attention" (the
-# default) picks the benchmark families. Exits non-zero if any test fails.
+# perf_tests/compare_mha.py (PyTorch float32; mha_table.md),
+# perf_tests/compare_fused_attention.py (PyTorch's scaled_dot_product_attention,
+# PyTorch >= 2; fused_attention_table.md), and writes the logs and tables to
+# OUT_DIR. KDNN_GPU_BENCH="sinkhorn attention fused-attention" (the default)
+# picks the benchmark families. Exits non-zero if any test fails.
 set -uo pipefail
 out=${1:?usage: scripts/gpu-check.sh OUT_DIR}
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -36,7 +38,14 @@ grep -iE 'cuda|arch|device|error|fail' "$out/demo.log" | head -n 20; tail -n 5 "
 echo "== example: one attention layer trained by SGD"
 timeout 60 "$build/examples/mha_training" > "$out/mha_training.log" 2>&1 || status=1
 tail -n 2 "$out/mha_training.log"
-bench=${KDNN_GPU_BENCH:-sinkhorn attention}
+bench=${KDNN_GPU_BENCH:-sinkhorn attention fused-attention}
+if [[ " $bench " == *" fused-attention "* ]]; then
+  echo "== fused attention benchmarks (kdnn fused and unfused, PyTorch SDPA float32 on this GPU)"
+  timeout 420 "$python" perf_tests/compare_fused_attention.py --device cuda \
+    --bench "$build/perf_tests/kdnn_perf_fused_attention" \
+    --sizes 8x4x128x128x64,1x8x2048x2048x64,1x8x8192x8192x64 --unfused-max-seq 2048 \
+    | tee "$out/fused_attention_table.md" || status=1
+fi
 if [[ " $bench " == *" attention "* ]]; then
   echo "== attention benchmarks (kdnn, PyTorch float32 on this GPU)"
   timeout 300 "$python" perf_tests/compare_mha.py --device cuda \
