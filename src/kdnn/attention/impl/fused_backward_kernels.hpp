@@ -305,22 +305,7 @@ struct FusedBackwardQKernel : FusedBackwardData<ExecSpace, T> {
     this->load_tile(team, qg(in.dout), rows, bq, Dv, w.gt, nullptr);
     Kokkos::parallel_for(Kokkos::TeamVectorRange(team, bq * dpad), [&](int x) { w.dq[x] = T(0); });
     int lo = Sk, hi = 0;  // the union of the rows' key ranges
-    Kokkos::parallel_reduce(
-        Kokkos::TeamThreadRange(team, rows),
-        [&](int r, int& x) {
-          int f, e;
-          in.visible.range(b, i0 + r, f, e);
-          if (f < e && f < x) x = f;
-        },
-        Kokkos::Min<int>(lo));
-    Kokkos::parallel_reduce(
-        Kokkos::TeamThreadRange(team, rows),
-        [&](int r, int& x) {
-          int f, e;
-          in.visible.range(b, i0 + r, f, e);
-          if (f < e && e > x) x = e;
-        },
-        Kokkos::Max<int>(hi));
+    in.visible.team_union(team, b, i0, rows, lo, hi);
     for (int j0 = lo / bk * bk; j0 < hi; j0 += bk) {
       const int cols = Sk - j0 < bk ? Sk - j0 : bk;
       team.team_barrier();  // the previous tile is done with

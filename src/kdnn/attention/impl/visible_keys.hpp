@@ -35,6 +35,29 @@ struct VisibleKeys {
     if (hi && mask.hi_win(i) < last) last = mask.hi_win(i);
     if (mask.causal && i + 1 < last) last = i + 1;
   }
+
+  /// For a team: the union [lo, hi) of the key ranges of queries
+  /// i0 … i0 + rows − 1 of batch entry b (lo > hi when none sees a key).
+  template <class Member>
+  KOKKOS_INLINE_FUNCTION void team_union(const Member& team, int b, int i0, int rows, int& lo,
+                                         int& hi) const {
+    Kokkos::parallel_reduce(
+        Kokkos::TeamThreadRange(team, rows),
+        [&](int r, int& x) {
+          int f, e;
+          range(b, i0 + r, f, e);
+          if (f < e && f < x) x = f;
+        },
+        Kokkos::Min<int>(lo));
+    Kokkos::parallel_reduce(
+        Kokkos::TeamThreadRange(team, rows),
+        [&](int r, int& x) {
+          int f, e;
+          range(b, i0 + r, f, e);
+          if (f < e && e > x) x = e;
+        },
+        Kokkos::Max<int>(hi));
+  }
 };
 
 /// The mask against scores of B entries, S queries and Sk keys. Each given
