@@ -67,6 +67,10 @@ std::vector<FusedCase> fused_cases() {
       {"D = 64", 1, 2, 70, 130, 64, 64, false, {}, {}, {}, {}, 0},
       {"D = 128, dropout", 1, 1, 40, 50, 128, 128, false, {}, {}, {}, {}, 0.1},
       {"D = 256, Dv = 128, causal", 1, 1, 33, 40, 256, 128, true, {}, {}, {}, {}, 0},
+      // Several blocks each way, so that tiles every query of a block sees
+      // whole (no mask applied) mix with masked ones in one head.
+      {"causal, several blocks", 1, 2, 150, 150, 16, 16, true, {}, {}, {}, {}, 0},
+      {"key lengths, several blocks", 2, 1, 140, 140, 16, 16, false, {}, {}, {}, {140, 100}, 0},
   };
 }
 

@@ -40,8 +40,7 @@ inline Transposes validate_ops(const char* op, Op op_a, Op op_b, Op op_c, double
     }
     return value == Op::transpose;
   };
-  const Transposes t{transposes("op_a", op_a), transposes("op_b", op_b),
-                     transposes("op_c", op_c)};
+  const Transposes t{transposes("op_a", op_a), transposes("op_b", op_b), transposes("op_c", op_c)};
   validate::finite(op, "alpha", alpha);
   validate::finite(op, "beta", beta);
   return t;
@@ -69,7 +68,8 @@ void validate_gemm_shapes(const char* op, bool ta, bool tb, bool tc, const AV& A
     fail(op, ": inner dimensions differ: op_a(A) is ", m, "x", k, ", op_b(B) is ", kb, "x", n,
          ", expected op_b(B) to have ", k, " rows");
   }
-  const std::string what = std::string(tc ? "op_c(op_a(A)·op_b(B)), transposed: " : "op_a(A)·op_b(B): ");
+  const std::string what =
+      std::string(tc ? "op_c(op_a(A)·op_b(B)), transposed: " : "op_a(A)·op_b(B): ");
   validate::extent(op, c_name, C, 2, tc ? n : m, what + "rows");
   validate::extent(op, c_name, C, 3, tc ? m : n, what + "columns");
 }
@@ -102,9 +102,8 @@ template <class ExecSpace, class T>
 void batched_gemm_backward(const ExecSpace& space, Op op_a, Op op_b, Op op_c, T alpha,
                            const Tensor4<const T, ExecSpace>& A,
                            const Tensor4<const T, ExecSpace>& B, T beta,
-                           const Tensor4<const T, ExecSpace>& dC,
-                           const Tensor4<T, ExecSpace>& dA, const Tensor4<T, ExecSpace>& dB,
-                           const Tensor4<T, ExecSpace>& dC_in) {
+                           const Tensor4<const T, ExecSpace>& dC, const Tensor4<T, ExecSpace>& dA,
+                           const Tensor4<T, ExecSpace>& dB, const Tensor4<T, ExecSpace>& dC_in) {
   constexpr const char* op = "attention::batched_gemm_backward";
   const auto [ta, tb, tc] = validate_ops(op, op_a, op_b, op_c, double(alpha), double(beta));
   validate_gemm_shapes(op, ta, tb, tc, A, B, "dC", dC);
@@ -113,11 +112,11 @@ void batched_gemm_backward(const ExecSpace& space, Op op_a, Op op_b, Op op_c, T 
   if (want_a) validate::same_shape(op, "dA", dA, "A", A);
   if (want_b) validate::same_shape(op, "dB", dB, "B", B);
   if (want_c) validate::same_shape(op, "dC_in", dC_in, "dC", dC);
-  validate::disjoint(op,
-                     {validate::memory_of("dA", dA), validate::memory_of("dB", dB),
-                      validate::memory_of("dC_in", dC_in)},
-                     {validate::memory_of("A", A), validate::memory_of("B", B),
-                      validate::memory_of("dC", dC)});
+  validate::disjoint(
+      op,
+      {validate::memory_of("dA", dA), validate::memory_of("dB", dB),
+       validate::memory_of("dC_in", dC_in)},
+      {validate::memory_of("A", A), validate::memory_of("B", B), validate::memory_of("dC", dC)});
 
   const auto a = heads_of(A);
   const auto b = heads_of(B);

@@ -23,8 +23,7 @@ void dropout(const ExecSpace& space, const Tensor4<const T, ExecSpace>& in,
              const char* in_name, const char* out_name) {
   validate::in_half_open(op, "p", opts.p, 0.0, 1.0);
   validate::same_shape(op, out_name, out, in_name, in);
-  validate::disjoint(op, {validate::memory_of(out_name, out)},
-                     {validate::memory_of(in_name, in)});
+  validate::disjoint(op, {validate::memory_of(out_name, out)}, {validate::memory_of(in_name, in)});
   const std::size_t count = in.size();
   if (count == 0) return;
   const std::uint32_t threshold = drop_threshold(opts.p);

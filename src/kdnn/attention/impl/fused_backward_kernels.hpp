@@ -9,13 +9,16 @@
 // every sum has a fixed order (bitwise reproducible): one team per key block
 // accumulates dK, dV over the query tiles; one team per query block
 // accumulates dQ over the key tiles. Each recomputes the scores tile by tile
-// with team_gemm (its layouts: A k-major, B and C row-major), so a kernel
-// keeps each operand the way its products read it (Qᵀ and Q, ...); pad rows
-// and columns of the tiles hold zeros.
+// with team_gemm (A row-major or k-major, B and C row-major): the tiles
+// streamed in the inner loop are row-major copies, and only the operands a
+// team keeps for its whole loop are transposed (once); pad rows and columns
+// of the tiles hold zeros.
 #include <Kokkos_Core.hpp>
 #include <cstdint>
+#include <type_traits>
 
 #include "kdnn/attention/impl/fused_forward_kernel.hpp"
+#include "kdnn/core/impl/team_tile_copy.hpp"
 
 namespace kdnn::attention::impl {
 
@@ -60,29 +63,38 @@ struct FusedBackwardData {
 
   /// Calls grads for every (row, column) pair of a tile through `sweep`
   /// (team_sweep with the tile's loop order), with dropout's test only
-  /// when dropout is on. at(r, c) gives the pair's s and dPd by reference,
-  /// which it overwrites with Pd and dS.
+  /// when dropout is on and the mask's only when the tile is not
+  /// `unmasked` (every pair seen). at(r, c) gives the pair's s and dPd by
+  /// reference, which it overwrites with Pd and dS.
   template <class Sweep, class At>
-  KOKKOS_INLINE_FUNCTION void tile_grads(const Sweep& sweep, int bh, int i0, int j0,
+  KOKKOS_INLINE_FUNCTION void tile_grads(const Sweep& sweep, int bh, int i0, int j0, bool unmasked,
                                          const int* first, const int* last, const T* row_lse,
                                          const T* row_delta, const At& at) const {
     const int S = int(q.extent(2)), Sk = int(k.extent(2));
-    const auto one = [&](int r, int c, bool keep) {
+    const auto one = [&](int r, int c, bool keep, auto all_seen) {
       const int j = j0 + c;
       T& s = at.s(r, c);
       T& dp = at.dp(r, c);
       T pd, ds;
-      grads(s, dp, (j >= first[r]) & (j < last[r]), keep, row_lse[r], row_delta[r], pd, ds);
+      const bool seen = decltype(all_seen)::value || ((j >= first[r]) & (j < last[r]));
+      grads(s, dp, seen, keep, row_lse[r], row_delta[r], pd, ds);
       s = pd;
       dp = ds;
     };
-    if (dropout.active) {
-      const std::uint64_t base = std::uint64_t(bh) * S * Sk;
-      sweep([&](int r, int c) {
-        one(r, c, dropout.keep(base + std::uint64_t(i0 + r) * Sk + (j0 + c)));
-      });
+    const auto each = [&](auto all_seen) {
+      if (dropout.active) {
+        const std::uint64_t base = std::uint64_t(bh) * S * Sk;
+        sweep([&](int r, int c) {
+          one(r, c, dropout.keep(base + std::uint64_t(i0 + r) * Sk + (j0 + c)), all_seen);
+        });
+      } else {
+        sweep([&](int r, int c) { one(r, c, true, all_seen); });
+      }
+    };
+    if (unmasked) {
+      each(std::true_type{});
     } else {
-      sweep([&](int r, int c) { one(r, c, true); });
+      each(std::false_type{});
     }
   }
 
@@ -104,22 +116,6 @@ struct FusedBackwardData {
         },
         Kokkos::Max<int>(any));
   }
-
-  /// rows × n values of `src` (row-major, row stride n) into `dst` as
-  /// [n, ld] (transposed, lead ld) and/or [ld_rows, n_pad] (row-major,
-  /// pad columns zero); rows past `rows` up to `all` become zeros.
-  template <class Src>
-  KOKKOS_INLINE_FUNCTION static void load_tile(const Member& team, const Src& src, int rows,
-                                               int all, int n, T* transposed, T* row_major) {
-    const int np = Tile::pad(n);
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, all), [&](int r) {
-      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, np), [&](int d) {
-        const T x = r < rows && d < n ? src(r, d) : T(0);
-        if (transposed != nullptr && d < n) transposed[d * all + r] = x;
-        if (row_major != nullptr) row_major[r * np + d] = x;
-      });
-    });
-  }
 };
 
 /// dK and dV of key blocks, and with `with_dq` dQ as well. A team takes one
@@ -134,16 +130,16 @@ template <class ExecSpace, class T>
 struct FusedBackwardKVKernel : FusedBackwardData<ExecSpace, T> {
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   using Tile = kdnn::impl::GemmTile<ExecSpace, T>;
+  using GemmA = kdnn::impl::GemmA<T>;
   Tensor4<T, ExecSpace> dq, dk, dv;  ///< dq only with_dq
   bool with_dq = false;
 
   struct Work {
-    T *kt, *vt, *k, *dk, *dv, *qt, *q, *gt, *g, *p, *dp, *dst, *dq, *lse, *delta;
+    T *kt, *vt, *k, *dk, *dv, *q, *g, *p, *dp, *dq, *lse, *delta;
     int *first, *last;
   };
   /// Per key block: Kᵀ, Vᵀ, K and the dK, dV accumulators; per query tile:
-  /// Qᵀ, Q, dOᵀ, dO, the scores (then Pd), dO·Vᵀ (then dS), and for dQ dSᵀ
-  /// and the tile's dQ.
+  /// Q, dO, the scores (then Pd), dO·Vᵀ (then dS), and for dQ the tile's dQ.
   KOKKOS_INLINE_FUNCTION static Work carve(kdnn::impl::ScratchCarver& s, int bq, int bk, int D,
                                            int Dv) {
     const std::size_t dp = Tile::pad(D), dvp = Tile::pad(Dv);
@@ -153,13 +149,10 @@ struct FusedBackwardKVKernel : FusedBackwardData<ExecSpace, T> {
     w.k = s.take<T>(bk * dp);
     w.dk = s.take<T>(bk * dp);
     w.dv = s.take<T>(bk * dvp);
-    w.qt = s.take<T>(std::size_t(D) * bq);
     w.q = s.take<T>(bq * dp);
-    w.gt = s.take<T>(std::size_t(Dv) * bq);
     w.g = s.take<T>(bq * dvp);
     w.p = s.take<T>(std::size_t(bq) * bk);
     w.dp = s.take<T>(std::size_t(bq) * bk);
-    w.dst = s.take<T>(std::size_t(bk) * bq);
     w.dq = s.take<T>(bq * dp);
     w.lse = s.take<T>(bq);
     w.delta = s.take<T>(bq);
@@ -190,11 +183,12 @@ struct FusedBackwardKVKernel : FusedBackwardData<ExecSpace, T> {
     for (int j0 = j_begin; j0 < j_end && j0 < Sk; j0 += bk) {
       const int cols = Sk - j0 < bk ? Sk - j0 : bk;
       team.team_barrier();  // the previous block is done with
-      const auto kv = [&](const auto& view) {
-        return [&](int c, int d) { return view(b, h, j0 + c, d); };
+      const auto key = [&](const auto& view) {
+        return [&](int c) { return &view(b, h, j0 + c, 0); };
       };
-      this->load_tile(team, kv(in.k), cols, bk, D, w.kt, w.k);
-      this->load_tile(team, kv(in.v), cols, bk, Dv, w.vt, nullptr);
+      kdnn::impl::team_copy_transposed(team, key(in.k), cols, bk, D, w.kt, bk);
+      kdnn::impl::team_copy_transposed(team, key(in.v), cols, bk, Dv, w.vt, bk);
+      kdnn::impl::team_copy_rows(team, key(in.k), cols, bk, D, dpad, w.k, dpad);
       Kokkos::parallel_for(Kokkos::TeamVectorRange(team, bk * dpad),
                            [&](int x) { w.dk[x] = T(0); });
       Kokkos::parallel_for(Kokkos::TeamVectorRange(team, bk * dvp), [&](int x) { w.dv[x] = T(0); });
@@ -204,35 +198,38 @@ struct FusedBackwardKVKernel : FusedBackwardData<ExecSpace, T> {
         int any = 0;
         this->load_rows(team, b, h, i0, rows, w.first, w.last, w.lse, w.delta, j0, j0 + cols, any);
         if (!any) continue;  // no query of the tile sees these keys
-        const auto qg = [&](const auto& view) {
-          return [&](int r, int d) { return view(b, h, i0 + r, d); };
+        // Whole tiles whose pairs are all seen skip the mask.
+        const auto seen = in.visible.team_bounds(team, b, i0, rows);
+        const bool unmasked =
+            rows == bq && cols == bk && seen.common_lo <= j0 && j0 + cols <= seen.common_hi;
+        const auto query = [&](const auto& view) {
+          return [&](int r) { return &view(b, h, i0 + r, 0); };
         };
-        this->load_tile(team, qg(in.q), rows, bq, D, w.qt, w.q);
-        this->load_tile(team, qg(in.dout), rows, bq, Dv, w.gt, w.g);
-        if (with_dq) this->load_tile(team, qg(dq), rows, bq, D, nullptr, w.dq);
+        kdnn::impl::team_copy_rows(team, query(in.q), rows, bq, D, dpad, w.q, dpad);
+        kdnn::impl::team_copy_rows(team, query(in.dout), rows, bq, Dv, dvp, w.g, dvp);
+        if (with_dq) kdnn::impl::team_copy_rows(team, query(dq), rows, bq, D, dpad, w.dq, dpad);
         team.team_barrier();
-        kdnn::impl::team_gemm<ExecSpace>(team, bq, bk, D, w.qt, bq, w.kt, bk, w.p, bk, false);
-        kdnn::impl::team_gemm<ExecSpace>(team, bq, bk, Dv, w.gt, bq, w.vt, bk, w.dp, bk, false);
+        // The scores Q·Kᵀ and dO·Vᵀ [bq, bk].
+        kdnn::impl::team_gemm<ExecSpace>(team, bq, bk, D, GemmA::rows(w.q, dpad), w.kt, bk, w.p, bk,
+                                         false);
+        kdnn::impl::team_gemm<ExecSpace>(team, bq, bk, Dv, GemmA::rows(w.g, dvp), w.vt, bk, w.dp,
+                                         bk, false);
         team.team_barrier();
         const auto sweep = [&](const auto& f) {
           kdnn::impl::team_sweep<ExecSpace>(team, bq, bk, f);
         };
         const PairTiles<T, false> at{w.p, w.dp, bk};
-        this->tile_grads(sweep, bh, i0, j0, w.first, w.last, w.lse, w.delta, at);
+        this->tile_grads(sweep, bh, i0, j0, unmasked, w.first, w.last, w.lse, w.delta, at);
         team.team_barrier();
         // dV += Pdᵀ·dO and dK += dSᵀ·Q over the tile's live queries.
-        kdnn::impl::team_gemm<ExecSpace>(team, bk, dvp, rows, w.p, bk, w.g, dvp, w.dv, dvp, true);
-        kdnn::impl::team_gemm<ExecSpace>(team, bk, dpad, rows, w.dp, bk, w.q, dpad, w.dk, dpad,
-                                         true);
+        kdnn::impl::team_gemm<ExecSpace>(team, bk, dvp, rows, GemmA::k_major(w.p, bk), w.g, dvp,
+                                         w.dv, dvp, true);
+        kdnn::impl::team_gemm<ExecSpace>(team, bk, dpad, rows, GemmA::k_major(w.dp, bk), w.q, dpad,
+                                         w.dk, dpad, true);
         if (!with_dq) continue;
-        // dQ += dS·K, from dSᵀ (team_gemm reads its A k-major).
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, bk), [&](int c) {
-          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, bq),
-                               [&](int r) { w.dst[c * bq + r] = w.dp[r * bk + c]; });
-        });
-        team.team_barrier();
-        kdnn::impl::team_gemm<ExecSpace>(team, bq, dpad, cols, w.dst, bq, w.k, dpad, w.dq, dpad,
-                                         true);
+        // dQ += dS·K.
+        kdnn::impl::team_gemm<ExecSpace>(team, bq, dpad, cols, GemmA::rows(w.dp, bk), w.k, dpad,
+                                         w.dq, dpad, true);
         team.team_barrier();
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](int r) {
           Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D),
@@ -255,14 +252,15 @@ template <class ExecSpace, class T>
 struct FusedBackwardQKernel : FusedBackwardData<ExecSpace, T> {
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   using Tile = kdnn::impl::GemmTile<ExecSpace, T>;
+  using GemmA = kdnn::impl::GemmA<T>;
   Tensor4<T, ExecSpace> dq;
 
   struct Work {
-    T *qt, *gt, *dq, *lse, *delta, *kt, *vt, *k, *st, *dpt;
+    T *qt, *gt, *dq, *lse, *delta, *k, *v, *st, *dpt;
     int *first, *last;
   };
   /// Once per team: Qᵀ [D, bq], dOᵀ [Dv, bq], the dQ accumulator [bq, D']
-  /// and the rows' data; per key tile: Kᵀ, Vᵀ, K [bk, D'] and the
+  /// and the rows' data; per key tile: K [bk, D'], V [bk, Dv] and the
   /// transposed scores and V·dOᵀ [bk, bq] (then Pd and dS).
   KOKKOS_INLINE_FUNCTION static Work carve(kdnn::impl::ScratchCarver& s, int bq, int bk, int D,
                                            int Dv) {
@@ -273,9 +271,8 @@ struct FusedBackwardQKernel : FusedBackwardData<ExecSpace, T> {
     w.dq = s.take<T>(bq * dp);
     w.lse = s.take<T>(bq);
     w.delta = s.take<T>(bq);
-    w.kt = s.take<T>(std::size_t(D) * bk);
-    w.vt = s.take<T>(std::size_t(Dv) * bk);
     w.k = s.take<T>(bk * dp);
+    w.v = s.take<T>(std::size_t(bk) * Dv);
     w.st = s.take<T>(std::size_t(bk) * bq);
     w.dpt = s.take<T>(std::size_t(bk) * bq);
     w.first = s.take<int>(bq);
@@ -298,36 +295,40 @@ struct FusedBackwardQKernel : FusedBackwardData<ExecSpace, T> {
 
     int any = 0;
     this->load_rows(team, b, h, i0, rows, w.first, w.last, w.lse, w.delta, 0, Sk, any);
-    const auto qg = [&](const auto& view) {
-      return [&](int r, int d) { return view(b, h, i0 + r, d); };
+    const auto query = [&](const auto& view) {
+      return [&](int r) { return &view(b, h, i0 + r, 0); };
     };
-    this->load_tile(team, qg(in.q), rows, bq, D, w.qt, nullptr);
-    this->load_tile(team, qg(in.dout), rows, bq, Dv, w.gt, nullptr);
+    kdnn::impl::team_copy_transposed(team, query(in.q), rows, bq, D, w.qt, bq);
+    kdnn::impl::team_copy_transposed(team, query(in.dout), rows, bq, Dv, w.gt, bq);
     Kokkos::parallel_for(Kokkos::TeamVectorRange(team, bq * dpad), [&](int x) { w.dq[x] = T(0); });
-    int lo = Sk, hi = 0;  // the union of the rows' key ranges
-    in.visible.team_union(team, b, i0, rows, lo, hi);
-    for (int j0 = lo / bk * bk; j0 < hi; j0 += bk) {
+    const auto seen = in.visible.team_bounds(team, b, i0, rows);
+    for (int j0 = seen.lo / bk * bk; j0 < seen.hi; j0 += bk) {
       const int cols = Sk - j0 < bk ? Sk - j0 : bk;
       team.team_barrier();  // the previous tile is done with
-      const auto kv = [&](const auto& view) {
-        return [&](int c, int d) { return view(b, h, j0 + c, d); };
+      const auto key = [&](const auto& view) {
+        return [&](int c) { return &view(b, h, j0 + c, 0); };
       };
-      this->load_tile(team, kv(in.k), cols, bk, D, w.kt, w.k);
-      this->load_tile(team, kv(in.v), cols, bk, Dv, w.vt, nullptr);
+      kdnn::impl::team_copy_rows(team, key(in.k), cols, bk, D, dpad, w.k, dpad);
+      kdnn::impl::team_copy_rows(team, key(in.v), cols, bk, Dv, Dv, w.v, Dv);
       team.team_barrier();
       // Sᵀ = K·Qᵀ and V·dOᵀ [bk, bq], then Pdᵀ and dSᵀ in their place.
-      kdnn::impl::team_gemm<ExecSpace>(team, bk, bq, D, w.kt, bk, w.qt, bq, w.st, bq, false);
-      kdnn::impl::team_gemm<ExecSpace>(team, bk, bq, Dv, w.vt, bk, w.gt, bq, w.dpt, bq, false);
+      kdnn::impl::team_gemm<ExecSpace>(team, bk, bq, D, GemmA::rows(w.k, dpad), w.qt, bq, w.st, bq,
+                                       false);
+      kdnn::impl::team_gemm<ExecSpace>(team, bk, bq, Dv, GemmA::rows(w.v, Dv), w.gt, bq, w.dpt, bq,
+                                       false);
       team.team_barrier();
       const auto sweep = [&](const auto& f) {
         kdnn::impl::team_sweep<ExecSpace>(team, bk, bq, [&](int c, int r) { f(r, c); });
       };
       const PairTiles<T, true> at{w.st, w.dpt, bq};
-      this->tile_grads(sweep, bh, i0, j0, w.first, w.last, w.lse, w.delta, at);
+      // Whole tiles whose pairs are all seen skip the mask.
+      const bool unmasked =
+          rows == bq && cols == bk && seen.common_lo <= j0 && j0 + cols <= seen.common_hi;
+      this->tile_grads(sweep, bh, i0, j0, unmasked, w.first, w.last, w.lse, w.delta, at);
       team.team_barrier();
       // dQ += dS·K over the tile's live keys.
-      kdnn::impl::team_gemm<ExecSpace>(team, bq, dpad, cols, w.dpt, bq, w.k, dpad, w.dq, dpad,
-                                       true);
+      kdnn::impl::team_gemm<ExecSpace>(team, bq, dpad, cols, GemmA::k_major(w.dpt, bq), w.k, dpad,
+                                       w.dq, dpad, true);
     }
     team.team_barrier();
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](int r) {

@@ -6,10 +6,12 @@
 //   m' = max(m, max_c s_c),  l' = l·e^{m−m'} + Σ_c e^{s_c−m'},
 //   O' = O·e^{m−m'} + Σ_c dropout(e^{s_c−m'})·V_c,
 // and at the end O/l and lse = m + log l (−inf for a row with no key).
-// Scores s_c = scale·q·k_c exist one tile at a time: memory O(B·H·S·D).
+// Scores s_c = (scale·q)·k_c exist one tile at a time: memory O(B·H·S·D).
+// A tile whose keys every query of the block sees skips the mask.
 // Per key tile the team computes Sᵀ = K·Qᵀ and O += P·V with team_gemm
-// (register tiles over the whole team), and the softmax steps in between
-// element by element; pad rows and columns of the tiles hold zeros.
+// (register tiles over the whole team) from row-major copies of the K and V
+// tiles and Qᵀ (transposed once per block), and the softmax steps in
+// between element by element; pad rows and columns of the tiles hold zeros.
 #include <Kokkos_Core.hpp>
 #include <cstdint>
 
@@ -21,6 +23,7 @@
 #include "kdnn/core/impl/scratch_layout.hpp"
 #include "kdnn/core/impl/team_gemm.hpp"
 #include "kdnn/core/impl/team_sweep.hpp"
+#include "kdnn/core/impl/team_tile_copy.hpp"
 
 namespace kdnn::attention::impl {
 
@@ -54,11 +57,11 @@ struct FusedForwardKernel {
   std::size_t scratch_bytes = 0;
 
   struct Work {
-    T *qt, *kt, *v, *st, *o, *m, *l, *alpha, *sum;
+    T *qt, *k, *v, *st, *o, *m, *l, *alpha, *sum;
     int *first, *last;
   };
   /// The team's scratch: its queries transposed (Qᵀ [D, bq]), one key tile
-  /// transposed (Kᵀ [D, bk]), one value tile [bk, Dv'] (Dv' = Dv padded to
+  /// [bk, D], one value tile [bk, Dv'] (Dv' = Dv padded to
   /// the GEMM tile), the tile's scores transposed (Sᵀ [bk, bq], later the
   /// probabilities), the output accumulator [bq, Dv'] and the row statistics.
   KOKKOS_INLINE_FUNCTION static Work carve(kdnn::impl::ScratchCarver& s, int bq, int bk, int D,
@@ -66,7 +69,7 @@ struct FusedForwardKernel {
     const std::size_t dv = Tile::pad(Dv);
     Work w;
     w.qt = s.take<T>(std::size_t(D) * bq);
-    w.kt = s.take<T>(std::size_t(D) * bk);
+    w.k = s.take<T>(std::size_t(bk) * D);
     w.v = s.take<T>(bk * dv);
     w.st = s.take<T>(std::size_t(bk) * bq);
     w.o = s.take<T>(bq * dv);
@@ -92,8 +95,9 @@ struct FusedForwardKernel {
     // The block's queries (pad rows zero, seeing no key), empty accumulators.
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, bq), [&](int r) {
       const bool live = r < rows;
-      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D),
-                           [&](int d) { w.qt[d * bq + r] = live ? q(b, h, i0 + r, d) : T(0); });
+      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D), [&](int d) {
+        w.qt[d * bq + r] = live ? scale * q(b, h, i0 + r, d) : T(0);
+      });
       Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, dvp),
                            [&](int d) { w.o[r * dvp + d] = T(0); });
       Kokkos::single(Kokkos::PerThread(team), [&] {
@@ -106,34 +110,39 @@ struct FusedForwardKernel {
         w.l[r] = T(0);
       });
     });
-    int lo = Sk, hi = 0;  // the union of the rows' key ranges
-    visible.team_union(team, b, i0, rows, lo, hi);
-
-    for (int j0 = lo / bk * bk; j0 < hi; j0 += bk) {
+    const auto seen = visible.team_bounds(team, b, i0, rows);
+    for (int j0 = seen.lo / bk * bk; j0 < seen.hi; j0 += bk) {
       const int cols = Sk - j0 < bk ? Sk - j0 : bk;
       team.team_barrier();  // the previous tile is done with
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, bk), [&](int c) {
-        const bool live = c < cols;
-        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D),
-                             [&](int d) { w.kt[d * bk + c] = live ? k(b, h, j0 + c, d) : T(0); });
-        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, dvp), [&](int d) {
-          w.v[c * dvp + d] = live && d < Dv ? v(b, h, j0 + c, d) : T(0);
-        });
-      });
+      kdnn::impl::team_copy_rows(
+          team, [&](int c) { return &k(b, h, j0 + c, 0); }, cols, bk, D, D, w.k, D);
+      kdnn::impl::team_copy_rows(
+          team, [&](int c) { return &v(b, h, j0 + c, 0); }, cols, bk, Dv, dvp, w.v, dvp);
       team.team_barrier();
-      // Sᵀ = K·Qᵀ [bk, bq]: the tile's raw scores, one key per row.
-      kdnn::impl::team_gemm<ExecSpace>(team, bk, bq, D, w.kt, bk, w.qt, bq, w.st, bq, false);
+      // Sᵀ = K·(scale·Q)ᵀ [bk, bq]: the tile's scores, one key per row.
+      kdnn::impl::team_gemm<ExecSpace>(team, bk, bq, D, kdnn::impl::GemmA<T>::rows(w.k, D), w.qt,
+                                       bq, w.st, bq, false);
       team.team_barrier();
-      // Scaled scores, −inf where the mask hides the pair; the rows' new
-      // maxima m' (in α until the rescale factors replace them).
+      // −inf where the mask hides the pair; the rows' new maxima m' (in α
+      // until the rescale factors replace them). A tile every row sees whole
+      // has finite scores only (pad rows score 0), so it needs neither the
+      // mask nor, below, the test for −inf.
+      const bool unmasked = seen.common_lo <= j0 && j0 + cols <= seen.common_hi;
       Kokkos::parallel_for(Kokkos::TeamVectorRange(team, bq), [&](int r) { w.alpha[r] = w.m[r]; });
       team.team_barrier();
-      kdnn::impl::team_sweep<ExecSpace>(team, cols, bq, [&](int c, int r) {
-        const int j = j0 + c;
-        T& x = w.st[c * bq + r];
-        x = (j >= w.first[r]) & (j < w.last[r]) ? x * scale : neg_inf;
-        w.alpha[r] = x > w.alpha[r] ? x : w.alpha[r];
-      });
+      if (unmasked) {
+        kdnn::impl::team_sweep<ExecSpace>(team, cols, bq, [&](int c, int r) {
+          const T x = w.st[c * bq + r];
+          w.alpha[r] = x > w.alpha[r] ? x : w.alpha[r];
+        });
+      } else {
+        kdnn::impl::team_sweep<ExecSpace>(team, cols, bq, [&](int c, int r) {
+          const int j = j0 + c;
+          T& x = w.st[c * bq + r];
+          x = (j >= w.first[r]) & (j < w.last[r]) ? x : neg_inf;
+          w.alpha[r] = x > w.alpha[r] ? x : w.alpha[r];
+        });
+      }
       team.team_barrier();
       Kokkos::parallel_for(Kokkos::TeamVectorRange(team, bq), [&](int r) {
         const T m_new = w.alpha[r];
@@ -143,12 +152,20 @@ struct FusedForwardKernel {
         w.sum[r] = T(0);
       });
       team.team_barrier();
-      kdnn::impl::team_sweep<ExecSpace>(team, cols, bq, [&](int c, int r) {
-        T& x = w.st[c * bq + r];
-        const T e = kdnn::impl::exp_vectorisable(x - w.m[r]);  // NaN if x = m = −inf
-        x = x == neg_inf ? T(0) : e;
-        w.sum[r] += x;
-      });
+      if (unmasked) {
+        kdnn::impl::team_sweep<ExecSpace>(team, cols, bq, [&](int c, int r) {
+          T& x = w.st[c * bq + r];
+          x = kdnn::impl::exp_vectorisable(x - w.m[r]);
+          w.sum[r] += x;
+        });
+      } else {
+        kdnn::impl::team_sweep<ExecSpace>(team, cols, bq, [&](int c, int r) {
+          T& x = w.st[c * bq + r];
+          const T e = kdnn::impl::exp_vectorisable(x - w.m[r]);  // NaN if x = m = −inf
+          x = x == neg_inf ? T(0) : e;
+          w.sum[r] += x;
+        });
+      }
       team.team_barrier();
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, bq), [&](int r) {
         const T alpha = w.alpha[r];
@@ -169,7 +186,8 @@ struct FusedForwardKernel {
       }
       team.team_barrier();
       // O += P·V over the tile's live keys.
-      kdnn::impl::team_gemm<ExecSpace>(team, bq, dvp, cols, w.st, bq, w.v, dvp, w.o, dvp, true);
+      kdnn::impl::team_gemm<ExecSpace>(team, bq, dvp, cols, kdnn::impl::GemmA<T>::k_major(w.st, bq),
+                                       w.v, dvp, w.o, dvp, true);
     }
     team.team_barrier();
 

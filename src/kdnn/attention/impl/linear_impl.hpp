@@ -35,9 +35,9 @@ void linear_forward(const ExecSpace& space, const Tensor3<const T, ExecSpace>& x
   validate::extent(op, "y", y, 2, out, "W's extent(0), the output features");
   const bool bias = validate::given(b);
   if (bias) validate::extent(op, "b", b, 0, out, "W's extent(0), the output features");
-  validate::disjoint(op, {validate::memory_of("y", y)},
-                     {validate::memory_of("x", x), validate::memory_of("W", W),
-                      validate::memory_of("b", b)});
+  validate::disjoint(
+      op, {validate::memory_of("y", y)},
+      {validate::memory_of("x", x), validate::memory_of("W", W), validate::memory_of("b", b)});
 
   const auto y2 = rows_of(y);
   if (bias && y2.extent(0) > 0) {  // y = b, then y += x·Wᵀ (as PyTorch's addmm)
@@ -66,11 +66,10 @@ void linear_backward(const ExecSpace& space, const Tensor3<const T, ExecSpace>& 
   const bool want_dx = validate::given(dx), want_db = validate::given(db);
   if (want_dx) validate::same_shape(op, "dx", dx, "x", x);
   if (want_db) validate::extent(op, "db", db, 0, out, "W's extent(0), the output features");
-  validate::disjoint(op,
-                     {validate::memory_of("dx", dx), validate::memory_of("dW", dW),
-                      validate::memory_of("db", db)},
-                     {validate::memory_of("x", x), validate::memory_of("W", W),
-                      validate::memory_of("dy", dy)});
+  validate::disjoint(
+      op,
+      {validate::memory_of("dx", dx), validate::memory_of("dW", dW), validate::memory_of("db", db)},
+      {validate::memory_of("x", x), validate::memory_of("W", W), validate::memory_of("dy", dy)});
 
   const auto dy2 = rows_of(dy);
   const T keep = mode == WgradMode::add ? T(1) : T(0);

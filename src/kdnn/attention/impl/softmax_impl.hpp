@@ -53,8 +53,7 @@ void softmax_forward(const ExecSpace& space, const Tensor4<const T, ExecSpace>& 
   validate_softmax_options(op, opts);
   validate::same_shape(op, "y", y, "x", x);
   validate::disjoint(op, {validate::memory_of("y", y)}, {validate::memory_of("x", x)});
-  const int B = int(x.extent(0)), H = int(x.extent(1)), S = int(x.extent(2)),
-            Sk = int(x.extent(3));
+  const int B = int(x.extent(0)), H = int(x.extent(1)), S = int(x.extent(2)), Sk = int(x.extent(3));
   check_mask(op, mask, B, S, Sk);
   const T s = T(opts.scale);
   const bool log_mode = opts.mode == SoftmaxMode::log;
@@ -79,9 +78,8 @@ void softmax_forward(const ExecSpace& space, const Tensor4<const T, ExecSpace>& 
             keys, [&](int j, T& v) { v += compat::exp(s * xr[j] - m); }, sum);
         if (log_mode) {
           const T lse = m + compat::log(sum);
-          Kokkos::parallel_for(all, [&](int j) {
-            yr[j] = j >= first && j < last ? s * xr[j] - lse : masked;
-          });
+          Kokkos::parallel_for(
+              all, [&](int j) { yr[j] = j >= first && j < last ? s * xr[j] - lse : masked; });
         } else {
           const T inv = T(1) / sum;
           Kokkos::parallel_for(all, [&](int j) {
@@ -101,8 +99,7 @@ void softmax_backward(const ExecSpace& space, const Tensor4<const T, ExecSpace>&
   validate::same_shape(op, "dx", dx, "y", y);
   validate::disjoint(op, {validate::memory_of("dx", dx)},
                      {validate::memory_of("y", y), validate::memory_of("dy", dy)});
-  const int B = int(y.extent(0)), H = int(y.extent(1)), S = int(y.extent(2)),
-            Sk = int(y.extent(3));
+  const int B = int(y.extent(0)), H = int(y.extent(1)), S = int(y.extent(2)), Sk = int(y.extent(3));
   check_mask(op, mask, B, S, Sk);
   const T s = T(opts.scale);
   const bool log_mode = opts.mode == SoftmaxMode::log;
@@ -125,7 +122,7 @@ void softmax_backward(const ExecSpace& space, const Tensor4<const T, ExecSpace>&
             keys, [&](int j, T& v) { v += log_mode ? gr[j] : yr[j] * gr[j]; }, dot);
         Kokkos::parallel_for(all, [&](int j) {
           const bool seen = j >= first && j < last;
-          dr[j] = !seen    ? T(0)
+          dr[j] = !seen      ? T(0)
                   : log_mode ? s * (gr[j] - compat::exp(yr[j]) * dot)
                              : s * yr[j] * (gr[j] - dot);
         });

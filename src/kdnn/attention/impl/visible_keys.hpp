@@ -36,27 +36,32 @@ struct VisibleKeys {
     if (mask.causal && i + 1 < last) last = i + 1;
   }
 
-  /// For a team: the union [lo, hi) of the key ranges of queries
-  /// i0 … i0 + rows − 1 of batch entry b (lo > hi when none sees a key).
+  /// What a block of queries sees, for a team: the union [lo, hi) of the
+  /// key ranges of queries i0 … i0 + rows − 1 of batch entry b (lo > hi
+  /// when none sees a key) and the keys [common_lo, common_hi) every one of
+  /// them sees (empty when common_lo ≥ common_hi), so that a tile inside
+  /// it needs no mask.
+  struct Bounds {
+    int lo, hi, common_lo, common_hi;
+  };
   template <class Member>
-  KOKKOS_INLINE_FUNCTION void team_union(const Member& team, int b, int i0, int rows, int& lo,
-                                         int& hi) const {
-    Kokkos::parallel_reduce(
-        Kokkos::TeamThreadRange(team, rows),
-        [&](int r, int& x) {
-          int f, e;
-          range(b, i0 + r, f, e);
-          if (f < e && f < x) x = f;
-        },
-        Kokkos::Min<int>(lo));
-    Kokkos::parallel_reduce(
-        Kokkos::TeamThreadRange(team, rows),
-        [&](int r, int& x) {
-          int f, e;
-          range(b, i0 + r, f, e);
-          if (f < e && e > x) x = e;
-        },
-        Kokkos::Max<int>(hi));
+  KOKKOS_INLINE_FUNCTION Bounds team_bounds(const Member& team, int b, int i0, int rows) const {
+    Bounds out{keys, 0, 0, keys};
+    const auto fold = [&](const auto& update, const auto& reducer) {
+      Kokkos::parallel_reduce(
+          Kokkos::TeamThreadRange(team, rows),
+          [&](int r, int& x) {
+            int f, e;
+            range(b, i0 + r, f, e);
+            update(f, e, x);
+          },
+          reducer);
+    };
+    fold([](int f, int e, int& x) { x = f < e && f < x ? f : x; }, Kokkos::Min<int>(out.lo));
+    fold([](int f, int e, int& x) { x = f < e && e > x ? e : x; }, Kokkos::Max<int>(out.hi));
+    fold([](int f, int, int& x) { x = f > x ? f : x; }, Kokkos::Max<int>(out.common_lo));
+    fold([](int, int e, int& x) { x = e < x ? e : x; }, Kokkos::Min<int>(out.common_hi));
+    return out;
   }
 };
 
@@ -68,14 +73,13 @@ void check_mask(const char* op, const AttentionMask<ExecSpace>& m, std::size_t b
   const auto check = [&](const char* name, const auto& v, std::size_t n, const char* count,
                          std::size_t max, const char* what) {
     if (v.extent(0) != 0 && v.extent(0) != n) {
-      fail(op, ": mask.", name, " has extent(0)=", v.extent(0), ", expected ", n, " (", count,
-           ")");
+      fail(op, ": mask.", name, " has extent(0)=", v.extent(0), ", expected ", n, " (", count, ")");
     }
     const auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
     for (std::size_t k = 0; k < h.extent(0); ++k) {
       if (h(k) < 0 || std::size_t(h(k)) > max) {
-        fail(op, ": mask.", name, "[", k, "]=", h(k), ", expected a value in [0, ", max,
-             "] (", what, ")");
+        fail(op, ": mask.", name, "[", k, "]=", h(k), ", expected a value in [0, ", max, "] (",
+             what, ")");
       }
     }
     return h;

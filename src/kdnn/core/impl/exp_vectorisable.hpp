@@ -21,8 +21,11 @@ KOKKOS_FORCEINLINE_FUNCTION T exp_vectorisable(T x) {
     const float lo = -87.33654f, hi = 88.0f;  // ln(FLT_MIN); n ≤ 127 below hi
     float xc = x < lo ? lo : x;
     xc = xc > hi ? hi : xc;
-    const float t = xc * 1.44269504088896341f;  // x / ln 2
-    const float n = float(int(t + (t >= 0 ? 0.5f : -0.5f)));
+    // n = round(x / ln 2), by adding and subtracting 1.5·2^23 (exact for
+    // |t| < 2^22): a select on the sign here would make GCC give up
+    // vectorising the loop once AVX is enabled.
+    const float t = xc * 1.44269504088896341f;
+    const float n = (t + 12582912.0f) - 12582912.0f;
     const float r = (xc - n * 0.693359375f) + n * 2.12194440e-4f;
     float p = 1.9875691500e-4f;
     p = p * r + 1.3981999507e-3f;

@@ -4,15 +4,19 @@
 // and vector lanes; each tile's sums run over k in order, so every entry of
 // C has a fixed summation order (bitwise reproducible on a backend).
 //
-// Layouts (row-major, leading dimensions in elements):
-//   A [M×K] stored transposed, "k-major": A(i, k) = a[k·lda + i]
-//   B [K×N]:                              B(k, j) = b[k·ldb + j]
-//   C [M×N]:                              C(i, j) = c[i·ldc + j]
-// so that, per k, a tile reads MR consecutive A values and NR consecutive B
-// values. The tiles are always whole: M and N must be multiples of
-// GemmTile::align and the operands' pads (rows or columns past the live
-// ones) must hold finite values, normally zeros — callers pad their scratch
-// (GemmTile::pad) rather than handle ragged edges.
+// Layouts (leading dimensions in elements):
+//   A [M×K] either row-major, A(i, k) = a[i·lda + k]   (GemmA::rows)
+//           or "k-major",     A(i, k) = a[k·lda + i]   (GemmA::k_major,
+//              i.e. Aᵀ row-major: a product with a transposed factor
+//              needs no transpose)
+//   B [K×N] row-major,        B(k, j) = b[k·ldb + j]
+//   C [M×N] row-major,        C(i, j) = c[i·ldc + j]
+// Per k a tile broadcasts MR values of A (either layout costs the same) and
+// reads NR consecutive values of B. The tiles are always whole: M and N must
+// be multiples of GemmTile::align and the operands' pads (rows or columns
+// past the live ones) must hold finite values, normally zeros — callers pad
+// their scratch (GemmTile::pad) rather than handle ragged edges. K is any
+// count ≥ 0.
 //
 // On a host with GCC or Clang the NR columns of a tile are two explicit SIMD
 // vectors (32 bytes with AVX, else 16): the auto-vectoriser, left to plain
@@ -51,10 +55,21 @@ struct GemmTile {
   KOKKOS_INLINE_FUNCTION static constexpr int pad(int n) { return (n + align - 1) / align * align; }
 };
 
+/// A [M×K] operand of team_gemm: A(i, k) = data[i·row_stride + k·col_stride].
+template <class T>
+struct GemmA {
+  const T* data;
+  int row_stride, col_stride;
+  /// Row-major A with leading dimension lda.
+  KOKKOS_INLINE_FUNCTION static GemmA rows(const T* a, int lda) { return {a, lda, 1}; }
+  /// A stored transposed (Aᵀ row-major, leading dimension lda).
+  KOKKOS_INLINE_FUNCTION static GemmA k_major(const T* a, int lda) { return {a, 1, lda}; }
+};
+
 /// One whole MR×NR tile on a host: NR/L vectors of L = SIMD width columns.
 template <int MR, int NR, int Bytes, class T>
-KOKKOS_FORCEINLINE_FUNCTION void host_gemm_tile(int K, const T* a, int lda, const T* b, int ldb,
-                                                T* c, int ldc, bool accumulate) {
+KOKKOS_FORCEINLINE_FUNCTION void host_gemm_tile(int K, GemmA<T> a, const T* b, int ldb, T* c,
+                                                int ldc, bool accumulate) {
 #if KDNN_IMPL_HOST_SIMD_GEMM
   typedef T Vec __attribute__((vector_size(Bytes)));
   constexpr int L = Bytes / int(sizeof(T)), NV = NR / L;
@@ -62,14 +77,16 @@ KOKKOS_FORCEINLINE_FUNCTION void host_gemm_tile(int K, const T* a, int lda, cons
   Vec acc[MR][NV];
   for (int r = 0; r < MR; ++r)
     for (int v = 0; v < NV; ++v) acc[r][v] = Vec{};
+  const T* ar[MR];  // the tile's rows of A; row r, column k at ar[r][k·col_stride]
+  for (int r = 0; r < MR; ++r) ar[r] = a.data + std::size_t(r) * a.row_stride;
   for (int k = 0; k < K; ++k) {
     const T* bk = b + std::size_t(k) * ldb;
-    const T* ak = a + std::size_t(k) * lda;
+    const std::size_t ak = std::size_t(k) * a.col_stride;
     Vec bv[NV];
     for (int v = 0; v < NV; ++v) __builtin_memcpy(&bv[v], bk + v * L, sizeof(Vec));
     for (int r = 0; r < MR; ++r) {
-      const T ar = ak[r];
-      for (int v = 0; v < NV; ++v) acc[r][v] += ar * bv[v];
+      const T ark = ar[r][ak];
+      for (int v = 0; v < NV; ++v) acc[r][v] += ark * bv[v];
     }
   }
   for (int r = 0; r < MR; ++r) {
@@ -85,22 +102,23 @@ KOKKOS_FORCEINLINE_FUNCTION void host_gemm_tile(int K, const T* a, int lda, cons
     }
   }
 #else
-  (void)K, (void)a, (void)lda, (void)b, (void)ldb, (void)c, (void)ldc, (void)accumulate;
+  (void)K, (void)a, (void)b, (void)ldb, (void)c, (void)ldc, (void)accumulate;
 #endif
 }
 
 /// One whole MR×NR tile as scalars (a GPU lane, or a host without vectors).
 template <int MR, int NR, class T>
-KOKKOS_FORCEINLINE_FUNCTION void scalar_gemm_tile(int K, const T* a, int lda, const T* b, int ldb,
-                                                  T* c, int ldc, bool accumulate) {
+KOKKOS_FORCEINLINE_FUNCTION void scalar_gemm_tile(int K, GemmA<T> a, const T* b, int ldb, T* c,
+                                                  int ldc, bool accumulate) {
   T acc[MR][NR];
   for (int r = 0; r < MR; ++r)
     for (int j = 0; j < NR; ++j) acc[r][j] = T(0);
   for (int k = 0; k < K; ++k) {
     const T* bk = b + std::size_t(k) * ldb;
-    const T* ak = a + std::size_t(k) * lda;
-    for (int r = 0; r < MR; ++r)
-      for (int j = 0; j < NR; ++j) acc[r][j] += ak[r] * bk[j];
+    for (int r = 0; r < MR; ++r) {
+      const T ark = a.data[std::size_t(r) * a.row_stride + std::size_t(k) * a.col_stride];
+      for (int j = 0; j < NR; ++j) acc[r][j] += ark * bk[j];
+    }
   }
   for (int r = 0; r < MR; ++r)
     for (int j = 0; j < NR; ++j) {
@@ -112,20 +130,20 @@ KOKKOS_FORCEINLINE_FUNCTION void scalar_gemm_tile(int K, const T* a, int lda, co
 /// C = A·B, or C += A·B with `accumulate` (layouts above). The caller
 /// synchronises the team before C is read.
 template <class ExecSpace, class Member, class T>
-KOKKOS_INLINE_FUNCTION void team_gemm(const Member& team, int M, int N, int K, const T* a, int lda,
+KOKKOS_INLINE_FUNCTION void team_gemm(const Member& team, int M, int N, int K, GemmA<T> a,
                                       const T* b, int ldb, T* c, int ldc, bool accumulate) {
   using Tile = GemmTile<ExecSpace, T>;
   constexpr int MR = Tile::rows, NR = Tile::cols;
   const int tiles_n = N / NR;
   Kokkos::parallel_for(Kokkos::TeamVectorRange(team, (M / MR) * tiles_n), [&](int t) {
     const int i0 = t / tiles_n * MR, j0 = t % tiles_n * NR;
-    const T* at = a + i0;
+    const GemmA<T> at{a.data + std::size_t(i0) * a.row_stride, a.row_stride, a.col_stride};
     const T* bt = b + j0;
     T* ct = c + std::size_t(i0) * ldc + j0;
     if constexpr (Tile::host && KDNN_IMPL_HOST_SIMD_GEMM) {
-      host_gemm_tile<MR, NR, Tile::simd_bytes>(K, at, lda, bt, ldb, ct, ldc, accumulate);
+      host_gemm_tile<MR, NR, Tile::simd_bytes>(K, at, bt, ldb, ct, ldc, accumulate);
     } else {
-      scalar_gemm_tile<MR, NR>(K, at, lda, bt, ldb, ct, ldc, accumulate);
+      scalar_gemm_tile<MR, NR>(K, at, bt, ldb, ct, ldc, accumulate);
     }
   });
 }

@@ -1,0 +1,50 @@
+// exp_vectorisable (core/impl/exp_vectorisable.hpp), the host's polynomial
+// e^x for float: within a few ulp of the double exp over the whole range
+// where e^x is a normal float, exact at 0, and the documented edges (0 below
+// ln FLT_MIN and at −inf, +inf above 88, NaN through). double keeps exp.
+#include <gtest/gtest.h>
+
+#include <cfloat>
+#include <cmath>
+#include <limits>
+
+#include "kdnn/core/impl/exp_vectorisable.hpp"
+
+namespace {
+
+using kdnn::impl::exp_vectorisable;
+
+TEST(ExpVectorisable, FloatWithinFourUlpOverTheNormalRange) {
+  double worst = 0;
+  float worst_x = 0;
+  for (int i = 0; i <= 2000000; ++i) {
+    const float x = -87.33f + float(i) * (88.0f + 87.33f) / 2000000.0f;
+    const double exact = std::exp(double(x));
+    const double error = std::abs(double(exp_vectorisable(x)) - exact) / exact;
+    if (error > worst) worst = error, worst_x = x;
+  }
+  EXPECT_LE(worst, 4 * double(FLT_EPSILON)) << "worst at x = " << worst_x;
+}
+
+TEST(ExpVectorisable, FloatEdges) {
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(exp_vectorisable(0.0f), 1.0f);
+  EXPECT_EQ(exp_vectorisable(-inf), 0.0f);
+  EXPECT_EQ(exp_vectorisable(-88.0f), 0.0f);  // below ln FLT_MIN: flushed
+  EXPECT_EQ(exp_vectorisable(-1e30f), 0.0f);
+  EXPECT_EQ(exp_vectorisable(88.5f), inf);
+  EXPECT_EQ(exp_vectorisable(inf), inf);
+  EXPECT_TRUE(std::isnan(exp_vectorisable(std::numeric_limits<float>::quiet_NaN())));
+  // Halfway cases of the reduction x = n·ln 2 + r round either way.
+  for (int n = -120; n <= 120; ++n) {
+    const float x = (float(n) + 0.5f) * 0.69314718f;
+    EXPECT_NEAR(exp_vectorisable(x) / std::exp(double(x)), 1.0, 4 * double(FLT_EPSILON)) << x;
+  }
+}
+
+TEST(ExpVectorisable, DoubleIsTheLibraryExp) {
+  for (double x : {-700.0, -1.5, 0.0, 0.25, 3.0, 700.0})
+    EXPECT_EQ(exp_vectorisable(x), std::exp(x));
+}
+
+}  // namespace
