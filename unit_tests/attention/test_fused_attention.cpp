@@ -305,7 +305,7 @@ TEST(FusedAttentionErrors, ScratchPastTheLimitIsAClearError) {
   using Kernel = at::impl::FusedForwardKernel<Space, double>;
   const auto bytes = [](int D) {
     int bq = 0, bk = 0;
-    at::impl::fused_block_sizes<Space>(D, 1, bq, bk);
+    at::impl::fused_block_sizes<Space>(1, 1, D, 1, bq, bk);  // S = Sk = 1, as below
     return kdnn::impl::layout_bytes(
         [&](kdnn::impl::ScratchCarver& s) { Kernel::carve(s, bq, bk, D, 1); });
   };
