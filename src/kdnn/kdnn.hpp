@@ -6,3 +6,4 @@
 #include "kdnn/io/npy_files.hpp"
 #include "kdnn/io/npy_view.hpp"
 #include "kdnn/sinkhorn/sinkhorn.hpp"
+#include "kdnn/ssm/ssm.hpp"

@@ -5,16 +5,14 @@
 // ([out, in]), per-head tensors [B, H, rows, cols].
 #include <Kokkos_Core.hpp>
 
+#include "kdnn/core/tensor.hpp"
+
 namespace kdnn::attention {
 
-template <class T, class ExecSpace>
-using Vector = Kokkos::View<T*, Kokkos::LayoutRight, typename ExecSpace::memory_space>;
-template <class T, class ExecSpace>
-using Matrix = Kokkos::View<T**, Kokkos::LayoutRight, typename ExecSpace::memory_space>;
-template <class T, class ExecSpace>
-using Tensor3 = Kokkos::View<T***, Kokkos::LayoutRight, typename ExecSpace::memory_space>;
-template <class T, class ExecSpace>
-using Tensor4 = Kokkos::View<T****, Kokkos::LayoutRight, typename ExecSpace::memory_space>;
+using kdnn::Matrix;
+using kdnn::Tensor3;
+using kdnn::Tensor4;
+using kdnn::Vector;
 
 /// op(M) in a product: M itself or its transpose.
 enum class Op { none, transpose };

@@ -14,11 +14,13 @@ namespace kdnn::compat {
 using Kokkos::exp;
 using Kokkos::fabs;
 using Kokkos::log;
+using Kokkos::log1p;
 using Kokkos::sqrt;
 #else
 using Kokkos::Experimental::exp;
 using Kokkos::Experimental::fabs;
 using Kokkos::Experimental::log;
+using Kokkos::Experimental::log1p;
 using Kokkos::Experimental::sqrt;
 #endif
 

@@ -1,0 +1,19 @@
+#pragma once
+// The tensor types kdnn's operators take: LayoutRight Views in an execution
+// space's memory space, so that a PyTorch/NumPy contiguous buffer wraps as an
+// unmanaged View with no copy. A default-constructed View (no data, every
+// extent 0) stands for an optional argument that is not given.
+#include <Kokkos_Core.hpp>
+
+namespace kdnn {
+
+template <class T, class ExecSpace>
+using Vector = Kokkos::View<T*, Kokkos::LayoutRight, typename ExecSpace::memory_space>;
+template <class T, class ExecSpace>
+using Matrix = Kokkos::View<T**, Kokkos::LayoutRight, typename ExecSpace::memory_space>;
+template <class T, class ExecSpace>
+using Tensor3 = Kokkos::View<T***, Kokkos::LayoutRight, typename ExecSpace::memory_space>;
+template <class T, class ExecSpace>
+using Tensor4 = Kokkos::View<T****, Kokkos::LayoutRight, typename ExecSpace::memory_space>;
+
+}  // namespace kdnn

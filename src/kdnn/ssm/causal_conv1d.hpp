@@ -1,0 +1,94 @@
+#pragma once
+// kdnn::ssm causal depthwise conv1d (Mamba-2's short convolution over x, B
+// and C) with an optional SiLU, channel-last as Mamba's reference:
+//
+//   z[b,t,c] = bias[c] + Σ_{k<K} w[c,k] · x̄[b, t−K+1+k, c],   y = SiLU(z) or z
+//
+// a cross-correlation (w[c, K−1] multiplies the current step, as
+// F.conv1d with K−1 zeros of left padding and groups = C, and causal-conv1d).
+// x̄ is x preceded by the K−1 steps of the initial state (zeros when none is
+// given): x̄[b, s, c] = initial_state[b, s+K−1, c] for −K+1 ≤ s < 0. The final
+// state is the last K−1 steps of x̄ (for chunked or streaming use; it reaches
+// into the initial state when L < K−1). Any K ≥ 1, any L ≥ 0.
+//
+// The backward recomputes z from x (nothing but the inputs is kept) and
+// returns dx, dw, dbias and d(initial state), accepting d(final state).
+// Deterministic: dw and dbias are summed per block of steps, then over the
+// blocks in a fixed order (no atomics).
+#include <Kokkos_Core.hpp>
+
+#include "kdnn/core/impl/eti.hpp"
+#include "kdnn/core/tensor.hpp"
+
+namespace kdnn::ssm {
+
+struct CausalConv1dOptions {
+  bool silu = true;  ///< apply SiLU to the convolution's output
+};
+
+/// The arguments of causal_conv1d_forward. Optional Views may be left empty
+/// (default-constructed).
+template <class T, class ExecSpace>
+struct ConvForward {
+  Tensor3<const T, ExecSpace> x;              ///< [B, L, C]
+  Matrix<const T, ExecSpace> w;               ///< [C, K], K ≥ 1
+  Vector<const T, ExecSpace> bias;            ///< [C]; optional (zero)
+  Tensor3<const T, ExecSpace> initial_state;  ///< [B, K−1, C]; optional (zeros)
+  Tensor3<T, ExecSpace> y;                    ///< output [B, L, C]
+  Tensor3<T, ExecSpace> final_state;          ///< output [B, K−1, C]; optional
+};
+
+/// The arguments of causal_conv1d_backward: the forward's inputs, dy = dL/dy
+/// and the gradients to write. Optional Views may be left empty.
+template <class T, class ExecSpace>
+struct ConvBackward {
+  Tensor3<const T, ExecSpace> x;              ///< [B, L, C]
+  Matrix<const T, ExecSpace> w;               ///< [C, K]
+  Vector<const T, ExecSpace> bias;            ///< [C]; optional, as in the forward
+  Tensor3<const T, ExecSpace> initial_state;  ///< [B, K−1, C]; optional, as in the forward
+  Tensor3<const T, ExecSpace> dy;             ///< [B, L, C]
+  Tensor3<const T, ExecSpace> dfinal_state;   ///< [B, K−1, C]; optional (zero)
+  Tensor3<T, ExecSpace> dx;                   ///< output [B, L, C]
+  Matrix<T, ExecSpace> dw;                    ///< output [C, K]
+  Vector<T, ExecSpace> dbias;                 ///< output [C]; optional
+  Tensor3<T, ExecSpace> dinitial_state;       ///< output [B, K−1, C]; optional
+};
+
+}  // namespace kdnn::ssm
+
+#define KDNN_CAUSAL_CONV1D_OPERATORS(PREFIX, ExecSpace, T)                                \
+  PREFIX void causal_conv1d_forward(const ExecSpace&, const ConvForward<T, ExecSpace>&,   \
+                                    const CausalConv1dOptions&);                          \
+  PREFIX void causal_conv1d_backward(const ExecSpace&, const ConvBackward<T, ExecSpace>&, \
+                                     const CausalConv1dOptions&);
+
+namespace kdnn::ssm {
+
+namespace impl {
+KDNN_CAUSAL_CONV1D_OPERATORS(KDNN_TEMPLATE_EXEC_SPACE_T, ExecSpace, T)
+#define KDNN_CAUSAL_CONV1D_EXTERN(ExecSpace, T) \
+  KDNN_CAUSAL_CONV1D_OPERATORS(extern template, ExecSpace, T)
+KDNN_ETI_FOR_EACH(KDNN_CAUSAL_CONV1D_EXTERN)
+#undef KDNN_CAUSAL_CONV1D_EXTERN
+}  // namespace impl
+
+/// y (and the final state) from x, w, bias and the initial state.
+/// Asynchronous on `space` after the host-side checks, which throw
+/// kdnn::Error naming the argument.
+template <class ExecSpace, class T>
+void causal_conv1d_forward(const ExecSpace& space, const ConvForward<T, ExecSpace>& args,
+                           const CausalConv1dOptions& opts = {}) {
+  impl::causal_conv1d_forward<ExecSpace, T>(space, args, opts);
+}
+
+/// dx, dw (and dbias, d(initial state)) from the forward's inputs and dy (and
+/// d(final state)). dw and dbias are overwritten. Asynchronous on `space`.
+template <class ExecSpace, class T>
+void causal_conv1d_backward(const ExecSpace& space, const ConvBackward<T, ExecSpace>& args,
+                            const CausalConv1dOptions& opts = {}) {
+  impl::causal_conv1d_backward<ExecSpace, T>(space, args, opts);
+}
+
+}  // namespace kdnn::ssm
+
+#include "kdnn/ssm/impl/causal_conv1d_impl.hpp"

@@ -1,0 +1,202 @@
+#pragma once
+// Definitions of kdnn::ssm::impl::{causal_conv1d_forward, causal_conv1d_backward}
+// and the step-range launches the context-parallel conv (kdnn::cp) builds on.
+#include <climits>
+#include <string>
+
+#include "kdnn/core/error.hpp"
+#include "kdnn/core/impl/backend_traits.hpp"
+#include "kdnn/core/impl/block_sums.hpp"
+#include "kdnn/core/impl/team_plan.hpp"
+#include "kdnn/core/validate.hpp"
+#include "kdnn/ssm/causal_conv1d.hpp"
+#include "kdnn/ssm/impl/causal_conv1d_kernels.hpp"
+
+namespace kdnn::ssm::impl {
+
+/// Steps and channels per team: on a host a tile of 64 steps by up to 256
+/// channels (the forward's x̄ tile then stays in L2); on a GPU 64 steps by
+/// 64 channels, vector lanes over the channels (coalesced rows).
+template <class ExecSpace, class Kernel>
+void conv_tiling(Kernel& kernel, int C) {
+  constexpr bool host = kdnn::impl::BackendTraits<ExecSpace>::is_host;
+  const int max_ct = host ? 256 : 64;
+  kernel.tt = 64;
+  kernel.ct = C < max_ct ? (C > 0 ? C : 1) : max_ct;
+}
+
+/// Plans and launches `kernel` over its steps [first, last) (with B, C > 0).
+template <class ExecSpace, class Kernel>
+void launch_conv(const char* op, const ExecSpace& space, Kernel kernel, const char* label) {
+  const int B = int(kernel.x.extent(0)), K = int(kernel.w.extent(1));
+  if (kernel.last <= kernel.first || B == 0 || kernel.x.extent(2) == 0) return;
+  const long long league = (long long)B * kernel.time_tiles() * kernel.channel_tiles();
+  if (league > INT_MAX) fail(op, ": ", league, " tiles of steps and channels, above 2^31 - 1");
+  const std::size_t bytes = kdnn::impl::layout_bytes(
+      [&](kdnn::impl::ScratchCarver& s) { Kernel::carve(s, kernel.tt, kernel.ct, K); });
+  constexpr bool host = kdnn::impl::BackendTraits<ExecSpace>::is_host;
+  const auto plan = kdnn::impl::plan_team<ExecSpace, Kernel>(
+      op, space, int(league), Launch{}, host ? 1 : 32, bytes,
+      "a tile of " + std::to_string(kernel.tt) + " steps and " + std::to_string(kernel.ct) +
+          " channels with K=" + std::to_string(K));
+  kernel.level = plan.level;
+  kernel.scratch_bytes = plan.scratch_bytes;
+  Kokkos::parallel_for(label, plan.policy(space), kernel);
+}
+
+template <class ExecSpace, class T, class Kernel>
+void set_conv_inputs(Kernel& k, const Tensor3<const T, ExecSpace>& x,
+                     const Matrix<const T, ExecSpace>& w, const Vector<const T, ExecSpace>& bias,
+                     const Tensor3<const T, ExecSpace>& init, const CausalConv1dOptions& opts) {
+  k.x = x;
+  k.w = w;
+  k.bias = bias;
+  k.init = init;
+  k.has_bias = validate::given(bias);
+  k.has_init = validate::given(init);
+  k.silu = opts.silu;
+  conv_tiling<ExecSpace>(k, int(x.extent(2)));
+}
+
+/// y at steps [first, last) (0 ≤ first ≤ last ≤ L); no checks.
+template <class ExecSpace, class T>
+void conv_forward_steps(const ExecSpace& space, const ConvForward<T, ExecSpace>& a,
+                        const CausalConv1dOptions& opts, int first, int last) {
+  ConvForwardKernel<ExecSpace, T> k;
+  set_conv_inputs<ExecSpace, T>(k, a.x, a.w, a.bias, a.initial_state, opts);
+  k.y = a.y;
+  k.first = first;
+  k.last = last;
+  launch_conv("ssm::causal_conv1d_forward", space, k, "kdnn::ssm::causal_conv1d_forward");
+}
+
+/// final[b, j, c] = x̄[b, L−K+1+j, c]: the last K−1 steps of x̄.
+template <class ExecSpace, class T>
+void conv_final_state(const ExecSpace& space, const Tensor3<const T, ExecSpace>& x,
+                      const Tensor3<const T, ExecSpace>& init,
+                      const Tensor3<T, ExecSpace>& final_state) {
+  const int B = int(final_state.extent(0)), K1 = int(final_state.extent(1));
+  const int C = int(final_state.extent(2)), L = int(x.extent(1));
+  const bool has_init = validate::given(init);
+  if (std::size_t(B) * K1 * C == 0) return;
+  Kokkos::parallel_for(
+      "kdnn::ssm::causal_conv1d_final_state",
+      Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<3>>(space, {0, 0, 0}, {B, K1, C}),
+      KOKKOS_LAMBDA(int b, int j, int c) {
+        const int s = L - K1 + j;
+        final_state(b, j, c) = s >= 0 ? x(b, s, c) : has_init ? init(b, s + K1, c) : T(0);
+      });
+}
+
+/// The backward at steps s in [first, last) of x̄ (−K+1 ≤ first ≤ last ≤ L;
+/// s < 0 writes d(initial state)); with `params`, also dw and dbias (then the
+/// range must cover [0, L)). No checks.
+template <class ExecSpace, class T>
+void conv_backward_steps(const ExecSpace& space, const ConvBackward<T, ExecSpace>& a,
+                         const CausalConv1dOptions& opts, int first, int last, bool params) {
+  const char* op = "ssm::causal_conv1d_backward";
+  ConvBackwardKernel<ExecSpace, T> k;
+  set_conv_inputs<ExecSpace, T>(k, a.x, a.w, a.bias, a.initial_state, opts);
+  k.dy = a.dy;
+  k.dfinal = a.dfinal_state;
+  k.has_dfinal = validate::given(a.dfinal_state);
+  k.dx = a.dx;
+  k.dinit = a.dinitial_state;
+  k.first = first;
+  k.last = last;
+  k.params = params;
+  const int B = int(a.x.extent(0)), C = int(a.x.extent(2)), K = int(a.w.extent(1));
+  if (params) {
+    const int blocks = B * k.time_tiles();
+    k.partial = Matrix<T, ExecSpace>(
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, "kdnn::ssm::conv_partial_sums"), blocks,
+        std::size_t(C) * (K + 1));
+  }
+  launch_conv(op, space, k, "kdnn::ssm::causal_conv1d_backward");
+  if (!params) return;
+  const auto dw = a.dw;
+  const auto dbias = a.dbias;
+  const bool has_dbias = validate::given(dbias);
+  if (k.partial.extent(0) == 0 || B == 0 || last <= first) {  // no steps: zero gradients
+    Kokkos::deep_copy(space, dw, T(0));
+    if (has_dbias) Kokkos::deep_copy(space, dbias, T(0));
+    return;
+  }
+  kdnn::impl::sum_blocks(
+      space, "kdnn::ssm::causal_conv1d_param_sums", k.partial, KOKKOS_LAMBDA(int j, double v) {
+        const int c = j / (K + 1), kk = j % (K + 1);
+        if (kk < K) {
+          dw(c, kk) = T(v);
+        } else if (has_dbias) {
+          dbias(c) = T(v);
+        }
+      });
+}
+
+/// A state [B, K−1, C] of x [B, L, C] and w [C, K].
+template <class State, class X, class W>
+void check_state(const char* op, const char* name, const State& state, const X& x, const W& w) {
+  validate::extent(op, name, state, 0, x.extent(0), "B, x's extent(0)");
+  validate::extent(op, name, state, 1, w.extent(1) - 1, "K-1, from w's extent(1)");
+  validate::extent(op, name, state, 2, x.extent(2), "C, x's extent(2)");
+}
+
+/// Host-side checks of the views shared by the forward and the backward.
+template <class ExecSpace, class T>
+void check_conv_inputs(const char* op, const Tensor3<const T, ExecSpace>& x,
+                       const Matrix<const T, ExecSpace>& w, const Vector<const T, ExecSpace>& bias,
+                       const Tensor3<const T, ExecSpace>& init) {
+  const std::size_t C = x.extent(2);
+  if (w.extent(1) < 1) fail(op, ": w has extent(1)=", w.extent(1), ", expected K >= 1");
+  validate::extent(op, "w", w, 0, C, "C, x's extent(2)");
+  if (x.extent(1) > std::size_t(INT_MAX) || C > std::size_t(INT_MAX) ||
+      w.extent(1) > std::size_t(INT_MAX / 4)) {
+    fail(op, ": x has shape [", x.extent(0), ", ", x.extent(1), ", ", C, "] and K=", w.extent(1),
+         ", expected L, C < 2^31 and K < 2^29");
+  }
+  if (validate::given(bias)) validate::extent(op, "bias", bias, 0, C, "C, x's extent(2)");
+  if (validate::given(init)) check_state(op, "initial_state", init, x, w);
+}
+
+template <class ExecSpace, class T>
+void causal_conv1d_forward(const ExecSpace& space, const ConvForward<T, ExecSpace>& a,
+                           const CausalConv1dOptions& opts) {
+  const char* op = "ssm::causal_conv1d_forward";
+  check_conv_inputs<ExecSpace, T>(op, a.x, a.w, a.bias, a.initial_state);
+  validate::same_shape(op, "y", a.y, "x", a.x);
+  const bool want_final = validate::given(a.final_state);
+  if (want_final) check_state(op, "final_state", a.final_state, a.x, a.w);
+  using validate::memory_of;
+  const auto inputs = {memory_of("x", a.x), memory_of("w", a.w), memory_of("bias", a.bias),
+                       memory_of("initial_state", a.initial_state)};
+  validate::disjoint(op, {memory_of("y", a.y), memory_of("final_state", a.final_state)}, inputs);
+  conv_forward_steps(space, a, opts, 0, int(a.x.extent(1)));
+  if (want_final) conv_final_state(space, a.x, a.initial_state, a.final_state);
+}
+
+template <class ExecSpace, class T>
+void causal_conv1d_backward(const ExecSpace& space, const ConvBackward<T, ExecSpace>& a,
+                            const CausalConv1dOptions& opts) {
+  const char* op = "ssm::causal_conv1d_backward";
+  check_conv_inputs<ExecSpace, T>(op, a.x, a.w, a.bias, a.initial_state);
+  validate::same_shape(op, "dy", a.dy, "x", a.x);
+  validate::same_shape(op, "dx", a.dx, "x", a.x);
+  validate::same_shape(op, "dw", a.dw, "w", a.w);
+  if (validate::given(a.dbias)) validate::extent(op, "dbias", a.dbias, 0, a.x.extent(2), "C");
+  if (validate::given(a.dfinal_state)) check_state(op, "dfinal_state", a.dfinal_state, a.x, a.w);
+  const bool want_dinit = validate::given(a.dinitial_state);
+  if (want_dinit) check_state(op, "dinitial_state", a.dinitial_state, a.x, a.w);
+  using validate::memory_of;
+  const auto inputs = {memory_of("x", a.x),       memory_of("w", a.w),
+                       memory_of("bias", a.bias), memory_of("initial_state", a.initial_state),
+                       memory_of("dy", a.dy),     memory_of("dfinal_state", a.dfinal_state)};
+  validate::disjoint(op,
+                     {memory_of("dx", a.dx), memory_of("dw", a.dw), memory_of("dbias", a.dbias),
+                      memory_of("dinitial_state", a.dinitial_state)},
+                     inputs);
+  const int K = int(a.w.extent(1));
+  if (want_dinit) conv_backward_steps(space, a, opts, -(K - 1), 0, false);
+  conv_backward_steps(space, a, opts, 0, int(a.x.extent(1)), true);
+}
+
+}  // namespace kdnn::ssm::impl

@@ -1,0 +1,286 @@
+// Causal depthwise conv1d (+ SiLU): forward and backward against double
+// loops (conv_reference.hpp), the reference backward against finite
+// differences, kdnn's double backward against finite differences of kdnn's
+// forward; K = 1, 2, 4, 7, several tiles of steps and channels, L < K−1,
+// L = 0, B = 0; bad arguments.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "allclose.hpp"
+#include "conv_reference.hpp"
+#include "expect_error.hpp"
+#include "kdnn/ssm/causal_conv1d.hpp"
+#include "views.hpp"
+
+namespace {
+
+using namespace kdnn_test;
+using ssm_ref::ConvCase;
+using ssm_ref::ConvShape;
+using ssm_ref::Vec;
+namespace ssm = kdnn::ssm;
+
+enum Given : unsigned { kBias = 1, kInit = 2, kDfinal = 4, kAll = 7 };
+
+ConvCase make_case(ConvShape s, unsigned given, bool silu, unsigned seed) {
+  ConvCase a;
+  a.s = s;
+  a.silu = silu;
+  const std::size_t nx = std::size_t(s.B) * s.L * s.C, ns = std::size_t(s.B) * (s.K - 1) * s.C;
+  a.x = normal(nx, seed);
+  a.w = uniform(std::size_t(s.C) * s.K, -0.6, 0.6, seed + 1);
+  if (given & kBias) a.bias = uniform(s.C, -0.5, 0.5, seed + 2);
+  if (given & kInit) a.init = normal(ns, seed + 3);
+  a.dy = normal(nx, seed + 4);
+  if (given & kDfinal) a.dfinal = normal(ns, seed + 5);
+  return a;
+}
+
+template <class T>
+using In3 = kdnn::Tensor3<const T, Space>;
+
+/// The Views of one case, in T.
+template <class T>
+struct ConvViews {
+  DeviceView<T***> x, init, dy, dfinal;
+  DeviceView<T**> w;
+  DeviceView<T*> bias;
+  explicit ConvViews(const ConvCase& a) {
+    const auto& s = a.s;
+    x = to_device<T***>(a.x, s.B, s.L, s.C);
+    w = to_device<T**>(a.w, s.C, s.K);
+    dy = to_device<T***>(a.dy, s.B, s.L, s.C);
+    if (!a.bias.empty()) bias = to_device<T*>(a.bias, s.C);
+    if (!a.init.empty()) init = to_device<T***>(a.init, s.B, s.K - 1, s.C);
+    if (!a.dfinal.empty()) dfinal = to_device<T***>(a.dfinal, s.B, s.K - 1, s.C);
+  }
+};
+
+template <class T>
+ssm_ref::ConvForwardResult run_forward(const ConvCase& a) {
+  const auto& s = a.s;
+  ConvViews<T> v(a);
+  DeviceView<T***> y("y", s.B, s.L, s.C), fin("final", s.B, s.K - 1, s.C);
+  ssm::ConvForward<T, Space> args;
+  args.x = v.x;
+  args.w = v.w;
+  args.bias = v.bias;
+  args.initial_state = v.init;
+  args.y = y;
+  args.final_state = fin;
+  ssm::causal_conv1d_forward(Space(), args, {a.silu});
+  return {to_host(y), to_host(fin)};
+}
+
+template <class T>
+ssm_ref::ConvBackwardResult run_backward(const ConvCase& a, bool want_dbias = true,
+                                         bool want_dinit = true) {
+  const auto& s = a.s;
+  ConvViews<T> v(a);
+  DeviceView<T***> dx("dx", s.B, s.L, s.C), dinit;
+  DeviceView<T**> dw("dw", s.C, s.K);
+  DeviceView<T*> dbias;
+  if (want_dbias) dbias = DeviceView<T*>("dbias", s.C);
+  if (want_dinit) dinit = DeviceView<T***>("dinit", s.B, s.K - 1, s.C);
+  Kokkos::deep_copy(dw, T(99));  // overwritten, never accumulated into
+  ssm::ConvBackward<T, Space> args;
+  args.x = v.x;
+  args.w = v.w;
+  args.bias = v.bias;
+  args.initial_state = v.init;
+  args.dy = v.dy;
+  args.dfinal_state = v.dfinal;
+  args.dx = dx;
+  args.dw = dw;
+  args.dbias = dbias;
+  args.dinitial_state = dinit;
+  ssm::causal_conv1d_backward(Space(), args, {a.silu});
+  return {to_host(dx), to_host(dw), want_dbias ? to_host(dbias) : Vec{},
+          want_dinit ? to_host(dinit) : Vec{}};
+}
+
+template <class T>
+constexpr double tol() {
+  return sizeof(T) == 4 ? 2e-5 : 1e-12;
+}
+
+template <class T>
+class CausalConv1d : public ::testing::Test {};
+using Types = ::testing::Types<float, double>;
+TYPED_TEST_SUITE(CausalConv1d, Types);
+
+/// (B, L, C, K) covering one and several tiles of 64 steps and of the
+/// channel tile (256 on a host, 64 on a GPU), L < K−1 and L = 0.
+const ConvShape kShapes[] = {{2, 37, 5, 4},   {1, 150, 3, 1}, {2, 70, 300, 2}, {3, 3, 4, 7},
+                             {1, 130, 65, 7}, {2, 0, 3, 4},   {1, 1, 1, 1},    {2, 5, 2, 7}};
+
+TYPED_TEST(CausalConv1d, ForwardMatchesDoubleLoops) {
+  using T = TypeParam;
+  unsigned seed = 10;
+  for (const ConvShape& s : kShapes) {
+    for (unsigned given : {0u, unsigned(kAll)}) {
+      for (bool silu : {true, false}) {
+        SCOPED_TRACE(::testing::Message() << "B=" << s.B << " L=" << s.L << " C=" << s.C << " K="
+                                          << s.K << " given=" << given << " silu=" << silu);
+        const ConvCase a = make_case(s, given, silu, seed += 10);
+        const auto expected = ssm_ref::conv_forward(a);
+        const auto actual = run_forward<T>(a);
+        EXPECT_ALLCLOSE(actual.y, expected.y, tol<T>(), tol<T>());
+        Vec copied;  // the final state copies inputs: exact in T
+        for (double v : expected.final_state) copied.push_back(double(T(v)));
+        EXPECT_ALLCLOSE(actual.final_state, copied, 0, 0);
+      }
+    }
+  }
+}
+
+TYPED_TEST(CausalConv1d, BackwardMatchesDoubleLoops) {
+  using T = TypeParam;
+  unsigned seed = 500;
+  for (const ConvShape& s : kShapes) {
+    for (unsigned given : {0u, unsigned(kBias), unsigned(kAll)}) {
+      for (bool silu : {true, false}) {
+        SCOPED_TRACE(::testing::Message() << "B=" << s.B << " L=" << s.L << " C=" << s.C << " K="
+                                          << s.K << " given=" << given << " silu=" << silu);
+        const ConvCase a = make_case(s, given, silu, seed += 10);
+        const auto expected = ssm_ref::conv_backward(a);
+        const auto actual = run_backward<T>(a);
+        // dw and dbias sum over B·L terms of size ~1.
+        const double sum_tol = tol<T>() * std::sqrt(double(s.B * s.L) + 1);
+        EXPECT_ALLCLOSE(actual.dx, expected.dx, tol<T>(), tol<T>());
+        EXPECT_ALLCLOSE(actual.dw, expected.dw, tol<T>(), sum_tol);
+        EXPECT_ALLCLOSE(actual.dbias, expected.dbias, tol<T>(), sum_tol);
+        EXPECT_ALLCLOSE(actual.dinit, expected.dinit, tol<T>(), tol<T>());
+      }
+    }
+  }
+}
+
+TYPED_TEST(CausalConv1d, OptionalGradientsMayBeLeftOut) {
+  using T = TypeParam;
+  const ConvCase a = make_case({2, 40, 6, 4}, kAll, true, 77);
+  const auto all = run_backward<T>(a);
+  const auto some = run_backward<T>(a, false, false);
+  EXPECT_EQ(some.dx, all.dx);
+  EXPECT_EQ(some.dw, all.dw);
+}
+
+/// Σ y·dy + Σ final·dfinal: the scalar whose gradient the backward returns.
+double loss(const ssm_ref::ConvForwardResult& r, const ConvCase& a) {
+  double l = 0;
+  for (std::size_t i = 0; i < r.y.size(); ++i) l += r.y[i] * a.dy[i];
+  for (std::size_t i = 0; i < a.dfinal.size(); ++i) l += r.final_state[i] * a.dfinal[i];
+  return l;
+}
+
+/// Central differences of `f(case)` along a random direction of one input
+/// (x, w, bias or init), against ⟨gradient, direction⟩.
+template <class Forward>
+void check_directional(const ConvCase& a, Vec ConvCase::*input, const Vec& gradient,
+                       const Forward& forward, double rtol, const char* name) {
+  SCOPED_TRACE(name);
+  const Vec dir = normal((a.*input).size(), 4242);
+  const double eps = 1e-6;
+  ConvCase plus = a, minus = a;
+  for (std::size_t i = 0; i < dir.size(); ++i) {
+    (plus.*input)[i] += eps * dir[i];
+    (minus.*input)[i] -= eps * dir[i];
+  }
+  const double fd = (loss(forward(plus), a) - loss(forward(minus), a)) / (2 * eps);
+  double exact = 0;
+  for (std::size_t i = 0; i < dir.size(); ++i) exact += gradient[i] * dir[i];
+  EXPECT_NEAR(exact, fd, rtol * (std::abs(fd) + 1));
+}
+
+TEST(CausalConv1dGradient, ReferenceAndKdnnMatchFiniteDifferences) {
+  for (int K : {1, 2, 4, 7}) {
+    for (bool silu : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << "K=" << K << " silu=" << silu);
+      const ConvCase a = make_case({2, 9, 3, K}, kAll, silu, 900 + K);
+      const auto ref = ssm_ref::conv_backward(a);
+      const auto got = run_backward<double>(a);
+      const auto ref_forward = [](const ConvCase& c) { return ssm_ref::conv_forward(c); };
+      const auto kdnn_forward = [](const ConvCase& c) { return run_forward<double>(c); };
+      check_directional(a, &ConvCase::x, ref.dx, ref_forward, 1e-7, "reference dx");
+      check_directional(a, &ConvCase::x, got.dx, kdnn_forward, 1e-7, "kdnn dx");
+      check_directional(a, &ConvCase::w, got.dw, kdnn_forward, 1e-7, "kdnn dw");
+      check_directional(a, &ConvCase::bias, got.dbias, kdnn_forward, 1e-7, "kdnn dbias");
+      if (K > 1) {
+        check_directional(a, &ConvCase::init, ref.dinit, ref_forward, 1e-7, "reference dinit");
+        check_directional(a, &ConvCase::init, got.dinit, kdnn_forward, 1e-7, "kdnn dinit");
+      }
+    }
+  }
+}
+
+TEST(CausalConv1dEdges, EmptyBatchAndSequence) {
+  // B = 0: nothing to compute. L = 0: y empty, final = initial state, dw = 0.
+  for (const ConvShape& s : {ConvShape{0, 5, 3, 4}, ConvShape{2, 0, 3, 4}}) {
+    const ConvCase a = make_case(s, kAll, true, 31);
+    const auto f = run_forward<double>(a);
+    EXPECT_EQ(f.final_state, ssm_ref::conv_forward(a).final_state);
+    const auto g = run_backward<double>(a);
+    EXPECT_EQ(g.dw, Vec(std::size_t(s.C) * s.K, 0.0));
+    EXPECT_EQ(g.dinit, ssm_ref::conv_backward(a).dinit);  // = dfinal when L = 0
+  }
+}
+
+TEST(CausalConv1dErrors, BadArgumentsNameTheArgument) {
+  const ConvCase a = make_case({2, 6, 3, 4}, kAll, true, 5);
+  ConvViews<double> v(a);
+  DeviceView<double***> y("y", 2, 6, 3);
+  ssm::ConvForward<double, Space> f;
+  f.x = v.x;
+  f.w = v.w;
+  f.y = y;
+  const auto run = [&](ssm::ConvForward<double, Space> args) {
+    ssm::causal_conv1d_forward(Space(), args);
+  };
+  {
+    auto b = f;
+    b.w = DeviceView<double**>("w", 4, 4);
+    EXPECT_KDNN_ERROR(run(b), "ssm::causal_conv1d_forward: w has extent(0)=4, expected 3");
+  }
+  {
+    auto b = f;
+    b.w = DeviceView<double**>("w", 3, 0);
+    EXPECT_KDNN_ERROR(run(b), "w has extent(1)=0, expected K >= 1");
+  }
+  {
+    auto b = f;
+    b.bias = DeviceView<double*>("bias", 2);
+    EXPECT_KDNN_ERROR(run(b), "bias has extent(0)=2, expected 3");
+  }
+  {
+    auto b = f;
+    b.initial_state = DeviceView<double***>("init", 2, 4, 3);
+    EXPECT_KDNN_ERROR(run(b), "initial_state has extent(1)=4, expected 3 (K-1");
+  }
+  {
+    auto b = f;
+    b.final_state = DeviceView<double***>("final", 1, 3, 3);
+    EXPECT_KDNN_ERROR(run(b), "final_state has extent(0)=1, expected 2");
+  }
+  {
+    auto b = f;
+    b.y = DeviceView<double***>("y", 2, 5, 3);
+    EXPECT_KDNN_ERROR(run(b), "y has extent(1)=5, expected 6 (same as x)");
+  }
+  {
+    auto b = f;
+    b.y = DeviceView<double***>(const_cast<double*>(v.x.data()), 2, 6, 3);
+    EXPECT_KDNN_ERROR(run(b), "output y overlaps input x");
+  }
+  ssm::ConvBackward<double, Space> g;
+  g.x = v.x;
+  g.w = v.w;
+  g.dy = v.dy;
+  g.dx = DeviceView<double***>("dx", 2, 6, 3);
+  g.dw = DeviceView<double**>("dw", 3, 3);
+  EXPECT_KDNN_ERROR(ssm::causal_conv1d_backward(Space(), g),
+                    "ssm::causal_conv1d_backward: dw has extent(1)=3, expected 4 (same as w)");
+}
+
+}  // namespace
