@@ -158,34 +158,40 @@ void check_conv_inputs(const char* op, const Tensor3<const T, ExecSpace>& x,
   if (validate::given(init)) check_state(op, "initial_state", init, x, w);
 }
 
+/// Every host-side check of causal_conv1d_forward (`op` names the caller).
 template <class ExecSpace, class T>
-void causal_conv1d_forward(const ExecSpace& space, const ConvForward<T, ExecSpace>& a,
-                           const CausalConv1dOptions& opts) {
-  const char* op = "ssm::causal_conv1d_forward";
+void check_conv_forward(const char* op, const ConvForward<T, ExecSpace>& a) {
   check_conv_inputs<ExecSpace, T>(op, a.x, a.w, a.bias, a.initial_state);
   validate::same_shape(op, "y", a.y, "x", a.x);
-  const bool want_final = validate::given(a.final_state);
-  if (want_final) check_state(op, "final_state", a.final_state, a.x, a.w);
+  if (validate::given(a.final_state)) check_state(op, "final_state", a.final_state, a.x, a.w);
   using validate::memory_of;
   const auto inputs = {memory_of("x", a.x), memory_of("w", a.w), memory_of("bias", a.bias),
                        memory_of("initial_state", a.initial_state)};
   validate::disjoint(op, {memory_of("y", a.y), memory_of("final_state", a.final_state)}, inputs);
-  conv_forward_steps(space, a, opts, 0, int(a.x.extent(1)));
-  if (want_final) conv_final_state(space, a.x, a.initial_state, a.final_state);
 }
 
 template <class ExecSpace, class T>
-void causal_conv1d_backward(const ExecSpace& space, const ConvBackward<T, ExecSpace>& a,
-                            const CausalConv1dOptions& opts) {
-  const char* op = "ssm::causal_conv1d_backward";
+void causal_conv1d_forward(const ExecSpace& space, const ConvForward<T, ExecSpace>& a,
+                           const CausalConv1dOptions& opts) {
+  check_conv_forward("ssm::causal_conv1d_forward", a);
+  conv_forward_steps(space, a, opts, 0, int(a.x.extent(1)));
+  if (validate::given(a.final_state)) {
+    conv_final_state(space, a.x, a.initial_state, a.final_state);
+  }
+}
+
+/// Every host-side check of causal_conv1d_backward (`op` names the caller).
+template <class ExecSpace, class T>
+void check_conv_backward(const char* op, const ConvBackward<T, ExecSpace>& a) {
   check_conv_inputs<ExecSpace, T>(op, a.x, a.w, a.bias, a.initial_state);
   validate::same_shape(op, "dy", a.dy, "x", a.x);
   validate::same_shape(op, "dx", a.dx, "x", a.x);
   validate::same_shape(op, "dw", a.dw, "w", a.w);
   if (validate::given(a.dbias)) validate::extent(op, "dbias", a.dbias, 0, a.x.extent(2), "C");
   if (validate::given(a.dfinal_state)) check_state(op, "dfinal_state", a.dfinal_state, a.x, a.w);
-  const bool want_dinit = validate::given(a.dinitial_state);
-  if (want_dinit) check_state(op, "dinitial_state", a.dinitial_state, a.x, a.w);
+  if (validate::given(a.dinitial_state)) {
+    check_state(op, "dinitial_state", a.dinitial_state, a.x, a.w);
+  }
   using validate::memory_of;
   const auto inputs = {memory_of("x", a.x),       memory_of("w", a.w),
                        memory_of("bias", a.bias), memory_of("initial_state", a.initial_state),
@@ -194,8 +200,14 @@ void causal_conv1d_backward(const ExecSpace& space, const ConvBackward<T, ExecSp
                      {memory_of("dx", a.dx), memory_of("dw", a.dw), memory_of("dbias", a.dbias),
                       memory_of("dinitial_state", a.dinitial_state)},
                      inputs);
+}
+
+template <class ExecSpace, class T>
+void causal_conv1d_backward(const ExecSpace& space, const ConvBackward<T, ExecSpace>& a,
+                            const CausalConv1dOptions& opts) {
+  check_conv_backward("ssm::causal_conv1d_backward", a);
   const int K = int(a.w.extent(1));
-  if (want_dinit) conv_backward_steps(space, a, opts, -(K - 1), 0, false);
+  if (validate::given(a.dinitial_state)) conv_backward_steps(space, a, opts, -(K - 1), 0, false);
   conv_backward_steps(space, a, opts, 0, int(a.x.extent(1)), true);
 }
 

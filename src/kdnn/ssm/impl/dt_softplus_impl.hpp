@@ -40,15 +40,38 @@ void check_dt(const char* op, const Tensor3<const T, ExecSpace>& dt,
   }
 }
 
+/// Every host-side check of dt_softplus_forward (`op` names the caller).
 template <class ExecSpace, class T>
-void dt_softplus_forward(const ExecSpace& space, const Tensor3<const T, ExecSpace>& dt,
-                         const Vector<const T, ExecSpace>& dt_bias,
-                         const Tensor3<T, ExecSpace>& dt_out, const DtSoftplusOptions& opts) {
-  const char* op = "ssm::dt_softplus_forward";
+void check_dt_forward(const char* op, const Tensor3<const T, ExecSpace>& dt,
+                      const Vector<const T, ExecSpace>& dt_bias,
+                      const Tensor3<T, ExecSpace>& dt_out, const DtSoftplusOptions& opts) {
   check_dt<ExecSpace, T>(op, dt, dt_bias, opts);
   validate::same_shape(op, "dt_out", dt_out, "dt", dt);
   validate::disjoint(op, {validate::memory_of("dt_out", dt_out)},
                      {validate::memory_of("dt", dt), validate::memory_of("dt_bias", dt_bias)});
+}
+
+/// Every host-side check of dt_softplus_backward.
+template <class ExecSpace, class T>
+void check_dt_backward(const char* op, const Tensor3<const T, ExecSpace>& dt,
+                       const Vector<const T, ExecSpace>& dt_bias,
+                       const Tensor3<const T, ExecSpace>& ddt_out, const Tensor3<T, ExecSpace>& ddt,
+                       const Vector<T, ExecSpace>& ddt_bias, const DtSoftplusOptions& opts) {
+  check_dt<ExecSpace, T>(op, dt, dt_bias, opts);
+  validate::same_shape(op, "ddt_out", ddt_out, "dt", dt);
+  validate::same_shape(op, "ddt", ddt, "dt", dt);
+  validate::extent(op, "ddt_bias", ddt_bias, 0, dt.extent(2), "H, dt's extent(2)");
+  using validate::memory_of;
+  validate::disjoint(
+      op, {memory_of("ddt", ddt), memory_of("ddt_bias", ddt_bias)},
+      {memory_of("dt", dt), memory_of("dt_bias", dt_bias), memory_of("ddt_out", ddt_out)});
+}
+
+template <class ExecSpace, class T>
+void dt_softplus_forward(const ExecSpace& space, const Tensor3<const T, ExecSpace>& dt,
+                         const Vector<const T, ExecSpace>& dt_bias,
+                         const Tensor3<T, ExecSpace>& dt_out, const DtSoftplusOptions& opts) {
+  check_dt_forward<ExecSpace, T>("ssm::dt_softplus_forward", dt, dt_bias, dt_out, opts);
   const int H = int(dt.extent(2)), n = int(dt.size());
   const DtClamp<T> clamp(opts);
   const T* in = dt.data();
@@ -70,15 +93,8 @@ void dt_softplus_backward(const ExecSpace& space, const Tensor3<const T, ExecSpa
                           const Tensor3<const T, ExecSpace>& ddt_out,
                           const Tensor3<T, ExecSpace>& ddt, const Vector<T, ExecSpace>& ddt_bias,
                           const DtSoftplusOptions& opts) {
-  const char* op = "ssm::dt_softplus_backward";
-  check_dt<ExecSpace, T>(op, dt, dt_bias, opts);
-  validate::same_shape(op, "ddt_out", ddt_out, "dt", dt);
-  validate::same_shape(op, "ddt", ddt, "dt", dt);
-  validate::extent(op, "ddt_bias", ddt_bias, 0, dt.extent(2), "H, dt's extent(2)");
-  using validate::memory_of;
-  validate::disjoint(
-      op, {memory_of("ddt", ddt), memory_of("ddt_bias", ddt_bias)},
-      {memory_of("dt", dt), memory_of("dt_bias", dt_bias), memory_of("ddt_out", ddt_out)});
+  check_dt_backward<ExecSpace, T>("ssm::dt_softplus_backward", dt, dt_bias, ddt_out, ddt, ddt_bias,
+                                  opts);
   const int H = int(dt.extent(2)), rows = int(dt.extent(0) * dt.extent(1));
   const int blocks = (rows + kDtRowsPerBlock - 1) / kDtRowsPerBlock;
   if (H == 0) return;

@@ -1,0 +1,6 @@
+#pragma once
+// kdnn::cp — context-parallel operators: the sequence split across the ranks
+// of an MPI communicator. Link kdnn::cp (kdnn + MPI).
+#include "kdnn/cp/agree.hpp"
+#include "kdnn/cp/conv_dt.hpp"
+#include "kdnn/cp/sequence_split.hpp"
