@@ -27,13 +27,21 @@
 namespace kdnn::cli {
 extern const Subcommand sinkhorn_command;  // sinkhorn.cpp
 extern const Subcommand mha_command;       // mha.cpp
+#ifdef KDNN_ENABLE_MPI
+extern const Subcommand cp_conv_command;  // cp_conv.cpp
+#endif
 }  // namespace kdnn::cli
 
 namespace {
 
 using namespace kdnn::cli;
 
-const Subcommand* const kSubcommands[] = {&sinkhorn_command, &mha_command};
+const Subcommand* const kSubcommands[] = {&sinkhorn_command, &mha_command
+#ifdef KDNN_ENABLE_MPI
+                                          ,
+                                          &cp_conv_command
+#endif
+};
 
 void print_help() {
   std::cout << "usage: kdnn <subcommand> [options] [--kokkos-...]\n"
@@ -66,8 +74,8 @@ const Subcommand& find_subcommand(const Args& args) {
 /// Prints the one-line error message (newlines inside it flattened).
 void report_error(const char* what) {
   std::string message = what;
-  std::replace_if(message.begin(), message.end(),
-                  [](char c) { return c == '\n' || c == '\r'; }, ' ');
+  std::replace_if(
+      message.begin(), message.end(), [](char c) { return c == '\n' || c == '\r'; }, ' ');
   std::cerr << "kdnn: error: " << message << std::endl;
 }
 

@@ -1,0 +1,388 @@
+// `kdnn cp-conv`: Mamba-2's causal conv1d (+ SiLU) and dt softplus with the
+// sequence split across the MPI ranks (kdnn/cp/conv_dt.hpp). Rank 0 reads the
+// whole-sequence arrays, scatters each rank's steps, gathers the results and
+// writes them; every rank computes. Runs with one rank as well.
+#include <mpi.h>
+
+#include <cstdint>
+#include <iostream>
+#include <numeric>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli.hpp"
+#include "kdnn/core/error.hpp"
+#include "kdnn/cp/cp.hpp"
+
+namespace kdnn::cli {
+
+namespace {
+
+using io::DType;
+using io::NpyArray;
+
+constexpr const char* kHelp =
+    R"(usage: mpiexec -n P kdnn cp-conv --in DIR --out DIR [--no-silu]
+                     [--dt-min A] [--dt-max B] [--split L0,L1,...]
+
+Mamba-2's causal depthwise conv1d (+ SiLU) and dt = softplus(dt + dt_bias)
+(clamped to [A, B]) over a sequence split across the P ranks, forward, and
+backward when a gradient is given. Rank 0 reads and writes; the results
+equal a single-rank run.
+
+  --in DIR     reads from DIR (float32 or float64, all one dtype):
+                 xbc.npy [B, L, C], dt.npy [B, L, H], conv_w.npy [C, K] (K >= 1),
+                 dt_bias.npy [H]; optional conv_b.npy [C],
+                 init.npy [B, K-1, C] (the initial state), and the gradients
+                 dy.npy [B, L, C], ddt_out.npy [B, L, H] (either one starts
+                 the backward; a missing one is zero)
+  --out DIR    existing directory; receives y.npy, dt_out.npy, final.npy
+               [B, K-1, C]; with the backward also dxbc.npy, ddt.npy,
+               dconv_w.npy, ddt_bias.npy, and dconv_b.npy / dinit.npy when
+               conv_b.npy / init.npy were given (parameter gradients summed
+               over the ranks)
+  --no-silu    no SiLU after the convolution
+  --dt-min A   lower clamp of dt (default 0)
+  --dt-max B   upper clamp of dt (default: none), B >= A
+  --split L..  the steps of each rank, P comma-separated counts summing to
+               L (zeros allowed); default: as even as possible
+  -h, --help   print this help
+
+Prints one line: the sizes, the ranks, and the halo bytes each rank sent.
+)";
+
+struct Options {
+  std::string in, out, split;
+  bool no_silu = false;
+  cp::ConvDtOptions cp;
+};
+
+std::optional<Options> parse_options(const Args& args) {
+  Options o;
+  CLI::App app{"", "kdnn cp-conv"};
+  app.add_option("--in", o.in)->required()->check(not_an_option());
+  app.add_option("--out", o.out)->required()->check(not_an_option());
+  app.add_flag("--no-silu", o.no_silu);
+  app.add_option("--dt-min", o.cp.dt.dt_min)->check(finite());
+  app.add_option("--dt-max", o.cp.dt.dt_max)->check(finite());
+  app.add_option("--split", o.split)->check(not_an_option());
+  if (!parse(app, args, kHelp)) return std::nullopt;
+  if (!(o.cp.dt.dt_min <= o.cp.dt.dt_max)) {
+    usage_fail("--dt-max ", o.cp.dt.dt_max, " is below --dt-min ", o.cp.dt.dt_min);
+  }
+  o.cp.conv.silu = !o.no_silu;
+  return o;
+}
+
+/// The whole-sequence inputs (on rank 0).
+struct Inputs {
+  NpyArray x, dt, w, dt_bias;
+  std::optional<NpyArray> bias, init, dy, ddt_out;
+};
+
+Inputs read_inputs(const std::string& dir) {
+  require_directory("--in", dir);
+  Inputs in{*read_input(dir, "xbc.npy"),         *read_input(dir, "dt.npy"),
+            *read_input(dir, "conv_w.npy"),      *read_input(dir, "dt_bias.npy"),
+            read_input(dir, "conv_b.npy", true), read_input(dir, "init.npy", true),
+            read_input(dir, "dy.npy", true),     read_input(dir, "ddt_out.npy", true)};
+  io::require_floating(in.x, "xbc.npy");
+  const auto same_dtype = [&](const NpyArray& a, const char* name) {
+    if (a.dtype != in.x.dtype) {
+      fail(name, " has dtype ", io::dtype_name(a.dtype), ", expected ", io::dtype_name(in.x.dtype),
+           " (same as xbc.npy)");
+    }
+  };
+  Dims dims;
+  dims.check(in.x, "xbc.npy", {"B", "L", "C"});
+  dims.check(in.w, "conv_w.npy", {"C", "K"});
+  dims.check(in.dt, "dt.npy", {"B", "L", "H"});
+  dims.check(in.dt_bias, "dt_bias.npy", {"H"});
+  if (dims["K"] < 1)
+    fail("conv_w.npy has shape ", io::format_shape(in.w.shape), ", expected K >= 1");
+  for (const NpyArray* a : {&in.w, &in.dt, &in.dt_bias}) {
+    same_dtype(*a, a == &in.w ? "conv_w.npy" : a == &in.dt ? "dt.npy" : "dt_bias.npy");
+  }
+  const std::vector<std::size_t> state = {dims["B"], dims["K"] - 1, dims["C"]};
+  const auto optional = [&](const std::optional<NpyArray>& a, const char* name,
+                            const std::vector<std::size_t>& shape) {
+    if (!a) return;
+    same_dtype(*a, name);
+    if (a->shape != shape) {
+      fail(name, " has shape ", io::format_shape(a->shape), ", expected ", io::format_shape(shape));
+    }
+    require_finite(*a, name);
+  };
+  optional(in.bias, "conv_b.npy", {dims["C"]});
+  optional(in.init, "init.npy", state);
+  optional(in.dy, "dy.npy", in.x.shape);
+  optional(in.ddt_out, "ddt_out.npy", in.dt.shape);
+  require_finite(in.x, "xbc.npy");
+  require_finite(in.w, "conv_w.npy");
+  require_finite(in.dt, "dt.npy");
+  require_finite(in.dt_bias, "dt_bias.npy");
+  return in;
+}
+
+/// The sizes and flags rank 0 broadcasts.
+struct Header {
+  std::int64_t f64 = 0, B = 0, L = 0, C = 0, K = 1, H = 0;
+  std::int64_t bias = 0, init = 0, backward = 0;
+};
+
+/// The counts of --split (empty: none given); usage errors.
+std::vector<std::int64_t> parse_split(const std::string& text, int P) {
+  std::vector<std::int64_t> lengths;
+  if (text.empty()) return lengths;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    std::size_t used = 0;
+    long long v = -1;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+    }
+    if (used != item.size() || v < 0) usage_fail("--split: expected counts >= 0, got '", item, "'");
+    lengths.push_back(v);
+  }
+  if (int(lengths.size()) != P) {
+    usage_fail("--split: expected ", P, " counts (one per rank), got ", lengths.size());
+  }
+  return lengths;
+}
+
+/// Each rank's steps: the --split counts (which must sum to L), or L split
+/// as evenly as possible.
+std::vector<std::int64_t> split_lengths(std::vector<std::int64_t> lengths, std::int64_t L, int P) {
+  if (lengths.empty()) {
+    for (int r = 0; r < P; ++r) lengths.push_back(L / P + (r < L % P ? 1 : 0));
+    return lengths;
+  }
+  const std::int64_t total = std::accumulate(lengths.begin(), lengths.end(), std::int64_t(0));
+  if (total != L) fail("--split: counts sum to ", total, ", expected L=", L, " (from xbc.npy)");
+  return lengths;
+}
+
+/// Scatters the steps of a [B, L, E] array (valid on rank 0) into this
+/// rank's [B, n, E], per batch entry.
+template <class T>
+std::vector<T> scatter_steps(const T* whole, const Header& h, std::int64_t E,
+                             const std::vector<std::int64_t>& lengths, int rank, MPI_Comm comm) {
+  const int P = int(lengths.size());
+  std::vector<int> counts(P), displs(P);
+  for (int r = 0, at = 0; r < P; at += counts[r], ++r) {
+    counts[r] = int(lengths[r] * E);
+    displs[r] = at;
+  }
+  std::vector<T> mine(std::size_t(h.B) * counts[rank]);
+  for (std::int64_t b = 0; b < h.B; ++b) {
+    MPI_Scatterv(rank == 0 ? whole + b * h.L * E : nullptr, counts.data(), displs.data(),
+                 cp::impl::mpi_type<T>(), mine.data() + b * counts[rank], counts[rank],
+                 cp::impl::mpi_type<T>(), 0, comm);
+  }
+  return mine;
+}
+
+/// The inverse of scatter_steps: this rank's [B, n, E] into rank 0's
+/// [B, L, E].
+template <class T>
+void gather_steps(const std::vector<T>& mine, T* whole, const Header& h, std::int64_t E,
+                  const std::vector<std::int64_t>& lengths, int rank, MPI_Comm comm) {
+  const int P = int(lengths.size());
+  std::vector<int> counts(P), displs(P);
+  for (int r = 0, at = 0; r < P; at += counts[r], ++r) {
+    counts[r] = int(lengths[r] * E);
+    displs[r] = at;
+  }
+  for (std::int64_t b = 0; b < h.B; ++b) {
+    MPI_Gatherv(mine.data() + b * counts[rank], counts[rank], cp::impl::mpi_type<T>(),
+                rank == 0 ? whole + b * h.L * E : nullptr, counts.data(), displs.data(),
+                cp::impl::mpi_type<T>(), 0, comm);
+  }
+}
+
+/// A whole array broadcast from rank 0 (weights).
+template <class T>
+std::vector<T> broadcast(const NpyArray* a, std::size_t n, int rank, MPI_Comm comm) {
+  std::vector<T> v(n);
+  if (rank == 0 && n) std::copy(a->data<T>(), a->data<T>() + n, v.begin());
+  MPI_Bcast(v.data(), int(n), cp::impl::mpi_type<T>(), 0, comm);
+  return v;
+}
+
+template <class DataType, class T, class... Extents>
+auto device_view(std::vector<T>& v, Extents... extents) {
+  Kokkos::View<DataType, Kokkos::LayoutRight, Kokkos::HostSpace,
+               Kokkos::MemoryTraits<Kokkos::Unmanaged>>
+  host(v.data(), std::size_t(extents)...);
+  return Kokkos::create_mirror_view_and_copy(Space::memory_space(), host);
+}
+
+template <class View, class T>
+void copy_back(const View& view, std::vector<T>& v) {
+  auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), view);
+  v.assign(host.data(), host.data() + host.size());
+}
+
+template <class T>
+int compute(const Options& o, const Inputs* in, const Header& h,
+            const std::vector<std::int64_t>& lengths, int rank, MPI_Comm comm) {
+  const int P = int(lengths.size());
+  const std::int64_t B = h.B, C = h.C, K = h.K, H = h.H, n = lengths[rank];
+  auto x = scatter_steps<T>(rank ? nullptr : in->x.data<T>(), h, C, lengths, rank, comm);
+  auto dt = scatter_steps<T>(rank ? nullptr : in->dt.data<T>(), h, H, lengths, rank, comm);
+  auto w = broadcast<T>(rank ? nullptr : &in->w, C * K, rank, comm);
+  auto dt_bias = broadcast<T>(rank ? nullptr : &in->dt_bias, H, rank, comm);
+  std::vector<T> bias =
+      h.bias ? broadcast<T>(rank ? nullptr : &*in->bias, C, rank, comm) : std::vector<T>();
+  std::vector<T> init;
+  if (rank == 0 && h.init) init.assign(in->init->data<T>(), in->init->data<T>() + in->init->size());
+
+  const Space space;
+  cp::ConvDtForward<T, Space> f;
+  f.conv.x = device_view<T***>(x, B, n, C);
+  f.conv.w = device_view<T**>(w, C, K);
+  if (h.bias) f.conv.bias = device_view<T*>(bias, C);
+  if (!init.empty()) f.conv.initial_state = device_view<T***>(init, B, K - 1, C);
+  Tensor3<T, Space> y("y", B, n, C), fin("final", B, K - 1, C), halo("halo", B, K - 1, C);
+  Tensor3<T, Space> dt_out("dt_out", B, n, H);
+  f.conv.y = y;
+  f.conv.final_state = fin;
+  f.halo = halo;
+  f.dt = device_view<T***>(dt, B, n, H);
+  f.dt_bias = device_view<T*>(dt_bias, H);
+  f.dt_out = dt_out;
+  const cp::HaloStats sf = cp::conv_dt_forward(space, comm, f, o.cp);
+
+  std::vector<Output> outputs;
+  const auto gathered = [&](const char* name, const auto& view, std::int64_t E) {
+    std::vector<T> mine;
+    copy_back(view, mine);
+    NpyArray whole;
+    if (rank == 0)
+      whole =
+          io::allocate_npy(io::dtype_of<T>(), {std::size_t(B), std::size_t(h.L), std::size_t(E)});
+    gather_steps<T>(mine, rank ? nullptr : whole.data<T>(), h, E, lengths, rank, comm);
+    if (rank == 0) outputs.push_back({name, std::move(whole)});
+  };
+  /// An array held by one rank, sent to rank 0.
+  const auto from_rank = [&](const char* name, const auto& view, int owner) {
+    std::vector<T> v;
+    copy_back(view, v);
+    std::vector<std::size_t> shape;
+    for (int d = 0; d < int(view.rank); ++d) shape.push_back(view.extent(d));
+    if (owner != 0) {
+      if (rank == owner) MPI_Send(v.data(), int(v.size()), cp::impl::mpi_type<T>(), 0, 1, comm);
+      if (rank == 0) {
+        v.resize(view.size());
+        MPI_Recv(v.data(), int(v.size()), cp::impl::mpi_type<T>(), owner, 1, comm,
+                 MPI_STATUS_IGNORE);
+      }
+    }
+    if (rank != 0) return;
+    NpyArray a = io::allocate_npy(io::dtype_of<T>(), shape);
+    std::copy(v.begin(), v.end(), a.data<T>());
+    outputs.push_back({name, std::move(a)});
+  };
+  gathered("y.npy", y, C);
+  gathered("dt_out.npy", dt_out, H);
+  from_rank("final.npy", fin, P - 1);
+
+  cp::HaloStats sb;
+  if (h.backward) {
+    std::vector<T> zeros_c(std::size_t(B) * h.L * C, T(0)), zeros_h(std::size_t(B) * h.L * H, T(0));
+    const T* dy_all = rank ? nullptr : in->dy ? in->dy->data<T>() : zeros_c.data();
+    const T* ddt_all = rank ? nullptr : in->ddt_out ? in->ddt_out->data<T>() : zeros_h.data();
+    auto dy_mine = scatter_steps<T>(dy_all, h, C, lengths, rank, comm);
+    auto ddt_mine = scatter_steps<T>(ddt_all, h, H, lengths, rank, comm);
+    cp::ConvDtBackward<T, Space> g;
+    g.conv.x = f.conv.x;
+    g.conv.w = f.conv.w;
+    g.conv.bias = f.conv.bias;
+    g.conv.initial_state = halo;
+    g.conv.dy = device_view<T***>(dy_mine, B, n, C);
+    Tensor3<T, Space> dx("dx", B, n, C), ddt("ddt", B, n, H), dinit;
+    Matrix<T, Space> dw("dw", C, K);
+    Vector<T, Space> dbias, ddt_bias("ddt_bias", H);
+    if (h.bias) dbias = Vector<T, Space>("dbias", C);
+    if (rank == 0 && h.init) dinit = Tensor3<T, Space>("dinit", B, K - 1, C);
+    g.conv.dx = dx;
+    g.conv.dw = dw;
+    g.conv.dbias = dbias;
+    g.conv.dinitial_state = dinit;
+    g.dt = f.dt;
+    g.dt_bias = f.dt_bias;
+    g.ddt_out = device_view<T***>(ddt_mine, B, n, H);
+    g.ddt = ddt;
+    g.ddt_bias = ddt_bias;
+    sb = cp::conv_dt_backward(space, comm, g, o.cp);
+    cp::allreduce_sum(comm, dw);
+    cp::allreduce_sum(comm, ddt_bias);
+    if (h.bias) cp::allreduce_sum(comm, dbias);
+    gathered("dxbc.npy", dx, C);
+    gathered("ddt.npy", ddt, H);
+    from_rank("dconv_w.npy", dw, 0);
+    from_rank("ddt_bias.npy", ddt_bias, 0);
+    if (h.bias) from_rank("dconv_b.npy", dbias, 0);
+    if (h.init && rank == 0) from_rank("dinit.npy", dinit, 0);
+  }
+
+  std::int64_t sent[2] = {sf.bytes_sent, sb.bytes_sent}, most[2] = {0, 0};
+  MPI_Reduce(sent, most, 2, MPI_INT64_T, MPI_MAX, 0, comm);
+  cp::agree(comm, [&] {
+    if (rank == 0) write_outputs(o.out, outputs);
+  });
+  if (rank == 0) {
+    std::cout << "cp-conv: B=" << B << " L=" << h.L << " C=" << C << " K=" << K << " H=" << H << " "
+              << (h.f64 ? "float64" : "float32") << ", " << P << " rank(s), halo bytes "
+              << "sent per rank at most " << most[0] << " (forward)";
+    if (h.backward) std::cout << ", " << most[1] << " (backward)";
+    std::cout << std::endl;
+  }
+  return 0;
+}
+
+int run(const Args& args) {
+  int rank = 0, P = 1;
+  MPI_Comm comm = MPI_COMM_WORLD;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &P);
+  // Every rank parses the same arguments: usage errors agree by themselves.
+  const auto o = parse_options(args);
+  if (!o) return 0;
+  const auto counts = parse_split(o->split, P);
+  std::optional<Inputs> in;
+  Header h;
+  std::vector<std::int64_t> lengths;
+  cp::agree(comm, [&] {
+    if (rank != 0) return;
+    require_directory("--out", o->out);
+    in = read_inputs(o->in);
+    h.f64 = in->x.dtype == DType::f64;
+    h.B = std::int64_t(in->x.shape[0]);
+    h.L = std::int64_t(in->x.shape[1]);
+    h.C = std::int64_t(in->x.shape[2]);
+    h.K = std::int64_t(in->w.shape[1]);
+    h.H = std::int64_t(in->dt.shape[2]);
+    h.bias = bool(in->bias);
+    h.init = bool(in->init);
+    h.backward = in->dy || in->ddt_out;
+  });
+  MPI_Bcast(&h, sizeof(Header) / sizeof(std::int64_t), MPI_INT64_T, 0, comm);
+  // --split is checked against L on every rank (its usage errors are the same
+  // on every rank; the sum needs L, which only rank 0 read).
+  cp::agree(comm, [&] { lengths = split_lengths(counts, h.L, P); });
+  const Inputs* inputs = rank == 0 ? &*in : nullptr;
+  return h.f64 ? compute<double>(*o, inputs, h, lengths, rank, comm)
+               : compute<float>(*o, inputs, h, lengths, rank, comm);
+}
+
+}  // namespace
+
+extern const Subcommand cp_conv_command = {
+    "cp-conv", "Mamba-2 conv1d + SiLU and dt softplus, sequence split over MPI ranks", true, run};
+
+}  // namespace kdnn::cli

@@ -1,0 +1,128 @@
+// `kdnn cp-conv` as a subprocess under mpiexec: outputs and gradients equal
+// the double loops of conv_reference.hpp for an uneven split with an empty
+// rank, forward only writes only the forward's files, bad input fails on
+// every rank with one error line and leaves --out untouched.
+#ifdef KDNN_MPIEXEC
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "allclose.hpp"
+#include "cli_fixture.hpp"
+#include "conv_reference.hpp"
+#include "random.hpp"
+
+namespace {
+
+using kdnn::io::DType;
+using kdnn_test::CliTest;
+using kdnn_test::quote;
+using kdnn_test::Strings;
+namespace ref = kdnn_test::ssm_ref;
+
+std::string mpiexec(int ranks) {
+  return "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+         "OMPI_MCA_rmaps_base_oversubscribe=1 OMP_NUM_THREADS=1 " +
+         quote(KDNN_MPIEXEC) + " -n " + std::to_string(ranks);
+}
+
+class CliCpConv : public CliTest {
+ protected:
+  static constexpr std::size_t B = 2, L = 13, C = 4, K = 4, H = 3;
+  ref::ConvCase conv_;
+  ref::Vec dt_, dt_bias_, ddt_out_;
+
+  void write_problem(DType dtype, bool backward) {
+    conv_.s = {int(B), int(L), int(C), int(K)};
+    conv_.x = kdnn_test::normal(B * L * C, 1);
+    conv_.w = kdnn_test::uniform(C * K, -0.6, 0.6, 2);
+    conv_.bias = kdnn_test::uniform(C, -0.5, 0.5, 3);
+    conv_.init = kdnn_test::normal(B * (K - 1) * C, 4);
+    conv_.dy = backward ? kdnn_test::normal(B * L * C, 5) : ref::Vec(B * L * C, 0.0);
+    dt_ = kdnn_test::uniform(B * L * H, -4, 4, 6);
+    dt_bias_ = kdnn_test::uniform(H, -1, 1, 7);
+    ddt_out_ = kdnn_test::normal(B * L * H, 8);
+    if (dtype == DType::f32) {  // the reference sees what the tool reads
+      for (auto* v :
+           {&conv_.x, &conv_.w, &conv_.bias, &conv_.init, &conv_.dy, &dt_, &dt_bias_, &ddt_out_}) {
+        for (double& e : *v) e = double(float(e));
+      }
+    }
+    write("xbc.npy", dtype, {B, L, C}, conv_.x);
+    write("conv_w.npy", dtype, {C, K}, conv_.w);
+    write("conv_b.npy", dtype, {C}, conv_.bias);
+    write("init.npy", dtype, {B, K - 1, C}, conv_.init);
+    write("dt.npy", dtype, {B, L, H}, dt_);
+    write("dt_bias.npy", dtype, {H}, dt_bias_);
+    if (backward) {
+      write("dy.npy", dtype, {B, L, C}, conv_.dy);
+      write("ddt_out.npy", dtype, {B, L, H}, ddt_out_);
+    }
+  }
+  /// Failure with `status` and one "kdnn: error:" line containing `fragment`
+  /// (mpiexec adds lines of its own), nothing on stdout, --out untouched.
+  void expect_failure(const Strings& a, int status, const std::string& fragment, int ranks) {
+    SCOPED_TRACE(fragment);
+    const auto r = run(a, mpiexec(ranks));
+    EXPECT_EQ(r.status, status);
+    const auto at = r.err.find("kdnn: error: ");
+    ASSERT_NE(at, std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("kdnn: error: ", at + 1), std::string::npos) << r.err;
+    EXPECT_NE(r.err.substr(at, r.err.find('\n', at) - at).find(fragment), std::string::npos)
+        << r.err;
+    EXPECT_EQ(r.out, "");
+    EXPECT_TRUE(files(out_).empty());
+  }
+  Strings args(Strings extra) const {
+    Strings a = {"cp-conv", "--in", in_.string(), "--out", out_.string()};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  }
+};
+
+TEST_F(CliCpConv, UnevenSplitEqualsTheDoubleLoops) {
+  write_problem(DType::f64, true);
+  const auto r = run(args({"--split", "2,0,11", "--dt-max", "2.5"}), mpiexec(3));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_EQ(r.out.rfind("cp-conv: B=2 L=13 C=4 K=4 H=3 float64, 3 rank(s)", 0), 0u) << r.out;
+  const auto f = ref::conv_forward(conv_);
+  const auto g = ref::conv_backward(conv_);
+  const auto d = ref::dt_softplus(dt_, dt_bias_, ddt_out_, 0, 2.5);
+  const double tol = 1e-12;
+  EXPECT_ALLCLOSE(read(out_ / "y.npy", DType::f64, {B, L, C}), f.y, tol, tol);
+  EXPECT_ALLCLOSE(read(out_ / "final.npy", DType::f64, {B, K - 1, C}), f.final_state, 0, 0);
+  EXPECT_ALLCLOSE(read(out_ / "dt_out.npy", DType::f64, {B, L, H}), d.out, tol, tol);
+  EXPECT_ALLCLOSE(read(out_ / "dxbc.npy", DType::f64, {B, L, C}), g.dx, tol, tol);
+  EXPECT_ALLCLOSE(read(out_ / "dconv_w.npy", DType::f64, {C, K}), g.dw, tol, tol);
+  EXPECT_ALLCLOSE(read(out_ / "dconv_b.npy", DType::f64, {C}), g.dbias, tol, tol);
+  EXPECT_ALLCLOSE(read(out_ / "dinit.npy", DType::f64, {B, K - 1, C}), g.dinit, tol, tol);
+  EXPECT_ALLCLOSE(read(out_ / "ddt.npy", DType::f64, {B, L, H}), d.ddt, tol, tol);
+  EXPECT_ALLCLOSE(read(out_ / "ddt_bias.npy", DType::f64, {H}), d.ddt_bias, tol, tol);
+}
+
+TEST_F(CliCpConv, ForwardOnlyWritesTheForwardsFiles) {
+  write_problem(DType::f32, false);
+  const auto r = run(args({"--no-silu"}), mpiexec(1));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(files(out_), (std::set<std::string>{"y.npy", "dt_out.npy", "final.npy"}));
+  conv_.silu = false;
+  const auto f = ref::conv_forward(conv_);
+  EXPECT_ALLCLOSE(read(out_ / "y.npy", DType::f32, {B, L, C}), f.y, 2e-6, 2e-6);
+}
+
+TEST_F(CliCpConv, BadInputFailsOnEveryRankAndWritesNothing) {
+  write_problem(DType::f64, true);
+  expect_failure(args({"--split", "2,0,10"}), 1, "--split: counts sum to 12, expected L=13", 3);
+  expect_failure(args({"--split", "2,x,11"}), 2, "--split: expected counts >= 0, got 'x'", 3);
+  expect_failure(args({"--dt-min", "3", "--dt-max", "1"}), 2, "--dt-max 1 is below --dt-min 3", 2);
+  write("dt.npy", DType::f64, {B, L + 1, H}, ref::Vec(B * (L + 1) * H, 0.0));
+  expect_failure(args({}), 1, "dt.npy: shape (2, 14, 3), expected L 13 (from xbc.npy) at axis 1",
+                 2);
+  write("dt.npy", DType::f32, {B, L, H}, dt_);
+  expect_failure(args({}), 1, "dt.npy has dtype float32, expected float64 (same as xbc.npy)", 2);
+}
+
+}  // namespace
+#endif
