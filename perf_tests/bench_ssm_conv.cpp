@@ -1,0 +1,126 @@
+// Mamba-2's causal depthwise conv1d + SiLU (kdnn::ssm::causal_conv1d_*),
+// float32, channel-last x [B, L, C] and w [C, K], at --kdnn_sizes=BxLxCxK,...
+// (default 8x4096x1024x4,2x16384x2048x4). Three benchmarks per size:
+//   forward:  y = SiLU(conv(x, w) + bias), no initial or final state
+//   backward: dx, dw, dbias from x, w, bias and dy (SiLU recomputed)
+//   copy:     Kokkos::deep_copy of a View of B·L·C floats into another, the
+//             copy bandwidth of this machine in this run, for reference
+// Each reports `bytes`, the bytes it must move at least once, and GB/s
+// (bytes / time, 1e9 bytes):
+//   forward:  read x, write y            2·B·L·C·4 + C·K·4 (w)
+//   backward: read x and dy, write dx    3·B·L·C·4 + C·K·4 (w)
+//   copy:     read src, write dst        2·B·L·C·4
+// (bias, dw and dbias, C·(K+1)·4 bytes more, are left out.) The space is
+// fenced at the end of every timed iteration. compare_ssm_conv.py runs this
+// and PyTorch's formulation at the same sizes and prints the ratios.
+#include <benchmark/benchmark.h>
+
+#include <Kokkos_Core.hpp>
+#include <Kokkos_Random.hpp>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bench_args.hpp"
+#include "kdnn/ssm/causal_conv1d.hpp"
+
+namespace {
+
+namespace ssm = kdnn::ssm;
+using Space = Kokkos::DefaultExecutionSpace;
+using T = float;
+
+enum class Op { forward, backward, copy };
+
+/// Uniform in [-1, 1), filled on the device.
+template <class View>
+View random_view(const View& v, unsigned seed) {
+  Kokkos::Random_XorShift64_Pool<Space> pool(seed);
+  Kokkos::fill_random(v, pool, T(-1), T(1));
+  return v;
+}
+
+void run(benchmark::State& state, Op op) {
+  const std::size_t B = state.range(0), L = state.range(1), C = state.range(2), K = state.range(3);
+  const double n = double(B) * L * C;
+  double bytes = 0;
+  Space space;
+  if (op == Op::copy) {
+    const kdnn::Tensor3<T, Space> src = random_view(kdnn::Tensor3<T, Space>("src", B, L, C), 1);
+    kdnn::Tensor3<T, Space> dst("dst", B, L, C);
+    Kokkos::deep_copy(space, dst, src);  // warm-up (first touch)
+    space.fence();
+    for (auto _ : state) {
+      Kokkos::deep_copy(space, dst, src);
+      space.fence();
+    }
+    bytes = 2 * n * sizeof(T);
+  } else {
+    const kdnn::Tensor3<T, Space> x = random_view(kdnn::Tensor3<T, Space>("x", B, L, C), 1);
+    const kdnn::Matrix<T, Space> w = random_view(kdnn::Matrix<T, Space>("w", C, K), 2);
+    const kdnn::Vector<T, Space> bias = random_view(kdnn::Vector<T, Space>("bias", C), 3);
+    const ssm::CausalConv1dOptions opts{/*silu=*/true};
+    if (op == Op::forward) {
+      ssm::ConvForward<T, Space> args;
+      args.x = x;
+      args.w = w;
+      args.bias = bias;
+      args.y = kdnn::Tensor3<T, Space>("y", B, L, C);
+      ssm::causal_conv1d_forward(space, args, opts);  // warm-up
+      space.fence();
+      for (auto _ : state) {
+        ssm::causal_conv1d_forward(space, args, opts);
+        space.fence();
+      }
+      bytes = 2 * n * sizeof(T);
+    } else {
+      ssm::ConvBackward<T, Space> args;
+      args.x = x;
+      args.w = w;
+      args.bias = bias;
+      args.dy = random_view(kdnn::Tensor3<T, Space>("dy", B, L, C), 4);
+      args.dx = kdnn::Tensor3<T, Space>("dx", B, L, C);
+      args.dw = kdnn::Matrix<T, Space>("dw", C, K);
+      args.dbias = kdnn::Vector<T, Space>("dbias", C);
+      ssm::causal_conv1d_backward(space, args, opts);  // warm-up
+      space.fence();
+      for (auto _ : state) {
+        ssm::causal_conv1d_backward(space, args, opts);
+        space.fence();
+      }
+      bytes = 3 * n * sizeof(T);
+    }
+    bytes += double(C) * K * sizeof(T);  // w
+  }
+  state.counters["bytes"] = bytes;
+  state.counters["GB/s"] =
+      benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  kdnn_bench::Args args =
+      kdnn_bench::parse_args(argc, argv, "8x4096x1024x4,2x16384x2048x4", 4, "BxLxCxK");
+  int count = int(args.rest.size());
+  Kokkos::initialize(count, args.rest.data());
+  {
+    const std::pair<const char*, Op> ops[] = {
+        {"forward", Op::forward}, {"backward", Op::backward}, {"copy", Op::copy}};
+    for (const auto& size : args.sizes) {
+      for (const auto& op : ops) {
+        const std::string name = std::string("ssm_conv_f32/") + op.first;
+        benchmark::RegisterBenchmark(name.c_str(), run, op.second)
+            ->Args(size)
+            ->Unit(benchmark::kMillisecond)
+            ->UseRealTime();
+      }
+    }
+    benchmark::Initialize(&count, args.rest.data());
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+  }
+  Kokkos::finalize();
+  return 0;
+}
