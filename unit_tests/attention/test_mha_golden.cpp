@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "allclose.hpp"
+#include "golden_case.hpp"
 #include "kdnn/io/npy.hpp"
 #include "mha_layer.hpp"
 #include "test_paths.hpp"
@@ -28,59 +29,9 @@ namespace {
 using namespace kdnn_test;
 using kdnn::io::DType;
 
-/// data_dir()/attention/mha_{name}_{array}.npy and its meta.json.
-struct CaseFiles {
-  std::string name;
-  std::string path(const std::string& array, const char* ext = ".npy") const {
-    return data_dir() + "/attention/mha_" + name + "_" + array + ext;
-  }
-  bool has(const std::string& array) const { return std::ifstream(path(array)).good(); }
-};
-
-/// Reads `array`, of `dtype`, into `out`; `shape` holds the expected extents
-/// (0: any) and gets the actual ones (ASSERTs: call through
-/// ASSERT_NO_FATAL_FAILURE).
-void load(const CaseFiles& f, const std::string& array, DType dtype,
-          std::vector<std::size_t>& shape, std::vector<double>& out) {
-  const auto a = kdnn::io::read_npy(f.path(array));
-  ASSERT_EQ(a.dtype, dtype) << f.path(array);
-  ASSERT_EQ(a.shape.size(), shape.size()) << f.path(array);
-  for (std::size_t d = 0; d < shape.size(); ++d) {
-    if (shape[d] != 0) {
-      ASSERT_EQ(a.shape[d], shape[d]) << f.path(array) << " extent " << d;
-    }
-  }
-  shape = a.shape;
-  if (dtype == DType::f32) {
-    out.assign(a.data<float>(), a.data<float>() + a.size());
-  } else if (dtype == DType::f64) {
-    out.assign(a.data<double>(), a.data<double>() + a.size());
-  } else {
-    const auto ints = kdnn::io::read_int_vector(a, f.path(array));
-    out.assign(ints.begin(), ints.end());
-  }
-}
-
-/// The values of meta.json, a flat object of numbers and booleans (all this
-/// generator writes), as their text (ASSERTs).
-void load_meta(const CaseFiles& f, std::map<std::string, std::string>& meta) {
-  std::ifstream in(f.path("meta", ".json"));
-  ASSERT_TRUE(in.good()) << f.path("meta", ".json");
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  std::string text;
-  for (char ch : buffer.str()) {
-    if (!std::isspace(static_cast<unsigned char>(ch))) text += ch;
-  }
-  ASSERT_TRUE(text.size() >= 2 && text.front() == '{' && text.back() == '}') << text;
-  std::stringstream items(text.substr(1, text.size() - 2));
-  for (std::string item; std::getline(items, item, ',');) {
-    const auto colon = item.find(':');
-    ASSERT_TRUE(colon != std::string::npos && colon >= 2 && item.front() == '"' &&
-                item[colon - 1] == '"')
-        << "meta item " << item;
-    meta[item.substr(1, colon - 2)] = item.substr(colon + 1);
-  }
+/// The case's meta.json, whose keys must be known ones (ASSERTs).
+void load_known_meta(const GoldenCase& f, std::map<std::string, std::string>& meta) {
+  ASSERT_NO_FATAL_FAILURE(load_meta(f, meta));
   static const char* const known[] = {"H", "sm_scaler", "causal", "p", "seed", "offset"};
   for (const auto& item : meta) {
     ASSERT_TRUE(std::find(std::begin(known), std::end(known), item.first) != std::end(known))
@@ -98,13 +49,13 @@ struct Golden {
 };
 
 void load_golden(const std::string& name, Golden& g) {
-  const CaseFiles f{name};
+  const GoldenCase f{data_dir() + "/attention/mha_" + name + "_"};
   MhaCase& c = g.c;
   MhaData& d = g.d;
   c = MhaCase();
   c.name = name;
   std::map<std::string, std::string> meta;
-  ASSERT_NO_FATAL_FAILURE(load_meta(f, meta));
+  ASSERT_NO_FATAL_FAILURE(load_known_meta(f, meta));
   c.H = std::stoi(meta.at("H"));
   c.causal = meta.at("causal") == "true";
   c.p = std::stod(meta.at("p"));
@@ -156,8 +107,10 @@ void load_golden(const std::string& name, Golden& g) {
     ASSERT_NO_FATAL_FAILURE(input("residual", rows_out, d.residual));
   }
   const std::tuple<const char*, std::size_t, std::vector<int>*> ints[] = {
-      {"lo_win", q[1], &c.lo}, {"hi_win", q[1], &c.hi},  // [S]
-      {"seq_q", q[0], &c.seq_q}, {"seq_k", q[0], &c.seq_k}};  // [B]
+      {"lo_win", q[1], &c.lo},
+      {"hi_win", q[1], &c.hi},  // [S]
+      {"seq_q", q[0], &c.seq_q},
+      {"seq_k", q[0], &c.seq_k}};  // [B]
   for (const auto& [array, size, values] : ints) {
     if (!f.has(array)) continue;
     Shape shape{size};

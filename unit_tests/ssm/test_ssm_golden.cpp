@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "allclose.hpp"
+#include "golden_case.hpp"
 #include "kdnn/io/npy.hpp"
 #include "kdnn/ssm/causal_conv1d.hpp"
 #include "kdnn/ssm/dt_softplus.hpp"
@@ -42,56 +43,10 @@ constexpr double tol() {
   return sizeof(T) == 4 ? 1e-5 : 1e-12;
 }
 
-/// data_dir()/ssm/{prefix}{array}.npy and its meta.json.
-struct CaseFiles {
-  std::string prefix;  // "conv_k4_", "dt_clamp_"
-  std::string path(const std::string& array, const char* ext = ".npy") const {
-    return data_dir() + "/ssm/" + prefix + array + ext;
-  }
-  bool has(const std::string& array) const { return std::ifstream(path(array)).good(); }
-};
-
-/// Reads `array`, of `dtype`, into `out`; `shape` holds the expected extents
-/// (0: any) and gets the actual ones (ASSERTs: call through
-/// ASSERT_NO_FATAL_FAILURE).
-void load(const CaseFiles& f, const std::string& array, DType dtype, Shape& shape, Vec& out) {
-  const auto a = kdnn::io::read_npy(f.path(array));
-  ASSERT_EQ(a.dtype, dtype) << f.path(array);
-  ASSERT_EQ(a.shape.size(), shape.size()) << f.path(array);
-  for (std::size_t d = 0; d < shape.size(); ++d) {
-    if (shape[d] != 0) {
-      ASSERT_EQ(a.shape[d], shape[d]) << f.path(array) << " extent " << d;
-    }
-  }
-  shape = a.shape;
-  if (dtype == DType::f32) {
-    out.assign(a.data<float>(), a.data<float>() + a.size());
-  } else {
-    out.assign(a.data<double>(), a.data<double>() + a.size());
-  }
-}
-
-/// The values of meta.json, a flat object of numbers, booleans and null (all
-/// the generator writes), as their text, checking its keys (ASSERTs).
-void load_meta(const CaseFiles& f, const std::vector<std::string>& keys,
+/// meta.json with exactly `keys` (ASSERTs).
+void load_meta(const GoldenCase& f, const std::vector<std::string>& keys,
                std::map<std::string, std::string>& meta) {
-  std::ifstream in(f.path("meta", ".json"));
-  ASSERT_TRUE(in.good()) << f.path("meta", ".json");
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  std::string text;
-  for (char ch : buffer.str()) {
-    if (!std::isspace(static_cast<unsigned char>(ch))) text += ch;
-  }
-  ASSERT_TRUE(text.size() >= 2 && text.front() == '{' && text.back() == '}') << text;
-  std::stringstream items(text.substr(1, text.size() - 2));
-  for (std::string item; std::getline(items, item, ',');) {
-    const auto colon = item.find(':');
-    ASSERT_TRUE(colon != std::string::npos && colon >= 2 && item.front() == '"' &&
-                item[colon - 1] == '"')
-        << "meta item " << item;
-    meta[item.substr(1, colon - 2)] = item.substr(colon + 1);
-  }
+  ASSERT_NO_FATAL_FAILURE(kdnn_test::load_meta(f, meta));
   ASSERT_EQ(meta.size(), keys.size()) << f.path("meta", ".json");
   for (const auto& key : keys) ASSERT_EQ(meta.count(key), 1u) << "meta key " << key;
 }
@@ -114,7 +69,7 @@ struct ConvGolden {
 };
 
 void load_conv(const std::string& name, ConvGolden& g) {
-  const CaseFiles f{"conv_" + name + "_"};
+  const GoldenCase f{data_dir() + "/ssm/conv_" + name + "_"};
   std::map<std::string, std::string> meta;
   ASSERT_NO_FATAL_FAILURE(load_meta(f, {"K", "silu", "bias", "init", "dfinal"}, meta));
   ASSERT_NO_FATAL_FAILURE(meta_bool(meta, "silu", g.silu));
@@ -249,7 +204,7 @@ struct DtGolden {
 };
 
 void load_dt(const std::string& name, DtGolden& g) {
-  const CaseFiles f{"dt_" + name + "_"};
+  const GoldenCase f{data_dir() + "/ssm/dt_" + name + "_"};
   std::map<std::string, std::string> meta;
   ASSERT_NO_FATAL_FAILURE(load_meta(f, {"dt_min", "dt_max"}, meta));
   g.opts.dt_min = std::stod(meta.at("dt_min"));
