@@ -4,6 +4,8 @@
 // writes them; every rank computes. Runs with one rank as well.
 #include <mpi.h>
 
+#include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <iostream>
 #include <numeric>
@@ -166,17 +168,33 @@ std::vector<std::int64_t> split_lengths(std::vector<std::int64_t> lengths, std::
   return lengths;
 }
 
+/// Each rank's elements of one batch entry of a [B, L, E] array, and their
+/// offsets, for MPI_Scatterv / MPI_Gatherv. The same on every rank, so the
+/// size check throws on all of them or none.
+struct StepCounts {
+  std::vector<int> counts, displs;
+  StepCounts(const std::vector<std::int64_t>& lengths, std::int64_t E) {
+    std::int64_t at = 0;
+    for (std::int64_t length : lengths) {
+      if (length * E > INT_MAX || at > INT_MAX) {
+        fail("cp-conv: ", length, " steps of ", E, " values on one rank, expected fewer than ",
+             "2^31 values per batch entry (MPI counts are int)");
+      }
+      counts.push_back(int(length * E));
+      displs.push_back(int(at));
+      at += length * E;
+    }
+  }
+};
+
 /// Scatters the steps of a [B, L, E] array (valid on rank 0) into this
 /// rank's [B, n, E], per batch entry.
 template <class T>
 std::vector<T> scatter_steps(const T* whole, const Header& h, std::int64_t E,
                              const std::vector<std::int64_t>& lengths, int rank, MPI_Comm comm) {
-  const int P = int(lengths.size());
-  std::vector<int> counts(P), displs(P);
-  for (int r = 0, at = 0; r < P; at += counts[r], ++r) {
-    counts[r] = int(lengths[r] * E);
-    displs[r] = at;
-  }
+  const StepCounts sc(lengths, E);
+  const auto& counts = sc.counts;
+  const auto& displs = sc.displs;
   std::vector<T> mine(std::size_t(h.B) * counts[rank]);
   for (std::int64_t b = 0; b < h.B; ++b) {
     MPI_Scatterv(rank == 0 ? whole + b * h.L * E : nullptr, counts.data(), displs.data(),
@@ -191,12 +209,9 @@ std::vector<T> scatter_steps(const T* whole, const Header& h, std::int64_t E,
 template <class T>
 void gather_steps(const std::vector<T>& mine, T* whole, const Header& h, std::int64_t E,
                   const std::vector<std::int64_t>& lengths, int rank, MPI_Comm comm) {
-  const int P = int(lengths.size());
-  std::vector<int> counts(P), displs(P);
-  for (int r = 0, at = 0; r < P; at += counts[r], ++r) {
-    counts[r] = int(lengths[r] * E);
-    displs[r] = at;
-  }
+  const StepCounts sc(lengths, E);
+  const auto& counts = sc.counts;
+  const auto& displs = sc.displs;
   for (std::int64_t b = 0; b < h.B; ++b) {
     MPI_Gatherv(mine.data() + b * counts[rank], counts[rank], cp::impl::mpi_type<T>(),
                 rank == 0 ? whole + b * h.L * E : nullptr, counts.data(), displs.data(),
@@ -293,9 +308,13 @@ int compute(const Options& o, const Inputs* in, const Header& h,
 
   cp::HaloStats sb;
   if (h.backward) {
-    std::vector<T> zeros_c(std::size_t(B) * h.L * C, T(0)), zeros_h(std::size_t(B) * h.L * H, T(0));
-    const T* dy_all = rank ? nullptr : in->dy ? in->dy->data<T>() : zeros_c.data();
-    const T* ddt_all = rank ? nullptr : in->ddt_out ? in->ddt_out->data<T>() : zeros_h.data();
+    // A gradient file not given is zero (rank 0 scatters zeros).
+    std::vector<T> zeros;
+    if (rank == 0 && !(in->dy && in->ddt_out)) {
+      zeros.assign(std::size_t(B) * h.L * std::max(C, H), T(0));
+    }
+    const T* dy_all = rank ? nullptr : in->dy ? in->dy->data<T>() : zeros.data();
+    const T* ddt_all = rank ? nullptr : in->ddt_out ? in->ddt_out->data<T>() : zeros.data();
     auto dy_mine = scatter_steps<T>(dy_all, h, C, lengths, rank, comm);
     auto ddt_mine = scatter_steps<T>(ddt_all, h, H, lengths, rank, comm);
     cp::ConvDtBackward<T, Space> g;
