@@ -8,8 +8,10 @@
 # (PyTorch, the Triton kernel, the device copy bandwidth; table.md) and
 # perf_tests/compare_mha.py (PyTorch float32; mha_table.md),
 # perf_tests/compare_fused_attention.py (PyTorch's scaled_dot_product_attention,
-# PyTorch >= 2; fused_attention_table.md), and writes the logs and tables to
-# OUT_DIR. KDNN_GPU_BENCH="sinkhorn attention fused-attention" (the default)
+# PyTorch >= 2; fused_attention_table.md), perf_tests/compare_ssm_conv.py
+# (Mamba-2's causal conv1d + SiLU against PyTorch's F.conv1d; ssm_conv_table.md),
+# and writes the logs and tables to OUT_DIR.
+# KDNN_GPU_BENCH="sinkhorn attention fused-attention ssm-conv" (the default)
 # picks the benchmark families. Exits non-zero if any test fails.
 set -uo pipefail
 out=${1:?usage: scripts/gpu-check.sh OUT_DIR}
@@ -38,7 +40,14 @@ grep -iE 'cuda|arch|device|error|fail' "$out/demo.log" | head -n 20; tail -n 5 "
 echo "== example: one attention layer trained by SGD"
 timeout 60 "$build/examples/mha_training" > "$out/mha_training.log" 2>&1 || status=1
 tail -n 2 "$out/mha_training.log"
-bench=${KDNN_GPU_BENCH:-sinkhorn attention fused-attention}
+bench=${KDNN_GPU_BENCH:-sinkhorn attention fused-attention ssm-conv}
+if [[ " $bench " == *" ssm-conv "* ]]; then
+  echo "== causal conv1d + SiLU benchmarks (kdnn, PyTorch float32 on this GPU)"
+  timeout 300 "$python" perf_tests/compare_ssm_conv.py --device cuda \
+    --bench "$build/perf_tests/kdnn_perf_ssm_conv" \
+    --sizes 8x4096x1024x4,2x16384x2048x4,4x8192x4096x4 \
+    | tee "$out/ssm_conv_table.md" || status=1
+fi
 if [[ " $bench " == *" fused-attention "* ]]; then
   echo "== fused attention benchmarks (kdnn fused and unfused, PyTorch SDPA float32 on this GPU)"
   timeout 420 "$python" perf_tests/compare_fused_attention.py --device cuda \
