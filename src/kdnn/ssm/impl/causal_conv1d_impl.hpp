@@ -20,7 +20,7 @@ namespace kdnn::ssm::impl {
 template <class ExecSpace, class Kernel>
 void conv_tiling(Kernel& kernel, int C) {
   constexpr bool host = kdnn::impl::BackendTraits<ExecSpace>::is_host;
-  const int max_ct = host ? 256 : 64;
+  const int max_ct = host ? Kernel::host_max_ct : 64;
   kernel.tt = 64;
   kernel.ct = C < max_ct ? (C > 0 ? C : 1) : max_ct;
 }

@@ -4,14 +4,17 @@
 // its scratch holds the steps of x̄ (x preceded by the initial state) the tile
 // reads, w transposed ([K, ct], so that the channels are the contiguous,
 // vectorised index) and the bias. Team threads split the steps, vector lanes
-// the channels. A launch covers a range of steps [first, last), so that a
-// context-parallel caller can compute the steps that need no halo while the
-// halo is in flight.
+// the channels; every channel loop is a kdnn::impl::vector_for without
+// branches on the channel, so that it vectorises on a host. A launch covers a range of steps
+// [first, last), so that a context-parallel caller can compute the steps that need no halo while
+// the halo is in flight.
 #include <Kokkos_Core.hpp>
 #include <cstddef>
 
+#include "kdnn/core/impl/backend_traits.hpp"
 #include "kdnn/core/impl/exp_vectorisable.hpp"
 #include "kdnn/core/impl/scratch_layout.hpp"
+#include "kdnn/core/impl/vector_for.hpp"
 #include "kdnn/core/tensor.hpp"
 
 namespace kdnn::ssm::impl {
@@ -27,6 +30,10 @@ KOKKOS_FORCEINLINE_FUNCTION T sigmoid(T z) {
 template <class ExecSpace, class T>
 struct ConvTiles {
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  static constexpr bool host = kdnn::impl::BackendTraits<ExecSpace>::is_host;
+  /// The most channels of a tile on a host (conv_tiling): the length of a
+  /// host thread's row of sums in correlate().
+  static constexpr int host_max_ct = 256;
 
   Tensor3<const T, ExecSpace> x;     ///< [B, L, C]
   Matrix<const T, ExecSpace> w;      ///< [C, K]
@@ -61,17 +68,19 @@ struct ConvTiles {
     const int L = int(x.extent(1)), K = int(w.extent(1));
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](int j) {
       const int s = s_first + j;
-      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, ct), [&](int c) {
-        T v = 0;
-        if (c < t.nc) {
-          if (s >= 0 && s < L) {
-            v = x(t.b, s, t.c0 + c);
-          } else if (s < 0 && s >= -(K - 1) && has_init) {
-            v = init(t.b, s + K - 1, t.c0 + c);
-          }
-        }
-        xs[j * ct + c] = v;
-      });
+      const T* src = nullptr;
+      if (s >= 0 && s < L) {
+        src = &x(t.b, s, t.c0);
+      } else if (s < 0 && s >= -(K - 1) && has_init) {
+        src = &init(t.b, s + K - 1, t.c0);
+      }
+      T* dst = xs + j * ct;
+      if (src) {
+        vec(team, t.nc, [&](int c) { dst[c] = src[c]; });
+      } else {
+        vec(team, t.nc, [&](int c) { dst[c] = 0; });
+      }
+      vec(team, ct - t.nc, [&](int c) { dst[t.nc + c] = 0; });
     });
   }
 
@@ -90,12 +99,36 @@ struct ConvTiles {
     });
   }
 
-  /// z at one step from the K steps of xs starting at row j.
-  KOKKOS_FORCEINLINE_FUNCTION T conv_at(const T* xs, const T* ws, const T* bs, int j, int c,
-                                        int K) const {
-    T acc = bs[c];
-    for (int k = 0; k < K; ++k) acc += ws[k * ct + c] * xs[(j + k) * ct + c];
-    return acc;
+  template <class F>
+  KOKKOS_FORCEINLINE_FUNCTION static void vec(const Member& team, int n, const F& f) {
+    kdnn::impl::vector_for<ExecSpace>(team, n, f);
+  }
+
+  /// For each channel c < nc: epilogue(c, first(c) + Σ_k ws[k·ct + c]·v[(j + dir·k)·ct + c]),
+  /// the terms added in order of k on every backend. On a host k is the
+  /// outer loop, so that each pass is a contiguous vector loop over the
+  /// channels into a row of sums; on a GPU each lane keeps its sum in a
+  /// register.
+  template <class First, class Epilogue>
+  KOKKOS_FORCEINLINE_FUNCTION void correlate(const Member& team, const T* ws, const T* v, int j,
+                                             int dir, int nc, int K, const First& first,
+                                             const Epilogue& epilogue) const {
+    if constexpr (host) {
+      T sum[host_max_ct];
+      vec(team, nc, [&](int c) { sum[c] = first(c); });
+      for (int k = 0; k < K; ++k) {
+        const T* wk = ws + k * ct;
+        const T* vk = v + (j + dir * k) * ct;
+        vec(team, nc, [&](int c) { sum[c] += wk[c] * vk[c]; });
+      }
+      vec(team, nc, [&](int c) { epilogue(c, sum[c]); });
+    } else {
+      vec(team, nc, [&](int c) {
+        T acc = first(c);
+        for (int k = 0; k < K; ++k) acc += ws[k * ct + c] * v[(j + dir * k) * ct + c];
+        epilogue(c, acc);
+      });
+    }
   }
 };
 
@@ -127,12 +160,15 @@ struct ConvForwardKernel : ConvTiles<ExecSpace, T> {
     this->load_steps(team, t, s.xs, t.s0 - (K - 1), t.n + K - 1);
     this->load_weights(team, t, s.ws, s.bs);
     team.team_barrier();
+    const auto bias = [&](int c) { return s.bs[c]; };
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, t.n), [&](int r) {
       T* out = &y(t.b, t.s0 + r, t.c0);
-      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, t.nc), [&](int c) {
-        const T z = this->conv_at(s.xs, s.ws, s.bs, r, c, K);
-        out[c] = this->silu ? z * sigmoid(z) : z;
-      });
+      if (this->silu) {
+        this->correlate(team, s.ws, s.xs, r, 1, t.nc, K, bias,
+                        [&](int c, T z) { out[c] = z * sigmoid(z); });
+      } else {
+        this->correlate(team, s.ws, s.xs, r, 1, t.nc, K, bias, [&](int c, T z) { out[c] = z; });
+      }
     });
   }
 };
@@ -178,35 +214,41 @@ struct ConvBackwardKernel : ConvTiles<ExecSpace, T> {
     this->load_weights(team, t, s.ws, s.bs);
     team.team_barrier();
 
-    // dz[i] at step t = s0 + i (0 outside [0, L)).
+    // dz[i] at step t = s0 + i (0 outside [0, L) and in pad channels).
+    const auto bias = [&](int c) { return s.bs[c]; };
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, t.n + K - 1), [&](int i) {
       const int step = t.s0 + i;
-      const bool live = step >= 0 && step < L;
-      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, ct), [&](int c) {
-        T g = 0;
-        if (live && c < t.nc) {
-          g = dy(t.b, step, t.c0 + c);
-          if (this->silu) {
-            const T z = this->conv_at(s.xs, s.ws, s.bs, i, c, K);
+      const int live = step >= 0 && step < L ? t.nc : 0;  // channels with a gradient
+      T* g = s.dz + i * ct;
+      if (live > 0) {
+        const T* dyr = &dy(t.b, step, t.c0);
+        if (this->silu) {
+          this->correlate(team, s.ws, s.xs, i, 1, live, K, bias, [&](int c, T z) {
             const T sg = sigmoid(z);
-            g *= sg * (T(1) + z * (T(1) - sg));
-          }
+            g[c] = dyr[c] * (sg * (T(1) + z * (T(1) - sg)));
+          });
+        } else {
+          this->vec(team, live, [&](int c) { g[c] = dyr[c]; });
         }
-        s.dz[i * ct + c] = g;
-      });
+      }
+      this->vec(team, ct - live, [&](int c) { g[live + c] = 0; });
     });
     team.team_barrier();
 
+    // dx̄[s] = Σ_k w[k]·dz[s + K − 1 − k] (+ the final state's gradient).
+    const auto zero = [](int) { return T(0); };
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, t.n), [&](int r) {
       const int step = t.s0 + r;
       const int fin = step - (L - (K - 1));  // index into the final state
       T* out = step < 0 ? &dinit(t.b, step + K - 1, t.c0) : &dx(t.b, step, t.c0);
-      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, t.nc), [&](int c) {
-        T acc = 0;
-        for (int k = 0; k < K; ++k) acc += s.ws[k * ct + c] * s.dz[(r + K - 1 - k) * ct + c];
-        if (this->has_dfinal && fin >= 0) acc += dfinal(t.b, fin, t.c0 + c);
-        out[c] = acc;
-      });
+      if (this->has_dfinal && fin >= 0) {
+        const T* df = &dfinal(t.b, fin, t.c0);
+        this->correlate(team, s.ws, s.dz, r + K - 1, -1, t.nc, K, zero,
+                        [&](int c, T acc) { out[c] = acc + df[c]; });
+      } else {
+        this->correlate(team, s.ws, s.dz, r + K - 1, -1, t.nc, K, zero,
+                        [&](int c, T acc) { out[c] = acc; });
+      }
     });
     if (!params) return;
 
@@ -214,20 +256,20 @@ struct ConvBackwardKernel : ConvTiles<ExecSpace, T> {
     const int row = t.b * this->time_tiles() + (t.s0 - this->first) / this->tt;
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K + 1), [&](int k) {
       T* acc = s.pw + k * ct;
-      const T* in = k < K ? s.xs + k * ct : nullptr;
-      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, ct), [&](int c) { acc[c] = 0; });
-      for (int r = 0; r < t.n; ++r) {
-        const T* g = s.dz + r * ct;
-        if (in) {
-          const T* v = in + r * ct;
-          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, ct),
-                               [&](int c) { acc[c] += g[c] * v[c]; });
-        } else {
-          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, ct), [&](int c) { acc[c] += g[c]; });
+      this->vec(team, ct, [&](int c) { acc[c] = 0; });
+      if (k < K) {
+        for (int r = 0; r < t.n; ++r) {
+          const T* g = s.dz + r * ct;
+          const T* v = s.xs + (k + r) * ct;
+          this->vec(team, ct, [&](int c) { acc[c] += g[c] * v[c]; });
+        }
+      } else {
+        for (int r = 0; r < t.n; ++r) {
+          const T* g = s.dz + r * ct;
+          this->vec(team, ct, [&](int c) { acc[c] += g[c]; });
         }
       }
-      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, t.nc),
-                           [&](int c) { partial(row, (t.c0 + c) * (K + 1) + k) = acc[c]; });
+      this->vec(team, t.nc, [&](int c) { partial(row, (t.c0 + c) * (K + 1) + k) = acc[c]; });
     });
   }
 };
