@@ -27,10 +27,32 @@ TEST(TeamPlan, CooperativeChoosesScratchLevel) {
     auto large = kdnn::impl::plan_team<Space, NoOp>("op", Space(), 1, any, 1, max0 + 1, "block=2");
     EXPECT_EQ(large.level, 1);
   }
-  EXPECT_KDNN_ERROR((kdnn::impl::plan_team<Space, NoOp>("op", Space(), 1, any, 1, max1 + 1, "block=3")),
-                    "op: block=3 needs " + std::to_string(max1 + 1) +
-                        " bytes of team scratch, above the " + std::to_string(max1) +
-                        "-byte limit");
+  EXPECT_KDNN_ERROR(
+      (kdnn::impl::plan_team<Space, NoOp>("op", Space(), 1, any, 1, max1 + 1, "block=3")),
+      "op: block=3 needs " + std::to_string(max1 + 1) + " bytes of team scratch, above the " +
+          std::to_string(max1) + "-byte limit");
+}
+
+// Level-1 scratch is allocated for every team that can run at once. On an
+// H100 under Kokkos 3.4 (132 SMs × 2048 threads, teams of one warp) a fused
+// attention head size whose blocks needed 8 MB per team asked Kokkos for a
+// 66 GB pool and failed inside cudaMalloc; the plan now refuses it first.
+TEST(TeamPlan, LevelOneScratchPoolIsCapped) {
+  const long long h100 = 132LL * 2048;
+  kdnn::impl::TeamPlan<Space> plan;
+  plan.level = 1, plan.team_size = 1, plan.vector_length = 32;
+  EXPECT_EQ(kdnn::impl::scratch_pool_bytes(1000, h100, 32), 1000.0 * 8448);
+  plan.scratch_bytes = kdnn::impl::kMaxScratchPoolBytes / 8448;  // fits
+  kdnn::impl::check_scratch_pool("op", plan, h100, "blocks of 4");
+  plan.scratch_bytes = std::size_t(8) << 20;
+  EXPECT_KDNN_ERROR(kdnn::impl::check_scratch_pool("op", plan, h100, "blocks of 4"),
+                    "op: blocks of 4 needs 8388608 bytes of team scratch (level 1) for each of "
+                    "8448 teams of 32 threads that run at once");
+  plan.level = 0;  // on-chip scratch takes no pool
+  kdnn::impl::check_scratch_pool("op", plan, h100, "blocks of 4");
+  // A host: one team per thread.
+  EXPECT_EQ(kdnn::impl::scratch_pool_bytes(1000, 2, 1), 2000.0);
+  EXPECT_EQ(kdnn::impl::scratch_pool_bytes(1000, 1, 4), 1000.0);
 }
 
 kdnn::Launch with_team_and_vector(int team_size, int vector_length) {
@@ -44,9 +66,9 @@ TEST(TeamPlan, CooperativeChecksVectorLengthAndTeamSize) {
   const kdnn::Launch any;
   EXPECT_KDNN_ERROR((kdnn::impl::plan_team<Space, NoOp>("op", Space(), 1, any, 3, 0, "x")),
                     "op: launch.vector_length=3, expected a power of two");
-  EXPECT_KDNN_ERROR((kdnn::impl::plan_team<Space, NoOp>("op", Space(), 1,
-                                                        with_team_and_vector(0, 3), 1, 0, "x")),
-                    "op: launch.vector_length=3, expected a power of two");
+  EXPECT_KDNN_ERROR(
+      (kdnn::impl::plan_team<Space, NoOp>("op", Space(), 1, with_team_and_vector(0, 3), 1, 0, "x")),
+      "op: launch.vector_length=3, expected a power of two");
   const int vmax = Kokkos::TeamPolicy<Space>::vector_length_max();
   EXPECT_KDNN_ERROR((kdnn::impl::plan_team<Space, NoOp>("op", Space(), 1, any, 2 * vmax, 0, "x")),
                     "expected at most " + std::to_string(vmax));
@@ -56,8 +78,8 @@ TEST(TeamPlan, CooperativeChecksVectorLengthAndTeamSize) {
   EXPECT_KDNN_ERROR((kdnn::impl::plan_team<Space, NoOp>("op", Space(), 1,
                                                         with_team_and_vector(-1, 0), 1, 0, "x")),
                     "op: launch.team_size=-1, expected >= 0");
-  auto plan = kdnn::impl::plan_team<Space, NoOp>("op", Space(), 2, with_team_and_vector(1, 1), 1,
-                                                 0, "x");
+  auto plan =
+      kdnn::impl::plan_team<Space, NoOp>("op", Space(), 2, with_team_and_vector(1, 1), 1, 0, "x");
   EXPECT_EQ(plan.team_size, 1);
   EXPECT_EQ(plan.vector_length, 1);
   Kokkos::parallel_for("TeamPlan::run", plan.policy(Space()), NoOp{});
@@ -67,8 +89,8 @@ TEST(TeamPlan, CooperativeChecksVectorLengthAndTeamSize) {
 TEST(TeamPlan, SystemTilesDefaultsPerBackend) {
   kdnn::Launch request;
   auto plan = kdnn::impl::plan_system_tiles<Space, NoOp>(
-      "op", Space(), 100, 16, request, [](int tile) { return tile * std::size_t(256); },
-      "n=16", "matrix");
+      "op", Space(), 100, 16, request, [](int tile) { return tile * std::size_t(256); }, "n=16",
+      "matrix");
   const int warp = kdnn::impl::BackendTraits<Space>::warp_width();
   if (kdnn::impl::BackendTraits<Space>::is_host) {
     EXPECT_EQ(warp, 1);
@@ -80,11 +102,12 @@ TEST(TeamPlan, SystemTilesDefaultsPerBackend) {
   }
   EXPECT_EQ(plan.league, (100 + plan.tile - 1) / plan.tile);
   EXPECT_EQ(plan.scratch_bytes, plan.tile * std::size_t(256));
-  EXPECT_KDNN_ERROR((kdnn::impl::plan_system_tiles<Space, NoOp>(
-                        "op", Space(), 1, 4, request,
-                        [](int tile) { return tile * (kdnn::impl::scratch_capacity<Space>(1) + 1); },
-                        "n=4", "matrix")),
-                    "op: n=4 needs");
+  EXPECT_KDNN_ERROR(
+      (kdnn::impl::plan_system_tiles<Space, NoOp>(
+          "op", Space(), 1, 4, request,
+          [](int tile) { return tile * (kdnn::impl::scratch_capacity<Space>(1) + 1); }, "n=4",
+          "matrix")),
+      "op: n=4 needs");
 }
 
 }  // namespace

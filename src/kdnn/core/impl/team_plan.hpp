@@ -12,12 +12,12 @@
 //
 // Both check what the backend allows — vector length a power of two and at
 // most its maximum, team size at most team_size_max for the kernel, scratch
-// on level 0 (fast, on-chip) when it fits, else level 1 — and throw
-// kdnn::Error naming the operation and the limit otherwise.
+// on level 0 (fast, on-chip) when it fits, else level 1, and a level-1 pool
+// (below) that kdnn allows — and throw kdnn::Error naming the operation and
+// the limit otherwise.
+#include <Kokkos_Core.hpp>
 #include <cstddef>
 #include <string>
-
-#include <Kokkos_Core.hpp>
 
 #include "kdnn/core/error.hpp"
 #include "kdnn/core/impl/backend_traits.hpp"
@@ -50,8 +50,7 @@ std::size_t scratch_capacity(int level) {
 
 inline void check_launch_request(const char* op, const Launch& request) {
   if (request.tile < 0) fail(op, ": launch.tile=", request.tile, ", expected >= 0");
-  if (request.team_size < 0)
-    fail(op, ": launch.team_size=", request.team_size, ", expected >= 0");
+  if (request.team_size < 0) fail(op, ": launch.team_size=", request.team_size, ", expected >= 0");
   if (request.vector_length < 0)
     fail(op, ": launch.vector_length=", request.vector_length, ", expected >= 0");
 }
@@ -82,6 +81,38 @@ int choose_team_size(const char* op, const ExecSpace& space, const TeamPlan<Exec
   return request > 0 ? request : fallback(probe, max);
 }
 
+/// Level-1 scratch is device memory that Kokkos sets aside, at the launch,
+/// for every team that can run at once: per-team bytes × concurrency() /
+/// (team size × vector length) (Kokkos 3.4 on CUDA: 2048 threads per SM, so
+/// 8448 teams of one warp on an H100). scratch_level_capacity() allows at
+/// most kMaxScratchPoolBytes for that pool, so that a request too large for
+/// the device is a kdnn::Error before anything runs rather than a failed
+/// allocation of tens of gigabytes inside Kokkos.
+inline constexpr std::size_t kMaxScratchPoolBytes = std::size_t(4) << 30;
+
+/// The pool `bytes` of level-1 scratch per team takes with `concurrency`
+/// hardware threads and teams of `team_threads` threads.
+inline double scratch_pool_bytes(std::size_t bytes, long long concurrency, int team_threads) {
+  const long long teams = team_threads > 0 ? concurrency / team_threads : concurrency;
+  return double(bytes) * double(teams > 1 ? teams : 1);
+}
+
+/// Throws kdnn::Error if the plan's level-1 scratch pool exceeds
+/// kMaxScratchPoolBytes on a backend with `concurrency` hardware threads.
+template <class ExecSpace>
+void check_scratch_pool(const char* op, const TeamPlan<ExecSpace>& plan, long long concurrency,
+                        const std::string& what) {
+  if (plan.level == 0) return;
+  const int threads = plan.team_size * plan.vector_length;
+  const double pool = scratch_pool_bytes(plan.scratch_bytes, concurrency, threads);
+  if (pool > double(kMaxScratchPoolBytes)) {
+    fail(op, ": ", what, " needs ", plan.scratch_bytes,
+         " bytes of team scratch (level 1) for each of ", concurrency / (threads > 0 ? threads : 1),
+         " teams of ", threads, " threads that run at once, ", pool, " bytes in all, above kdnn's ",
+         kMaxScratchPoolBytes, "-byte limit for that pool");
+  }
+}
+
 /// Scratch level for `bytes` per team: 0 if it fits, else 1.
 template <class ExecSpace>
 int scratch_level(std::size_t bytes) {
@@ -103,8 +134,8 @@ TeamPlan<ExecSpace> plan_team(const char* op, const ExecSpace& space, int league
   check_vector_length<ExecSpace>(op, plan.vector_length);
   const std::size_t max1 = scratch_capacity<ExecSpace>(1);
   if (scratch_bytes > max1) {
-    fail(op, ": ", what, " needs ", scratch_bytes, " bytes of team scratch, above the ",
-         max1, "-byte limit of this backend's team scratch (level 1)");
+    fail(op, ": ", what, " needs ", scratch_bytes, " bytes of team scratch, above the ", max1,
+         "-byte limit of this backend's team scratch (level 1)");
   }
   plan.league = league;
   plan.scratch_bytes = scratch_bytes;
@@ -113,6 +144,7 @@ TeamPlan<ExecSpace> plan_team(const char* op, const ExecSpace& space, int league
       op, space, plan, request.team_size, [](const auto& probe, int) {
         return probe.team_size_recommended(Kernel{}, Kokkos::ParallelForTag());
       });
+  check_scratch_pool(op, plan, space.concurrency(), what);
   return plan;
 }
 
@@ -123,15 +155,15 @@ TeamPlan<ExecSpace> plan_team(const char* op, const ExecSpace& space, int league
 /// per team (warp / vector_length systems, fewer if they do not fit on-chip);
 /// on a host, one system per team, no vector lanes.
 template <class ExecSpace, class Kernel, class BytesFn>
-TeamPlan<ExecSpace> plan_system_tiles(const char* op, const ExecSpace& space, int batch,
-                                      int lanes, const Launch& request, const BytesFn& bytes,
+TeamPlan<ExecSpace> plan_system_tiles(const char* op, const ExecSpace& space, int batch, int lanes,
+                                      const Launch& request, const BytesFn& bytes,
                                       const std::string& what, const char* unit) {
   check_launch_request(op, request);
   const std::size_t max0 = scratch_capacity<ExecSpace>(0);
   const std::size_t max1 = scratch_capacity<ExecSpace>(1);
   if (bytes(1) > max1) {
-    fail(op, ": ", what, " needs ", bytes(1), " bytes of team scratch per ", unit,
-         ", above the ", max1, "-byte limit of this backend's team scratch (level 1)");
+    fail(op, ": ", what, " needs ", bytes(1), " bytes of team scratch per ", unit, ", above the ",
+         max1, "-byte limit of this backend's team scratch (level 1)");
   }
 
   const int warp = BackendTraits<ExecSpace>::warp_width();
@@ -158,6 +190,7 @@ TeamPlan<ExecSpace> plan_system_tiles(const char* op, const ExecSpace& space, in
   plan.team_size = choose_team_size<ExecSpace, Kernel>(
       op, space, plan, request.team_size,
       [&](const auto&, int max) { return plan.tile < max ? plan.tile : max; });
+  check_scratch_pool(op, plan, space.concurrency(), what);
   return plan;
 }
 
