@@ -18,6 +18,7 @@
 #include <Kokkos_Core.hpp>
 #include <cstddef>
 #include <string>
+#include <type_traits>
 
 #include "kdnn/core/error.hpp"
 #include "kdnn/core/impl/backend_traits.hpp"
@@ -84,32 +85,41 @@ int choose_team_size(const char* op, const ExecSpace& space, const TeamPlan<Exec
 /// Level-1 scratch is device memory that Kokkos sets aside, at the launch,
 /// for every team that can run at once: per-team bytes × concurrency() /
 /// (team size × vector length) (Kokkos 3.4 on CUDA: 2048 threads per SM, so
-/// 8448 teams of one warp on an H100). scratch_level_capacity() allows at
-/// most kMaxScratchPoolBytes for that pool, so that a request too large for
-/// the device is a kdnn::Error before anything runs rather than a failed
-/// allocation of tens of gigabytes inside Kokkos.
-inline constexpr std::size_t kMaxScratchPoolBytes = std::size_t(4) << 30;
-
-/// The pool `bytes` of level-1 scratch per team takes with `concurrency`
-/// hardware threads and teams of `team_threads` threads.
+/// 8448 teams of one warp on an H100). A plan whose pool exceeds
+/// scratch_pool_limit() is a kdnn::Error before anything runs, rather than a
+/// failed allocation of tens of gigabytes inside Kokkos.
 inline double scratch_pool_bytes(std::size_t bytes, long long concurrency, int team_threads) {
   const long long teams = team_threads > 0 ? concurrency / team_threads : concurrency;
   return double(bytes) * double(teams > 1 ? teams : 1);
 }
 
-/// Throws kdnn::Error if the plan's level-1 scratch pool exceeds
-/// kMaxScratchPoolBytes on a backend with `concurrency` hardware threads.
+/// The most a level-1 scratch pool may take: half of the GPU's memory on
+/// CUDA; 0 (not checked) on a host, where level 1 is host memory per thread
+/// and scratch_capacity(1) is the limit.
+template <class ExecSpace>
+std::size_t scratch_pool_limit() {
+#if defined(KOKKOS_ENABLE_CUDA)
+  if constexpr (std::is_same_v<ExecSpace, Kokkos::Cuda>) {
+    std::size_t free = 0, total = 0;
+    if (cudaMemGetInfo(&free, &total) == cudaSuccess) return total / 2;
+  }
+#endif
+  return 0;
+}
+
+/// Throws kdnn::Error if the plan's level-1 scratch pool, with `concurrency`
+/// hardware threads, exceeds `limit` bytes (0: no limit).
 template <class ExecSpace>
 void check_scratch_pool(const char* op, const TeamPlan<ExecSpace>& plan, long long concurrency,
-                        const std::string& what) {
-  if (plan.level == 0) return;
+                        std::size_t limit, const std::string& what) {
+  if (plan.level == 0 || limit == 0) return;
   const int threads = plan.team_size * plan.vector_length;
   const double pool = scratch_pool_bytes(plan.scratch_bytes, concurrency, threads);
-  if (pool > double(kMaxScratchPoolBytes)) {
+  if (pool > double(limit)) {
     fail(op, ": ", what, " needs ", plan.scratch_bytes,
          " bytes of team scratch (level 1) for each of ", concurrency / (threads > 0 ? threads : 1),
-         " teams of ", threads, " threads that run at once, ", pool, " bytes in all, above kdnn's ",
-         kMaxScratchPoolBytes, "-byte limit for that pool");
+         " teams of ", threads, " threads that run at once, ", pool, " bytes in all, above the ",
+         limit, "-byte limit (half of the device's memory)");
   }
 }
 
@@ -144,7 +154,7 @@ TeamPlan<ExecSpace> plan_team(const char* op, const ExecSpace& space, int league
       op, space, plan, request.team_size, [](const auto& probe, int) {
         return probe.team_size_recommended(Kernel{}, Kokkos::ParallelForTag());
       });
-  check_scratch_pool(op, plan, space.concurrency(), what);
+  check_scratch_pool(op, plan, space.concurrency(), scratch_pool_limit<ExecSpace>(), what);
   return plan;
 }
 
@@ -190,7 +200,7 @@ TeamPlan<ExecSpace> plan_system_tiles(const char* op, const ExecSpace& space, in
   plan.team_size = choose_team_size<ExecSpace, Kernel>(
       op, space, plan, request.team_size,
       [&](const auto&, int max) { return plan.tile < max ? plan.tile : max; });
-  check_scratch_pool(op, plan, space.concurrency(), what);
+  check_scratch_pool(op, plan, space.concurrency(), scratch_pool_limit<ExecSpace>(), what);
   return plan;
 }
 
