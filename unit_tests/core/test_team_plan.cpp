@@ -34,29 +34,32 @@ TEST(TeamPlan, CooperativeChoosesScratchLevel) {
 }
 
 // Level-1 scratch is allocated for every team that can run at once. On an
-// H100 under Kokkos 3.4 (132 SMs × 2048 threads) a fused-attention head size
-// whose blocks needed 8 MB per one-warp team asked Kokkos for a 66 GB pool
-// and failed inside cudaMalloc; the plan now refuses a pool above half of
-// the device's memory. Sinkhorn's unrolled backward at n = 4 takes a 4.4 GB
-// pool there (64960 bytes per 4-thread team) and must still run.
+// H100 under Kokkos 3.4 (132 SMs × 2048 threads) a fused-attention probe
+// asked Kokkos for a 66 GB pool (8 MB per one-warp team), which failed inside
+// cudaMalloc; a pool larger than the device's memory (80 GB) is now a
+// kdnn::Error. Sinkhorn's unrolled backward at n = 4 takes pools of 4.4 and
+// 43 GB there in the tests (64960 and 640960 bytes per 4-thread team), which
+// ran, and must still run.
 TEST(TeamPlan, LevelOneScratchPoolIsLimited) {
   const long long h100 = 132LL * 2048;
-  const std::size_t half_h100 = std::size_t(40) << 30;
+  const std::size_t h100_memory = 85017493504;  // cudaMemGetInfo total (twice the 42508746752 seen)
   kdnn::impl::TeamPlan<Space> plan;
   plan.level = 1, plan.team_size = 1, plan.vector_length = 32;
   EXPECT_EQ(kdnn::impl::scratch_pool_bytes(1000, h100, 32), 1000.0 * 8448);
-  plan.scratch_bytes = std::size_t(8) << 20;
-  EXPECT_KDNN_ERROR(kdnn::impl::check_scratch_pool("op", plan, h100, half_h100, "blocks of 4"),
-                    "op: blocks of 4 needs 8388608 bytes of team scratch (level 1) for each of "
+  plan.scratch_bytes = std::size_t(16) << 20;
+  EXPECT_KDNN_ERROR(kdnn::impl::check_scratch_pool("op", plan, h100, h100_memory, "blocks of 4"),
+                    "op: blocks of 4 needs 16777216 bytes of team scratch (level 1) for each of "
                     "8448 teams of 32 threads that run at once");
   kdnn::impl::check_scratch_pool("op", plan, h100, 0, "blocks of 4");  // no limit (a host)
   plan.level = 0;  // on-chip scratch takes no pool
-  kdnn::impl::check_scratch_pool("op", plan, h100, half_h100, "blocks of 4");
+  kdnn::impl::check_scratch_pool("op", plan, h100, h100_memory, "blocks of 4");
   kdnn::impl::TeamPlan<Space> sinkhorn;
   sinkhorn.level = 1, sinkhorn.team_size = 1, sinkhorn.vector_length = 4;
   sinkhorn.scratch_bytes = 64960;
   EXPECT_EQ(kdnn::impl::scratch_pool_bytes(64960, h100, 4), 64960.0 * 67584);
-  kdnn::impl::check_scratch_pool("op", sinkhorn, h100, half_h100, "n=4");
+  kdnn::impl::check_scratch_pool("op", sinkhorn, h100, h100_memory, "n=4");
+  sinkhorn.scratch_bytes = 640960;
+  kdnn::impl::check_scratch_pool("op", sinkhorn, h100, h100_memory, "n=4");
   // A host: one team per thread.
   EXPECT_EQ(kdnn::impl::scratch_pool_bytes(1000, 2, 1), 2000.0);
   EXPECT_EQ(kdnn::impl::scratch_pool_bytes(1000, 1, 4), 1000.0);

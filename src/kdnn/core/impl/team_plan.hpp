@@ -93,15 +93,17 @@ inline double scratch_pool_bytes(std::size_t bytes, long long concurrency, int t
   return double(bytes) * double(teams > 1 ? teams : 1);
 }
 
-/// The most a level-1 scratch pool may take: half of the GPU's memory on
-/// CUDA; 0 (not checked) on a host, where level 1 is host memory per thread
-/// and scratch_capacity(1) is the limit.
+/// The most a level-1 scratch pool may take: the GPU's memory on CUDA (a
+/// larger pool can never be allocated; a smaller one may still fail when
+/// other allocations hold the memory, and Kokkos then throws its own
+/// error); 0 (not checked) on a host, where level 1 is host memory per
+/// thread and scratch_capacity(1) is the limit.
 template <class ExecSpace>
 std::size_t scratch_pool_limit() {
 #if defined(KOKKOS_ENABLE_CUDA)
   if constexpr (std::is_same_v<ExecSpace, Kokkos::Cuda>) {
     std::size_t free = 0, total = 0;
-    if (cudaMemGetInfo(&free, &total) == cudaSuccess) return total / 2;
+    if (cudaMemGetInfo(&free, &total) == cudaSuccess) return total;
   }
 #endif
   return 0;
@@ -119,7 +121,7 @@ void check_scratch_pool(const char* op, const TeamPlan<ExecSpace>& plan, long lo
     fail(op, ": ", what, " needs ", plan.scratch_bytes,
          " bytes of team scratch (level 1) for each of ", concurrency / (threads > 0 ? threads : 1),
          " teams of ", threads, " threads that run at once, ", pool, " bytes in all, above the ",
-         limit, "-byte limit (half of the device's memory)");
+         limit, " bytes of the device's memory");
   }
 }
 
