@@ -1,0 +1,442 @@
+#pragma once
+// Definitions of the kdnn::ssm SSD operators (ssd.hpp) and the pieces the
+// context-parallel SSD (kdnn::cp) builds on: the chunk kernels' launches and
+// the forward and reverse state passes.
+#include <climits>
+#include <string>
+
+#include "kdnn/core/error.hpp"
+#include "kdnn/core/impl/backend_traits.hpp"
+#include "kdnn/core/impl/block_sums.hpp"
+#include "kdnn/core/impl/team_plan.hpp"
+#include "kdnn/core/validate.hpp"
+#include "kdnn/ssm/impl/ssd_kernels.hpp"
+#include "kdnn/ssm/ssd.hpp"
+
+namespace kdnn::ssm::impl {
+
+template <class T, class ExecSpace>
+using ChunkDecays = Kokkos::View<T***, Kokkos::LayoutRight, typename ExecSpace::memory_space>;
+
+/// The inputs every chunk kernel reads, and its sizes.
+template <class ExecSpace, class T, class Kernel, class Args>
+void set_ssd_inputs(Kernel& k, const Args& a, int chunk) {
+  k.x = a.x;
+  k.dt = a.dt;
+  k.A = a.A;
+  k.Bm = a.B;
+  k.Cm = a.C;
+  k.set_sizes(chunk);
+}
+
+/// Plans and launches a chunk kernel (one team per (b, h, chunk)) whose
+/// scratch layout is `carve(ScratchCarver&)`.
+template <class ExecSpace, class Kernel, class Carve>
+void launch_chunks(const char* op, const ExecSpace& space, Kernel kernel, const Carve& carve,
+                   const char* label) {
+  if (kernel.league() == 0) return;
+  const std::size_t bytes = kdnn::impl::layout_bytes(carve);
+  constexpr bool host = kdnn::impl::BackendTraits<ExecSpace>::is_host;
+  const auto plan = kdnn::impl::plan_team<ExecSpace, Kernel>(
+      op, space, kernel.league(), Launch{}, host ? 1 : 32, bytes,
+      "a chunk of Q=" + std::to_string(kernel.Q) + " steps with P=" + std::to_string(kernel.P()) +
+          ", N=" + std::to_string(kernel.N()));
+  kernel.level = plan.level;
+  kernel.scratch_bytes = plan.scratch_bytes;
+  Kokkos::parallel_for(label, plan.policy(space), kernel);
+}
+
+/// states(b, h, c) = S_c and decay(b, h, c) = exp(cum_last) for every chunk
+/// (states has chunks + 1 rows; the last is left for the state pass).
+template <class ExecSpace, class T, class Args>
+void chunk_states(const char* op, const ExecSpace& space, const Args& a, int chunk,
+                  ChunkStates<T, ExecSpace>& states, ChunkDecays<T, ExecSpace>& decay) {
+  SsdChunkStateKernel<ExecSpace, T> k;
+  set_ssd_inputs<ExecSpace, T>(k, a, chunk);
+  const int B = int(a.x.extent(0)), H = int(a.x.extent(2));
+  states = ChunkStates<T, ExecSpace>(
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("kdnn::ssm::ssd_states")), B, H,
+      k.chunks + 1, std::size_t(k.P()) * k.N());
+  decay = ChunkDecays<T, ExecSpace>(
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("kdnn::ssm::ssd_decay")), B, H,
+      k.chunks);
+  k.states = states;
+  k.decay = decay;
+  launch_chunks(
+      op, space, k, [&](kdnn::impl::ScratchCarver& s) { decltype(k)::carve(s, k.Qp, k.Pp, k.Np); },
+      "kdnn::ssm::ssd_chunk_states");
+}
+
+/// The forward state pass, in place: on entry states(b, h, c) = S_c; on exit
+/// states(b, h, c) = H_c, the state entering chunk c (H_0 = init, zeros when
+/// empty), and states(b, h, chunks) = the final state, also written to
+/// `final_state` when given. A [B, H, P, N] state s[p, n] is element n·P + p
+/// of a chunk state.
+template <class ExecSpace, class T>
+void state_pass(const ExecSpace& space, const ChunkStates<T, ExecSpace>& states,
+                const ChunkDecays<T, ExecSpace>& decay, const Tensor4<const T, ExecSpace>& init,
+                const Tensor4<T, ExecSpace>& final_state) {
+  const int B = int(states.extent(0)), H = int(states.extent(1));
+  const int chunks = int(states.extent(2)) - 1, NP = int(states.extent(3));
+  const bool has_init = validate::given(init), has_final = validate::given(final_state);
+  const int P = has_init ? int(init.extent(2)) : has_final ? int(final_state.extent(2)) : 1;
+  const long long count = (long long)B * H * NP;
+  if (count == 0) return;
+  Kokkos::parallel_for(
+      "kdnn::ssm::ssd_state_pass", Kokkos::RangePolicy<ExecSpace>(space, 0, count),
+      KOKKOS_LAMBDA(long long idx) {
+        const int e = int(idx % NP), bh = int(idx / NP), b = bh / H, h = bh % H;
+        const int n = e / P, p = e % P;
+        T s = has_init ? init(b, h, p, n) : T(0);
+        for (int c = 0; c < chunks; ++c) {
+          const T local = states(b, h, c, e);
+          states(b, h, c, e) = s;
+          s = decay(b, h, c) * s + local;
+        }
+        states(b, h, chunks, e) = s;
+        if (has_final) final_state(b, h, p, n) = s;
+      });
+}
+
+/// The reverse state pass, in place: on entry dstates(b, h, c) = dS_c (the
+/// gradient Y_off of chunk c sends to H_c); on exit dstates(b, h, c) =
+/// dH_{c+1}, the gradient of the state leaving chunk c (dH_chunks = dfinal,
+/// zeros when empty), and d(initial state) = dH_0 when `dinit` is given.
+template <class ExecSpace, class T>
+void reverse_state_pass(const ExecSpace& space, const ChunkStates<T, ExecSpace>& dstates,
+                        const ChunkDecays<T, ExecSpace>& decay,
+                        const Tensor4<const T, ExecSpace>& dfinal,
+                        const Tensor4<T, ExecSpace>& dinit, int P) {
+  const int B = int(dstates.extent(0)), H = int(dstates.extent(1));
+  const int chunks = int(dstates.extent(2)), NP = int(dstates.extent(3));
+  const bool has_dfinal = validate::given(dfinal), has_dinit = validate::given(dinit);
+  const long long count = (long long)B * H * NP;
+  if (count == 0 || P == 0) return;
+  Kokkos::parallel_for(
+      "kdnn::ssm::ssd_reverse_state_pass", Kokkos::RangePolicy<ExecSpace>(space, 0, count),
+      KOKKOS_LAMBDA(long long idx) {
+        const int e = int(idx % NP), bh = int(idx / NP), b = bh / H, h = bh % H;
+        const int n = e / P, p = e % P;
+        T s = has_dfinal ? dfinal(b, h, p, n) : T(0);
+        for (int c = chunks - 1; c >= 0; --c) {
+          const T local = dstates(b, h, c, e);
+          dstates(b, h, c, e) = s;
+          s = local + decay(b, h, c) * s;
+        }
+        if (has_dinit) dinit(b, h, p, n) = s;
+      });
+}
+
+/// A state [B, H, P, N] of x [B, L, H, P] and B [B, L, G, N].
+template <class State, class X, class Bv>
+void check_ssd_state(const char* op, const char* name, const State& s, const X& x, const Bv& b) {
+  validate::extent(op, name, s, 0, x.extent(0), "B, x's extent(0)");
+  validate::extent(op, name, s, 1, x.extent(2), "H, x's extent(2)");
+  validate::extent(op, name, s, 2, x.extent(3), "P, x's extent(3)");
+  validate::extent(op, name, s, 3, b.extent(3), "N, B's extent(3)");
+}
+
+/// Checks of x, dt, A, B, C and the chunk size shared by every SSD operator.
+template <class ExecSpace, class T>
+void check_ssd_inputs(const char* op, const Tensor4<const T, ExecSpace>& x,
+                      const Tensor3<const T, ExecSpace>& dt, const Vector<const T, ExecSpace>& A,
+                      const Tensor4<const T, ExecSpace>& B, const Tensor4<const T, ExecSpace>& C,
+                      const SsdOptions& opts) {
+  if (opts.chunk < 1) fail(op, ": chunk=", opts.chunk, ", expected Q >= 1");
+  validate::extent(op, "dt", dt, 0, x.extent(0), "B, x's extent(0)");
+  validate::extent(op, "dt", dt, 1, x.extent(1), "L, x's extent(1)");
+  validate::extent(op, "dt", dt, 2, x.extent(2), "H, x's extent(2)");
+  validate::extent(op, "A", A, 0, x.extent(2), "H, x's extent(2)");
+  validate::extent(op, "B", B, 0, x.extent(0), "B, x's extent(0)");
+  validate::extent(op, "B", B, 1, x.extent(1), "L, x's extent(1)");
+  validate::same_shape(op, "C", C, "B", B);
+  const std::size_t H = x.extent(2), G = B.extent(2);
+  if (G == 0 || H % G != 0) {
+    fail(op, ": B has extent(2)=", G, ", expected a number of groups G >= 1 that divides H=", H);
+  }
+  const std::size_t chunks = (x.extent(1) + opts.chunk - 1) / opts.chunk;
+  if (x.extent(1) > std::size_t(INT_MAX) || x.extent(0) * H * chunks > std::size_t(INT_MAX) ||
+      x.extent(3) > 4096 || B.extent(3) > 4096) {
+    fail(op, ": x has shape [", x.extent(0), ", ", x.extent(1), ", ", H, ", ", x.extent(3),
+         "] and N=", B.extent(3), ", expected L and B·H·ceil(L/Q) < 2^31, P, N <= 4096");
+  }
+  if (opts.check_a) {
+    const auto a = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), A);
+    for (std::size_t h = 0; h < a.extent(0); ++h) {
+      if (!(a(h) <= T(0))) fail(op, ": A[", h, "]=", a(h), ", expected A <= 0 (check_a)");
+    }
+  }
+}
+
+template <class ExecSpace, class T>
+void check_ssd_forward(const char* op, const SsdForward<T, ExecSpace>& a, const SsdOptions& opts) {
+  check_ssd_inputs<ExecSpace, T>(op, a.x, a.dt, a.A, a.B, a.C, opts);
+  if (validate::given(a.D)) validate::extent(op, "D", a.D, 0, a.x.extent(2), "H, x's extent(2)");
+  if (validate::given(a.initial_state)) {
+    check_ssd_state(op, "initial_state", a.initial_state, a.x, a.B);
+  }
+  validate::same_shape(op, "y", a.y, "x", a.x);
+  if (validate::given(a.final_state)) check_ssd_state(op, "final_state", a.final_state, a.x, a.B);
+  using validate::memory_of;
+  const auto inputs = {memory_of("x", a.x),
+                       memory_of("dt", a.dt),
+                       memory_of("A", a.A),
+                       memory_of("B", a.B),
+                       memory_of("C", a.C),
+                       memory_of("D", a.D),
+                       memory_of("initial_state", a.initial_state)};
+  validate::disjoint(op, {memory_of("y", a.y), memory_of("final_state", a.final_state)}, inputs);
+}
+
+/// The output kernel (Y_diag + D·x with `diag`, + Y_off from `states` with
+/// `off`).
+template <class ExecSpace, class T>
+void chunk_output(const char* op, const ExecSpace& space, const SsdForward<T, ExecSpace>& a,
+                  int chunk, const ChunkStates<T, ExecSpace>& states, bool diag, bool off) {
+  SsdChunkOutputKernel<ExecSpace, T> k;
+  set_ssd_inputs<ExecSpace, T>(k, a, chunk);
+  k.D = a.D;
+  k.has_d = validate::given(a.D);
+  k.states = states;
+  k.y = a.y;
+  k.diag = diag;
+  k.off = off;
+  launch_chunks(
+      op, space, k,
+      [&](kdnn::impl::ScratchCarver& s) { decltype(k)::carve(s, k.Qp, k.Pp, k.Np, diag, off); },
+      "kdnn::ssm::ssd_chunk_output");
+}
+
+template <class ExecSpace, class T>
+void ssd_forward(const ExecSpace& space, const SsdForward<T, ExecSpace>& a,
+                 const SsdOptions& opts) {
+  const char* op = "ssm::ssd_forward";
+  check_ssd_forward(op, a, opts);
+  ChunkStates<T, ExecSpace> states;
+  ChunkDecays<T, ExecSpace> decay;
+  chunk_states<ExecSpace, T>(op, space, a, opts.chunk, states, decay);
+  state_pass(space, states, decay, a.initial_state, a.final_state);
+  chunk_output(op, space, a, opts.chunk, states, true, true);
+}
+
+template <class ExecSpace, class T>
+void ssd_diag(const ExecSpace& space, const SsdForward<T, ExecSpace>& a, const SsdOptions& opts) {
+  const char* op = "ssm::ssd_diag";
+  check_ssd_forward(op, a, opts);
+  chunk_output(op, space, a, opts.chunk, ChunkStates<T, ExecSpace>(), true, false);
+}
+
+template <class ExecSpace, class T>
+void ssd_summary(const ExecSpace& space, const SsdSummary<T, ExecSpace>& a,
+                 const SsdOptions& opts) {
+  const char* op = "ssm::ssd_summary";
+  check_ssd_inputs<ExecSpace, T>(op, a.x, a.dt, a.A, a.B, a.C, opts);
+  validate::extent(op, "decay", a.decay, 0, a.x.extent(0), "B, x's extent(0)");
+  validate::extent(op, "decay", a.decay, 1, a.x.extent(2), "H, x's extent(2)");
+  check_ssd_state(op, "local_state", a.local_state, a.x, a.B);
+  using validate::memory_of;
+  validate::disjoint(op, {memory_of("decay", a.decay), memory_of("local_state", a.local_state)},
+                     {memory_of("x", a.x), memory_of("dt", a.dt), memory_of("A", a.A),
+                      memory_of("B", a.B), memory_of("C", a.C)});
+  ChunkStates<T, ExecSpace> states;
+  ChunkDecays<T, ExecSpace> decay;
+  chunk_states<ExecSpace, T>(op, space, a, opts.chunk, states, decay);
+  state_pass(space, states, decay, Tensor4<const T, ExecSpace>(), a.local_state);
+  const auto total = a.decay;
+  const int H = int(total.extent(1)), chunks = int(decay.extent(2));
+  Kokkos::parallel_for(
+      "kdnn::ssm::ssd_total_decay", Kokkos::RangePolicy<ExecSpace>(space, 0, total.size()),
+      KOKKOS_LAMBDA(int bh) {
+        T prod = 1;
+        for (int c = 0; c < chunks; ++c) prod *= decay(bh / H, bh % H, c);
+        total(bh / H, bh % H) = prod;
+      });
+}
+
+template <class ExecSpace, class T>
+void ssd_decay_cumsum(const ExecSpace& space, const Tensor3<const T, ExecSpace>& dt,
+                      const Vector<const T, ExecSpace>& A, const Tensor4<T, ExecSpace>& out,
+                      const SsdOptions& opts) {
+  const char* op = "ssm::ssd_decay_cumsum";
+  if (opts.chunk < 1) fail(op, ": chunk=", opts.chunk, ", expected Q >= 1");
+  validate::extent(op, "A", A, 0, dt.extent(2), "H, dt's extent(2)");
+  const int Q = opts.chunk, L = int(dt.extent(1)), H = int(dt.extent(2));
+  const int chunks = (L + Q - 1) / Q;
+  validate::extent(op, "out", out, 0, dt.extent(0), "B, dt's extent(0)");
+  validate::extent(op, "out", out, 1, dt.extent(2), "H, dt's extent(2)");
+  validate::extent(op, "out", out, 2, chunks, "ceil(L/Q)");
+  validate::extent(op, "out", out, 3, Q, "Q, the chunk size");
+  validate::no_alias(op, "out", out, "dt", dt);
+  const int count = int(dt.extent(0)) * H * chunks;
+  Kokkos::parallel_for(
+      "kdnn::ssm::ssd_decay_cumsum", Kokkos::RangePolicy<ExecSpace>(space, 0, count),
+      KOKKOS_LAMBDA(int idx) {
+        const int c = idx % chunks, bh = idx / chunks, b = bh / H, h = bh % H;
+        double s = 0;
+        for (int i = 0; i < Q; ++i) {
+          const int t = c * Q + i;
+          if (t < L) s += double(dt(b, t, h)) * double(A(h));
+          out(b, h, c, i) = t < L ? compat::exp(T(s)) : T(0);
+        }
+      });
+}
+
+template <class ExecSpace, class T>
+void check_ssd_backward(const char* op, const SsdBackward<T, ExecSpace>& a,
+                        const SsdOptions& opts) {
+  check_ssd_inputs<ExecSpace, T>(op, a.x, a.dt, a.A, a.B, a.C, opts);
+  const std::size_t H = a.x.extent(2);
+  if (validate::given(a.D)) validate::extent(op, "D", a.D, 0, H, "H, x's extent(2)");
+  if (validate::given(a.initial_state)) {
+    check_ssd_state(op, "initial_state", a.initial_state, a.x, a.B);
+  }
+  validate::same_shape(op, "dy", a.dy, "x", a.x);
+  if (validate::given(a.dfinal_state)) {
+    check_ssd_state(op, "dfinal_state", a.dfinal_state, a.x, a.B);
+  }
+  validate::same_shape(op, "dx", a.dx, "x", a.x);
+  validate::same_shape(op, "ddt", a.ddt, "dt", a.dt);
+  validate::extent(op, "dA", a.dA, 0, H, "H, x's extent(2)");
+  validate::same_shape(op, "dB", a.dB, "B", a.B);
+  validate::same_shape(op, "dC", a.dC, "C", a.C);
+  if (validate::given(a.dD)) validate::extent(op, "dD", a.dD, 0, H, "H, x's extent(2)");
+  if (validate::given(a.dinitial_state)) {
+    check_ssd_state(op, "dinitial_state", a.dinitial_state, a.x, a.B);
+  }
+  using validate::memory_of;
+  const auto inputs = {memory_of("x", a.x),
+                       memory_of("dt", a.dt),
+                       memory_of("A", a.A),
+                       memory_of("B", a.B),
+                       memory_of("C", a.C),
+                       memory_of("D", a.D),
+                       memory_of("initial_state", a.initial_state),
+                       memory_of("dy", a.dy),
+                       memory_of("dfinal_state", a.dfinal_state)};
+  validate::disjoint(
+      op,
+      {memory_of("dx", a.dx), memory_of("ddt", a.ddt), memory_of("dA", a.dA), memory_of("dB", a.dB),
+       memory_of("dC", a.dC), memory_of("dD", a.dD), memory_of("dinitial_state", a.dinitial_state)},
+      inputs);
+}
+
+/// out(b, t, g, n) = Σ_{h in group g} per_head(b, t, h, n), heads in order.
+template <class ExecSpace, class T>
+void sum_group_heads(const ExecSpace& space, const Tensor4<T, ExecSpace>& per_head,
+                     const Tensor4<T, ExecSpace>& out) {
+  const int L = int(out.extent(1)), G = int(out.extent(2)), N = int(out.extent(3));
+  const int per = int(per_head.extent(2)) / (G > 0 ? G : 1);
+  const long long count = (long long)out.extent(0) * L * G;
+  if (count == 0 || N == 0) return;
+  Kokkos::parallel_for(
+      "kdnn::ssm::ssd_sum_group_heads", Kokkos::RangePolicy<ExecSpace>(space, 0, count),
+      KOKKOS_LAMBDA(long long idx) {
+        const int g = int(idx % G), t = int(idx / G % L), b = int(idx / G / L);
+        for (int n = 0; n < N; ++n) {
+          T s = 0;
+          for (int j = 0; j < per; ++j) s += per_head(b, t, g * per + j, n);
+          out(b, t, g, n) = s;
+        }
+      });
+}
+
+/// The backward given H_c in `states` and dH_{c+1} in `dstates` (after both
+/// state passes): the chunk kernels, then dA, dD and the sums over a group's
+/// heads. Also the context-parallel backward's last step.
+template <class ExecSpace, class T>
+void chunk_backward(const char* op, const ExecSpace& space, const SsdBackward<T, ExecSpace>& a,
+                    int chunk, const ChunkStates<T, ExecSpace>& states,
+                    const ChunkStates<T, ExecSpace>& dstates) {
+  const int B = int(a.x.extent(0)), L = int(a.x.extent(1)), H = int(a.x.extent(2));
+  const int G = int(a.B.extent(2)), N = int(a.B.extent(3));
+  SsdGradients<ExecSpace, T> g;
+  g.dx = a.dx;
+  const bool per_head = G != H;
+  const auto alloc = [&](const char* label) {
+    return Tensor4<T, ExecSpace>(
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), B, L, H, N);
+  };
+  g.dBh = per_head ? alloc("kdnn::ssm::ssd_dB_per_head") : a.dB;
+  g.dCh = per_head ? alloc("kdnn::ssm::ssd_dC_per_head") : a.dC;
+  g.dcum = decltype(g.dcum)(
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("kdnn::ssm::ssd_dcum")), B, H, L);
+
+  SsdDiagBackwardKernel<ExecSpace, T> dk;
+  set_ssd_inputs<ExecSpace, T>(dk, a, chunk);
+  dk.dy = a.dy;
+  dk.g = g;
+  launch_chunks(
+      op, space, dk,
+      [&](kdnn::impl::ScratchCarver& s) { decltype(dk)::carve(s, dk.Qp, dk.Pp, dk.Np); },
+      "kdnn::ssm::ssd_diag_backward");
+
+  SsdStateBackwardKernel<ExecSpace, T> sk;
+  set_ssd_inputs<ExecSpace, T>(sk, a, chunk);
+  sk.dy = a.dy;
+  sk.D = a.D;
+  sk.has_d = validate::given(a.D);
+  sk.states = states;
+  sk.dstates = dstates;
+  sk.g = g;
+  sk.ddt = a.ddt;
+  sk.partial = Matrix<double, ExecSpace>(
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("kdnn::ssm::ssd_param_sums")),
+      std::size_t(B) * sk.chunks, 2 * std::size_t(H));
+  launch_chunks(
+      op, space, sk,
+      [&](kdnn::impl::ScratchCarver& s) { decltype(sk)::carve(s, sk.Qp, sk.Pp, sk.Np); },
+      "kdnn::ssm::ssd_state_backward");
+
+  const auto dA = a.dA;
+  const auto dD = a.dD;
+  const bool has_dd = validate::given(dD);
+  if (sk.partial.extent(0) == 0) {  // no steps: zero parameter gradients
+    Kokkos::deep_copy(space, dA, T(0));
+    if (has_dd) Kokkos::deep_copy(space, dD, T(0));
+  } else {
+    kdnn::impl::sum_blocks(
+        space, "kdnn::ssm::ssd_dA_dD", sk.partial, KOKKOS_LAMBDA(int j, double v) {
+          if (j < H) {
+            dA(j) = T(v);
+          } else if (has_dd) {
+            dD(j - H) = T(v);
+          }
+        });
+  }
+  if (per_head) {
+    sum_group_heads(space, g.dBh, a.dB);
+    sum_group_heads(space, g.dCh, a.dC);
+  }
+}
+
+/// dS_c for every chunk into dstates (then reverse_state_pass).
+template <class ExecSpace, class T>
+void chunk_dstates(const char* op, const ExecSpace& space, const SsdBackward<T, ExecSpace>& a,
+                   int chunk, ChunkStates<T, ExecSpace>& dstates) {
+  SsdChunkDstateKernel<ExecSpace, T> k;
+  set_ssd_inputs<ExecSpace, T>(k, a, chunk);
+  k.dy = a.dy;
+  dstates = ChunkStates<T, ExecSpace>(
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("kdnn::ssm::ssd_dstates")),
+      a.x.extent(0), a.x.extent(2), k.chunks, std::size_t(k.P()) * k.N());
+  k.dstates = dstates;
+  launch_chunks(
+      op, space, k, [&](kdnn::impl::ScratchCarver& s) { decltype(k)::carve(s, k.Qp, k.Pp, k.Np); },
+      "kdnn::ssm::ssd_chunk_dstates");
+}
+
+template <class ExecSpace, class T>
+void ssd_backward(const ExecSpace& space, const SsdBackward<T, ExecSpace>& a,
+                  const SsdOptions& opts) {
+  const char* op = "ssm::ssd_backward";
+  check_ssd_backward(op, a, opts);
+  ChunkStates<T, ExecSpace> states, dstates;
+  ChunkDecays<T, ExecSpace> decay;
+  chunk_states<ExecSpace, T>(op, space, a, opts.chunk, states, decay);
+  state_pass(space, states, decay, a.initial_state, Tensor4<T, ExecSpace>());
+  chunk_dstates(op, space, a, opts.chunk, dstates);
+  reverse_state_pass(space, dstates, decay, a.dfinal_state, a.dinitial_state, int(a.x.extent(3)));
+  chunk_backward(op, space, a, opts.chunk, states, dstates);
+}
+
+}  // namespace kdnn::ssm::impl

@@ -1,0 +1,601 @@
+#pragma once
+// The team kernels of the chunked SSD (ssd.hpp). A team owns one chunk: batch
+// entry b, head h, steps [t0, t0 + n), n ≤ Q. Its scratch holds the chunk's
+// operands as tiles padded to GemmTile multiples (pad rows and columns 0,
+// pad steps with dt = 0, so that they add nothing), the products come from
+// kdnn::impl::team_gemm, and every loop over a tile row is a vector loop.
+//
+// Notation (per chunk): X̃ = dt·x [Q×P], a_i = dt_i·A, cum_i = Σ_{k≤i} a_k (in
+// double), e_i = exp(cum_i), dend_i = exp(cum_last − cum_i),
+// m_ij = exp(cum_i − cum_j) for j ≤ i (else 0), CB = C·Bᵀ [Q×Q].
+// Chunk states are stored transposed, [N, P] (n-major), so that they are
+// the row-major right operand of C·Hᵀ.
+#include <Kokkos_Core.hpp>
+#include <cstddef>
+
+#include "kdnn/core/compat.hpp"
+#include "kdnn/core/impl/scratch_layout.hpp"
+#include "kdnn/core/impl/team_gemm.hpp"
+#include "kdnn/core/impl/vector_for.hpp"
+#include "kdnn/core/tensor.hpp"
+
+namespace kdnn::ssm::impl {
+
+/// Per-chunk buffers between the kernels: [B, H, chunks (+1), N·P].
+template <class T, class ExecSpace>
+using ChunkStates = Kokkos::View<T****, Kokkos::LayoutRight, typename ExecSpace::memory_space>;
+
+/// What every SSD chunk kernel shares: the inputs, the tiling and the loads.
+template <class ExecSpace, class T>
+struct SsdChunks {
+  using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  using Tile = kdnn::impl::GemmTile<ExecSpace, T>;
+  using GemmA = kdnn::impl::GemmA<T>;
+
+  Tensor4<const T, ExecSpace> x;   ///< [B, L, H, P]
+  Tensor3<const T, ExecSpace> dt;  ///< [B, L, H]
+  Vector<const T, ExecSpace> A;    ///< [H]
+  Tensor4<const T, ExecSpace> Bm;  ///< [B, L, G, N]
+  Tensor4<const T, ExecSpace> Cm;  ///< [B, L, G, N]
+  int Q = 1, chunks = 0;           ///< steps per chunk, chunks per sequence
+  int Qp = 0, Pp = 0, Np = 0;      ///< Q, P, N padded to Tile::align
+  int level = 0;
+  std::size_t scratch_bytes = 0;
+
+  KOKKOS_INLINE_FUNCTION int P() const { return int(x.extent(3)); }
+  KOKKOS_INLINE_FUNCTION int N() const { return int(Bm.extent(3)); }
+
+  /// Sets chunks and the padded sizes from the inputs and Q.
+  void set_sizes(int chunk) {
+    Q = chunk;
+    chunks = (int(x.extent(1)) + Q - 1) / Q;
+    Qp = Tile::pad(Q);
+    Pp = Tile::pad(int(x.extent(3)));
+    Np = Tile::pad(int(Bm.extent(3)));
+  }
+  int league() const { return int(x.extent(0)) * int(x.extent(2)) * chunks; }
+
+  struct Chunk {
+    int b, h, g, c, t0, n;
+  };
+  KOKKOS_INLINE_FUNCTION Chunk chunk(const Member& team) const {
+    const int H = int(x.extent(2)), G = int(Bm.extent(2)), L = int(x.extent(1));
+    const int c = team.league_rank() % chunks, bh = team.league_rank() / chunks;
+    const int b = bh / H, h = bh % H, t0 = c * Q;
+    return {b, h, h / (H / G), c, t0, L - t0 < Q ? L - t0 : Q};
+  }
+
+  /// The chunk's decays, computed once per team.
+  struct Decays {
+    double* cum;  ///< [Qp] cum_i (pad steps repeat the last)
+    T* dtv;       ///< [Qp] dt_i (0 for pad steps)
+    T* e;         ///< [Qp] exp(cum_i)
+    T* dend;      ///< [Qp] exp(cum_last − cum_i)
+  };
+  KOKKOS_INLINE_FUNCTION static Decays carve_decays(kdnn::impl::ScratchCarver& s, int Qp) {
+    return {s.take<double>(Qp), s.take<T>(Qp), s.take<T>(Qp), s.take<T>(Qp)};
+  }
+  /// Fills `d`: cum and dtv are ready on return, e and dend after the
+  /// caller's next team barrier.
+  KOKKOS_INLINE_FUNCTION void load_decays(const Member& team, const Chunk& k,
+                                          const Decays& d) const {
+    Kokkos::single(Kokkos::PerTeam(team), [&]() {
+      const double a = double(A(k.h));
+      double s = 0;
+      for (int i = 0; i < Qp; ++i) {
+        const T v = i < k.n ? dt(k.b, k.t0 + i, k.h) : T(0);
+        d.dtv[i] = v;
+        s += double(v) * a;
+        d.cum[i] = s;
+      }
+    });
+    team.team_barrier();
+    Kokkos::parallel_for(Kokkos::TeamVectorRange(team, Qp), [&](int i) {
+      d.e[i] = compat::exp(T(d.cum[i]));
+      d.dend[i] = compat::exp(T(d.cum[Qp - 1] - d.cum[i]));
+    });
+  }
+
+  template <class F>
+  KOKKOS_FORCEINLINE_FUNCTION static void vec(const Member& team, int n, const F& f) {
+    kdnn::impl::vector_for<ExecSpace>(team, n, f);
+  }
+
+  /// dst[r·cols + c] = f(r, c) for r < live_rows, c < live_cols; 0 in the
+  /// rest of the rows × cols tile.
+  template <class F>
+  KOKKOS_INLINE_FUNCTION static void fill(const Member& team, T* dst, int rows, int cols,
+                                          int live_rows, int live_cols, const F& f) {
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](int r) {
+      T* row = dst + std::size_t(r) * cols;
+      const int live = r < live_rows ? live_cols : 0;
+      vec(team, live, [&](int c) { row[c] = f(r, c); });
+      vec(team, cols - live, [&](int c) { row[live + c] = T(0); });
+    });
+  }
+
+  // Tiles of the chunk's operands (rows = steps unless transposed).
+  KOKKOS_INLINE_FUNCTION void load_x(const Member& team, const Chunk& k, const T* dtv,
+                                     T* dst) const {  // X̃ [Qp×Pp]
+    fill(team, dst, Qp, Pp, k.n, P(),
+         [&](int i, int p) { return dtv[i] * x(k.b, k.t0 + i, k.h, p); });
+  }
+  KOKKOS_INLINE_FUNCTION void load_x_t(const Member& team, const Chunk& k, const T* dtv,
+                                       T* dst) const {  // X̃ᵀ [Pp×Qp]
+    fill(team, dst, Pp, Qp, P(), k.n,
+         [&](int p, int i) { return dtv[i] * x(k.b, k.t0 + i, k.h, p); });
+  }
+  template <class V>
+  KOKKOS_INLINE_FUNCTION void load_bc(const Member& team, const Chunk& k, const V& v,
+                                      T* dst) const {  // B or C [Qp×Np]
+    fill(team, dst, Qp, Np, k.n, N(), [&](int i, int j) { return v(k.b, k.t0 + i, k.g, j); });
+  }
+  KOKKOS_INLINE_FUNCTION void load_b_t(const Member& team, const Chunk& k,
+                                       T* dst) const {  // Bᵀ [Np×Qp]
+    fill(team, dst, Np, Qp, N(), k.n, [&](int j, int i) { return Bm(k.b, k.t0 + i, k.g, j); });
+  }
+  /// A chunk state of `s` ([N, P] stored), as [Np×Pp] (n-major) or, with
+  /// `p_major`, [Pp×Np].
+  KOKKOS_INLINE_FUNCTION void load_state(const Member& team, const Chunk& k,
+                                         const ChunkStates<const T, ExecSpace>& s, int index,
+                                         bool p_major, T* dst) const {
+    const T* src = &s(k.b, k.h, index, 0);
+    const int Pn = P();
+    if (p_major) {
+      fill(team, dst, Pp, Np, Pn, N(), [&](int p, int j) { return src[j * Pn + p]; });
+    } else {
+      fill(team, dst, Np, Pp, N(), Pn, [&](int j, int p) { return src[j * Pn + p]; });
+    }
+  }
+
+  /// C = A·B (+ C) on the team (operands padded; the caller synchronises).
+  KOKKOS_INLINE_FUNCTION static void gemm(const Member& team, int M, int Ncols, int K, GemmA a,
+                                          const T* b, int ldb, T* c, int ldc, bool accumulate) {
+    kdnn::impl::team_gemm<ExecSpace>(team, M, Ncols, K, a, b, ldb, c, ldc, accumulate);
+  }
+
+  /// m_ij = exp(cum_i − cum_j) for j ≤ i < n, else 0 (the exponent is taken
+  /// only where the mask keeps it).
+  KOKKOS_FORCEINLINE_FUNCTION static T decay_mask(const double* cum, int i, int j, int n) {
+    return j <= i && i < n ? compat::exp(T(cum[i] - cum[j])) : T(0);
+  }
+};
+
+/// S_c (the chunk's state from a zero state, stored [N, P]) into
+/// states(b, h, c) and exp(cum_last) into decay(b, h, c).
+template <class ExecSpace, class T>
+struct SsdChunkStateKernel : SsdChunks<ExecSpace, T> {
+  using Base = SsdChunks<ExecSpace, T>;
+  using typename Base::Member;
+  ChunkStates<T, ExecSpace> states;  ///< [B, H, ≥chunks, N·P]
+  Kokkos::View<T***, Kokkos::LayoutRight, typename ExecSpace::memory_space>
+      decay;  ///< [B, H, chunks]
+
+  struct Work {
+    typename Base::Decays d;
+    T *bt, *xs, *s;
+  };
+  KOKKOS_INLINE_FUNCTION static Work carve(kdnn::impl::ScratchCarver& s, int Qp, int Pp, int Np) {
+    Work w;
+    w.d = Base::carve_decays(s, Qp);
+    w.bt = s.take<T>(std::size_t(Np) * Qp);
+    w.xs = s.take<T>(std::size_t(Qp) * Pp);
+    w.s = s.take<T>(std::size_t(Np) * Pp);
+    return w;
+  }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    const auto k = this->chunk(team);
+    kdnn::impl::ScratchCarver carver(
+        kdnn::impl::team_scratch_base(team, this->level, this->scratch_bytes));
+    const Work w = carve(carver, this->Qp, this->Pp, this->Np);
+    this->load_decays(team, k, w.d);
+    team.team_barrier();
+    this->load_b_t(team, k, w.bt);
+    // Xs_j = dend_j·dt_j·x_j: S = Bᵀ·Xs (S_c above, n-major).
+    this->fill(team, w.xs, this->Qp, this->Pp, k.n, this->P(), [&](int i, int p) {
+      return w.d.dend[i] * w.d.dtv[i] * this->x(k.b, k.t0 + i, k.h, p);
+    });
+    team.team_barrier();
+    Base::gemm(team, this->Np, this->Pp, this->Qp, Base::GemmA::rows(w.bt, this->Qp), w.xs,
+               this->Pp, w.s, this->Pp, false);
+    team.team_barrier();
+    const int P = this->P();
+    T* out = &states(k.b, k.h, k.c, 0);
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, this->N()), [&](int j) {
+      Base::vec(team, P, [&](int p) { out[j * P + p] = w.s[j * this->Pp + p]; });
+    });
+    Kokkos::single(Kokkos::PerTeam(team),
+                   [&]() { decay(k.b, k.h, k.c) = compat::exp(T(w.d.cum[this->Qp - 1])); });
+  }
+};
+
+/// y at the chunk's steps: with `diag`, y = Y_diag + D·x (overwritten);
+/// with `off`, Y_off = e_i·C_i·H_cᵀ from states(b, h, c) (the state entering
+/// the chunk) is added — to Y_diag, or to y as it is when `diag` is off.
+template <class ExecSpace, class T>
+struct SsdChunkOutputKernel : SsdChunks<ExecSpace, T> {
+  using Base = SsdChunks<ExecSpace, T>;
+  using typename Base::Member;
+  Vector<const T, ExecSpace> D;            ///< [H] or empty
+  ChunkStates<const T, ExecSpace> states;  ///< [B, H, ≥chunks, N·P] (off)
+  Tensor4<T, ExecSpace> y;                 ///< [B, L, H, P]
+  bool diag = true, off = true, has_d = false;
+
+  struct Work {
+    typename Base::Decays d;
+    T *c, *y, *bt, *xt, *w, *ht;
+  };
+  KOKKOS_INLINE_FUNCTION static Work carve(kdnn::impl::ScratchCarver& s, int Qp, int Pp, int Np,
+                                           bool diag, bool off) {
+    Work w;
+    w.d = Base::carve_decays(s, Qp);
+    w.c = s.take<T>(std::size_t(Qp) * Np);
+    w.y = s.take<T>(std::size_t(Qp) * Pp);
+    w.bt = diag ? s.take<T>(std::size_t(Np) * Qp) : nullptr;
+    w.xt = diag ? s.take<T>(std::size_t(Qp) * Pp) : nullptr;  // X̃ (row-major)
+    w.w = diag ? s.take<T>(std::size_t(Qp) * Qp) : nullptr;
+    w.ht = off ? s.take<T>(std::size_t(Np) * Pp) : nullptr;
+    return w;
+  }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    const int Qp = this->Qp, Pp = this->Pp, Np = this->Np;
+    const auto k = this->chunk(team);
+    kdnn::impl::ScratchCarver carver(
+        kdnn::impl::team_scratch_base(team, this->level, this->scratch_bytes));
+    const Work w = carve(carver, Qp, Pp, Np, diag, off);
+    this->load_decays(team, k, w.d);
+    this->load_bc(team, k, this->Cm, w.c);
+    if (diag) {
+      this->load_b_t(team, k, w.bt);
+      this->load_x(team, k, w.d.dtv, w.xt);
+    }
+    if (off) this->load_state(team, k, states, k.c, false, w.ht);
+    team.team_barrier();
+    if (off) Base::gemm(team, Qp, Pp, Np, Base::GemmA::rows(w.c, Np), w.ht, Pp, w.y, Pp, false);
+    if (diag) Base::gemm(team, Qp, Qp, Np, Base::GemmA::rows(w.c, Np), w.bt, Qp, w.w, Qp, false);
+    team.team_barrier();
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, Qp), [&](int i) {
+      if (off) {
+        T* yr = w.y + i * Pp;
+        const T ei = w.d.e[i];
+        Base::vec(team, Pp, [&](int p) { yr[p] *= ei; });
+      }
+      if (diag) {
+        T* wr = w.w + i * Qp;
+        Base::vec(team, Qp, [&](int j) { wr[j] *= Base::decay_mask(w.d.cum, i, j, k.n); });
+      }
+    });
+    team.team_barrier();
+    if (diag) Base::gemm(team, Qp, Pp, Qp, Base::GemmA::rows(w.w, Qp), w.xt, Pp, w.y, Pp, off);
+    team.team_barrier();
+    const int P = this->P();
+    const T dh = has_d ? D(k.h) : T(0);
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, k.n), [&](int i) {
+      T* out = &y(k.b, k.t0 + i, k.h, 0);
+      const T* yr = w.y + i * Pp;
+      if (diag) {
+        const T* xr = &this->x(k.b, k.t0 + i, k.h, 0);
+        Base::vec(team, P, [&](int p) { out[p] = yr[p] + dh * xr[p]; });
+      } else {
+        Base::vec(team, P, [&](int p) { out[p] += yr[p]; });
+      }
+    });
+  }
+};
+
+/// The gradient the chunk's Y_off sends to the state entering it:
+/// dS_c = Σ_i e_i·dy_i ⊗ C_i, stored [N, P] into dstates(b, h, c).
+template <class ExecSpace, class T>
+struct SsdChunkDstateKernel : SsdChunks<ExecSpace, T> {
+  using Base = SsdChunks<ExecSpace, T>;
+  using typename Base::Member;
+  Tensor4<const T, ExecSpace> dy;     ///< [B, L, H, P]
+  ChunkStates<T, ExecSpace> dstates;  ///< [B, H, chunks, N·P]
+
+  struct Work {
+    typename Base::Decays d;
+    T *c, *edy, *s;
+  };
+  KOKKOS_INLINE_FUNCTION static Work carve(kdnn::impl::ScratchCarver& s, int Qp, int Pp, int Np) {
+    Work w;
+    w.d = Base::carve_decays(s, Qp);
+    w.c = s.take<T>(std::size_t(Qp) * Np);
+    w.edy = s.take<T>(std::size_t(Qp) * Pp);
+    w.s = s.take<T>(std::size_t(Np) * Pp);
+    return w;
+  }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    const int Qp = this->Qp, Pp = this->Pp, Np = this->Np;
+    const auto k = this->chunk(team);
+    kdnn::impl::ScratchCarver carver(
+        kdnn::impl::team_scratch_base(team, this->level, this->scratch_bytes));
+    const Work w = carve(carver, Qp, Pp, Np);
+    this->load_decays(team, k, w.d);
+    this->load_bc(team, k, this->Cm, w.c);
+    team.team_barrier();
+    this->fill(team, w.edy, Qp, Pp, k.n, this->P(),
+               [&](int i, int p) { return w.d.e[i] * dy(k.b, k.t0 + i, k.h, p); });
+    team.team_barrier();
+    // dSᵀ... stored n-major: dS[n, p] = Σ_i C[i, n]·edy[i, p] = (Cᵀ·edy)[n, p].
+    Base::gemm(team, Np, Pp, Qp, Base::GemmA::k_major(w.c, Np), w.edy, Pp, w.s, Pp, false);
+    team.team_barrier();
+    const int P = this->P();
+    T* out = &dstates(k.b, k.h, k.c, 0);
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, this->N()), [&](int j) {
+      Base::vec(team, P, [&](int p) { out[j * P + p] = w.s[j * Pp + p]; });
+    });
+  }
+};
+
+/// Where the backward kernels put the gradients: dx, per-head dB and dC
+/// ([B, L, H, N]: dB and dC themselves when G = H) and dcum [B, H, L], the
+/// gradient of each step's cumulative decay exponent cum.
+template <class ExecSpace, class T>
+struct SsdGradients {
+  Tensor4<T, ExecSpace> dx;   ///< [B, L, H, P]
+  Tensor4<T, ExecSpace> dBh;  ///< [B, L, H, N]
+  Tensor4<T, ExecSpace> dCh;  ///< [B, L, H, N]
+  Kokkos::View<double***, Kokkos::LayoutRight, typename ExecSpace::memory_space> dcum;
+};
+
+/// The backward of Y_diag alone. With W = CB∘m and V = (dY·X̃ᵀ)∘m:
+///   dX̃ = Wᵀ·dY,  dB = Vᵀ·C,  dC = V·B,
+///   dcum_i = Σ_j R_ij − Σ_k R_ki  with R = CB∘V (the term exp(cum_i − cum_j)
+///   is differentiated in both of its exponents).
+/// Writes dX̃ into dx (the state kernel finishes it), dB, dC and dcum.
+template <class ExecSpace, class T>
+struct SsdDiagBackwardKernel : SsdChunks<ExecSpace, T> {
+  using Base = SsdChunks<ExecSpace, T>;
+  using typename Base::Member;
+  Tensor4<const T, ExecSpace> dy;  ///< [B, L, H, P]
+  SsdGradients<ExecSpace, T> g;
+
+  struct Work {
+    typename Base::Decays d;
+    T *c, *b, *bt, *xr, *xt, *dy, *w, *v, *r, *dxr, *dbt, *dc;
+    double* dcum;
+  };
+  KOKKOS_INLINE_FUNCTION static Work carve(kdnn::impl::ScratchCarver& s, int Qp, int Pp, int Np) {
+    Work w;
+    w.d = Base::carve_decays(s, Qp);
+    const std::size_t qn = std::size_t(Qp) * Np, qp = std::size_t(Qp) * Pp,
+                      qq = std::size_t(Qp) * Qp;
+    w.c = s.take<T>(qn);
+    w.b = s.take<T>(qn);
+    w.bt = s.take<T>(qn);
+    w.xr = s.take<T>(qp);
+    w.xt = s.take<T>(qp);
+    w.dy = s.take<T>(qp);
+    w.w = s.take<T>(qq);
+    w.v = s.take<T>(qq);
+    w.r = s.take<T>(qq);
+    w.dxr = s.take<T>(qp);
+    w.dbt = s.take<T>(qn);
+    w.dc = s.take<T>(qn);
+    w.dcum = s.take<double>(Qp);
+    return w;
+  }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    const int Qp = this->Qp, Pp = this->Pp, Np = this->Np;
+    const auto k = this->chunk(team);
+    kdnn::impl::ScratchCarver carver(
+        kdnn::impl::team_scratch_base(team, this->level, this->scratch_bytes));
+    const Work w = carve(carver, Qp, Pp, Np);
+    this->load_decays(team, k, w.d);
+    this->load_bc(team, k, this->Cm, w.c);
+    this->load_bc(team, k, this->Bm, w.b);
+    this->load_b_t(team, k, w.bt);
+    this->fill(team, w.dy, Qp, Pp, k.n, this->P(),
+               [&](int i, int p) { return dy(k.b, k.t0 + i, k.h, p); });
+    this->load_x(team, k, w.d.dtv, w.xr);
+    this->load_x_t(team, k, w.d.dtv, w.xt);
+    team.team_barrier();
+    using GA = typename Base::GemmA;
+    Base::gemm(team, Qp, Qp, Np, GA::rows(w.c, Np), w.bt, Qp, w.w, Qp, false);   // CB
+    Base::gemm(team, Qp, Qp, Pp, GA::rows(w.dy, Pp), w.xt, Qp, w.v, Qp, false);  // dY·X̃ᵀ
+    team.team_barrier();
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, Qp), [&](int i) {
+      T *wr = w.w + i * Qp, *vr = w.v + i * Qp, *rr = w.r + i * Qp;
+      Base::vec(team, Qp, [&](int j) {
+        const T m = Base::decay_mask(w.d.cum, i, j, k.n);
+        const T cb = wr[j];
+        vr[j] *= m;
+        wr[j] = cb * m;
+        rr[j] = cb * vr[j];
+      });
+    });
+    team.team_barrier();
+    Base::gemm(team, Qp, Pp, Qp, GA::k_major(w.w, Qp), w.dy, Pp, w.dxr, Pp, false);  // Wᵀ·dY
+    Base::gemm(team, Np, Qp, Qp, GA::k_major(w.c, Np), w.v, Qp, w.dbt, Qp, false);   // (Vᵀ·C)ᵀ
+    Base::gemm(team, Qp, Np, Qp, GA::rows(w.v, Qp), w.b, Np, w.dc, Np, false);       // V·B
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, Qp), [&](int i) {
+      double row = 0;  // Σ_j R_ij − Σ_j R_ji
+      Kokkos::parallel_reduce(
+          Kokkos::ThreadVectorRange(team, Qp),
+          [&](int j, double& acc) { acc += double(w.r[i * Qp + j]) - double(w.r[j * Qp + i]); },
+          row);
+      Kokkos::single(Kokkos::PerThread(team), [&]() { w.dcum[i] = row; });
+    });
+    team.team_barrier();
+    const int P = this->P(), N = this->N();
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, k.n), [&](int i) {
+      const int t = k.t0 + i;
+      T* dxo = &g.dx(k.b, t, k.h, 0);
+      T* dbo = &g.dBh(k.b, t, k.h, 0);
+      T* dco = &g.dCh(k.b, t, k.h, 0);
+      const T* dxr = w.dxr + i * Pp;
+      const T* dcr = w.dc + i * Np;
+      Base::vec(team, P, [&](int p) { dxo[p] = dxr[p]; });
+      Base::vec(team, N, [&](int j) { dbo[j] = w.dbt[j * Qp + i]; });
+      Base::vec(team, N, [&](int j) { dco[j] = dcr[j]; });
+      Kokkos::single(Kokkos::PerThread(team), [&]() { g.dcum(k.b, k.h, t) = w.dcum[i]; });
+    });
+  }
+};
+
+/// The rest of the backward, from the state entering the chunk H_c
+/// (states(b, h, c)) and the gradient of the state leaving it dH_{c+1}
+/// (dstates(b, h, c)):
+///   dX̃_i += dend_i·(B_i·dH_{c+1}ᵀ),  dB_i += dend_i·(X̃_i·dH_{c+1}),
+///   dC_i += e_i·(dY_i·H_c),
+///   dcum_i += e_i·C_i·(dY_i·H_c) − dend_i·X̃_i·(B_i·dH_{c+1}ᵀ),
+///   dcum_last += Σ_j dend_j·X̃_j·(B_j·dH_{c+1}ᵀ) + exp(cum_last)·⟨dH_{c+1}, H_c⟩,
+/// then da_t = Σ_{i≥t} dcum_i (the reverse cumulative sum: a_t enters every
+/// cum_i with i ≥ t), and the outputs:
+///   dx = dt·dX̃ + D·dy,  ddt = A·da + x·dX̃,  per chunk Σ dt·da (dA), Σ dy·x (dD).
+template <class ExecSpace, class T>
+struct SsdStateBackwardKernel : SsdChunks<ExecSpace, T> {
+  using Base = SsdChunks<ExecSpace, T>;
+  using typename Base::Member;
+  Tensor4<const T, ExecSpace> dy;           ///< [B, L, H, P]
+  Vector<const T, ExecSpace> D;             ///< [H] or empty
+  ChunkStates<const T, ExecSpace> states;   ///< H_c, [B, H, ≥chunks, N·P]
+  ChunkStates<const T, ExecSpace> dstates;  ///< dH_{c+1}, [B, H, chunks, N·P]
+  SsdGradients<ExecSpace, T> g;
+  Tensor3<T, ExecSpace> ddt;          ///< [B, L, H]
+  Matrix<double, ExecSpace> partial;  ///< [B·chunks, 2H]: Σ dt·da, Σ dy·x
+  bool has_d = false;
+
+  struct Work {
+    typename Base::Decays d;
+    T *c, *bt, *xr, *dy, *hpn, *dhnp, *dhpn, *tx, *tb, *tc;
+    double *dcum, *row_a, *row_d;
+  };
+  KOKKOS_INLINE_FUNCTION static Work carve(kdnn::impl::ScratchCarver& s, int Qp, int Pp, int Np) {
+    Work w;
+    w.d = Base::carve_decays(s, Qp);
+    const std::size_t qn = std::size_t(Qp) * Np, qp = std::size_t(Qp) * Pp,
+                      pn = std::size_t(Pp) * Np;
+    w.c = s.take<T>(qn);
+    w.bt = s.take<T>(qn);
+    w.xr = s.take<T>(qp);
+    w.dy = s.take<T>(qp);
+    w.hpn = s.take<T>(pn);
+    w.dhnp = s.take<T>(pn);
+    w.dhpn = s.take<T>(pn);
+    w.tx = s.take<T>(qp);
+    w.tb = s.take<T>(qn);
+    w.tc = s.take<T>(qn);
+    w.dcum = s.take<double>(Qp);
+    w.row_a = s.take<double>(Qp);
+    w.row_d = s.take<double>(Qp);
+    return w;
+  }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    const int Qp = this->Qp, Pp = this->Pp, Np = this->Np, P = this->P(), N = this->N();
+    const auto k = this->chunk(team);
+    kdnn::impl::ScratchCarver carver(
+        kdnn::impl::team_scratch_base(team, this->level, this->scratch_bytes));
+    const Work w = carve(carver, Qp, Pp, Np);
+    this->load_decays(team, k, w.d);
+    this->load_bc(team, k, this->Cm, w.c);
+    this->load_b_t(team, k, w.bt);
+    this->fill(team, w.dy, Qp, Pp, k.n, P, [&](int i, int p) { return dy(k.b, k.t0 + i, k.h, p); });
+    this->load_state(team, k, states, k.c, true, w.hpn);
+    this->load_state(team, k, dstates, k.c, false, w.dhnp);
+    this->load_state(team, k, dstates, k.c, true, w.dhpn);
+    this->load_x(team, k, w.d.dtv, w.xr);
+    team.team_barrier();
+    using GA = typename Base::GemmA;
+    Base::gemm(team, Qp, Pp, Np, GA::k_major(w.bt, Qp), w.dhnp, Pp, w.tx, Pp, false);  // B·dHᵀ
+    Base::gemm(team, Qp, Np, Pp, GA::rows(w.xr, Pp), w.dhpn, Np, w.tb, Np, false);     // X̃·dH
+    Base::gemm(team, Qp, Np, Pp, GA::rows(w.dy, Pp), w.hpn, Np, w.tc, Np, false);      // dY·H
+    // ⟨dH_{c+1}, H_c⟩ over the state, by rows p.
+    double hdot = 0;
+    Kokkos::parallel_reduce(
+        Kokkos::TeamThreadRange(team, Pp),
+        [&](int p, double& acc) {
+          double row = 0;
+          Kokkos::parallel_reduce(
+              Kokkos::ThreadVectorRange(team, Np),
+              [&](int j, double& a) {
+                a += double(w.dhpn[p * Np + j]) * double(w.hpn[p * Np + j]);
+              },
+              row);
+          acc += row;
+        },
+        hdot);
+    team.team_barrier();
+    // dcum_i from the state terms (added to the diagonal part's dcum).
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, Qp), [&](int i) {
+      double off = 0, v = 0;
+      if (i < k.n) {
+        Kokkos::parallel_reduce(
+            Kokkos::ThreadVectorRange(team, Np),
+            [&](int j, double& a) { a += double(w.c[i * Np + j]) * double(w.tc[i * Np + j]); },
+            off);
+        Kokkos::parallel_reduce(
+            Kokkos::ThreadVectorRange(team, Pp),
+            [&](int p, double& a) { a += double(w.xr[i * Pp + p]) * double(w.tx[i * Pp + p]); }, v);
+      }
+      Kokkos::single(Kokkos::PerThread(team), [&]() {
+        const double base = i < k.n ? g.dcum(k.b, k.h, k.t0 + i) : 0.0;
+        v *= double(w.d.dend[i]);
+        w.dcum[i] = base + double(w.d.e[i]) * off - v;
+        w.row_a[i] = v;  // Σ_j v_j, summed below in order
+      });
+    });
+    team.team_barrier();
+    Kokkos::single(Kokkos::PerTeam(team), [&]() {
+      double last = double(w.d.e[Qp - 1]) * hdot;
+      for (int i = 0; i < k.n; ++i) last += w.row_a[i];
+      w.dcum[k.n - 1] += last;
+      // da_t = Σ_{i≥t} dcum_i, kept in dcum.
+      double s = 0;
+      for (int i = k.n - 1; i >= 0; --i) {
+        s += w.dcum[i];
+        w.dcum[i] = s;
+      }
+    });
+    team.team_barrier();
+    const T a = this->A(k.h), dh = has_d ? D(k.h) : T(0);
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, k.n), [&](int i) {
+      const int t = k.t0 + i;
+      const T di = w.d.dend[i], ei = w.d.e[i], dti = w.d.dtv[i];
+      const T* xr = &this->x(k.b, t, k.h, 0);
+      const T* dyr = &dy(k.b, t, k.h, 0);
+      T* dxo = &g.dx(k.b, t, k.h, 0);
+      const T* txr = w.tx + i * Pp;
+      double sx = 0, sd = 0;
+      Kokkos::parallel_reduce(
+          Kokkos::ThreadVectorRange(team, P),
+          [&](int p, double& acc) {
+            const T dxt = dxo[p] + di * txr[p];  // dX̃
+            dxo[p] = dti * dxt + dh * dyr[p];
+            acc += double(xr[p]) * double(dxt);
+          },
+          sx);
+      Kokkos::parallel_reduce(
+          Kokkos::ThreadVectorRange(team, P),
+          [&](int p, double& acc) { acc += double(dyr[p]) * double(xr[p]); }, sd);
+      T* dbo = &g.dBh(k.b, t, k.h, 0);
+      T* dco = &g.dCh(k.b, t, k.h, 0);
+      const T *tbr = w.tb + i * Np, *tcr = w.tc + i * Np;
+      Base::vec(team, N, [&](int j) { dbo[j] += di * tbr[j]; });
+      Base::vec(team, N, [&](int j) { dco[j] += ei * tcr[j]; });
+      Kokkos::single(Kokkos::PerThread(team), [&]() {
+        ddt(k.b, t, k.h) = T(double(a) * w.dcum[i] + sx);
+        w.row_a[i] = double(dti) * w.dcum[i];
+        w.row_d[i] = sd;
+      });
+    });
+    team.team_barrier();
+    Kokkos::single(Kokkos::PerTeam(team), [&]() {
+      double sa = 0, sd = 0;
+      for (int i = 0; i < k.n; ++i) {
+        sa += w.row_a[i];
+        sd += w.row_d[i];
+      }
+      const int H = int(this->x.extent(2)), row = k.b * this->chunks + k.c;
+      partial(row, k.h) = sa;
+      partial(row, H + k.h) = sd;
+    });
+  }
+};
+
+}  // namespace kdnn::ssm::impl

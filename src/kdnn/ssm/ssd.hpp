@@ -1,0 +1,157 @@
+#pragma once
+// kdnn::ssm SSD: Mamba-2's selective state-space scan, computed by chunks as
+// Mamba-2's state-space duality (SSD) algorithm. Per batch entry b and head h
+// (of H heads in G groups; head h reads group g = h / (H/G)), with
+// x [B,L,H,P], dt [B,L,H] (positive), A [H] (negative), B, C [B,L,G,N]:
+//
+//   h_t = exp(dt_t·A)·h_{t−1} + dt_t·x_t ⊗ B_t     (state [P, N]; h_{−1} = initial state)
+//   y_t = h_t·C_t + D·x_t                           (y_t[p] = Σ_n h_t[p,n]·C_t[n])
+//
+// The sequence is cut into chunks of Q steps (the last may be shorter). With
+// a_t = dt_t·A and cum_i = Σ_{k≤i} a_k inside a chunk:
+//
+//   Y_diag[i] = Σ_{j≤i} exp(cum_i − cum_j)·(C_i·B_j)·dt_j·x_j   (within the chunk)
+//   S_c       = Σ_j exp(cum_last − cum_j)·dt_j·x_j ⊗ B_j        (chunk state from zero)
+//   H_{c+1}   = exp(cum_last)·H_c + S_c,  H_0 = initial state    (state passing)
+//   Y_off[i]  = exp(cum_i)·H_c·C_i,   y = Y_diag + Y_off + D·x,  final state = H_last.
+//
+// The mask j ≤ i is applied before exponentiating, and every exponent is
+// ≤ 0 when A ≤ 0, so decays that underflow give 0, never inf or NaN. The
+// cumulative sums are kept in double, whatever T is, so that
+// exp(cum_i − cum_j) does not lose the small difference of two large sums.
+//
+// One team per (batch entry, head, chunk) with the chunk's operands in team
+// scratch; the chunk-to-chunk state pass runs in parallel over (b, h, p, n)
+// with a loop over the chunks. The backward (by the adjoint recurrence,
+// mirrored chunk-wise: a reverse state pass of the state gradients) gives
+// dx, ddt, dA, dB, dC, dD and d(initial state) from dy and d(final state).
+// Deterministic: sums over heads of a group (dB, dC) and over steps (dA, dD)
+// run in a fixed order, without atomics.
+#include <Kokkos_Core.hpp>
+
+#include "kdnn/core/impl/eti.hpp"
+#include "kdnn/core/tensor.hpp"
+
+namespace kdnn::ssm {
+
+struct SsdOptions {
+  int chunk = 64;        ///< Q, steps per chunk (≥ 1); L need not be a multiple
+  bool check_a = false;  ///< refuse A with a positive entry (a device reduction and a copy)
+};
+
+/// The arguments of ssd_forward. Optional Views may be left empty.
+template <class T, class ExecSpace>
+struct SsdForward {
+  Tensor4<const T, ExecSpace> x;              ///< [B, L, H, P]
+  Tensor3<const T, ExecSpace> dt;             ///< [B, L, H], positive
+  Vector<const T, ExecSpace> A;               ///< [H], negative
+  Tensor4<const T, ExecSpace> B;              ///< [B, L, G, N], G divides H
+  Tensor4<const T, ExecSpace> C;              ///< [B, L, G, N]
+  Vector<const T, ExecSpace> D;               ///< [H]; optional (no skip)
+  Tensor4<const T, ExecSpace> initial_state;  ///< [B, H, P, N]; optional (zeros)
+  Tensor4<T, ExecSpace> y;                    ///< output [B, L, H, P]
+  Tensor4<T, ExecSpace> final_state;          ///< output [B, H, P, N]; optional
+};
+
+/// The arguments of ssd_backward: the forward's inputs, dy and the gradients
+/// to write. dA and dD are overwritten (not accumulated).
+template <class T, class ExecSpace>
+struct SsdBackward {
+  Tensor4<const T, ExecSpace> x;              ///< [B, L, H, P]
+  Tensor3<const T, ExecSpace> dt;             ///< [B, L, H]
+  Vector<const T, ExecSpace> A;               ///< [H]
+  Tensor4<const T, ExecSpace> B;              ///< [B, L, G, N]
+  Tensor4<const T, ExecSpace> C;              ///< [B, L, G, N]
+  Vector<const T, ExecSpace> D;               ///< [H]; optional, as in the forward
+  Tensor4<const T, ExecSpace> initial_state;  ///< [B, H, P, N]; optional, as in the forward
+  Tensor4<const T, ExecSpace> dy;             ///< [B, L, H, P]
+  Tensor4<const T, ExecSpace> dfinal_state;   ///< [B, H, P, N]; optional (zero)
+  Tensor4<T, ExecSpace> dx;                   ///< output [B, L, H, P]
+  Tensor3<T, ExecSpace> ddt;                  ///< output [B, L, H]
+  Vector<T, ExecSpace> dA;                    ///< output [H]
+  Tensor4<T, ExecSpace> dB;                   ///< output [B, L, G, N]
+  Tensor4<T, ExecSpace> dC;                   ///< output [B, L, G, N]
+  Vector<T, ExecSpace> dD;                    ///< output [H]; optional
+  Tensor4<T, ExecSpace> dinitial_state;       ///< output [B, H, P, N]; optional
+};
+
+/// What a segment of the sequence (a rank's share) contributes to the state
+/// passing: per (b, h) its total decay exp(Σ_t dt_t·A) and its final state
+/// from a zero initial state. The inputs are SsdForward's x, dt, A, B, C.
+template <class T, class ExecSpace>
+struct SsdSummary {
+  Tensor4<const T, ExecSpace> x, B, C;
+  Tensor3<const T, ExecSpace> dt;
+  Vector<const T, ExecSpace> A;
+  Matrix<T, ExecSpace> decay;         ///< output [B, H]
+  Tensor4<T, ExecSpace> local_state;  ///< output [B, H, P, N]
+};
+
+}  // namespace kdnn::ssm
+
+#define KDNN_SSD_OPERATORS(PREFIX, ExecSpace, T)                                                   \
+  PREFIX void ssd_forward(const ExecSpace&, const SsdForward<T, ExecSpace>&, const SsdOptions&);   \
+  PREFIX void ssd_backward(const ExecSpace&, const SsdBackward<T, ExecSpace>&, const SsdOptions&); \
+  PREFIX void ssd_summary(const ExecSpace&, const SsdSummary<T, ExecSpace>&, const SsdOptions&);   \
+  PREFIX void ssd_diag(const ExecSpace&, const SsdForward<T, ExecSpace>&, const SsdOptions&);      \
+  PREFIX void ssd_decay_cumsum(                                                                    \
+      const ExecSpace&, const Tensor3<const T, ExecSpace>&, const Vector<const T, ExecSpace>&,     \
+      const Kokkos::View<T****, Kokkos::LayoutRight, typename ExecSpace::memory_space>&,           \
+      const SsdOptions&);
+
+namespace kdnn::ssm {
+
+namespace impl {
+KDNN_SSD_OPERATORS(KDNN_TEMPLATE_EXEC_SPACE_T, ExecSpace, T)
+#define KDNN_SSD_EXTERN(ExecSpace, T) KDNN_SSD_OPERATORS(extern template, ExecSpace, T)
+KDNN_ETI_FOR_EACH(KDNN_SSD_EXTERN)
+#undef KDNN_SSD_EXTERN
+}  // namespace impl
+
+/// y (and the final state). Asynchronous on `space` after the host-side
+/// checks, which throw kdnn::Error naming the argument (with
+/// opts.check_a, the check of A waits for the device).
+template <class ExecSpace, class T>
+void ssd_forward(const ExecSpace& space, const SsdForward<T, ExecSpace>& args,
+                 const SsdOptions& opts = {}) {
+  impl::ssd_forward<ExecSpace, T>(space, args, opts);
+}
+
+/// dx, ddt, dA, dB, dC (and dD, d(initial state)) from the forward's inputs,
+/// dy (and d(final state)). Recomputes the chunk states; keeps nothing from
+/// the forward.
+template <class ExecSpace, class T>
+void ssd_backward(const ExecSpace& space, const SsdBackward<T, ExecSpace>& args,
+                  const SsdOptions& opts = {}) {
+  impl::ssd_backward<ExecSpace, T>(space, args, opts);
+}
+
+/// The summary a segment contributes to the state passing (SsdSummary).
+template <class ExecSpace, class T>
+void ssd_summary(const ExecSpace& space, const SsdSummary<T, ExecSpace>& args,
+                 const SsdOptions& opts = {}) {
+  impl::ssd_summary<ExecSpace, T>(space, args, opts);
+}
+
+/// y = Y_diag + D·x: the output without the contribution of the state that
+/// enters each chunk (as if every chunk started from a zero state). Reads
+/// args' x, dt, A, B, C, D and writes args.y; the states are ignored.
+template <class ExecSpace, class T>
+void ssd_diag(const ExecSpace& space, const SsdForward<T, ExecSpace>& args,
+              const SsdOptions& opts = {}) {
+  impl::ssd_diag<ExecSpace, T>(space, args, opts);
+}
+
+/// out[b, h, c, i] = exp(Σ_{k≤i} dt·A over chunk c's steps k): the decay
+/// from the start of chunk c to its step i ([B, H, ceil(L/Q), Q]; 0 past
+/// the sequence's end in the last chunk).
+template <class ExecSpace, class T>
+void ssd_decay_cumsum(const ExecSpace& space, const Tensor3<const T, ExecSpace>& dt,
+                      const Vector<const T, ExecSpace>& A, const Tensor4<T, ExecSpace>& out,
+                      const SsdOptions& opts = {}) {
+  impl::ssd_decay_cumsum<ExecSpace, T>(space, dt, A, out, opts);
+}
+
+}  // namespace kdnn::ssm
+
+#include "kdnn/ssm/impl/ssd_impl.hpp"

@@ -1,0 +1,12 @@
+// Explicit instantiation of the kdnn::ssm SSD operators for the pairs of
+// core/impl/eti.hpp (a file of its own: the SSD's kernels are the largest of
+// the family, and a separate file compiles in parallel with the conv's).
+#include "kdnn/ssm/ssd.hpp"
+
+namespace kdnn::ssm::impl {
+
+#define KDNN_SSD_INSTANTIATE(ExecSpace, T) KDNN_SSD_OPERATORS(template, ExecSpace, T)
+KDNN_ETI_FOR_EACH(KDNN_SSD_INSTANTIATE)
+#undef KDNN_SSD_INSTANTIATE
+
+}  // namespace kdnn::ssm::impl

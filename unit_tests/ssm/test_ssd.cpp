@@ -1,0 +1,402 @@
+// The chunked SSD against the float64 step-by-step recurrence
+// (ssd_reference.hpp): forward and backward, chunk sizes that do and do not
+// divide L (and Q > L, Q = 1), G ∈ {1, 2, H}, with and without D, the
+// initial state and d(final state), P and N that are not multiples of the
+// GEMM tile, L = 0, L = 1, B = 0; directional finite differences of kdnn's
+// double forward for every gradient; decays that underflow; the pieces
+// (Y_diag, the summary, exp(cumsum)); bad arguments.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "allclose.hpp"
+#include "expect_error.hpp"
+#include "kdnn/ssm/ssd.hpp"
+#include "ssd_reference.hpp"
+#include "views.hpp"
+
+namespace {
+
+using namespace kdnn_test;
+using ssm_ref::SsdCase;
+using ssm_ref::SsdShape;
+using ssm_ref::Vec;
+namespace ssm = kdnn::ssm;
+
+enum Given : unsigned { kD = 1, kInit = 2, kDfinal = 4, kAll = 7 };
+
+/// dt in [0.05, 0.6] and A in [−1.5, −0.2] by default: decays per step of
+/// 0.4 … 0.99, so that a chunk sees both fast and slow decay.
+SsdCase make_case(SsdShape s, unsigned given, unsigned seed, double a_lo = -1.5,
+                  double a_hi = -0.2) {
+  SsdCase a;
+  a.s = s;
+  const std::size_t nx = std::size_t(s.B) * s.L * s.H * s.P;
+  const std::size_t nbc = std::size_t(s.B) * s.L * s.G * s.N;
+  const std::size_t ns = std::size_t(s.B) * s.H * s.P * s.N;
+  a.x = normal(nx, seed);
+  a.dt = uniform(std::size_t(s.B) * s.L * s.H, 0.05, 0.6, seed + 1);
+  a.A = uniform(s.H, a_lo, a_hi, seed + 2);
+  a.Bm = normal(nbc, seed + 3);
+  a.Cm = normal(nbc, seed + 4);
+  a.dy = normal(nx, seed + 5);
+  if (given & kD) a.D = uniform(s.H, -1, 1, seed + 6);
+  if (given & kInit) a.init = normal(ns, seed + 7);
+  if (given & kDfinal) a.dfinal = normal(ns, seed + 8);
+  return a;
+}
+
+/// The Views of one case, in T.
+template <class T>
+struct SsdViews {
+  DeviceView<T****> x, Bm, Cm, init, dy, dfinal;
+  DeviceView<T***> dt;
+  DeviceView<T*> A, D;
+  explicit SsdViews(const SsdCase& a) {
+    const auto& s = a.s;
+    x = to_device<T****>(a.x, s.B, s.L, s.H, s.P);
+    dt = to_device<T***>(a.dt, s.B, s.L, s.H);
+    A = to_device<T*>(a.A, s.H);
+    Bm = to_device<T****>(a.Bm, s.B, s.L, s.G, s.N);
+    Cm = to_device<T****>(a.Cm, s.B, s.L, s.G, s.N);
+    dy = to_device<T****>(a.dy, s.B, s.L, s.H, s.P);
+    if (!a.D.empty()) D = to_device<T*>(a.D, s.H);
+    if (!a.init.empty()) init = to_device<T****>(a.init, s.B, s.H, s.P, s.N);
+    if (!a.dfinal.empty()) dfinal = to_device<T****>(a.dfinal, s.B, s.H, s.P, s.N);
+  }
+  template <class Args>
+  void set_inputs(Args& args) const {
+    args.x = x;
+    args.dt = dt;
+    args.A = A;
+    args.B = Bm;
+    args.C = Cm;
+    args.D = D;
+    args.initial_state = init;
+  }
+};
+
+template <class T>
+ssm_ref::SsdForwardResult run_forward(const SsdCase& a, int chunk) {
+  const auto& s = a.s;
+  SsdViews<T> v(a);
+  DeviceView<T****> y("y", s.B, s.L, s.H, s.P), fin("final", s.B, s.H, s.P, s.N);
+  ssm::SsdForward<T, Space> args;
+  v.set_inputs(args);
+  args.y = y;
+  args.final_state = fin;
+  ssm::ssd_forward(Space(), args, {chunk});
+  return {to_host(y), to_host(fin)};
+}
+
+template <class T>
+ssm_ref::SsdBackwardResult run_backward(const SsdCase& a, int chunk) {
+  const auto& s = a.s;
+  SsdViews<T> v(a);
+  DeviceView<T****> dx("dx", s.B, s.L, s.H, s.P), dB("dB", s.B, s.L, s.G, s.N),
+      dC("dC", s.B, s.L, s.G, s.N), dinit("dinit", s.B, s.H, s.P, s.N);
+  DeviceView<T***> ddt("ddt", s.B, s.L, s.H);
+  DeviceView<T*> dA("dA", s.H), dD("dD", s.H);
+  Kokkos::deep_copy(dA, T(99));  // overwritten, never accumulated into
+  Kokkos::deep_copy(dD, T(99));
+  ssm::SsdBackward<T, Space> args;
+  v.set_inputs(args);
+  args.dy = v.dy;
+  args.dfinal_state = v.dfinal;
+  args.dx = dx;
+  args.ddt = ddt;
+  args.dA = dA;
+  args.dB = dB;
+  args.dC = dC;
+  args.dD = dD;
+  args.dinitial_state = dinit;
+  ssm::ssd_backward(Space(), args, {chunk});
+  return {to_host(dx), to_host(ddt), to_host(dA),   to_host(dB),
+          to_host(dC), to_host(dD),  to_host(dinit)};
+}
+
+template <class T>
+constexpr double tol() {
+  return sizeof(T) == 4 ? 1e-4 : 1e-11;
+}
+
+/// Absolute tolerance for sums of `terms` terms of size ~1.
+template <class T>
+double sum_tol(double terms) {
+  return tol<T>() * std::sqrt(terms + 1);
+}
+
+template <class T>
+class Ssd : public ::testing::Test {};
+using Types = ::testing::Types<float, double>;
+TYPED_TEST_SUITE(Ssd, Types);
+
+/// (B, L, H, P, G, N) and a chunk size each: Q divides L, does not, Q > L,
+/// Q = 1, Q = L; one group, two, one per head; P and N off the GEMM tile.
+struct Config {
+  SsdShape s;
+  int chunk;
+};
+const Config kConfigs[] = {{{2, 37, 4, 8, 2, 8}, 8},  {{1, 64, 2, 4, 1, 16}, 16},
+                           {{2, 20, 3, 5, 3, 3}, 64}, {{1, 9, 2, 3, 1, 2}, 1},
+                           {{1, 50, 4, 6, 4, 5}, 50}, {{2, 1, 2, 4, 2, 4}, 4},
+                           {{1, 70, 2, 16, 1, 8}, 32}};
+
+std::string describe(const Config& c, unsigned given) {
+  const auto& s = c.s;
+  return ::testing::PrintToString(std::vector<int>{s.B, s.L, s.H, s.P, s.G, s.N}) +
+         " Q=" + std::to_string(c.chunk) + " given=" + std::to_string(given);
+}
+
+TYPED_TEST(Ssd, ForwardMatchesTheRecurrence) {
+  using T = TypeParam;
+  unsigned seed = 10;
+  for (const Config& c : kConfigs) {
+    for (unsigned given : {0u, unsigned(kD), unsigned(kAll)}) {
+      SCOPED_TRACE(describe(c, given));
+      const SsdCase a = make_case(c.s, given, seed += 10);
+      const auto expected = ssm_ref::ssd_forward(a);
+      const auto actual = run_forward<T>(a, c.chunk);
+      const double atol = sum_tol<T>(c.s.N * 4.0);
+      EXPECT_ALLCLOSE(actual.y, expected.y, tol<T>(), atol);
+      EXPECT_ALLCLOSE(actual.final_state, expected.final_state, tol<T>(), atol);
+    }
+  }
+}
+
+TYPED_TEST(Ssd, BackwardMatchesTheAdjointRecurrence) {
+  using T = TypeParam;
+  unsigned seed = 500;
+  for (const Config& c : kConfigs) {
+    for (unsigned given : {0u, unsigned(kDfinal), unsigned(kAll)}) {
+      SCOPED_TRACE(describe(c, given));
+      const SsdCase a = make_case(c.s, given, seed += 10);
+      const auto expected = ssm_ref::ssd_backward(a);
+      const auto actual = run_backward<T>(a, c.chunk);
+      const auto& s = c.s;
+      // Per-step gradients sum over the state (P·N terms, more along the
+      // decays); dA and dD over B·L steps, dB and dC over a group's heads.
+      const double step = sum_tol<T>(4.0 * s.P * s.N);
+      const double param = sum_tol<T>(4.0 * s.P * s.N * s.B * s.L);
+      EXPECT_ALLCLOSE(actual.dx, expected.dx, tol<T>(), step);
+      EXPECT_ALLCLOSE(actual.ddt, expected.ddt, tol<T>(), step);
+      EXPECT_ALLCLOSE(actual.dB, expected.dB, tol<T>(), step * s.H);
+      EXPECT_ALLCLOSE(actual.dC, expected.dC, tol<T>(), step * s.H);
+      EXPECT_ALLCLOSE(actual.dA, expected.dA, tol<T>(), param);
+      EXPECT_ALLCLOSE(actual.dD, expected.dD, tol<T>(), param);
+      EXPECT_ALLCLOSE(actual.dinit, expected.dinit, tol<T>(), step);
+    }
+  }
+}
+
+TYPED_TEST(Ssd, EmptySequenceAndBatch) {
+  using T = TypeParam;
+  for (SsdShape s : {SsdShape{2, 0, 2, 3, 1, 4}, SsdShape{0, 5, 2, 3, 2, 4}}) {
+    SCOPED_TRACE(s.B);
+    const SsdCase a = make_case(s, kAll, 3);
+    const auto f = run_forward<T>(a, 4);
+    const auto b = run_backward<T>(a, 4);
+    const auto ef = ssm_ref::ssd_forward(a);
+    const auto eb = ssm_ref::ssd_backward(a);
+    // L = 0: the final state is the initial state, d(initial) = d(final).
+    EXPECT_ALLCLOSE(f.final_state, ef.final_state, tol<T>(), tol<T>());
+    EXPECT_ALLCLOSE(b.dinit, eb.dinit, tol<T>(), tol<T>());
+    EXPECT_ALLCLOSE(b.dA, Vec(s.H, 0.0), 0, 0);
+    EXPECT_ALLCLOSE(b.dD, Vec(s.H, 0.0), 0, 0);
+  }
+}
+
+/// Σ y·dy + Σ final·dfinal: the scalar whose gradient the backward returns.
+double loss(const ssm_ref::SsdForwardResult& r, const SsdCase& a) {
+  double l = 0;
+  for (std::size_t i = 0; i < r.y.size(); ++i) l += r.y[i] * a.dy[i];
+  for (std::size_t i = 0; i < a.dfinal.size(); ++i) l += r.final_state[i] * a.dfinal[i];
+  return l;
+}
+
+TEST(SsdGradient, KdnnMatchesFiniteDifferencesOfItsForward) {
+  for (const Config& c : {Config{{2, 23, 4, 5, 2, 3}, 8}, Config{{1, 12, 2, 4, 1, 4}, 5}}) {
+    SCOPED_TRACE(describe(c, kAll));
+    const SsdCase a = make_case(c.s, kAll, 900);
+    const auto grad = run_backward<double>(a, c.chunk);
+    const auto forward = [&](const SsdCase& p) { return run_forward<double>(p, c.chunk); };
+    const struct {
+      Vec SsdCase::*input;
+      const Vec* gradient;
+      const char* name;
+    } inputs[] = {{&SsdCase::x, &grad.dx, "x"},         {&SsdCase::dt, &grad.ddt, "dt"},
+                  {&SsdCase::A, &grad.dA, "A"},         {&SsdCase::Bm, &grad.dB, "B"},
+                  {&SsdCase::Cm, &grad.dC, "C"},        {&SsdCase::D, &grad.dD, "D"},
+                  {&SsdCase::init, &grad.dinit, "init"}};
+    for (const auto& in : inputs) {
+      SCOPED_TRACE(in.name);
+      const Vec dir = normal((a.*in.input).size(), 4242);
+      const double eps = 1e-6;
+      SsdCase plus = a, minus = a;
+      for (std::size_t i = 0; i < dir.size(); ++i) {
+        (plus.*in.input)[i] += eps * dir[i];
+        (minus.*in.input)[i] -= eps * dir[i];
+      }
+      const double fd = (loss(forward(plus), a) - loss(forward(minus), a)) / (2 * eps);
+      double exact = 0;
+      for (std::size_t i = 0; i < dir.size(); ++i) exact += (*in.gradient)[i] * dir[i];
+      EXPECT_NEAR(exact, fd, 1e-6 * (std::abs(fd) + 1));
+    }
+  }
+}
+
+TYPED_TEST(Ssd, DecaysThatUnderflowGiveFiniteResults) {
+  using T = TypeParam;
+  // dt·A down to −60 per step over 600 steps: exp(cum) underflows in every
+  // chunk after the first steps, in float and in double.
+  SsdCase a = make_case({1, 600, 2, 4, 1, 4}, kAll, 31, -100, -20);
+  const auto expected_f = ssm_ref::ssd_forward(a);
+  const auto expected_b = ssm_ref::ssd_backward(a);
+  const auto f = run_forward<T>(a, 64);
+  const auto b = run_backward<T>(a, 64);
+  for (const Vec* v : {&f.y, &f.final_state, &b.dx, &b.ddt, &b.dA, &b.dB, &b.dC, &b.dD, &b.dinit}) {
+    for (double e : *v) ASSERT_TRUE(std::isfinite(e));
+  }
+  EXPECT_ALLCLOSE(f.y, expected_f.y, tol<T>(), sum_tol<T>(16));
+  EXPECT_ALLCLOSE(b.dx, expected_b.dx, tol<T>(), sum_tol<T>(16));
+  EXPECT_ALLCLOSE(b.ddt, expected_b.ddt, tol<T>(), sum_tol<T>(64));
+  EXPECT_ALLCLOSE(b.dA, expected_b.dA, tol<T>(), sum_tol<T>(16 * 600));
+}
+
+TYPED_TEST(Ssd, PiecesMatchTheirDefinitions) {
+  using T = TypeParam;
+  const SsdShape s{2, 29, 4, 5, 2, 3};
+  const int Q = 8, chunks = 4;
+  const SsdCase a = make_case(s, kD | kInit, 71);
+  SsdViews<T> v(a);
+
+  // Y_diag + D·x: each chunk on its own from a zero state.
+  DeviceView<T****> y("y", s.B, s.L, s.H, s.P);
+  ssm::SsdForward<T, Space> f;
+  v.set_inputs(f);
+  f.y = y;
+  ssm::ssd_diag(Space(), f, {Q});
+  Vec expected(a.x.size());
+  for (int c = 0; c < chunks; ++c) {
+    const int t0 = c * Q, n = std::min(Q, s.L - t0);
+    SsdCase piece = a;
+    piece.s.L = n;
+    piece.init.clear();
+    const ssm_ref::SsdIndex whole{s}, part{piece.s};
+    piece.x.assign(std::size_t(s.B) * n * s.H * s.P, 0);
+    piece.dt.assign(std::size_t(s.B) * n * s.H, 0);
+    piece.Bm.assign(std::size_t(s.B) * n * s.G * s.N, 0);
+    piece.Cm = piece.Bm;
+    for (int b = 0; b < s.B; ++b)
+      for (int t = 0; t < n; ++t)
+        for (int h = 0; h < s.H; ++h) {
+          piece.dt[part.dt(b, t, h)] = a.dt[whole.dt(b, t0 + t, h)];
+          for (int p = 0; p < s.P; ++p) piece.x[part.x(b, t, h, p)] = a.x[whole.x(b, t0 + t, h, p)];
+          for (int j = 0; j < s.N; ++j) {
+            piece.Bm[part.bc(b, t, h, j)] = a.Bm[whole.bc(b, t0 + t, h, j)];
+            piece.Cm[part.bc(b, t, h, j)] = a.Cm[whole.bc(b, t0 + t, h, j)];
+          }
+        }
+    const auto r = ssm_ref::ssd_forward(piece);
+    for (int b = 0; b < s.B; ++b)
+      for (int t = 0; t < n; ++t)
+        for (int h = 0; h < s.H; ++h)
+          for (int p = 0; p < s.P; ++p)
+            expected[whole.x(b, t0 + t, h, p)] = r.y[part.x(b, t, h, p)];
+  }
+  EXPECT_ALLCLOSE(to_host(y), expected, tol<T>(), sum_tol<T>(12));
+
+  // The summary: exp(Σ dt·A) and the final state from a zero state.
+  DeviceView<T**> decay("decay", s.B, s.H);
+  DeviceView<T****> local("local", s.B, s.H, s.P, s.N);
+  ssm::SsdSummary<T, Space> sum;
+  sum.x = v.x;
+  sum.dt = v.dt;
+  sum.A = v.A;
+  sum.B = v.Bm;
+  sum.C = v.Cm;
+  sum.decay = decay;
+  sum.local_state = local;
+  ssm::ssd_summary(Space(), sum, {Q});
+  SsdCase zero = a;
+  zero.init.clear();
+  EXPECT_ALLCLOSE(to_host(local), ssm_ref::ssd_forward(zero).final_state, tol<T>(), sum_tol<T>(12));
+  Vec total(std::size_t(s.B) * s.H), cumexp(std::size_t(s.B) * s.H * chunks * Q, 0.0);
+  const ssm_ref::SsdIndex ix{s};
+  for (int b = 0; b < s.B; ++b)
+    for (int h = 0; h < s.H; ++h) {
+      double all = 0;
+      for (int c = 0; c < chunks; ++c) {
+        double cum = 0;
+        for (int i = 0; i < Q && c * Q + i < s.L; ++i) {
+          cum += a.dt[ix.dt(b, c * Q + i, h)] * a.A[h];
+          cumexp[((std::size_t(b) * s.H + h) * chunks + c) * Q + i] = std::exp(cum);
+        }
+        all += cum;
+      }
+      total[std::size_t(b) * s.H + h] = std::exp(all);
+    }
+  EXPECT_ALLCLOSE(to_host(decay), total, tol<T>(), tol<T>());
+
+  DeviceView<T****> ce("cumexp", s.B, s.H, chunks, Q);
+  ssm::ssd_decay_cumsum(Space(), kdnn::Tensor3<const T, Space>(v.dt),
+                        kdnn::Vector<const T, Space>(v.A), ce, {Q});
+  EXPECT_ALLCLOSE(to_host(ce), cumexp, tol<T>(), tol<T>());
+}
+
+TEST(SsdErrors, BadArgumentsAreNamed) {
+  using T = double;
+  const SsdShape s{1, 10, 4, 3, 2, 2};
+  const SsdCase a = make_case(s, kAll, 5);
+  SsdViews<T> v(a);
+  DeviceView<T****> y("y", s.B, s.L, s.H, s.P);
+  const auto forward = [&](auto edit, ssm::SsdOptions opts = {}) {
+    ssm::SsdForward<T, Space> f;
+    v.set_inputs(f);
+    f.y = y;
+    edit(f);
+    ssm::ssd_forward(Space(), f, opts);
+  };
+  using F = ssm::SsdForward<T, Space>;
+  EXPECT_KDNN_ERROR(forward([](F&) {}, {0}), "chunk=0, expected Q >= 1");
+  EXPECT_KDNN_ERROR(forward([](F& f) { f.dt = DeviceView<T***>("dt", 1, 9, 4); }),
+                    "dt has extent(1)=9, expected 10");
+  DeviceView<T****> b3("b3", 1, 10, 3, 2);
+  EXPECT_KDNN_ERROR(forward([&](F& f) { f.B = f.C = b3; }),
+                    "B has extent(2)=3, expected a number of groups G >= 1 that divides H=4");
+  EXPECT_KDNN_ERROR(forward([&](F& f) { f.C = b3; }), "C has extent(2)=3, expected 2");
+  EXPECT_KDNN_ERROR(forward([](F& f) { f.A = DeviceView<T*>("A", 3); }), "A has extent(0)=3");
+  EXPECT_KDNN_ERROR(forward([](F& f) { f.initial_state = DeviceView<T****>("i", 1, 4, 3, 3); }),
+                    "initial_state has extent(3)=3, expected 2");
+  EXPECT_KDNN_ERROR(forward([&](F& f) { f.y = DeviceView<T****>("y", 1, 10, 4, 2); }),
+                    "y has extent(3)=2, expected 3");
+  EXPECT_KDNN_ERROR(forward([&](F& f) {
+                      f.y = kdnn::Tensor4<T, Space>(const_cast<T*>(v.x.data()), 1, 10, 4, 3);
+                    }),
+                    "output y overlaps input x");
+  // A > 0 is refused only when asked for.
+  DeviceView<T*> positive = to_device<T*>({-1, -0.5, 0.25, -2}, 4);
+  EXPECT_KDNN_ERROR(forward([&](F& f) { f.A = positive; }, {8, true}),
+                    "A[2]=0.25, expected A <= 0");
+  EXPECT_NO_THROW(forward([&](F& f) { f.A = positive; }, {8, false}));
+
+  ssm::SsdBackward<T, Space> g;
+  v.set_inputs(g);
+  g.dy = v.dy;
+  DeviceView<T****> dx("dx", 1, 10, 4, 3), dB("dB", 1, 10, 2, 2), dC("dC", 1, 10, 2, 2);
+  DeviceView<T***> ddt("ddt", 1, 10, 4);
+  DeviceView<T*> dA("dA", 4);
+  g.dx = dx;
+  g.ddt = ddt;
+  g.dA = dA;
+  g.dB = dB;
+  g.dC = dC;
+  EXPECT_NO_THROW(ssm::ssd_backward(Space(), g));
+  g.dC = DeviceView<T****>("dC", 1, 10, 4, 2);
+  EXPECT_KDNN_ERROR(ssm::ssd_backward(Space(), g), "dC has extent(2)=4, expected 2 (same as C)");
+  g.dC = dB;
+  EXPECT_KDNN_ERROR(ssm::ssd_backward(Space(), g), "outputs dB and dC overlap");
+}
+
+}  // namespace
