@@ -340,62 +340,72 @@ void sum_group_heads(const ExecSpace& space, const Tensor4<T, ExecSpace>& per_he
       });
 }
 
-/// The backward given H_c in `states` and dH_{c+1} in `dstates` (after both
-/// state passes): the chunk kernels, then dA, dD and the sums over a group's
-/// heads. Also the context-parallel backward's last step.
+/// Where the two backward kernels put their gradients (SsdGradients): the
+/// outputs themselves, or per-head buffers for dB and dC when G < H.
 template <class ExecSpace, class T>
-void chunk_backward(const char* op, const ExecSpace& space, const SsdBackward<T, ExecSpace>& a,
-                    int chunk, const ChunkStates<T, ExecSpace>& states,
-                    const ChunkStates<T, ExecSpace>& dstates) {
+SsdGradients<ExecSpace, T> gradient_buffers(const SsdBackward<T, ExecSpace>& a) {
   const int B = int(a.x.extent(0)), L = int(a.x.extent(1)), H = int(a.x.extent(2));
-  const int G = int(a.B.extent(2)), N = int(a.B.extent(3));
-  SsdGradients<ExecSpace, T> g;
-  g.dx = a.dx;
-  const bool per_head = G != H;
+  const int N = int(a.B.extent(3));
+  const bool per_head = int(a.B.extent(2)) != H;
   const auto alloc = [&](const char* label) {
     return Tensor4<T, ExecSpace>(
         Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), B, L, H, N);
   };
+  SsdGradients<ExecSpace, T> g;
+  g.dx = a.dx;
   g.dBh = per_head ? alloc("kdnn::ssm::ssd_dB_per_head") : a.dB;
   g.dCh = per_head ? alloc("kdnn::ssm::ssd_dC_per_head") : a.dC;
   g.dcum = decltype(g.dcum)(
       Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("kdnn::ssm::ssd_dcum")), B, H, L);
+  return g;
+}
 
-  SsdDiagBackwardKernel<ExecSpace, T> dk;
-  set_ssd_inputs<ExecSpace, T>(dk, a, chunk);
-  dk.dy = a.dy;
-  dk.g = g;
+/// The backward of Y_diag (needs no state): the first half of the backward.
+template <class ExecSpace, class T>
+void diag_backward(const char* op, const ExecSpace& space, const SsdBackward<T, ExecSpace>& a,
+                   int chunk, const SsdGradients<ExecSpace, T>& g) {
+  SsdDiagBackwardKernel<ExecSpace, T> k;
+  set_ssd_inputs<ExecSpace, T>(k, a, chunk);
+  k.dy = a.dy;
+  k.g = g;
   launch_chunks(
-      op, space, dk,
-      [&](kdnn::impl::ScratchCarver& s) { decltype(dk)::carve(s, dk.Qp, dk.Pp, dk.Np); },
+      op, space, k, [&](kdnn::impl::ScratchCarver& s) { decltype(k)::carve(s, k.Qp, k.Pp, k.Np); },
       "kdnn::ssm::ssd_diag_backward");
+}
 
-  SsdStateBackwardKernel<ExecSpace, T> sk;
-  set_ssd_inputs<ExecSpace, T>(sk, a, chunk);
-  sk.dy = a.dy;
-  sk.D = a.D;
-  sk.has_d = validate::given(a.D);
-  sk.states = states;
-  sk.dstates = dstates;
-  sk.g = g;
-  sk.ddt = a.ddt;
-  sk.partial = Matrix<double, ExecSpace>(
+/// The second half, given H_c in `states` and dH_{c+1} in `dstates` (after
+/// both state passes): the state kernel, then dA, dD and the sums over a
+/// group's heads.
+template <class ExecSpace, class T>
+void state_backward(const char* op, const ExecSpace& space, const SsdBackward<T, ExecSpace>& a,
+                    int chunk, const ChunkStates<T, ExecSpace>& states,
+                    const ChunkStates<T, ExecSpace>& dstates, const SsdGradients<ExecSpace, T>& g) {
+  const int H = int(a.x.extent(2));
+  SsdStateBackwardKernel<ExecSpace, T> k;
+  set_ssd_inputs<ExecSpace, T>(k, a, chunk);
+  k.dy = a.dy;
+  k.D = a.D;
+  k.has_d = validate::given(a.D);
+  k.states = states;
+  k.dstates = dstates;
+  k.g = g;
+  k.ddt = a.ddt;
+  k.partial = Matrix<double, ExecSpace>(
       Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("kdnn::ssm::ssd_param_sums")),
-      std::size_t(B) * sk.chunks, 2 * std::size_t(H));
+      a.x.extent(0) * std::size_t(k.chunks), 2 * std::size_t(H));
   launch_chunks(
-      op, space, sk,
-      [&](kdnn::impl::ScratchCarver& s) { decltype(sk)::carve(s, sk.Qp, sk.Pp, sk.Np); },
+      op, space, k, [&](kdnn::impl::ScratchCarver& s) { decltype(k)::carve(s, k.Qp, k.Pp, k.Np); },
       "kdnn::ssm::ssd_state_backward");
 
   const auto dA = a.dA;
   const auto dD = a.dD;
   const bool has_dd = validate::given(dD);
-  if (sk.partial.extent(0) == 0) {  // no steps: zero parameter gradients
+  if (k.partial.extent(0) == 0) {  // no steps: zero parameter gradients
     Kokkos::deep_copy(space, dA, T(0));
     if (has_dd) Kokkos::deep_copy(space, dD, T(0));
   } else {
     kdnn::impl::sum_blocks(
-        space, "kdnn::ssm::ssd_dA_dD", sk.partial, KOKKOS_LAMBDA(int j, double v) {
+        space, "kdnn::ssm::ssd_dA_dD", k.partial, KOKKOS_LAMBDA(int j, double v) {
           if (j < H) {
             dA(j) = T(v);
           } else if (has_dd) {
@@ -403,7 +413,7 @@ void chunk_backward(const char* op, const ExecSpace& space, const SsdBackward<T,
           }
         });
   }
-  if (per_head) {
+  if (g.dBh.data() != a.dB.data()) {  // per-head buffers (G < H)
     sum_group_heads(space, g.dBh, a.dB);
     sum_group_heads(space, g.dCh, a.dC);
   }
@@ -436,7 +446,9 @@ void ssd_backward(const ExecSpace& space, const SsdBackward<T, ExecSpace>& a,
   state_pass(space, states, decay, a.initial_state, Tensor4<T, ExecSpace>());
   chunk_dstates(op, space, a, opts.chunk, dstates);
   reverse_state_pass(space, dstates, decay, a.dfinal_state, a.dinitial_state, int(a.x.extent(3)));
-  chunk_backward(op, space, a, opts.chunk, states, dstates);
+  const auto g = gradient_buffers(a);
+  diag_backward(op, space, a, opts.chunk, g);
+  state_backward(op, space, a, opts.chunk, states, dstates, g);
 }
 
 }  // namespace kdnn::ssm::impl
