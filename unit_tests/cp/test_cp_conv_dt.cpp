@@ -196,8 +196,12 @@ void expect_equal_to_single_rank(const Problem& p) {
     EXPECT_ALLCLOSE(part.dw, whole.dw, tol, tol);
     EXPECT_ALLCLOSE(part.dbias, whole.dbias, tol, tol);
     EXPECT_ALLCLOSE(part.ddt_bias, whole.ddt_bias, tol, tol);
-    if (rank == 0) EXPECT_ALLCLOSE(part.dinit, whole.dinit, tol, tol);
-    if (rank == P - 1) EXPECT_ALLCLOSE(part.final_state, whole.final_state, 0, 0);
+    if (rank == 0) {
+      EXPECT_ALLCLOSE(part.dinit, whole.dinit, tol, tol);
+    }
+    if (rank == P - 1) {
+      EXPECT_ALLCLOSE(part.final_state, whole.final_state, 0, 0);
+    }
     // Every rank but the first receives B·(K−1)·C elements, less before the
     // sequence starts when there is no initial state (zeros are not sent).
     const int before = rank == 0 ? 0 : first + (p.init ? p.K - 1 : 0);

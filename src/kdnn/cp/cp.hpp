@@ -4,3 +4,4 @@
 #include "kdnn/cp/agree.hpp"
 #include "kdnn/cp/conv_dt.hpp"
 #include "kdnn/cp/sequence_split.hpp"
+#include "kdnn/cp/ssd.hpp"

@@ -1,0 +1,275 @@
+// Context-parallel SSD (kdnn/cp/ssd.hpp), run by ctest under mpiexec at 1,
+// 2, 3 and 4 ranks: for splits of one sequence (even, uneven, ranks shorter
+// than a chunk, ranks with no steps, everything on one rank) every output
+// and gradient on every rank equals the single-rank SSD on the whole
+// sequence (the rank's slice of it; dA and dD summed over the ranks) to
+// float64 round-off, and each rank's final state equals the float64
+// recurrence's state at the end of its steps. The bytes a rank sends do not
+// depend on L. The collective checks give every rank the same error.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "allclose.hpp"
+#include "expect_error.hpp"
+#include "kdnn/cp/cp.hpp"
+#include "kdnn/ssm/ssd.hpp"
+#include "ssd_reference.hpp"
+#include "views.hpp"
+
+namespace {
+
+using namespace kdnn_test;
+using ssm_ref::SsdCase;
+using ssm_ref::SsdShape;
+using ssm_ref::Vec;
+namespace cp = kdnn::cp;
+namespace ssm = kdnn::ssm;
+
+int comm_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+int comm_size() {
+  int p = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &p);
+  return p;
+}
+
+SsdCase make_problem(SsdShape s, bool d, bool init, bool dfinal) {
+  SsdCase a;
+  a.s = s;
+  const std::size_t nx = std::size_t(s.B) * s.L * s.H * s.P;
+  const std::size_t nbc = std::size_t(s.B) * s.L * s.G * s.N;
+  const std::size_t ns = std::size_t(s.B) * s.H * s.P * s.N;
+  a.x = normal(nx, 1);
+  a.dt = uniform(std::size_t(s.B) * s.L * s.H, 0.05, 0.6, 2);
+  a.A = uniform(s.H, -1.5, -0.2, 3);
+  a.Bm = normal(nbc, 4);
+  a.Cm = normal(nbc, 5);
+  a.dy = normal(nx, 6);
+  if (d) a.D = uniform(s.H, -1, 1, 7);
+  if (init) a.init = normal(ns, 8);
+  if (dfinal) a.dfinal = normal(ns, 9);
+  return a;
+}
+
+/// Steps [first, first + n) of a [B, L, E] tensor.
+Vec slice(const Vec& v, int B, int L, int E, int first, int n) {
+  Vec out;
+  for (int b = 0; b < B; ++b) {
+    const auto at = v.begin() + (std::size_t(b) * L + first) * E;
+    out.insert(out.end(), at, at + std::size_t(n) * E);
+  }
+  return out;
+}
+
+struct Result {
+  Vec y, final_state, dx, ddt, dA, dB, dC, dD, dinit;
+  cp::StateStats forward, backward;
+};
+
+/// The run on steps [first, first + n): the single-rank operators when
+/// `comm` is null, else this rank's share. Rank 0 holds the initial state
+/// and its gradient, the last rank d(final state); every rank asks for its
+/// final state.
+template <class T>
+Result run(const SsdCase& a, int first, int n, int chunk, MPI_Comm comm) {
+  const bool single = comm == MPI_COMM_NULL;
+  const int rank = single ? 0 : comm_rank(), last = single ? 0 : comm_size() - 1;
+  const auto& s = a.s;
+  const int HP = s.H * s.P, GN = s.G * s.N;
+  const auto x = to_device<T****>(slice(a.x, s.B, s.L, HP, first, n), s.B, n, s.H, s.P);
+  const auto dy = to_device<T****>(slice(a.dy, s.B, s.L, HP, first, n), s.B, n, s.H, s.P);
+  const auto dt = to_device<T***>(slice(a.dt, s.B, s.L, s.H, first, n), s.B, n, s.H);
+  const auto Bm = to_device<T****>(slice(a.Bm, s.B, s.L, GN, first, n), s.B, n, s.G, s.N);
+  const auto Cm = to_device<T****>(slice(a.Cm, s.B, s.L, GN, first, n), s.B, n, s.G, s.N);
+  const auto A = to_device<T*>(a.A, s.H);
+  DeviceView<T*> D, dD;
+  if (!a.D.empty()) D = to_device<T*>(a.D, s.H), dD = DeviceView<T*>("dD", s.H);
+  DeviceView<T****> init, dinit, dfinal;
+  if (!a.init.empty() && rank == 0) {
+    init = to_device<T****>(a.init, s.B, s.H, s.P, s.N);
+    dinit = DeviceView<T****>("dinit", s.B, s.H, s.P, s.N);
+  }
+  if (!a.dfinal.empty() && rank == last) dfinal = to_device<T****>(a.dfinal, s.B, s.H, s.P, s.N);
+  DeviceView<T****> y("y", s.B, n, s.H, s.P), fin("final", s.B, s.H, s.P, s.N);
+  DeviceView<T****> dx("dx", s.B, n, s.H, s.P), dB("dB", s.B, n, s.G, s.N),
+      dC("dC", s.B, n, s.G, s.N);
+  DeviceView<T***> ddt("ddt", s.B, n, s.H);
+  DeviceView<T*> dA("dA", s.H);
+
+  ssm::SsdForward<T, Space> f;
+  f.x = x, f.dt = dt, f.A = A, f.B = Bm, f.C = Cm, f.D = D, f.initial_state = init;
+  f.y = y, f.final_state = fin;
+  ssm::SsdBackward<T, Space> g;
+  g.x = x, g.dt = dt, g.A = A, g.B = Bm, g.C = Cm, g.D = D, g.initial_state = init;
+  g.dy = dy, g.dfinal_state = dfinal;
+  g.dx = dx, g.ddt = ddt, g.dA = dA, g.dB = dB, g.dC = dC, g.dD = dD, g.dinitial_state = dinit;
+  Result r;
+  if (single) {
+    ssm::ssd_forward(Space(), f, {chunk});
+    ssm::ssd_backward(Space(), g, {chunk});
+  } else {
+    r.forward = cp::ssd_forward(Space(), comm, f, {chunk});
+    r.backward = cp::ssd_backward(Space(), comm, g, {chunk});
+    cp::allreduce_sum(comm, dA);
+    if (!a.D.empty()) cp::allreduce_sum(comm, dD);
+  }
+  r.y = to_host(y), r.final_state = to_host(fin), r.dx = to_host(dx), r.ddt = to_host(ddt);
+  r.dA = to_host(dA), r.dB = to_host(dB), r.dC = to_host(dC);
+  if (!a.D.empty()) r.dD = to_host(dD);
+  if (dinit.size()) r.dinit = to_host(dinit);
+  return r;
+}
+
+/// The float64 recurrence's state after step `end` − 1 ([B, H, P, N]).
+Vec state_at(const SsdCase& a, int end) {
+  const auto& s = a.s;
+  Vec out(std::size_t(s.B) * s.H * s.P * s.N);
+  const ssm_ref::SsdIndex ix{s};
+  for (int b = 0; b < s.B; ++b)
+    for (int h = 0; h < s.H; ++h) {
+      const auto hs = ssm_ref::ssd_states(a, b, h);
+      for (int p = 0; p < s.P; ++p)
+        for (int j = 0; j < s.N; ++j) out[ix.state(b, h, p, j)] = hs[end][std::size_t(p) * s.N + j];
+    }
+  return out;
+}
+
+/// Split patterns for R ranks over L steps and chunks of Q.
+std::vector<std::vector<int>> splits(int R, int L, int Q) {
+  std::vector<std::vector<int>> out;
+  std::vector<int> even(R, L / R);
+  for (int r = 0; r < L % R; ++r) ++even[r];
+  out.push_back(even);
+  if (R == 1) return out;
+  // Ranks shorter than a chunk (every other one empty), the rest on the last.
+  std::vector<int> short_first(R, 0);
+  int used = 0;
+  for (int r = 0; r < R - 1; ++r) used += short_first[r] = (r % 2 == 0) ? (Q > 1 ? Q - 1 : 1) : 0;
+  short_first[R - 1] = L - used;
+  out.push_back(short_first);
+  std::vector<int> first_only(R, 0), last_only(R, 0);
+  first_only[0] = L;
+  last_only[R - 1] = L;
+  out.push_back(first_only);
+  out.push_back(last_only);
+  std::vector<int> uneven(R);  // Q + 1, Q + 2, ... steps, the rest on rank 0
+  int rest = L;
+  for (int r = 1; r < R; ++r) rest -= uneven[r] = r + Q;
+  uneven[0] = rest;
+  out.push_back(uneven);
+  std::vector<std::vector<int>> valid;
+  for (const auto& lengths : out) {
+    if (std::all_of(lengths.begin(), lengths.end(), [](int l) { return l >= 0; })) {
+      valid.push_back(lengths);
+    }
+  }
+  return valid;
+}
+
+void expect_equal_to_single_rank(const SsdCase& a, int chunk) {
+  const int R = comm_size(), rank = comm_rank();
+  const auto& s = a.s;
+  const Result whole = run<double>(a, 0, s.L, chunk, MPI_COMM_NULL);
+  for (const auto& lengths : splits(R, s.L, chunk)) {
+    const int first = std::accumulate(lengths.begin(), lengths.begin() + rank, 0);
+    const int n = lengths[rank];
+    std::string text;
+    for (int l : lengths) text += std::to_string(l) + " ";
+    SCOPED_TRACE("Q=" + std::to_string(chunk) + " L=" + std::to_string(s.L) + " split " + text +
+                 "rank " + std::to_string(rank));
+    const Result part = run<double>(a, first, n, chunk, MPI_COMM_WORLD);
+    const double tol = 1e-12;
+    const int HP = s.H * s.P, GN = s.G * s.N;
+    EXPECT_ALLCLOSE(part.y, slice(whole.y, s.B, s.L, HP, first, n), tol, tol);
+    EXPECT_ALLCLOSE(part.dx, slice(whole.dx, s.B, s.L, HP, first, n), tol, tol);
+    EXPECT_ALLCLOSE(part.ddt, slice(whole.ddt, s.B, s.L, s.H, first, n), tol, tol);
+    EXPECT_ALLCLOSE(part.dB, slice(whole.dB, s.B, s.L, GN, first, n), tol, tol);
+    EXPECT_ALLCLOSE(part.dC, slice(whole.dC, s.B, s.L, GN, first, n), tol, tol);
+    EXPECT_ALLCLOSE(part.dA, whole.dA, tol, tol);
+    EXPECT_ALLCLOSE(part.dD, whole.dD, tol, tol);
+    if (rank == 0) {
+      EXPECT_ALLCLOSE(part.dinit, whole.dinit, tol, tol);
+    }
+    EXPECT_ALLCLOSE(part.final_state, state_at(a, first + n), tol, tol);
+    // Each rank's summary goes to every other rank: B·H·(1 + P·N) values
+    // forward, B·H·(1 + 2·P·N) backward, whatever L and the split.
+    const std::int64_t bh = std::int64_t(s.B) * s.H, pn = std::int64_t(s.P) * s.N;
+    EXPECT_EQ(part.forward.bytes_sent, (R - 1) * bh * (1 + pn) * 8);
+    EXPECT_EQ(part.backward.bytes_sent, (R - 1) * bh * (1 + 2 * pn) * 8);
+    EXPECT_EQ(part.forward.bytes_received, part.forward.bytes_sent);
+  }
+}
+
+TEST(CpSsd, EqualsSingleRankForEverySplit) {
+  expect_equal_to_single_rank(make_problem({2, 29, 4, 5, 2, 3}, true, true, true), 4);
+  expect_equal_to_single_rank(make_problem({1, 37, 2, 4, 1, 4}, false, false, false), 8);
+  expect_equal_to_single_rank(make_problem({1, 23, 3, 3, 3, 2}, true, false, true), 64);
+  expect_equal_to_single_rank(make_problem({2, 0, 2, 3, 1, 2}, true, true, true), 4);  // no steps
+}
+
+TEST(CpSsd, BytesSentDoNotDependOnTheLength) {
+  const int R = comm_size(), rank = comm_rank();
+  std::int64_t sent[2] = {0, 0};
+  for (int k = 0; k < 2; ++k) {
+    const int per_rank = k == 0 ? 16 : 160;
+    const SsdCase a = make_problem({2, per_rank * R, 2, 8, 1, 8}, false, false, false);
+    sent[k] = run<float>(a, per_rank * rank, per_rank, 16, MPI_COMM_WORLD).forward.bytes_sent;
+  }
+  EXPECT_EQ(sent[0], sent[1]);
+  EXPECT_EQ(sent[0], std::int64_t(R - 1) * 2 * 2 * (1 + 64) * 4);
+}
+
+TEST(CpSsd, MismatchOnOneRankGivesEveryRankTheSameError) {
+  const int R = comm_size(), rank = comm_rank();
+  const int odd = R - 1;
+  const int B = 1, n = 6, H = 4, N = 2;
+  const int P = rank == odd && R > 1 ? 4 : 3;
+  DeviceView<double****> x("x", B, n, H, P), y("y", B, n, H, P);
+  DeviceView<double***> dt("dt", B, n, H);
+  DeviceView<double*> A = to_device<double*>({-1, -1, -1, -1}, H);
+  DeviceView<double****> Bm("B", B, n, 2, N), Cm("C", B, n, 2, N);
+  ssm::SsdForward<double, Space> f;
+  f.x = x, f.dt = dt, f.A = A, f.B = Bm, f.C = Cm, f.y = y;
+  const auto call = [&](const ssm::SsdForward<double, Space>& args, ssm::SsdOptions o = {}) {
+    return error_of([&] { cp::ssd_forward(Space(), MPI_COMM_WORLD, args, o); });
+  };
+  if (R > 1) {
+    EXPECT_EQ(call(f), "cp::ssd_forward: P=4 on rank " + std::to_string(odd) +
+                           ", expected 3 (as on rank 0; every rank must agree)");
+  }
+  DeviceView<double****> x3("x", B, n, H, 3), y3("y", B, n, H, 3);
+  f.x = x3, f.y = y3;
+  // A local mistake on one rank: G = 3 does not divide H = 4.
+  auto bad = f;
+  DeviceView<double****> b3("b3", B, n, 3, N);
+  if (rank == odd) bad.B = bad.C = b3;
+  EXPECT_EQ(call(bad),
+            "cp::ssd_forward: B has extent(2)=3, expected a number of groups G >= 1 "
+            "that divides H=4 (on rank " +
+                std::to_string(odd) + " of " + std::to_string(R) + ")");
+  // A positive entry of A, refused with check_a.
+  auto positive = f;
+  if (rank == odd) positive.A = to_device<double*>({-1, 0.5, -1, -1}, H);
+  EXPECT_EQ(call(positive, {4, true}),
+            "cp::ssd_forward: A[1]=0.5, expected A <= 0 (check_a) (on rank " + std::to_string(odd) +
+                " of " + std::to_string(R) + ")");
+  if (R > 1) {
+    auto late = f;
+    DeviceView<double****> init("init", B, H, 3, N);
+    if (rank == odd) late.initial_state = init;
+    EXPECT_EQ(call(late), "cp::ssd_forward: initial_state given on rank " + std::to_string(odd) +
+                              ", expected it on rank 0 only (it belongs to the start of the "
+                              "sequence)");
+  }
+  EXPECT_EQ(call(f), "");
+}
+
+}  // namespace
