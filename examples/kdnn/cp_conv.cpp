@@ -5,16 +5,14 @@
 #include <mpi.h>
 
 #include <algorithm>
-#include <climits>
 #include <cstdint>
 #include <iostream>
-#include <numeric>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "cli.hpp"
+#include "cp_io.hpp"
 #include "kdnn/core/error.hpp"
 #include "kdnn/cp/cp.hpp"
 
@@ -134,121 +132,14 @@ struct Header {
   std::int64_t bias = 0, init = 0, backward = 0;
 };
 
-/// The counts of --split (empty: none given); usage errors.
-std::vector<std::int64_t> parse_split(const std::string& text, int P) {
-  std::vector<std::int64_t> lengths;
-  if (text.empty()) return lengths;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    std::size_t used = 0;
-    long long v = -1;
-    try {
-      v = std::stoll(item, &used);
-    } catch (const std::exception&) {
-    }
-    if (used != item.size() || v < 0) usage_fail("--split: expected counts >= 0, got '", item, "'");
-    lengths.push_back(v);
-  }
-  if (int(lengths.size()) != P) {
-    usage_fail("--split: expected ", P, " counts (one per rank), got ", lengths.size());
-  }
-  return lengths;
-}
-
-/// Each rank's steps: the --split counts (which must sum to L), or L split
-/// as evenly as possible.
-std::vector<std::int64_t> split_lengths(std::vector<std::int64_t> lengths, std::int64_t L, int P) {
-  if (lengths.empty()) {
-    for (int r = 0; r < P; ++r) lengths.push_back(L / P + (r < L % P ? 1 : 0));
-    return lengths;
-  }
-  const std::int64_t total = std::accumulate(lengths.begin(), lengths.end(), std::int64_t(0));
-  if (total != L) fail("--split: counts sum to ", total, ", expected L=", L, " (from xbc.npy)");
-  return lengths;
-}
-
-/// Each rank's elements of one batch entry of a [B, L, E] array, and their
-/// offsets, for MPI_Scatterv / MPI_Gatherv. The same on every rank, so the
-/// size check throws on all of them or none.
-struct StepCounts {
-  std::vector<int> counts, displs;
-  StepCounts(const std::vector<std::int64_t>& lengths, std::int64_t E) {
-    std::int64_t at = 0;
-    for (std::int64_t length : lengths) {
-      if (length * E > INT_MAX || at > INT_MAX) {
-        fail("cp-conv: ", length, " steps of ", E, " values on one rank, expected fewer than ",
-             "2^31 values per batch entry (MPI counts are int)");
-      }
-      counts.push_back(int(length * E));
-      displs.push_back(int(at));
-      at += length * E;
-    }
-  }
-};
-
-/// Scatters the steps of a [B, L, E] array (valid on rank 0) into this
-/// rank's [B, n, E], per batch entry.
-template <class T>
-std::vector<T> scatter_steps(const T* whole, const Header& h, std::int64_t E,
-                             const std::vector<std::int64_t>& lengths, int rank, MPI_Comm comm) {
-  const StepCounts sc(lengths, E);
-  const auto& counts = sc.counts;
-  const auto& displs = sc.displs;
-  std::vector<T> mine(std::size_t(h.B) * counts[rank]);
-  for (std::int64_t b = 0; b < h.B; ++b) {
-    MPI_Scatterv(rank == 0 ? whole + b * h.L * E : nullptr, counts.data(), displs.data(),
-                 cp::impl::mpi_type<T>(), mine.data() + b * counts[rank], counts[rank],
-                 cp::impl::mpi_type<T>(), 0, comm);
-  }
-  return mine;
-}
-
-/// The inverse of scatter_steps: this rank's [B, n, E] into rank 0's
-/// [B, L, E].
-template <class T>
-void gather_steps(const std::vector<T>& mine, T* whole, const Header& h, std::int64_t E,
-                  const std::vector<std::int64_t>& lengths, int rank, MPI_Comm comm) {
-  const StepCounts sc(lengths, E);
-  const auto& counts = sc.counts;
-  const auto& displs = sc.displs;
-  for (std::int64_t b = 0; b < h.B; ++b) {
-    MPI_Gatherv(mine.data() + b * counts[rank], counts[rank], cp::impl::mpi_type<T>(),
-                rank == 0 ? whole + b * h.L * E : nullptr, counts.data(), displs.data(),
-                cp::impl::mpi_type<T>(), 0, comm);
-  }
-}
-
-/// A whole array broadcast from rank 0 (weights).
-template <class T>
-std::vector<T> broadcast(const NpyArray* a, std::size_t n, int rank, MPI_Comm comm) {
-  std::vector<T> v(n);
-  if (rank == 0 && n) std::copy(a->data<T>(), a->data<T>() + n, v.begin());
-  MPI_Bcast(v.data(), int(n), cp::impl::mpi_type<T>(), 0, comm);
-  return v;
-}
-
-template <class DataType, class T, class... Extents>
-auto device_view(std::vector<T>& v, Extents... extents) {
-  Kokkos::View<DataType, Kokkos::LayoutRight, Kokkos::HostSpace,
-               Kokkos::MemoryTraits<Kokkos::Unmanaged>>
-  host(v.data(), std::size_t(extents)...);
-  return Kokkos::create_mirror_view_and_copy(Space::memory_space(), host);
-}
-
-template <class View, class T>
-void copy_back(const View& view, std::vector<T>& v) {
-  auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), view);
-  v.assign(host.data(), host.data() + host.size());
-}
-
 template <class T>
 int compute(const Options& o, const Inputs* in, const Header& h,
             const std::vector<std::int64_t>& lengths, int rank, MPI_Comm comm) {
   const int P = int(lengths.size());
   const std::int64_t B = h.B, C = h.C, K = h.K, H = h.H, n = lengths[rank];
-  auto x = scatter_steps<T>(rank ? nullptr : in->x.data<T>(), h, C, lengths, rank, comm);
-  auto dt = scatter_steps<T>(rank ? nullptr : in->dt.data<T>(), h, H, lengths, rank, comm);
+  const Sharding sh{lengths, B, h.L, rank, comm, "cp-conv"};
+  auto x = sh.scatter<T>(rank ? nullptr : in->x.data<T>(), C);
+  auto dt = sh.scatter<T>(rank ? nullptr : in->dt.data<T>(), H);
   auto w = broadcast<T>(rank ? nullptr : &in->w, C * K, rank, comm);
   auto dt_bias = broadcast<T>(rank ? nullptr : &in->dt_bias, H, rank, comm);
   std::vector<T> bias =
@@ -272,39 +163,10 @@ int compute(const Options& o, const Inputs* in, const Header& h,
   f.dt_out = dt_out;
   const cp::HaloStats sf = cp::conv_dt_forward(space, comm, f, o.cp);
 
-  std::vector<Output> outputs;
-  const auto gathered = [&](const char* name, const auto& view, std::int64_t E) {
-    std::vector<T> mine;
-    copy_back(view, mine);
-    NpyArray whole;
-    if (rank == 0)
-      whole =
-          io::allocate_npy(io::dtype_of<T>(), {std::size_t(B), std::size_t(h.L), std::size_t(E)});
-    gather_steps<T>(mine, rank ? nullptr : whole.data<T>(), h, E, lengths, rank, comm);
-    if (rank == 0) outputs.push_back({name, std::move(whole)});
-  };
-  /// An array held by one rank, sent to rank 0.
-  const auto from_rank = [&](const char* name, const auto& view, int owner) {
-    std::vector<T> v;
-    copy_back(view, v);
-    std::vector<std::size_t> shape;
-    for (int d = 0; d < int(view.rank); ++d) shape.push_back(view.extent(d));
-    if (owner != 0) {
-      if (rank == owner) MPI_Send(v.data(), int(v.size()), cp::impl::mpi_type<T>(), 0, 1, comm);
-      if (rank == 0) {
-        v.resize(view.size());
-        MPI_Recv(v.data(), int(v.size()), cp::impl::mpi_type<T>(), owner, 1, comm,
-                 MPI_STATUS_IGNORE);
-      }
-    }
-    if (rank != 0) return;
-    NpyArray a = io::allocate_npy(io::dtype_of<T>(), shape);
-    std::copy(v.begin(), v.end(), a.data<T>());
-    outputs.push_back({name, std::move(a)});
-  };
-  gathered("y.npy", y, C);
-  gathered("dt_out.npy", dt_out, H);
-  from_rank("final.npy", fin, P - 1);
+  Collector<T> out{sh, {}};
+  out.gathered("y.npy", y);
+  out.gathered("dt_out.npy", dt_out);
+  out.from_rank("final.npy", fin, P - 1);
 
   cp::HaloStats sb;
   if (h.backward) {
@@ -315,8 +177,8 @@ int compute(const Options& o, const Inputs* in, const Header& h,
     }
     const T* dy_all = rank ? nullptr : in->dy ? in->dy->data<T>() : zeros.data();
     const T* ddt_all = rank ? nullptr : in->ddt_out ? in->ddt_out->data<T>() : zeros.data();
-    auto dy_mine = scatter_steps<T>(dy_all, h, C, lengths, rank, comm);
-    auto ddt_mine = scatter_steps<T>(ddt_all, h, H, lengths, rank, comm);
+    auto dy_mine = sh.scatter<T>(dy_all, C);
+    auto ddt_mine = sh.scatter<T>(ddt_all, H);
     cp::ConvDtBackward<T, Space> g;
     g.conv.x = f.conv.x;
     g.conv.w = f.conv.w;
@@ -341,18 +203,18 @@ int compute(const Options& o, const Inputs* in, const Header& h,
     cp::allreduce_sum(comm, dw);
     cp::allreduce_sum(comm, ddt_bias);
     if (h.bias) cp::allreduce_sum(comm, dbias);
-    gathered("dxbc.npy", dx, C);
-    gathered("ddt.npy", ddt, H);
-    from_rank("dconv_w.npy", dw, 0);
-    from_rank("ddt_bias.npy", ddt_bias, 0);
-    if (h.bias) from_rank("dconv_b.npy", dbias, 0);
-    if (h.init && rank == 0) from_rank("dinit.npy", dinit, 0);
+    out.gathered("dxbc.npy", dx);
+    out.gathered("ddt.npy", ddt);
+    out.from_rank("dconv_w.npy", dw, 0);
+    out.from_rank("ddt_bias.npy", ddt_bias, 0);
+    if (h.bias) out.from_rank("dconv_b.npy", dbias, 0);
+    if (h.init && rank == 0) out.from_rank("dinit.npy", dinit, 0);
   }
 
   std::int64_t sent[2] = {sf.bytes_sent, sb.bytes_sent}, most[2] = {0, 0};
   MPI_Reduce(sent, most, 2, MPI_INT64_T, MPI_MAX, 0, comm);
   cp::agree(comm, [&] {
-    if (rank == 0) write_outputs(o.out, outputs);
+    if (rank == 0) write_outputs(o.out, out.outputs);
   });
   if (rank == 0) {
     std::cout << "cp-conv: B=" << B << " L=" << h.L << " C=" << C << " K=" << K << " H=" << H << " "
@@ -393,7 +255,7 @@ int run(const Args& args) {
   MPI_Bcast(&h, sizeof(Header) / sizeof(std::int64_t), MPI_INT64_T, 0, comm);
   // --split is checked against L on every rank (its usage errors are the same
   // on every rank; the sum needs L, which only rank 0 read).
-  cp::agree(comm, [&] { lengths = split_lengths(counts, h.L, P); });
+  cp::agree(comm, [&] { lengths = split_lengths(counts, h.L, P, "xbc.npy"); });
   const Inputs* inputs = rank == 0 ? &*in : nullptr;
   return h.f64 ? compute<double>(*o, inputs, h, lengths, rank, comm)
                : compute<float>(*o, inputs, h, lengths, rank, comm);

@@ -29,6 +29,7 @@ extern const Subcommand sinkhorn_command;  // sinkhorn.cpp
 extern const Subcommand mha_command;       // mha.cpp
 #ifdef KDNN_ENABLE_MPI
 extern const Subcommand cp_conv_command;  // cp_conv.cpp
+extern const Subcommand ssd_command;      // ssd.cpp
 #endif
 }  // namespace kdnn::cli
 
@@ -39,7 +40,7 @@ using namespace kdnn::cli;
 const Subcommand* const kSubcommands[] = {&sinkhorn_command, &mha_command
 #ifdef KDNN_ENABLE_MPI
                                           ,
-                                          &cp_conv_command
+                                          &cp_conv_command, &ssd_command
 #endif
 };
 

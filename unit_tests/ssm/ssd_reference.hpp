@@ -10,7 +10,7 @@
 #include <cstddef>
 #include <vector>
 
-namespace ssm_ref {
+namespace kdnn_test::ssm_ref {
 
 using Vec = std::vector<double>;
 
@@ -153,4 +153,4 @@ inline SsdBackwardResult ssd_backward(const SsdCase& a) {
   return r;
 }
 
-}  // namespace ssm_ref
+}  // namespace kdnn_test::ssm_ref

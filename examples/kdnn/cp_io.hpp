@@ -1,0 +1,189 @@
+#pragma once
+// What the context-parallel subcommands (cp-conv, ssd) share: the --split
+// option, and moving arrays between rank 0, which reads and writes the
+// whole-sequence files, and the ranks that hold their steps.
+#include <mpi.h>
+
+#include <Kokkos_Core.hpp>
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <numeric>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cli.hpp"
+#include "kdnn/core/error.hpp"
+#include "kdnn/cp/impl/mpi_memory.hpp"
+
+namespace kdnn::cli {
+
+/// The counts of --split (empty: none given); usage errors.
+inline std::vector<std::int64_t> parse_split(const std::string& text, int P) {
+  std::vector<std::int64_t> lengths;
+  if (text.empty()) return lengths;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    std::size_t used = 0;
+    long long v = -1;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+    }
+    if (used != item.size() || v < 0) usage_fail("--split: expected counts >= 0, got '", item, "'");
+    lengths.push_back(v);
+  }
+  if (int(lengths.size()) != P) {
+    usage_fail("--split: expected ", P, " counts (one per rank), got ", lengths.size());
+  }
+  return lengths;
+}
+
+/// Each rank's steps: the --split counts (which must sum to L, read from
+/// `source`), or L split as evenly as possible.
+inline std::vector<std::int64_t> split_lengths(std::vector<std::int64_t> lengths, std::int64_t L,
+                                               int P, const char* source) {
+  if (lengths.empty()) {
+    for (int r = 0; r < P; ++r) lengths.push_back(L / P + (r < L % P ? 1 : 0));
+    return lengths;
+  }
+  const std::int64_t total = std::accumulate(lengths.begin(), lengths.end(), std::int64_t(0));
+  if (total != L)
+    fail("--split: counts sum to ", total, ", expected L=", L, " (from ", source, ")");
+  return lengths;
+}
+
+/// B sequences of L steps split across the ranks of `comm`, rank r holding
+/// `lengths[r]` steps; rank 0 holds the whole arrays [B, L, E...].
+struct Sharding {
+  std::vector<std::int64_t> lengths;
+  std::int64_t B = 0, L = 0;
+  int rank = 0;
+  MPI_Comm comm = MPI_COMM_WORLD;
+  const char* op = "";  ///< the subcommand, for messages
+
+  std::int64_t mine() const { return lengths[rank]; }
+  int ranks() const { return int(lengths.size()); }
+
+  /// Each rank's elements of one batch entry of a [B, L, E] array and their
+  /// offsets, for MPI_Scatterv / MPI_Gatherv. The same on every rank, so the
+  /// size check throws on all of them or none.
+  struct StepCounts {
+    std::vector<int> counts, displs;
+  };
+  StepCounts step_counts(std::int64_t E) const {
+    StepCounts sc;
+    std::int64_t at = 0;
+    for (std::int64_t length : lengths) {
+      if (length * E > INT_MAX || at > INT_MAX) {
+        fail(op, ": ", length, " steps of ", E, " values on one rank, expected fewer than ",
+             "2^31 values per batch entry (MPI counts are int)");
+      }
+      sc.counts.push_back(int(length * E));
+      sc.displs.push_back(int(at));
+      at += length * E;
+    }
+    return sc;
+  }
+
+  /// Scatters the steps of a [B, L, E] array (`whole`, read on rank 0) into
+  /// this rank's [B, mine(), E].
+  template <class T>
+  std::vector<T> scatter(const T* whole, std::int64_t E) const {
+    const StepCounts sc = step_counts(E);
+    std::vector<T> part(std::size_t(B) * sc.counts[rank]);
+    for (std::int64_t b = 0; b < B; ++b) {
+      MPI_Scatterv(rank == 0 ? whole + b * L * E : nullptr, sc.counts.data(), sc.displs.data(),
+                   cp::impl::mpi_type<T>(), part.data() + b * sc.counts[rank], sc.counts[rank],
+                   cp::impl::mpi_type<T>(), 0, comm);
+    }
+    return part;
+  }
+
+  /// The inverse of scatter: this rank's [B, mine(), E] into rank 0's
+  /// [B, L, E] (`whole`, written on rank 0).
+  template <class T>
+  void gather(const std::vector<T>& part, T* whole, std::int64_t E) const {
+    const StepCounts sc = step_counts(E);
+    for (std::int64_t b = 0; b < B; ++b) {
+      MPI_Gatherv(part.data() + b * sc.counts[rank], sc.counts[rank], cp::impl::mpi_type<T>(),
+                  rank == 0 ? whole + b * L * E : nullptr, sc.counts.data(), sc.displs.data(),
+                  cp::impl::mpi_type<T>(), 0, comm);
+    }
+  }
+};
+
+/// A whole array broadcast from rank 0 (`a` read there; weights).
+template <class T>
+std::vector<T> broadcast(const io::NpyArray* a, std::size_t n, int rank, MPI_Comm comm) {
+  std::vector<T> v(n);
+  if (rank == 0 && n) std::copy(a->data<T>(), a->data<T>() + n, v.begin());
+  MPI_Bcast(v.data(), int(n), cp::impl::mpi_type<T>(), 0, comm);
+  return v;
+}
+
+/// A host vector as a View of the execution space with the given extents.
+template <class DataType, class T, class... Extents>
+auto device_view(std::vector<T>& v, Extents... extents) {
+  Kokkos::View<DataType, Kokkos::LayoutRight, Kokkos::HostSpace,
+               Kokkos::MemoryTraits<Kokkos::Unmanaged>>
+  host(v.data(), std::size_t(extents)...);
+  return Kokkos::create_mirror_view_and_copy(Space::memory_space(), host);
+}
+
+template <class View, class T>
+void copy_back(const View& view, std::vector<T>& v) {
+  auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), view);
+  v.assign(host.data(), host.data() + host.size());
+}
+
+/// The output files, collected on rank 0 from the ranks' Views.
+template <class T>
+struct Collector {
+  const Sharding& s;
+  std::vector<Output> outputs;  ///< on rank 0
+
+  /// A per-step output: every rank's View [B, mine(), tail...] gathered into
+  /// one [B, L, tail...] file.
+  template <class View>
+  void gathered(const char* name, const View& view) {
+    std::vector<std::size_t> shape{std::size_t(s.B), std::size_t(s.L)};
+    std::int64_t E = 1;
+    for (int d = 2; d < int(view.rank); ++d) {
+      shape.push_back(view.extent(d));
+      E *= std::int64_t(view.extent(d));
+    }
+    std::vector<T> part;
+    copy_back(view, part);
+    io::NpyArray whole;
+    if (s.rank == 0) whole = io::allocate_npy(io::dtype_of<T>(), shape);
+    s.gather<T>(part, s.rank ? nullptr : whole.data<T>(), E);
+    if (s.rank == 0) outputs.push_back({name, std::move(whole)});
+  }
+
+  /// An output one rank (`owner`) holds, sent to rank 0.
+  template <class View>
+  void from_rank(const char* name, const View& view, int owner) {
+    std::vector<T> v;
+    if (s.rank == owner) copy_back(view, v);
+    std::vector<std::size_t> shape;
+    for (int d = 0; d < int(view.rank); ++d) shape.push_back(view.extent(d));
+    if (owner != 0) {
+      if (s.rank == owner) MPI_Send(v.data(), int(v.size()), cp::impl::mpi_type<T>(), 0, 1, s.comm);
+      if (s.rank == 0) {
+        v.resize(view.size());
+        MPI_Recv(v.data(), int(v.size()), cp::impl::mpi_type<T>(), owner, 1, s.comm,
+                 MPI_STATUS_IGNORE);
+      }
+    }
+    if (s.rank != 0) return;
+    io::NpyArray a = io::allocate_npy(io::dtype_of<T>(), shape);
+    std::copy(v.begin(), v.end(), a.data<T>());
+    outputs.push_back({name, std::move(a)});
+  }
+};
+
+}  // namespace kdnn::cli

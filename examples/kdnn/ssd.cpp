@@ -1,0 +1,249 @@
+// `kdnn ssd`: Mamba-2's SSD chunked scan with the sequence split across the
+// MPI ranks (kdnn/cp/ssd.hpp). Rank 0 reads the whole-sequence arrays,
+// scatters each rank's steps, gathers the results and writes them; every
+// rank computes. Runs with one rank as well.
+#include <mpi.h>
+
+#include <cstdint>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cli.hpp"
+#include "cp_io.hpp"
+#include "kdnn/core/error.hpp"
+#include "kdnn/cp/cp.hpp"
+
+namespace kdnn::cli {
+
+namespace {
+
+using io::DType;
+using io::NpyArray;
+
+constexpr const char* kHelp =
+    R"(usage: mpiexec -n P kdnn ssd --in DIR --out DIR [--chunk Q] [--split L0,L1,...]
+
+Mamba-2's SSD (h_t = exp(dt_t A) h_{t-1} + dt_t x_t B_t^T, y_t = h_t C_t + D x_t),
+computed by chunks of Q steps over a sequence split across the P ranks, with
+the states passed between ranks; forward, and backward when a gradient is
+given. Rank 0 reads and writes; the results equal a single-rank run.
+
+  --in DIR     reads from DIR (float32 or float64, all one dtype):
+                 x.npy [B, L, H, P], dt.npy [B, L, H] (positive), a.npy [H]
+                 (A <= 0, checked), b.npy and c.npy [B, L, G, N] (G divides H);
+                 optional d.npy [H], init.npy [B, H, P, N] (the initial state),
+                 and the gradients dy.npy [B, L, H, P], dfinal.npy [B, H, P, N]
+                 (either one starts the backward; a missing one is zero)
+  --out DIR    existing directory; receives y.npy and final.npy; with the
+               backward also dx.npy, ddt.npy, da.npy, db.npy, dc.npy, and
+               dd.npy / dinit.npy when d.npy / init.npy were given
+               (parameter gradients summed over the ranks)
+  --chunk Q    steps per chunk (default 64; L need not be a multiple)
+  --split L..  the steps of each rank, P comma-separated counts summing to
+               L (zeros allowed); default: as even as possible
+  -h, --help   print this help
+
+Prints one line: the sizes, the ranks, and the state bytes each rank sent.
+)";
+
+struct Options {
+  std::string in, out, split;
+  ssm::SsdOptions ssd{64, true};
+};
+
+std::optional<Options> parse_options(const Args& args) {
+  Options o;
+  CLI::App app{"", "kdnn ssd"};
+  app.add_option("--in", o.in)->required()->check(not_an_option());
+  app.add_option("--out", o.out)->required()->check(not_an_option());
+  app.add_option("--chunk", o.ssd.chunk)->check(integer_at_least(1));
+  app.add_option("--split", o.split)->check(not_an_option());
+  if (!parse(app, args, kHelp)) return std::nullopt;
+  return o;
+}
+
+/// The whole-sequence inputs (on rank 0).
+struct Inputs {
+  NpyArray x, dt, a, b, c;
+  std::optional<NpyArray> d, init, dy, dfinal;
+};
+
+Inputs read_inputs(const std::string& dir) {
+  require_directory("--in", dir);
+  Inputs in{*read_input(dir, "x.npy"),          *read_input(dir, "dt.npy"),
+            *read_input(dir, "a.npy"),          *read_input(dir, "b.npy"),
+            *read_input(dir, "c.npy"),          read_input(dir, "d.npy", true),
+            read_input(dir, "init.npy", true),  read_input(dir, "dy.npy", true),
+            read_input(dir, "dfinal.npy", true)};
+  io::require_floating(in.x, "x.npy");
+  Dims dims;
+  dims.check(in.x, "x.npy", {"B", "L", "H", "P"});
+  dims.check(in.dt, "dt.npy", {"B", "L", "H"});
+  dims.check(in.a, "a.npy", {"H"});
+  dims.check(in.b, "b.npy", {"B", "L", "G", "N"});
+  dims.check(in.c, "c.npy", {"B", "L", "G", "N"});
+  const std::vector<std::size_t> state = {dims["B"], dims["H"], dims["P"], dims["N"]};
+  const auto check = [&](const NpyArray& a, const char* name) {
+    if (a.dtype != in.x.dtype) {
+      fail(name, " has dtype ", io::dtype_name(a.dtype), ", expected ", io::dtype_name(in.x.dtype),
+           " (same as x.npy)");
+    }
+    require_finite(a, name);
+  };
+  const auto optional = [&](const std::optional<NpyArray>& a, const char* name,
+                            const std::vector<std::size_t>& shape) {
+    if (!a) return;
+    if (a->shape != shape) {
+      fail(name, " has shape ", io::format_shape(a->shape), ", expected ", io::format_shape(shape));
+    }
+    check(*a, name);
+  };
+  check(in.x, "x.npy");
+  check(in.dt, "dt.npy");
+  check(in.a, "a.npy");
+  check(in.b, "b.npy");
+  check(in.c, "c.npy");
+  optional(in.d, "d.npy", {dims["H"]});
+  optional(in.init, "init.npy", state);
+  optional(in.dy, "dy.npy", in.x.shape);
+  optional(in.dfinal, "dfinal.npy", state);
+  return in;
+}
+
+/// The sizes and flags rank 0 broadcasts.
+struct Header {
+  std::int64_t f64 = 0, B = 0, L = 0, H = 0, P = 0, G = 0, N = 0;
+  std::int64_t d = 0, init = 0, dfinal = 0, backward = 0;
+};
+
+template <class T>
+int compute(const Options& o, const Inputs* in, const Header& h,
+            const std::vector<std::int64_t>& lengths, int rank, MPI_Comm comm) {
+  const int R = int(lengths.size());
+  const std::int64_t B = h.B, H = h.H, P = h.P, G = h.G, N = h.N, n = lengths[rank];
+  const Sharding sh{lengths, B, h.L, rank, comm, "ssd"};
+  auto x = sh.scatter<T>(rank ? nullptr : in->x.data<T>(), H * P);
+  auto dt = sh.scatter<T>(rank ? nullptr : in->dt.data<T>(), H);
+  auto b = sh.scatter<T>(rank ? nullptr : in->b.data<T>(), G * N);
+  auto c = sh.scatter<T>(rank ? nullptr : in->c.data<T>(), G * N);
+  auto a = broadcast<T>(rank ? nullptr : &in->a, H, rank, comm);
+  std::vector<T> d = h.d ? broadcast<T>(rank ? nullptr : &*in->d, H, rank, comm) : std::vector<T>();
+  std::vector<T> init;
+  if (rank == 0 && h.init) init.assign(in->init->data<T>(), in->init->data<T>() + in->init->size());
+
+  const Space space;
+  ssm::SsdForward<T, Space> f;
+  f.x = device_view<T****>(x, B, n, H, P);
+  f.dt = device_view<T***>(dt, B, n, H);
+  f.A = device_view<T*>(a, H);
+  f.B = device_view<T****>(b, B, n, G, N);
+  f.C = device_view<T****>(c, B, n, G, N);
+  if (h.d) f.D = device_view<T*>(d, H);
+  if (!init.empty()) f.initial_state = device_view<T****>(init, B, H, P, N);
+  Tensor4<T, Space> y("y", B, n, H, P), fin("final", B, H, P, N);
+  f.y = y;
+  f.final_state = fin;
+  const cp::StateStats sf = cp::ssd_forward(space, comm, f, o.ssd);
+
+  Collector<T> out{sh, {}};
+  out.gathered("y.npy", y);
+  out.from_rank("final.npy", fin, R - 1);
+
+  cp::StateStats sb;
+  if (h.backward) {
+    // A gradient file not given is zero (rank 0 scatters zeros).
+    std::vector<T> zeros;
+    if (rank == 0 && !in->dy) zeros.assign(std::size_t(B) * h.L * H * P, T(0));
+    auto dy = sh.scatter<T>(rank ? nullptr : in->dy ? in->dy->data<T>() : zeros.data(), H * P);
+    // d(final state) belongs to the last rank: rank 0 sends it there.
+    std::vector<T> dfinal;
+    if (h.dfinal) {
+      if (rank == 0) {
+        dfinal.assign(in->dfinal->data<T>(), in->dfinal->data<T>() + in->dfinal->size());
+        if (R > 1)
+          MPI_Send(dfinal.data(), int(dfinal.size()), cp::impl::mpi_type<T>(), R - 1, 2, comm);
+      } else if (rank == R - 1) {
+        dfinal.resize(std::size_t(B * H * P * N));
+        MPI_Recv(dfinal.data(), int(dfinal.size()), cp::impl::mpi_type<T>(), 0, 2, comm,
+                 MPI_STATUS_IGNORE);
+      }
+    }
+    ssm::SsdBackward<T, Space> g;
+    g.x = f.x, g.dt = f.dt, g.A = f.A, g.B = f.B, g.C = f.C, g.D = f.D;
+    g.initial_state = f.initial_state;
+    g.dy = device_view<T****>(dy, B, n, H, P);
+    if (h.dfinal && rank == R - 1) g.dfinal_state = device_view<T****>(dfinal, B, H, P, N);
+    Tensor4<T, Space> dx("dx", B, n, H, P), db("db", B, n, G, N), dc("dc", B, n, G, N), dinit;
+    Tensor3<T, Space> ddt("ddt", B, n, H);
+    Vector<T, Space> da("da", H), dd;
+    if (h.d) dd = Vector<T, Space>("dd", H);
+    if (rank == 0 && h.init) dinit = Tensor4<T, Space>("dinit", B, H, P, N);
+    g.dx = dx, g.ddt = ddt, g.dA = da, g.dB = db, g.dC = dc, g.dD = dd, g.dinitial_state = dinit;
+    sb = cp::ssd_backward(space, comm, g, o.ssd);
+    cp::allreduce_sum(comm, da);
+    if (h.d) cp::allreduce_sum(comm, dd);
+    out.gathered("dx.npy", dx);
+    out.gathered("ddt.npy", ddt);
+    out.gathered("db.npy", db);
+    out.gathered("dc.npy", dc);
+    out.from_rank("da.npy", da, 0);
+    if (h.d) out.from_rank("dd.npy", dd, 0);
+    if (h.init && rank == 0) out.from_rank("dinit.npy", dinit, 0);
+  }
+
+  cp::agree(comm, [&] {
+    if (rank == 0) write_outputs(o.out, out.outputs);
+  });
+  if (rank == 0) {
+    std::cout << "ssd: B=" << B << " L=" << h.L << " H=" << H << " P=" << P << " G=" << G
+              << " N=" << N << " Q=" << o.ssd.chunk << " " << (h.f64 ? "float64" : "float32")
+              << ", " << R << " rank(s), state bytes sent per rank " << sf.bytes_sent
+              << " (forward)";
+    if (h.backward) std::cout << ", " << sb.bytes_sent << " (backward)";
+    std::cout << std::endl;
+  }
+  return 0;
+}
+
+int run(const Args& args) {
+  int rank = 0, R = 1;
+  MPI_Comm comm = MPI_COMM_WORLD;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &R);
+  const auto o = parse_options(args);  // the same arguments on every rank
+  if (!o) return 0;
+  const auto counts = parse_split(o->split, R);
+  std::optional<Inputs> in;
+  Header h;
+  std::vector<std::int64_t> lengths;
+  cp::agree(comm, [&] {
+    if (rank != 0) return;
+    require_directory("--out", o->out);
+    in = read_inputs(o->in);
+    h.f64 = in->x.dtype == DType::f64;
+    h.B = std::int64_t(in->x.shape[0]);
+    h.L = std::int64_t(in->x.shape[1]);
+    h.H = std::int64_t(in->x.shape[2]);
+    h.P = std::int64_t(in->x.shape[3]);
+    h.G = std::int64_t(in->b.shape[2]);
+    h.N = std::int64_t(in->b.shape[3]);
+    h.d = bool(in->d);
+    h.init = bool(in->init);
+    h.dfinal = bool(in->dfinal);
+    h.backward = in->dy || in->dfinal;
+  });
+  MPI_Bcast(&h, sizeof(Header) / sizeof(std::int64_t), MPI_INT64_T, 0, comm);
+  cp::agree(comm, [&] { lengths = split_lengths(counts, h.L, R, "x.npy"); });
+  const Inputs* inputs = rank == 0 ? &*in : nullptr;
+  return h.f64 ? compute<double>(*o, inputs, h, lengths, rank, comm)
+               : compute<float>(*o, inputs, h, lengths, rank, comm);
+}
+
+}  // namespace
+
+extern const Subcommand ssd_command = {
+    "ssd", "Mamba-2 SSD chunked scan, sequence split over MPI ranks", true, run};
+
+}  // namespace kdnn::cli

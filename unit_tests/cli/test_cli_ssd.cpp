@@ -1,0 +1,138 @@
+// `kdnn ssd` as a subprocess under mpiexec: outputs and gradients equal the
+// float64 recurrence of ssd_reference.hpp for an uneven split with an empty
+// rank, forward only writes only the forward's files, bad input fails on
+// every rank with one error line and leaves --out untouched.
+#ifdef KDNN_MPIEXEC
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "allclose.hpp"
+#include "cli_fixture.hpp"
+#include "random.hpp"
+#include "ssd_reference.hpp"
+
+namespace {
+
+using kdnn::io::DType;
+using kdnn_test::CliTest;
+using kdnn_test::quote;
+using kdnn_test::Strings;
+namespace ref = kdnn_test::ssm_ref;
+
+std::string mpiexec(int ranks) {
+  return "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+         "OMPI_MCA_rmaps_base_oversubscribe=1 OMP_NUM_THREADS=1 " +
+         quote(KDNN_MPIEXEC) + " -n " + std::to_string(ranks);
+}
+
+class CliSsd : public CliTest {
+ protected:
+  static constexpr std::size_t B = 2, L = 19, H = 4, P = 3, G = 2, N = 2;
+  ref::SsdCase c_;
+
+  void write_problem(DType dtype, bool backward) {
+    c_.s = {int(B), int(L), int(H), int(P), int(G), int(N)};
+    c_.x = kdnn_test::normal(B * L * H * P, 1);
+    c_.dt = kdnn_test::uniform(B * L * H, 0.05, 0.6, 2);
+    c_.A = kdnn_test::uniform(H, -1.5, -0.2, 3);
+    c_.Bm = kdnn_test::normal(B * L * G * N, 4);
+    c_.Cm = kdnn_test::normal(B * L * G * N, 5);
+    c_.D = kdnn_test::uniform(H, -1, 1, 6);
+    c_.init = kdnn_test::normal(B * H * P * N, 7);
+    c_.dy = backward ? kdnn_test::normal(B * L * H * P, 8) : ref::Vec(B * L * H * P, 0.0);
+    c_.dfinal = backward ? kdnn_test::normal(B * H * P * N, 9) : ref::Vec();
+    if (dtype == DType::f32) {  // the reference sees what the tool reads
+      for (auto* v : {&c_.x, &c_.dt, &c_.A, &c_.Bm, &c_.Cm, &c_.D, &c_.init, &c_.dy, &c_.dfinal}) {
+        for (double& e : *v) e = double(float(e));
+      }
+    }
+    write("x.npy", dtype, {B, L, H, P}, c_.x);
+    write("dt.npy", dtype, {B, L, H}, c_.dt);
+    write("a.npy", dtype, {H}, c_.A);
+    write("b.npy", dtype, {B, L, G, N}, c_.Bm);
+    write("c.npy", dtype, {B, L, G, N}, c_.Cm);
+    write("d.npy", dtype, {H}, c_.D);
+    write("init.npy", dtype, {B, H, P, N}, c_.init);
+    if (backward) {
+      write("dy.npy", dtype, {B, L, H, P}, c_.dy);
+      write("dfinal.npy", dtype, {B, H, P, N}, c_.dfinal);
+    }
+  }
+  /// Failure with `status` and one "kdnn: error:" line containing `fragment`
+  /// (mpiexec adds lines of its own), nothing on stdout, --out untouched.
+  void expect_failure(const Strings& a, int status, const std::string& fragment, int ranks) {
+    SCOPED_TRACE(fragment);
+    const auto r = run(a, mpiexec(ranks));
+    EXPECT_EQ(r.status, status);
+    const auto at = r.err.find("kdnn: error: ");
+    ASSERT_NE(at, std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("kdnn: error: ", at + 1), std::string::npos) << r.err;
+    EXPECT_NE(r.err.substr(at, r.err.find('\n', at) - at).find(fragment), std::string::npos)
+        << r.err;
+    EXPECT_EQ(r.out, "");
+    EXPECT_TRUE(files(out_).empty());
+  }
+  Strings args(Strings extra) const {
+    Strings a = {"ssd", "--in", in_.string(), "--out", out_.string()};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  }
+};
+
+TEST_F(CliSsd, UnevenSplitEqualsTheRecurrence) {
+  write_problem(DType::f64, true);
+  const auto r = run(args({"--split", "5,0,14", "--chunk", "4"}), mpiexec(3));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  // Each summary is B·H·(1 + P·N) = 56 values forward, 104 backward, sent
+  // to 2 ranks.
+  EXPECT_EQ(r.out,
+            "ssd: B=2 L=19 H=4 P=3 G=2 N=2 Q=4 float64, 3 rank(s), state bytes sent per rank "
+            "896 (forward), 1664 (backward)\n");
+  const auto f = ref::ssd_forward(c_);
+  const auto g = ref::ssd_backward(c_);
+  const double tol = 1e-11;
+  EXPECT_ALLCLOSE(read(out_ / "y.npy", DType::f64, {B, L, H, P}), f.y, tol, tol);
+  EXPECT_ALLCLOSE(read(out_ / "final.npy", DType::f64, {B, H, P, N}), f.final_state, tol, tol);
+  EXPECT_ALLCLOSE(read(out_ / "dx.npy", DType::f64, {B, L, H, P}), g.dx, tol, tol);
+  EXPECT_ALLCLOSE(read(out_ / "ddt.npy", DType::f64, {B, L, H}), g.ddt, tol, tol);
+  EXPECT_ALLCLOSE(read(out_ / "da.npy", DType::f64, {H}), g.dA, tol, tol);
+  EXPECT_ALLCLOSE(read(out_ / "db.npy", DType::f64, {B, L, G, N}), g.dB, tol, tol);
+  EXPECT_ALLCLOSE(read(out_ / "dc.npy", DType::f64, {B, L, G, N}), g.dC, tol, tol);
+  EXPECT_ALLCLOSE(read(out_ / "dd.npy", DType::f64, {H}), g.dD, tol, tol);
+  EXPECT_ALLCLOSE(read(out_ / "dinit.npy", DType::f64, {B, H, P, N}), g.dinit, tol, tol);
+}
+
+TEST_F(CliSsd, ForwardOnlyWritesTheForwardsFiles) {
+  write_problem(DType::f32, false);
+  const auto r = run(args({}), mpiexec(1));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(files(out_), (std::set<std::string>{"y.npy", "final.npy"}));
+  const auto f = ref::ssd_forward(c_);
+  EXPECT_ALLCLOSE(read(out_ / "y.npy", DType::f32, {B, L, H, P}), f.y, 1e-4, 1e-4);
+  EXPECT_ALLCLOSE(read(out_ / "final.npy", DType::f32, {B, H, P, N}), f.final_state, 1e-4, 1e-4);
+}
+
+TEST_F(CliSsd, BadInputFailsOnEveryRankAndWritesNothing) {
+  write_problem(DType::f64, true);
+  expect_failure(args({"--chunk", "0"}), 2,
+                 "--chunk: expected an integer >= 1 (at most 2147483647), got '0'", 2);
+  expect_failure(args({"--split", "2,0,10"}), 1, "--split: counts sum to 12, expected L=19", 3);
+  write("a.npy", DType::f64, {H}, {-1, 0.5, -1, -1});
+  expect_failure(args({}), 1, "cp::ssd_forward: A[1]=0.5, expected A <= 0 (check_a)", 2);
+  write("a.npy", DType::f64, {H}, c_.A);
+  write("b.npy", DType::f64, {B, L, 3, N}, ref::Vec(B * L * 3 * N, 0.0));
+  write("c.npy", DType::f64, {B, L, 3, N}, ref::Vec(B * L * 3 * N, 0.0));
+  expect_failure(args({}), 1, "expected a number of groups G >= 1 that divides H=4", 2);
+  write("b.npy", DType::f64, {B, L, G, N}, c_.Bm);
+  write("c.npy", DType::f64, {B, L, G, N}, c_.Cm);
+  write("dt.npy", DType::f64, {B, L + 1, H}, ref::Vec(B * (L + 1) * H, 0.0));
+  expect_failure(args({}), 1, "dt.npy: shape (2, 20, 4), expected L 19 (from x.npy) at axis 1", 2);
+  write("dt.npy", DType::f32, {B, L, H}, c_.dt);
+  expect_failure(args({}), 1, "dt.npy has dtype float32, expected float64 (same as x.npy)", 2);
+}
+
+}  // namespace
+#endif
