@@ -127,23 +127,43 @@ KOKKOS_FORCEINLINE_FUNCTION void scalar_gemm_tile(int K, GemmA<T> a, const T* b,
     }
 }
 
-/// C = A·B, or C += A·B with `accumulate` (layouts above). The caller
-/// synchronises the team before C is read.
+/// Which entries of a product are needed or which factor is triangular, so
+/// that team_gemm skips the work that cannot contribute (causal products of
+/// a chunked scan). With tiles of MR rows and NR columns at (i0, j0):
+enum class GemmShape {
+  full,       ///< every tile, k over [0, K)
+  lower_out,  ///< only C(i, j) with j ≤ i is needed: tiles wholly above the
+              ///< diagonal (j0 > i0 + MR − 1) are skipped and left unwritten
+  a_lower,    ///< A(i, k) = 0 for k > i: k over [0, i0 + MR)
+  a_upper,    ///< A(i, k) = 0 for k < i: k over [i0, K)
+  b_lower     ///< B(k, j) = 0 for k < j: k over [j0, K)
+};
+
+/// C = A·B, or C += A·B with `accumulate` (layouts above); `shape` may skip
+/// work that cannot contribute (GemmShape). The caller synchronises the team
+/// before C is read.
 template <class ExecSpace, class Member, class T>
 KOKKOS_INLINE_FUNCTION void team_gemm(const Member& team, int M, int N, int K, GemmA<T> a,
-                                      const T* b, int ldb, T* c, int ldc, bool accumulate) {
+                                      const T* b, int ldb, T* c, int ldc, bool accumulate,
+                                      GemmShape shape = GemmShape::full) {
   using Tile = GemmTile<ExecSpace, T>;
   constexpr int MR = Tile::rows, NR = Tile::cols;
   const int tiles_n = N / NR;
   Kokkos::parallel_for(Kokkos::TeamVectorRange(team, (M / MR) * tiles_n), [&](int t) {
     const int i0 = t / tiles_n * MR, j0 = t % tiles_n * NR;
-    const GemmA<T> at{a.data + std::size_t(i0) * a.row_stride, a.row_stride, a.col_stride};
-    const T* bt = b + j0;
+    if (shape == GemmShape::lower_out && j0 > i0 + MR - 1) return;
+    int k0 = 0, k1 = K;
+    if (shape == GemmShape::a_lower) k1 = i0 + MR < K ? i0 + MR : K;
+    if (shape == GemmShape::a_upper) k0 = i0 < K ? i0 : K;
+    if (shape == GemmShape::b_lower) k0 = j0 < K ? j0 : K;
+    const GemmA<T> at{a.data + std::size_t(i0) * a.row_stride + std::size_t(k0) * a.col_stride,
+                      a.row_stride, a.col_stride};
+    const T* bt = b + std::size_t(k0) * ldb + j0;
     T* ct = c + std::size_t(i0) * ldc + j0;
     if constexpr (Tile::host && KDNN_IMPL_HOST_SIMD_GEMM) {
-      host_gemm_tile<MR, NR, Tile::simd_bytes>(K, at, bt, ldb, ct, ldc, accumulate);
+      host_gemm_tile<MR, NR, Tile::simd_bytes>(k1 - k0, at, bt, ldb, ct, ldc, accumulate);
     } else {
-      scalar_gemm_tile<MR, NR>(K, at, bt, ldb, ct, ldc, accumulate);
+      scalar_gemm_tile<MR, NR>(k1 - k0, at, bt, ldb, ct, ldc, accumulate);
     }
   });
 }

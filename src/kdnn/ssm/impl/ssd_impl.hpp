@@ -67,6 +67,27 @@ void chunk_states(const char* op, const ExecSpace& space, const Args& a, int chu
       "kdnn::ssm::ssd_chunk_states");
 }
 
+/// Runs f(b, h, e0, w) over blocks [e0, e0 + w) of the elements of each
+/// (b, h)'s chunk states (NP of them), w ≤ StateBlock<ExecSpace>::width: on
+/// a host 64, so that each chunk's row of a block is a contiguous vector
+/// loop; on a GPU 1, consecutive threads taking consecutive elements.
+template <class ExecSpace>
+struct StateBlock {
+  static constexpr int width = kdnn::impl::BackendTraits<ExecSpace>::is_host ? 64 : 1;
+};
+template <class ExecSpace, class F>
+void for_state_blocks(const ExecSpace& space, const char* label, int B, int H, int NP, const F& f) {
+  constexpr int W = StateBlock<ExecSpace>::width;
+  const int per = (NP + W - 1) / W;
+  const long long count = (long long)B * H * per;
+  if (count == 0) return;
+  Kokkos::parallel_for(
+      label, Kokkos::RangePolicy<ExecSpace>(space, 0, count), KOKKOS_LAMBDA(long long idx) {
+        const int e0 = int(idx % per) * W, bh = int(idx / per);
+        f(bh / H, bh % H, e0, NP - e0 < W ? NP - e0 : W);
+      });
+}
+
 /// The forward state pass, in place: on entry states(b, h, c) = S_c; on exit
 /// states(b, h, c) = H_c, the state entering chunk c (H_0 = init, zeros when
 /// empty), and states(b, h, chunks) = the final state, also written to
@@ -76,25 +97,32 @@ template <class ExecSpace, class T>
 void state_pass(const ExecSpace& space, const ChunkStates<T, ExecSpace>& states,
                 const ChunkDecays<T, ExecSpace>& decay, const Tensor4<const T, ExecSpace>& init,
                 const Tensor4<T, ExecSpace>& final_state) {
-  const int B = int(states.extent(0)), H = int(states.extent(1));
-  const int chunks = int(states.extent(2)) - 1, NP = int(states.extent(3));
+  constexpr int W = StateBlock<ExecSpace>::width;
+  const int chunks = int(states.extent(2)) - 1;
   const bool has_init = validate::given(init), has_final = validate::given(final_state);
   const int P = has_init ? int(init.extent(2)) : has_final ? int(final_state.extent(2)) : 1;
-  const long long count = (long long)B * H * NP;
-  if (count == 0) return;
-  Kokkos::parallel_for(
-      "kdnn::ssm::ssd_state_pass", Kokkos::RangePolicy<ExecSpace>(space, 0, count),
-      KOKKOS_LAMBDA(long long idx) {
-        const int e = int(idx % NP), bh = int(idx / NP), b = bh / H, h = bh % H;
-        const int n = e / P, p = e % P;
-        T s = has_init ? init(b, h, p, n) : T(0);
-        for (int c = 0; c < chunks; ++c) {
-          const T local = states(b, h, c, e);
-          states(b, h, c, e) = s;
-          s = decay(b, h, c) * s + local;
+  for_state_blocks(
+      space, "kdnn::ssm::ssd_state_pass", int(states.extent(0)), int(states.extent(1)),
+      int(states.extent(3)), KOKKOS_LAMBDA(int b, int h, int e0, int w) {
+        T s[W];
+        for (int j = 0; j < w; ++j) {
+          const int e = e0 + j;
+          s[j] = has_init ? init(b, h, e % P, e / P) : T(0);
         }
-        states(b, h, chunks, e) = s;
-        if (has_final) final_state(b, h, p, n) = s;
+        for (int c = 0; c < chunks; ++c) {
+          T* row = &states(b, h, c, e0);
+          const T d = decay(b, h, c);
+          for (int j = 0; j < w; ++j) {
+            const T local = row[j];
+            row[j] = s[j];
+            s[j] = d * s[j] + local;
+          }
+        }
+        T* last = &states(b, h, chunks, e0);
+        for (int j = 0; j < w; ++j) last[j] = s[j];
+        if (has_final) {
+          for (int j = 0; j < w; ++j) final_state(b, h, (e0 + j) % P, (e0 + j) / P) = s[j];
+        }
       });
 }
 
@@ -107,23 +135,30 @@ void reverse_state_pass(const ExecSpace& space, const ChunkStates<T, ExecSpace>&
                         const ChunkDecays<T, ExecSpace>& decay,
                         const Tensor4<const T, ExecSpace>& dfinal,
                         const Tensor4<T, ExecSpace>& dinit, int P) {
-  const int B = int(dstates.extent(0)), H = int(dstates.extent(1));
-  const int chunks = int(dstates.extent(2)), NP = int(dstates.extent(3));
+  constexpr int W = StateBlock<ExecSpace>::width;
+  const int chunks = int(dstates.extent(2));
   const bool has_dfinal = validate::given(dfinal), has_dinit = validate::given(dinit);
-  const long long count = (long long)B * H * NP;
-  if (count == 0 || P == 0) return;
-  Kokkos::parallel_for(
-      "kdnn::ssm::ssd_reverse_state_pass", Kokkos::RangePolicy<ExecSpace>(space, 0, count),
-      KOKKOS_LAMBDA(long long idx) {
-        const int e = int(idx % NP), bh = int(idx / NP), b = bh / H, h = bh % H;
-        const int n = e / P, p = e % P;
-        T s = has_dfinal ? dfinal(b, h, p, n) : T(0);
-        for (int c = chunks - 1; c >= 0; --c) {
-          const T local = dstates(b, h, c, e);
-          dstates(b, h, c, e) = s;
-          s = local + decay(b, h, c) * s;
+  if (P == 0) return;
+  for_state_blocks(
+      space, "kdnn::ssm::ssd_reverse_state_pass", int(dstates.extent(0)), int(dstates.extent(1)),
+      int(dstates.extent(3)), KOKKOS_LAMBDA(int b, int h, int e0, int w) {
+        T s[W];
+        for (int j = 0; j < w; ++j) {
+          const int e = e0 + j;
+          s[j] = has_dfinal ? dfinal(b, h, e % P, e / P) : T(0);
         }
-        if (has_dinit) dinit(b, h, p, n) = s;
+        for (int c = chunks - 1; c >= 0; --c) {
+          T* row = &dstates(b, h, c, e0);
+          const T d = decay(b, h, c);
+          for (int j = 0; j < w; ++j) {
+            const T local = row[j];
+            row[j] = s[j];
+            s[j] = local + d * s[j];
+          }
+        }
+        if (has_dinit) {
+          for (int j = 0; j < w; ++j) dinit(b, h, (e0 + j) % P, (e0 + j) / P) = s[j];
+        }
       });
 }
 

@@ -14,6 +14,8 @@
 #include <cstddef>
 
 #include "kdnn/core/compat.hpp"
+#include "kdnn/core/impl/exp_vectorisable.hpp"
+#include "kdnn/core/impl/row_dot.hpp"
 #include "kdnn/core/impl/scratch_layout.hpp"
 #include "kdnn/core/impl/team_gemm.hpp"
 #include "kdnn/core/impl/vector_for.hpp"
@@ -114,6 +116,19 @@ struct SsdChunks {
     });
   }
 
+  /// The same tile filled by its columns: dst[r·cols + c] = f(r, c), where
+  /// f reads a source that is contiguous in r (a transposed load: reads
+  /// run along the source's rows, the strided writes go to scratch).
+  template <class F>
+  KOKKOS_INLINE_FUNCTION static void fill_transposed(const Member& team, T* dst, int rows, int cols,
+                                                     int live_rows, int live_cols, const F& f) {
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols), [&](int c) {
+      const int live = c < live_cols ? live_rows : 0;
+      vec(team, live, [&](int r) { dst[std::size_t(r) * cols + c] = f(r, c); });
+      vec(team, rows - live, [&](int r) { dst[std::size_t(live + r) * cols + c] = T(0); });
+    });
+  }
+
   // Tiles of the chunk's operands (rows = steps unless transposed).
   KOKKOS_INLINE_FUNCTION void load_x(const Member& team, const Chunk& k, const T* dtv,
                                      T* dst) const {  // X̃ [Qp×Pp]
@@ -122,8 +137,8 @@ struct SsdChunks {
   }
   KOKKOS_INLINE_FUNCTION void load_x_t(const Member& team, const Chunk& k, const T* dtv,
                                        T* dst) const {  // X̃ᵀ [Pp×Qp]
-    fill(team, dst, Pp, Qp, P(), k.n,
-         [&](int p, int i) { return dtv[i] * x(k.b, k.t0 + i, k.h, p); });
+    fill_transposed(team, dst, Pp, Qp, P(), k.n,
+                    [&](int p, int i) { return dtv[i] * x(k.b, k.t0 + i, k.h, p); });
   }
   template <class V>
   KOKKOS_INLINE_FUNCTION void load_bc(const Member& team, const Chunk& k, const V& v,
@@ -132,7 +147,8 @@ struct SsdChunks {
   }
   KOKKOS_INLINE_FUNCTION void load_b_t(const Member& team, const Chunk& k,
                                        T* dst) const {  // Bᵀ [Np×Qp]
-    fill(team, dst, Np, Qp, N(), k.n, [&](int j, int i) { return Bm(k.b, k.t0 + i, k.g, j); });
+    fill_transposed(team, dst, Np, Qp, N(), k.n,
+                    [&](int j, int i) { return Bm(k.b, k.t0 + i, k.g, j); });
   }
   /// A chunk state of `s` ([N, P] stored), as [Np×Pp] (n-major) or, with
   /// `p_major`, [Pp×Np].
@@ -142,22 +158,32 @@ struct SsdChunks {
     const T* src = &s(k.b, k.h, index, 0);
     const int Pn = P();
     if (p_major) {
-      fill(team, dst, Pp, Np, Pn, N(), [&](int p, int j) { return src[j * Pn + p]; });
+      fill_transposed(team, dst, Pp, Np, Pn, N(), [&](int p, int j) { return src[j * Pn + p]; });
     } else {
       fill(team, dst, Np, Pp, N(), Pn, [&](int j, int p) { return src[j * Pn + p]; });
     }
   }
 
-  /// C = A·B (+ C) on the team (operands padded; the caller synchronises).
-  KOKKOS_INLINE_FUNCTION static void gemm(const Member& team, int M, int Ncols, int K, GemmA a,
-                                          const T* b, int ldb, T* c, int ldc, bool accumulate) {
-    kdnn::impl::team_gemm<ExecSpace>(team, M, Ncols, K, a, b, ldb, c, ldc, accumulate);
+  /// C = A·B (+ C) on the team (operands padded; the caller synchronises);
+  /// `shape` skips what the causal mask zeroes (GemmShape).
+  KOKKOS_INLINE_FUNCTION static void gemm(
+      const Member& team, int M, int Ncols, int K, GemmA a, const T* b, int ldb, T* c, int ldc,
+      bool accumulate, kdnn::impl::GemmShape shape = kdnn::impl::GemmShape::full) {
+    kdnn::impl::team_gemm<ExecSpace>(team, M, Ncols, K, a, b, ldb, c, ldc, accumulate, shape);
   }
 
-  /// m_ij = exp(cum_i − cum_j) for j ≤ i < n, else 0 (the exponent is taken
-  /// only where the mask keeps it).
+  /// m_ij = exp(cum_i − cum_j) for j ≤ i < n, else 0. The exponent is
+  /// clamped to ≤ 0 before exp and the mask is a select, so that masked
+  /// entries are 0 whatever was computed there (no inf, no inf·0) and the
+  /// loop over j has no branch.
   KOKKOS_FORCEINLINE_FUNCTION static T decay_mask(const double* cum, int i, int j, int n) {
-    return j <= i && i < n ? compat::exp(T(cum[i] - cum[j])) : T(0);
+    const double d = cum[i] - cum[j];
+    const T m = kdnn::impl::exp_vectorisable(T(d < 0 ? d : 0));
+    return j <= i && i < n ? m : T(0);
+  }
+  /// `keep` (decay_mask's condition) ? v : 0, a select (v may be garbage).
+  KOKKOS_FORCEINLINE_FUNCTION static T masked(int i, int j, int n, T v) {
+    return j <= i && i < n ? v : T(0);
   }
 };
 
@@ -254,7 +280,10 @@ struct SsdChunkOutputKernel : SsdChunks<ExecSpace, T> {
     if (off) this->load_state(team, k, states, k.c, false, w.ht);
     team.team_barrier();
     if (off) Base::gemm(team, Qp, Pp, Np, Base::GemmA::rows(w.c, Np), w.ht, Pp, w.y, Pp, false);
-    if (diag) Base::gemm(team, Qp, Qp, Np, Base::GemmA::rows(w.c, Np), w.bt, Qp, w.w, Qp, false);
+    if (diag) {
+      Base::gemm(team, Qp, Qp, Np, Base::GemmA::rows(w.c, Np), w.bt, Qp, w.w, Qp, false,
+                 kdnn::impl::GemmShape::lower_out);
+    }
     team.team_barrier();
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, Qp), [&](int i) {
       if (off) {
@@ -264,11 +293,16 @@ struct SsdChunkOutputKernel : SsdChunks<ExecSpace, T> {
       }
       if (diag) {
         T* wr = w.w + i * Qp;
-        Base::vec(team, Qp, [&](int j) { wr[j] *= Base::decay_mask(w.d.cum, i, j, k.n); });
+        Base::vec(team, Qp, [&](int j) {
+          wr[j] = Base::masked(i, j, k.n, wr[j] * Base::decay_mask(w.d.cum, i, j, k.n));
+        });
       }
     });
     team.team_barrier();
-    if (diag) Base::gemm(team, Qp, Pp, Qp, Base::GemmA::rows(w.w, Qp), w.xt, Pp, w.y, Pp, off);
+    if (diag) {
+      Base::gemm(team, Qp, Pp, Qp, Base::GemmA::rows(w.w, Qp), w.xt, Pp, w.y, Pp, off,
+                 kdnn::impl::GemmShape::a_lower);
+    }
     team.team_barrier();
     const int P = this->P();
     const T dh = has_d ? D(k.h) : T(0);
@@ -357,6 +391,7 @@ struct SsdDiagBackwardKernel : SsdChunks<ExecSpace, T> {
     typename Base::Decays d;
     T *c, *b, *bt, *xr, *xt, *dy, *w, *v, *r, *dxr, *dbt, *dc;
     double* dcum;
+    T *ones, *colsum;
   };
   KOKKOS_INLINE_FUNCTION static Work carve(kdnn::impl::ScratchCarver& s, int Qp, int Pp, int Np) {
     Work w;
@@ -376,6 +411,8 @@ struct SsdDiagBackwardKernel : SsdChunks<ExecSpace, T> {
     w.dbt = s.take<T>(qn);
     w.dc = s.take<T>(qn);
     w.dcum = s.take<double>(Qp);
+    w.ones = s.take<T>(Qp);
+    w.colsum = s.take<T>(Qp);
     return w;
   }
 
@@ -386,6 +423,7 @@ struct SsdDiagBackwardKernel : SsdChunks<ExecSpace, T> {
         kdnn::impl::team_scratch_base(team, this->level, this->scratch_bytes));
     const Work w = carve(carver, Qp, Pp, Np);
     this->load_decays(team, k, w.d);
+    Kokkos::parallel_for(Kokkos::TeamVectorRange(team, Qp), [&](int i) { w.ones[i] = T(1); });
     this->load_bc(team, k, this->Cm, w.c);
     this->load_bc(team, k, this->Bm, w.b);
     this->load_b_t(team, k, w.bt);
@@ -395,31 +433,55 @@ struct SsdDiagBackwardKernel : SsdChunks<ExecSpace, T> {
     this->load_x_t(team, k, w.d.dtv, w.xt);
     team.team_barrier();
     using GA = typename Base::GemmA;
-    Base::gemm(team, Qp, Qp, Np, GA::rows(w.c, Np), w.bt, Qp, w.w, Qp, false);   // CB
-    Base::gemm(team, Qp, Qp, Pp, GA::rows(w.dy, Pp), w.xt, Qp, w.v, Qp, false);  // dY·X̃ᵀ
+    using Shape = kdnn::impl::GemmShape;
+    Base::gemm(team, Qp, Qp, Np, GA::rows(w.c, Np), w.bt, Qp, w.w, Qp, false,
+               Shape::lower_out);  // CB
+    Base::gemm(team, Qp, Qp, Pp, GA::rows(w.dy, Pp), w.xt, Qp, w.v, Qp, false,
+               Shape::lower_out);  // dY·X̃ᵀ
     team.team_barrier();
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, Qp), [&](int i) {
       T *wr = w.w + i * Qp, *vr = w.v + i * Qp, *rr = w.r + i * Qp;
-      Base::vec(team, Qp, [&](int j) {
+      Base::vec(team, Qp, [&](int j) {  // tiles above the diagonal hold garbage
         const T m = Base::decay_mask(w.d.cum, i, j, k.n);
-        const T cb = wr[j];
-        vr[j] *= m;
+        const T cb = Base::masked(i, j, k.n, wr[j]), v = Base::masked(i, j, k.n, vr[j] * m);
+        vr[j] = v;
         wr[j] = cb * m;
-        rr[j] = cb * vr[j];
+        rr[j] = cb * v;
       });
     });
     team.team_barrier();
-    Base::gemm(team, Qp, Pp, Qp, GA::k_major(w.w, Qp), w.dy, Pp, w.dxr, Pp, false);  // Wᵀ·dY
-    Base::gemm(team, Np, Qp, Qp, GA::k_major(w.c, Np), w.v, Qp, w.dbt, Qp, false);   // (Vᵀ·C)ᵀ
-    Base::gemm(team, Qp, Np, Qp, GA::rows(w.v, Qp), w.b, Np, w.dc, Np, false);       // V·B
+    Base::gemm(team, Qp, Pp, Qp, GA::k_major(w.w, Qp), w.dy, Pp, w.dxr, Pp, false,
+               Shape::a_upper);  // Wᵀ·dY
+    Base::gemm(team, Np, Qp, Qp, GA::k_major(w.c, Np), w.v, Qp, w.dbt, Qp, false,
+               Shape::b_lower);  // (Vᵀ·C)ᵀ
+    Base::gemm(team, Qp, Np, Qp, GA::rows(w.v, Qp), w.b, Np, w.dc, Np, false,
+               Shape::a_lower);  // V·B
+    // dcum_i = Σ_j R_ij − Σ_j R_ji: row sums, minus column sums (one thread
+    // walks the rows on a host, vectorised over the columns; on a GPU each
+    // lane sums a column).
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, Qp), [&](int i) {
-      double row = 0;  // Σ_j R_ij − Σ_j R_ji
-      Kokkos::parallel_reduce(
-          Kokkos::ThreadVectorRange(team, Qp),
-          [&](int j, double& acc) { acc += double(w.r[i * Qp + j]) - double(w.r[j * Qp + i]); },
-          row);
-      Kokkos::single(Kokkos::PerThread(team), [&]() { w.dcum[i] = row; });
+      const T row = kdnn::impl::row_dot<ExecSpace>(team, Qp, w.r + i * Qp, w.ones);
+      Kokkos::single(Kokkos::PerThread(team), [&]() { w.dcum[i] = double(row); });
     });
+    if constexpr (Base::Tile::host) {
+      Kokkos::single(Kokkos::PerTeam(team), [&]() {
+        T* col = w.colsum;
+        Base::vec(team, Qp, [&](int j) { col[j] = T(0); });
+        for (int i = 0; i < Qp; ++i) {
+          const T* ri = w.r + i * Qp;
+          Base::vec(team, Qp, [&](int j) { col[j] += ri[j]; });
+        }
+      });
+    } else {
+      Kokkos::parallel_for(Kokkos::TeamVectorRange(team, Qp), [&](int j) {
+        T col = 0;
+        for (int i = 0; i < Qp; ++i) col += w.r[i * Qp + j];
+        w.colsum[j] = col;
+      });
+    }
+    team.team_barrier();
+    Kokkos::parallel_for(Kokkos::TeamVectorRange(team, Qp),
+                         [&](int i) { w.dcum[i] -= double(w.colsum[i]); });
     team.team_barrier();
     const int P = this->P(), N = this->N();
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, k.n), [&](int i) {
@@ -510,34 +572,19 @@ struct SsdStateBackwardKernel : SsdChunks<ExecSpace, T> {
     Kokkos::parallel_reduce(
         Kokkos::TeamThreadRange(team, Pp),
         [&](int p, double& acc) {
-          double row = 0;
-          Kokkos::parallel_reduce(
-              Kokkos::ThreadVectorRange(team, Np),
-              [&](int j, double& a) {
-                a += double(w.dhpn[p * Np + j]) * double(w.hpn[p * Np + j]);
-              },
-              row);
-          acc += row;
+          acc += double(kdnn::impl::row_dot<ExecSpace>(team, Np, w.dhpn + p * Np, w.hpn + p * Np));
         },
         hdot);
     team.team_barrier();
     // dcum_i from the state terms (added to the diagonal part's dcum).
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, Qp), [&](int i) {
-      double off = 0, v = 0;
-      if (i < k.n) {
-        Kokkos::parallel_reduce(
-            Kokkos::ThreadVectorRange(team, Np),
-            [&](int j, double& a) { a += double(w.c[i * Np + j]) * double(w.tc[i * Np + j]); },
-            off);
-        Kokkos::parallel_reduce(
-            Kokkos::ThreadVectorRange(team, Pp),
-            [&](int p, double& a) { a += double(w.xr[i * Pp + p]) * double(w.tx[i * Pp + p]); }, v);
-      }
+      const T off = kdnn::impl::row_dot<ExecSpace>(team, Np, w.c + i * Np, w.tc + i * Np);
+      const T v = kdnn::impl::row_dot<ExecSpace>(team, Pp, w.xr + i * Pp, w.tx + i * Pp);
       Kokkos::single(Kokkos::PerThread(team), [&]() {
         const double base = i < k.n ? g.dcum(k.b, k.h, k.t0 + i) : 0.0;
-        v *= double(w.d.dend[i]);
-        w.dcum[i] = base + double(w.d.e[i]) * off - v;
-        w.row_a[i] = v;  // Σ_j v_j, summed below in order
+        const double dv = double(w.d.dend[i]) * double(v);
+        w.dcum[i] = base + double(w.d.e[i]) * double(off) - dv;
+        w.row_a[i] = dv;  // Σ_j v_j, summed below in order
       });
     });
     team.team_barrier();
@@ -561,27 +608,25 @@ struct SsdStateBackwardKernel : SsdChunks<ExecSpace, T> {
       const T* dyr = &dy(k.b, t, k.h, 0);
       T* dxo = &g.dx(k.b, t, k.h, 0);
       const T* txr = w.tx + i * Pp;
-      double sx = 0, sd = 0;
+      T sx = 0;  // Σ_p x·dX̃, each lane over its own p
       Kokkos::parallel_reduce(
           Kokkos::ThreadVectorRange(team, P),
-          [&](int p, double& acc) {
+          [&](int p, T& acc) {
             const T dxt = dxo[p] + di * txr[p];  // dX̃
             dxo[p] = dti * dxt + dh * dyr[p];
-            acc += double(xr[p]) * double(dxt);
+            acc += xr[p] * dxt;
           },
           sx);
-      Kokkos::parallel_reduce(
-          Kokkos::ThreadVectorRange(team, P),
-          [&](int p, double& acc) { acc += double(dyr[p]) * double(xr[p]); }, sd);
+      const T sd = kdnn::impl::row_dot<ExecSpace>(team, P, dyr, xr);
       T* dbo = &g.dBh(k.b, t, k.h, 0);
       T* dco = &g.dCh(k.b, t, k.h, 0);
       const T *tbr = w.tb + i * Np, *tcr = w.tc + i * Np;
       Base::vec(team, N, [&](int j) { dbo[j] += di * tbr[j]; });
       Base::vec(team, N, [&](int j) { dco[j] += ei * tcr[j]; });
       Kokkos::single(Kokkos::PerThread(team), [&]() {
-        ddt(k.b, t, k.h) = T(double(a) * w.dcum[i] + sx);
+        ddt(k.b, t, k.h) = T(double(a) * w.dcum[i] + double(sx));
         w.row_a[i] = double(dti) * w.dcum[i];
-        w.row_d[i] = sd;
+        w.row_d[i] = double(sd);
       });
     });
     team.team_barrier();

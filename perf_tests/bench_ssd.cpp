@@ -1,0 +1,121 @@
+// Mamba-2's SSD chunked scan (kdnn::ssm::ssd_forward / ssd_backward), float32,
+// one group (G = 1, Mamba-2's default), at --kdnn_sizes=BxLxHxPxNxQ,...
+// (default 2x4096x8x64x64x64,2x16384x8x64x64x64). Two benchmarks per size:
+//   forward:  y and the final state from x, dt, A, B, C, D
+//   backward: dx, ddt, dA, dB, dC, dD from the same and dy (the chunk
+//             states are recomputed)
+// Counters:
+//   GFLOP/s          the chunked algorithm's matrix products, per
+//                    (batch entry, head, chunk of Q): forward
+//                    2Q·(2PN + Q(N + P)) (C·Bᵀ, Y_diag, the chunk state,
+//                    Y_off), backward 2Q·(5PN + Q(3N + 2P)); / time
+//   state_bytes_r4   bytes each rank sends in cp::ssd_forward with the
+//                    sequence split over 4 ranks: its summary, B·H·(1 + P·N)
+//                    values, to 3 ranks (backward: B·H·(1 + 2·P·N));
+//                    independent of L
+//   a2a_bytes_r4     what re-sharding by heads with all-to-alls would send
+//                    per rank instead, ≈ (R−1)/R²·B·L·(3HP + 2GN + H) values
+//                    at R = 4
+// The space is fenced at the end of every timed iteration. compare_ssd.py
+// runs this and PyTorch's chunked formulation at the same sizes.
+#include <benchmark/benchmark.h>
+
+#include <Kokkos_Core.hpp>
+#include <Kokkos_Random.hpp>
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "bench_args.hpp"
+#include "kdnn/ssm/ssd.hpp"
+
+namespace {
+
+namespace ssm = kdnn::ssm;
+using Space = Kokkos::DefaultExecutionSpace;
+using T = float;
+
+/// Uniform in [lo, hi), filled on the device.
+template <class View>
+View random_view(const View& v, unsigned seed, T lo = -1, T hi = 1) {
+  Kokkos::Random_XorShift64_Pool<Space> pool(seed);
+  Kokkos::fill_random(v, pool, lo, hi);
+  return v;
+}
+
+void run(benchmark::State& state, bool backward) {
+  const std::int64_t B = state.range(0), L = state.range(1), H = state.range(2);
+  const std::int64_t P = state.range(3), N = state.range(4), Q = state.range(5), G = 1;
+  Space space;
+  const kdnn::Tensor4<T, Space> x = random_view(kdnn::Tensor4<T, Space>("x", B, L, H, P), 1);
+  const kdnn::Tensor3<T, Space> dt =
+      random_view(kdnn::Tensor3<T, Space>("dt", B, L, H), 2, T(0.001), T(0.1));
+  const kdnn::Vector<T, Space> A = random_view(kdnn::Vector<T, Space>("A", H), 3, T(-8), T(-1));
+  const kdnn::Tensor4<T, Space> Bm = random_view(kdnn::Tensor4<T, Space>("B", B, L, G, N), 4);
+  const kdnn::Tensor4<T, Space> Cm = random_view(kdnn::Tensor4<T, Space>("C", B, L, G, N), 5);
+  const kdnn::Vector<T, Space> D = random_view(kdnn::Vector<T, Space>("D", H), 6);
+  const ssm::SsdOptions opts{int(Q), false};
+  const double chunks = double(B) * H * ((L + Q - 1) / Q);
+  double flop = 0;
+  if (!backward) {
+    ssm::SsdForward<T, Space> args;
+    args.x = x, args.dt = dt, args.A = A, args.B = Bm, args.C = Cm, args.D = D;
+    args.y = kdnn::Tensor4<T, Space>("y", B, L, H, P);
+    args.final_state = kdnn::Tensor4<T, Space>("final", B, H, P, N);
+    ssm::ssd_forward(space, args, opts);  // warm-up
+    space.fence();
+    for (auto _ : state) {
+      ssm::ssd_forward(space, args, opts);
+      space.fence();
+    }
+    flop = chunks * 2.0 * Q * (2.0 * P * N + Q * double(N + P));
+  } else {
+    ssm::SsdBackward<T, Space> args;
+    args.x = x, args.dt = dt, args.A = A, args.B = Bm, args.C = Cm, args.D = D;
+    args.dy = random_view(kdnn::Tensor4<T, Space>("dy", B, L, H, P), 7);
+    args.dx = kdnn::Tensor4<T, Space>("dx", B, L, H, P);
+    args.ddt = kdnn::Tensor3<T, Space>("ddt", B, L, H);
+    args.dA = kdnn::Vector<T, Space>("dA", H);
+    args.dB = kdnn::Tensor4<T, Space>("dB", B, L, G, N);
+    args.dC = kdnn::Tensor4<T, Space>("dC", B, L, G, N);
+    args.dD = kdnn::Vector<T, Space>("dD", H);
+    ssm::ssd_backward(space, args, opts);  // warm-up
+    space.fence();
+    for (auto _ : state) {
+      ssm::ssd_backward(space, args, opts);
+      space.fence();
+    }
+    flop = chunks * 2.0 * Q * (5.0 * P * N + Q * double(3 * N + 2 * P));
+  }
+  const double R = 4, parts = backward ? 2 : 1;
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flop * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["state_bytes_r4"] = (R - 1) * B * H * (1 + parts * P * N) * sizeof(T);
+  state.counters["a2a_bytes_r4"] =
+      (R - 1) / (R * R) * B * L * double(3 * H * P + 2 * G * N + H) * sizeof(T);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  kdnn_bench::Args args =
+      kdnn_bench::parse_args(argc, argv, "2x4096x8x64x64x64,2x16384x8x64x64x64", 6, "BxLxHxPxNxQ");
+  int count = int(args.rest.size());
+  Kokkos::initialize(count, args.rest.data());
+  {
+    for (const auto& size : args.sizes) {
+      for (const bool backward : {false, true}) {
+        const std::string name = std::string("ssd_f32/") + (backward ? "backward" : "forward");
+        benchmark::RegisterBenchmark(name.c_str(), run, backward)
+            ->Args(size)
+            ->Unit(benchmark::kMillisecond)
+            ->UseRealTime();
+      }
+    }
+    benchmark::Initialize(&count, args.rest.data());
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+  }
+  Kokkos::finalize();
+  return 0;
+}
