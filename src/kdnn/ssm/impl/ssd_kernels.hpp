@@ -103,52 +103,81 @@ struct SsdChunks {
     kdnn::impl::vector_for<ExecSpace>(team, n, f);
   }
 
-  /// dst[r·cols + c] = f(r, c) for r < live_rows, c < live_cols; 0 in the
-  /// rest of the rows × cols tile.
-  template <class F>
+  /// dst[r·cols + c] = scale(r)·src(r)[c] for r < live_rows, c < live_cols,
+  /// 0 in the rest of the rows × cols tile; src(r) points at a contiguous
+  /// source row (a pointer, so that the copy is a plain vector loop, not a
+  /// gather through a View's index arithmetic).
+  template <class Src, class Scale>
   KOKKOS_INLINE_FUNCTION static void fill(const Member& team, T* dst, int rows, int cols,
-                                          int live_rows, int live_cols, const F& f) {
+                                          int live_rows, int live_cols, const Src& src,
+                                          const Scale& scale) {
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](int r) {
       T* row = dst + std::size_t(r) * cols;
       const int live = r < live_rows ? live_cols : 0;
-      vec(team, live, [&](int c) { row[c] = f(r, c); });
+      if (live > 0) {
+        const T* from = src(r);
+        const T f = scale(r);
+        vec(team, live, [&](int c) { row[c] = f * from[c]; });
+      }
       vec(team, cols - live, [&](int c) { row[live + c] = T(0); });
     });
   }
 
-  /// The same tile filled by its columns: dst[r·cols + c] = f(r, c), where
-  /// f reads a source that is contiguous in r (a transposed load: reads
-  /// run along the source's rows, the strided writes go to scratch).
-  template <class F>
+  /// The same tile filled by its columns from source rows that are
+  /// contiguous in r: dst[r·cols + c] = scale(c)·src(c)[r] (a transposed
+  /// load: reads run along the source's rows, the strided writes go to
+  /// scratch).
+  template <class Src, class Scale>
   KOKKOS_INLINE_FUNCTION static void fill_transposed(const Member& team, T* dst, int rows, int cols,
-                                                     int live_rows, int live_cols, const F& f) {
+                                                     int live_rows, int live_cols, const Src& src,
+                                                     const Scale& scale) {
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols), [&](int c) {
       const int live = c < live_cols ? live_rows : 0;
-      vec(team, live, [&](int r) { dst[std::size_t(r) * cols + c] = f(r, c); });
+      if (live > 0) {
+        const T* from = src(c);
+        const T f = scale(c);
+        vec(team, live, [&](int r) { dst[std::size_t(r) * cols + c] = f * from[r]; });
+      }
       vec(team, rows - live, [&](int r) { dst[std::size_t(live + r) * cols + c] = T(0); });
     });
+  }
+  /// The scale of an unscaled fill.
+  struct One {
+    KOKKOS_FORCEINLINE_FUNCTION T operator()(int) const { return T(1); }
+  };
+
+  // Source rows of the chunk's step t0 + i.
+  KOKKOS_INLINE_FUNCTION const T* x_row(const Chunk& k, int i) const {
+    return &x(k.b, k.t0 + i, k.h, 0);
+  }
+  template <class V>
+  KOKKOS_INLINE_FUNCTION const T* group_row(const V& v, const Chunk& k, int i) const {
+    return &v(k.b, k.t0 + i, k.g, 0);
   }
 
   // Tiles of the chunk's operands (rows = steps unless transposed).
   KOKKOS_INLINE_FUNCTION void load_x(const Member& team, const Chunk& k, const T* dtv,
                                      T* dst) const {  // X̃ [Qp×Pp]
-    fill(team, dst, Qp, Pp, k.n, P(),
-         [&](int i, int p) { return dtv[i] * x(k.b, k.t0 + i, k.h, p); });
+    fill(
+        team, dst, Qp, Pp, k.n, P(), [&](int i) { return x_row(k, i); },
+        [&](int i) { return dtv[i]; });
   }
   KOKKOS_INLINE_FUNCTION void load_x_t(const Member& team, const Chunk& k, const T* dtv,
                                        T* dst) const {  // X̃ᵀ [Pp×Qp]
-    fill_transposed(team, dst, Pp, Qp, P(), k.n,
-                    [&](int p, int i) { return dtv[i] * x(k.b, k.t0 + i, k.h, p); });
+    fill_transposed(
+        team, dst, Pp, Qp, P(), k.n, [&](int i) { return x_row(k, i); },
+        [&](int i) { return dtv[i]; });
   }
   template <class V>
   KOKKOS_INLINE_FUNCTION void load_bc(const Member& team, const Chunk& k, const V& v,
                                       T* dst) const {  // B or C [Qp×Np]
-    fill(team, dst, Qp, Np, k.n, N(), [&](int i, int j) { return v(k.b, k.t0 + i, k.g, j); });
+    fill(
+        team, dst, Qp, Np, k.n, N(), [&](int i) { return group_row(v, k, i); }, One{});
   }
   KOKKOS_INLINE_FUNCTION void load_b_t(const Member& team, const Chunk& k,
                                        T* dst) const {  // Bᵀ [Np×Qp]
-    fill_transposed(team, dst, Np, Qp, N(), k.n,
-                    [&](int j, int i) { return Bm(k.b, k.t0 + i, k.g, j); });
+    fill_transposed(
+        team, dst, Np, Qp, N(), k.n, [&](int i) { return group_row(Bm, k, i); }, One{});
   }
   /// A chunk state of `s` ([N, P] stored), as [Np×Pp] (n-major) or, with
   /// `p_major`, [Pp×Np].
@@ -158,9 +187,11 @@ struct SsdChunks {
     const T* src = &s(k.b, k.h, index, 0);
     const int Pn = P();
     if (p_major) {
-      fill_transposed(team, dst, Pp, Np, Pn, N(), [&](int p, int j) { return src[j * Pn + p]; });
+      fill_transposed(
+          team, dst, Pp, Np, Pn, N(), [&](int j) { return src + j * Pn; }, One{});
     } else {
-      fill(team, dst, Np, Pp, N(), Pn, [&](int j, int p) { return src[j * Pn + p]; });
+      fill(
+          team, dst, Np, Pp, N(), Pn, [&](int j) { return src + j * Pn; }, One{});
     }
   }
 
@@ -219,9 +250,9 @@ struct SsdChunkStateKernel : SsdChunks<ExecSpace, T> {
     team.team_barrier();
     this->load_b_t(team, k, w.bt);
     // Xs_j = dend_j·dt_j·x_j: S = Bᵀ·Xs (S_c above, n-major).
-    this->fill(team, w.xs, this->Qp, this->Pp, k.n, this->P(), [&](int i, int p) {
-      return w.d.dend[i] * w.d.dtv[i] * this->x(k.b, k.t0 + i, k.h, p);
-    });
+    this->fill(
+        team, w.xs, this->Qp, this->Pp, k.n, this->P(), [&](int i) { return this->x_row(k, i); },
+        [&](int i) { return w.d.dend[i] * w.d.dtv[i]; });
     team.team_barrier();
     Base::gemm(team, this->Np, this->Pp, this->Qp, Base::GemmA::rows(w.bt, this->Qp), w.xs,
                this->Pp, w.s, this->Pp, false);
@@ -350,8 +381,9 @@ struct SsdChunkDstateKernel : SsdChunks<ExecSpace, T> {
     this->load_decays(team, k, w.d);
     this->load_bc(team, k, this->Cm, w.c);
     team.team_barrier();
-    this->fill(team, w.edy, Qp, Pp, k.n, this->P(),
-               [&](int i, int p) { return w.d.e[i] * dy(k.b, k.t0 + i, k.h, p); });
+    this->fill(
+        team, w.edy, Qp, Pp, k.n, this->P(), [&](int i) { return &dy(k.b, k.t0 + i, k.h, 0); },
+        [&](int i) { return w.d.e[i]; });
     team.team_barrier();
     // dSᵀ... stored n-major: dS[n, p] = Σ_i C[i, n]·edy[i, p] = (Cᵀ·edy)[n, p].
     Base::gemm(team, Np, Pp, Qp, Base::GemmA::k_major(w.c, Np), w.edy, Pp, w.s, Pp, false);
@@ -427,8 +459,9 @@ struct SsdDiagBackwardKernel : SsdChunks<ExecSpace, T> {
     this->load_bc(team, k, this->Cm, w.c);
     this->load_bc(team, k, this->Bm, w.b);
     this->load_b_t(team, k, w.bt);
-    this->fill(team, w.dy, Qp, Pp, k.n, this->P(),
-               [&](int i, int p) { return dy(k.b, k.t0 + i, k.h, p); });
+    this->fill(
+        team, w.dy, Qp, Pp, k.n, this->P(), [&](int i) { return &dy(k.b, k.t0 + i, k.h, 0); },
+        typename Base::One{});
     this->load_x(team, k, w.d.dtv, w.xr);
     this->load_x_t(team, k, w.d.dtv, w.xt);
     team.team_barrier();
@@ -557,7 +590,9 @@ struct SsdStateBackwardKernel : SsdChunks<ExecSpace, T> {
     this->load_decays(team, k, w.d);
     this->load_bc(team, k, this->Cm, w.c);
     this->load_b_t(team, k, w.bt);
-    this->fill(team, w.dy, Qp, Pp, k.n, P, [&](int i, int p) { return dy(k.b, k.t0 + i, k.h, p); });
+    this->fill(
+        team, w.dy, Qp, Pp, k.n, P, [&](int i) { return &dy(k.b, k.t0 + i, k.h, 0); },
+        typename Base::One{});
     this->load_state(team, k, states, k.c, true, w.hpn);
     this->load_state(team, k, dstates, k.c, false, w.dhnp);
     this->load_state(team, k, dstates, k.c, true, w.dhpn);
