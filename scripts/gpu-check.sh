@@ -10,8 +10,9 @@
 # perf_tests/compare_fused_attention.py (PyTorch's scaled_dot_product_attention,
 # PyTorch >= 2; fused_attention_table.md), perf_tests/compare_ssm_conv.py
 # (Mamba-2's causal conv1d + SiLU against PyTorch's F.conv1d; ssm_conv_table.md),
-# and writes the logs and tables to OUT_DIR.
-# KDNN_GPU_BENCH="sinkhorn attention fused-attention ssm-conv" (the default)
+# perf_tests/compare_ssd.py (Mamba-2's SSD against the chunked PyTorch
+# formulation; ssd_table.md), and writes the logs and tables to OUT_DIR.
+# KDNN_GPU_BENCH="sinkhorn attention fused-attention ssm-conv ssd" (the default)
 # picks the benchmark families. Exits non-zero if any test fails.
 set -uo pipefail
 out=${1:?usage: scripts/gpu-check.sh OUT_DIR}
@@ -40,7 +41,13 @@ grep -iE 'cuda|arch|device|error|fail' "$out/demo.log" | head -n 20; tail -n 5 "
 echo "== example: one attention layer trained by SGD"
 timeout 60 "$build/examples/mha_training" > "$out/mha_training.log" 2>&1 || status=1
 tail -n 2 "$out/mha_training.log"
-bench=${KDNN_GPU_BENCH:-sinkhorn attention fused-attention ssm-conv}
+bench=${KDNN_GPU_BENCH:-sinkhorn attention fused-attention ssm-conv ssd}
+if [[ " $bench " == *" ssd "* ]]; then
+  echo "== SSD benchmarks (kdnn, the chunked PyTorch formulation float32 on this GPU)"
+  timeout 300 "$python" perf_tests/compare_ssd.py --device cuda \
+    --bench "$build/perf_tests/kdnn_perf_ssd" \
+    | tee "$out/ssd_table.md" || status=1
+fi
 if [[ " $bench " == *" ssm-conv "* ]]; then
   echo "== causal conv1d + SiLU benchmarks (kdnn, PyTorch float32 on this GPU)"
   timeout 300 "$python" perf_tests/compare_ssm_conv.py --device cuda \
