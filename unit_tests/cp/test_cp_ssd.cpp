@@ -238,7 +238,8 @@ TEST(CpSsd, MismatchOnOneRankGivesEveryRankTheSameError) {
   DeviceView<double****> Bm("B", B, n, 2, N), Cm("C", B, n, 2, N);
   ssm::SsdForward<double, Space> f;
   f.x = x, f.dt = dt, f.A = A, f.B = Bm, f.C = Cm, f.y = y;
-  const auto call = [&](const ssm::SsdForward<double, Space>& args, ssm::SsdOptions o = {}) {
+  const auto call = [&](const ssm::SsdForward<double, Space>& args,
+                        ssm::SsdOptions o = ssm::SsdOptions()) {
     return error_of([&] { cp::ssd_forward(Space(), MPI_COMM_WORLD, args, o); });
   };
   if (R > 1) {
@@ -258,7 +259,7 @@ TEST(CpSsd, MismatchOnOneRankGivesEveryRankTheSameError) {
   // A positive entry of A, refused with check_a.
   auto positive = f;
   if (rank == odd) positive.A = to_device<double*>({-1, 0.5, -1, -1}, H);
-  EXPECT_EQ(call(positive, {4, true}),
+  EXPECT_EQ(call(positive, ssm::SsdOptions{4, true}),
             "cp::ssd_forward: A[1]=0.5, expected A <= 0 (check_a) (on rank " + std::to_string(odd) +
                 " of " + std::to_string(R) + ")");
   if (R > 1) {

@@ -351,7 +351,7 @@ TEST(SsdErrors, BadArgumentsAreNamed) {
   const SsdCase a = make_case(s, kAll, 5);
   SsdViews<T> v(a);
   DeviceView<T****> y("y", s.B, s.L, s.H, s.P);
-  const auto forward = [&](auto edit, ssm::SsdOptions opts = {}) {
+  const auto forward = [&](auto edit, ssm::SsdOptions opts = ssm::SsdOptions()) {
     ssm::SsdForward<T, Space> f;
     v.set_inputs(f);
     f.y = y;
@@ -359,7 +359,7 @@ TEST(SsdErrors, BadArgumentsAreNamed) {
     ssm::ssd_forward(Space(), f, opts);
   };
   using F = ssm::SsdForward<T, Space>;
-  EXPECT_KDNN_ERROR(forward([](F&) {}, {0}), "chunk=0, expected Q >= 1");
+  EXPECT_KDNN_ERROR(forward([](F&) {}, ssm::SsdOptions{0}), "chunk=0, expected Q >= 1");
   EXPECT_KDNN_ERROR(forward([](F& f) { f.dt = DeviceView<T***>("dt", 1, 9, 4); }),
                     "dt has extent(1)=9, expected 10");
   DeviceView<T****> b3("b3", 1, 10, 3, 2);
@@ -377,9 +377,9 @@ TEST(SsdErrors, BadArgumentsAreNamed) {
                     "output y overlaps input x");
   // A > 0 is refused only when asked for.
   DeviceView<T*> positive = to_device<T*>({-1, -0.5, 0.25, -2}, 4);
-  EXPECT_KDNN_ERROR(forward([&](F& f) { f.A = positive; }, {8, true}),
+  EXPECT_KDNN_ERROR(forward([&](F& f) { f.A = positive; }, ssm::SsdOptions{8, true}),
                     "A[2]=0.25, expected A <= 0");
-  EXPECT_NO_THROW(forward([&](F& f) { f.A = positive; }, {8, false}));
+  EXPECT_NO_THROW(forward([&](F& f) { f.A = positive; }, ssm::SsdOptions{8, false}));
 
   ssm::SsdBackward<T, Space> g;
   v.set_inputs(g);
