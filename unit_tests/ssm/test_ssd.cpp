@@ -7,7 +7,10 @@
 // (Y_diag, the summary, exp(cumsum)); bad arguments.
 #include <gtest/gtest.h>
 
+#include <climits>
 #include <cmath>
+#include <limits>
+#include <string>
 #include <vector>
 
 #include "allclose.hpp"
@@ -262,6 +265,118 @@ TYPED_TEST(Ssd, DecaysThatUnderflowGiveFiniteResults) {
   EXPECT_ALLCLOSE(b.dx, expected_b.dx, tol<T>(), sum_tol<T>(16));
   EXPECT_ALLCLOSE(b.ddt, expected_b.ddt, tol<T>(), sum_tol<T>(64));
   EXPECT_ALLCLOSE(b.dA, expected_b.dA, tol<T>(), sum_tol<T>(16 * 600));
+}
+
+TYPED_TEST(Ssd, ChunksLongerThanTheSequenceActAsOneChunk) {
+  using T = TypeParam;
+  // Q far past L (up to INT_MAX, where ceil(L/Q) computed in int wraps)
+  // gives the one-chunk result, forward and backward, without sizing
+  // anything by Q.
+  for (int L : {1, 3, 10}) {
+    for (int Q : {1000, INT_MAX - 8, INT_MAX}) {
+      SCOPED_TRACE("L=" + std::to_string(L) + " Q=" + std::to_string(Q));
+      const SsdCase a = make_case({2, L, 2, 3, 1, 4}, kAll, 70);
+      const auto ef = ssm_ref::ssd_forward(a);
+      const auto eb = ssm_ref::ssd_backward(a);
+      const auto f = run_forward<T>(a, Q);
+      const auto b = run_backward<T>(a, Q);
+      const double atol = sum_tol<T>(16);
+      EXPECT_ALLCLOSE(f.y, ef.y, tol<T>(), atol);
+      EXPECT_ALLCLOSE(f.final_state, ef.final_state, tol<T>(), atol);
+      EXPECT_ALLCLOSE(b.dx, eb.dx, tol<T>(), atol);
+      EXPECT_ALLCLOSE(b.ddt, eb.ddt, tol<T>(), atol);
+      EXPECT_ALLCLOSE(b.dA, eb.dA, tol<T>(), atol * L);
+      EXPECT_ALLCLOSE(b.dB, eb.dB, tol<T>(), atol);
+      EXPECT_ALLCLOSE(b.dC, eb.dC, tol<T>(), atol);
+      EXPECT_ALLCLOSE(b.dinit, eb.dinit, tol<T>(), atol);
+    }
+  }
+}
+
+TYPED_TEST(Ssd, DecaysOverTheWholeFiniteRangeGiveTheRecurrence) {
+  using T = TypeParam;
+  // A at the end of T's finite range: dt·A overflows to −inf in double for
+  // dt > 1, and every decay underflows. Heads with moderate A beside them
+  // must be unaffected, and no output may be NaN.
+  const double huge = -0.3 * double(std::numeric_limits<T>::max());
+  for (const int Q : {4, 64}) {
+    SCOPED_TRACE(Q);
+    SsdCase a = make_case({2, 23, 3, 4, 1, 4}, kAll, 80);
+    a.A = {huge, -0.5, huge / 1e3};
+    for (double& dt : a.dt) dt *= 8;  // dt in [0.4, 4.8]
+    const auto ef = ssm_ref::ssd_forward(a);
+    const auto eb = ssm_ref::ssd_backward(a);
+    const auto f = run_forward<T>(a, Q);
+    const auto b = run_backward<T>(a, Q);
+    for (const Vec* v :
+         {&f.y, &f.final_state, &b.dx, &b.ddt, &b.dA, &b.dB, &b.dC, &b.dD, &b.dinit}) {
+      for (double e : *v) ASSERT_TRUE(std::isfinite(e));
+    }
+    const double atol = sum_tol<T>(64);
+    EXPECT_ALLCLOSE(f.y, ef.y, tol<T>(), atol);
+    EXPECT_ALLCLOSE(f.final_state, ef.final_state, tol<T>(), atol);
+    EXPECT_ALLCLOSE(b.dx, eb.dx, tol<T>(), atol);
+    EXPECT_ALLCLOSE(b.ddt, eb.ddt, tol<T>(), atol);
+    EXPECT_ALLCLOSE(b.dA, eb.dA, tol<T>(), atol);
+    EXPECT_ALLCLOSE(b.dB, eb.dB, tol<T>(), atol);
+    EXPECT_ALLCLOSE(b.dinit, eb.dinit, tol<T>(), atol);
+  }
+}
+
+/// ‖got − want‖ / ‖want‖.
+double rel_norm_error(const Vec& got, const Vec& want) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    num += (got[i] - want[i]) * (got[i] - want[i]);
+    den += want[i] * want[i];
+  }
+  return std::sqrt(num / den);
+}
+
+TEST(SsdAccuracy, Float32DaWhenDecaysUnderflowInsideAChunk) {
+  // dt ≈ 2 and A in [−13.6, −5]: each step decays by e^−10 … e^−27, so a
+  // float decay from the chunk's start underflows within a few steps. dA is a
+  // sum of tiny terms; computed as the difference of two large cumulative
+  // sums it loses its digits. Float32 must stay close to the float64 truth
+  // (float32 PyTorch, by autograd through a masked segment sum, gets ~1e-4).
+  for (const Config& c : {Config{{2, 100, 4, 16, 4, 16}, 64}, Config{{1, 200, 2, 8, 1, 8}, 32}}) {
+    SCOPED_TRACE(describe(c, kAll));
+    SsdCase a = make_case(c.s, kAll, 95, -13.6, -5);
+    for (double& dt : a.dt) dt = 1.8 + dt / 3;  // [1.82, 2.0]
+    for (auto* v : {&a.x, &a.dt, &a.A, &a.Bm, &a.Cm, &a.D, &a.init, &a.dy, &a.dfinal}) {
+      for (double& e : *v) e = double(float(e));  // what a float32 run reads
+    }
+    const auto expected = ssm_ref::ssd_backward(a);
+    const auto actual = run_backward<float>(a, c.chunk);
+    EXPECT_LT(rel_norm_error(actual.dA, expected.dA), 2e-5);
+    EXPECT_LT(rel_norm_error(actual.ddt, expected.ddt), 2e-5);
+  }
+}
+
+TEST(SsdErrors, CheckDtRefusesNegativeAndNonFiniteSteps) {
+  using T = double;
+  const SsdShape s{2, 10, 4, 3, 2, 2};
+  const SsdCase a = make_case(s, kAll, 5);
+  SsdViews<T> v(a);
+  DeviceView<T****> y("y", s.B, s.L, s.H, s.P);
+  ssm::SsdForward<T, Space> f;
+  v.set_inputs(f);
+  f.y = y;
+  ssm::SsdOptions opts;
+  opts.check_dt = true;
+  EXPECT_NO_THROW(ssm::ssd_forward(Space(), f, opts));
+  for (const double bad : {-0.5, double(NAN), double(INFINITY)}) {
+    auto dt = a.dt;
+    dt[(1 * s.L + 7) * s.H + 2] = bad;  // [1, 7, 2]
+    dt[(1 * s.L + 8) * s.H + 0] = -1;   // a later one
+    f.dt = to_device<T***>(dt, s.B, s.L, s.H);
+    EXPECT_KDNN_ERROR(ssm::ssd_forward(Space(), f, opts),
+                      "dt[1, 7, 2]=" + std::string(bad < 0 ? "-0.5" : bad > 0 ? "inf" : "nan") +
+                          ", expected a finite dt >= 0 (check_dt)");
+    opts.check_dt = false;  // not checked unless asked for
+    EXPECT_NO_THROW(ssm::ssd_forward(Space(), f, opts));
+    opts.check_dt = true;
+  }
 }
 
 TYPED_TEST(Ssd, PiecesMatchTheirDefinitions) {

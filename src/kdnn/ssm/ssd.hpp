@@ -37,6 +37,7 @@ namespace kdnn::ssm {
 struct SsdOptions {
   int chunk = 64;        ///< Q, steps per chunk (≥ 1); L need not be a multiple
   bool check_a = false;  ///< refuse A with a positive entry (a device reduction and a copy)
+  bool check_dt = false;  ///< refuse a negative or non-finite dt (a device reduction)
 };
 
 /// The arguments of ssd_forward. Optional Views may be left empty.

@@ -3,6 +3,7 @@
 // context-parallel SSD (kdnn::cp) builds on: the chunk kernels' launches and
 // the forward and reverse state passes.
 #include <climits>
+#include <cstdint>
 #include <string>
 
 #include "kdnn/core/error.hpp"
@@ -171,6 +172,30 @@ void check_ssd_state(const char* op, const char* name, const State& s, const X& 
   validate::extent(op, name, s, 3, b.extent(3), "N, B's extent(3)");
 }
 
+/// Throws at the first dt (in memory order) that is negative or not finite,
+/// naming its [b, t, h]: one device reduction, then one value copied back.
+template <class ExecSpace, class T>
+void check_dt_values(const char* op, const Tensor3<const T, ExecSpace>& dt) {
+  const std::size_t n = dt.size();
+  if (n == 0) return;
+  std::size_t first = n;
+  Kokkos::parallel_reduce(
+      "kdnn::ssm::ssd_check_dt", Kokkos::RangePolicy<ExecSpace>(ExecSpace(), 0, n),
+      KOKKOS_LAMBDA(std::size_t i, std::size_t & lowest) {
+        const T v = dt.data()[i];
+        // v >= 0 is false for NaN; v - v is NaN for ±inf.
+        if (!(v >= T(0) && v - v == T(0)) && i < lowest) lowest = i;
+      },
+      Kokkos::Min<std::size_t>(first));
+  if (first >= n) return;  // none (the reduction's identity is the largest size_t)
+  T value{};
+  Kokkos::deep_copy(value, Kokkos::subview(dt, first / (dt.extent(1) * dt.extent(2)),
+                                           first / dt.extent(2) % dt.extent(1),
+                                           first % dt.extent(2)));
+  fail(op, ": dt[", first / (dt.extent(1) * dt.extent(2)), ", ", first / dt.extent(2) % dt.extent(1),
+       ", ", first % dt.extent(2), "]=", value, ", expected a finite dt >= 0 (check_dt)");
+}
+
 /// Checks of x, dt, A, B, C and the chunk size shared by every SSD operator.
 template <class ExecSpace, class T>
 void check_ssd_inputs(const char* op, const Tensor4<const T, ExecSpace>& x,
@@ -201,6 +226,7 @@ void check_ssd_inputs(const char* op, const Tensor4<const T, ExecSpace>& x,
       if (!(a(h) <= T(0))) fail(op, ": A[", h, "]=", a(h), ", expected A <= 0 (check_a)");
     }
   }
+  if (opts.check_dt) check_dt_values<ExecSpace, T>(op, dt);
 }
 
 template <class ExecSpace, class T>
@@ -295,21 +321,21 @@ void ssd_decay_cumsum(const ExecSpace& space, const Tensor3<const T, ExecSpace>&
   const char* op = "ssm::ssd_decay_cumsum";
   if (opts.chunk < 1) fail(op, ": chunk=", opts.chunk, ", expected Q >= 1");
   validate::extent(op, "A", A, 0, dt.extent(2), "H, dt's extent(2)");
-  const int Q = opts.chunk, L = int(dt.extent(1)), H = int(dt.extent(2));
-  const int chunks = (L + Q - 1) / Q;
+  const std::int64_t Q = opts.chunk, L = std::int64_t(dt.extent(1)), H = std::int64_t(dt.extent(2));
+  const std::int64_t chunks = L == 0 ? 0 : (L - 1) / Q + 1;
   validate::extent(op, "out", out, 0, dt.extent(0), "B, dt's extent(0)");
   validate::extent(op, "out", out, 1, dt.extent(2), "H, dt's extent(2)");
-  validate::extent(op, "out", out, 2, chunks, "ceil(L/Q)");
-  validate::extent(op, "out", out, 3, Q, "Q, the chunk size");
+  validate::extent(op, "out", out, 2, std::size_t(chunks), "ceil(L/Q)");
+  validate::extent(op, "out", out, 3, std::size_t(Q), "Q, the chunk size");
   validate::no_alias(op, "out", out, "dt", dt);
-  const int count = int(dt.extent(0)) * H * chunks;
+  const std::int64_t count = std::int64_t(dt.extent(0)) * H * chunks;
   Kokkos::parallel_for(
       "kdnn::ssm::ssd_decay_cumsum", Kokkos::RangePolicy<ExecSpace>(space, 0, count),
-      KOKKOS_LAMBDA(int idx) {
-        const int c = idx % chunks, bh = idx / chunks, b = bh / H, h = bh % H;
+      KOKKOS_LAMBDA(std::int64_t idx) {
+        const std::int64_t c = idx % chunks, bh = idx / chunks, b = bh / H, h = bh % H;
         double s = 0;
-        for (int i = 0; i < Q; ++i) {
-          const int t = c * Q + i;
+        for (std::int64_t i = 0; i < Q; ++i) {
+          const std::int64_t t = c * Q + i;
           if (t < L) s += double(dt(b, t, h)) * double(A(h));
           out(b, h, c, i) = t < L ? compat::exp(T(s)) : T(0);
         }
@@ -390,8 +416,9 @@ SsdGradients<ExecSpace, T> gradient_buffers(const SsdBackward<T, ExecSpace>& a) 
   g.dx = a.dx;
   g.dBh = per_head ? alloc("kdnn::ssm::ssd_dB_per_head") : a.dB;
   g.dCh = per_head ? alloc("kdnn::ssm::ssd_dC_per_head") : a.dC;
-  g.dcum = decltype(g.dcum)(
-      Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("kdnn::ssm::ssd_dcum")), B, H, L);
+  g.da_diag = decltype(g.da_diag)(
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("kdnn::ssm::ssd_da_diag")), B, H,
+      L);
   return g;
 }
 

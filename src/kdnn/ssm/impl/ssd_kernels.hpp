@@ -48,9 +48,12 @@ struct SsdChunks {
   KOKKOS_INLINE_FUNCTION int N() const { return int(Bm.extent(3)); }
 
   /// Sets chunks and the padded sizes from the inputs and Q.
+  /// Q = min(chunk, L) (at least 1): a chunk longer than the sequence is one
+  /// chunk of L steps, and nothing is sized by a larger Q.
   void set_sizes(int chunk) {
-    Q = chunk;
-    chunks = (int(x.extent(1)) + Q - 1) / Q;
+    const int L = int(x.extent(1));
+    Q = chunk < L ? chunk : L > 0 ? L : 1;
+    chunks = L == 0 ? 0 : (L - 1) / Q + 1;
     Qp = Tile::pad(Q);
     Pp = Tile::pad(int(x.extent(3)));
     Np = Tile::pad(int(Bm.extent(3)));
@@ -77,6 +80,22 @@ struct SsdChunks {
   KOKKOS_INLINE_FUNCTION static Decays carve_decays(kdnn::impl::ScratchCarver& s, int Qp) {
     return {s.take<double>(Qp), s.take<T>(Qp), s.take<T>(Qp), s.take<T>(Qp)};
   }
+  /// A step's log-decay dt·A, floored at −kLogDecayFloor. Below the floor
+  /// every decay across the step is exp(≤ −1000) = 0 in float and double, as
+  /// it is unfloored, so the results are the same; the floor keeps the
+  /// cumulative sums finite (dt·A may overflow to −inf) and their
+  /// differences exact to double rounding of moderate numbers.
+  static constexpr double kLogDecayFloor = 1000;
+  KOKKOS_FORCEINLINE_FUNCTION static double log_decay(T dt_value, double a) {
+    const double v = double(dt_value) * a;
+    return v > -kLogDecayFloor ? v : -kLogDecayFloor;
+  }
+  /// Whether the step's decay is exactly 0 (log_decay floored): the
+  /// gradient of its log-decay is then exactly 0 as well.
+  KOKKOS_FORCEINLINE_FUNCTION static bool saturated(T dt_value, double a) {
+    return !(double(dt_value) * a > -kLogDecayFloor);
+  }
+
   /// Fills `d`: cum and dtv are ready on return, e and dend after the
   /// caller's next team barrier.
   KOKKOS_INLINE_FUNCTION void load_decays(const Member& team, const Chunk& k,
@@ -87,7 +106,7 @@ struct SsdChunks {
       for (int i = 0; i < Qp; ++i) {
         const T v = i < k.n ? dt(k.b, k.t0 + i, k.h) : T(0);
         d.dtv[i] = v;
-        s += double(v) * a;
+        s += log_decay(v, a);
         d.cum[i] = s;
       }
     });
@@ -397,21 +416,21 @@ struct SsdChunkDstateKernel : SsdChunks<ExecSpace, T> {
 };
 
 /// Where the backward kernels put the gradients: dx, per-head dB and dC
-/// ([B, L, H, N]: dB and dC themselves when G = H) and dcum [B, H, L], the
-/// gradient of each step's cumulative decay exponent cum.
+/// ([B, L, H, N]: dB and dC themselves when G = H) and da_diag [B, H, L], the
+/// Y_diag part of the gradient of each step's log-decay a_t = dt_t·A.
 template <class ExecSpace, class T>
 struct SsdGradients {
   Tensor4<T, ExecSpace> dx;   ///< [B, L, H, P]
   Tensor4<T, ExecSpace> dBh;  ///< [B, L, H, N]
   Tensor4<T, ExecSpace> dCh;  ///< [B, L, H, N]
-  Kokkos::View<double***, Kokkos::LayoutRight, typename ExecSpace::memory_space> dcum;
+  Kokkos::View<double***, Kokkos::LayoutRight, typename ExecSpace::memory_space> da_diag;
 };
 
 /// The backward of Y_diag alone. With W = CB∘m and V = (dY·X̃ᵀ)∘m:
 ///   dX̃ = Wᵀ·dY,  dB = Vᵀ·C,  dC = V·B,
-///   dcum_i = Σ_j R_ij − Σ_k R_ki  with R = CB∘V (the term exp(cum_i − cum_j)
-///   is differentiated in both of its exponents).
-/// Writes dX̃ into dx (the state kernel finishes it), dB, dC and dcum.
+///   da_k = Σ_{j<k≤i} R_ij  with R = CB∘V (R_ij is the derivative of the
+///   loss by the exponent cum_i − cum_j = Σ_{j<k≤i} a_k).
+/// Writes dX̃ into dx (the state kernel finishes it), dB, dC and da_diag.
 template <class ExecSpace, class T>
 struct SsdDiagBackwardKernel : SsdChunks<ExecSpace, T> {
   using Base = SsdChunks<ExecSpace, T>;
@@ -423,7 +442,6 @@ struct SsdDiagBackwardKernel : SsdChunks<ExecSpace, T> {
     typename Base::Decays d;
     T *c, *b, *bt, *xr, *xt, *dy, *w, *v, *r, *dxr, *dbt, *dc;
     double* dcum;
-    T *ones, *colsum;
   };
   KOKKOS_INLINE_FUNCTION static Work carve(kdnn::impl::ScratchCarver& s, int Qp, int Pp, int Np) {
     Work w;
@@ -443,8 +461,6 @@ struct SsdDiagBackwardKernel : SsdChunks<ExecSpace, T> {
     w.dbt = s.take<T>(qn);
     w.dc = s.take<T>(qn);
     w.dcum = s.take<double>(Qp);
-    w.ones = s.take<T>(Qp);
-    w.colsum = s.take<T>(Qp);
     return w;
   }
 
@@ -455,7 +471,6 @@ struct SsdDiagBackwardKernel : SsdChunks<ExecSpace, T> {
         kdnn::impl::team_scratch_base(team, this->level, this->scratch_bytes));
     const Work w = carve(carver, Qp, Pp, Np);
     this->load_decays(team, k, w.d);
-    Kokkos::parallel_for(Kokkos::TeamVectorRange(team, Qp), [&](int i) { w.ones[i] = T(1); });
     this->load_bc(team, k, this->Cm, w.c);
     this->load_bc(team, k, this->Bm, w.b);
     this->load_b_t(team, k, w.bt);
@@ -489,32 +504,33 @@ struct SsdDiagBackwardKernel : SsdChunks<ExecSpace, T> {
                Shape::b_lower);  // (Vᵀ·C)ᵀ
     Base::gemm(team, Qp, Np, Qp, GA::rows(w.v, Qp), w.b, Np, w.dc, Np, false,
                Shape::a_lower);  // V·B
-    // dcum_i = Σ_j R_ij − Σ_j R_ji: row sums, minus column sums (one thread
-    // walks the rows on a host, vectorised over the columns; on a GPU each
-    // lane sums a column).
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, Qp), [&](int i) {
-      const T row = kdnn::impl::row_dot<ExecSpace>(team, Qp, w.r + i * Qp, w.ones);
-      Kokkos::single(Kokkos::PerThread(team), [&]() { w.dcum[i] = double(row); });
-    });
+    // da_k = Σ_{j<k≤i} R_ij, the pairs whose decay crosses step k, summed
+    // directly (the difference of the row and column sums of R would leave
+    // these small terms to the cancellation of large ones). First, in place,
+    // the suffix sums down each column, R_ij ← Σ_{i'≥i} R_i'j (one thread
+    // over the rows on a host, vectorised over the columns; on a GPU each
+    // lane a column), then da_k = Σ_{j<k} R_kj.
     if constexpr (Base::Tile::host) {
       Kokkos::single(Kokkos::PerTeam(team), [&]() {
-        T* col = w.colsum;
-        Base::vec(team, Qp, [&](int j) { col[j] = T(0); });
-        for (int i = 0; i < Qp; ++i) {
-          const T* ri = w.r + i * Qp;
-          Base::vec(team, Qp, [&](int j) { col[j] += ri[j]; });
+        for (int i = Qp - 2; i >= 0; --i) {
+          T* ri = w.r + i * Qp;
+          const T* below = ri + Qp;
+          Base::vec(team, Qp, [&](int j) { ri[j] += below[j]; });
         }
       });
     } else {
       Kokkos::parallel_for(Kokkos::TeamVectorRange(team, Qp), [&](int j) {
-        T col = 0;
-        for (int i = 0; i < Qp; ++i) col += w.r[i * Qp + j];
-        w.colsum[j] = col;
+        for (int i = Qp - 2; i >= 0; --i) w.r[i * Qp + j] += w.r[(i + 1) * Qp + j];
       });
     }
     team.team_barrier();
-    Kokkos::parallel_for(Kokkos::TeamVectorRange(team, Qp),
-                         [&](int i) { w.dcum[i] -= double(w.colsum[i]); });
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, Qp), [&](int i) {
+      T crossing = 0;
+      Kokkos::parallel_reduce(
+          Kokkos::ThreadVectorRange(team, i), [&](int j, T& acc) { acc += w.r[i * Qp + j]; },
+          crossing);
+      Kokkos::single(Kokkos::PerThread(team), [&]() { w.dcum[i] = double(crossing); });
+    });
     team.team_barrier();
     const int P = this->P(), N = this->N();
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, k.n), [&](int i) {
@@ -527,7 +543,7 @@ struct SsdDiagBackwardKernel : SsdChunks<ExecSpace, T> {
       Base::vec(team, P, [&](int p) { dxo[p] = dxr[p]; });
       Base::vec(team, N, [&](int j) { dbo[j] = w.dbt[j * Qp + i]; });
       Base::vec(team, N, [&](int j) { dco[j] = dcr[j]; });
-      Kokkos::single(Kokkos::PerThread(team), [&]() { g.dcum(k.b, k.h, t) = w.dcum[i]; });
+      Kokkos::single(Kokkos::PerThread(team), [&]() { g.da_diag(k.b, k.h, t) = w.dcum[i]; });
     });
   }
 };
@@ -537,10 +553,10 @@ struct SsdDiagBackwardKernel : SsdChunks<ExecSpace, T> {
 /// (dstates(b, h, c)):
 ///   dX̃_i += dend_i·(B_i·dH_{c+1}ᵀ),  dB_i += dend_i·(X̃_i·dH_{c+1}),
 ///   dC_i += e_i·(dY_i·H_c),
-///   dcum_i += e_i·C_i·(dY_i·H_c) − dend_i·X̃_i·(B_i·dH_{c+1}ᵀ),
-///   dcum_last += Σ_j dend_j·X̃_j·(B_j·dH_{c+1}ᵀ) + exp(cum_last)·⟨dH_{c+1}, H_c⟩,
-/// then da_t = Σ_{i≥t} dcum_i (the reverse cumulative sum: a_t enters every
-/// cum_i with i ≥ t), and the outputs:
+///   da_t = da_diag_t + Σ_{i≥t} e_i·C_i·(dY_i·H_c) + Σ_{j<t} dend_j·X̃_j·(B_j·dH_{c+1}ᵀ)
+///          + exp(cum_last)·⟨dH_{c+1}, H_c⟩
+/// (a_t enters cum_i for i ≥ t, and cum_last − cum_j for j < t: each sum
+/// holds only terms in which a_t appears, none cancelling), then the outputs:
 ///   dx = dt·dX̃ + D·dy,  ddt = A·da + x·dX̃,  per chunk Σ dt·da (dA), Σ dy·x (dD).
 template <class ExecSpace, class T>
 struct SsdStateBackwardKernel : SsdChunks<ExecSpace, T> {
@@ -611,27 +627,31 @@ struct SsdStateBackwardKernel : SsdChunks<ExecSpace, T> {
         },
         hdot);
     team.team_barrier();
-    // dcum_i from the state terms (added to the diagonal part's dcum).
+    // The state terms of da: e_i·C_i·(dY_i·H_c) into dcum, dend_i·X̃_i·(B_i·dH)
+    // into row_a.
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, Qp), [&](int i) {
       const T off = kdnn::impl::row_dot<ExecSpace>(team, Np, w.c + i * Np, w.tc + i * Np);
       const T v = kdnn::impl::row_dot<ExecSpace>(team, Pp, w.xr + i * Pp, w.tx + i * Pp);
       Kokkos::single(Kokkos::PerThread(team), [&]() {
-        const double base = i < k.n ? g.dcum(k.b, k.h, k.t0 + i) : 0.0;
-        const double dv = double(w.d.dend[i]) * double(v);
-        w.dcum[i] = base + double(w.d.e[i]) * double(off) - dv;
-        w.row_a[i] = dv;  // Σ_j v_j, summed below in order
+        w.dcum[i] = double(w.d.e[i]) * double(off);
+        w.row_a[i] = double(w.d.dend[i]) * double(v);
       });
     });
     team.team_barrier();
     Kokkos::single(Kokkos::PerTeam(team), [&]() {
-      double last = double(w.d.e[Qp - 1]) * hdot;
-      for (int i = 0; i < k.n; ++i) last += w.row_a[i];
-      w.dcum[k.n - 1] += last;
-      // da_t = Σ_{i≥t} dcum_i, kept in dcum.
-      double s = 0;
+      double before = 0;  // Σ_{j<t} of the row_a terms
+      for (int i = 0; i < k.n; ++i) {
+        const double v = w.row_a[i];
+        w.row_a[i] = before;
+        before += v;
+      }
+      const double all = double(w.d.e[Qp - 1]) * hdot;  // cum_last holds every a_t
+      const double a = double(this->A(k.h));
+      double after = 0;  // Σ_{i≥t} of the dcum terms
       for (int i = k.n - 1; i >= 0; --i) {
-        s += w.dcum[i];
-        w.dcum[i] = s;
+        after += w.dcum[i];
+        const double da = g.da_diag(k.b, k.h, k.t0 + i) + after + w.row_a[i] + all;
+        w.dcum[i] = Base::saturated(w.d.dtv[i], a) ? 0.0 : da;  // da_t, kept in dcum
       }
     });
     team.team_barrier();
