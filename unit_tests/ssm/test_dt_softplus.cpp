@@ -62,6 +62,26 @@ TYPED_TEST(DtSoftplus, MatchesDoubleLoopsAroundThresholdAndClamp) {
   }
 }
 
+TEST(DtSoftplusAccuracy, Float32BiasGradientIsSummedInDouble) {
+  // dt_bias's gradient sums B·L = 131072 rows per head. With dt + bias > 20
+  // the slope is exactly 1, so every term is exactly its float g and the
+  // only rounding left, summing in double, is the total's to float (half an
+  // ulp, 6e-8 relative). Blocks of rows summed in float lose ~1e-6.
+  const int B = 8, L = 16384, H = 3;
+  Vec dt = uniform(std::size_t(B) * L * H, 20.5, 30, 11);
+  Vec bias = {0.25, 0.5, 1};
+  Vec g = normal(dt.size(), 12);
+  for (Vec* v : {&dt, &bias, &g}) {
+    for (double& e : *v) e = double(float(e));  // what the float run reads
+  }
+  const double inf = std::numeric_limits<double>::infinity();
+  const auto ref = ssm_ref::dt_softplus(dt, bias, g, 0.0, inf);
+  const auto got = run<float>(B, L, H, dt, bias, g, {0.0, inf});
+  for (int h = 0; h < H; ++h) {
+    EXPECT_NEAR(got.ddt_bias[h], ref.ddt_bias[h], 6e-8 * std::abs(ref.ddt_bias[h])) << h;
+  }
+}
+
 TEST(DtSoftplusGradient, MatchesFiniteDifferences) {
   const int B = 2, L = 7, H = 3;
   const Vec dt = uniform(std::size_t(B) * L * H, -5, 5, 11), bias = {0.3, -0.2, 1.1};

@@ -105,22 +105,22 @@ void dt_softplus_backward(const ExecSpace& space, const Tensor3<const T, ExecSpa
   const DtClamp<T> clamp(opts);
   const T *in = dt.data(), *g = ddt_out.data();
   T* out = ddt.data();
-  Matrix<T, ExecSpace> partial(
+  Matrix<double, ExecSpace> partial(
       Kokkos::view_alloc(Kokkos::WithoutInitializing, "kdnn::ssm::dt_partial_sums"), blocks, H);
   using Policy = Kokkos::TeamPolicy<ExecSpace>;
   using Member = typename Policy::member_type;
   // One team per block of rows: threads over the heads, vector lanes over the
-  // block's rows (their sum in the lanes' fixed reduction order).
+  // block's rows (their sum, in double, in the lanes' fixed reduction order).
   Kokkos::parallel_for(
       "kdnn::ssm::dt_softplus_backward", Policy(space, blocks, Kokkos::AUTO),
       KOKKOS_LAMBDA(const Member& team) {
         const int r0 = team.league_rank() * kDtRowsPerBlock;
         const int nr = rows - r0 < kDtRowsPerBlock ? rows - r0 : kDtRowsPerBlock;
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, H), [&](int h) {
-          T sum = 0;
+          double sum = 0;
           Kokkos::parallel_reduce(
               Kokkos::ThreadVectorRange(team, nr),
-              [&](int r, T& acc) {
+              [&](int r, double& acc) {
                 const int i = (r0 + r) * H + h;
                 const T u = in[i] + dt_bias(h);
                 const T sp = softplus(u);
@@ -129,7 +129,7 @@ void dt_softplus_backward(const ExecSpace& space, const Tensor3<const T, ExecSpa
                 const T slope = u > T(20) ? T(1) : T(1) / (T(1) + compat::exp(-u));
                 const T d = pass ? g[i] * slope : T(0);
                 out[i] = d;
-                acc += d;
+                acc += double(d);
               },
               sum);
           Kokkos::single(Kokkos::PerThread(team), [&] { partial(team.league_rank(), h) = sum; });
