@@ -36,8 +36,9 @@ equal a single-rank run.
                  xbc.npy [B, L, C], dt.npy [B, L, H], conv_w.npy [C, K] (K >= 1),
                  dt_bias.npy [H]; optional conv_b.npy [C],
                  init.npy [B, K-1, C] (the initial state), and the gradients
-                 dy.npy [B, L, C], ddt_out.npy [B, L, H] (either one starts
-                 the backward; a missing one is zero)
+                 dy.npy [B, L, C], ddt_out.npy [B, L, H], dfinal.npy
+                 [B, K-1, C] (of final.npy; any one starts the backward, a
+                 missing one is zero)
   --out DIR    existing directory; receives y.npy, dt_out.npy, final.npy
                [B, K-1, C]; with the backward also dxbc.npy, ddt.npy,
                dconv_w.npy, ddt_bias.npy, and dconv_b.npy / dinit.npy when
@@ -79,7 +80,7 @@ std::optional<Options> parse_options(const Args& args) {
 /// The whole-sequence inputs (on rank 0).
 struct Inputs {
   NpyArray x, dt, w, dt_bias;
-  std::optional<NpyArray> bias, init, dy, ddt_out;
+  std::optional<NpyArray> bias, init, dy, ddt_out, dfinal;
 };
 
 Inputs read_inputs(const std::string& dir) {
@@ -87,7 +88,8 @@ Inputs read_inputs(const std::string& dir) {
   Inputs in{*read_input(dir, "xbc.npy"),         *read_input(dir, "dt.npy"),
             *read_input(dir, "conv_w.npy"),      *read_input(dir, "dt_bias.npy"),
             read_input(dir, "conv_b.npy", true), read_input(dir, "init.npy", true),
-            read_input(dir, "dy.npy", true),     read_input(dir, "ddt_out.npy", true)};
+            read_input(dir, "dy.npy", true),     read_input(dir, "ddt_out.npy", true),
+            read_input(dir, "dfinal.npy", true)};
   io::require_floating(in.x, "xbc.npy");
   const auto same_dtype = [&](const NpyArray& a, const char* name) {
     if (a.dtype != in.x.dtype) {
@@ -119,6 +121,7 @@ Inputs read_inputs(const std::string& dir) {
   optional(in.init, "init.npy", state);
   optional(in.dy, "dy.npy", in.x.shape);
   optional(in.ddt_out, "ddt_out.npy", in.dt.shape);
+  optional(in.dfinal, "dfinal.npy", state);
   require_finite(in.x, "xbc.npy");
   require_finite(in.w, "conv_w.npy");
   require_finite(in.dt, "dt.npy");
@@ -129,7 +132,7 @@ Inputs read_inputs(const std::string& dir) {
 /// The sizes and flags rank 0 broadcasts.
 struct Header {
   std::int64_t f64 = 0, B = 0, L = 0, C = 0, K = 1, H = 0;
-  std::int64_t bias = 0, init = 0, backward = 0;
+  std::int64_t bias = 0, init = 0, dfinal = 0, backward = 0;
 };
 
 template <class T>
@@ -185,6 +188,13 @@ int compute(const Options& o, const Inputs* in, const Header& h,
     g.conv.bias = f.conv.bias;
     g.conv.initial_state = halo;
     g.conv.dy = device_view<T***>(dy_mine, B, n, C);
+    // d(final state) belongs to the last rank: rank 0 sends it there.
+    std::vector<T> dfinal;
+    if (h.dfinal) {
+      dfinal = send_to_rank<T>(rank ? nullptr : &*in->dfinal, std::size_t(B * (K - 1) * C), P - 1,
+                            rank, comm);
+      if (rank == P - 1) g.conv.dfinal_state = device_view<T***>(dfinal, B, K - 1, C);
+    }
     Tensor3<T, Space> dx("dx", B, n, C), ddt("ddt", B, n, H), dinit;
     Matrix<T, Space> dw("dw", C, K);
     Vector<T, Space> dbias, ddt_bias("ddt_bias", H);
@@ -250,7 +260,8 @@ int run(const Args& args) {
     h.H = std::int64_t(in->dt.shape[2]);
     h.bias = bool(in->bias);
     h.init = bool(in->init);
-    h.backward = in->dy || in->ddt_out;
+    h.dfinal = bool(in->dfinal);
+    h.backward = in->dy || in->ddt_out || in->dfinal;
   });
   MPI_Bcast(&h, sizeof(Header) / sizeof(std::int64_t), MPI_INT64_T, 0, comm);
   // --split is checked against L on every rank (its usage errors are the same

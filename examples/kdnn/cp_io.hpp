@@ -125,6 +125,28 @@ std::vector<T> broadcast(const io::NpyArray* a, std::size_t n, int rank, MPI_Com
   return v;
 }
 
+/// A whole array read on rank 0 (`a` there) as a vector on rank `owner`
+/// (empty on the other ranks); e.g. d(final state), which belongs to the
+/// last rank. Collective: every rank passes the same n.
+template <class T>
+std::vector<T> send_to_rank(const io::NpyArray* a, std::size_t n, int owner, int rank,
+                            MPI_Comm comm) {
+  if (n > std::size_t(INT_MAX)) {
+    fail("an array of ", n, " values for one rank, expected at most 2^31 - 1 (MPI counts are int)");
+  }
+  std::vector<T> v;
+  if (rank == 0) v.assign(a->data<T>(), a->data<T>() + n);
+  if (owner == 0) return v;
+  if (rank == 0) {
+    MPI_Send(v.data(), int(n), cp::impl::mpi_type<T>(), owner, 2, comm);
+    v = std::vector<T>();
+  } else if (rank == owner) {
+    v.resize(n);
+    MPI_Recv(v.data(), int(n), cp::impl::mpi_type<T>(), 0, 2, comm, MPI_STATUS_IGNORE);
+  }
+  return v;
+}
+
 /// A host vector as a View of the execution space with the given extents.
 template <class DataType, class T, class... Extents>
 auto device_view(std::vector<T>& v, Extents... extents) {

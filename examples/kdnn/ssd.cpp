@@ -31,7 +31,7 @@ the states passed between ranks; forward, and backward when a gradient is
 given. Rank 0 reads and writes; the results equal a single-rank run.
 
   --in DIR     reads from DIR (float32 or float64, all one dtype):
-                 x.npy [B, L, H, P], dt.npy [B, L, H] (positive), a.npy [H]
+                 x.npy [B, L, H, P], dt.npy [B, L, H] (>= 0, checked), a.npy [H]
                  (A <= 0, checked), b.npy and c.npy [B, L, G, N] (G divides H);
                  optional d.npy [H], init.npy [B, H, P, N] (the initial state),
                  and the gradients dy.npy [B, L, H, P], dfinal.npy [B, H, P, N]
@@ -40,7 +40,8 @@ given. Rank 0 reads and writes; the results equal a single-rank run.
                backward also dx.npy, ddt.npy, da.npy, db.npy, dc.npy, and
                dd.npy / dinit.npy when d.npy / init.npy were given
                (parameter gradients summed over the ranks)
-  --chunk Q    steps per chunk (default 64; L need not be a multiple)
+  --chunk Q    steps per chunk (default 64; L need not be a multiple, and
+               a Q above L is one chunk of L steps)
   --split L..  the steps of each rank, P comma-separated counts summing to
                L (zeros allowed); default: as even as possible
   -h, --help   print this help
@@ -69,6 +70,24 @@ struct Inputs {
   NpyArray x, dt, a, b, c;
   std::optional<NpyArray> d, init, dy, dfinal;
 };
+
+/// Fails at the first negative element of a finite float array, naming it:
+/// "dt.npy: -0.5 at [1, 3, 2] (expected dt >= 0)".
+void require_non_negative(const NpyArray& a, const char* file, const char* what) {
+  const auto first = [&](const auto* data) {
+    std::size_t k = 0;
+    while (k < a.size() && !(data[k] < 0)) ++k;
+    if (k < a.size()) {
+      fail(file, ": ", double(data[k]), " at ", format_index(a.shape, k), " (expected ", what,
+           " >= 0)");
+    }
+  };
+  if (a.dtype == DType::f64) {
+    first(a.data<double>());
+  } else {
+    first(a.data<float>());
+  }
+}
 
 Inputs read_inputs(const std::string& dir) {
   require_directory("--in", dir);
@@ -102,6 +121,7 @@ Inputs read_inputs(const std::string& dir) {
   };
   check(in.x, "x.npy");
   check(in.dt, "dt.npy");
+  require_non_negative(in.dt, "dt.npy", "dt");
   check(in.a, "a.npy");
   check(in.b, "b.npy");
   check(in.c, "c.npy");
@@ -160,15 +180,8 @@ int compute(const Options& o, const Inputs* in, const Header& h,
     // d(final state) belongs to the last rank: rank 0 sends it there.
     std::vector<T> dfinal;
     if (h.dfinal) {
-      if (rank == 0) {
-        dfinal.assign(in->dfinal->data<T>(), in->dfinal->data<T>() + in->dfinal->size());
-        if (R > 1)
-          MPI_Send(dfinal.data(), int(dfinal.size()), cp::impl::mpi_type<T>(), R - 1, 2, comm);
-      } else if (rank == R - 1) {
-        dfinal.resize(std::size_t(B * H * P * N));
-        MPI_Recv(dfinal.data(), int(dfinal.size()), cp::impl::mpi_type<T>(), 0, 2, comm,
-                 MPI_STATUS_IGNORE);
-      }
+      dfinal = send_to_rank<T>(rank ? nullptr : &*in->dfinal, std::size_t(B * H * P * N), R - 1,
+                               rank, comm);
     }
     ssm::SsdBackward<T, Space> g;
     g.x = f.x, g.dt = f.dt, g.A = f.A, g.B = f.B, g.C = f.C, g.D = f.D;

@@ -5,6 +5,7 @@
 #ifdef KDNN_MPIEXEC
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,7 @@ using kdnn_test::CliTest;
 using kdnn_test::quote;
 using kdnn_test::Strings;
 namespace ref = kdnn_test::ssm_ref;
+namespace fs = std::filesystem;
 
 std::string mpiexec(int ranks) {
   return "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
@@ -110,6 +112,35 @@ TEST_F(CliCpConv, ForwardOnlyWritesTheForwardsFiles) {
   conv_.silu = false;
   const auto f = ref::conv_forward(conv_);
   EXPECT_ALLCLOSE(read(out_ / "y.npy", DType::f32, {B, L, C}), f.y, 2e-6, 2e-6);
+}
+
+TEST_F(CliCpConv, FinalStateGradientReachesEveryInput) {
+  // dfinal.npy, the gradient of final.npy (training with carried states),
+  // alone or with dy.npy, at a split whose last rank holds fewer steps than
+  // K − 1 (the final state reaches back into the previous ranks).
+  for (const bool with_dy : {false, true}) {
+    SCOPED_TRACE(with_dy);
+    fs::remove_all(in_);
+    fs::create_directories(in_);
+    fs::remove_all(out_);
+    fs::create_directories(out_);
+    write_problem(DType::f64, with_dy);
+    if (!with_dy) conv_.dy.assign(B * L * C, 0.0);
+    conv_.dfinal = kdnn_test::normal(B * (K - 1) * C, 9);
+    write("dfinal.npy", DType::f64, {B, K - 1, C}, conv_.dfinal);
+    const auto r = run(args({"--split", "6,5,2"}), mpiexec(3));
+    ASSERT_EQ(r.status, 0) << r.err;
+    const auto g = ref::conv_backward(conv_);
+    const double tol = 1e-12;
+    EXPECT_ALLCLOSE(read(out_ / "dxbc.npy", DType::f64, {B, L, C}), g.dx, tol, tol);
+    EXPECT_ALLCLOSE(read(out_ / "dconv_w.npy", DType::f64, {C, K}), g.dw, tol, tol);
+    EXPECT_ALLCLOSE(read(out_ / "dconv_b.npy", DType::f64, {C}), g.dbias, tol, tol);
+    EXPECT_ALLCLOSE(read(out_ / "dinit.npy", DType::f64, {B, K - 1, C}), g.dinit, tol, tol);
+  }
+  fs::remove_all(out_);
+  fs::create_directories(out_);
+  write("dfinal.npy", DType::f64, {B, K, C}, ref::Vec(B * K * C, 0.0));
+  expect_failure(args({}), 1, "dfinal.npy has shape (2, 4, 4), expected (2, 3, 4)", 2);
 }
 
 TEST_F(CliCpConv, BadInputFailsOnEveryRankAndWritesNothing) {

@@ -132,6 +132,13 @@ TEST_F(CliSsd, BadInputFailsOnEveryRankAndWritesNothing) {
   expect_failure(args({}), 1, "dt.npy: shape (2, 20, 4), expected L 19 (from x.npy) at axis 1", 2);
   write("dt.npy", DType::f32, {B, L, H}, c_.dt);
   expect_failure(args({}), 1, "dt.npy has dtype float32, expected float64 (same as x.npy)", 2);
+  // dt < 0 would grow the state instead of decaying it: refused, with the
+  // first such step (as NaN and ±inf are).
+  auto dt = c_.dt;
+  dt[(1 * L + 3) * H + 2] = -0.5;
+  dt[(1 * L + 9) * H + 0] = -1000;
+  write("dt.npy", DType::f64, {B, L, H}, dt);
+  expect_failure(args({}), 1, "dt.npy: -0.5 at [1, 3, 2] (expected dt >= 0)", 3);
 }
 
 }  // namespace
