@@ -2,6 +2,9 @@
 // size checks, for both kernel shapes.
 #include <gtest/gtest.h>
 
+#include <climits>
+#include <cstdint>
+
 #include "expect_error.hpp"
 #include "kdnn/core/impl/team_plan.hpp"
 #include "views.hpp"
@@ -118,6 +121,19 @@ TEST(TeamPlan, SystemTilesDefaultsPerBackend) {
           [](int tile) { return tile * (kdnn::impl::scratch_capacity<Space>(1) + 1); }, "n=4",
           "matrix")),
       "op: n=4 needs");
+}
+
+TEST(TeamPlan, SystemTilesCoverBatchesNearTwoToThe31) {
+  // ceil(batch / tile) without forming batch + tile − 1 (which overflows int).
+  for (const int tile : {1, 3, 32}) {
+    kdnn::Launch request;
+    request.tile = tile;
+    request.team_size = 1;
+    const auto plan = kdnn::impl::plan_system_tiles<Space, NoOp>(
+        "op", Space(), INT_MAX, 4, request, [](int t) { return t * std::size_t(64); }, "n=4",
+        "matrix");
+    EXPECT_EQ(plan.league, int((std::int64_t(INT_MAX) + tile - 1) / tile)) << tile;
+  }
 }
 
 }  // namespace

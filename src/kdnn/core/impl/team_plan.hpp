@@ -198,7 +198,7 @@ TeamPlan<ExecSpace> plan_system_tiles(const char* op, const ExecSpace& space, in
          " bytes of team scratch, above the ", max1, "-byte limit (level 1)");
   }
   plan.level = scratch_level<ExecSpace>(plan.scratch_bytes);
-  plan.league = (batch + plan.tile - 1) / plan.tile;
+  plan.league = batch / plan.tile + (batch % plan.tile != 0 ? 1 : 0);  // no batch + tile − 1
   plan.team_size = choose_team_size<ExecSpace, Kernel>(
       op, space, plan, request.team_size,
       [&](const auto&, int max) { return plan.tile < max ? plan.tile : max; });

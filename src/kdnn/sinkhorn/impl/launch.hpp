@@ -72,8 +72,10 @@ struct PerMatrixKernel {
         kdnn::impl::team_scratch_base(team, level, groups(tile) * bytes));
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, groups(tile)), [&](int g) {
       const int t = g * G;
-      const int b = team.league_rank() * tile + t;
-      if (b >= batch) return;
+      // In 64 bits: the last team's tile may reach past batch ≈ 2^31.
+      const long long b64 = static_cast<long long>(team.league_rank()) * tile + t;
+      if (b64 >= batch) return;
+      const int b = int(b64);
       ScratchCarver carver(base + g * bytes);
       if constexpr (!Derived::grouped) {
         derived().one_matrix(team, b, derived().carve(carver));
