@@ -115,6 +115,17 @@ TEST_F(CliSsd, ForwardOnlyWritesTheForwardsFiles) {
   EXPECT_ALLCLOSE(read(out_ / "final.npy", DType::f32, {B, H, P, N}), f.final_state, 1e-4, 1e-4);
 }
 
+// A context-parallel subcommand initialises MPI without a launcher too (one
+// process).
+TEST_F(CliSsd, RunsWithoutMpiexec) {
+  write_problem(DType::f32, false);
+  const auto r = run(args({}));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_EQ(r.out.rfind("ssd: B=2 L=19 H=4 P=3 G=2 N=2 Q=64 float32, 1 rank(s)", 0), 0u) << r.out;
+  EXPECT_EQ(files(out_), (std::set<std::string>{"y.npy", "final.npy"}));
+}
+
 TEST_F(CliSsd, BadInputFailsOnEveryRankAndWritesNothing) {
   write_problem(DType::f64, true);
   expect_failure(args({"--chunk", "0"}), 2,
