@@ -6,9 +6,9 @@
 
 #include <Kokkos_Core.hpp>
 #include <algorithm>
+#include <charconv>
 #include <climits>
 #include <cstdint>
-#include <numeric>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -20,20 +20,20 @@
 
 namespace kdnn::cli {
 
-/// The counts of --split (empty: none given); usage errors.
+/// The counts of --split (empty: none given), each an integer in
+/// [0, 2^63 - 1]; usage errors. split_lengths checks them against L.
 inline std::vector<std::int64_t> parse_split(const std::string& text, int P) {
   std::vector<std::int64_t> lengths;
   if (text.empty()) return lengths;
   std::stringstream ss(text);
   std::string item;
   while (std::getline(ss, item, ',')) {
-    std::size_t used = 0;
-    long long v = -1;
-    try {
-      v = std::stoll(item, &used);
-    } catch (const std::exception&) {
+    std::int64_t v = -1;
+    const char* end = item.data() + item.size();
+    const auto [ptr, ec] = std::from_chars(item.data(), end, v);
+    if (ec != std::errc() || ptr != end || v < 0 || item[0] == '-') {
+      usage_fail("--split: expected counts >= 0 (at most ", INT64_MAX, "), got '", item, "'");
     }
-    if (used != item.size() || v < 0) usage_fail("--split: expected counts >= 0, got '", item, "'");
     lengths.push_back(v);
   }
   if (int(lengths.size()) != P) {
@@ -42,15 +42,25 @@ inline std::vector<std::int64_t> parse_split(const std::string& text, int P) {
   return lengths;
 }
 
-/// Each rank's steps: the --split counts (which must sum to L, read from
-/// `source`), or L split as evenly as possible.
+/// Each rank's steps: the --split counts (each at most L and summing to L,
+/// read from `source`), or L split as evenly as possible. The same verdict
+/// on every rank (the same counts and L), so call it inside cp::agree.
 inline std::vector<std::int64_t> split_lengths(std::vector<std::int64_t> lengths, std::int64_t L,
                                                int P, const char* source) {
   if (lengths.empty()) {
     for (int r = 0; r < P; ++r) lengths.push_back(L / P + (r < L % P ? 1 : 0));
     return lengths;
   }
-  const std::int64_t total = std::accumulate(lengths.begin(), lengths.end(), std::int64_t(0));
+  // Each count in [0, L] first: their sum then stays below P * 2^31, no
+  // int64 overflow (L fits an int).
+  std::int64_t total = 0;
+  for (std::size_t r = 0; r < lengths.size(); ++r) {
+    if (lengths[r] > L) {
+      fail("--split: count ", lengths[r], " of rank ", r, " is more than L=", L, " (from ",
+           source, ")");
+    }
+    total += lengths[r];
+  }
   if (total != L)
     fail("--split: counts sum to ", total, ", expected L=", L, " (from ", source, ")");
   return lengths;

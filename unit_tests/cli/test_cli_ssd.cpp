@@ -21,8 +21,10 @@ using kdnn_test::quote;
 using kdnn_test::Strings;
 namespace ref = kdnn_test::ssm_ref;
 
+/// A hang (a rank left waiting) fails the test after a minute instead of
+/// stalling the suite.
 std::string mpiexec(int ranks) {
-  return "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+  return "timeout 60 env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
          "OMPI_MCA_rmaps_base_oversubscribe=1 OMP_NUM_THREADS=1 " +
          quote(KDNN_MPIEXEC) + " -n " + std::to_string(ranks);
 }
@@ -143,6 +145,22 @@ TEST_F(CliSsd, BadInputFailsOnEveryRankAndWritesNothing) {
   expect_failure(args({}), 1, "dt.npy: shape (2, 20, 4), expected L 19 (from x.npy) at axis 1", 2);
   write("dt.npy", DType::f32, {B, L, H}, c_.dt);
   expect_failure(args({}), 1, "dt.npy has dtype float32, expected float64 (same as x.npy)", 2);
+}
+
+// Counts whose int64 sum wraps around to L are each checked against L: the
+// same error on every rank (it was a std::length_error on rank 0 and a hang
+// on the others).
+TEST_F(CliSsd, SplitCountsAboveLAreRejectedOnEveryRank) {
+  write_problem(DType::f64, false);
+  const std::string max = "9223372036854775807", quarter = "4611686018427387904";  // 2^63-1, 2^62
+  expect_failure(args({"--split", max + "," + max + ",21"}), 1,
+                 "--split: count " + max + " of rank 0 is more than L=19", 3);
+  expect_failure(args({"--split", quarter + "," + quarter + "," + quarter + ",4611686018427387923"}), 1,
+                 "--split: count " + quarter + " of rank 0 is more than L=19", 4);
+  expect_failure(args({"--split", "0,20,0"}), 1, "--split: count 20 of rank 1 is more than L=19", 3);
+  expect_failure(args({"--split", "1," + max + "0,0"}), 2,
+                 "--split: expected counts >= 0 (at most " + max + "), got '" + max + "0'", 3);
+  expect_failure(args({"--split", "1,-0,0"}), 2, "--split: expected counts >= 0", 3);
 }
 
 }  // namespace
