@@ -9,6 +9,8 @@
 #include <limits>
 #include <sstream>
 
+#include <unistd.h>
+
 #include "kdnn/core/error.hpp"
 
 namespace kdnn::cli {
@@ -211,6 +213,46 @@ std::size_t Dims::operator[](const std::string& name) const {
     if (d.name == name) return d.value;
   }
   fail("internal error: size ", name, " not checked yet");
+}
+
+namespace {
+
+/// The machine's physical memory in bytes (0 when unknown).
+std::uint64_t physical_memory() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? std::uint64_t(pages) * std::uint64_t(page) : 0;
+}
+
+}  // namespace
+
+void require_output_sizes(const std::vector<OutputShape>& outputs) {
+  constexpr std::uint64_t kMax = std::uint64_t(std::numeric_limits<std::int64_t>::max());
+  const std::uint64_t memory = physical_memory();
+  std::uint64_t total = 0;
+  for (const OutputShape& out : outputs) {
+    const auto shape = [&] {
+      return out.name + ": shape " + io::format_shape(out.shape) + " " + io::dtype_name(out.dtype);
+    };
+    // The product of the extents, stopping before it passes kMax.
+    std::uint64_t bytes = io::element_size(out.dtype);
+    bool empty = false;
+    for (std::size_t n : out.shape) empty = empty || n == 0;
+    for (std::size_t n : out.shape) {
+      if (empty) break;
+      if (bytes > kMax / n) fail(shape(), " is more than 2^63 bytes");
+      bytes *= n;
+    }
+    if (empty) bytes = 0;
+    total += bytes;  // no overflow: each term is at most `memory` when it is used
+    if (memory != 0 && bytes > memory) {
+      fail(shape(), " is ", bytes, " bytes, more than the ", memory / 1000000000,
+           " GB of memory of this machine");
+    }
+    if (memory != 0 && total > memory) {
+      fail("the outputs up to ", out.name, " are ", total, " bytes, more than the ",
+           memory / 1000000000, " GB of memory of this machine");
+    }
+  }
 }
 
 void write_outputs(const std::string& dir, const std::vector<Output>& outputs) {

@@ -142,5 +142,32 @@ TEST_F(CliCpConv, SplitCountsAboveLAreRejectedOnEveryRank) {
   expect_failure(args({"--split", "1,-0,0"}), 2, "--split: expected counts >= 0", 3);
 }
 
+// A huge batch of empty sequences: the arrays are headers only. Scattering
+// and gathering whole blocks makes the empty outputs quick to produce, and an
+// output too large for any machine is an error before anything is allocated.
+TEST_F(CliCpConv, HugeBatchOfEmptySequences) {
+  const std::size_t huge = 2147483647;  // 2^31 - 1
+  write("xbc.npy", DType::f32, {huge, 0, 4}, {});
+  write("dt.npy", DType::f32, {huge, 0, 3}, {});
+  write("conv_w.npy", DType::f32, {4, 1}, kdnn_test::uniform(4, -1, 1, 1));
+  write("dt_bias.npy", DType::f32, {3}, kdnn_test::uniform(3, -1, 1, 2));
+  for (int ranks : {1, 2}) {
+    const auto r = run(args({}), mpiexec(ranks));
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(r.err, "");
+    read(out_ / "y.npy", DType::f32, {huge, 0, 4});
+    read(out_ / "dt_out.npy", DType::f32, {huge, 0, 3});
+    read(out_ / "final.npy", DType::f32, {huge, 0, 4});
+    for (const auto& name : files(out_)) std::filesystem::remove(out_ / name);
+  }
+  // final.npy [B, K-1, C] is 9 PB.
+  write("xbc.npy", DType::f32, {huge, 0, 1024}, {});
+  write("conv_w.npy", DType::f32, {1024, 1024}, ref::Vec(1024 * 1024, 0.5));
+  expect_failure(args({}), 1,
+                 "final.npy: shape (2147483647, 1023, 1024) float32 is 8998403157528576 bytes, "
+                 "more than",
+                 2);
+}
+
 }  // namespace
 #endif

@@ -163,5 +163,51 @@ TEST_F(CliSsd, SplitCountsAboveLAreRejectedOnEveryRank) {
   expect_failure(args({"--split", "1,-0,0"}), 2, "--split: expected counts >= 0", 3);
 }
 
+// A huge batch of empty sequences (headers only). With P = 0 every output is
+// empty, but the state passing still holds B·H values per rank a few times
+// (8 GiB each): a quick empty result where that fits in memory, a quick error
+// naming it where it does not. A 9 PB final state, a state passing of
+// B·H = 2^41 values, or a final state whose size in bytes does not fit 64
+// bits, is an error before anything is allocated.
+TEST_F(CliSsd, HugeBatchOfEmptySequences) {
+  const std::size_t huge = 2147483647;  // 2^31 - 1
+  const auto write_sizes = [&](std::size_t h, std::size_t p, std::size_t n) {
+    write("x.npy", DType::f32, {huge, 0, h, p}, {});
+    write("dt.npy", DType::f32, {huge, 0, h}, {});
+    write("a.npy", DType::f32, {h}, ref::Vec(h, -0.5));
+    write("b.npy", DType::f32, {huge, 0, 1, n}, {});
+    write("c.npy", DType::f32, {huge, 0, 1, n}, {});
+  };
+  write_sizes(1, 0, 1);
+  for (int ranks : {1, 2}) {
+    const auto r = run(args({}), mpiexec(ranks));
+    if (r.status == 0) {
+      EXPECT_EQ(r.err, "");
+      read(out_ / "y.npy", DType::f32, {huge, 0, 1, 0});
+      read(out_ / "final.npy", DType::f32, {huge, 1, 0, 1});
+      for (const auto& name : files(out_)) std::filesystem::remove(out_ / name);
+    } else {
+      expect_failure(args({}), 1,
+                     "the state passing's buffers: shape (" + std::to_string(ranks + 2) +
+                         ", 2147483647, 1) float32 is",
+                     ranks);
+    }
+  }
+  write_sizes(1024, 0, 1);
+  expect_failure(args({}), 1,
+                 "the state passing's buffers: shape (4, 2199023254528, 1) float32 is "
+                 "35184372072448 bytes, more than",
+                 2);
+  write_sizes(1, 1024, 1024);
+  expect_failure(args({}), 1,
+                 "final.npy: shape (2147483647, 1, 1024, 1024) float32 is 9007199250546688 bytes, "
+                 "more than",
+                 2);
+  write_sizes(1, huge, huge);
+  expect_failure(args({}), 1,
+                 "final.npy: shape (2147483647, 1, 2147483647, 2147483647) float32 is more than "
+                 "2^63 bytes",
+                 2);
+}
 }  // namespace
 #endif
