@@ -26,6 +26,7 @@
 #include <string>
 
 #include "cli.hpp"
+#include "kokkos_args.hpp"
 #include "kdnn/core/compat.hpp"
 
 namespace kdnn::cli {
@@ -56,7 +57,9 @@ void print_help() {
     std::cout << "  " << std::left << std::setw(12) << s->name << s->summary << '\n';
   }
   std::cout << "\nArguments --kokkos-* (e.g. --kokkos-num-threads=N with Kokkos 4,\n"
-               "--kokkos-threads=N with Kokkos 3) go to Kokkos. MPI is initialised\n"
+               "--kokkos-threads=N with Kokkos 3) go to Kokkos; the integer ones\n"
+               "(threads, numa, devices) must be given as --kokkos-NAME=N with N an\n"
+               "int in range, or it is a usage error. MPI is initialised\n"
                "under an MPI launcher (mpiexec, srun) and for cp-conv and ssd.\n"
                "\nExit status: 0 on success, 1 for bad input data or a failed\n"
                "computation or write, 2 for command-line usage errors. Errors print\n"
@@ -166,9 +169,16 @@ int main(int argc, char** argv) {
 #else
   const bool mpi = false;
 #endif
-  kdnn::compat::initialize_without_warnings(argc > 0 ? argv[0] : "kdnn", kokkos_args);
-  const int status = run(args, rank, mpi);
-  Kokkos::finalize();
+  // Every rank checks the same arguments: all exit 2, rank 0 says why.
+  int status = exit_status(rank, [&] {
+    for (const std::string& arg : kokkos_args) check_kokkos_arg(arg);
+    return 0;
+  });
+  if (status == 0) {
+    kdnn::compat::initialize_without_warnings(argc > 0 ? argv[0] : "kdnn", kokkos_args);
+    status = run(args, rank, mpi);
+    Kokkos::finalize();
+  }
 #ifdef KDNN_ENABLE_MPI
   if (mpi) MPI_Finalize();
 #endif

@@ -522,6 +522,68 @@ TEST_F(Cli, KokkosArgumentsGoToKokkos) {
   }
 }
 
+// The integer-valued --kokkos-* arguments are checked before Kokkos sees them
+// (Kokkos aborted with an uncaught std::invalid_argument): a usage error
+// naming the argument, what it expects and what it got.
+TEST_F(Cli, MalformedKokkosIntegersAreUsageErrors) {
+  write_problem(DType::f64, 2, 4, true);
+  const std::string at_most = " (at most 2147483647), got '";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--kokkos-threads=abc", "--kokkos-threads: expected --kokkos-threads=N, N an integer >= 1"},
+      {"--kokkos-threads=-1", "--kokkos-threads: expected --kokkos-threads=N, N an integer >= 1"},
+      {"--kokkos-threads=0", "N an integer >= 1" + at_most + "--kokkos-threads=0'"},
+      {"--kokkos-threads=99999999999999", "N an integer >= 1" + at_most},
+      {"--kokkos-threads=", "--kokkos-threads: expected --kokkos-threads=N"},
+      {"--kokkos-threads", "N an integer >= 1" + at_most + "--kokkos-threads'"},
+      {"--kokkos-threads=4x", "--kokkos-threads: expected"},
+      {"--kokkos-num-threads=abc", "--kokkos-num-threads: expected --kokkos-num-threads=N"},
+      {"--kokkos-num-threads", "--kokkos-num-threads: expected"},
+      {"--kokkos-numa=x", "--kokkos-numa: expected --kokkos-numa=N, N an integer >= 1"},
+      {"--kokkos-device-id=zz", "--kokkos-device-id: expected --kokkos-device-id=N, N an integer >= 0"},
+      {"--kokkos-device-id=-1", "--kokkos-device-id: expected"},
+      {"--kokkos-device=zz", "--kokkos-device: expected --kokkos-device=N, N an integer >= 0"},
+      {"--kokkos-skip-device=zz", "--kokkos-skip-device: expected"},
+      {"--kokkos-skip-device", "--kokkos-skip-device: expected"},
+      {"--kokkos-num-devices=zz", "--kokkos-num-devices: expected --kokkos-num-devices=N[,S]"},
+      {"--kokkos-num-devices=0", "--kokkos-num-devices: expected"},
+      {"--kokkos-num-devices=2,x", "--kokkos-num-devices: expected"},
+      {"--kokkos-ndevices=-3", "--kokkos-ndevices: expected --kokkos-ndevices=N[,S]"},
+      {"--kokkos-ndevices", "--kokkos-ndevices: expected"},
+  };
+  for (const auto& [arg, fragment] : cases) {
+    expect_error({arg, "--help"}, kUsage, fragment);
+    expect_error(sinkhorn({"--iters", "3", arg}), kUsage, fragment);
+  }
+  // Well formed ones still go to Kokkos (a host backend ignores the devices).
+  for (const char* arg : {"--kokkos-threads=1", "--kokkos-num-threads=1", "--kokkos-numa=1",
+                          "--kokkos-device-id=0", "--kokkos-num-devices=1,0"}) {
+    const Result r = run(sinkhorn({"--iters", "5", "--method", "unrolled", arg}));
+    EXPECT_EQ(r.status, 0) << arg << ": " << r.err;
+    EXPECT_EQ(r.err, "") << arg;
+  }
+}
+
+#ifdef KDNN_MPIEXEC
+TEST_F(Cli, MalformedKokkosIntegerUnderMpiIsOneErrorLine) {
+  write_problem(DType::f64, 2, 4, true);
+  const std::string mpiexec =
+      "timeout 60 env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+      "OMPI_MCA_rmaps_base_oversubscribe=1 " + quote(KDNN_MPIEXEC) + " -n 3";
+  for (const Strings& args : {sinkhorn({"--iters", "3", "--kokkos-threads=abc"}),
+                              Strings{"ssd", "--kokkos-threads=abc", "--help"}}) {
+    const Result r = run(args, mpiexec);
+    EXPECT_EQ(r.status, kUsage) << r.err;
+    const std::string line =
+        "kdnn: error: --kokkos-threads: expected --kokkos-threads=N, N an integer >= 1 (at most "
+        "2147483647), got '--kokkos-threads=abc'\n";
+    const auto first = r.err.find(line);
+    EXPECT_NE(first, std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("kdnn: error:", first + 1), std::string::npos) << r.err;
+    EXPECT_EQ(r.out, "");
+  }
+}
+#endif
+
 // Outside an MPI launcher the single-process subcommands do not initialise
 // MPI (a singleton MPI_Init costs about 0.4 s). Observable with Open MPI,
 // whose MPI_Init fails when told to use a component that does not exist;
