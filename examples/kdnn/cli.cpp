@@ -37,10 +37,40 @@ void reject_extras(const Args& extras) {
   usage_fail("unexpected argument '", arg, "'");
 }
 
+/// The name of the validator not_an_option() returns.
+constexpr const char* kNotAnOption = "not_an_option";
+
+/// Whether `opt` was declared with ->check(not_an_option()).
+bool refuses_dash_values(CLI::Option& opt) {
+  try {
+    opt.get_validator(kNotAnOption);
+    return true;
+  } catch (const CLI::OptionNotFound&) {
+    return false;
+  }
+}
+
+/// "--in --out DIR": an option of not_an_option() given alone, followed by
+/// an argument that starts with '-' (CLI11 would take it as the value). The
+/// `=` form ("--out=-dir") is unambiguous and not refused: CLI11 gives the
+/// validator no way to tell the two forms apart, so the check is here.
+void reject_swallowed_options(CLI::App& app, const Args& args) {
+  for (std::size_t i = 0; i + 1 < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg.rfind('-', 0) != 0 || arg.find('=') != std::string::npos) continue;
+    CLI::Option* opt = app.get_option_no_throw(arg);
+    if (opt == nullptr || !refuses_dash_values(*opt)) continue;
+    if (args[i + 1].rfind('-', 0) == 0) {
+      usage_fail(opt->get_name(), ": requires a value, got '", args[i + 1], "'");
+    }
+  }
+}
+
 }  // namespace
 
 bool parse(CLI::App& app, const Args& args, const char* help) {
   app.allow_extras();
+  reject_swallowed_options(app, args);
   Args reversed(args.rbegin(), args.rend());  // CLI11 takes them last first
   try {
     app.parse(reversed);
@@ -114,11 +144,14 @@ CLI::Validator unsigned_64() {
 }
 
 CLI::Validator not_an_option() {
+  // A value starting with '-' given as a separate argument is refused by
+  // parse() (reject_swallowed_options), which sees the arguments' form;
+  // here it came from the `=` form.
   const auto check = [](std::string& text) {
-    if (!text.empty() && text[0] != '-') return std::string();
-    return "requires a value, got '" + text + "'";
+    if (!text.empty()) return std::string();
+    return std::string("requires a value, got ''");
   };
-  return CLI::Validator(check, "");
+  return CLI::Validator(check, "", kNotAnOption);
 }
 
 void require_directory(const std::string& option, const std::string& dir) {

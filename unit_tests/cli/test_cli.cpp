@@ -394,6 +394,48 @@ TEST_F(Cli, UsageErrors) {
   for (const Case& c : cases) expect_error(c.args, kUsage, c.fragment);
 }
 
+// A value given with `=` is the option's whatever it starts with (a
+// directory named "-out"); the separate form still refuses a dash value, the
+// next option swallowed ("--in --out DIR", in UsageErrors).
+TEST_F(Cli, DashValuesGivenWithEqualsAreAccepted) {
+  write_problem(DType::f64, 2, 4, true);
+  fs::create_directories(root_ / "-out");
+  fs::rename(in_, root_ / "-in");
+  const std::string here = "cd " + quote(root_.string()) + " &&";
+  const Result r = run({"sinkhorn", "--in=-in", "--out=-out", "--iters", "5", "--method",
+                        "unrolled"}, here);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_EQ(files(root_ / "-out"), (std::set<std::string>{"r.npy", "dx.npy"}));
+  fs::rename(root_ / "-in", in_);
+  // Every subcommand and option with a value that must not be an option.
+  const std::string out = "--out=" + out_.string(), in = "--in=" + in_.string();
+  const std::vector<Strings> commands = {{"sinkhorn", "--iters", "3"}, {"mha", "--heads", "1"},
+#ifdef KDNN_MPIEXEC
+                                         {"cp-conv"}, {"ssd"}
+#endif
+  };
+  for (const Strings& command : commands) {
+    Strings a = command;
+    a.insert(a.end(), {"--in=-nope", out});
+    expect_error(a, kInput, "--in '-nope' is not an existing directory");
+    a = command;
+    a.insert(a.end(), {in, "--out=-nope"});
+    expect_error(a, kInput, "--out '-nope' is not an existing directory");
+    a = command;
+    a.insert(a.end(), {"--out", "-nope", in});
+    expect_error(a, kUsage, "--out: requires a value, got '-nope'");
+    if (command[0] == "cp-conv" || command[0] == "ssd") {
+      a = command;
+      a.insert(a.end(), {in, out, "--split=-1"});
+      expect_error(a, kUsage, "--split: expected counts >= 0 (at most 9223372036854775807), got '-1'");
+      a = command;
+      a.insert(a.end(), {in, out, "--split", "-1"});
+      expect_error(a, kUsage, "--split: requires a value, got '-1'");
+    }
+  }
+}
+
 TEST_F(Cli, MissingX) {
   expect_error(sinkhorn({"--iters", "3"}), kInput, "missing input " + (in_ / "x.npy").string());
 }
