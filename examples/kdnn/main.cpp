@@ -3,7 +3,8 @@
 // files in --in DIR and writes its outputs to --out DIR, all or nothing.
 //
 // Exit status: 0 on success, 1 for bad input data or a failed computation or
-// write, 2 for command-line usage errors. Errors print one line
+// write (of the outputs, or of stdout, after the outputs were written), 2 for
+// command-line usage errors. Errors print one line
 // "kdnn: error: <message>" to stderr; on success stderr stays empty.
 //
 // Kokkos is initialised once, with its warnings off; --kokkos-* arguments,
@@ -63,7 +64,8 @@ void print_help() {
                "under an MPI launcher (mpiexec, srun) and for cp-conv and ssd.\n"
                "\nExit status: 0 on success, 1 for bad input data or a failed\n"
                "computation or write, 2 for command-line usage errors. Errors print\n"
-               "one line 'kdnn: error: <message>' to stderr and write nothing to --out.\n";
+               "one line 'kdnn: error: <message>' to stderr and write nothing to --out,\n"
+               "except a failed write of stdout, which comes after the outputs.\n";
 }
 
 /// Whether an MPI launcher (mpiexec, mpirun, srun, ...) started this process,
@@ -131,6 +133,16 @@ int exit_status(int rank, F&& f) {
   }
 }
 
+/// `status` after flushing stdout: a summary line or help that could not be
+/// written (a full disk) is an error, reported by the rank that failed,
+/// unless an error was reported already. The outputs are written by then.
+int flush_stdout(int status) {
+  std::cout.flush();
+  if (std::cout.good() || status != 0) return status;
+  report_error("cannot write the standard output");
+  return kExitData;
+}
+
 int run(const Args& args, int rank, bool mpi) {
   if (is_help(args)) {
     if (rank == 0) print_help();
@@ -179,6 +191,7 @@ int main(int argc, char** argv) {
     status = run(args, rank, mpi);
     Kokkos::finalize();
   }
+  status = flush_stdout(status);
 #ifdef KDNN_ENABLE_MPI
   if (mpi) MPI_Finalize();
 #endif

@@ -436,6 +436,25 @@ TEST_F(Cli, DashValuesGivenWithEqualsAreAccepted) {
   }
 }
 
+// The summary line (or the help) that cannot be written is an error, once;
+// the outputs were written before it.
+TEST_F(Cli, FailedWriteOfStdoutIsAnError) {
+  write_problem(DType::f64, 2, 4, true);
+  for (const Strings& args :
+       {Strings{"--help"}, Strings{"sinkhorn", "--help"},
+        sinkhorn({"--iters", "5", "--method", "unrolled"})}) {
+    SCOPED_TRACE(args[0] + " " + args[1 % args.size()]);
+    const Result r = run_to("/dev/full", args);
+    EXPECT_EQ(r.status, kInput);
+    EXPECT_EQ(r.err, "kdnn: error: cannot write the standard output\n");
+  }
+  EXPECT_EQ(files(out_), (std::set<std::string>{"r.npy", "dx.npy"}));
+  // An error already reported stays the only line.
+  const Result bad = run_to("/dev/full", {"frobnicate"});
+  EXPECT_EQ(bad.status, kUsage);
+  EXPECT_EQ(bad.err, "kdnn: error: unknown subcommand 'frobnicate' (try 'kdnn --help')\n");
+}
+
 TEST_F(Cli, MissingX) {
   expect_error(sinkhorn({"--iters", "3"}), kInput, "missing input " + (in_ / "x.npy").string());
 }
