@@ -9,6 +9,8 @@
 #include <limits>
 #include <sstream>
 
+#include <unistd.h>
+
 #include "kdnn/core/error.hpp"
 
 namespace kdnn::cli {
@@ -35,10 +37,40 @@ void reject_extras(const Args& extras) {
   usage_fail("unexpected argument '", arg, "'");
 }
 
+/// The name of the validator not_an_option() returns.
+constexpr const char* kNotAnOption = "not_an_option";
+
+/// Whether `opt` was declared with ->check(not_an_option()).
+bool refuses_dash_values(CLI::Option& opt) {
+  try {
+    opt.get_validator(kNotAnOption);
+    return true;
+  } catch (const CLI::OptionNotFound&) {
+    return false;
+  }
+}
+
+/// "--in --out DIR": an option of not_an_option() given alone, followed by
+/// an argument that starts with '-' (CLI11 would take it as the value). The
+/// `=` form ("--out=-dir") is unambiguous and not refused: CLI11 gives the
+/// validator no way to tell the two forms apart, so the check is here.
+void reject_swallowed_options(CLI::App& app, const Args& args) {
+  for (std::size_t i = 0; i + 1 < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg.rfind('-', 0) != 0 || arg.find('=') != std::string::npos) continue;
+    CLI::Option* opt = app.get_option_no_throw(arg);
+    if (opt == nullptr || !refuses_dash_values(*opt)) continue;
+    if (args[i + 1].rfind('-', 0) == 0) {
+      usage_fail(opt->get_name(), ": requires a value, got '", args[i + 1], "'");
+    }
+  }
+}
+
 }  // namespace
 
 bool parse(CLI::App& app, const Args& args, const char* help) {
   app.allow_extras();
+  reject_swallowed_options(app, args);
   Args reversed(args.rbegin(), args.rend());  // CLI11 takes them last first
   try {
     app.parse(reversed);
@@ -112,11 +144,14 @@ CLI::Validator unsigned_64() {
 }
 
 CLI::Validator not_an_option() {
+  // A value starting with '-' given as a separate argument is refused by
+  // parse() (reject_swallowed_options), which sees the arguments' form;
+  // here it came from the `=` form.
   const auto check = [](std::string& text) {
-    if (!text.empty() && text[0] != '-') return std::string();
-    return "requires a value, got '" + text + "'";
+    if (!text.empty()) return std::string();
+    return std::string("requires a value, got ''");
   };
-  return CLI::Validator(check, "");
+  return CLI::Validator(check, "", kNotAnOption);
 }
 
 void require_directory(const std::string& option, const std::string& dir) {
@@ -211,6 +246,46 @@ std::size_t Dims::operator[](const std::string& name) const {
     if (d.name == name) return d.value;
   }
   fail("internal error: size ", name, " not checked yet");
+}
+
+namespace {
+
+/// The machine's physical memory in bytes (0 when unknown).
+std::uint64_t physical_memory() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? std::uint64_t(pages) * std::uint64_t(page) : 0;
+}
+
+}  // namespace
+
+void require_output_sizes(const std::vector<OutputShape>& outputs) {
+  constexpr std::uint64_t kMax = std::uint64_t(std::numeric_limits<std::int64_t>::max());
+  const std::uint64_t memory = physical_memory();
+  std::uint64_t total = 0;
+  for (const OutputShape& out : outputs) {
+    const auto shape = [&] {
+      return out.name + ": shape " + io::format_shape(out.shape) + " " + io::dtype_name(out.dtype);
+    };
+    // The product of the extents, stopping before it passes kMax.
+    std::uint64_t bytes = io::element_size(out.dtype);
+    bool empty = false;
+    for (std::size_t n : out.shape) empty = empty || n == 0;
+    for (std::size_t n : out.shape) {
+      if (empty) break;
+      if (bytes > kMax / n) fail(shape(), " is more than 2^63 bytes");
+      bytes *= n;
+    }
+    if (empty) bytes = 0;
+    total += bytes;  // no overflow: each term is at most `memory` when it is used
+    if (memory != 0 && bytes > memory) {
+      fail(shape(), " is ", bytes, " bytes, more than the ", memory / 1000000000,
+           " GB of memory of this machine");
+    }
+    if (memory != 0 && total > memory) {
+      fail("the outputs up to ", out.name, " are ", total, " bytes, more than the ",
+           memory / 1000000000, " GB of memory of this machine");
+    }
+  }
 }
 
 void write_outputs(const std::string& dir, const std::vector<Output>& outputs) {

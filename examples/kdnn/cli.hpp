@@ -116,6 +116,19 @@ struct Output {
   io::NpyArray array;
 };
 
+/// An output's name, dtype and shape, known before it is allocated.
+struct OutputShape {
+  std::string name;
+  io::DType dtype;
+  std::vector<std::size_t> shape;
+};
+
+/// Fails (kdnn::Error) unless each output's size in bytes fits 63 bits and
+/// the outputs together fit in this machine's physical memory: "final.npy:
+/// shape (2147483647, 1, 3, 3) float64 is 154618822584 bytes, more than the
+/// 24 GB of memory of this machine". Call it before allocating any of them.
+void require_output_sizes(const std::vector<OutputShape>& outputs);
+
 /// Writes the outputs into `dir` all or nothing (io::write_npy_files), after
 /// refusing any that would replace a directory.
 void write_outputs(const std::string& dir, const std::vector<Output>& outputs);

@@ -135,6 +135,23 @@ struct Header {
   std::int64_t bias = 0, init = 0, dfinal = 0, backward = 0;
 };
 
+/// The files the run writes, with their shapes.
+std::vector<OutputShape> output_shapes(const Header& h, DType dtype) {
+  using S = std::vector<std::size_t>;
+  const std::size_t B = h.B, L = h.L, C = h.C, K = h.K, H = h.H;
+  std::vector<OutputShape> out = {{"y.npy", dtype, S{B, L, C}},
+                                  {"dt_out.npy", dtype, S{B, L, H}},
+                                  {"final.npy", dtype, S{B, K - 1, C}}};
+  if (!h.backward) return out;
+  out.push_back({"dxbc.npy", dtype, S{B, L, C}});
+  out.push_back({"ddt.npy", dtype, S{B, L, H}});
+  out.push_back({"dconv_w.npy", dtype, S{C, K}});
+  out.push_back({"ddt_bias.npy", dtype, S{H}});
+  if (h.bias) out.push_back({"dconv_b.npy", dtype, S{C}});
+  if (h.init) out.push_back({"dinit.npy", dtype, S{B, K - 1, C}});
+  return out;
+}
+
 template <class T>
 int compute(const Options& o, const Inputs* in, const Header& h,
             const std::vector<std::int64_t>& lengths, int rank, MPI_Comm comm) {
@@ -262,6 +279,7 @@ int run(const Args& args) {
     h.init = bool(in->init);
     h.dfinal = bool(in->dfinal);
     h.backward = in->dy || in->ddt_out || in->dfinal;
+    require_output_sizes(output_shapes(h, in->x.dtype));
   });
   MPI_Bcast(&h, sizeof(Header) / sizeof(std::int64_t), MPI_INT64_T, 0, comm);
   // --split is checked against L on every rank (its usage errors are the same

@@ -6,9 +6,9 @@
 
 #include <Kokkos_Core.hpp>
 #include <algorithm>
+#include <charconv>
 #include <climits>
 #include <cstdint>
-#include <numeric>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -20,20 +20,20 @@
 
 namespace kdnn::cli {
 
-/// The counts of --split (empty: none given); usage errors.
+/// The counts of --split (empty: none given), each an integer in
+/// [0, 2^63 - 1]; usage errors. split_lengths checks them against L.
 inline std::vector<std::int64_t> parse_split(const std::string& text, int P) {
   std::vector<std::int64_t> lengths;
   if (text.empty()) return lengths;
   std::stringstream ss(text);
   std::string item;
   while (std::getline(ss, item, ',')) {
-    std::size_t used = 0;
-    long long v = -1;
-    try {
-      v = std::stoll(item, &used);
-    } catch (const std::exception&) {
+    std::int64_t v = -1;
+    const char* end = item.data() + item.size();
+    const auto [ptr, ec] = std::from_chars(item.data(), end, v);
+    if (ec != std::errc() || ptr != end || v < 0 || item[0] == '-') {
+      usage_fail("--split: expected counts >= 0 (at most ", INT64_MAX, "), got '", item, "'");
     }
-    if (used != item.size() || v < 0) usage_fail("--split: expected counts >= 0, got '", item, "'");
     lengths.push_back(v);
   }
   if (int(lengths.size()) != P) {
@@ -42,15 +42,25 @@ inline std::vector<std::int64_t> parse_split(const std::string& text, int P) {
   return lengths;
 }
 
-/// Each rank's steps: the --split counts (which must sum to L, read from
-/// `source`), or L split as evenly as possible.
+/// Each rank's steps: the --split counts (each at most L and summing to L,
+/// read from `source`), or L split as evenly as possible. The same verdict
+/// on every rank (the same counts and L), so call it inside cp::agree.
 inline std::vector<std::int64_t> split_lengths(std::vector<std::int64_t> lengths, std::int64_t L,
                                                int P, const char* source) {
   if (lengths.empty()) {
     for (int r = 0; r < P; ++r) lengths.push_back(L / P + (r < L % P ? 1 : 0));
     return lengths;
   }
-  const std::int64_t total = std::accumulate(lengths.begin(), lengths.end(), std::int64_t(0));
+  // Each count in [0, L] first: their sum then stays below P * 2^31, no
+  // int64 overflow (L fits an int).
+  std::int64_t total = 0;
+  for (std::size_t r = 0; r < lengths.size(); ++r) {
+    if (lengths[r] > L) {
+      fail("--split: count ", lengths[r], " of rank ", r, " is more than L=", L, " (from ",
+           source, ")");
+    }
+    total += lengths[r];
+  }
   if (total != L)
     fail("--split: counts sum to ", total, ", expected L=", L, " (from ", source, ")");
   return lengths;
@@ -68,51 +78,106 @@ struct Sharding {
   std::int64_t mine() const { return lengths[rank]; }
   int ranks() const { return int(lengths.size()); }
 
-  /// Each rank's elements of one batch entry of a [B, L, E] array and their
-  /// offsets, for MPI_Scatterv / MPI_Gatherv. The same on every rank, so the
-  /// size check throws on all of them or none.
-  struct StepCounts {
-    std::vector<int> counts, displs;
-  };
-  StepCounts step_counts(std::int64_t E) const {
-    StepCounts sc;
-    std::int64_t at = 0;
-    for (std::int64_t length : lengths) {
-      if (length * E > INT_MAX || at > INT_MAX) {
-        fail(op, ": ", length, " steps of ", E, " values on one rank, expected fewer than ",
-             "2^31 values per batch entry (MPI counts are int)");
-      }
-      sc.counts.push_back(int(length * E));
-      sc.displs.push_back(int(at));
-      at += length * E;
+  /// The elements of one batch entry that rank `r` holds of a [B, L, E]
+  /// array, n_r * E, an MPI count. The same on every rank, so the check
+  /// throws on all of them or none.
+  int row(int r, std::int64_t E) const {
+    if (E != 0 && lengths[r] > INT_MAX / E) {
+      fail(op, ": ", lengths[r], " steps of ", E, " values on rank ", r, ", expected fewer than ",
+           "2^31 values per batch entry (MPI counts are int)");
     }
-    return sc;
+    return int(lengths[r] * E);
+  }
+
+  /// Every rank checks every rank's count: the same error on all of them.
+  void check_rows(std::int64_t E) const {
+    for (int r = 0; r < ranks(); ++r) row(r, E);
+  }
+
+  /// Rank r's steps of a [B, L, E] array of T as one MPI datatype: B blocks
+  /// of n_r * E elements, L * E apart, from the rank's first step. Only for a
+  /// non-empty block (B > 0 and n_r * E > 0): then the whole array is in
+  /// memory and L * E * sizeof(T) a valid stride. The caller frees it.
+  template <class T>
+  MPI_Datatype block_type(int r, std::int64_t E) const {
+    MPI_Datatype block;
+    const MPI_Aint stride = MPI_Aint(L * E * std::int64_t(sizeof(T)));
+    MPI_Type_create_hvector(int(B), row(r, E), stride, cp::impl::mpi_type<T>(), &block);
+    MPI_Type_commit(&block);
+    return block;
+  }
+
+  /// The first step of rank r.
+  std::int64_t offset(int r) const {
+    std::int64_t at = 0;
+    for (int q = 0; q < r; ++q) at += lengths[q];
+    return at;
+  }
+
+  /// Copies between rank 0's own block of `whole` [B, L, E] and its `part`
+  /// [B, n_0, E], in the direction `to_part`.
+  template <class T>
+  void copy_own(T* whole, T* part, std::int64_t E, bool to_part) const {
+    const std::int64_t n = row(0, E);
+    if (n == 0) return;
+    for (std::int64_t b = 0; b < B; ++b) {
+      T* w = whole + b * L * E;  // rank 0's steps start at step 0
+      T* p = part + b * n;
+      if (to_part) std::copy(w, w + n, p);
+      else std::copy(p, p + n, w);
+    }
+  }
+
+  /// Moves every rank's block between rank 0's `whole` [B, L, E] and the
+  /// ranks' `part` [B, n_r, E]: one message per rank with a non-empty block
+  /// (a derived datatype on rank 0, B rows of n_r * E on the others).
+  template <class T>
+  void exchange(T* whole, T* part, std::int64_t E, bool scatter) const {
+    constexpr int kTag = 7;
+    if (B == 0) return;
+    if (rank != 0) {
+      const int n = row(rank, E);
+      if (n == 0) return;
+      MPI_Datatype rows;
+      MPI_Type_contiguous(n, cp::impl::mpi_type<T>(), &rows);
+      MPI_Type_commit(&rows);
+      if (scatter) MPI_Recv(part, int(B), rows, 0, kTag, comm, MPI_STATUS_IGNORE);
+      else MPI_Send(part, int(B), rows, 0, kTag, comm);
+      MPI_Type_free(&rows);
+      return;
+    }
+    std::vector<MPI_Request> requests;
+    std::vector<MPI_Datatype> types;
+    for (int r = 1; r < ranks(); ++r) {
+      if (row(r, E) == 0) continue;
+      types.push_back(block_type<T>(r, E));
+      requests.emplace_back();
+      T* first = whole + offset(r) * E;
+      if (scatter) MPI_Isend(first, 1, types.back(), r, kTag, comm, &requests.back());
+      else MPI_Irecv(first, 1, types.back(), r, kTag, comm, &requests.back());
+    }
+    copy_own(whole, part, E, scatter);
+    MPI_Waitall(int(requests.size()), requests.data(), MPI_STATUSES_IGNORE);
+    for (MPI_Datatype& t : types) MPI_Type_free(&t);
   }
 
   /// Scatters the steps of a [B, L, E] array (`whole`, read on rank 0) into
   /// this rank's [B, mine(), E].
   template <class T>
   std::vector<T> scatter(const T* whole, std::int64_t E) const {
-    const StepCounts sc = step_counts(E);
-    std::vector<T> part(std::size_t(B) * sc.counts[rank]);
-    for (std::int64_t b = 0; b < B; ++b) {
-      MPI_Scatterv(rank == 0 ? whole + b * L * E : nullptr, sc.counts.data(), sc.displs.data(),
-                   cp::impl::mpi_type<T>(), part.data() + b * sc.counts[rank], sc.counts[rank],
-                   cp::impl::mpi_type<T>(), 0, comm);
-    }
+    check_rows(E);
+    std::vector<T> part(std::size_t(B) * std::size_t(row(rank, E)));
+    // MPI_Isend takes a const buffer; the copy to part only reads `whole`.
+    exchange<T>(const_cast<T*>(whole), part.data(), E, true);
     return part;
   }
 
   /// The inverse of scatter: this rank's [B, mine(), E] into rank 0's
   /// [B, L, E] (`whole`, written on rank 0).
   template <class T>
-  void gather(const std::vector<T>& part, T* whole, std::int64_t E) const {
-    const StepCounts sc = step_counts(E);
-    for (std::int64_t b = 0; b < B; ++b) {
-      MPI_Gatherv(part.data() + b * sc.counts[rank], sc.counts[rank], cp::impl::mpi_type<T>(),
-                  rank == 0 ? whole + b * L * E : nullptr, sc.counts.data(), sc.displs.data(),
-                  cp::impl::mpi_type<T>(), 0, comm);
-    }
+  void gather(std::vector<T>& part, T* whole, std::int64_t E) const {
+    check_rows(E);
+    exchange<T>(whole, part.data(), E, false);
   }
 };
 

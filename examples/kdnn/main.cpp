@@ -3,25 +3,31 @@
 // files in --in DIR and writes its outputs to --out DIR, all or nothing.
 //
 // Exit status: 0 on success, 1 for bad input data or a failed computation or
-// write, 2 for command-line usage errors. Errors print one line
+// write (of the outputs, or of stdout, after the outputs were written), 2 for
+// command-line usage errors. Errors print one line
 // "kdnn: error: <message>" to stderr; on success stderr stays empty.
 //
 // Kokkos is initialised once, with its warnings off; --kokkos-* arguments,
-// anywhere on the command line, go to Kokkos and not to the subcommand. With
-// MPI, rank 0 reads, writes and prints; a subcommand that is not context
-// parallel runs on rank 0 only, and every rank exits with its status.
+// anywhere on the command line, go to Kokkos and not to the subcommand. MPI
+// is initialised only when an MPI launcher started the process or the
+// subcommand is context parallel (a singleton MPI_Init costs a noticeable
+// fraction of a second). With MPI, rank 0 reads, writes and prints; a
+// subcommand that is not context parallel runs on rank 0 only, and every
+// rank exits with its status.
 #include <Kokkos_Core.hpp>
 #ifdef KDNN_ENABLE_MPI
 #include <mpi.h>
 #endif
 
 #include <algorithm>
+#include <cstdlib>
 #include <exception>
 #include <iomanip>
 #include <iostream>
 #include <string>
 
 #include "cli.hpp"
+#include "kokkos_args.hpp"
 #include "kdnn/core/compat.hpp"
 
 namespace kdnn::cli {
@@ -52,24 +58,54 @@ void print_help() {
     std::cout << "  " << std::left << std::setw(12) << s->name << s->summary << '\n';
   }
   std::cout << "\nArguments --kokkos-* (e.g. --kokkos-num-threads=N with Kokkos 4,\n"
-               "--kokkos-threads=N with Kokkos 3) go to Kokkos.\n"
+               "--kokkos-threads=N with Kokkos 3) go to Kokkos; the integer ones\n"
+               "(threads, numa, devices) must be given as --kokkos-NAME=N with N an\n"
+               "int in range, or it is a usage error. MPI is initialised\n"
+               "under an MPI launcher (mpiexec, srun) and for cp-conv and ssd.\n"
                "\nExit status: 0 on success, 1 for bad input data or a failed\n"
                "computation or write, 2 for command-line usage errors. Errors print\n"
-               "one line 'kdnn: error: <message>' to stderr and write nothing to --out.\n";
+               "one line 'kdnn: error: <message>' to stderr and write nothing to --out,\n"
+               "except a failed write of stdout, which comes after the outputs.\n";
+}
+
+/// Whether an MPI launcher (mpiexec, mpirun, srun, ...) started this process,
+/// by the variables the launchers of Open MPI, PMIx, MPICH / Intel MPI (PMI),
+/// MVAPICH and Intel MPI set in the environment of each process they start.
+bool started_by_mpi_launcher() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE",
+                           "MV2_COMM_WORLD_SIZE", "MPI_LOCALNRANKS"}) {
+    if (std::getenv(name) != nullptr) return true;
+  }
+  return false;
 }
 
 bool is_kokkos_arg(const std::string& arg) { return arg.rfind("--kokkos-", 0) == 0; }
 
 bool is_help(const Args& args) { return !args.empty() && (args[0] == "--help" || args[0] == "-h"); }
 
+/// The subcommand called `name`, or null.
+const Subcommand* lookup(const std::string& name) {
+  for (const Subcommand* s : kSubcommands) {
+    if (name == s->name) return s;
+  }
+  return nullptr;
+}
+
 /// The subcommand named by args[0].
 const Subcommand& find_subcommand(const Args& args) {
   if (args.empty()) usage_fail("missing subcommand (try 'kdnn --help')");
   if (args[0].rfind('-', 0) == 0) usage_fail("unknown option '", args[0], "' (try 'kdnn --help')");
-  for (const Subcommand* s : kSubcommands) {
-    if (args[0] == s->name) return *s;
-  }
+  if (const Subcommand* s = lookup(args[0])) return *s;
   usage_fail("unknown subcommand '", args[0], "' (try 'kdnn --help')");
+}
+
+/// Whether this run needs MPI: under a launcher (every rank takes part, as
+/// today), or for a context-parallel subcommand, which needs it as one
+/// process too.
+bool needs_mpi(const Args& args) {
+  if (started_by_mpi_launcher()) return true;
+  const Subcommand* s = args.empty() ? nullptr : lookup(args[0]);
+  return s != nullptr && s->context_parallel;
 }
 
 /// Prints the one-line error message (newlines inside it flattened).
@@ -97,7 +133,17 @@ int exit_status(int rank, F&& f) {
   }
 }
 
-int run(const Args& args, int rank) {
+/// `status` after flushing stdout: a summary line or help that could not be
+/// written (a full disk) is an error, reported by the rank that failed,
+/// unless an error was reported already. The outputs are written by then.
+int flush_stdout(int status) {
+  std::cout.flush();
+  if (std::cout.good() || status != 0) return status;
+  report_error("cannot write the standard output");
+  return kExitData;
+}
+
+int run(const Args& args, int rank, bool mpi) {
   if (is_help(args)) {
     if (rank == 0) print_help();
     return 0;
@@ -113,7 +159,9 @@ int run(const Args& args, int rank) {
   if (s->context_parallel) return exit_status(rank, [&] { return s->run(rest); });
   int result = rank == 0 ? exit_status(rank, [&] { return s->run(rest); }) : 0;
 #ifdef KDNN_ENABLE_MPI
-  MPI_Bcast(&result, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  if (mpi) MPI_Bcast(&result, 1, MPI_INT, 0, MPI_COMM_WORLD);
+#else
+  (void)mpi;
 #endif
   return result;
 }
@@ -121,20 +169,31 @@ int run(const Args& args, int rank) {
 }  // namespace
 
 int main(int argc, char** argv) {
-#ifdef KDNN_ENABLE_MPI
-  MPI_Init(&argc, &argv);
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-#else
-  const int rank = 0;
-#endif
   Args kokkos_args, args;
   for (int i = 1; i < argc; ++i) (is_kokkos_arg(argv[i]) ? kokkos_args : args).push_back(argv[i]);
-  kdnn::compat::initialize_without_warnings(argc > 0 ? argv[0] : "kdnn", kokkos_args);
-  const int status = run(args, rank);
-  Kokkos::finalize();
+  int rank = 0;
 #ifdef KDNN_ENABLE_MPI
-  MPI_Finalize();
+  const bool mpi = needs_mpi(args);
+  if (mpi) {
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  }
+#else
+  const bool mpi = false;
+#endif
+  // Every rank checks the same arguments: all exit 2, rank 0 says why.
+  int status = exit_status(rank, [&] {
+    for (const std::string& arg : kokkos_args) check_kokkos_arg(arg);
+    return 0;
+  });
+  if (status == 0) {
+    kdnn::compat::initialize_without_warnings(argc > 0 ? argv[0] : "kdnn", kokkos_args);
+    status = run(args, rank, mpi);
+    Kokkos::finalize();
+  }
+  status = flush_stdout(status);
+#ifdef KDNN_ENABLE_MPI
+  if (mpi) MPI_Finalize();
 #endif
   return status;
 }

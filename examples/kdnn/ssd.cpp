@@ -138,6 +138,31 @@ struct Header {
   std::int64_t d = 0, init = 0, dfinal = 0, backward = 0;
 };
 
+/// The files the run writes, with their shapes, then the largest work
+/// buffers of cp::ssd_forward / ssd_backward on R ranks: a summary of
+/// B·H·(1 + P·N) values per rank (B·H·(1 + 2·P·N) in the backward), sent and
+/// gathered from all R ranks, and the chunk decays (at least B·H values),
+/// there even when the sequence is empty.
+std::vector<OutputShape> output_shapes(const Header& h, DType dtype, int R) {
+  using S = std::vector<std::size_t>;
+  const std::size_t B = h.B, L = h.L, H = h.H, P = h.P, G = h.G, N = h.N;
+  std::vector<OutputShape> out = {{"y.npy", dtype, S{B, L, H, P}},
+                                  {"final.npy", dtype, S{B, H, P, N}}};
+  if (h.backward) {
+    out.push_back({"dx.npy", dtype, S{B, L, H, P}});
+    out.push_back({"ddt.npy", dtype, S{B, L, H}});
+    out.push_back({"da.npy", dtype, S{H}});
+    out.push_back({"db.npy", dtype, S{B, L, G, N}});
+    out.push_back({"dc.npy", dtype, S{B, L, G, N}});
+    if (h.d) out.push_back({"dd.npy", dtype, S{H}});
+    if (h.init) out.push_back({"dinit.npy", dtype, S{B, H, P, N}});
+  }
+  // No overflow: B, H, P, N are at most 2^31 - 1.
+  out.push_back({"the state passing's buffers", dtype,
+                 S{std::size_t(R) + 2, B * H, 1 + (h.backward ? 2 : 1) * P * N}});
+  return out;
+}
+
 template <class T>
 int compute(const Options& o, const Inputs* in, const Header& h,
             const std::vector<std::int64_t>& lengths, int rank, MPI_Comm comm) {
@@ -246,6 +271,7 @@ int run(const Args& args) {
     h.init = bool(in->init);
     h.dfinal = bool(in->dfinal);
     h.backward = in->dy || in->dfinal;
+    require_output_sizes(output_shapes(h, in->x.dtype, R));
   });
   MPI_Bcast(&h, sizeof(Header) / sizeof(std::int64_t), MPI_INT64_T, 0, comm);
   cp::agree(comm, [&] { lengths = split_lengths(counts, h.L, R, "x.npy"); });

@@ -68,13 +68,19 @@ class CliTest : public ::testing::Test {
 
   /// Runs the tool with `args`, after `launcher` (e.g. "mpiexec -n 2") if given.
   Result run(const Strings& args, const std::string& launcher = "") const {
+    return run_to(root_ / "stdout.txt", args, launcher);
+  }
+
+  /// run() with stdout to `out` (e.g. /dev/full; Result::out is then what
+  /// that file reads).
+  Result run_to(const fs::path& out, const Strings& args, const std::string& launcher = "") const {
     std::string cmd = launcher + " " + command(args);
-    const fs::path out = root_ / "stdout.txt", err = root_ / "stderr.txt";
+    const fs::path err = root_ / "stderr.txt";
     cmd += " >" + quote(out.string()) + " 2>" + quote(err.string());
     const int raw = std::system(cmd.c_str());
     Result r;
     r.status = raw != -1 && WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-    r.out = read_text(out);
+    r.out = out == "/dev/full" ? std::string() : read_text(out);
     r.err = read_text(err);
     return r;
   }

@@ -394,6 +394,67 @@ TEST_F(Cli, UsageErrors) {
   for (const Case& c : cases) expect_error(c.args, kUsage, c.fragment);
 }
 
+// A value given with `=` is the option's whatever it starts with (a
+// directory named "-out"); the separate form still refuses a dash value, the
+// next option swallowed ("--in --out DIR", in UsageErrors).
+TEST_F(Cli, DashValuesGivenWithEqualsAreAccepted) {
+  write_problem(DType::f64, 2, 4, true);
+  fs::create_directories(root_ / "-out");
+  fs::rename(in_, root_ / "-in");
+  const std::string here = "cd " + quote(root_.string()) + " &&";
+  const Result r = run({"sinkhorn", "--in=-in", "--out=-out", "--iters", "5", "--method",
+                        "unrolled"}, here);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_EQ(files(root_ / "-out"), (std::set<std::string>{"r.npy", "dx.npy"}));
+  fs::rename(root_ / "-in", in_);
+  // Every subcommand and option with a value that must not be an option.
+  const std::string out = "--out=" + out_.string(), in = "--in=" + in_.string();
+  const std::vector<Strings> commands = {{"sinkhorn", "--iters", "3"}, {"mha", "--heads", "1"},
+#ifdef KDNN_MPIEXEC
+                                         {"cp-conv"}, {"ssd"}
+#endif
+  };
+  for (const Strings& command : commands) {
+    Strings a = command;
+    a.insert(a.end(), {"--in=-nope", out});
+    expect_error(a, kInput, "--in '-nope' is not an existing directory");
+    a = command;
+    a.insert(a.end(), {in, "--out=-nope"});
+    expect_error(a, kInput, "--out '-nope' is not an existing directory");
+    a = command;
+    a.insert(a.end(), {"--out", "-nope", in});
+    expect_error(a, kUsage, "--out: requires a value, got '-nope'");
+    if (command[0] == "cp-conv" || command[0] == "ssd") {
+      a = command;
+      a.insert(a.end(), {in, out, "--split=-1"});
+      expect_error(a, kUsage, "--split: expected counts >= 0 (at most 9223372036854775807), got '-1'");
+      a = command;
+      a.insert(a.end(), {in, out, "--split", "-1"});
+      expect_error(a, kUsage, "--split: requires a value, got '-1'");
+    }
+  }
+}
+
+// The summary line (or the help) that cannot be written is an error, once;
+// the outputs were written before it.
+TEST_F(Cli, FailedWriteOfStdoutIsAnError) {
+  write_problem(DType::f64, 2, 4, true);
+  for (const Strings& args :
+       {Strings{"--help"}, Strings{"sinkhorn", "--help"},
+        sinkhorn({"--iters", "5", "--method", "unrolled"})}) {
+    SCOPED_TRACE(args[0] + " " + args[1 % args.size()]);
+    const Result r = run_to("/dev/full", args);
+    EXPECT_EQ(r.status, kInput);
+    EXPECT_EQ(r.err, "kdnn: error: cannot write the standard output\n");
+  }
+  EXPECT_EQ(files(out_), (std::set<std::string>{"r.npy", "dx.npy"}));
+  // An error already reported stays the only line.
+  const Result bad = run_to("/dev/full", {"frobnicate"});
+  EXPECT_EQ(bad.status, kUsage);
+  EXPECT_EQ(bad.err, "kdnn: error: unknown subcommand 'frobnicate' (try 'kdnn --help')\n");
+}
+
 TEST_F(Cli, MissingX) {
   expect_error(sinkhorn({"--iters", "3"}), kInput, "missing input " + (in_ / "x.npy").string());
 }
@@ -520,6 +581,90 @@ TEST_F(Cli, KokkosArgumentsGoToKokkos) {
     EXPECT_LT(rel_error(matrix(rr, b, n), kdnn_test::ref_forward(matrix(x_, b, n), n, 20)),
               1e-13);
   }
+}
+
+// The integer-valued --kokkos-* arguments are checked before Kokkos sees them
+// (Kokkos aborted with an uncaught std::invalid_argument): a usage error
+// naming the argument, what it expects and what it got.
+TEST_F(Cli, MalformedKokkosIntegersAreUsageErrors) {
+  write_problem(DType::f64, 2, 4, true);
+  const std::string at_most = " (at most 2147483647), got '";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--kokkos-threads=abc", "--kokkos-threads: expected --kokkos-threads=N, N an integer >= 1"},
+      {"--kokkos-threads=-1", "--kokkos-threads: expected --kokkos-threads=N, N an integer >= 1"},
+      {"--kokkos-threads=0", "N an integer >= 1" + at_most + "--kokkos-threads=0'"},
+      {"--kokkos-threads=99999999999999", "N an integer >= 1" + at_most},
+      {"--kokkos-threads=", "--kokkos-threads: expected --kokkos-threads=N"},
+      {"--kokkos-threads", "N an integer >= 1" + at_most + "--kokkos-threads'"},
+      {"--kokkos-threads=4x", "--kokkos-threads: expected"},
+      {"--kokkos-num-threads=abc", "--kokkos-num-threads: expected --kokkos-num-threads=N"},
+      {"--kokkos-num-threads", "--kokkos-num-threads: expected"},
+      {"--kokkos-numa=x", "--kokkos-numa: expected --kokkos-numa=N, N an integer >= 1"},
+      {"--kokkos-device-id=zz", "--kokkos-device-id: expected --kokkos-device-id=N, N an integer >= 0"},
+      {"--kokkos-device-id=-1", "--kokkos-device-id: expected"},
+      {"--kokkos-device=zz", "--kokkos-device: expected --kokkos-device=N, N an integer >= 0"},
+      {"--kokkos-skip-device=zz", "--kokkos-skip-device: expected"},
+      {"--kokkos-skip-device", "--kokkos-skip-device: expected"},
+      {"--kokkos-num-devices=zz", "--kokkos-num-devices: expected --kokkos-num-devices=N[,S]"},
+      {"--kokkos-num-devices=0", "--kokkos-num-devices: expected"},
+      {"--kokkos-num-devices=2,x", "--kokkos-num-devices: expected"},
+      {"--kokkos-ndevices=-3", "--kokkos-ndevices: expected --kokkos-ndevices=N[,S]"},
+      {"--kokkos-ndevices", "--kokkos-ndevices: expected"},
+  };
+  for (const auto& [arg, fragment] : cases) {
+    expect_error({arg, "--help"}, kUsage, fragment);
+    expect_error(sinkhorn({"--iters", "3", arg}), kUsage, fragment);
+  }
+  // Well formed ones still go to Kokkos (a host backend ignores the devices).
+  for (const char* arg : {"--kokkos-threads=1", "--kokkos-num-threads=1", "--kokkos-numa=1",
+                          "--kokkos-device-id=0", "--kokkos-num-devices=1,0"}) {
+    const Result r = run(sinkhorn({"--iters", "5", "--method", "unrolled", arg}));
+    EXPECT_EQ(r.status, 0) << arg << ": " << r.err;
+    EXPECT_EQ(r.err, "") << arg;
+  }
+}
+
+#ifdef KDNN_MPIEXEC
+TEST_F(Cli, MalformedKokkosIntegerUnderMpiIsOneErrorLine) {
+  write_problem(DType::f64, 2, 4, true);
+  const std::string mpiexec =
+      "timeout 60 env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+      "OMPI_MCA_rmaps_base_oversubscribe=1 " + quote(KDNN_MPIEXEC) + " -n 3";
+  for (const Strings& args : {sinkhorn({"--iters", "3", "--kokkos-threads=abc"}),
+                              Strings{"ssd", "--kokkos-threads=abc", "--help"}}) {
+    const Result r = run(args, mpiexec);
+    EXPECT_EQ(r.status, kUsage) << r.err;
+    const std::string line =
+        "kdnn: error: --kokkos-threads: expected --kokkos-threads=N, N an integer >= 1 (at most "
+        "2147483647), got '--kokkos-threads=abc'\n";
+    const auto first = r.err.find(line);
+    EXPECT_NE(first, std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("kdnn: error:", first + 1), std::string::npos) << r.err;
+    EXPECT_EQ(r.out, "");
+  }
+}
+#endif
+
+// Outside an MPI launcher the single-process subcommands do not initialise
+// MPI (a singleton MPI_Init costs about 0.4 s). Observable with Open MPI,
+// whose MPI_Init fails when told to use a component that does not exist;
+// other MPI libraries ignore the variable and the test shows nothing.
+TEST_F(Cli, SingleProcessSubcommandsDoNotInitialiseMpi) {
+  write_problem(DType::f64, 2, 4, true);
+  const std::string broken_mpi = "OMPI_MCA_pml=no_such_component";
+  for (const Strings& args : {Strings{"--help"}, Strings{"sinkhorn", "--help"},
+                              Strings{"mha", "--help"},
+                              sinkhorn({"--iters", "5", "--method", "unrolled"})}) {
+    SCOPED_TRACE(args[0]);
+    const Result r = run(args, broken_mpi);
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(r.err, "");
+  }
+  EXPECT_EQ(files(out_), (std::set<std::string>{"r.npy", "dx.npy"}));
+  // The usage errors as well.
+  const Result bad = run({"frobnicate"}, broken_mpi);
+  EXPECT_EQ(bad.status, kUsage);
+  EXPECT_EQ(bad.err, "kdnn: error: unknown subcommand 'frobnicate' (try 'kdnn --help')\n");
 }
 
 #ifdef KDNN_MPIEXEC

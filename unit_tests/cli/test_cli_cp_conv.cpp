@@ -23,8 +23,10 @@ using kdnn_test::Strings;
 namespace ref = kdnn_test::ssm_ref;
 namespace fs = std::filesystem;
 
+/// A hang (a rank left waiting) fails the test after a minute instead of
+/// stalling the suite.
 std::string mpiexec(int ranks) {
-  return "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+  return "timeout 60 env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
          "OMPI_MCA_rmaps_base_oversubscribe=1 OMP_NUM_THREADS=1 " +
          quote(KDNN_MPIEXEC) + " -n " + std::to_string(ranks);
 }
@@ -146,13 +148,56 @@ TEST_F(CliCpConv, FinalStateGradientReachesEveryInput) {
 TEST_F(CliCpConv, BadInputFailsOnEveryRankAndWritesNothing) {
   write_problem(DType::f64, true);
   expect_failure(args({"--split", "2,0,10"}), 1, "--split: counts sum to 12, expected L=13", 3);
-  expect_failure(args({"--split", "2,x,11"}), 2, "--split: expected counts >= 0, got 'x'", 3);
+  expect_failure(args({"--split", "2,x,11"}), 2, "--split: expected counts >= 0 (at most 9223372036854775807), got 'x'", 3);
   expect_failure(args({"--dt-min", "3", "--dt-max", "1"}), 2, "--dt-max 1 is below --dt-min 3", 2);
   write("dt.npy", DType::f64, {B, L + 1, H}, ref::Vec(B * (L + 1) * H, 0.0));
   expect_failure(args({}), 1, "dt.npy: shape (2, 14, 3), expected L 13 (from xbc.npy) at axis 1",
                  2);
   write("dt.npy", DType::f32, {B, L, H}, dt_);
   expect_failure(args({}), 1, "dt.npy has dtype float32, expected float64 (same as xbc.npy)", 2);
+}
+
+// Counts whose int64 sum wraps around to L are each checked against L: the
+// same error on every rank (it was a std::length_error on rank 0 and a hang
+// on the others).
+TEST_F(CliCpConv, SplitCountsAboveLAreRejectedOnEveryRank) {
+  write_problem(DType::f64, false);
+  const std::string max = "9223372036854775807", quarter = "4611686018427387904";  // 2^63-1, 2^62
+  expect_failure(args({"--split", max + "," + max + ",15"}), 1,
+                 "--split: count " + max + " of rank 0 is more than L=13", 3);
+  expect_failure(args({"--split", quarter + "," + quarter + "," + quarter + ",4611686018427387917"}), 1,
+                 "--split: count " + quarter + " of rank 0 is more than L=13", 4);
+  expect_failure(args({"--split", "0,14,0"}), 1, "--split: count 14 of rank 1 is more than L=13", 3);
+  expect_failure(args({"--split", "1," + max + "0,0"}), 2,
+                 "--split: expected counts >= 0 (at most " + max + "), got '" + max + "0'", 3);
+  expect_failure(args({"--split", "1,-0,0"}), 2, "--split: expected counts >= 0", 3);
+}
+
+// A huge batch of empty sequences: the arrays are headers only. Scattering
+// and gathering whole blocks makes the empty outputs quick to produce, and an
+// output too large for any machine is an error before anything is allocated.
+TEST_F(CliCpConv, HugeBatchOfEmptySequences) {
+  const std::size_t huge = 2147483647;  // 2^31 - 1
+  write("xbc.npy", DType::f32, {huge, 0, 4}, {});
+  write("dt.npy", DType::f32, {huge, 0, 3}, {});
+  write("conv_w.npy", DType::f32, {4, 1}, kdnn_test::uniform(4, -1, 1, 1));
+  write("dt_bias.npy", DType::f32, {3}, kdnn_test::uniform(3, -1, 1, 2));
+  for (int ranks : {1, 2}) {
+    const auto r = run(args({}), mpiexec(ranks));
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(r.err, "");
+    read(out_ / "y.npy", DType::f32, {huge, 0, 4});
+    read(out_ / "dt_out.npy", DType::f32, {huge, 0, 3});
+    read(out_ / "final.npy", DType::f32, {huge, 0, 4});
+    for (const auto& name : files(out_)) std::filesystem::remove(out_ / name);
+  }
+  // final.npy [B, K-1, C] is 9 PB.
+  write("xbc.npy", DType::f32, {huge, 0, 1024}, {});
+  write("conv_w.npy", DType::f32, {1024, 1024}, ref::Vec(1024 * 1024, 0.5));
+  expect_failure(args({}), 1,
+                 "final.npy: shape (2147483647, 1023, 1024) float32 is 8998403157528576 bytes, "
+                 "more than",
+                 2);
 }
 
 }  // namespace

@@ -21,8 +21,10 @@ using kdnn_test::quote;
 using kdnn_test::Strings;
 namespace ref = kdnn_test::ssm_ref;
 
+/// A hang (a rank left waiting) fails the test after a minute instead of
+/// stalling the suite.
 std::string mpiexec(int ranks) {
-  return "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+  return "timeout 60 env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
          "OMPI_MCA_rmaps_base_oversubscribe=1 OMP_NUM_THREADS=1 " +
          quote(KDNN_MPIEXEC) + " -n " + std::to_string(ranks);
 }
@@ -115,6 +117,17 @@ TEST_F(CliSsd, ForwardOnlyWritesTheForwardsFiles) {
   EXPECT_ALLCLOSE(read(out_ / "final.npy", DType::f32, {B, H, P, N}), f.final_state, 1e-4, 1e-4);
 }
 
+// A context-parallel subcommand initialises MPI without a launcher too (one
+// process).
+TEST_F(CliSsd, RunsWithoutMpiexec) {
+  write_problem(DType::f32, false);
+  const auto r = run(args({}));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_EQ(r.out.rfind("ssd: B=2 L=19 H=4 P=3 G=2 N=2 Q=64 float32, 1 rank(s)", 0), 0u) << r.out;
+  EXPECT_EQ(files(out_), (std::set<std::string>{"y.npy", "final.npy"}));
+}
+
 TEST_F(CliSsd, BadInputFailsOnEveryRankAndWritesNothing) {
   write_problem(DType::f64, true);
   expect_failure(args({"--chunk", "0"}), 2,
@@ -141,5 +154,67 @@ TEST_F(CliSsd, BadInputFailsOnEveryRankAndWritesNothing) {
   expect_failure(args({}), 1, "dt.npy: -0.5 at [1, 3, 2] (expected dt >= 0)", 3);
 }
 
+// Counts whose int64 sum wraps around to L are each checked against L: the
+// same error on every rank (it was a std::length_error on rank 0 and a hang
+// on the others).
+TEST_F(CliSsd, SplitCountsAboveLAreRejectedOnEveryRank) {
+  write_problem(DType::f64, false);
+  const std::string max = "9223372036854775807", quarter = "4611686018427387904";  // 2^63-1, 2^62
+  expect_failure(args({"--split", max + "," + max + ",21"}), 1,
+                 "--split: count " + max + " of rank 0 is more than L=19", 3);
+  expect_failure(args({"--split", quarter + "," + quarter + "," + quarter + ",4611686018427387923"}), 1,
+                 "--split: count " + quarter + " of rank 0 is more than L=19", 4);
+  expect_failure(args({"--split", "0,20,0"}), 1, "--split: count 20 of rank 1 is more than L=19", 3);
+  expect_failure(args({"--split", "1," + max + "0,0"}), 2,
+                 "--split: expected counts >= 0 (at most " + max + "), got '" + max + "0'", 3);
+  expect_failure(args({"--split", "1,-0,0"}), 2, "--split: expected counts >= 0", 3);
+}
+
+// A huge batch of empty sequences (headers only). With P = 0 every output is
+// empty, but the state passing still holds B·H values per rank a few times
+// (8 GiB each): a quick empty result where that fits in memory, a quick error
+// naming it where it does not. A 9 PB final state, a state passing of
+// B·H = 2^41 values, or a final state whose size in bytes does not fit 64
+// bits, is an error before anything is allocated.
+TEST_F(CliSsd, HugeBatchOfEmptySequences) {
+  const std::size_t huge = 2147483647;  // 2^31 - 1
+  const auto write_sizes = [&](std::size_t h, std::size_t p, std::size_t n) {
+    write("x.npy", DType::f32, {huge, 0, h, p}, {});
+    write("dt.npy", DType::f32, {huge, 0, h}, {});
+    write("a.npy", DType::f32, {h}, ref::Vec(h, -0.5));
+    write("b.npy", DType::f32, {huge, 0, 1, n}, {});
+    write("c.npy", DType::f32, {huge, 0, 1, n}, {});
+  };
+  write_sizes(1, 0, 1);
+  for (int ranks : {1, 2}) {
+    const auto r = run(args({}), mpiexec(ranks));
+    if (r.status == 0) {
+      EXPECT_EQ(r.err, "");
+      read(out_ / "y.npy", DType::f32, {huge, 0, 1, 0});
+      read(out_ / "final.npy", DType::f32, {huge, 1, 0, 1});
+      for (const auto& name : files(out_)) std::filesystem::remove(out_ / name);
+    } else {
+      expect_failure(args({}), 1,
+                     "the state passing's buffers: shape (" + std::to_string(ranks + 2) +
+                         ", 2147483647, 1) float32 is",
+                     ranks);
+    }
+  }
+  write_sizes(1024, 0, 1);
+  expect_failure(args({}), 1,
+                 "the state passing's buffers: shape (4, 2199023254528, 1) float32 is "
+                 "35184372072448 bytes, more than",
+                 2);
+  write_sizes(1, 1024, 1024);
+  expect_failure(args({}), 1,
+                 "final.npy: shape (2147483647, 1, 1024, 1024) float32 is 9007199250546688 bytes, "
+                 "more than",
+                 2);
+  write_sizes(1, huge, huge);
+  expect_failure(args({}), 1,
+                 "final.npy: shape (2147483647, 1, 2147483647, 2147483647) float32 is more than "
+                 "2^63 bytes",
+                 2);
+}
 }  // namespace
 #endif
