@@ -173,8 +173,12 @@ int compute(const Options& o, const Inputs* in, const Header& h,
   f.conv.w = device_view<T**>(w, C, K);
   if (h.bias) f.conv.bias = device_view<T*>(bias, C);
   if (!init.empty()) f.conv.initial_state = device_view<T***>(init, B, K - 1, C);
-  Tensor3<T, Space> y("y", B, n, C), fin("final", B, K - 1, C), halo("halo", B, K - 1, C);
-  Tensor3<T, Space> dt_out("dt_out", B, n, H);
+  // Per-step outputs are computed into the output files' buffers when they
+  // can be (Collector::per_step): no copy of them.
+  Collector<T> out{sh, {}};
+  const auto y = out.template per_step<T***>("y.npy", C);
+  const auto dt_out = out.template per_step<T***>("dt_out.npy", H);
+  Tensor3<T, Space> fin("final", B, K - 1, C), halo("halo", B, K - 1, C);
   f.conv.y = y;
   f.conv.final_state = fin;
   f.halo = halo;
@@ -183,7 +187,6 @@ int compute(const Options& o, const Inputs* in, const Header& h,
   f.dt_out = dt_out;
   const cp::HaloStats sf = cp::conv_dt_forward(space, comm, f, o.cp);
 
-  Collector<T> out{sh, {}};
   out.gathered("y.npy", y);
   out.gathered("dt_out.npy", dt_out);
   out.from_rank("final.npy", fin, P - 1);
@@ -212,7 +215,9 @@ int compute(const Options& o, const Inputs* in, const Header& h,
                             rank, comm);
       if (rank == P - 1) g.conv.dfinal_state = device_view<T***>(dfinal, B, K - 1, C);
     }
-    Tensor3<T, Space> dx("dx", B, n, C), ddt("ddt", B, n, H), dinit;
+    const auto dx = out.template per_step<T***>("dxbc.npy", C);
+    const auto ddt = out.template per_step<T***>("ddt.npy", H);
+    Tensor3<T, Space> dinit;
     Matrix<T, Space> dw("dw", C, K);
     Vector<T, Space> dbias, ddt_bias("ddt_bias", H);
     if (h.bias) dbias = Vector<T, Space>("dbias", C);

@@ -161,23 +161,46 @@ struct Sharding {
     for (MPI_Datatype& t : types) MPI_Type_free(&t);
   }
 
+  /// Whether rank 0 holds every step (one rank, or every other rank empty):
+  /// then rank 0's part of a [B, L, E] array is the whole array, and nothing
+  /// moves or is copied.
+  bool whole_on_rank0() const { return lengths[0] == L; }
+
+  /// This rank's steps of a [B, L, E] array: a copy, or (whole_on_rank0) the
+  /// whole array itself.
+  template <class T>
+  struct Steps {
+    std::vector<T> copy;
+    T* data = nullptr;
+  };
+
   /// Scatters the steps of a [B, L, E] array (`whole`, read on rank 0) into
   /// this rank's [B, mine(), E].
   template <class T>
-  std::vector<T> scatter(const T* whole, std::int64_t E) const {
+  Steps<T> scatter(const T* whole, std::int64_t E) const {
     check_rows(E);
-    std::vector<T> part(std::size_t(B) * std::size_t(row(rank, E)));
-    // MPI_Isend takes a const buffer; the copy to part only reads `whole`.
-    exchange<T>(const_cast<T*>(whole), part.data(), E, true);
+    Steps<T> part;
+    // MPI_Isend takes a non-const buffer; scattering only reads `whole`.
+    if (whole_on_rank0()) {
+      part.data = const_cast<T*>(whole);  // null on the other ranks (no steps)
+      return part;
+    }
+    part.copy.resize(std::size_t(B) * std::size_t(row(rank, E)));
+    part.data = part.copy.data();
+    exchange<T>(const_cast<T*>(whole), part.data, E, true);
     return part;
   }
 
-  /// The inverse of scatter: this rank's [B, mine(), E] into rank 0's
-  /// [B, L, E] (`whole`, written on rank 0).
+  /// The inverse of scatter: this rank's [B, mine(), E] (`part`) into rank
+  /// 0's [B, L, E] (`whole`, written on rank 0).
   template <class T>
-  void gather(std::vector<T>& part, T* whole, std::int64_t E) const {
+  void gather(T* part, T* whole, std::int64_t E) const {
     check_rows(E);
-    exchange<T>(whole, part.data(), E, false);
+    if (whole_on_rank0()) {
+      if (rank == 0 && part != whole) std::copy(part, part + B * L * E, whole);
+      return;
+    }
+    exchange<T>(whole, part, E, false);
   }
 };
 
@@ -212,13 +235,22 @@ std::vector<T> send_to_rank(const io::NpyArray* a, std::size_t n, int owner, int
   return v;
 }
 
-/// A host vector as a View of the execution space with the given extents.
+/// Host memory as a View of the execution space with the given extents: the
+/// memory itself on a host backend, a device copy otherwise.
 template <class DataType, class T, class... Extents>
-auto device_view(std::vector<T>& v, Extents... extents) {
+auto device_view(T* data, Extents... extents) {
   Kokkos::View<DataType, Kokkos::LayoutRight, Kokkos::HostSpace,
                Kokkos::MemoryTraits<Kokkos::Unmanaged>>
-  host(v.data(), std::size_t(extents)...);
+  host(data, std::size_t(extents)...);
   return Kokkos::create_mirror_view_and_copy(Space::memory_space(), host);
+}
+template <class DataType, class T, class... Extents>
+auto device_view(std::vector<T>& v, Extents... extents) {
+  return device_view<DataType>(v.data(), extents...);
+}
+template <class DataType, class T, class... Extents>
+auto device_view(Sharding::Steps<T>& steps, Extents... extents) {
+  return device_view<DataType>(steps.data, extents...);
 }
 
 template <class View, class T>
@@ -233,8 +265,28 @@ struct Collector {
   const Sharding& s;
   std::vector<Output> outputs;  ///< on rank 0
 
+  /// The View [B, mine(), tail...] of the execution space that the per-step
+  /// output `name` is computed into. When rank 0 holds every step and the
+  /// backend is on the host, it is the output file's own buffer (allocated
+  /// here), so that gathered() moves and copies nothing.
+  template <class DataType, class... Tail>
+  Kokkos::View<DataType, Kokkos::LayoutRight, Space> per_step(const char* name, Tail... tail) {
+    using ViewType = Kokkos::View<DataType, Kokkos::LayoutRight, Space>;
+    constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace,
+                                                     typename Space::memory_space>::accessible;
+    if (host && s.whole_on_rank0() && s.rank == 0) {
+      std::vector<std::size_t> shape{std::size_t(s.B), std::size_t(s.L), std::size_t(tail)...};
+      outputs.push_back({name, io::allocate_npy(io::dtype_of<T>(), shape)});
+      return ViewType(outputs.back().array.template data<T>(), std::size_t(s.B), std::size_t(s.L),
+                      std::size_t(tail)...);
+    }
+    return ViewType(std::string(name), std::size_t(s.B), std::size_t(s.mine()),
+                    std::size_t(tail)...);
+  }
+
   /// A per-step output: every rank's View [B, mine(), tail...] gathered into
-  /// one [B, L, tail...] file.
+  /// one [B, L, tail...] file (nothing to do for a per_step View that is the
+  /// file's buffer).
   template <class View>
   void gathered(const char* name, const View& view) {
     std::vector<std::size_t> shape{std::size_t(s.B), std::size_t(s.L)};
@@ -243,11 +295,16 @@ struct Collector {
       shape.push_back(view.extent(d));
       E *= std::int64_t(view.extent(d));
     }
-    std::vector<T> part;
-    copy_back(view, part);
+    auto part = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), view);  // on a host: itself
+    const auto known = std::find_if(outputs.begin(), outputs.end(),
+                                    [&](const Output& o) { return o.name == name; });
+    if (known != outputs.end()) {  // per_step gave the file's buffer
+      s.gather<T>(part.data(), known->array.template data<T>(), E);
+      return;
+    }
     io::NpyArray whole;
     if (s.rank == 0) whole = io::allocate_npy(io::dtype_of<T>(), shape);
-    s.gather<T>(part, s.rank ? nullptr : whole.data<T>(), E);
+    s.gather<T>(part.data(), s.rank ? nullptr : whole.data<T>(), E);
     if (s.rank == 0) outputs.push_back({name, std::move(whole)});
   }
 

@@ -187,12 +187,15 @@ int compute(const Options& o, const Inputs* in, const Header& h,
   f.C = device_view<T****>(c, B, n, G, N);
   if (h.d) f.D = device_view<T*>(d, H);
   if (!init.empty()) f.initial_state = device_view<T****>(init, B, H, P, N);
-  Tensor4<T, Space> y("y", B, n, H, P), fin("final", B, H, P, N);
+  // Per-step outputs are computed into the output files' buffers when they
+  // can be (Collector::per_step): no copy of them.
+  Collector<T> out{sh, {}};
+  const auto y = out.template per_step<T****>("y.npy", H, P);
+  Tensor4<T, Space> fin("final", B, H, P, N);
   f.y = y;
   f.final_state = fin;
   const cp::StateStats sf = cp::ssd_forward(space, comm, f, o.ssd);
 
-  Collector<T> out{sh, {}};
   out.gathered("y.npy", y);
   out.from_rank("final.npy", fin, R - 1);
 
@@ -213,8 +216,11 @@ int compute(const Options& o, const Inputs* in, const Header& h,
     g.initial_state = f.initial_state;
     g.dy = device_view<T****>(dy, B, n, H, P);
     if (h.dfinal && rank == R - 1) g.dfinal_state = device_view<T****>(dfinal, B, H, P, N);
-    Tensor4<T, Space> dx("dx", B, n, H, P), db("db", B, n, G, N), dc("dc", B, n, G, N), dinit;
-    Tensor3<T, Space> ddt("ddt", B, n, H);
+    const auto dx = out.template per_step<T****>("dx.npy", H, P);
+    const auto ddt = out.template per_step<T***>("ddt.npy", H);
+    const auto db = out.template per_step<T****>("db.npy", G, N);
+    const auto dc = out.template per_step<T****>("dc.npy", G, N);
+    Tensor4<T, Space> dinit;
     Vector<T, Space> da("da", H), dd;
     if (h.d) dd = Vector<T, Space>("dd", H);
     if (rank == 0 && h.init) dinit = Tensor4<T, Space>("dinit", B, H, P, N);

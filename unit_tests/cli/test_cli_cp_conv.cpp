@@ -4,6 +4,7 @@
 // every rank with one error line and leaves --out untouched.
 #ifdef KDNN_MPIEXEC
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <filesystem>
 #include <string>
@@ -143,6 +144,28 @@ TEST_F(CliCpConv, FinalStateGradientReachesEveryInput) {
   fs::create_directories(out_);
   write("dfinal.npy", DType::f64, {B, K, C}, ref::Vec(B * K * C, 0.0));
   expect_failure(args({}), 1, "dfinal.npy has shape (2, 4, 4), expected (2, 3, 4)", 2);
+}
+
+TEST_F(CliCpConv, PeakMemoryIsInputsPlusOutputs) {
+  // One process computes in the buffers it read and into the output files'
+  // buffers: its peak is the files and the libraries (about 22 MiB). Arrays
+  // of 64 MiB: a copy of any of the large ones would exceed the 48 MiB margin.
+  const std::size_t b = 2, l = 8192, c = 512, k = 4, h = 8;
+  const std::size_t values = b * l * c;
+  write("xbc.npy", DType::f64, {b, l, c}, kdnn_test::normal(values, 1));
+  write("conv_w.npy", DType::f64, {c, k}, kdnn_test::uniform(c * k, -0.5, 0.5, 2));
+  write("dt.npy", DType::f64, {b, l, h}, kdnn_test::normal(b * l * h, 3));
+  write("dt_bias.npy", DType::f64, {h}, kdnn_test::normal(h, 4));
+  write("dy.npy", DType::f64, {b, l, c}, kdnn_test::normal(values, 5));
+  write("ddt_out.npy", DType::f64, {b, l, h}, kdnn_test::normal(b * l * h, 6));
+  const auto r = run(args({}));
+  ASSERT_EQ(r.status, 0) << r.err;
+  // xbc, dy, y, dxbc; dt, ddt_out, dt_out, ddt.
+  const double files = 8.0 * (4 * values + 4 * b * l * h);
+  rusage usage{};
+  ASSERT_EQ(::getrusage(RUSAGE_CHILDREN, &usage), 0);
+  const double peak_mib = double(usage.ru_maxrss) / 1024;  // the largest child's, in KiB
+  EXPECT_LT(peak_mib, files / (1 << 20) + 48) << "peak RSS " << peak_mib << " MiB";
 }
 
 TEST_F(CliCpConv, BadInputFailsOnEveryRankAndWritesNothing) {

@@ -4,6 +4,7 @@
 // every rank with one error line and leaves --out untouched.
 #ifdef KDNN_MPIEXEC
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <string>
 #include <vector>
@@ -126,6 +127,31 @@ TEST_F(CliSsd, RunsWithoutMpiexec) {
   EXPECT_EQ(r.err, "");
   EXPECT_EQ(r.out.rfind("ssd: B=2 L=19 H=4 P=3 G=2 N=2 Q=64 float32, 1 rank(s)", 0), 0u) << r.out;
   EXPECT_EQ(files(out_), (std::set<std::string>{"y.npy", "final.npy"}));
+}
+
+TEST_F(CliSsd, PeakMemoryIsInputsOutputsAndTheChunkStates) {
+  // One process computes in the buffers it read and into the output files'
+  // buffers: its peak is the files, the backward's chunk states and their
+  // gradients (2·B·H·(ceil(L/Q) + 1)·P·N values), the per-step decay
+  // gradients (B·H·L doubles) and the libraries (about 22 MiB). Arrays of
+  // 64 MiB: a copy of any of the large ones would exceed the 48 MiB margin.
+  const std::size_t b = 1, l = 16384, h = 8, p = 64, g = 8, n = 16, q = 64;
+  const std::size_t x_values = b * l * h * p, bc_values = b * l * g * n;
+  write("x.npy", DType::f64, {b, l, h, p}, kdnn_test::normal(x_values, 1));
+  write("dt.npy", DType::f64, {b, l, h}, kdnn_test::uniform(b * l * h, 0.01, 0.1, 2));
+  write("a.npy", DType::f64, {h}, kdnn_test::uniform(h, -2, -0.5, 3));
+  write("b.npy", DType::f64, {b, l, g, n}, kdnn_test::normal(bc_values, 4));
+  write("c.npy", DType::f64, {b, l, g, n}, kdnn_test::normal(bc_values, 5));
+  write("dy.npy", DType::f64, {b, l, h, p}, kdnn_test::normal(x_values, 6));
+  const auto r = run(args({"--chunk", std::to_string(q)}));
+  ASSERT_EQ(r.status, 0) << r.err;
+  // Inputs and outputs: x, dy, y, dx; b, c, db, dc; dt, ddt.
+  const double files = 8.0 * (4 * x_values + 4 * bc_values + 2 * b * l * h);
+  const double workspace = 8.0 * (2 * b * h * ((l + q - 1) / q + 1) * p * n + b * h * l);
+  rusage usage{};
+  ASSERT_EQ(::getrusage(RUSAGE_CHILDREN, &usage), 0);
+  const double peak_mib = double(usage.ru_maxrss) / 1024;  // the largest child's, in KiB
+  EXPECT_LT(peak_mib, (files + workspace) / (1 << 20) + 48) << "peak RSS " << peak_mib << " MiB";
 }
 
 TEST_F(CliSsd, BadInputFailsOnEveryRankAndWritesNothing) {
