@@ -4,6 +4,7 @@
 // biases, residual, causal mask, windows, lengths (int32 and int64) and
 // dropout; against the PyTorch golden data of the layer's own tests; and
 // every error path (exit status, one "kdnn: error:" line, nothing in --out).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -307,6 +308,40 @@ TEST_F(CliMha, BothAttentionAlgorithmsGiveTheSameResults) {
     } else {
       EXPECT_ALLCLOSE(x, y, 1e-4, 1e-5);
       EXPECT_LT(rel_error(x, y), 1e-5);
+    }
+  }
+}
+
+// Scales so large that every softmax row is one-hot: the fused backward
+// recomputes the forward's scores bitwise, so its gradients are the unfused
+// path's (which are exact there) rather than NaN or off by orders of
+// magnitude. Every feature but dropout, in float64 with do.npy.
+TEST_F(CliMha, HugeScalesGiveTheUnfusedGradients) {
+  MhaCase c = everything();
+  c.p = 0, c.scaler.reset();
+  const MhaData d = MhaData::random(c, 19);
+  write_case(c, d, DType::f64, true);
+  const fs::path fused = root_ / "fused", unfused = root_ / "unfused";
+  for (const fs::path& dir : {fused, unfused}) fs::create_directories(dir);
+  std::vector<Gradient> outputs = gradients(c);
+  outputs.push_back({"o.npy", nullptr, dims(c.B, c.S, c.Eo)});
+  for (const std::string scale : {"1e12", "1e15", "1e18", "-1e300"}) {
+    SCOPED_TRACE("--scale " + scale);
+    const Result a = run(mha(c, {"--scale", scale}, fused));
+    const Result b = run(mha(c, {"--scale", scale, "--attention", "unfused"}, unfused));
+    for (const Result* x : {&a, &b}) {
+      ASSERT_EQ(x->status, 0) << x->err;
+      EXPECT_EQ(x->err, "");
+    }
+    for (const Gradient& g : outputs) {
+      SCOPED_TRACE(g.file);
+      const auto x = read(fused / g.file, DType::f64, g.shape);
+      const auto y = read(unfused / g.file, DType::f64, g.shape);
+      for (const auto* values : {&x, &y}) {
+        EXPECT_TRUE(std::all_of(values->begin(), values->end(),
+                                [](double z) { return std::isfinite(z); }));
+      }
+      EXPECT_ALLCLOSE(x, y, 1e-10, 1e-10);
     }
   }
 }
