@@ -476,6 +476,24 @@ TEST(FusedAttentionErrors, BadInputIsAKdnnError) {
   EXPECT_KDNN_ERROR(at::fused_attention_forward(Space(), q, k, v,
                                                 DeviceView<double****>(q.data(), 1, 2, 3, 6), lse),
                     "output o overlaps input q");
+
+  // A finite double that is +inf as a float: an error in float, fine in double.
+  DeviceView<float****> qf("q", 1, 2, 3, 4), kf("k", 1, 2, 5, 4), vf("v", 1, 2, 5, 6),
+      of("o", 1, 2, 3, 6), gf("g", 1, 2, 3, 6), dqf("dq", 1, 2, 3, 4), dkf("dk", 1, 2, 5, 4),
+      dvf("dv", 1, 2, 5, 6);
+  DeviceView<float***> lsef("lse", 1, 2, 3);
+  opts = at::FusedAttentionOptions();
+  opts.scale = 1e39;
+  const char* message =
+      "opts.scale=1e+39, expected a value finite in float (|opts.scale| <= 3.40282e+38)";
+  EXPECT_KDNN_ERROR(at::fused_attention_forward(Space(), qf, kf, vf, of, lsef, opts), message);
+  EXPECT_KDNN_ERROR(
+      at::fused_attention_backward(Space(), qf, kf, vf, of, lsef, gf, dqf, dkf, dvf, opts),
+      message);
+  DeviceView<float****> sf("s", 1, 2, 3, 5), pf("p", 1, 2, 3, 5);
+  EXPECT_KDNN_ERROR(at::softmax_forward(Space(), sf, pf, {at::SoftmaxMode::accurate, 1e39}),
+                    "scale=1e+39, expected a value finite in float");
+  at::fused_attention_forward(Space(), q, k, v, o, lse, opts);  // double: finite
 }
 
 }  // namespace

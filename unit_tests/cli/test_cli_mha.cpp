@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <limits>
 #include <set>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -346,6 +347,43 @@ TEST_F(CliMha, HugeScalesGiveTheUnfusedGradients) {
   }
 }
 
+// The largest scales the dtypes hold give finite files when the scores
+// (scale·Q)·K^T stay in range (small q and k, no q/k biases); past that
+// range the run is an error naming the first non-finite value, and --out
+// keeps what it had.
+TEST_F(CliMha, ScalesAtTheEdgeOfTheDtypeGiveFiniteResultsOrAnError) {
+  MhaCase c = everything();
+  c.bias_q = c.bias_k = false, c.scaler.reset();
+  MhaData d = MhaData::random(c, 20);
+  for (double& x : d.q) x *= 0.05;
+  for (double& x : d.k) x *= 0.05;
+  std::vector<Gradient> outputs = gradients(c);
+  outputs.push_back({"o.npy", nullptr, dims(c.B, c.S, c.Eo)});
+  for (const auto& [dtype, scale] :
+       {std::pair{DType::f32, std::string("1e38")}, {DType::f32, std::string("-1e38")},
+        {DType::f64, std::string("-1e300")}, {DType::f64, std::string("1e300")}}) {
+    SCOPED_TRACE("--scale " + scale);
+    for (const auto& entry : fs::directory_iterator(in_)) fs::remove(entry.path());
+    write_case(c, d, dtype, true);
+    const Result r = run(mha(c, {"--scale", scale}));
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(r.err, "");
+    for (const Gradient& g : outputs) {
+      const auto x = read(out_ / g.file, dtype, g.shape);
+      EXPECT_TRUE(std::all_of(x.begin(), x.end(), [](double z) { return std::isfinite(z); }))
+          << g.file;
+    }
+  }
+  // q 1000 times larger: 1e38·Q overflows float32.
+  for (double& x : d.q) x *= 1000;
+  for (const auto& entry : fs::directory_iterator(in_)) fs::remove(entry.path());
+  write_case(c, d, DType::f32, true);
+  for (const auto& entry : fs::directory_iterator(out_)) fs::remove(entry.path());
+  expect_error(mha(c, {"--scale", "1e38"}), kInput,
+               "(the computation overflowed float32; is --scale times the scores Q·K^T out of "
+               "its range?)");  // and --out stays empty
+}
+
 // The golden cases of unit_tests/attention/test_mha_golden.cpp (PyTorch
 // autograd in float64 on float32 inputs, unit_tests/reference/gen_mha_golden.py)
 // run through the tool: data_dir()/attention/mha_CASE_NAME.npy is the tool's
@@ -581,6 +619,9 @@ TEST_F(CliMha, UsageErrors) {
       {mha(c, {"--dropout", "0.5", "--seed", "18446744073709551616"}),
        "--seed: expected an integer >= 0"},
       {mha(c, {"--scale", "inf"}), "--scale: expected a finite number, got 'inf'"},
+      {mha(c, {"--scale", "1e39"}),  // finite as a double, +inf in the files' float32
+       "--scale: 1e+39 is not finite in float32 (expected |scale| <= 3.40282e+38)"},
+      {mha(c, {"--scale", "-3.5e38"}), "--scale: -3.5e+38 is not finite in float32"},
       {{"mha", "--in", in, "--out", out, "--heads", "0"}, "--heads: expected an integer >= 1"},
       {mha(c, {"--iters", "3"}), "unknown option '--iters'"},
       {mha(c, {"--attention", "flash"}), "--attention: flash not in {fused,unfused}"},
