@@ -72,7 +72,8 @@ padded query (i >= seq_q[b]) gets a zero row in o.npy and zero gradients,
 dresidual included. Window and length values are checked by the layer
 (errors name them mask.lo_win, mask.seq_q, ...).
 
-Prints one summary line: the sizes, dtype, options and the files written.
+Prints one summary line: the sizes, dtype, options (numbers in the shortest
+form that reads back exactly) and the files written.
 )";
 
 struct Options {
@@ -313,8 +314,8 @@ void print_summary(const Options& o, const Inputs& in, const Result& r) {
      << " E_k=" << s.k_size << " E_v=" << s.v_size << " H=" << s.heads << " D=" << s.head_dim
      << " Dv=" << s.v_head_dim << " E_o=" << s.o_size << " dtype=" << io::dtype_name(in.dtype)
      << " causal=" << (o.causal ? "yes" : "no") << " scale="
-     << (o.layer.sm_scaler ? *o.layer.sm_scaler : 1.0 / std::sqrt(double(s.head_dim)))
-     << " dropout=" << o.layer.dropout.p;
+     << round_trip(o.layer.sm_scaler ? *o.layer.sm_scaler : 1.0 / std::sqrt(double(s.head_dim)))
+     << " dropout=" << round_trip(o.layer.dropout.p);  // 0.9999999999999999, not 1
   if (o.layer.dropout.p > 0) os << " seed=" << o.layer.dropout.seed;
   os << " attention=" << o.attention << " mask=";
   bool any = false;

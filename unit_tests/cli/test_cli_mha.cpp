@@ -186,7 +186,7 @@ TEST_F(CliMha, ForwardOnlyMatchesReference) {
   EXPECT_EQ(r.err, "");
   EXPECT_EQ(r.out,
             "mha: B=2 S=3 Sk=4 E_q=5 E_k=4 E_v=3 H=2 D=3 Dv=2 E_o=4 dtype=float32 causal=no "
-            "scale=0.57735 dropout=0 attention=fused mask=none wrote=o.npy\n");
+            "scale=0.5773502691896258 dropout=0 attention=fused mask=none wrote=o.npy\n");
   expect_layer(c, rounded(d), DType::f32, false, out_, 1e-4, 1e-5);
 }
 
@@ -252,6 +252,27 @@ TEST_F(CliMha, DropoutDependsOnTheSeedOnly) {
             read(other / "o.npy", DType::f64, dims(c.B, c.S, c.Eo)));
   const Result r = run(mha(c));
   EXPECT_NE(r.out.find(" dropout=0.3 seed=1235 "), std::string::npos) << r.out;
+}
+
+// The summary prints the scale and dropout in their shortest form that
+// reads back as the same double: a dropout just under 1 is not "1".
+TEST_F(CliMha, SummaryPrintsTheOptionsAsGiven) {
+  MhaCase c{};
+  write_case(c, MhaData::random(c, 15), DType::f64, false);
+  struct Case {
+    Strings extra;
+    std::string fragment;
+  };
+  for (const Case& e : std::vector<Case>{
+           {{"--dropout", "0.9999999999999999", "--seed", "1"}, " dropout=0.9999999999999999 "},
+           {{"--dropout", "0.3", "--seed", "1"}, " dropout=0.3 "},
+           {{"--scale", "0.30000000000000004"}, " scale=0.30000000000000004 "},
+           {{"--scale", "1.0000001"}, " scale=1.0000001 "},
+           {{"--scale", "-1e300"}, " scale=-1e+300 "}}) {
+    const Result r = run(mha(c, e.extra));
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.out.find(e.fragment), std::string::npos) << r.out;
+  }
 }
 
 TEST_F(CliMha, Float64InFloat64Out) {
