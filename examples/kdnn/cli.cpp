@@ -167,8 +167,7 @@ void require_finite_elements(const io::NpyArray& array, const std::string& name,
 
 }  // namespace
 
-void require_finite(const io::NpyArray& array, const std::string& name,
-                    const std::string& why) {
+void require_finite(const io::NpyArray& array, const std::string& name, const std::string& why) {
   io::require_floating(array, name);
   if (array.dtype == io::DType::f32) {
     require_finite_elements<float>(array, name, why);

@@ -89,9 +89,10 @@ void unfused_backward(const DeviceView<T****>& q, const DeviceView<T****>& k,
                       const at::FusedAttentionOptions& opts, const at::AttentionMask<Space>& mask,
                       const DeviceView<T****>& dq2, const DeviceView<T****>& dk2,
                       const DeviceView<T****>& dv2) {
-  const int B = int(q.extent(0)), H = int(q.extent(1)), S = int(q.extent(2)),
-            Sk = int(k.extent(2));
-  const auto shape4 = [&](const char* name) { return DeviceView<T****>(std::string(name), B, H, S, Sk); };
+  const int B = int(q.extent(0)), H = int(q.extent(1)), S = int(q.extent(2)), Sk = int(k.extent(2));
+  const auto shape4 = [&](const char* name) {
+    return DeviceView<T****>(std::string(name), B, H, S, Sk);
+  };
   auto scores = shape4("scores"), P = shape4("P"), Pd = shape4("Pd"), dPd = shape4("dPd"),
        dP = shape4("dP"), dS = shape4("dS");
   const auto none = at::Op::none, tr = at::Op::transpose;

@@ -9,8 +9,8 @@
 #include <cstdint>
 #include <limits>
 #include <set>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>

@@ -16,14 +16,14 @@ namespace kdnn::impl {
 
 template <class Member, class T, class RowPtr>
 KOKKOS_INLINE_FUNCTION void team_copy_rows(const Member& team, const RowPtr& row, int rows, int all,
-                                           int n, int width, T* dst, int ld,
-                                           T factor = T(1)) {
+                                           int n, int width, T* dst, int ld, T factor = T(1)) {
   Kokkos::parallel_for(Kokkos::TeamThreadRange(team, all), [&](int r) {
     T* out = dst + std::size_t(r) * ld;
     const int live = r < rows ? n : 0;
     if (live > 0) {
       const T* in = row(r);
-      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, live), [&](int d) { out[d] = factor * in[d]; });
+      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, live),
+                           [&](int d) { out[d] = factor * in[d]; });
     }
     Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, live, width),
                          [&](int d) { out[d] = T(0); });
@@ -32,8 +32,7 @@ KOKKOS_INLINE_FUNCTION void team_copy_rows(const Member& team, const RowPtr& row
 
 template <class Member, class T, class RowPtr>
 KOKKOS_INLINE_FUNCTION void team_copy_transposed(const Member& team, const RowPtr& row, int rows,
-                                                 int all, int n, T* dst, int ld,
-                                                 T factor = T(1)) {
+                                                 int all, int n, T* dst, int ld, T factor = T(1)) {
   Kokkos::parallel_for(Kokkos::TeamThreadRange(team, all), [&](int r) {
     if (r < rows) {
       const T* in = row(r);
