@@ -189,25 +189,37 @@ std::string format_index(const std::vector<std::size_t>& shape, std::size_t flat
 namespace {
 
 template <class T>
-void require_finite_elements(const io::NpyArray& array, const std::string& name) {
+void require_finite_elements(const io::NpyArray& array, const std::string& name,
+                             const std::string& why) {
   const T* data = array.data<T>();
   for (std::size_t k = 0; k < array.size(); ++k) {
     const T x = data[k];
     if (std::isfinite(x)) continue;
     const char* what = std::isnan(x) ? "NaN" : x > 0 ? "+inf" : "-inf";
-    fail(name, ": ", what, " at ", format_index(array.shape, k), " (expected finite values)");
+    fail(name, ": ", what, " at ", format_index(array.shape, k), " (", why, ")");
   }
 }
 
 }  // namespace
 
-void require_finite(const io::NpyArray& array, const std::string& name) {
+void require_finite(const io::NpyArray& array, const std::string& name, const std::string& why) {
   io::require_floating(array, name);
   if (array.dtype == io::DType::f32) {
-    require_finite_elements<float>(array, name);
+    require_finite_elements<float>(array, name, why);
   } else {
-    require_finite_elements<double>(array, name);
+    require_finite_elements<double>(array, name, why);
   }
+}
+
+std::string round_trip(double x) {
+  std::ostringstream os;
+  for (int digits = 6;; ++digits) {  // 17 significant digits always read back
+    os.str("");
+    os.precision(digits);
+    os << x;
+    if (digits >= std::numeric_limits<double>::max_digits10 || std::stod(os.str()) == x) break;
+  }
+  return os.str();
 }
 
 void Dims::check(const io::NpyArray& array, const std::string& file,

@@ -83,8 +83,14 @@ std::optional<io::NpyArray> read_input(const std::string& dir, const std::string
 std::string format_index(const std::vector<std::size_t>& shape, std::size_t flat);
 
 /// Fails at the first NaN or infinity of a float32 or float64 array, naming
-/// the file and the element: "k.npy: NaN at [1, 2, 0] (expected finite values)".
-void require_finite(const io::NpyArray& array, const std::string& name);
+/// the file and the element: "k.npy: NaN at [1, 2, 0] (expected finite values)"
+/// (`why` replaces what the parentheses say).
+void require_finite(const io::NpyArray& array, const std::string& name,
+                    const std::string& why = "expected finite values");
+
+/// The shortest decimal form of x that reads back as x ("0.3", "1e+39",
+/// "0.9999999999999999"): what a summary line prints for an option.
+std::string round_trip(double x);
 
 /// The sizes named in several files' shapes (B, S, E_q, ...), each fixed by
 /// the first file checked that has it and required of every later one:

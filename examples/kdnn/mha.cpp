@@ -54,7 +54,8 @@ Head h takes rows h*D ... (h+1)*D-1 of w_q and w_k and rows h*Dv ... of w_v.
   --heads H      the number of heads, H >= 1, dividing the rows of w_q.npy
                  (H*D) and of w_v.npy (H*Dv)
   --causal       query i sees only keys j <= i
-  --scale S      the softmax scale s (finite; default 1/sqrt(D))
+  --scale S      the softmax scale s (finite in the files' dtype: |S| <=
+                 3.40282e+38 in float32; default 1/sqrt(D))
   --dropout P    dropout on the attention probabilities, 0 <= P < 1 (default:
                  none); needs --seed
   --seed N       the dropout mask's key, 0 <= N < 2^64 (Philox-4x32-10,
@@ -71,7 +72,8 @@ padded query (i >= seq_q[b]) gets a zero row in o.npy and zero gradients,
 dresidual included. Window and length values are checked by the layer
 (errors name them mask.lo_win, mask.seq_q, ...).
 
-Prints one summary line: the sizes, dtype, options and the files written.
+Prints one summary line: the sizes, dtype, options (numbers in the shortest
+form that reads back exactly) and the files written.
 )";
 
 struct Options {
@@ -312,8 +314,8 @@ void print_summary(const Options& o, const Inputs& in, const Result& r) {
      << " E_k=" << s.k_size << " E_v=" << s.v_size << " H=" << s.heads << " D=" << s.head_dim
      << " Dv=" << s.v_head_dim << " E_o=" << s.o_size << " dtype=" << io::dtype_name(in.dtype)
      << " causal=" << (o.causal ? "yes" : "no") << " scale="
-     << (o.layer.sm_scaler ? *o.layer.sm_scaler : 1.0 / std::sqrt(double(s.head_dim)))
-     << " dropout=" << o.layer.dropout.p;
+     << round_trip(o.layer.sm_scaler ? *o.layer.sm_scaler : 1.0 / std::sqrt(double(s.head_dim)))
+     << " dropout=" << round_trip(o.layer.dropout.p);  // 0.9999999999999999, not 1
   if (o.layer.dropout.p > 0) os << " seed=" << o.layer.dropout.seed;
   os << " attention=" << o.attention << " mask=";
   bool any = false;
@@ -335,7 +337,22 @@ int run(const Args& args) {
   require_directory("--in", o->in);
   require_directory("--out", o->out);
   const Inputs in = read_inputs(o->in, o->layer);
+  // --scale is checked as a double when parsed; the layer computes in the
+  // files' dtype, where 1e39 would be +inf.
+  const double max = in.dtype == DType::f32 ? double(std::numeric_limits<float>::max())
+                                            : std::numeric_limits<double>::max();
+  if (o->layer.sm_scaler && !(std::abs(*o->layer.sm_scaler) <= max)) {
+    usage_fail("--scale: ", round_trip(*o->layer.sm_scaler), " is not finite in ",
+               io::dtype_name(in.dtype), " (expected |scale| <= ", max, ")");
+  }
   const Result result = in.dtype == DType::f32 ? compute<float>(*o, in) : compute<double>(*o, in);
+  // Finite inputs can still overflow (--scale times the scores Q·K^T past the
+  // dtype's range): an error, not a file of NaN.
+  for (const Output& out : result.outputs) {
+    require_finite(out.array, out.name,
+                   std::string("the computation overflowed ") + io::dtype_name(in.dtype) +
+                       "; is --scale times the scores Q·K^T out of its range?");
+  }
   write_outputs(o->out, result.outputs);
   print_summary(*o, in, result);
   return 0;

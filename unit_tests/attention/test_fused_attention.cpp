@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -78,6 +79,32 @@ template <class T>
 DeviceView<int*> ints(const std::vector<int>& x) {
   std::vector<double> d(x.begin(), x.end());
   return x.empty() ? DeviceView<int*>() : to_device<int*>(d, x.size());
+}
+
+/// The unfused chain's gradients: P, dropout, dV = Pdᵀ·dO, dPd = dO·Vᵀ, dP,
+/// dS, dQ, dK.
+template <class T>
+void unfused_backward(const DeviceView<T****>& q, const DeviceView<T****>& k,
+                      const DeviceView<T****>& v, const DeviceView<T****>& g,
+                      const at::FusedAttentionOptions& opts, const at::AttentionMask<Space>& mask,
+                      const DeviceView<T****>& dq2, const DeviceView<T****>& dk2,
+                      const DeviceView<T****>& dv2) {
+  const int B = int(q.extent(0)), H = int(q.extent(1)), S = int(q.extent(2)), Sk = int(k.extent(2));
+  const auto shape4 = [&](const char* name) {
+    return DeviceView<T****>(std::string(name), B, H, S, Sk);
+  };
+  auto scores = shape4("scores"), P = shape4("P"), Pd = shape4("Pd"), dPd = shape4("dPd"),
+       dP = shape4("dP"), dS = shape4("dS");
+  const auto none = at::Op::none, tr = at::Op::transpose;
+  at::batched_gemm(Space(), none, tr, none, T(1), q, k, T(0), scores);
+  at::softmax_forward(Space(), scores, P, {at::SoftmaxMode::accurate, opts.scale}, mask);
+  at::dropout_forward(Space(), P, Pd, opts.dropout);
+  at::batched_gemm(Space(), tr, none, none, T(1), Pd, g, T(0), dv2);
+  at::batched_gemm(Space(), none, tr, none, T(1), g, v, T(0), dPd);
+  at::dropout_backward(Space(), dPd, dP, opts.dropout);
+  at::softmax_backward(Space(), P, dP, dS, {at::SoftmaxMode::accurate, opts.scale}, mask);
+  at::batched_gemm(Space(), none, none, none, T(1), dS, k, T(0), dq2);
+  at::batched_gemm(Space(), tr, none, none, T(1), dS, q, T(0), dk2);
 }
 
 template <class T>
@@ -163,24 +190,9 @@ TYPED_TEST(FusedAttention, BackwardMatchesTheUnfusedPathAndIsReproducible) {
     at::fused_attention_forward(Space(), q, k, v, o, lse, opts, mask);
     at::fused_attention_backward(Space(), q, k, v, o, lse, g, dq, dk, dv, opts, mask);
 
-    // The unfused chain: P, dropout, dV = Pdᵀ·dO, dPd = dO·Vᵀ, dP, dS, dQ, dK.
-    const auto shape4 = [&](const char* name, int rows, int cols) {
-      return DeviceView<T****>(std::string(name), c.B, c.H, rows, cols);
-    };
-    auto scores = shape4("scores", c.S, c.Sk), P = shape4("P", c.S, c.Sk),
-         Pd = shape4("Pd", c.S, c.Sk), dPd = shape4("dPd", c.S, c.Sk), dP = shape4("dP", c.S, c.Sk),
-         dS = shape4("dS", c.S, c.Sk), dq2 = shape4("dq2", c.S, c.D),
-         dk2 = shape4("dk2", c.Sk, c.D), dv2 = shape4("dv2", c.Sk, c.Dv);
-    const auto none = at::Op::none, tr = at::Op::transpose;
-    at::batched_gemm(Space(), none, tr, none, T(1), q, k, T(0), scores);
-    at::softmax_forward(Space(), scores, P, {at::SoftmaxMode::accurate, opts.scale}, mask);
-    at::dropout_forward(Space(), P, Pd, opts.dropout);
-    at::batched_gemm(Space(), tr, none, none, T(1), Pd, g, T(0), dv2);
-    at::batched_gemm(Space(), none, tr, none, T(1), g, v, T(0), dPd);
-    at::dropout_backward(Space(), dPd, dP, opts.dropout);
-    at::softmax_backward(Space(), P, dP, dS, {at::SoftmaxMode::accurate, opts.scale}, mask);
-    at::batched_gemm(Space(), none, none, none, T(1), dS, k, T(0), dq2);
-    at::batched_gemm(Space(), tr, none, none, T(1), dS, q, T(0), dk2);
+    DeviceView<T****> dq2("dq2", c.B, c.H, c.S, c.D), dk2("dk2", c.B, c.H, c.Sk, c.D),
+        dv2("dv2", c.B, c.H, c.Sk, c.Dv);
+    unfused_backward(q, k, v, g, opts, mask, dq2, dk2, dv2);
     const double tol = sizeof(T) == 8 ? 1e-12 : 2e-5;
     EXPECT_ALLCLOSE(to_host(dq), to_host(dq2), tol, tol) << c.name;
     EXPECT_ALLCLOSE(to_host(dk), to_host(dk2), tol, tol) << c.name;
@@ -206,6 +218,61 @@ TYPED_TEST(FusedAttention, BackwardMatchesTheUnfusedPathAndIsReproducible) {
       EXPECT_EQ(to_host(dq3), to_host(dq4)) << name;
       EXPECT_EQ(to_host(dk3), to_host(dk4)) << name;
       EXPECT_EQ(to_host(dv3), to_host(dv4)) << name;
+    }
+  }
+}
+
+// Scales so large that every softmax row is one-hot (P exactly 1 at the
+// row's largest score, 0 elsewhere): the unfused chain's dS is then exactly
+// 0 (Σ_j P_ij dP_ij = dP_i,argmax), and the fused backward must agree. It
+// did not while it recomputed the scores as scale·(q·k) instead of the
+// forward's (scale·q)·k: the two differ by ~eps·|s|, a huge error in the
+// exponent (dq, dk off by 140% at 1e15, NaN from 1e18). q and k are
+// moderate, so scale·q stays finite (also at −1e300).
+TEST(FusedAttentionHugeScale, BackwardMatchesTheUnfusedPathInDouble) {
+  using T = double;
+  unsigned seed = 300;
+  for (const FusedCase& c : fused_cases()) {
+    // With dropout, δ = dO·O (O = keep_scale·V_argmax rounded) equals
+    // dPd·keep_scale only to rounding: a limitation (README).
+    if (c.p > 0) continue;
+    const std::size_t nq = std::size_t(c.B) * c.H * c.S, nk = std::size_t(c.B) * c.H * c.Sk;
+    const auto q = to_device<T****>(normal(nq * c.D, seed++), c.B, c.H, c.S, c.D);
+    const auto k = to_device<T****>(normal(nk * c.D, seed++), c.B, c.H, c.Sk, c.D);
+    const auto v = to_device<T****>(normal(nk * c.Dv, seed++), c.B, c.H, c.Sk, c.Dv);
+    const auto g = to_device<T****>(normal(nq * c.Dv, seed++), c.B, c.H, c.S, c.Dv);
+    at::AttentionMask<Space> mask;
+    mask.causal = c.causal;
+    mask.lo_win = ints<T>(c.lo), mask.hi_win = ints<T>(c.hi);
+    mask.seq_q = ints<T>(c.seq_q), mask.seq_k = ints<T>(c.seq_k);
+    for (const double scale : {1e12, 1e15, 1e18, -1e300}) {
+      at::FusedAttentionOptions opts;
+      opts.scale = scale;
+      DeviceView<T****> o("o", c.B, c.H, c.S, c.Dv), dq2("dq2", c.B, c.H, c.S, c.D),
+          dk2("dk2", c.B, c.H, c.Sk, c.D), dv2("dv2", c.B, c.H, c.Sk, c.Dv);
+      DeviceView<T***> lse("lse", c.B, c.H, c.S);
+      at::fused_attention_forward(Space(), q, k, v, o, lse, opts, mask);
+      unfused_backward(q, k, v, g, opts, mask, dq2, dk2, dv2);
+      for (const auto schedule :
+           {at::FusedBackwardSchedule::per_head, at::FusedBackwardSchedule::per_key_block}) {
+        std::ostringstream scale_text;
+        scale_text << scale;
+        const std::string name =
+            std::string(c.name) + ", scale " + scale_text.str() +
+            (schedule == at::FusedBackwardSchedule::per_head ? ", per_head" : ", per_key_block");
+        at::FusedAttentionOptions forced = opts;
+        forced.backward = schedule;
+        DeviceView<T****> dq("dq", c.B, c.H, c.S, c.D), dk("dk", c.B, c.H, c.Sk, c.D),
+            dv("dv", c.B, c.H, c.Sk, c.Dv);
+        at::fused_attention_backward(Space(), q, k, v, o, lse, g, dq, dk, dv, forced, mask);
+        for (const auto& x : {to_host(dq), to_host(dk), to_host(dv)}) {
+          EXPECT_TRUE(std::all_of(x.begin(), x.end(), [](double y) { return std::isfinite(y); }))
+              << name;
+        }
+        EXPECT_ALLCLOSE(to_host(dq), to_host(dq2), 1e-12, 1e-12) << name;
+        EXPECT_ALLCLOSE(to_host(dk), to_host(dk2), 1e-12, 1e-12) << name;
+        EXPECT_ALLCLOSE(to_host(dv), to_host(dv2), 1e-12, 1e-12) << name;
+      }
     }
   }
 }
@@ -410,6 +477,24 @@ TEST(FusedAttentionErrors, BadInputIsAKdnnError) {
   EXPECT_KDNN_ERROR(at::fused_attention_forward(Space(), q, k, v,
                                                 DeviceView<double****>(q.data(), 1, 2, 3, 6), lse),
                     "output o overlaps input q");
+
+  // A finite double that is +inf as a float: an error in float, fine in double.
+  DeviceView<float****> qf("q", 1, 2, 3, 4), kf("k", 1, 2, 5, 4), vf("v", 1, 2, 5, 6),
+      of("o", 1, 2, 3, 6), gf("g", 1, 2, 3, 6), dqf("dq", 1, 2, 3, 4), dkf("dk", 1, 2, 5, 4),
+      dvf("dv", 1, 2, 5, 6);
+  DeviceView<float***> lsef("lse", 1, 2, 3);
+  opts = at::FusedAttentionOptions();
+  opts.scale = 1e39;
+  const char* message =
+      "opts.scale=1e+39, expected a value finite in float (|opts.scale| <= 3.40282e+38)";
+  EXPECT_KDNN_ERROR(at::fused_attention_forward(Space(), qf, kf, vf, of, lsef, opts), message);
+  EXPECT_KDNN_ERROR(
+      at::fused_attention_backward(Space(), qf, kf, vf, of, lsef, gf, dqf, dkf, dvf, opts),
+      message);
+  DeviceView<float****> sf("s", 1, 2, 3, 5), pf("p", 1, 2, 3, 5);
+  EXPECT_KDNN_ERROR(at::softmax_forward(Space(), sf, pf, {at::SoftmaxMode::accurate, 1e39}),
+                    "scale=1e+39, expected a value finite in float");
+  at::fused_attention_forward(Space(), q, k, v, o, lse, opts);  // double: finite
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 // fused buffers' sizes (no S·Sk term).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -358,6 +359,29 @@ TEST(MhaErrors, BadInputIsAKdnnErrorNamingTheArgument) {
     // Buffers sized for the fused layer are too small for the unfused one.
     l.opts.algo = at::AttentionAlgo::unfused;
     EXPECT_KDNN_ERROR(l.forward(), "reserve has extent(0)=");
+  }
+}
+
+// A scale that is a finite double but not a finite float (the type the
+// layer computes in) is an error, not NaN outputs.
+TEST(MhaErrors, ScaleNotFiniteInFloatIsAKdnnError) {
+  MhaCase c = cases()[0];
+  c.bias_q = c.bias_k = false;
+  MhaData d = MhaData::random(c, 801);
+  for (double& x : d.q) x *= 0.01;  // (1e38·Q)·K stays within float's range
+  for (double& x : d.k) x *= 0.01;
+  for (const auto algo : kAlgos) {
+    SCOPED_TRACE(name_of(algo));
+    DeviceLayer<float> l(c, d, algo);
+    for (const double scale : {1e39, -1e39}) {
+      l.opts.sm_scaler = scale;
+      EXPECT_KDNN_ERROR(l.forward(), "e+39, expected a value finite in float (|opts.sm_scaler| <= "
+                                     "3.40282e+38)");
+    }
+    l.opts.sm_scaler = 1e38;  // finite in float: fine for these moderate scores
+    l.forward();
+    const auto o = to_host(l.out);
+    EXPECT_TRUE(std::all_of(o.begin(), o.end(), [](double x) { return std::isfinite(x); }));
   }
 }
 

@@ -4,11 +4,13 @@
 // biases, residual, causal mask, windows, lengths (int32 and int64) and
 // dropout; against the PyTorch golden data of the layer's own tests; and
 // every error path (exit status, one "kdnn: error:" line, nothing in --out).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -184,7 +186,7 @@ TEST_F(CliMha, ForwardOnlyMatchesReference) {
   EXPECT_EQ(r.err, "");
   EXPECT_EQ(r.out,
             "mha: B=2 S=3 Sk=4 E_q=5 E_k=4 E_v=3 H=2 D=3 Dv=2 E_o=4 dtype=float32 causal=no "
-            "scale=0.57735 dropout=0 attention=fused mask=none wrote=o.npy\n");
+            "scale=0.5773502691896258 dropout=0 attention=fused mask=none wrote=o.npy\n");
   expect_layer(c, rounded(d), DType::f32, false, out_, 1e-4, 1e-5);
 }
 
@@ -252,6 +254,27 @@ TEST_F(CliMha, DropoutDependsOnTheSeedOnly) {
   EXPECT_NE(r.out.find(" dropout=0.3 seed=1235 "), std::string::npos) << r.out;
 }
 
+// The summary prints the scale and dropout in their shortest form that
+// reads back as the same double: a dropout just under 1 is not "1".
+TEST_F(CliMha, SummaryPrintsTheOptionsAsGiven) {
+  MhaCase c{};
+  write_case(c, MhaData::random(c, 15), DType::f64, false);
+  struct Case {
+    Strings extra;
+    std::string fragment;
+  };
+  for (const Case& e : std::vector<Case>{
+           {{"--dropout", "0.9999999999999999", "--seed", "1"}, " dropout=0.9999999999999999 "},
+           {{"--dropout", "0.3", "--seed", "1"}, " dropout=0.3 "},
+           {{"--scale", "0.30000000000000004"}, " scale=0.30000000000000004 "},
+           {{"--scale", "1.0000001"}, " scale=1.0000001 "},
+           {{"--scale", "-1e300"}, " scale=-1e+300 "}}) {
+    const Result r = run(mha(c, e.extra));
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.out.find(e.fragment), std::string::npos) << r.out;
+  }
+}
+
 TEST_F(CliMha, Float64InFloat64Out) {
   const MhaCase c = everything();  // and dropout, residual, lengths as int32
   const MhaData d = MhaData::random(c, 16);
@@ -309,6 +332,77 @@ TEST_F(CliMha, BothAttentionAlgorithmsGiveTheSameResults) {
       EXPECT_LT(rel_error(x, y), 1e-5);
     }
   }
+}
+
+// Scales so large that every softmax row is one-hot: the fused backward
+// recomputes the forward's scores bitwise, so its gradients are the unfused
+// path's (which are exact there) rather than NaN or off by orders of
+// magnitude. Every feature but dropout, in float64 with do.npy.
+TEST_F(CliMha, HugeScalesGiveTheUnfusedGradients) {
+  MhaCase c = everything();
+  c.p = 0, c.scaler.reset();
+  const MhaData d = MhaData::random(c, 19);
+  write_case(c, d, DType::f64, true);
+  const fs::path fused = root_ / "fused", unfused = root_ / "unfused";
+  for (const fs::path& dir : {fused, unfused}) fs::create_directories(dir);
+  std::vector<Gradient> outputs = gradients(c);
+  outputs.push_back({"o.npy", nullptr, dims(c.B, c.S, c.Eo)});
+  for (const std::string scale : {"1e12", "1e15", "1e18", "-1e300"}) {
+    SCOPED_TRACE("--scale " + scale);
+    const Result a = run(mha(c, {"--scale", scale}, fused));
+    const Result b = run(mha(c, {"--scale", scale, "--attention", "unfused"}, unfused));
+    for (const Result* x : {&a, &b}) {
+      ASSERT_EQ(x->status, 0) << x->err;
+      EXPECT_EQ(x->err, "");
+    }
+    for (const Gradient& g : outputs) {
+      SCOPED_TRACE(g.file);
+      const auto x = read(fused / g.file, DType::f64, g.shape);
+      const auto y = read(unfused / g.file, DType::f64, g.shape);
+      for (const auto* values : {&x, &y}) {
+        EXPECT_TRUE(std::all_of(values->begin(), values->end(),
+                                [](double z) { return std::isfinite(z); }));
+      }
+      EXPECT_ALLCLOSE(x, y, 1e-10, 1e-10);
+    }
+  }
+}
+
+// The largest scales the dtypes hold give finite files when the scores
+// (scale·Q)·K^T stay in range (small q and k, no q/k biases); past that
+// range the run is an error naming the first non-finite value, and --out
+// keeps what it had.
+TEST_F(CliMha, ScalesAtTheEdgeOfTheDtypeGiveFiniteResultsOrAnError) {
+  MhaCase c = everything();
+  c.bias_q = c.bias_k = false, c.scaler.reset();
+  MhaData d = MhaData::random(c, 20);
+  for (double& x : d.q) x *= 0.05;
+  for (double& x : d.k) x *= 0.05;
+  std::vector<Gradient> outputs = gradients(c);
+  outputs.push_back({"o.npy", nullptr, dims(c.B, c.S, c.Eo)});
+  for (const auto& [dtype, scale] :
+       {std::pair{DType::f32, std::string("1e38")}, {DType::f32, std::string("-1e38")},
+        {DType::f64, std::string("-1e300")}, {DType::f64, std::string("1e300")}}) {
+    SCOPED_TRACE("--scale " + scale);
+    for (const auto& entry : fs::directory_iterator(in_)) fs::remove(entry.path());
+    write_case(c, d, dtype, true);
+    const Result r = run(mha(c, {"--scale", scale}));
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(r.err, "");
+    for (const Gradient& g : outputs) {
+      const auto x = read(out_ / g.file, dtype, g.shape);
+      EXPECT_TRUE(std::all_of(x.begin(), x.end(), [](double z) { return std::isfinite(z); }))
+          << g.file;
+    }
+  }
+  // q 1000 times larger: 1e38·Q overflows float32.
+  for (double& x : d.q) x *= 1000;
+  for (const auto& entry : fs::directory_iterator(in_)) fs::remove(entry.path());
+  write_case(c, d, DType::f32, true);
+  for (const auto& entry : fs::directory_iterator(out_)) fs::remove(entry.path());
+  expect_error(mha(c, {"--scale", "1e38"}), kInput,
+               "(the computation overflowed float32; is --scale times the scores Q·K^T out of "
+               "its range?)");  // and --out stays empty
 }
 
 // The golden cases of unit_tests/attention/test_mha_golden.cpp (PyTorch
@@ -546,6 +640,9 @@ TEST_F(CliMha, UsageErrors) {
       {mha(c, {"--dropout", "0.5", "--seed", "18446744073709551616"}),
        "--seed: expected an integer >= 0"},
       {mha(c, {"--scale", "inf"}), "--scale: expected a finite number, got 'inf'"},
+      {mha(c, {"--scale", "1e39"}),  // finite as a double, +inf in the files' float32
+       "--scale: 1e+39 is not finite in float32 (expected |scale| <= 3.40282e+38)"},
+      {mha(c, {"--scale", "-3.5e38"}), "--scale: -3.5e+38 is not finite in float32"},
       {{"mha", "--in", in, "--out", out, "--heads", "0"}, "--heads: expected an integer >= 1"},
       {mha(c, {"--iters", "3"}), "unknown option '--iters'"},
       {mha(c, {"--attention", "flash"}), "--attention: flash not in {fused,unfused}"},

@@ -2,8 +2,10 @@
 // Host-side argument checks run before any kernel launch. Each check throws
 // kdnn::Error naming the operation (`op`), the argument, what was expected and
 // what was found.
+#include <cmath>
 #include <cstddef>
 #include <initializer_list>
+#include <limits>
 #include <string>
 
 #include "kdnn/core/error.hpp"
@@ -114,6 +116,18 @@ bool given(const View& view) {
 /// Requires a finite scalar option.
 inline void finite(const char* op, const char* name, double value) {
   if (!(value - value == 0)) fail(op, ": ", name, "=", value, ", expected a finite value");
+}
+
+/// Requires a finite scalar option that stays finite converted to T, the
+/// type the kernels compute in (1e39 is a finite double but +inf as a float).
+template <class T>
+void finite_as(const char* op, const char* name, double value) {
+  finite(op, name, value);
+  const double max = double(std::numeric_limits<T>::max());
+  if (!(std::abs(value) <= max)) {
+    fail(op, ": ", name, "=", value, ", expected a value finite in ",
+         sizeof(T) == sizeof(float) ? "float" : "double", " (|", name, "| <= ", max, ")");
+  }
 }
 
 /// Requires an optional per-batch output (empty = not requested) to have

@@ -52,7 +52,7 @@ void validate_fused(const char* op, const FusedAttentionOptions& opts,
                     const Tensor4<const T, ExecSpace>& v, const char* o_name,
                     const Tensor4<const T, ExecSpace>& o, const char* lse_name,
                     const Tensor3<const T, ExecSpace>& lse) {
-  validate::finite(op, "opts.scale", opts.scale);
+  validate::finite_as<T>(op, "opts.scale", opts.scale);
   validate::in_half_open(op, "opts.dropout.p", opts.dropout.p, 0.0, 1.0);
   const int schedule = int(opts.backward);
   if (schedule < int(FusedBackwardSchedule::automatic) ||

@@ -3,8 +3,15 @@
 // probabilities recomputed from the forward's log-sum-exp, Pd = dropout(P)
 // and δ_i = dO_i·O_i (= Σ_j P_ij dP_ij, the softmax backward's row sum):
 //   dV_j = Σ_i Pd_ij dO_i,   dP_ij = dropout(dO_i·V_j),
-//   dS_ij = scale·P_ij (dP_ij − δ_i),
-//   dK_j = Σ_i dS_ij Q_i,    dQ_i = Σ_j dS_ij K_j.
+//   dS'_ij = P_ij (dP_ij − δ_i)   (dS = scale·dS', the scores' gradient),
+//   dK_j = Σ_i dS'_ij (scale·Q_i),    dQ_i = scale·Σ_j dS'_ij K_j.
+// The scores are recomputed exactly as the forward computed them,
+// s_ij = (scale·Q_i)·K_j with the same summation order, so that they are
+// bitwise the forward's: for a large |scale| the rounding of scale·(Q_i·K_j)
+// instead would be a large error in the exponent (eps·|s|). With one-hot
+// rows (huge scale) P is then exactly 1 at the maximum (lse = m there) and 0
+// elsewhere, and dP − δ exactly 0 (O = V_argmax, δ and dP summed in the same
+// order), so dS' = 0 as in the unfused path, however large the scale.
 // Two kernels, each owning what it writes, so that no atomics are needed and
 // every sum has a fixed order (bitwise reproducible): one team per key block
 // accumulates dK, dV over the query tiles; one team per query block
@@ -50,15 +57,16 @@ struct FusedBackwardData {
   int bq = 1, bk = 1, level = 0;  ///< multiples of Tile::align
   std::size_t scratch_bytes = 0;
 
-  /// Pd and dS of a pair from its raw score s = q·k and dPd = dO·v: P is 0
-  /// where the pair is hidden (whatever lse is), `keep` is dropout's test.
+  /// Pd and dS' (dS without the scale) of a pair from its score
+  /// s = (scale·q)·k and dPd = dO·v: P is 0 where the pair is hidden
+  /// (whatever lse is), `keep` is dropout's test.
   KOKKOS_FORCEINLINE_FUNCTION void grads(T s, T dpd, bool seen, bool keep, T row_lse, T row_delta,
                                          T& pd, T& ds) const {
-    const T e = kdnn::impl::exp_vectorisable(scale * s - row_lse);
+    const T e = kdnn::impl::exp_vectorisable(s - row_lse);
     const T p = seen ? e : T(0);
     const T kept = keep ? keep_scale : T(0);
     pd = p * kept;
-    ds = scale * p * (dpd * kept - row_delta);
+    ds = p * (dpd * kept - row_delta);
   }
 
   /// Calls grads for every (row, column) pair of a tile through `sweep`
@@ -125,7 +133,7 @@ struct FusedBackwardData {
 /// products per pair of tiles instead of the two kernels' seven. dK and dV
 /// of a block accumulate in scratch; dQ accumulates in `dq` itself (the team
 /// owns the head), tile by tile in key order, so every sum keeps a fixed
-/// order.
+/// order, and is scaled once at the end.
 template <class ExecSpace, class T>
 struct FusedBackwardKVKernel : FusedBackwardData<ExecSpace, T> {
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
@@ -139,7 +147,8 @@ struct FusedBackwardKVKernel : FusedBackwardData<ExecSpace, T> {
     int *first, *last;
   };
   /// Per key block: Kᵀ, Vᵀ, K and the dK, dV accumulators; per query tile:
-  /// Q, dO, the scores (then Pd), dO·Vᵀ (then dS), and for dQ the tile's dQ.
+  /// scale·Q, dO, the scores (then Pd), dO·Vᵀ (then dS'), and for dQ the
+  /// tile's dQ/scale.
   KOKKOS_INLINE_FUNCTION static Work carve(kdnn::impl::ScratchCarver& s, int bq, int bk, int D,
                                            int Dv) {
     const std::size_t dp = Tile::pad(D), dvp = Tile::pad(Dv);
@@ -205,11 +214,11 @@ struct FusedBackwardKVKernel : FusedBackwardData<ExecSpace, T> {
         const auto query = [&](const auto& view) {
           return [&](int r) { return &view(b, h, i0 + r, 0); };
         };
-        kdnn::impl::team_copy_rows(team, query(in.q), rows, bq, D, dpad, w.q, dpad);
+        kdnn::impl::team_copy_rows(team, query(in.q), rows, bq, D, dpad, w.q, dpad, in.scale);
         kdnn::impl::team_copy_rows(team, query(in.dout), rows, bq, Dv, dvp, w.g, dvp);
         if (with_dq) kdnn::impl::team_copy_rows(team, query(dq), rows, bq, D, dpad, w.dq, dpad);
         team.team_barrier();
-        // The scores Q·Kᵀ and dO·Vᵀ [bq, bk].
+        // The scores (scale·Q)·Kᵀ and dO·Vᵀ [bq, bk].
         kdnn::impl::team_gemm<ExecSpace>(team, bq, bk, D, GemmA::rows(w.q, dpad), w.kt, bk, w.p, bk,
                                          false);
         kdnn::impl::team_gemm<ExecSpace>(team, bq, bk, Dv, GemmA::rows(w.g, dvp), w.vt, bk, w.dp,
@@ -221,13 +230,13 @@ struct FusedBackwardKVKernel : FusedBackwardData<ExecSpace, T> {
         const PairTiles<T, false> at{w.p, w.dp, bk};
         this->tile_grads(sweep, bh, i0, j0, unmasked, w.first, w.last, w.lse, w.delta, at);
         team.team_barrier();
-        // dV += Pdᵀ·dO and dK += dSᵀ·Q over the tile's live queries.
+        // dV += Pdᵀ·dO and dK += dS'ᵀ·(scale·Q) over the tile's live queries.
         kdnn::impl::team_gemm<ExecSpace>(team, bk, dvp, rows, GemmA::k_major(w.p, bk), w.g, dvp,
                                          w.dv, dvp, true);
         kdnn::impl::team_gemm<ExecSpace>(team, bk, dpad, rows, GemmA::k_major(w.dp, bk), w.q, dpad,
                                          w.dk, dpad, true);
         if (!with_dq) continue;
-        // dQ += dS·K.
+        // dQ/scale += dS'·K.
         kdnn::impl::team_gemm<ExecSpace>(team, bq, dpad, cols, GemmA::rows(w.dp, bk), w.k, dpad,
                                          w.dq, dpad, true);
         team.team_barrier();
@@ -244,6 +253,13 @@ struct FusedBackwardKVKernel : FusedBackwardData<ExecSpace, T> {
                              [&](int d) { dv(b, h, j0 + c, d) = w.dv[c * dvp + d]; });
       });
     }
+    if (!with_dq) return;
+    // dQ = scale·(Σ over the key blocks of dS'·K), once the sums are done.
+    team.team_barrier();
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, S), [&](int i) {
+      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D),
+                           [&](int d) { dq(b, h, i, d) *= in.scale; });
+    });
   }
 };
 
@@ -259,7 +275,7 @@ struct FusedBackwardQKernel : FusedBackwardData<ExecSpace, T> {
     T *qt, *gt, *dq, *lse, *delta, *k, *v, *st, *dpt;
     int *first, *last;
   };
-  /// Once per team: Qᵀ [D, bq], dOᵀ [Dv, bq], the dQ accumulator [bq, D']
+  /// Once per team: (scale·Q)ᵀ [D, bq], dOᵀ [Dv, bq], the dQ/scale accumulator [bq, D']
   /// and the rows' data; per key tile: K [bk, D'], V [bk, Dv] and the
   /// transposed scores and V·dOᵀ [bk, bq] (then Pd and dS).
   KOKKOS_INLINE_FUNCTION static Work carve(kdnn::impl::ScratchCarver& s, int bq, int bk, int D,
@@ -298,7 +314,7 @@ struct FusedBackwardQKernel : FusedBackwardData<ExecSpace, T> {
     const auto query = [&](const auto& view) {
       return [&](int r) { return &view(b, h, i0 + r, 0); };
     };
-    kdnn::impl::team_copy_transposed(team, query(in.q), rows, bq, D, w.qt, bq);
+    kdnn::impl::team_copy_transposed(team, query(in.q), rows, bq, D, w.qt, bq, in.scale);
     kdnn::impl::team_copy_transposed(team, query(in.dout), rows, bq, Dv, w.gt, bq);
     Kokkos::parallel_for(Kokkos::TeamVectorRange(team, bq * dpad), [&](int x) { w.dq[x] = T(0); });
     const auto seen = in.visible.team_bounds(team, b, i0, rows);
@@ -311,7 +327,8 @@ struct FusedBackwardQKernel : FusedBackwardData<ExecSpace, T> {
       kdnn::impl::team_copy_rows(team, key(in.k), cols, bk, D, dpad, w.k, dpad);
       kdnn::impl::team_copy_rows(team, key(in.v), cols, bk, Dv, Dv, w.v, Dv);
       team.team_barrier();
-      // Sᵀ = K·Qᵀ and V·dOᵀ [bk, bq], then Pdᵀ and dSᵀ in their place.
+      // Sᵀ = K·(scale·Q)ᵀ (the forward's product) and V·dOᵀ [bk, bq], then
+      // Pdᵀ and dS'ᵀ in their place.
       kdnn::impl::team_gemm<ExecSpace>(team, bk, bq, D, GemmA::rows(w.k, dpad), w.qt, bq, w.st, bq,
                                        false);
       kdnn::impl::team_gemm<ExecSpace>(team, bk, bq, Dv, GemmA::rows(w.v, Dv), w.gt, bq, w.dpt, bq,
@@ -326,14 +343,14 @@ struct FusedBackwardQKernel : FusedBackwardData<ExecSpace, T> {
           rows == bq && cols == bk && seen.common_lo <= j0 && j0 + cols <= seen.common_hi;
       this->tile_grads(sweep, bh, i0, j0, unmasked, w.first, w.last, w.lse, w.delta, at);
       team.team_barrier();
-      // dQ += dS·K over the tile's live keys.
+      // dQ/scale += dS'·K over the tile's live keys.
       kdnn::impl::team_gemm<ExecSpace>(team, bq, dpad, cols, GemmA::k_major(w.dpt, bq), w.k, dpad,
                                        w.dq, dpad, true);
     }
     team.team_barrier();
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](int r) {
       Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D),
-                           [&](int d) { dq(b, h, i0 + r, d) = w.dq[r * dpad + d]; });
+                           [&](int d) { dq(b, h, i0 + r, d) = in.scale * w.dq[r * dpad + d]; });
     });
   }
 };

@@ -74,7 +74,7 @@ MhaShape mha_shape(const char* op, const MhaOptions& opts, const AttentionMask<E
   validate::extent(op, names[2], v, 1, s.seq_k, std::string("the key length of ") + names[1]);
   validate::extent(op, names[2], v, 2, s.v_size, "E_v, weights.w_v's extent(1)");
 
-  if (opts.sm_scaler) validate::finite(op, "opts.sm_scaler", *opts.sm_scaler);
+  if (opts.sm_scaler) validate::finite_as<T>(op, "opts.sm_scaler", *opts.sm_scaler);
   validate::in_half_open(op, "opts.dropout.p", opts.dropout.p, 0.0, 1.0);
   check_mask(op, mask, s.batch, s.seq_q, s.seq_k);
   return s;

@@ -12,11 +12,12 @@
 
 namespace kdnn::attention::impl {
 
-inline void validate_softmax_options(const char* op, const SoftmaxOptions& opts) {
+template <class T>
+void validate_softmax_options(const char* op, const SoftmaxOptions& opts) {
   if (opts.mode != SoftmaxMode::accurate && opts.mode != SoftmaxMode::log) {
     fail(op, ": mode=", int(opts.mode), ", expected SoftmaxMode::accurate or SoftmaxMode::log");
   }
-  validate::finite(op, "scale", opts.scale);
+  validate::finite_as<T>(op, "scale", opts.scale);
 }
 
 /// Runs row(team, r, first, last) for every query row r of scores
@@ -50,7 +51,7 @@ void softmax_forward(const ExecSpace& space, const Tensor4<const T, ExecSpace>& 
                      const Tensor4<T, ExecSpace>& y, const SoftmaxOptions& opts,
                      const AttentionMask<ExecSpace>& mask) {
   constexpr const char* op = "attention::softmax_forward";
-  validate_softmax_options(op, opts);
+  validate_softmax_options<T>(op, opts);
   validate::same_shape(op, "y", y, "x", x);
   validate::disjoint(op, {validate::memory_of("y", y)}, {validate::memory_of("x", x)});
   const int B = int(x.extent(0)), H = int(x.extent(1)), S = int(x.extent(2)), Sk = int(x.extent(3));
@@ -94,7 +95,7 @@ void softmax_backward(const ExecSpace& space, const Tensor4<const T, ExecSpace>&
                       const Tensor4<const T, ExecSpace>& dy, const Tensor4<T, ExecSpace>& dx,
                       const SoftmaxOptions& opts, const AttentionMask<ExecSpace>& mask) {
   constexpr const char* op = "attention::softmax_backward";
-  validate_softmax_options(op, opts);
+  validate_softmax_options<T>(op, opts);
   validate::same_shape(op, "dy", dy, "y", y);
   validate::same_shape(op, "dx", dx, "y", y);
   validate::disjoint(op, {validate::memory_of("dx", dx)},
