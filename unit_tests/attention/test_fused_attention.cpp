@@ -279,6 +279,90 @@ TEST(FusedAttentionHugeScale, BackwardMatchesTheUnfusedPathInDouble) {
 
 // Finite differences in double: L = Σ G∘O through the fused forward against
 // the fused backward's dq, dk, dv (causal, dropout, S != Sk, odd sizes).
+/// One precision's fused and unfused results for a case's inputs.
+struct Float32Run {
+  std::vector<double> o, dq, dk, dv;
+};
+
+template <class T>
+Float32Run run_case(const FusedCase& c, const std::vector<double>& qv,
+                    const std::vector<double>& kv, const std::vector<double>& vv,
+                    const std::vector<double>& gv, bool fused) {
+  const auto q = to_device<T****>(qv, c.B, c.H, c.S, c.D);
+  const auto k = to_device<T****>(kv, c.B, c.H, c.Sk, c.D);
+  const auto v = to_device<T****>(vv, c.B, c.H, c.Sk, c.Dv);
+  const auto g = to_device<T****>(gv, c.B, c.H, c.S, c.Dv);
+  at::AttentionMask<Space> mask;
+  mask.causal = c.causal;
+  mask.lo_win = ints<T>(c.lo), mask.hi_win = ints<T>(c.hi);
+  mask.seq_q = ints<T>(c.seq_q), mask.seq_k = ints<T>(c.seq_k);
+  at::FusedAttentionOptions opts;
+  opts.scale = 1 / std::sqrt(double(c.D));
+  opts.dropout = {c.p, 4321, 3};
+  DeviceView<T****> o("o", c.B, c.H, c.S, c.Dv), dq("dq", c.B, c.H, c.S, c.D),
+      dk("dk", c.B, c.H, c.Sk, c.D), dv("dv", c.B, c.H, c.Sk, c.Dv);
+  if (fused) {
+    DeviceView<T***> lse("lse", c.B, c.H, c.S);
+    at::fused_attention_forward(Space(), q, k, v, o, lse, opts, mask);
+    at::fused_attention_backward(Space(), q, k, v, o, lse, g, dq, dk, dv, opts, mask);
+  } else {
+    DeviceView<T****> scores("scores", c.B, c.H, c.S, c.Sk), P("P", c.B, c.H, c.S, c.Sk),
+        Pd("Pd", c.B, c.H, c.S, c.Sk);
+    const auto none = at::Op::none, tr = at::Op::transpose;
+    at::batched_gemm(Space(), none, tr, none, T(1), q, k, T(0), scores);
+    at::softmax_forward(Space(), scores, P, {at::SoftmaxMode::accurate, opts.scale}, mask);
+    at::dropout_forward(Space(), P, Pd, opts.dropout);
+    at::batched_gemm(Space(), none, none, none, T(1), Pd, v, T(0), o);
+    unfused_backward(q, k, v, g, opts, mask, dq, dk, dv);
+  }
+  return {to_host(o), to_host(dq), to_host(dk), to_host(dv)};
+}
+
+double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
+  double m = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(a[i] - b[i]));
+  return m;
+}
+
+TEST(FusedAttentionAccuracy, Float32WithinThreeTimesAReorderedFloat32Reference) {
+  // Flash attention's acceptance rule: against float64 results from the same
+  // (float-rounded) inputs, the fused float32 error of every output is at
+  // most 3 times that of a float32 computation in another order (here the
+  // unfused chain: scores, softmax, dropout, products).
+  std::vector<FusedCase> cases = fused_cases();
+  for (const int D : {32, 64, 96, 128, 160, 224}) {
+    cases.push_back({"D sweep, S != Sk", 1, 2, 150, 300, D, D, false, {}, {}, {}, {}, 0});
+    cases.push_back({"D sweep, causal, dropout", 1, 1, 200, 130, D, D, true, {}, {}, {}, {}, 0.1});
+  }
+  unsigned seed = 700;
+  for (const FusedCase& c : cases) {
+    SCOPED_TRACE(std::string(c.name) + " D=" + std::to_string(c.D));
+    const auto rounded = [&](std::size_t n) {
+      std::vector<double> x = normal(n, seed++);
+      for (double& e : x) e = double(float(e));
+      return x;
+    };
+    const std::size_t nq = std::size_t(c.B) * c.H * c.S, nk = std::size_t(c.B) * c.H * c.Sk;
+    const auto q = rounded(nq * c.D), k = rounded(nk * c.D), v = rounded(nk * c.Dv),
+               g = rounded(nq * c.Dv);
+    const Float32Run truth = run_case<double>(c, q, k, v, g, true);
+    const Float32Run fused = run_case<float>(c, q, k, v, g, true);
+    const Float32Run reordered = run_case<float>(c, q, k, v, g, false);
+    const struct {
+      const char* name;
+      std::vector<double> Float32Run::*out;
+    } outputs[] = {{"o", &Float32Run::o},
+                   {"dq", &Float32Run::dq},
+                   {"dk", &Float32Run::dk},
+                   {"dv", &Float32Run::dv}};
+    for (const auto& out : outputs) {
+      const double mine = max_abs_diff(fused.*out.out, truth.*out.out);
+      const double other = max_abs_diff(reordered.*out.out, truth.*out.out);
+      EXPECT_LE(mine, 3 * other + 1e-7) << out.name << ": fused " << mine << ", reordered " << other;
+    }
+  }
+}
+
 TEST(FusedAttentionGradients, MatchCentralDifferencesInDouble) {
   const int B = 1, H = 2, S = 6, Sk = 9, D = 5, Dv = 3;
   std::vector<double> hq = normal(std::size_t(B) * H * S * D, 501),
@@ -495,6 +579,21 @@ TEST(FusedAttentionErrors, BadInputIsAKdnnError) {
   EXPECT_KDNN_ERROR(at::softmax_forward(Space(), sf, pf, {at::SoftmaxMode::accurate, 1e39}),
                     "scale=1e+39, expected a value finite in float");
   at::fused_attention_forward(Space(), q, k, v, o, lse, opts);  // double: finite
+
+  // 2^32 heads of one query and one key: B·H·blocks overflows int (the
+  // kernels' index type). Views over a few bytes: the sizes are refused
+  // before anything is read.
+  float tiny[8] = {};
+  const std::size_t n = 65536;
+  const kdnn::Tensor4<const float, Space> big(tiny, n, n, 1, 1);
+  const kdnn::Tensor4<float, Space> big_o(tiny + 2, n, n, 1, 1);
+  const kdnn::Tensor3<float, Space> big_lse(tiny + 4, n, n, 1);
+  EXPECT_KDNN_ERROR(at::fused_attention_forward(Space(), big, big, big, big_o, big_lse),
+                    "B=65536, H=65536, S=1, Sk=1, D=1, Dv=1 needs 4294967296 teams");
+  const kdnn::Tensor3<const float, Space> big_lse_in(tiny + 6, n, n, 1);
+  EXPECT_KDNN_ERROR(at::fused_attention_backward(Space(), big, big, big, big, big_lse_in, big,
+                                                 big_o, big_o, big_o),
+                    "expected at most 2^31 - 1 (B·H·blocks)");
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // Definition of kdnn::attention::impl::fused_attention_forward: checks, the
 // launch plan (query-block and key-tile sizes per backend and D), the kernel
 // (impl/fused_forward_kernel.hpp).
+#include <algorithm>
 #include <limits>
 #include <string>
 
@@ -44,6 +45,30 @@ inline DropoutMask dropout_mask(const DropoutOptions& opts) {
   return m;
 }
 
+/// The kernels index with int: every extent, and the teams of each launch
+/// (B·H·⌈S/bq⌉ query blocks, B·H·⌈Sk/bk⌉ key blocks), counted in 64 bits,
+/// must stay below 2^31.
+template <class ExecSpace>
+void check_fused_sizes(const char* op, std::size_t B, std::size_t H, std::size_t S, std::size_t Sk,
+                       std::size_t D, std::size_t Dv) {
+  const std::size_t limit = std::size_t(std::numeric_limits<int>::max());
+  const auto shape = [&] {
+    return "B=" + std::to_string(B) + ", H=" + std::to_string(H) + ", S=" + std::to_string(S) +
+           ", Sk=" + std::to_string(Sk) + ", D=" + std::to_string(D) + ", Dv=" + std::to_string(Dv);
+  };
+  for (const std::size_t extent : {B, H, S, Sk, D, Dv}) {
+    if (extent > limit) fail(op, ": ", shape(), ", expected every extent below 2^31");
+  }
+  int bq = 1, bk = 1;
+  fused_block_sizes<ExecSpace>(int(S), int(Sk), int(D), int(Dv), bq, bk);
+  const std::size_t heads = B * H;  // < 2^62
+  const std::size_t teams = heads * std::max((S + bq - 1) / bq, (Sk + bk - 1) / bk);
+  if (heads > limit || teams > limit) {
+    fail(op, ": ", shape(), " needs ", teams, " teams of ", bq, " queries or ", bk,
+         " keys, expected at most 2^31 - 1 (B·H·blocks)");
+  }
+}
+
 /// Checks the options and that q, k, v and the [B, H, S, Dv] and [B, H, S]
 /// tensors named in `outs` agree.
 template <class ExecSpace, class T>
@@ -72,6 +97,8 @@ void validate_fused(const char* op, const FusedAttentionOptions& opts,
   validate::extent(op, o_name, o, 2, q.extent(2), "S, q's extent(2)");
   validate::extent(op, o_name, o, 3, v.extent(3), "Dv, v's extent(3)");
   validate::extent(op, lse_name, lse, 2, q.extent(2), "S, q's extent(2)");
+  check_fused_sizes<ExecSpace>(op, q.extent(0), q.extent(1), q.extent(2), k.extent(2),
+                               q.extent(3), v.extent(3));
 }
 
 /// The launch plan of one fused kernel over `league` teams.
@@ -182,9 +209,10 @@ void fused_attention_backward(const ExecSpace& space, const Tensor4<const T, Exe
     Kokkos::parallel_for(
         "kdnn::attention::fused_delta", Kokkos::RangePolicy<ExecSpace>(space, 0, delta.size()),
         KOKKOS_LAMBDA(std::size_t row) {
-          T s = 0;
-          for (int d = 0; d < Dv; ++d) s += dout.data()[row * Dv + d] * o.data()[row * Dv + d];
-          delta.data()[row] = s;
+          double s = 0;
+          for (int d = 0; d < Dv; ++d)
+            s += double(dout.data()[row * Dv + d]) * double(o.data()[row * Dv + d]);
+          delta.data()[row] = T(s);
         });
   }
 

@@ -57,7 +57,8 @@ struct FusedForwardKernel {
   std::size_t scratch_bytes = 0;
 
   struct Work {
-    T *qt, *k, *v, *st, *o, *m, *l, *alpha, *sum;
+    T *qt, *k, *v, *st, *o, *m, *alpha;
+    double *l, *sum;  ///< the row sums, in double: lse and 1/l lose no digits to them
     int *first, *last;
   };
   /// The team's scratch: its queries transposed (Qᵀ [D, bq]), one key tile
@@ -74,9 +75,9 @@ struct FusedForwardKernel {
     w.st = s.take<T>(std::size_t(bk) * bq);
     w.o = s.take<T>(bq * dv);
     w.m = s.take<T>(bq);
-    w.l = s.take<T>(bq);
+    w.l = s.take<double>(bq);
     w.alpha = s.take<T>(bq);
-    w.sum = s.take<T>(bq);
+    w.sum = s.take<double>(bq);
     w.first = s.take<int>(bq);
     w.last = s.take<int>(bq);
     return w;
@@ -107,7 +108,7 @@ struct FusedForwardKernel {
           w.first[r] = w.last[r] = 0;
         }
         w.m[r] = neg_inf;
-        w.l[r] = T(0);
+        w.l[r] = 0.0;
       });
     });
     const auto seen = visible.team_bounds(team, b, i0, rows);
@@ -149,21 +150,21 @@ struct FusedForwardKernel {
         // α = e^{m−m'} rescales the old sums: 0 while m = −inf, 1 while m' is.
         w.alpha[r] = m_new == neg_inf ? T(1) : kdnn::impl::exp_vectorisable(w.m[r] - m_new);
         w.m[r] = m_new;
-        w.sum[r] = T(0);
+        w.sum[r] = 0.0;
       });
       team.team_barrier();
       if (unmasked) {
         kdnn::impl::team_sweep<ExecSpace>(team, cols, bq, [&](int c, int r) {
           T& x = w.st[c * bq + r];
           x = kdnn::impl::exp_vectorisable(x - w.m[r]);
-          w.sum[r] += x;
+          w.sum[r] += double(x);
         });
       } else {
         kdnn::impl::team_sweep<ExecSpace>(team, cols, bq, [&](int c, int r) {
           T& x = w.st[c * bq + r];
           const T e = kdnn::impl::exp_vectorisable(x - w.m[r]);  // NaN if x = m = −inf
           x = x == neg_inf ? T(0) : e;
-          w.sum[r] += x;
+          w.sum[r] += double(x);
         });
       }
       team.team_barrier();
@@ -171,7 +172,8 @@ struct FusedForwardKernel {
         const T alpha = w.alpha[r];
         Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, dvp),
                              [&](int d) { w.o[r * dvp + d] *= alpha; });
-        Kokkos::single(Kokkos::PerThread(team), [&] { w.l[r] = alpha * w.l[r] + w.sum[r]; });
+        Kokkos::single(Kokkos::PerThread(team),
+                       [&] { w.l[r] = double(alpha) * w.l[r] + w.sum[r]; });
       });
       if (dropout.active) {
         team.team_barrier();
@@ -192,12 +194,13 @@ struct FusedForwardKernel {
     team.team_barrier();
 
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](int r) {
-      const T l = w.l[r];
-      const T inv = l > T(0) ? T(1) / l : T(0);
+      const double l = w.l[r];
+      const T inv = l > 0 ? T(1 / l) : T(0);
       Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, Dv),
                            [&](int d) { o(b, h, i0 + r, d) = w.o[r * dvp + d] * inv; });
-      Kokkos::single(Kokkos::PerThread(team),
-                     [&] { lse(b, h, i0 + r) = l > T(0) ? w.m[r] + compat::log(l) : neg_inf; });
+      Kokkos::single(Kokkos::PerThread(team), [&] {
+        lse(b, h, i0 + r) = l > 0 ? T(double(w.m[r]) + compat::log(l)) : neg_inf;
+      });
     });
   }
 };
