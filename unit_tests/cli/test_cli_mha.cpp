@@ -380,9 +380,9 @@ TEST_F(CliMha, ScalesAtTheEdgeOfTheDtypeGiveFiniteResultsOrAnError) {
   for (double& x : d.k) x *= 0.05;
   std::vector<Gradient> outputs = gradients(c);
   outputs.push_back({"o.npy", nullptr, dims(c.B, c.S, c.Eo)});
-  for (const auto& [dtype, scale] :
-       {std::pair{DType::f32, std::string("1e38")}, {DType::f32, std::string("-1e38")},
-        {DType::f64, std::string("-1e300")}, {DType::f64, std::string("1e300")}}) {
+  const std::pair<DType, std::string> edges[] = {
+      {DType::f32, "1e38"}, {DType::f32, "-1e38"}, {DType::f64, "-1e300"}, {DType::f64, "1e300"}};
+  for (const auto& [dtype, scale] : edges) {
     SCOPED_TRACE("--scale " + scale);
     for (const auto& entry : fs::directory_iterator(in_)) fs::remove(entry.path());
     write_case(c, d, dtype, true);
