@@ -188,12 +188,11 @@ void check_dt_values(const char* op, const Tensor3<const T, ExecSpace>& dt) {
       },
       Kokkos::Min<std::size_t>(first));
   if (first >= n) return;  // none (the reduction's identity is the largest size_t)
+  const std::size_t H = dt.extent(2), t = first / H % dt.extent(1), b = first / H / dt.extent(1);
   T value{};
-  Kokkos::deep_copy(value, Kokkos::subview(dt, first / (dt.extent(1) * dt.extent(2)),
-                                           first / dt.extent(2) % dt.extent(1),
-                                           first % dt.extent(2)));
-  fail(op, ": dt[", first / (dt.extent(1) * dt.extent(2)), ", ", first / dt.extent(2) % dt.extent(1),
-       ", ", first % dt.extent(2), "]=", value, ", expected a finite dt >= 0 (check_dt)");
+  Kokkos::deep_copy(value, Kokkos::subview(dt, b, t, first % H));
+  fail(op, ": dt[", b, ", ", t, ", ", first % H, "]=", value,
+       ", expected a finite dt >= 0 (check_dt)");
 }
 
 /// Checks of x, dt, A, B, C and the chunk size shared by every SSD operator.

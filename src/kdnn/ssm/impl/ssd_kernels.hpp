@@ -93,7 +93,7 @@ struct SsdChunks {
   /// Whether the step's decay is exactly 0 (log_decay floored): the
   /// gradient of its log-decay is then exactly 0 as well.
   KOKKOS_FORCEINLINE_FUNCTION static bool saturated(T dt_value, double a) {
-    return !(double(dt_value) * a > -kLogDecayFloor);
+    return log_decay(dt_value, a) == -kLogDecayFloor;
   }
 
   /// Fills `d`: cum and dtv are ready on return, e and dend after the
@@ -441,7 +441,7 @@ struct SsdDiagBackwardKernel : SsdChunks<ExecSpace, T> {
   struct Work {
     typename Base::Decays d;
     T *c, *b, *bt, *xr, *xt, *dy, *w, *v, *r, *dxr, *dbt, *dc;
-    double* dcum;
+    double* da;  ///< [Qp] da_diag of the chunk's steps
   };
   KOKKOS_INLINE_FUNCTION static Work carve(kdnn::impl::ScratchCarver& s, int Qp, int Pp, int Np) {
     Work w;
@@ -460,7 +460,7 @@ struct SsdDiagBackwardKernel : SsdChunks<ExecSpace, T> {
     w.dxr = s.take<T>(qp);
     w.dbt = s.take<T>(qn);
     w.dc = s.take<T>(qn);
-    w.dcum = s.take<double>(Qp);
+    w.da = s.take<double>(Qp);
     return w;
   }
 
@@ -529,7 +529,7 @@ struct SsdDiagBackwardKernel : SsdChunks<ExecSpace, T> {
       Kokkos::parallel_reduce(
           Kokkos::ThreadVectorRange(team, i), [&](int j, T& acc) { acc += w.r[i * Qp + j]; },
           crossing);
-      Kokkos::single(Kokkos::PerThread(team), [&]() { w.dcum[i] = double(crossing); });
+      Kokkos::single(Kokkos::PerThread(team), [&]() { w.da[i] = double(crossing); });
     });
     team.team_barrier();
     const int P = this->P(), N = this->N();
@@ -543,7 +543,7 @@ struct SsdDiagBackwardKernel : SsdChunks<ExecSpace, T> {
       Base::vec(team, P, [&](int p) { dxo[p] = dxr[p]; });
       Base::vec(team, N, [&](int j) { dbo[j] = w.dbt[j * Qp + i]; });
       Base::vec(team, N, [&](int j) { dco[j] = dcr[j]; });
-      Kokkos::single(Kokkos::PerThread(team), [&]() { g.da_diag(k.b, k.h, t) = w.dcum[i]; });
+      Kokkos::single(Kokkos::PerThread(team), [&]() { g.da_diag(k.b, k.h, t) = w.da[i]; });
     });
   }
 };
