@@ -75,10 +75,18 @@ std::vector<FusedCase> fused_cases() {
   };
 }
 
-template <class T>
 DeviceView<int*> ints(const std::vector<int>& x) {
   std::vector<double> d(x.begin(), x.end());
   return x.empty() ? DeviceView<int*>() : to_device<int*>(d, x.size());
+}
+
+/// The case's mask.
+at::AttentionMask<Space> mask_of(const FusedCase& c) {
+  at::AttentionMask<Space> mask;
+  mask.causal = c.causal;
+  mask.lo_win = ints(c.lo), mask.hi_win = ints(c.hi);
+  mask.seq_q = ints(c.seq_q), mask.seq_k = ints(c.seq_k);
+  return mask;
 }
 
 /// The unfused chain's gradients: P, dropout, dV = Pdᵀ·dO, dPd = dO·Vᵀ, dP,
@@ -122,10 +130,7 @@ TYPED_TEST(FusedAttention, ForwardMatchesTheUnfusedPath) {
         to_device<T****>(normal(std::size_t(c.B) * c.H * c.Sk * c.D, seed++), c.B, c.H, c.Sk, c.D);
     const auto v = to_device<T****>(normal(std::size_t(c.B) * c.H * c.Sk * c.Dv, seed++), c.B, c.H,
                                     c.Sk, c.Dv);
-    at::AttentionMask<Space> mask;
-    mask.causal = c.causal;
-    mask.lo_win = ints<T>(c.lo), mask.hi_win = ints<T>(c.hi);
-    mask.seq_q = ints<T>(c.seq_q), mask.seq_k = ints<T>(c.seq_k);
+    const at::AttentionMask<Space> mask = mask_of(c);
     at::FusedAttentionOptions opts;
     opts.scale = 1 / std::sqrt(double(c.D));
     opts.dropout = {c.p, 77, 5};
@@ -177,10 +182,7 @@ TYPED_TEST(FusedAttention, BackwardMatchesTheUnfusedPathAndIsReproducible) {
     const auto k = to_device<T****>(normal(nk * c.D, seed++), c.B, c.H, c.Sk, c.D);
     const auto v = to_device<T****>(normal(nk * c.Dv, seed++), c.B, c.H, c.Sk, c.Dv);
     const auto g = to_device<T****>(normal(nq * c.Dv, seed++), c.B, c.H, c.S, c.Dv);
-    at::AttentionMask<Space> mask;
-    mask.causal = c.causal;
-    mask.lo_win = ints<T>(c.lo), mask.hi_win = ints<T>(c.hi);
-    mask.seq_q = ints<T>(c.seq_q), mask.seq_k = ints<T>(c.seq_k);
+    const at::AttentionMask<Space> mask = mask_of(c);
     at::FusedAttentionOptions opts;
     opts.scale = 0.7 / std::sqrt(double(c.D));
     opts.dropout = {c.p, 1234, 9};
@@ -241,10 +243,7 @@ TEST(FusedAttentionHugeScale, BackwardMatchesTheUnfusedPathInDouble) {
     const auto k = to_device<T****>(normal(nk * c.D, seed++), c.B, c.H, c.Sk, c.D);
     const auto v = to_device<T****>(normal(nk * c.Dv, seed++), c.B, c.H, c.Sk, c.Dv);
     const auto g = to_device<T****>(normal(nq * c.Dv, seed++), c.B, c.H, c.S, c.Dv);
-    at::AttentionMask<Space> mask;
-    mask.causal = c.causal;
-    mask.lo_win = ints<T>(c.lo), mask.hi_win = ints<T>(c.hi);
-    mask.seq_q = ints<T>(c.seq_q), mask.seq_k = ints<T>(c.seq_k);
+    const at::AttentionMask<Space> mask = mask_of(c);
     for (const double scale : {1e12, 1e15, 1e18, -1e300}) {
       at::FusedAttentionOptions opts;
       opts.scale = scale;
@@ -313,10 +312,7 @@ template <class T>
 Float32Run run_case(const FusedCase& c, const std::vector<double>& qv,
                     const std::vector<double>& kv, const std::vector<double>& vv,
                     const std::vector<double>& gv, bool fused) {
-  at::AttentionMask<Space> mask;
-  mask.causal = c.causal;
-  mask.lo_win = ints<T>(c.lo), mask.hi_win = ints<T>(c.hi);
-  mask.seq_q = ints<T>(c.seq_q), mask.seq_k = ints<T>(c.seq_k);
+  const at::AttentionMask<Space> mask = mask_of(c);
   at::FusedAttentionOptions opts;
   opts.scale = 1 / std::sqrt(double(c.D));
   opts.dropout = {c.p, 4321, 3};

@@ -4,6 +4,7 @@
 // the test process), writing inputs and reading outputs as double, and the
 // check of every error path (exit status, one "kdnn: error:" line on stderr,
 // nothing on stdout, --out as it was).
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -45,6 +46,25 @@ inline std::string read_text(const fs::path& path) {
   std::ostringstream os;
   os << in.rdbuf();
   return os.str();
+}
+
+#ifdef KDNN_MPIEXEC
+/// The launcher of `ranks` processes of the tool (as root too, more ranks
+/// than cores). A hang (a rank left waiting) fails the test after a minute
+/// instead of stalling the suite.
+inline std::string mpiexec(int ranks) {
+  return "timeout 60 env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+         "OMPI_MCA_rmaps_base_oversubscribe=1 OMP_NUM_THREADS=1 " +
+         quote(KDNN_MPIEXEC) + " -n " + std::to_string(ranks);
+}
+#endif
+
+/// The peak resident memory of the largest child process waited for so far,
+/// in MiB: a test that runs the tool once measures that run.
+inline double peak_child_mib() {
+  rusage usage{};
+  EXPECT_EQ(::getrusage(RUSAGE_CHILDREN, &usage), 0);
+  return double(usage.ru_maxrss) / 1024;  // KiB
 }
 
 class CliTest : public ::testing::Test {
@@ -131,6 +151,25 @@ class CliTest : public ::testing::Test {
     EXPECT_EQ(r.out, "");
     EXPECT_EQ(files(out_), out_files);
   }
+
+#ifdef KDNN_MPIEXEC
+  /// Runs `args` under mpiexec with `ranks` ranks and expects failure with
+  /// `status` and one "kdnn: error:" line containing `fragment` (mpiexec
+  /// adds lines of its own), nothing on stdout, --out untouched.
+  void expect_mpi_failure(const Strings& args, int status, const std::string& fragment,
+                          int ranks) const {
+    SCOPED_TRACE(fragment);
+    const auto r = run(args, mpiexec(ranks));
+    EXPECT_EQ(r.status, status);
+    const auto at = r.err.find("kdnn: error: ");
+    ASSERT_NE(at, std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("kdnn: error: ", at + 1), std::string::npos) << r.err;
+    EXPECT_NE(r.err.substr(at, r.err.find('\n', at) - at).find(fragment), std::string::npos)
+        << r.err;
+    EXPECT_EQ(r.out, "");
+    EXPECT_TRUE(files(out_).empty());
+  }
+#endif
 
   fs::path root_, in_, out_;
 };

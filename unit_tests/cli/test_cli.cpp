@@ -635,9 +635,7 @@ TEST_F(Cli, MalformedKokkosIntegersAreUsageErrors) {
 #ifdef KDNN_MPIEXEC
 TEST_F(Cli, MalformedKokkosIntegerUnderMpiIsOneErrorLine) {
   write_problem(DType::f64, 2, 4, true);
-  const std::string mpiexec =
-      "timeout 60 env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
-      "OMPI_MCA_rmaps_base_oversubscribe=1 " + quote(KDNN_MPIEXEC) + " -n 3";
+  const std::string mpiexec = kdnn_test::mpiexec(3);
   for (const Strings& args : {sinkhorn({"--iters", "3", "--kokkos-threads=abc"}),
                               Strings{"ssd", "--kokkos-threads=abc", "--help"}}) {
     const Result r = run(args, mpiexec);
@@ -678,9 +676,7 @@ TEST_F(Cli, SingleProcessSubcommandsDoNotInitialiseMpi) {
 #ifdef KDNN_MPIEXEC
 TEST_F(Cli, UnderMpiRankZeroWorksAndEveryRankExitsWithItsStatus) {
   write_problem(DType::f64, 2, 4, true);
-  const std::string mpiexec =
-      "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
-      "OMPI_MCA_rmaps_base_oversubscribe=1 " + quote(KDNN_MPIEXEC) + " -n 3";
+  const std::string mpiexec = kdnn_test::mpiexec(3);
   const Result ok = run(sinkhorn({"--iters", "5", "--method", "unrolled"}), mpiexec);
   ASSERT_EQ(ok.status, 0) << ok.err;
   EXPECT_EQ(ok.err, "");
@@ -713,9 +709,7 @@ TEST_F(Cli, PeakMemoryIsInputsPlusOutputs) {
   write_problem(DType::f64, batch, n, true);
   const Result r = run(sinkhorn({"--iters", "5"}));
   ASSERT_EQ(r.status, 0) << r.err;
-  rusage usage{};
-  ASSERT_EQ(::getrusage(RUSAGE_CHILDREN, &usage), 0);
-  const double peak_mib = double(usage.ru_maxrss) / 1024;  // the largest child's, in KiB
+  const double peak_mib = kdnn_test::peak_child_mib();
   EXPECT_LT(peak_mib, 4 * array_mib + 48) << "peak RSS " << peak_mib << " MiB";
 }
 

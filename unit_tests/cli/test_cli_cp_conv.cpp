@@ -4,7 +4,6 @@
 // every rank with one error line and leaves --out untouched.
 #ifdef KDNN_MPIEXEC
 #include <gtest/gtest.h>
-#include <sys/resource.h>
 
 #include <filesystem>
 #include <string>
@@ -19,18 +18,11 @@ namespace {
 
 using kdnn::io::DType;
 using kdnn_test::CliTest;
-using kdnn_test::quote;
+using kdnn_test::mpiexec;
 using kdnn_test::Strings;
 namespace ref = kdnn_test::ssm_ref;
 namespace fs = std::filesystem;
 
-/// A hang (a rank left waiting) fails the test after a minute instead of
-/// stalling the suite.
-std::string mpiexec(int ranks) {
-  return "timeout 60 env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
-         "OMPI_MCA_rmaps_base_oversubscribe=1 OMP_NUM_THREADS=1 " +
-         quote(KDNN_MPIEXEC) + " -n " + std::to_string(ranks);
-}
 
 class CliCpConv : public CliTest {
  protected:
@@ -64,20 +56,6 @@ class CliCpConv : public CliTest {
       write("dy.npy", dtype, {B, L, C}, conv_.dy);
       write("ddt_out.npy", dtype, {B, L, H}, ddt_out_);
     }
-  }
-  /// Failure with `status` and one "kdnn: error:" line containing `fragment`
-  /// (mpiexec adds lines of its own), nothing on stdout, --out untouched.
-  void expect_failure(const Strings& a, int status, const std::string& fragment, int ranks) {
-    SCOPED_TRACE(fragment);
-    const auto r = run(a, mpiexec(ranks));
-    EXPECT_EQ(r.status, status);
-    const auto at = r.err.find("kdnn: error: ");
-    ASSERT_NE(at, std::string::npos) << r.err;
-    EXPECT_EQ(r.err.find("kdnn: error: ", at + 1), std::string::npos) << r.err;
-    EXPECT_NE(r.err.substr(at, r.err.find('\n', at) - at).find(fragment), std::string::npos)
-        << r.err;
-    EXPECT_EQ(r.out, "");
-    EXPECT_TRUE(files(out_).empty());
   }
   Strings args(Strings extra) const {
     Strings a = {"cp-conv", "--in", in_.string(), "--out", out_.string()};
@@ -143,7 +121,7 @@ TEST_F(CliCpConv, FinalStateGradientReachesEveryInput) {
   fs::remove_all(out_);
   fs::create_directories(out_);
   write("dfinal.npy", DType::f64, {B, K, C}, ref::Vec(B * K * C, 0.0));
-  expect_failure(args({}), 1, "dfinal.npy has shape (2, 4, 4), expected (2, 3, 4)", 2);
+  expect_mpi_failure(args({}), 1, "dfinal.npy has shape (2, 4, 4), expected (2, 3, 4)", 2);
 }
 
 TEST_F(CliCpConv, PeakMemoryIsInputsPlusOutputs) {
@@ -162,22 +140,20 @@ TEST_F(CliCpConv, PeakMemoryIsInputsPlusOutputs) {
   ASSERT_EQ(r.status, 0) << r.err;
   // xbc, dy, y, dxbc; dt, ddt_out, dt_out, ddt.
   const double files = 8.0 * (4 * values + 4 * b * l * h);
-  rusage usage{};
-  ASSERT_EQ(::getrusage(RUSAGE_CHILDREN, &usage), 0);
-  const double peak_mib = double(usage.ru_maxrss) / 1024;  // the largest child's, in KiB
+  const double peak_mib = kdnn_test::peak_child_mib();
   EXPECT_LT(peak_mib, files / (1 << 20) + 48) << "peak RSS " << peak_mib << " MiB";
 }
 
 TEST_F(CliCpConv, BadInputFailsOnEveryRankAndWritesNothing) {
   write_problem(DType::f64, true);
-  expect_failure(args({"--split", "2,0,10"}), 1, "--split: counts sum to 12, expected L=13", 3);
-  expect_failure(args({"--split", "2,x,11"}), 2, "--split: expected counts >= 0 (at most 9223372036854775807), got 'x'", 3);
-  expect_failure(args({"--dt-min", "3", "--dt-max", "1"}), 2, "--dt-max 1 is below --dt-min 3", 2);
+  expect_mpi_failure(args({"--split", "2,0,10"}), 1, "--split: counts sum to 12, expected L=13", 3);
+  expect_mpi_failure(args({"--split", "2,x,11"}), 2, "--split: expected counts >= 0 (at most 9223372036854775807), got 'x'", 3);
+  expect_mpi_failure(args({"--dt-min", "3", "--dt-max", "1"}), 2, "--dt-max 1 is below --dt-min 3", 2);
   write("dt.npy", DType::f64, {B, L + 1, H}, ref::Vec(B * (L + 1) * H, 0.0));
-  expect_failure(args({}), 1, "dt.npy: shape (2, 14, 3), expected L 13 (from xbc.npy) at axis 1",
+  expect_mpi_failure(args({}), 1, "dt.npy: shape (2, 14, 3), expected L 13 (from xbc.npy) at axis 1",
                  2);
   write("dt.npy", DType::f32, {B, L, H}, dt_);
-  expect_failure(args({}), 1, "dt.npy has dtype float32, expected float64 (same as xbc.npy)", 2);
+  expect_mpi_failure(args({}), 1, "dt.npy has dtype float32, expected float64 (same as xbc.npy)", 2);
 }
 
 // Counts whose int64 sum wraps around to L are each checked against L: the
@@ -186,14 +162,14 @@ TEST_F(CliCpConv, BadInputFailsOnEveryRankAndWritesNothing) {
 TEST_F(CliCpConv, SplitCountsAboveLAreRejectedOnEveryRank) {
   write_problem(DType::f64, false);
   const std::string max = "9223372036854775807", quarter = "4611686018427387904";  // 2^63-1, 2^62
-  expect_failure(args({"--split", max + "," + max + ",15"}), 1,
+  expect_mpi_failure(args({"--split", max + "," + max + ",15"}), 1,
                  "--split: count " + max + " of rank 0 is more than L=13", 3);
-  expect_failure(args({"--split", quarter + "," + quarter + "," + quarter + ",4611686018427387917"}), 1,
+  expect_mpi_failure(args({"--split", quarter + "," + quarter + "," + quarter + ",4611686018427387917"}), 1,
                  "--split: count " + quarter + " of rank 0 is more than L=13", 4);
-  expect_failure(args({"--split", "0,14,0"}), 1, "--split: count 14 of rank 1 is more than L=13", 3);
-  expect_failure(args({"--split", "1," + max + "0,0"}), 2,
+  expect_mpi_failure(args({"--split", "0,14,0"}), 1, "--split: count 14 of rank 1 is more than L=13", 3);
+  expect_mpi_failure(args({"--split", "1," + max + "0,0"}), 2,
                  "--split: expected counts >= 0 (at most " + max + "), got '" + max + "0'", 3);
-  expect_failure(args({"--split", "1,-0,0"}), 2, "--split: expected counts >= 0", 3);
+  expect_mpi_failure(args({"--split", "1,-0,0"}), 2, "--split: expected counts >= 0", 3);
 }
 
 // A huge batch of empty sequences: the arrays are headers only. Scattering
@@ -217,7 +193,7 @@ TEST_F(CliCpConv, HugeBatchOfEmptySequences) {
   // final.npy [B, K-1, C] is 9 PB.
   write("xbc.npy", DType::f32, {huge, 0, 1024}, {});
   write("conv_w.npy", DType::f32, {1024, 1024}, ref::Vec(1024 * 1024, 0.5));
-  expect_failure(args({}), 1,
+  expect_mpi_failure(args({}), 1,
                  "final.npy: shape (2147483647, 1023, 1024) float32 is 8998403157528576 bytes, "
                  "more than",
                  2);

@@ -4,7 +4,6 @@
 // every rank with one error line and leaves --out untouched.
 #ifdef KDNN_MPIEXEC
 #include <gtest/gtest.h>
-#include <sys/resource.h>
 
 #include <string>
 #include <vector>
@@ -18,17 +17,10 @@ namespace {
 
 using kdnn::io::DType;
 using kdnn_test::CliTest;
-using kdnn_test::quote;
+using kdnn_test::mpiexec;
 using kdnn_test::Strings;
 namespace ref = kdnn_test::ssm_ref;
 
-/// A hang (a rank left waiting) fails the test after a minute instead of
-/// stalling the suite.
-std::string mpiexec(int ranks) {
-  return "timeout 60 env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
-         "OMPI_MCA_rmaps_base_oversubscribe=1 OMP_NUM_THREADS=1 " +
-         quote(KDNN_MPIEXEC) + " -n " + std::to_string(ranks);
-}
 
 class CliSsd : public CliTest {
  protected:
@@ -62,20 +54,6 @@ class CliSsd : public CliTest {
       write("dy.npy", dtype, {B, L, H, P}, c_.dy);
       write("dfinal.npy", dtype, {B, H, P, N}, c_.dfinal);
     }
-  }
-  /// Failure with `status` and one "kdnn: error:" line containing `fragment`
-  /// (mpiexec adds lines of its own), nothing on stdout, --out untouched.
-  void expect_failure(const Strings& a, int status, const std::string& fragment, int ranks) {
-    SCOPED_TRACE(fragment);
-    const auto r = run(a, mpiexec(ranks));
-    EXPECT_EQ(r.status, status);
-    const auto at = r.err.find("kdnn: error: ");
-    ASSERT_NE(at, std::string::npos) << r.err;
-    EXPECT_EQ(r.err.find("kdnn: error: ", at + 1), std::string::npos) << r.err;
-    EXPECT_NE(r.err.substr(at, r.err.find('\n', at) - at).find(fragment), std::string::npos)
-        << r.err;
-    EXPECT_EQ(r.out, "");
-    EXPECT_TRUE(files(out_).empty());
   }
   Strings args(Strings extra) const {
     Strings a = {"ssd", "--in", in_.string(), "--out", out_.string()};
@@ -148,36 +126,34 @@ TEST_F(CliSsd, PeakMemoryIsInputsOutputsAndTheChunkStates) {
   // Inputs and outputs: x, dy, y, dx; b, c, db, dc; dt, ddt.
   const double files = 8.0 * (4 * x_values + 4 * bc_values + 2 * b * l * h);
   const double workspace = 8.0 * (2 * b * h * ((l + q - 1) / q + 1) * p * n + b * h * l);
-  rusage usage{};
-  ASSERT_EQ(::getrusage(RUSAGE_CHILDREN, &usage), 0);
-  const double peak_mib = double(usage.ru_maxrss) / 1024;  // the largest child's, in KiB
+  const double peak_mib = kdnn_test::peak_child_mib();
   EXPECT_LT(peak_mib, (files + workspace) / (1 << 20) + 48) << "peak RSS " << peak_mib << " MiB";
 }
 
 TEST_F(CliSsd, BadInputFailsOnEveryRankAndWritesNothing) {
   write_problem(DType::f64, true);
-  expect_failure(args({"--chunk", "0"}), 2,
+  expect_mpi_failure(args({"--chunk", "0"}), 2,
                  "--chunk: expected an integer >= 1 (at most 2147483647), got '0'", 2);
-  expect_failure(args({"--split", "2,0,10"}), 1, "--split: counts sum to 12, expected L=19", 3);
+  expect_mpi_failure(args({"--split", "2,0,10"}), 1, "--split: counts sum to 12, expected L=19", 3);
   write("a.npy", DType::f64, {H}, {-1, 0.5, -1, -1});
-  expect_failure(args({}), 1, "cp::ssd_forward: A[1]=0.5, expected A <= 0 (check_a)", 2);
+  expect_mpi_failure(args({}), 1, "cp::ssd_forward: A[1]=0.5, expected A <= 0 (check_a)", 2);
   write("a.npy", DType::f64, {H}, c_.A);
   write("b.npy", DType::f64, {B, L, 3, N}, ref::Vec(B * L * 3 * N, 0.0));
   write("c.npy", DType::f64, {B, L, 3, N}, ref::Vec(B * L * 3 * N, 0.0));
-  expect_failure(args({}), 1, "expected a number of groups G >= 1 that divides H=4", 2);
+  expect_mpi_failure(args({}), 1, "expected a number of groups G >= 1 that divides H=4", 2);
   write("b.npy", DType::f64, {B, L, G, N}, c_.Bm);
   write("c.npy", DType::f64, {B, L, G, N}, c_.Cm);
   write("dt.npy", DType::f64, {B, L + 1, H}, ref::Vec(B * (L + 1) * H, 0.0));
-  expect_failure(args({}), 1, "dt.npy: shape (2, 20, 4), expected L 19 (from x.npy) at axis 1", 2);
+  expect_mpi_failure(args({}), 1, "dt.npy: shape (2, 20, 4), expected L 19 (from x.npy) at axis 1", 2);
   write("dt.npy", DType::f32, {B, L, H}, c_.dt);
-  expect_failure(args({}), 1, "dt.npy has dtype float32, expected float64 (same as x.npy)", 2);
+  expect_mpi_failure(args({}), 1, "dt.npy has dtype float32, expected float64 (same as x.npy)", 2);
   // dt < 0 would grow the state instead of decaying it: refused, with the
   // first such step (as NaN and ±inf are).
   auto dt = c_.dt;
   dt[(1 * L + 3) * H + 2] = -0.5;
   dt[(1 * L + 9) * H + 0] = -1000;
   write("dt.npy", DType::f64, {B, L, H}, dt);
-  expect_failure(args({}), 1, "dt.npy: -0.5 at [1, 3, 2] (expected dt >= 0)", 3);
+  expect_mpi_failure(args({}), 1, "dt.npy: -0.5 at [1, 3, 2] (expected dt >= 0)", 3);
 }
 
 // Counts whose int64 sum wraps around to L are each checked against L: the
@@ -186,14 +162,14 @@ TEST_F(CliSsd, BadInputFailsOnEveryRankAndWritesNothing) {
 TEST_F(CliSsd, SplitCountsAboveLAreRejectedOnEveryRank) {
   write_problem(DType::f64, false);
   const std::string max = "9223372036854775807", quarter = "4611686018427387904";  // 2^63-1, 2^62
-  expect_failure(args({"--split", max + "," + max + ",21"}), 1,
+  expect_mpi_failure(args({"--split", max + "," + max + ",21"}), 1,
                  "--split: count " + max + " of rank 0 is more than L=19", 3);
-  expect_failure(args({"--split", quarter + "," + quarter + "," + quarter + ",4611686018427387923"}), 1,
+  expect_mpi_failure(args({"--split", quarter + "," + quarter + "," + quarter + ",4611686018427387923"}), 1,
                  "--split: count " + quarter + " of rank 0 is more than L=19", 4);
-  expect_failure(args({"--split", "0,20,0"}), 1, "--split: count 20 of rank 1 is more than L=19", 3);
-  expect_failure(args({"--split", "1," + max + "0,0"}), 2,
+  expect_mpi_failure(args({"--split", "0,20,0"}), 1, "--split: count 20 of rank 1 is more than L=19", 3);
+  expect_mpi_failure(args({"--split", "1," + max + "0,0"}), 2,
                  "--split: expected counts >= 0 (at most " + max + "), got '" + max + "0'", 3);
-  expect_failure(args({"--split", "1,-0,0"}), 2, "--split: expected counts >= 0", 3);
+  expect_mpi_failure(args({"--split", "1,-0,0"}), 2, "--split: expected counts >= 0", 3);
 }
 
 // A huge batch of empty sequences (headers only). With P = 0 every output is
@@ -220,24 +196,24 @@ TEST_F(CliSsd, HugeBatchOfEmptySequences) {
       read(out_ / "final.npy", DType::f32, {huge, 1, 0, 1});
       for (const auto& name : files(out_)) std::filesystem::remove(out_ / name);
     } else {
-      expect_failure(args({}), 1,
+      expect_mpi_failure(args({}), 1,
                      "the state passing's buffers: shape (" + std::to_string(ranks + 2) +
                          ", 2147483647, 1) float32 is",
                      ranks);
     }
   }
   write_sizes(1024, 0, 1);
-  expect_failure(args({}), 1,
+  expect_mpi_failure(args({}), 1,
                  "the state passing's buffers: shape (4, 2199023254528, 1) float32 is "
                  "35184372072448 bytes, more than",
                  2);
   write_sizes(1, 1024, 1024);
-  expect_failure(args({}), 1,
+  expect_mpi_failure(args({}), 1,
                  "final.npy: shape (2147483647, 1, 1024, 1024) float32 is 9007199250546688 bytes, "
                  "more than",
                  2);
   write_sizes(1, huge, huge);
-  expect_failure(args({}), 1,
+  expect_mpi_failure(args({}), 1,
                  "final.npy: shape (2147483647, 1, 2147483647, 2147483647) float32 is more than "
                  "2^63 bytes",
                  2);
