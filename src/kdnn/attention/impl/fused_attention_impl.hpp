@@ -209,10 +209,10 @@ void fused_attention_backward(const ExecSpace& space, const Tensor4<const T, Exe
     Kokkos::parallel_for(
         "kdnn::attention::fused_delta", Kokkos::RangePolicy<ExecSpace>(space, 0, delta.size()),
         KOKKOS_LAMBDA(std::size_t row) {
-          double s = 0;
-          for (int d = 0; d < Dv; ++d)
-            s += double(dout.data()[row * Dv + d]) * double(o.data()[row * Dv + d]);
-          delta.data()[row] = T(s);
+          // In double, in team_gemm's order: with T = double bitwise the
+          // sum that gives dP at a one-hot row's key (dP − δ = 0 there).
+          delta.data()[row] = T(kdnn::impl::gemm_order_dot<double>(
+              Dv, dout.data() + row * Dv, o.data() + row * Dv));
         });
   }
 
