@@ -20,7 +20,7 @@ TEST(Lanes, WidthIsOneWithoutVectorisation) {
 }
 
 TEST(Lanes, HostVectorsHoldSixteenBytes) {
-#if KDNN_IMPL_HOST_LANES
+#if KDNN_IMPL_HOST_SIMD
   EXPECT_EQ((Lanes<float, true>::width), 4);
   EXPECT_EQ((Lanes<double, true>::width), 2);
 #else

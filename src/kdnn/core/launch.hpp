@@ -6,10 +6,21 @@
 
 namespace kdnn {
 
+/// Which form of an operator's kernels runs. Operators with a GPU form keep
+/// their host form beside it; both are portable Kokkos code, so either runs
+/// on any backend (the GPU form slowly on a CPU, which is how the tests check
+/// it on the host). An operator with one form ignores the choice.
+enum class KernelShape {
+  automatic,  ///< the GPU form on a GPU backend, the host form on a host
+  host,       ///< the form written for CPU caches and SIMD
+  gpu,        ///< the form written for warps, registers and on-chip scratch
+};
+
 struct Launch {
   int tile = 0;           ///< systems per team (kernels with one thread per system)
   int team_size = 0;      ///< team threads
   int vector_length = 0;  ///< vector lanes per team thread (a power of two)
+  KernelShape shape = KernelShape::automatic;
 };
 
 }  // namespace kdnn

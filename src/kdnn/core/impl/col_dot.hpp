@@ -31,11 +31,10 @@ KOKKOS_FORCEINLINE_FUNCTION T col_dot_one(int rows, const T* A, int ld, const T*
 template <int W, class T, class Finish>
 KOKKOS_INLINE_FUNCTION void col_dot_block(int rows, const T* A, int ld, const T* x, int j0,
                                           const Finish& finish) {
-#if (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDA_ARCH__) && \
-    !defined(__HIP_DEVICE_COMPILE__)
+#if KDNN_IMPL_HOST_SIMD
   if constexpr (!is_lanes_v<T>) {
-    typedef T Vec __attribute__((vector_size(16)));
-    constexpr int L = int(16 / sizeof(T));
+    using Vec = typename HostVector<T, 16>::type;
+    constexpr int L = HostVector<T, 16>::width;
     static_assert(W % L == 0, "col_dot_block: W must be a multiple of the vector width");
     Vec acc[W / L];
     const auto load = [](const T* p) {

@@ -13,12 +13,7 @@
 
 #include <Kokkos_Core.hpp>
 
-#if (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDA_ARCH__) && \
-    !defined(__HIP_DEVICE_COMPILE__)
-#define KDNN_IMPL_HOST_LANES 1
-#else
-#define KDNN_IMPL_HOST_LANES 0
-#endif
+#include "kdnn/core/impl/host_simd.hpp"
 
 namespace kdnn::impl {
 
@@ -28,11 +23,11 @@ struct Lanes {
   static constexpr int width = 1;
 };
 
-#if KDNN_IMPL_HOST_LANES
+#if KDNN_IMPL_HOST_SIMD
 template <class T>
 struct Lanes<T, true> {
-  typedef T type __attribute__((vector_size(16)));
-  static constexpr int width = int(16 / sizeof(T));
+  using type = typename HostVector<T, 16>::type;
+  static constexpr int width = HostVector<T, 16>::width;
 };
 #endif
 

@@ -14,11 +14,11 @@ namespace kdnn::impl {
 
 template <class ExecSpace, class Member, class T>
 KOKKOS_INLINE_FUNCTION T row_dot(const Member& team, int n, const T* a, const T* b) {
-#if KDNN_IMPL_HOST_LANES
+#if KDNN_IMPL_HOST_SIMD
   if constexpr (BackendTraits<ExecSpace>::is_host) {
     (void)team;
-    typedef T Vec __attribute__((vector_size(16)));
-    constexpr int L = int(16 / sizeof(T));
+    using Vec = typename HostVector<T, 16>::type;
+    constexpr int L = HostVector<T, 16>::width;
     Vec acc = {};
     int k = 0;
     for (; k + L <= n; k += L) {

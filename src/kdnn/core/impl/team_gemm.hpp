@@ -25,20 +25,16 @@
 // count ≥ 0.
 //
 // On a host with GCC or Clang the NR columns of a tile are two explicit SIMD
-// vectors (32 bytes with AVX, else 16): the auto-vectoriser, left to plain
+// vectors (kHostGemmVectorBytes, host_simd.hpp: 32 bytes when kdnn was
+// configured with AVX, else 16): the auto-vectoriser, left to plain
 // loops, spills the accumulators or (with AVX2) emits gathers, measured 10×
 // slower. On a GPU each lane keeps a small scalar tile.
 #include <Kokkos_Core.hpp>
 #include <cstddef>
 
 #include "kdnn/core/impl/backend_traits.hpp"
+#include "kdnn/core/impl/host_simd.hpp"
 
-#if (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDA_ARCH__) && \
-    !defined(__HIP_DEVICE_COMPILE__)
-#define KDNN_IMPL_HOST_SIMD_GEMM 1
-#else
-#define KDNN_IMPL_HOST_SIMD_GEMM 0
-#endif
 
 namespace kdnn::impl {
 
@@ -73,11 +69,7 @@ KOKKOS_INLINE_FUNCTION int gemm_block_end(int k, int k_end) {
 template <class ExecSpace, class T>
 struct GemmTile {
   static constexpr bool host = BackendTraits<ExecSpace>::is_host;
-#if defined(__AVX__)
-  static constexpr int simd_bytes = 32;
-#else
-  static constexpr int simd_bytes = 16;
-#endif
+  static constexpr int simd_bytes = kHostGemmVectorBytes;  // host_simd.hpp
   /// Rows and columns of one tile: 4 × two SIMD vectors on a host (8 or 12
   /// accumulator registers of 16), 2×2 per lane on a GPU.
   static constexpr int rows = host ? 4 : 2;
@@ -104,8 +96,8 @@ struct GemmA {
 template <int MR, int NR, int Bytes, class T>
 KOKKOS_FORCEINLINE_FUNCTION void host_gemm_tile(int k_begin, int k_end, GemmA<T> a, const T* b,
                                                 int ldb, T* c, int ldc, bool accumulate) {
-#if KDNN_IMPL_HOST_SIMD_GEMM
-  typedef T Vec __attribute__((vector_size(Bytes)));
+#if KDNN_IMPL_HOST_SIMD
+  using Vec = typename HostVector<T, Bytes>::type;
   constexpr int L = Bytes / int(sizeof(T)), NV = NR / L;
   static_assert(NR % L == 0, "host_gemm_tile: NR must be a multiple of the SIMD width");
   Vec sum[MR][NV], part[MR][NV];  // the tile's sums, and one k block's
@@ -211,7 +203,7 @@ KOKKOS_INLINE_FUNCTION void team_gemm(const Member& team, int M, int N, int K, G
                       a.row_stride, a.col_stride};
     const T* bt = b + std::size_t(k0) * ldb + j0;
     T* ct = c + std::size_t(i0) * ldc + j0;
-    if constexpr (Tile::host && KDNN_IMPL_HOST_SIMD_GEMM) {
+    if constexpr (Tile::host && KDNN_IMPL_HOST_SIMD) {
       host_gemm_tile<MR, NR, Tile::simd_bytes>(k0, k1, at, bt, ldb, ct, ldc, accumulate);
     } else {
       scalar_gemm_tile<MR, NR>(k0, k1, at, bt, ldb, ct, ldc, accumulate);

@@ -9,6 +9,7 @@
 #include <Kokkos_Core.hpp>
 
 #include "kdnn/core/impl/backend_traits.hpp"
+#include "kdnn/core/impl/host_simd.hpp"
 
 namespace kdnn::impl {
 
@@ -20,11 +21,7 @@ KOKKOS_INLINE_FUNCTION void team_sweep(const Member& team, int outer, int inner,
         // Calls for different i are independent (the GPU form runs them on
         // different lanes), whatever the compiler can prove about f's
         // pointers: let it vectorise.
-#if defined(__clang__)
-#pragma clang loop vectorize(assume_safety)
-#elif defined(__GNUC__)
-#pragma GCC ivdep
-#endif
+        KDNN_IMPL_INDEPENDENT_ITERATIONS
         for (int i = 0; i < inner; ++i) f(o, i);
       }
       return;

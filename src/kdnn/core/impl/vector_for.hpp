@@ -8,6 +8,7 @@
 #include <Kokkos_Core.hpp>
 
 #include "kdnn/core/impl/backend_traits.hpp"
+#include "kdnn/core/impl/host_simd.hpp"
 
 namespace kdnn::impl {
 
@@ -15,11 +16,7 @@ template <class ExecSpace, class Member, class F>
 KOKKOS_FORCEINLINE_FUNCTION void vector_for(const Member& team, int n, const F& f) {
   if constexpr (BackendTraits<ExecSpace>::is_host) {
     (void)team;
-#if defined(__clang__)
-#pragma clang loop vectorize(assume_safety)
-#elif defined(__GNUC__)
-#pragma GCC ivdep
-#endif
+    KDNN_IMPL_INDEPENDENT_ITERATIONS
     for (int i = 0; i < n; ++i) f(i);
   } else {
     Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, n), f);
