@@ -30,6 +30,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gbench import median_runs  # noqa: E402
+import result_rows  # noqa: E402
 
 PHASES = ("forward", "backward")
 
@@ -107,6 +108,7 @@ def main():
     ap.add_argument("--repetitions", type=int, default=5)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--torch-threads", type=int, default=2)
+    ap.add_argument("--json", help="also write the rows in result_rows.py's form here")
     ap.add_argument("--peak-of", help=argparse.SUPPRESS)  # internal: SIZE:PHASE in this process
     args = ap.parse_args()
     torch.set_num_threads(args.torch_threads)
@@ -155,6 +157,14 @@ def main():
         print(f"| {phase} | {', '.join(map(str, size))} | {f_ms:.1f} | {u} | {torch_ms:.1f} "
               f"| {torch_ms / f_ms:.2f}x | {gf(phase, size, f_ms):.1f} "
               f"| {gf(phase, size, torch_ms):.1f} | {f_c['peak_MiB']:.0f} | {u_mib} | {peak:.0f} |")
+    json_rows = []
+    for phase, size, fused, unfused, torch_ms, _ in rows:
+        json_rows.append(result_rows.row("attention", "fused " + phase, size, fused[0],
+                                         "PyTorch SDPA float32", torch_ms))
+        if unfused:
+            json_rows.append(result_rows.row("attention", "unfused " + phase, size, unfused[0],
+                                             "PyTorch SDPA float32", torch_ms))
+    result_rows.write(args.json, json_rows)
 
 
 if __name__ == "__main__":

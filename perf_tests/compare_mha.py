@@ -13,7 +13,6 @@ backward (data and weights: PyTorch's out.backward(dout)), step (both).
       --sizes 8x4x128x128x64,2x4x1024x1024x64,1x8x2048x2048x64
 """
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -24,6 +23,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gbench import median_times_ms  # noqa: E402
+import result_rows  # noqa: E402
 
 PHASES = ("forward", "backward", "step")
 
@@ -103,7 +103,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2, help="PyTorch CPU threads")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--json", help="also write the rows here")
+    ap.add_argument("--json", help="also write the rows in result_rows.py's form here")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     sizes = parse_sizes(args.sizes)
@@ -116,11 +116,10 @@ def main():
         for p in PHASES:
             flops = forward_flops(*size) * {"forward": 1, "backward": 2, "step": 3}[p]
             a, b = kdnn[(p, size)], ref[(p, size)]
-            rows.append({"phase": p, "size": size, "kdnn_ms": a, "torch_ms": b})
+            rows.append(result_rows.row("mha", p, size, a, "PyTorch float32", b))
             print(f"| {p} | {', '.join(map(str, size))} | {a:.3f} | {b:.3f} | {b / a:.2f}x "
                   f"| {flops / a * 1e-6:.1f} | {flops / b * 1e-6:.1f} |")
-    if args.json:
-        json.dump(rows, open(args.json, "w"), indent=1)
+    result_rows.write(args.json, rows)
 
 
 if __name__ == "__main__":

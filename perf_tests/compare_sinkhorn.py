@@ -26,6 +26,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)  # sinkhorn_triton, gbench
 sys.path.insert(0, os.path.join(HERE, "..", "unit_tests", "reference"))  # kdnn_reference
 from gbench import median_times_ms  # noqa: E402
+import result_rows  # noqa: E402
 
 PAIRS = [("forward", "torch forward"), ("implicit", "torch autograd_backward"),
          ("block", "torch autograd_backward"), ("unrolled", "torch autograd_backward"),
@@ -96,6 +97,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2, help="PyTorch CPU threads")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--out", help="directory for results.json and table.md")
+    ap.add_argument("--json", help="also write the rows in result_rows.py's form here")
     args = ap.parse_args()
     sizes = [tuple(int(v) for v in s.split("x")) for s in args.sizes.split(",")]
 
@@ -138,6 +140,11 @@ def main():
             f.write(table + "\n")
         with open(os.path.join(args.out, "results.json"), "w") as f:
             json.dump(dict(copy_gbs=copy_gbs, rows=rows), f, indent=1)
+    result_rows.write(args.json, [
+        result_rows.row("sinkhorn", r["op"], (r["B"], r["n"], r["iters"]), r["kdnn_ms"],
+                        r["reference"], r["reference_ms"], copy_gbps=copy_gbs,
+                        traffic_bytes=r["gbs"] * 1e9 * r["kdnn_ms"] * 1e-3)
+        for r in rows])
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)  # gbench
 sys.path.insert(0, os.path.join(HERE, "..", "unit_tests", "reference"))  # kdnn_reference
 from gbench import median_runs  # noqa: E402
+import result_rows  # noqa: E402
 from kdnn_reference.ssd import ssd_chunked  # noqa: E402
 
 PHASES = ("forward", "backward")
@@ -74,6 +75,7 @@ def main():
     ap.add_argument("--repetitions", type=int, default=3)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--torch-threads", type=int, default=2)
+    ap.add_argument("--json", help="also write the rows in result_rows.py's form here")
     args = ap.parse_args()
     torch.set_num_threads(args.torch_threads)
 
@@ -86,6 +88,7 @@ def main():
     print("| phase | B, L, H, P, N, Q | kdnn ms | kdnn GFLOP/s | PyTorch ms | PyTorch / kdnn "
           "| state bytes / rank (R=4) | all-to-all bytes / rank (R=4) |")
     print("|---|---|---|---|---|---|---|---|")
+    rows = []
     for size in sizes:
         times = torch_times(size, args.device, args.repetitions)
         for phase in PHASES:
@@ -93,6 +96,9 @@ def main():
             print(f"| {phase} | {', '.join(map(str, size))} | {ms:.1f} | {c['GFLOP/s']:.2f} "
                   f"| {times[phase]:.1f} | {times[phase] / ms:.2f}x "
                   f"| {int(c['state_bytes_r4'])} | {int(c['a2a_bytes_r4'])} |")
+            rows.append(result_rows.row("ssd", phase, size, ms, "chunked PyTorch",
+                                        times[phase]))
+    result_rows.write(args.json, rows)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gbench import median_runs  # noqa: E402
+import result_rows  # noqa: E402
 
 PHASES = ("forward", "backward", "copy")
 
@@ -95,6 +96,7 @@ def main():
     ap.add_argument("--repetitions", type=int, default=5)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--torch-threads", type=int, default=2)
+    ap.add_argument("--json", help="also write the rows in result_rows.py's form here")
     args = ap.parse_args()
     torch.set_num_threads(args.torch_threads)
 
@@ -118,6 +120,11 @@ def main():
     for phase, size, ms, gbs, copy_gbs, torch_ms in rows:
         print(f"| {phase} | {', '.join(map(str, size))} | {ms:.2f} | {gbs:.2f} "
               f"| {gbs / copy_gbs:.3f} | {torch_ms:.2f} | {torch_ms / ms:.2f}x |")
+    result_rows.write(args.json, [
+        result_rows.row("ssm-conv", phase, size, ms,
+                        "copy" if phase == "copy" else "PyTorch F.conv1d + SiLU", torch_ms,
+                        traffic_bytes=gbs * 1e9 * ms * 1e-3, copy_gbps=copy_gbs)
+        for phase, size, ms, gbs, copy_gbs, torch_ms in rows])
 
 if __name__ == "__main__":
     main()

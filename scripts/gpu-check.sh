@@ -11,7 +11,12 @@
 # PyTorch >= 2; fused_attention_table.md), perf_tests/compare_ssm_conv.py
 # (Mamba-2's causal conv1d + SiLU against PyTorch's F.conv1d; ssm_conv_table.md),
 # perf_tests/compare_ssd.py (Mamba-2's SSD against the chunked PyTorch
-# formulation; ssd_table.md), and writes the logs and tables to OUT_DIR.
+# formulation; ssd_table.md), and writes the logs and tables to OUT_DIR, and
+# every family's rows in one machine-readable list, OUT_DIR/results.json
+# (perf_tests/collect_results.py: family, op, size, dtype, kdnn_ms, reference,
+# reference_ms, copy_gbps, fraction_of_copy, date, commit, kokkos_version,
+# device), to be committed as perf_tests/results/h100.json beside h100.md.
+# KDNN_COMMIT names the commit when the copy has no git history.
 # KDNN_GPU_BENCH="sinkhorn attention fused-attention ssm-conv ssd" (the default)
 # picks the benchmark families. Exits non-zero if any test fails.
 set -uo pipefail
@@ -24,6 +29,15 @@ export LD_LIBRARY_PATH="$build/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export KDNN_TEST_DATA_DIR="$repo/unit_tests/data" KDNN_CLI_PATH="$build/examples/kdnn"
 python=${PYTHON:-python3}
 status=0
+commit=${KDNN_COMMIT:-$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)}
+kokkos_version=$(sed -n 's/^#define KDNN_KOKKOS_VERSION_STRING "\(.*\)"/\1/p' \
+  "$build/include/kdnn/config.hpp" 2>/dev/null)
+# Merges the families' rows (those that ran) into OUT_DIR/results.json.
+collect_rows() {
+  "$python" perf_tests/collect_results.py "$out"/rows_*.json --out "$out/results.json" \
+    --commit "$commit" --kokkos-version "${kokkos_version:-unknown}" \
+    --device "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)" || status=1
+}
 
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; date -u; } \
   | tee "$out/device.txt"
@@ -45,14 +59,14 @@ bench=${KDNN_GPU_BENCH:-sinkhorn attention fused-attention ssm-conv ssd}
 if [[ " $bench " == *" ssd "* ]]; then
   echo "== SSD benchmarks (kdnn, the chunked PyTorch formulation float32 on this GPU)"
   timeout 300 "$python" perf_tests/compare_ssd.py --device cuda \
-    --bench "$build/perf_tests/kdnn_perf_ssd" \
+    --bench "$build/perf_tests/kdnn_perf_ssd" --json "$out/rows_ssd.json" \
     | tee "$out/ssd_table.md" || status=1
 fi
 if [[ " $bench " == *" ssm-conv "* ]]; then
   echo "== causal conv1d + SiLU benchmarks (kdnn, PyTorch float32 on this GPU)"
   timeout 300 "$python" perf_tests/compare_ssm_conv.py --device cuda \
     --bench "$build/perf_tests/kdnn_perf_ssm_conv" \
-    --sizes 8x4096x1024x4,2x16384x2048x4,4x8192x4096x4 \
+    --sizes 8x4096x1024x4,2x16384x2048x4,4x8192x4096x4 --json "$out/rows_ssm_conv.json" \
     | tee "$out/ssm_conv_table.md" || status=1
 fi
 if [[ " $bench " == *" fused-attention "* ]]; then
@@ -60,20 +74,25 @@ if [[ " $bench " == *" fused-attention "* ]]; then
   timeout 420 "$python" perf_tests/compare_fused_attention.py --device cuda \
     --bench "$build/perf_tests/kdnn_perf_fused_attention" \
     --sizes 8x4x128x128x64,1x8x2048x2048x64,1x8x8192x8192x64 --unfused-max-seq 2048 \
-    | tee "$out/fused_attention_table.md" || status=1
+    --json "$out/rows_fused_attention.json" | tee "$out/fused_attention_table.md" || status=1
 fi
 if [[ " $bench " == *" attention "* ]]; then
   echo "== attention benchmarks (kdnn, PyTorch float32 on this GPU)"
   timeout 300 "$python" perf_tests/compare_mha.py --device cuda \
     --bench "$build/perf_tests/kdnn_perf_mha" \
-    --sizes 8x4x128x128x64,2x4x1024x1024x64,1x8x2048x2048x64 --json "$out/mha.json" \
+    --sizes 8x4x128x128x64,2x4x1024x1024x64,1x8x2048x2048x64 --json "$out/rows_mha.json" \
     | tee "$out/mha_table.md" || status=1
 fi
-[[ " $bench " == *" sinkhorn "* ]] || exit $status
+if [[ " $bench " != *" sinkhorn "* ]]; then
+  collect_rows
+  exit $status
+fi
 echo "== Triton kernel self-check"
 "$python" perf_tests/sinkhorn_triton.py 2>&1 | tee "$out/triton_check.log" || status=1
 echo "== benchmarks (kdnn, PyTorch, Triton on this GPU)"
 timeout 420 "$python" perf_tests/compare_sinkhorn.py --device cuda \
   --bench "$build/perf_tests/kdnn_perf_sinkhorn" \
-  --sizes 65536x16x100,65536x4x20,4096x16x100,16384x4x20,10001x4x48 --out "$out" || status=1
+  --sizes 65536x16x100,65536x4x20,4096x16x100,16384x4x20,10001x4x48 --out "$out" \
+  --json "$out/rows_sinkhorn.json" || status=1
+collect_rows
 exit $status
