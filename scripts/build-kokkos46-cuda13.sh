@@ -31,7 +31,7 @@
 #                     (default KDNN_CUDA13_ROOT)
 #   KDNN_CUDA_ARCH    nvcc architecture (default sm_90, matching HOPPER90)
 #   KDNN_HOST_CXX     host compiler of nvcc (default g++)
-#   KDNN_DEPS_DIR     work directory (default .deps/work-kokkos46-cuda13)
+#   KDNN_KOKKOS46_WORK_DIR  work directory (default .deps/work-kokkos46-cuda13)
 #   CMAKE_BUILD_PARALLEL_LEVEL  build jobs (CMake's own variable)
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -45,7 +45,7 @@ kernels_src=$(cd "$2" && pwd)
 prefix=${3:-$repo/.deps/kokkos46-cuda13}
 mkdir -p "$prefix"
 prefix=$(cd "$prefix" && pwd)
-work=${KDNN_DEPS_DIR:-$repo/.deps/work-kokkos46-cuda13}
+work=${KDNN_KOKKOS46_WORK_DIR:-$repo/.deps/work-kokkos46-cuda13}
 cuda=${KDNN_CUDA13_ROOT:-/usr/local/cuda-13.0}
 cublas=${KDNN_CUBLAS_ROOT:-$cuda}
 arch=${KDNN_CUDA_ARCH:-sm_90}
