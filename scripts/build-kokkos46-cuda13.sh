@@ -148,6 +148,8 @@ cmake -S "$kernels_src" -B "$work/build-kokkos-kernels" -G Ninja \
   -DKokkosKernels_ENABLE_TESTS=OFF -DKokkosKernels_ENABLE_EXAMPLES=OFF \
   -DKokkosKernels_ADD_DEFAULT_ETI=OFF \
   -DKokkosKernels_INST_FLOAT=ON -DKokkosKernels_INST_DOUBLE=ON \
+  -DKokkosKernels_INST_COMPLEX_FLOAT=OFF -DKokkosKernels_INST_COMPLEX_DOUBLE=OFF \
+  -DKokkosKernels_INST_HALF=OFF -DKokkosKernels_INST_BHALF=OFF \
   -DKokkosKernels_INST_ORDINAL_INT=ON -DKokkosKernels_INST_ORDINAL_INT64_T=OFF \
   -DKokkosKernels_INST_OFFSET_INT=ON -DKokkosKernels_INST_OFFSET_SIZE_T=ON \
   -DKokkosKernels_INST_LAYOUTLEFT=ON -DKokkosKernels_INST_LAYOUTRIGHT=OFF \
