@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -87,6 +88,19 @@ at::AttentionMask<Space> mask_of(const FusedCase& c) {
   mask.lo_win = ints(c.lo), mask.hi_win = ints(c.hi);
   mask.seq_q = ints(c.seq_q), mask.seq_k = ints(c.seq_k);
   return mask;
+}
+
+/// Random q, k, v and dO (g) of a case on the device, from seeds seed,
+/// seed + 1, seed + 2, seed + 3 (seed advances by 4).
+template <class T>
+std::array<DeviceView<T****>, 4> random_inputs(const FusedCase& c, unsigned& seed) {
+  const std::size_t nq = std::size_t(c.B) * c.H * c.S, nk = std::size_t(c.B) * c.H * c.Sk;
+  const auto q = to_device<T****>(normal(nq * c.D, seed), c.B, c.H, c.S, c.D);
+  const auto k = to_device<T****>(normal(nk * c.D, seed + 1), c.B, c.H, c.Sk, c.D);
+  const auto v = to_device<T****>(normal(nk * c.Dv, seed + 2), c.B, c.H, c.Sk, c.Dv);
+  const auto g = to_device<T****>(normal(nq * c.Dv, seed + 3), c.B, c.H, c.S, c.Dv);
+  seed += 4;
+  return {q, k, v, g};
 }
 
 /// The unfused chain's gradients: P, dropout, dV = Pdᵀ·dO, dPd = dO·Vᵀ, dP,
@@ -177,11 +191,7 @@ TYPED_TEST(FusedAttention, BackwardMatchesTheUnfusedPathAndIsReproducible) {
   using T = TypeParam;
   unsigned seed = 100;
   for (const FusedCase& c : fused_cases()) {
-    const std::size_t nq = std::size_t(c.B) * c.H * c.S, nk = std::size_t(c.B) * c.H * c.Sk;
-    const auto q = to_device<T****>(normal(nq * c.D, seed++), c.B, c.H, c.S, c.D);
-    const auto k = to_device<T****>(normal(nk * c.D, seed++), c.B, c.H, c.Sk, c.D);
-    const auto v = to_device<T****>(normal(nk * c.Dv, seed++), c.B, c.H, c.Sk, c.Dv);
-    const auto g = to_device<T****>(normal(nq * c.Dv, seed++), c.B, c.H, c.S, c.Dv);
+    const auto [q, k, v, g] = random_inputs<T>(c, seed);
     const at::AttentionMask<Space> mask = mask_of(c);
     at::FusedAttentionOptions opts;
     opts.scale = 0.7 / std::sqrt(double(c.D));
@@ -238,11 +248,7 @@ TEST(FusedAttentionHugeScale, BackwardMatchesTheUnfusedPathInDouble) {
     // With dropout, δ = dO·O (O = keep_scale·V_argmax rounded) equals
     // dPd·keep_scale only to rounding: a limitation (README).
     if (c.p > 0) continue;
-    const std::size_t nq = std::size_t(c.B) * c.H * c.S, nk = std::size_t(c.B) * c.H * c.Sk;
-    const auto q = to_device<T****>(normal(nq * c.D, seed++), c.B, c.H, c.S, c.D);
-    const auto k = to_device<T****>(normal(nk * c.D, seed++), c.B, c.H, c.Sk, c.D);
-    const auto v = to_device<T****>(normal(nk * c.Dv, seed++), c.B, c.H, c.Sk, c.Dv);
-    const auto g = to_device<T****>(normal(nq * c.Dv, seed++), c.B, c.H, c.S, c.Dv);
+    const auto [q, k, v, g] = random_inputs<T>(c, seed);
     const at::AttentionMask<Space> mask = mask_of(c);
     for (const double scale : {1e12, 1e15, 1e18, -1e300}) {
       at::FusedAttentionOptions opts;

@@ -169,6 +169,29 @@ class CliTest : public ::testing::Test {
     EXPECT_EQ(r.out, "");
     EXPECT_TRUE(files(out_).empty());
   }
+
+  /// --split counts whose int64 sum wraps around to the sequence length L
+  /// are each checked against L: the same error on every rank (it was a
+  /// std::length_error on rank 0 and a hang on the others). `args` makes a
+  /// subcommand's arguments from extra options.
+  template <class Args>
+  void expect_split_counts_above_length_rejected(const Args& args, long long L) const {
+    const std::string max = "9223372036854775807", quarter = "4611686018427387904";  // 2^63-1, 2^62
+    const std::string l = std::to_string(L);
+    expect_mpi_failure(args({"--split", max + "," + max + "," + std::to_string(L + 2)}), 1,
+                       "--split: count " + max + " of rank 0 is more than L=" + l, 3);
+    // Three quarters of 2^64 plus the last count wrap around to exactly L.
+    expect_mpi_failure(
+        args({"--split", quarter + "," + quarter + "," + quarter + "," +
+                             std::to_string(4611686018427387904LL + L)}),
+        1, "--split: count " + quarter + " of rank 0 is more than L=" + l, 4);
+    expect_mpi_failure(args({"--split", "0," + std::to_string(L + 1) + ",0"}), 1,
+                       "--split: count " + std::to_string(L + 1) + " of rank 1 is more than L=" + l,
+                       3);
+    expect_mpi_failure(args({"--split", "1," + max + "0,0"}), 2,
+                       "--split: expected counts >= 0 (at most " + max + "), got '" + max + "0'", 3);
+    expect_mpi_failure(args({"--split", "1,-0,0"}), 2, "--split: expected counts >= 0", 3);
+  }
 #endif
 
   fs::path root_, in_, out_;

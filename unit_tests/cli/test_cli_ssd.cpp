@@ -156,20 +156,10 @@ TEST_F(CliSsd, BadInputFailsOnEveryRankAndWritesNothing) {
   expect_mpi_failure(args({}), 1, "dt.npy: -0.5 at [1, 3, 2] (expected dt >= 0)", 3);
 }
 
-// Counts whose int64 sum wraps around to L are each checked against L: the
-// same error on every rank (it was a std::length_error on rank 0 and a hang
-// on the others).
+// Counts whose int64 sum wraps around to L (cli_fixture.hpp).
 TEST_F(CliSsd, SplitCountsAboveLAreRejectedOnEveryRank) {
   write_problem(DType::f64, false);
-  const std::string max = "9223372036854775807", quarter = "4611686018427387904";  // 2^63-1, 2^62
-  expect_mpi_failure(args({"--split", max + "," + max + ",21"}), 1,
-                 "--split: count " + max + " of rank 0 is more than L=19", 3);
-  expect_mpi_failure(args({"--split", quarter + "," + quarter + "," + quarter + ",4611686018427387923"}), 1,
-                 "--split: count " + quarter + " of rank 0 is more than L=19", 4);
-  expect_mpi_failure(args({"--split", "0,20,0"}), 1, "--split: count 20 of rank 1 is more than L=19", 3);
-  expect_mpi_failure(args({"--split", "1," + max + "0,0"}), 2,
-                 "--split: expected counts >= 0 (at most " + max + "), got '" + max + "0'", 3);
-  expect_mpi_failure(args({"--split", "1,-0,0"}), 2, "--split: expected counts >= 0", 3);
+  expect_split_counts_above_length_rejected([&](Strings extra) { return args(extra); }, 19);
 }
 
 // A huge batch of empty sequences (headers only). With P = 0 every output is
