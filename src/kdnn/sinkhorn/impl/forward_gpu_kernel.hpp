@@ -44,17 +44,12 @@
 #include "kdnn/core/impl/backend_traits.hpp"
 #include "kdnn/core/impl/scratch_layout.hpp"
 #include "kdnn/core/impl/team_plan.hpp"
+#include "kdnn/core/impl/unroll.hpp"
 #include "kdnn/core/nan_max.hpp"
 #include "kdnn/sinkhorn/impl/first_iteration.hpp"
 #include "kdnn/sinkhorn/impl/marginal_error.hpp"
 #include "kdnn/sinkhorn/impl/rescale.hpp"
 #include "kdnn/sinkhorn/sinkhorn.hpp"
-
-#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
-#define KDNN_IMPL_UNROLL _Pragma("unroll")
-#else
-#define KDNN_IMPL_UNROLL
-#endif
 
 namespace kdnn::sinkhorn::impl {
 
@@ -260,5 +255,3 @@ struct ForwardGpuKernel {
 };
 
 }  // namespace kdnn::sinkhorn::impl
-
-#undef KDNN_IMPL_UNROLL
