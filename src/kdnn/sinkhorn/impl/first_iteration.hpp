@@ -23,7 +23,6 @@
 // which never divides by ρ_i, so it stays finite where ρ_i underflows
 // (rebuilding S = ρ∘P, as a plain reverse sweep would, gives 0·∞ there).
 #include "kdnn/core/compat.hpp"
-#include "kdnn/core/impl/unroll.hpp"
 
 namespace kdnn::sinkhorn::impl {
 
@@ -44,10 +43,8 @@ template <class XCol, class Put>
 KOKKOS_FORCEINLINE_FUNCTION void first_column(int n, const XCol& x, const Put& put,
                                               double& shift, double& inv_colsum) {
   double m = x(0);
-  KDNN_IMPL_UNROLL
   for (int i = 1; i < n; ++i) m = m > x(i) ? m : x(i);
   double s = 0;
-  KDNN_IMPL_UNROLL
   for (int i = 0; i < n; ++i) {
     const double e = compat::exp(x(i) - m);
     put(i, e);
@@ -66,26 +63,21 @@ KOKKOS_FORCEINLINE_FUNCTION double first_row(int n, const E& e, const XRow& x,
                                              const Shift& shift, const InvColsum& inv_colsum,
                                              double eps, const Put& put) {
   double rho = eps;
-  KDNN_IMPL_UNROLL
   for (int j = 0; j < n; ++j) rho += e(j) * inv_colsum(j) + eps;
   if (rho > 1e-280) {
     const double inv_rho = 1 / rho;
-    KDNN_IMPL_UNROLL
     for (int j = 0; j < n; ++j) put(j, (e(j) * inv_colsum(j) + eps) * inv_rho);
     return eps * inv_rho;
   }
   auto h = [&](int j) { return 0.5 * x(j) - 0.5 * shift(j) + 0.5 * compat::log(inv_colsum(j)); };
   const double h_eps = eps > 0 ? 0.5 * compat::log(eps) : 0;
   double hmax = h(0);
-  KDNN_IMPL_UNROLL
   for (int j = 1; j < n; ++j) hmax = hmax > h(j) ? hmax : h(j);
   if (eps > 0 && h_eps > hmax) hmax = h_eps;
   const double eh = eps > 0 ? compat::exp(2 * (h_eps - hmax)) : 0;
   double sum = (n + 1) * eh;
-  KDNN_IMPL_UNROLL
   for (int j = 0; j < n; ++j) sum += compat::exp(2 * (h(j) - hmax));
   const double inv_sum = 1 / sum;
-  KDNN_IMPL_UNROLL
   for (int j = 0; j < n; ++j) put(j, (compat::exp(2 * (h(j) - hmax)) + eh) * inv_sum);
   return eh * inv_sum;
 }

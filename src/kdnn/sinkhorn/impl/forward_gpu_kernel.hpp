@@ -174,38 +174,34 @@ struct ForwardGpuKernel {
     LaneRegisters<T, N, N, kPrivate> row;  // lane i: P_i·
     LaneRegisters<T, N, N, kPrivate> col;  // lane j: P_·j
 
-    // Iteration 1, in double. Columns: lane j reads column j of X.
+    // Iteration 1, in double, with X read from global memory (cached) where
+    // first_column / first_row need it rather than held in registers: fully
+    // unrolled with N double temporaries per lane, these loops alone took
+    // every register at N = 16 and spilled. Columns: lane j reads column j.
+    const auto xd = [&](int i, int j) { return double(at<Tr>(x, ldx, i, j)); };
     Kokkos::parallel_for(lanes, [&](int j) {
-      T xc[N];
-      KDNN_IMPL_UNROLL
-      for (int i = 0; i < N; ++i) xc[i] = at<Tr>(x, ldx, i, j);
       first_column(
-          N, [&](int i) { return double(xc[i]); }, [](int, double) {}, w.shift[j],
-          w.inv_colsum[j]);
+          N, [&](int i) { return xd(i, j); }, [](int, double) {}, w.shift[j], w.inv_colsum[j]);
     });
     // Rows: lane i recomputes its exponentials (the same values the column
-    // pass summed), normalises its row and hands it to the tile.
+    // pass summed) and writes its row of P to the tile.
     Kokkos::parallel_for(lanes, [&](int i) {
-      T* p = row(i);
-      double xr[N], er[N];
-      KDNN_IMPL_UNROLL
-      for (int j = 0; j < N; ++j) {
-        xr[j] = double(at<Tr>(x, ldx, i, j));
-        er[j] = compat::exp(xr[j] - w.shift[j]);
-      }
       first_row(
-          N, [&](int j) { return er[j]; }, [&](int j) { return xr[j]; },
-          [&](int j) { return w.shift[j]; }, [&](int j) { return w.inv_colsum[j]; }, eps,
-          [&](int j, double pij) {
-            p[j] = T(pij);
-            w.tile[i * kLd + j] = p[j];
-          });
+          N, [&](int j) { return compat::exp(xd(i, j) - w.shift[j]); },
+          [&](int j) { return xd(i, j); }, [&](int j) { return w.shift[j]; },
+          [&](int j) { return w.inv_colsum[j]; }, eps,
+          [&](int j, double pij) { w.tile[i * kLd + j] = T(pij); });
       w.u[i] = w.v[i] = T(1);
     });
-    Kokkos::parallel_for(lanes, [&](int j) {
-      T* pc = col(j);
+    // The registers: lane k takes row k and column k of P from the tile.
+    Kokkos::parallel_for(lanes, [&](int k) {
+      T* pr = row(k);
+      T* pc = col(k);
       KDNN_IMPL_UNROLL
-      for (int i = 0; i < N; ++i) pc[i] = w.tile[i * kLd + j];
+      for (int l = 0; l < N; ++l) {
+        pr[l] = w.tile[k * kLd + l];
+        pc[l] = w.tile[l * kLd + k];
+      }
     });
 
     // Iterations 2..iters. With tol, each first checks the column sums v∘c,
