@@ -5,7 +5,9 @@
 //   implicit / block:   read R and G, write dX  3 B n² sizeof(T)
 //   unrolled:           read X and G, write dX  3 B n² sizeof(T)
 // The PyTorch formulation is timed by sinkhorn_torch.py; compare_sinkhorn.py
-// runs both and prints the ratios. Sizes: --kdnn_sizes=BxNxITERS,... (default
+// runs both and prints the ratios. forward_host and forward_gpu pin the
+// forward's kernel shape (kdnn::KernelShape; forward is the automatic one).
+// Sizes: --kdnn_sizes=BxNxITERS,... (default
 // 4096x16x100,10001x4x48).
 #include <cstdio>
 #include <random>
@@ -27,7 +29,7 @@ using Space = Kokkos::DefaultExecutionSpace;
 template <class T>
 using Batch = sk::Batch<T, Space>;
 
-enum class Op { forward, implicit, block, unrolled };
+enum class Op { forward, forward_host, forward_gpu, implicit, block, unrolled };
 
 template <class T>
 void fill(const Batch<T>& v, unsigned seed, bool logits) {
@@ -49,12 +51,17 @@ void run(benchmark::State& state, Op op) {
   sk::forward(space, X, R, {iters});
   sk::BackwardOptions opts;
   opts.method = op == Op::block ? sk::Method::block : sk::Method::implicit;
+  sk::ForwardOptions fwd{iters};
+  if (op == Op::forward_host) fwd.launch.shape = kdnn::KernelShape::host;
+  if (op == Op::forward_gpu) fwd.launch.shape = kdnn::KernelShape::gpu;
   sk::Report<Space> report;
   report.iterations = Kokkos::View<int*, Space::memory_space>("cg", batch);
   space.fence();
   for (auto _ : state) {
     switch (op) {
-      case Op::forward: sk::forward(space, X, R, {iters}); break;
+      case Op::forward:
+      case Op::forward_host:
+      case Op::forward_gpu: sk::forward(space, X, R, fwd); break;
       case Op::implicit:
       case Op::block: sk::backward(space, R, G, dX, opts, report); break;
       case Op::unrolled: sk::backward_unrolled(space, X, G, dX, {iters}); break;
@@ -62,7 +69,8 @@ void run(benchmark::State& state, Op op) {
     space.fence();
   }
   const double elems = double(batch) * n * n;
-  const double bytes = (op == Op::forward ? 2 : 3) * elems * sizeof(T);
+  const bool forward = op == Op::forward || op == Op::forward_host || op == Op::forward_gpu;
+  const double bytes = (forward ? 2 : 3) * elems * sizeof(T);
   state.SetBytesProcessed(int64_t(bytes * double(state.iterations())));
   if (op == Op::implicit || op == Op::block) {
     auto it = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), report.iterations);
@@ -110,6 +118,8 @@ int main(int argc, char** argv) {
     }
   }
   const std::pair<const char*, Op> ops[] = {{"forward", Op::forward},
+                                            {"forward_host", Op::forward_host},
+                                            {"forward_gpu", Op::forward_gpu},
                                             {"implicit", Op::implicit},
                                             {"block", Op::block},
                                             {"unrolled", Op::unrolled}};

@@ -27,4 +27,14 @@ Batch<T> batch_of(const std::vector<double>& host, int batch, int n) {
   return to_device<T***>(host, batch, n, n);
 }
 
+/// Expects every matrix of the forward's output r ([batch, n, n]) to match
+/// the plain formula on x with `iters` iterations, to relative error `bound`.
+inline void expect_plain_formula(const std::vector<double>& r, const std::vector<double>& x,
+                                 int batch, int n, int iters, double bound) {
+  for (int b = 0; b < batch; ++b) {
+    EXPECT_LT(rel_error(matrix(r, b, n), ref_forward(matrix(x, b, n), n, iters)), bound)
+        << "n=" << n << " b=" << b;
+  }
+}
+
 }  // namespace kdnn_test

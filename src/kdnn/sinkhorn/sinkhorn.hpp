@@ -50,6 +50,15 @@ namespace kdnn::sinkhorn {
 /// one exception: on a GPU the vector length changes the order in which the
 /// implicit and block backwards' CG sums dot products across lanes, so those
 /// agree to rounding (tested).
+///
+/// launch.shape: the forward has a GPU form for n in {2, 4, 8, 16, 32}
+/// (chosen by KernelShape::automatic on a GPU backend, or by
+/// KernelShape::gpu anywhere; other n run the host form): a matrix per n
+/// vector lanes, its rows and columns in registers. It does the host form's
+/// operations in the same order, so the two are bitwise identical on a host
+/// backend and agree to rounding on a GPU, where the compiler may fuse
+/// multiply-adds differently (tested). It picks its own vector length (n)
+/// and tile; launch.team_size, if set, is its number of matrices per team.
 using Launch = kdnn::Launch;
 
 /// Which marginal the first normalisation of an iteration enforces.

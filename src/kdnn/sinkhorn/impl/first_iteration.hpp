@@ -34,6 +34,54 @@ struct FirstIteration {
   double* S;           ///< optional (may be null): the column softmax, n×ld
 };
 
+/// Column j's statistics, by the lane that owns the column: its maximum
+/// m_j (`shift`), e_i = exp(x(i) − m_j) for x(i) = X_ij, handed to
+/// put(i, e_i), and 1 / s_j with s_j = Σ_i e_i (`inv_colsum`). Both forms of
+/// the forward call this (and first_row), so their first iterations agree
+/// bitwise.
+template <class XCol, class Put>
+KOKKOS_FORCEINLINE_FUNCTION void first_column(int n, const XCol& x, const Put& put,
+                                              double& shift, double& inv_colsum) {
+  double m = x(0);
+  for (int i = 1; i < n; ++i) m = m > x(i) ? m : x(i);
+  double s = 0;
+  for (int i = 0; i < n; ++i) {
+    const double e = compat::exp(x(i) - m);
+    put(i, e);
+    s += e;
+  }
+  shift = m;
+  inv_colsum = 1 / s;
+}
+
+/// Row i of P, by the lane that owns the row, from e(j) = exp(X_ij − m_j),
+/// x(j) = X_ij and the columns' shift(j) = m_j and inv_colsum(j) = 1 / s_j:
+/// P_ij is handed to put(j, P_ij) (after e(j) was last read); returns
+/// w_i = eps / ρ_i.
+template <class E, class XRow, class Shift, class InvColsum, class Put>
+KOKKOS_FORCEINLINE_FUNCTION double first_row(int n, const E& e, const XRow& x,
+                                             const Shift& shift, const InvColsum& inv_colsum,
+                                             double eps, const Put& put) {
+  double rho = eps;
+  for (int j = 0; j < n; ++j) rho += e(j) * inv_colsum(j) + eps;
+  if (rho > 1e-280) {
+    const double inv_rho = 1 / rho;
+    for (int j = 0; j < n; ++j) put(j, (e(j) * inv_colsum(j) + eps) * inv_rho);
+    return eps * inv_rho;
+  }
+  auto h = [&](int j) { return 0.5 * x(j) - 0.5 * shift(j) + 0.5 * compat::log(inv_colsum(j)); };
+  const double h_eps = eps > 0 ? 0.5 * compat::log(eps) : 0;
+  double hmax = h(0);
+  for (int j = 1; j < n; ++j) hmax = hmax > h(j) ? hmax : h(j);
+  if (eps > 0 && h_eps > hmax) hmax = h_eps;
+  const double eh = eps > 0 ? compat::exp(2 * (h_eps - hmax)) : 0;
+  double sum = (n + 1) * eh;
+  for (int j = 0; j < n; ++j) sum += compat::exp(2 * (h(j) - hmax));
+  const double inv_sum = 1 / sum;
+  for (int j = 0; j < n; ++j) put(j, (compat::exp(2 * (h(j) - hmax)) + eh) * inv_sum);
+  return eh * inv_sum;
+}
+
 /// P (n×n, row stride ld) from X, read through x(i, j) -> double.
 template <class Member, class XAt>
 KOKKOS_INLINE_FUNCTION void first_iteration(const Member& team, int n, const XAt& x,
@@ -41,43 +89,20 @@ KOKKOS_INLINE_FUNCTION void first_iteration(const Member& team, int n, const XAt
                                             const FirstIteration& fi) {
   const auto lanes = Kokkos::ThreadVectorRange(team, n);
   Kokkos::parallel_for(lanes, [&](int j) {
-    double m = x(0, j);
-    for (int i = 1; i < n; ++i) m = m > x(i, j) ? m : x(i, j);
-    double s = 0;
-    for (int i = 0; i < n; ++i) {
-      P[i * ld + j] = compat::exp(x(i, j) - m);
-      s += P[i * ld + j];
-    }
-    fi.shift[j] = m;
-    fi.inv_colsum[j] = 1 / s;
+    first_column(
+        n, [&](int i) { return x(i, j); }, [&](int i, double e) { P[i * ld + j] = e; },
+        fi.shift[j], fi.inv_colsum[j]);
     if (fi.S != nullptr) {
-      for (int i = 0; i < n; ++i) fi.S[i * ld + j] = P[i * ld + j] * (1 / s);
+      const double inv_s = fi.inv_colsum[j];
+      for (int i = 0; i < n; ++i) fi.S[i * ld + j] = P[i * ld + j] * inv_s;
     }
   });
   Kokkos::parallel_for(lanes, [&](int i) {
-    double rho = eps;
-    for (int j = 0; j < n; ++j) rho += P[i * ld + j] * fi.inv_colsum[j] + eps;
-    if (rho > 1e-280) {
-      const double inv_rho = 1 / rho;
-      for (int j = 0; j < n; ++j) {
-        P[i * ld + j] = (P[i * ld + j] * fi.inv_colsum[j] + eps) * inv_rho;
-      }
-      fi.row_eps[i] = eps * inv_rho;
-      return;
-    }
-    auto h = [&](int j) {
-      return 0.5 * x(i, j) - 0.5 * fi.shift[j] + 0.5 * compat::log(fi.inv_colsum[j]);
-    };
-    const double h_eps = eps > 0 ? 0.5 * compat::log(eps) : 0;
-    double hmax = h(0);
-    for (int j = 1; j < n; ++j) hmax = hmax > h(j) ? hmax : h(j);
-    if (eps > 0 && h_eps > hmax) hmax = h_eps;
-    const double e = eps > 0 ? compat::exp(2 * (h_eps - hmax)) : 0;
-    double sum = (n + 1) * e;
-    for (int j = 0; j < n; ++j) sum += compat::exp(2 * (h(j) - hmax));
-    const double inv_sum = 1 / sum;
-    for (int j = 0; j < n; ++j) P[i * ld + j] = (compat::exp(2 * (h(j) - hmax)) + e) * inv_sum;
-    fi.row_eps[i] = e * inv_sum;
+    double* Pi = P + i * ld;
+    fi.row_eps[i] = first_row(
+        n, [&](int j) { return Pi[j]; }, [&](int j) { return x(i, j); },
+        [&](int j) { return fi.shift[j]; }, [&](int j) { return fi.inv_colsum[j]; }, eps,
+        [&](int j, double p) { Pi[j] = p; });
   });
 }
 

@@ -10,6 +10,7 @@
 
 #include "kdnn/core/validate.hpp"
 #include "kdnn/sinkhorn/impl/cg_backward_kernel.hpp"
+#include "kdnn/sinkhorn/impl/forward_gpu_kernel.hpp"
 #include "kdnn/sinkhorn/impl/forward_kernel.hpp"
 #include "kdnn/sinkhorn/impl/unrolled_backward_kernel.hpp"
 #include "kdnn/sinkhorn/sinkhorn.hpp"
@@ -65,6 +66,49 @@ inline void validate_batch_size(const char* op, const char* name, std::size_t ba
   }
 }
 
+/// Runs the GPU form of the forward (forward_gpu_kernel.hpp) with n = N.
+template <int N, class ExecSpace, class T>
+void forward_gpu(const char* op, const ExecSpace& space, const Batch<const T, ExecSpace>& X,
+                 const Batch<T, ExecSpace>& R, const ForwardOptions& opts,
+                 const Report<ExecSpace>& report) {
+  ForwardGpuKernel<ExecSpace, T, N> k;
+  k.X = X;
+  k.R = R;
+  k.iters_out = report.iterations;
+  k.error_out = report.marginal_error;
+  k.batch = int(X.extent(0));
+  k.transpose = opts.order == Order::rows_first;
+  k.iters = opts.iters;
+  k.tol = opts.tol;
+  k.eps = opts.eps;
+  k.run(op, space, opts.launch);
+}
+
+/// The GPU form for n in {2, 4, 8, 16, 32} where the launch asks for it
+/// (kdnn::impl::use_gpu_shape) and the backend has N vector lanes; false
+/// (nothing run) otherwise.
+template <class ExecSpace, class T>
+bool try_forward_gpu(const char* op, const ExecSpace& space, const Batch<const T, ExecSpace>& X,
+                     const Batch<T, ExecSpace>& R, const ForwardOptions& opts,
+                     const Report<ExecSpace>& report) {
+  const int n = int(X.extent(1));
+  if (!kdnn::impl::use_gpu_shape<ExecSpace>(opts.launch.shape) || !gpu_forward_size(n)) {
+    return false;
+  }
+  if (kdnn::impl::BackendTraits<ExecSpace>::is_gpu &&
+      n > Kokkos::TeamPolicy<ExecSpace>::vector_length_max()) {
+    return false;
+  }
+  switch (n) {
+    case 2: forward_gpu<2>(op, space, X, R, opts, report); break;
+    case 4: forward_gpu<4>(op, space, X, R, opts, report); break;
+    case 8: forward_gpu<8>(op, space, X, R, opts, report); break;
+    case 16: forward_gpu<16>(op, space, X, R, opts, report); break;
+    default: forward_gpu<32>(op, space, X, R, opts, report); break;
+  }
+  return true;
+}
+
 template <class ExecSpace, class T>
 void forward(const ExecSpace& space, const Batch<const T, ExecSpace>& X,
              const Batch<T, ExecSpace>& R, const ForwardOptions& opts,
@@ -78,6 +122,7 @@ void forward(const ExecSpace& space, const Batch<const T, ExecSpace>& X,
   validate_report(op, report, X.extent(0), std::pair("X", X), std::pair("R", R));
   const int batch = int(X.extent(0)), n = int(X.extent(1));
   if (batch == 0) return;
+  if (try_forward_gpu(op, space, X, R, opts, report)) return;
 
   using Kernel = ForwardKernel<ExecSpace, T>;
   Kernel k;

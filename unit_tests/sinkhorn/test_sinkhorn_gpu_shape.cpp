@@ -1,0 +1,181 @@
+// The GPU shape of the Sinkhorn forward (launch.shape = KernelShape::gpu,
+// forward_gpu_kernel.hpp) against the host shape, on whatever backend the
+// tests run on (on a host, the GPU form runs as plain loops).
+//
+// What is bitwise and what is to rounding: the two forms do the same
+// floating-point operations in the same order (the first iteration in double
+// through the same functions, every later sum in index order, the same
+// rescaling and marginal error), so on a host backend, whose build does not
+// contract a·b + c into an FMA, R, the iteration counts and the marginal
+// errors are bitwise identical, and that is what is asserted. On a GPU the
+// compiler may contract the two kernels' sums differently, so R and the
+// marginal errors are asserted to a few units in the last place of T there;
+// the iteration counts still must match.
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "kdnn/core/impl/backend_traits.hpp"
+#include "random.hpp"
+#include "sinkhorn_test_util.hpp"
+
+namespace {
+
+using namespace kdnn_test;
+namespace sk = kdnn::sinkhorn;
+
+constexpr bool kHost = kdnn::impl::BackendTraits<Space>::is_host;
+
+template <class T>
+class SinkhornGpuShape : public ::testing::Test {};
+using Types = ::testing::Types<float, double>;
+TYPED_TEST_SUITE(SinkhornGpuShape, Types);
+
+struct Outcome {
+  std::vector<double> R, iterations, marginal_error;
+};
+
+template <class T>
+Outcome run(const std::vector<double>& x, int batch, int n, sk::ForwardOptions o,
+            kdnn::KernelShape shape) {
+  o.launch.shape = shape;
+  auto X = batch_of<T>(x, batch, n);
+  Batch<T> R("R", batch, n, n);
+  const auto report = Report::allocate(batch);
+  sk::forward(Space(), X, R, o, report);
+  return {to_host(R), to_host(report.iterations), to_host(report.marginal_error)};
+}
+
+/// Bitwise equal (NaN equal to NaN).
+bool same_bits(const std::vector<double>& a, const std::vector<double>& b) {
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0);
+}
+
+/// Equal to `ulps` units in the last place of T, relative to the larger.
+template <class T>
+::testing::AssertionResult within_ulps(const std::vector<double>& a, const std::vector<double>& b,
+                                       double ulps) {
+  if (a.size() != b.size()) return ::testing::AssertionFailure() << "sizes differ";
+  const double unit = std::numeric_limits<T>::epsilon();
+  for (std::size_t k = 0; k < a.size(); ++k) {
+    if (std::isnan(a[k]) && std::isnan(b[k])) continue;
+    const double scale = std::fmax(std::fabs(a[k]), std::fabs(b[k]));
+    if (!(std::fabs(a[k] - b[k]) <= ulps * unit * scale)) {
+      return ::testing::AssertionFailure() << "element " << k << ": " << a[k] << " vs " << b[k];
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+template <class T>
+void expect_same(const Outcome& gpu, const Outcome& host) {
+  EXPECT_EQ(gpu.iterations, host.iterations);
+  if (kHost) {
+    EXPECT_TRUE(same_bits(gpu.R, host.R));
+    EXPECT_TRUE(same_bits(gpu.marginal_error, host.marginal_error));
+  } else {
+    EXPECT_TRUE(within_ulps<T>(gpu.R, host.R, 8));
+    // The errors are differences from 1 of sums near 1: a few ulps of 1.
+    const double unit = std::numeric_limits<T>::epsilon();
+    for (std::size_t b = 0; b < host.marginal_error.size(); ++b) {
+      EXPECT_NEAR(gpu.marginal_error[b], host.marginal_error[b], 8 * unit) << "b=" << b;
+    }
+  }
+}
+
+TYPED_TEST(SinkhornGpuShape, MatchesHostShape) {
+  using T = TypeParam;
+  unsigned seed = 1;
+  for (int n : {1, 2, 3, 4, 8, 16, 32}) {
+    for (int batch : {0, 1, 5, 37}) {
+      const auto x = uniform(std::size_t(batch) * n * n, -3.0, 3.0, seed++);
+      for (auto order : {sk::Order::columns_first, sk::Order::rows_first}) {
+        for (double eps : {0.0, 0.01}) {
+          for (double tol : {0.0, 1e-4}) {
+            sk::ForwardOptions o{20, tol, order, eps};
+            SCOPED_TRACE("n=" + std::to_string(n) + " batch=" + std::to_string(batch) +
+                         " rows_first=" + std::to_string(order == sk::Order::rows_first) +
+                         " eps=" + std::to_string(eps) + " tol=" + std::to_string(tol));
+            expect_same<T>(run<T>(x, batch, n, o, kdnn::KernelShape::gpu),
+                           run<T>(x, batch, n, o, kdnn::KernelShape::host));
+          }
+        }
+      }
+    }
+  }
+}
+
+// Partial −inf masks (a masked entry in most rows, no row or column fully
+// masked) and huge entries, ±1e30 (finite in float), which send rows through
+// the first iteration's log-domain path.
+TYPED_TEST(SinkhornGpuShape, MasksAndHugeValuesMatchHostShape) {
+  using T = TypeParam;
+  const double inf = std::numeric_limits<double>::infinity();
+  for (int n : {2, 4, 8, 16, 32}) {
+    const int batch = 6;
+    auto x = uniform(std::size_t(batch) * n * n, -2.0, 2.0, 100 + n);
+    for (int b = 0; b < batch; ++b) {
+      for (int i = 0; i < n; ++i) {
+        double* row = &x[(std::size_t(b) * n + i) * n];
+        if (b % 2 == 0 && i + 1 < n) row[(i + 1) % n] = -inf;  // partial mask
+        if (b % 3 == 1) row[(i * 7 + b) % n] = i % 2 ? 1e30 : -1e30;
+      }
+    }
+    for (auto order : {sk::Order::columns_first, sk::Order::rows_first}) {
+      for (double eps : {0.0, 0.01}) {
+        sk::ForwardOptions o{15, 0.0, order, eps};
+        SCOPED_TRACE("n=" + std::to_string(n) + " eps=" + std::to_string(eps));
+        const Outcome host = run<T>(x, batch, n, o, kdnn::KernelShape::host);
+        for (double v : host.R) ASSERT_TRUE(std::isfinite(v));
+        expect_same<T>(run<T>(x, batch, n, o, kdnn::KernelShape::gpu), host);
+      }
+    }
+  }
+}
+
+// The GPU form runs for n in {2, 4, 8, 16, 32} only; other n (and the
+// automatic shape on a host) take the generic kernel, still correct.
+TYPED_TEST(SinkhornGpuShape, DispatchesOnlyTheCompiledSizes) {
+  using T = TypeParam;
+  for (int n : {1, 2, 3, 4, 5, 8, 16, 31, 32}) {
+    const int batch = 3, iters = 20;
+    const auto x = uniform(std::size_t(batch) * n * n, 0.0, 4.0, 7 + n);
+    auto X = batch_of<T>(x, batch, n);
+    Batch<T> R("R", batch, n, n);
+    sk::ForwardOptions o{iters};
+    o.launch.shape = kdnn::KernelShape::gpu;
+    const auto gpu_ran = [&] {
+      return sk::impl::try_forward_gpu<Space, T>("sinkhorn::forward", Space(), X, R, o, {});
+    };
+    const bool compiled = n == 2 || n == 4 || n == 8 || n == 16 || n == 32;
+    EXPECT_EQ(gpu_ran(), compiled) << "n=" << n;
+    o.launch.shape = kdnn::KernelShape::automatic;
+    EXPECT_EQ(gpu_ran(), compiled && !kHost) << "n=" << n;
+    o.launch.shape = kdnn::KernelShape::gpu;
+    sk::forward(Space(), X, R, o);
+    expect_plain_formula(to_host(R), x, batch, n, iters, tol<T>(1e-13, 2e-6));
+  }
+}
+
+// The GPU form picks its own vector length and tile; a team size beyond the
+// backend's limit is still a kdnn::Error, and a valid one changes nothing.
+TEST(SinkhornGpuShape, LaunchRequests) {
+  const int n = 8, batch = 9;
+  const auto x = uniform(std::size_t(batch) * n * n, 0.0, 4.0, 3);
+  sk::ForwardOptions o{10};
+  const Outcome ref = run<double>(x, batch, n, o, kdnn::KernelShape::gpu);
+  o.launch.team_size = 1;
+  o.launch.vector_length = 4;
+  o.launch.tile = 3;
+  const Outcome got = run<double>(x, batch, n, o, kdnn::KernelShape::gpu);
+  EXPECT_TRUE(same_bits(got.R, ref.R));
+  o.launch.team_size = 100000;
+  EXPECT_KDNN_ERROR(run<double>(x, batch, n, o, kdnn::KernelShape::gpu),
+                    "launch.team_size=100000, expected at most");
+  o.launch.team_size = -1;
+  EXPECT_KDNN_ERROR(run<double>(x, batch, n, o, kdnn::KernelShape::gpu),
+                    "launch.team_size=-1, expected >= 0");
+}
+
+}  // namespace
