@@ -43,8 +43,7 @@ fi
 kokkos_src=$(cd "$1" && pwd)
 kernels_src=$(cd "$2" && pwd)
 prefix=${3:-$repo/.deps/kokkos46-cuda13}
-mkdir -p "$prefix"
-prefix=$(cd "$prefix" && pwd)
+prefix=$(realpath -m "$prefix")
 work=${KDNN_KOKKOS46_WORK_DIR:-$repo/.deps/work-kokkos46-cuda13}
 cuda=${KDNN_CUDA13_ROOT:-/usr/local/cuda-13.0}
 cublas=${KDNN_CUBLAS_ROOT:-$cuda}
@@ -91,7 +90,7 @@ nvcc_release=$("$cuda/bin/nvcc" --version | sed -n 's/.*release \([0-9.]*\),.*/\
 echo "$me: Kokkos $kv, Kokkos Kernels $kkv, CUDA $nvcc_release ($cuda), $arch -> $prefix"
 
 # 2. A patched copy of Kokkos (the user's tree stays as it is).
-mkdir -p "$work"
+mkdir -p "$work" "$prefix"
 ksrc=$work/kokkos-4.6.01-cuda13
 if [[ ! -f $ksrc/.kdnn-patched ]]; then
   rm -rf "$ksrc"

@@ -23,8 +23,10 @@ constexpr std::size_t kScratchAlign = 16;
 
 class ScratchCarver {
  public:
-  /// Counts bytes only (every take returns nullptr).
-  KOKKOS_INLINE_FUNCTION ScratchCarver() = default;
+  /// Counts bytes only (every take returns nullptr). Host and device without
+  /// annotations: nvcc infers them for a function defaulted on its first
+  /// declaration (and nvcc 13 warns, #20012, about explicit ones).
+  ScratchCarver() = default;
   /// Hands out memory from `base`, which must be kScratchAlign-aligned.
   KOKKOS_INLINE_FUNCTION explicit ScratchCarver(void* base)
       : base_(static_cast<char*>(base)) {}
