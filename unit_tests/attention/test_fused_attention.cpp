@@ -454,6 +454,24 @@ TEST(FusedAttentionGradients, MatchCentralDifferencesInDouble) {
   check("dv", hv, to_host(dv));
 }
 
+/// o, lse, dq, dk and dv of one fused forward and backward.
+template <class T>
+std::vector<std::vector<double>> fused_outputs(const DeviceView<T****>& q,
+                                               const DeviceView<T****>& k,
+                                               const DeviceView<T****>& v,
+                                               const DeviceView<T****>& g,
+                                               const at::FusedAttentionOptions& opts,
+                                               const at::AttentionMask<Space>& mask) {
+  const int B = int(q.extent(0)), H = int(q.extent(1)), S = int(q.extent(2)),
+            D = int(q.extent(3)), Sk = int(k.extent(2)), Dv = int(v.extent(3));
+  DeviceView<T****> o("o", B, H, S, Dv), dq("dq", B, H, S, D), dk("dk", B, H, Sk, D),
+      dv("dv", B, H, Sk, Dv);
+  DeviceView<T***> lse("lse", B, H, S);
+  at::fused_attention_forward(Space(), q, k, v, o, lse, opts, mask);
+  at::fused_attention_backward(Space(), q, k, v, o, lse, g, dq, dk, dv, opts, mask);
+  return {to_host(o), to_host(lse), to_host(dq), to_host(dk), to_host(dv)};
+}
+
 // Every launch shape the backend accepts gives bitwise the same results: the
 // GEMM tiles and the per-row sweeps fix every sum's order, not the team.
 TEST(FusedAttentionLaunch, ResultsDoNotDependOnTheLaunchShape) {
@@ -471,13 +489,7 @@ TEST(FusedAttentionLaunch, ResultsDoNotDependOnTheLaunchShape) {
     opts.scale = 0.3;
     opts.dropout = {0.1, 5, 0};
     opts.launch = launch;
-    DeviceView<T****> o("o", B, H, S, Dv), dq("dq", B, H, S, D), dk("dk", B, H, Sk, D),
-        dv("dv", B, H, Sk, Dv);
-    DeviceView<T***> lse("lse", B, H, S);
-    at::fused_attention_forward(Space(), q, k, v, o, lse, opts, mask);
-    at::fused_attention_backward(Space(), q, k, v, o, lse, g, dq, dk, dv, opts, mask);
-    return std::vector<std::vector<double>>{to_host(o), to_host(lse), to_host(dq), to_host(dk),
-                                            to_host(dv)};
+    return fused_outputs<T>(q, k, v, g, opts, mask);
   };
   std::vector<kdnn::Launch> shapes = {{0, 1, 1}};
   const bool host = kdnn::impl::BackendTraits<Space>::is_host;
@@ -494,6 +506,42 @@ TEST(FusedAttentionLaunch, ResultsDoNotDependOnTheLaunchShape) {
   }
 }
 
+// Blocks past on-chip scratch: a GPU launch (forced here) strides a bounded
+// league over them in a team workspace (core/impl/team_work.hpp), a host
+// launch gives each its team and level-1 scratch; bitwise the same results.
+TEST(FusedAttentionLaunch, GpuLaunchPastLevelZeroMatchesTheDefault) {
+  using T = double;
+  const int S = 150, Sk = 130, D = 128, Dv = 96;
+  const FusedCase c{"past level 0", 2, 3, S, Sk, D, Dv, true, {}, {}, {}, {}, 0};
+  unsigned seed = 611;
+  const auto in = random_inputs<T>(c, seed);  // named below: a lambda takes them
+  const auto &q = in[0], &k = in[1], &v = in[2], &g = in[3];
+  {
+    int bq = 0, bk = 0;
+    at::impl::fused_block_sizes<Space>(S, Sk, D, Dv, bq, bk);
+    const std::size_t bytes = kdnn::impl::layout_bytes([&](kdnn::impl::ScratchCarver& s) {
+      at::impl::FusedForwardKernel<Space, T>::carve(s, bq, bk, D, Dv);
+    });
+    ASSERT_GT(bytes, kdnn::impl::scratch_capacity<Space>(0)) << "the case must be past level 0";
+    ASSERT_GT(S, 2 * bq) << "several query blocks per head";
+  }
+  const auto run = [&](kdnn::KernelShape shape, at::FusedBackwardSchedule schedule) {
+    at::FusedAttentionOptions opts;
+    opts.backward = schedule;
+    opts.scale = 0.2;
+    opts.launch.shape = shape;
+    at::AttentionMask<Space> mask;
+    mask.causal = true;
+    return fused_outputs<T>(q, k, v, g, opts, mask);
+  };
+  for (const auto schedule :
+       {at::FusedBackwardSchedule::per_head, at::FusedBackwardSchedule::per_key_block}) {
+    const auto gpu = run(kdnn::KernelShape::gpu, schedule);
+    EXPECT_EQ(gpu, run(kdnn::KernelShape::host, schedule)) << "schedule " << int(schedule);
+    for (const auto& x : gpu) EXPECT_NE(x, std::vector<double>(x.size(), 0.0));
+  }
+}
+
 // A head dimension whose blocks exceed the backend's team scratch is refused
 // with the sizes, before anything runs.
 TEST(FusedAttentionErrors, ScratchPastTheLimitIsAClearError) {
@@ -504,8 +552,11 @@ TEST(FusedAttentionErrors, ScratchPastTheLimitIsAClearError) {
     return kdnn::impl::layout_bytes(
         [&](kdnn::impl::ScratchCarver& s) { Kernel::carve(s, bq, bk, D, 1); });
   };
+  const char* limit_what = nullptr;  // a GPU's launches: the team workspace's budget
+  const std::size_t limit = kdnn::impl::scratch_limit<Space>(
+      kdnn::impl::is_gpu_launch<Space>(kdnn::Launch{}), limit_what);
   int D = 64;
-  while (bytes(D) <= kdnn::impl::scratch_capacity<Space>(1)) D *= 2;
+  while (bytes(D) <= limit) D *= 2;
   const auto alloc = [](const char* name, int d) {
     return DeviceView<double****>(
         Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(name)), 1, 1, 1, d);

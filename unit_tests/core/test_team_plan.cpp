@@ -38,34 +38,110 @@ TEST(TeamPlan, CooperativeChoosesScratchLevel) {
 
 // Level-1 scratch is allocated for every team that can run at once. On an
 // H100 under Kokkos 3.4 (132 SMs × 2048 threads) a fused-attention probe
-// asked Kokkos for a 66 GB pool (8 MB per one-warp team), which failed inside
-// cudaMalloc; a pool larger than the device's memory (80 GB) is now a
-// kdnn::Error. Sinkhorn's unrolled backward at n = 4 takes pools of 4.4 and
-// 43 GB there in the tests (64960 and 640960 bytes per 4-thread team), which
-// ran, and must still run.
-TEST(TeamPlan, LevelOneScratchPoolIsLimited) {
+// asked Kokkos for a 66 GB pool (8 MB per one-warp team) and Sinkhorn's
+// unrolled backward at n = 4 for 4.4 and 43 GB (64960 and 640960 bytes per
+// 4-thread team). A GPU launch takes a team workspace instead, bounded by
+// kTeamWorkspaceBudget (256 MiB).
+TEST(TeamPlan, WorkspaceSlotsAreBounded) {
+  using kdnn::impl::workspace_slots;
   const long long h100 = 132LL * 2048;
-  const std::size_t h100_memory = 85017493504;  // cudaMemGetInfo total (twice the 42508746752 seen)
-  kdnn::impl::TeamPlan<Space> plan;
-  plan.level = 1, plan.team_size = 1, plan.vector_length = 32;
-  EXPECT_EQ(kdnn::impl::scratch_pool_bytes(1000, h100, 32), 1000.0 * 8448);
-  plan.scratch_bytes = std::size_t(16) << 20;
-  EXPECT_KDNN_ERROR(kdnn::impl::check_scratch_pool("op", plan, h100, h100_memory, "blocks of 4"),
-                    "op: blocks of 4 needs 16777216 bytes of team scratch (level 1) for each of "
-                    "8448 teams of 32 threads that run at once");
-  kdnn::impl::check_scratch_pool("op", plan, h100, 0, "blocks of 4");  // no limit (a host)
-  plan.level = 0;  // on-chip scratch takes no pool
-  kdnn::impl::check_scratch_pool("op", plan, h100, h100_memory, "blocks of 4");
-  kdnn::impl::TeamPlan<Space> sinkhorn;
-  sinkhorn.level = 1, sinkhorn.team_size = 1, sinkhorn.vector_length = 4;
-  sinkhorn.scratch_bytes = 64960;
-  EXPECT_EQ(kdnn::impl::scratch_pool_bytes(64960, h100, 4), 64960.0 * 67584);
-  kdnn::impl::check_scratch_pool("op", sinkhorn, h100, h100_memory, "n=4");
-  sinkhorn.scratch_bytes = 640960;
-  kdnn::impl::check_scratch_pool("op", sinkhorn, h100, h100_memory, "n=4");
-  // A host: one team per thread.
-  EXPECT_EQ(kdnn::impl::scratch_pool_bytes(1000, 2, 1), 2000.0);
-  EXPECT_EQ(kdnn::impl::scratch_pool_bytes(1000, 1, 4), 1000.0);
+  const std::size_t budget = kdnn::impl::kTeamWorkspaceBudget;
+  EXPECT_EQ(budget, std::size_t(256) << 20);
+  EXPECT_EQ(workspace_slots(1 << 20, std::size_t(8) << 20, 32, h100), 32);  // 256 MiB
+  EXPECT_EQ(workspace_slots(1 << 20, 64960, 4, h100), int(budget / 64960));
+  EXPECT_EQ(workspace_slots(1 << 20, 640960, 4, h100), int(budget / 640960));
+  EXPECT_EQ(workspace_slots(1 << 20, 1024, 32, h100), 8448);  // what can run at once
+  EXPECT_EQ(workspace_slots(5, 1024, 32, h100), 5);            // no more than the items
+  EXPECT_EQ(workspace_slots(0, 1024, 32, h100), 1);
+  EXPECT_EQ(workspace_slots(100, budget, 32, h100), 1);        // one team fills the budget
+  EXPECT_EQ(workspace_slots(100, 1024, 1, 2), 2);              // two host threads
+  EXPECT_EQ(workspace_slots(INT_MAX, 16, 1, 1LL << 40, std::size_t(1) << 40), INT_MAX);
+  EXPECT_EQ(workspace_slots(INT_MAX, 16, 1, 1LL << 40), int(budget / 16));
+}
+
+kdnn::Launch gpu_shape() {
+  kdnn::Launch l;
+  l.shape = kdnn::KernelShape::gpu;
+  return l;
+}
+
+// Past level 0, a GPU launch (here forced on this backend) takes a team
+// workspace: a league of `slots` teams, no Kokkos scratch, the budget as
+// the limit; a host launch takes level 1 with Kokkos' limit.
+TEST(TeamPlan, GpuLaunchTakesAWorkspacePastLevelZero) {
+  const std::size_t max0 = kdnn::impl::scratch_capacity<Space>(0);
+  const std::size_t budget = kdnn::impl::kTeamWorkspaceBudget;
+  auto small = kdnn::impl::plan_team<Space, NoOp>("op", Space(), 7, gpu_shape(), 1, 64, "x");
+  EXPECT_EQ(small.level, 0);
+  EXPECT_EQ(small.slots, 0);
+  auto large = kdnn::impl::plan_team<Space, NoOp>("op", Space(), 1000, gpu_shape(), 1, max0 + 1,
+                                                  "x");
+  EXPECT_EQ(large.level, 1);
+  EXPECT_EQ(large.league, 1000);
+  EXPECT_EQ(large.slots,
+            kdnn::impl::workspace_slots(1000, large.slot_stride(),
+                                        large.team_size * large.vector_length,
+                                        Space().concurrency()));
+  EXPECT_EQ(large.policy(Space()).league_size(), large.slots);
+  EXPECT_EQ(large.policy(Space()).scratch_size(1), 0u);
+  EXPECT_EQ(large.slot_stride() % kdnn::impl::kScratchAlign, 0u);
+  EXPECT_KDNN_ERROR(
+      (kdnn::impl::plan_team<Space, NoOp>("op", Space(), 1, gpu_shape(), 1, budget + 1,
+                                          "blocks of 9")),
+      "op: blocks of 9 needs " + std::to_string(budget + 1) + " bytes of team scratch, above the " +
+          std::to_string(budget) + "-byte budget of a GPU launch's team workspace");
+  EXPECT_KDNN_ERROR((kdnn::impl::plan_system_tiles<Space, NoOp>(
+                        "op", Space(), 4, 4, gpu_shape(),
+                        [&](int tile) { return tile * (budget + 16); }, "n=4", "matrix")),
+                    "op: n=4 needs " + std::to_string(budget + 16) +
+                        " bytes of team scratch per matrix, above the " + std::to_string(budget) +
+                        "-byte budget");
+  if (kdnn::impl::BackendTraits<Space>::is_host) {
+    auto host = kdnn::impl::plan_team<Space, NoOp>("op", Space(), 1000, kdnn::Launch{}, 1,
+                                                   max0 + 1, "x");
+    EXPECT_EQ(host.level, 1);
+    EXPECT_EQ(host.slots, 0);
+    EXPECT_EQ(host.policy(Space()).league_size(), 1000);
+  }
+}
+
+/// Each work item fills its team's scratch with its number, then (after a
+/// barrier) checks it and counts itself: out(item) ends at 1 if every item
+/// ran exactly once with scratch no other running team wrote.
+struct FillScratch {
+  kdnn_test::DeviceView<int*> out;
+  int words = 0;
+  kdnn::impl::TeamWork work;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    work.for_each(team, [&](int item, void* scratch) {
+      int* s = static_cast<int*>(scratch);
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, words), [&](int i) { s[i] = item; });
+      team.team_barrier();
+      int wrong = 0;
+      Kokkos::parallel_reduce(
+          Kokkos::TeamThreadRange(team, words), [&](int i, int& w) { w += s[i] != item; }, wrong);
+      Kokkos::single(Kokkos::PerTeam(team), [&]() { out(item) += 1 + 1000 * wrong; });
+    });
+  }
+};
+
+TEST(TeamPlan, StridedItemsEachRunOnceInTheirOwnScratch) {
+  const std::size_t max0 = kdnn::impl::scratch_capacity<Space>(0);
+  for (const bool gpu : {false, true}) {
+    SCOPED_TRACE(gpu ? "GPU launch" : "backend's default");
+    const int items = 1001;
+    FillScratch kernel;
+    kernel.out = kdnn_test::DeviceView<int*>("out", items);
+    kernel.words = int(max0 / sizeof(int)) + 5;  // past level 0
+    const auto plan = kdnn::impl::plan_team<Space, FillScratch>(
+        "op", Space(), items, gpu ? gpu_shape() : kdnn::Launch{}, 1, kernel.words * sizeof(int),
+        "x");
+    EXPECT_EQ(plan.slots > 0, gpu || !kdnn::impl::BackendTraits<Space>::is_host);
+    plan.launch("TeamPlan::strided", Space(), kernel);
+    const auto out = kdnn_test::to_host(kernel.out);
+    for (int i = 0; i < items; ++i) ASSERT_EQ(out[i], 1) << "item " << i;
+  }
 }
 
 kdnn::Launch with_team_and_vector(int team_size, int vector_length) {

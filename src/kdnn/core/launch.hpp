@@ -9,7 +9,9 @@ namespace kdnn {
 /// Which form of an operator's kernels runs. Operators with a GPU form keep
 /// their host form beside it; both are portable Kokkos code, so either runs
 /// on any backend (the GPU form slowly on a CPU, which is how the tests check
-/// it on the host). An operator with one form ignores the choice.
+/// it on the host). An operator with one form ignores the choice of form,
+/// but `gpu` still launches it as on a GPU: scratch past on-chip size goes to
+/// a bounded team workspace rather than Kokkos' level 1 (see CONTRIBUTING).
 enum class KernelShape {
   automatic,  ///< the GPU form on a GPU backend, the host form on a host
   host,       ///< the form written for CPU caches and SIMD

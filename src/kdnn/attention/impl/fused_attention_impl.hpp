@@ -173,9 +173,7 @@ void fused_attention_forward(const ExecSpace& space, const Tensor4<const T, Exec
   fused_block_sizes<ExecSpace>(S, Sk, D, Dv, kernel.bq, kernel.bk);
   const auto plan = plan_fused<ExecSpace, Kernel>(
       op, space, B * H * ((S + kernel.bq - 1) / kernel.bq), opts, kernel.bq, kernel.bk, D, Dv);
-  kernel.level = plan.level;
-  kernel.scratch_bytes = plan.scratch_bytes;
-  Kokkos::parallel_for("kdnn::attention::fused_attention_forward", plan.policy(space), kernel);
+  plan.launch("kdnn::attention::fused_attention_forward", space, kernel);
 }
 
 template <class ExecSpace, class T>
@@ -233,8 +231,7 @@ void fused_attention_backward(const ExecSpace& space, const Tensor4<const T, Exe
     kv.with_dq = per_head;
     const int league = per_head ? B * H : B * H * ((Sk + data.bk - 1) / data.bk);
     const auto plan = plan_fused<ExecSpace, KV>(op, space, league, opts, data.bq, data.bk, D, Dv);
-    kv.level = plan.level, kv.scratch_bytes = plan.scratch_bytes;
-    Kokkos::parallel_for("kdnn::attention::fused_backward_kv", plan.policy(space), kv);
+    plan.launch("kdnn::attention::fused_backward_kv", space, kv);
   }
   if (per_head) return;
   if (S > 0) {
@@ -244,8 +241,7 @@ void fused_attention_backward(const ExecSpace& space, const Tensor4<const T, Exe
     qk.dq = dq;
     const auto plan = plan_fused<ExecSpace, Q>(op, space, B * H * ((S + data.bq - 1) / data.bq),
                                                opts, data.bq, data.bk, D, Dv);
-    qk.level = plan.level, qk.scratch_bytes = plan.scratch_bytes;
-    Kokkos::parallel_for("kdnn::attention::fused_backward_q", plan.policy(space), qk);
+    plan.launch("kdnn::attention::fused_backward_q", space, qk);
   }
 }
 

@@ -26,6 +26,7 @@
 
 #include "kdnn/attention/impl/fused_forward_kernel.hpp"
 #include "kdnn/core/impl/team_tile_copy.hpp"
+#include "kdnn/core/impl/team_work.hpp"
 
 namespace kdnn::attention::impl {
 
@@ -54,8 +55,8 @@ struct FusedBackwardData {
   VisibleKeys<ExecSpace> visible;
   DropoutMask dropout;
   T scale = 1, keep_scale = 1;
-  int bq = 1, bk = 1, level = 0;  ///< multiples of Tile::align
-  std::size_t scratch_bytes = 0;
+  int bq = 1, bk = 1;            ///< multiples of Tile::align
+  kdnn::impl::TeamWork work;     ///< set by the launch
 
   /// Pd and dS' (dS without the scale) of a pair from its score
   /// s = (scale·q)·k and dPd = dO·v: P is 0 where the pair is hidden
@@ -171,17 +172,22 @@ struct FusedBackwardKVKernel : FusedBackwardData<ExecSpace, T> {
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    this->work.for_each(team, [&](int item, void* scratch) { one_block(team, item, scratch); });
+  }
+
+  /// Work item `item` (a block), in the team's scratch.
+  KOKKOS_INLINE_FUNCTION void one_block(const Member& team, int item, void* scratch) const {
     const auto& in = *this;
     const int H = int(in.q.extent(1)), S = int(in.q.extent(2)), D = int(in.q.extent(3));
     const int Sk = int(in.k.extent(2)), Dv = int(in.v.extent(3));
     const int dpad = Tile::pad(D), dvp = Tile::pad(Dv);
     const int bq = in.bq, bk = in.bk;
     const int blocks = with_dq ? 1 : (Sk + bk - 1) / bk;  // key blocks per head's teams
-    const int bh = team.league_rank() / blocks, b = bh / H, h = bh % H;
-    const int j_begin = with_dq ? 0 : team.league_rank() % blocks * bk;
+    const int bh = item / blocks, b = bh / H, h = bh % H;
+    const int j_begin = with_dq ? 0 : item % blocks * bk;
     const int j_end = with_dq ? Sk : j_begin + bk;
     kdnn::impl::ScratchCarver carver(
-        kdnn::impl::team_scratch_base(team, in.level, in.scratch_bytes));
+        scratch);
     const Work w = carve(carver, bq, bk, D, Dv);
 
     if (with_dq)
@@ -297,16 +303,21 @@ struct FusedBackwardQKernel : FusedBackwardData<ExecSpace, T> {
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    this->work.for_each(team, [&](int item, void* scratch) { one_block(team, item, scratch); });
+  }
+
+  /// Work item `item` (a block), in the team's scratch.
+  KOKKOS_INLINE_FUNCTION void one_block(const Member& team, int item, void* scratch) const {
     const auto& in = *this;
     const int H = int(in.q.extent(1)), S = int(in.q.extent(2)), D = int(in.q.extent(3));
     const int Sk = int(in.k.extent(2)), Dv = int(in.v.extent(3)), dpad = Tile::pad(D);
     const int bq = in.bq, bk = in.bk;
     const int blocks = (S + bq - 1) / bq;
-    const int block = team.league_rank() % blocks, bh = team.league_rank() / blocks;
+    const int block = item % blocks, bh = item / blocks;
     const int b = bh / H, h = bh % H, i0 = block * bq;
     const int rows = S - i0 < bq ? S - i0 : bq;
     kdnn::impl::ScratchCarver carver(
-        kdnn::impl::team_scratch_base(team, in.level, in.scratch_bytes));
+        scratch);
     const Work w = carve(carver, bq, bk, D, Dv);
 
     int any = 0;

@@ -21,6 +21,7 @@
 #include "kdnn/core/impl/exp_vectorisable.hpp"
 #include "kdnn/core/impl/philox.hpp"
 #include "kdnn/core/impl/scratch_layout.hpp"
+#include "kdnn/core/impl/team_work.hpp"
 #include "kdnn/core/impl/team_gemm.hpp"
 #include "kdnn/core/impl/team_sweep.hpp"
 #include "kdnn/core/impl/team_tile_copy.hpp"
@@ -53,8 +54,8 @@ struct FusedForwardKernel {
   DropoutMask dropout;
   T scale = 1, keep_scale = 1;
   T neg_inf = 0;                  ///< −infinity (set on the host)
-  int bq = 1, bk = 1, level = 0;  ///< multiples of Tile::align
-  std::size_t scratch_bytes = 0;
+  int bq = 1, bk = 1;            ///< multiples of Tile::align
+  kdnn::impl::TeamWork work;     ///< set by the launch
 
   struct Work {
     T *qt, *k, *v, *st, *o, *m, *alpha;
@@ -84,13 +85,18 @@ struct FusedForwardKernel {
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    this->work.for_each(team, [&](int item, void* scratch) { one_block(team, item, scratch); });
+  }
+
+  /// Work item `item` (a query block), in the team's scratch.
+  KOKKOS_INLINE_FUNCTION void one_block(const Member& team, int item, void* scratch) const {
     const int H = int(q.extent(1)), S = int(q.extent(2)), D = int(q.extent(3));
     const int Sk = int(k.extent(2)), Dv = int(v.extent(3)), dvp = Tile::pad(Dv);
     const int blocks = (S + bq - 1) / bq;
-    const int block = team.league_rank() % blocks, bh = team.league_rank() / blocks;
+    const int block = item % blocks, bh = item / blocks;
     const int b = bh / H, h = bh % H, i0 = block * bq;
     const int rows = S - i0 < bq ? S - i0 : bq;
-    kdnn::impl::ScratchCarver carver(kdnn::impl::team_scratch_base(team, level, scratch_bytes));
+    kdnn::impl::ScratchCarver carver(scratch);
     const Work w = carve(carver, bq, bk, D, Dv);
 
     // The block's queries (pad rows zero, seeing no key), empty accumulators.

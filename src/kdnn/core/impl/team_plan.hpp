@@ -3,42 +3,71 @@
 //
 //  * cooperative (plan_team): the whole team works on one block (a query
 //    block of fused attention, an SSD chunk) and synchronises with team
-//    barriers; the caller gives the league, the team's scratch bytes and its
-//    default vector length, a kdnn::Launch request may pin team and vector
-//    sizes.
+//    barriers; the caller gives the number of blocks, the team's scratch
+//    bytes and its default vector length, a kdnn::Launch request may pin team
+//    and vector sizes.
 //  * one system per team thread (plan_system_tiles): a team owns a tile of
 //    small independent systems (Sinkhorn's matrices), each handled by one
 //    team thread whose vector lanes split its rows or columns; no barriers.
 //
 // Both check what the backend allows — vector length a power of two and at
-// most its maximum, team size at most team_size_max for the kernel, scratch
-// on level 0 (fast, on-chip) when it fits, else level 1, and a level-1 pool
-// (below) that kdnn allows — and throw kdnn::Error naming the operation and
-// the limit otherwise.
+// most its maximum, team size at most team_size_max for the kernel — and put
+// the scratch on level 0 (fast, on-chip) when it fits. When it does not: on a
+// host, level 1 (host memory, up to the backend's limit); for a GPU launch
+// (any launch on a GPU backend, or KernelShape::gpu anywhere), a bounded
+// team workspace (team_work.hpp) of at most kTeamWorkspaceBudget bytes,
+// never a Kokkos level-1 pool. Past a limit they throw kdnn::Error naming the
+// operation and the limit. Kernels run through TeamPlan::launch and take
+// their items and scratch from the TeamWork it hands them.
 #include <Kokkos_Core.hpp>
 #include <cstddef>
 #include <string>
-#include <type_traits>
 
 #include "kdnn/core/error.hpp"
 #include "kdnn/core/impl/backend_traits.hpp"
 #include "kdnn/core/impl/scratch_layout.hpp"
+#include "kdnn/core/impl/team_work.hpp"
 #include "kdnn/core/launch.hpp"
 
 namespace kdnn::impl {
 
 template <class ExecSpace>
 struct TeamPlan {
-  int league = 0;
+  int league = 0;                 ///< work items: one team each, or strided over `slots` teams
   int team_size = 1;
   int vector_length = 1;
   int tile = 1;                   ///< systems per team (plan_system_tiles)
   int level = 0;                  ///< scratch level: 0 on-chip, 1 larger and slower
   std::size_t scratch_bytes = 0;  ///< carved bytes per team (see scratch_layout.hpp)
+  int slots = 0;                  ///< > 0: teams of a team workspace instead of level 1
 
   Kokkos::TeamPolicy<ExecSpace> policy(const ExecSpace& space) const {
+    if (slots > 0) return Kokkos::TeamPolicy<ExecSpace>(space, slots, team_size, vector_length);
     return Kokkos::TeamPolicy<ExecSpace>(space, league, team_size, vector_length)
         .set_scratch_size(level, Kokkos::PerTeam(team_scratch_request(scratch_bytes)));
+  }
+
+  /// Bytes of one team's workspace slot.
+  std::size_t slot_stride() const {
+    return (scratch_bytes + kScratchAlign - 1) / kScratchAlign * kScratchAlign;
+  }
+
+  /// Runs `kernel`, whose `work` member (a TeamWork) this sets, over the
+  /// plan. A team workspace is allocated for this launch and freed after it
+  /// (the space is fenced first, so the kernel has finished with it).
+  template <class Kernel>
+  void launch(const std::string& name, const ExecSpace& space, Kernel kernel) const {
+    kernel.work = TeamWork{league, level, scratch_bytes, nullptr, 0};
+    Kokkos::View<char*, typename ExecSpace::memory_space> workspace;
+    if (slots > 0) {
+      workspace = decltype(workspace)(
+          Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("kdnn::team_workspace")),
+          std::size_t(slots) * slot_stride());
+      kernel.work.workspace = workspace.data();
+      kernel.work.stride = slot_stride();
+    }
+    Kokkos::parallel_for(name, policy(space), kernel);
+    if (slots > 0) space.fence();
   }
 };
 
@@ -74,7 +103,9 @@ template <class ExecSpace, class Kernel, class Fallback>
 int choose_team_size(const char* op, const ExecSpace& space, const TeamPlan<ExecSpace>& plan,
                      int request, const Fallback& fallback) {
   Kokkos::TeamPolicy<ExecSpace> probe(space, 1, 1, plan.vector_length);
-  probe.set_scratch_size(plan.level, Kokkos::PerTeam(team_scratch_request(plan.scratch_bytes)));
+  if (plan.slots == 0) {  // a team workspace takes no team scratch
+    probe.set_scratch_size(plan.level, Kokkos::PerTeam(team_scratch_request(plan.scratch_bytes)));
+  }
   const int max = probe.team_size_max(Kernel{}, Kokkos::ParallelForTag());
   if (request > max) {
     fail(op, ": launch.team_size=", request, ", expected at most ", max, " on this backend");
@@ -82,60 +113,48 @@ int choose_team_size(const char* op, const ExecSpace& space, const TeamPlan<Exec
   return request > 0 ? request : fallback(probe, max);
 }
 
-/// Level-1 scratch is device memory that Kokkos sets aside, at the launch,
-/// for every team that can run at once: per-team bytes × concurrency() /
-/// (team size × vector length) (Kokkos 3.4 on CUDA: 2048 threads per SM, so
-/// 8448 teams of one warp on an H100). A plan whose pool exceeds
-/// scratch_pool_limit() is a kdnn::Error before anything runs, rather than a
-/// failed allocation of tens of gigabytes inside Kokkos.
-inline double scratch_pool_bytes(std::size_t bytes, long long concurrency, int team_threads) {
-  const long long teams = team_threads > 0 ? concurrency / team_threads : concurrency;
-  return double(bytes) * double(teams > 1 ? teams : 1);
-}
-
-/// The most a level-1 scratch pool may take: the GPU's memory on CUDA (a
-/// larger pool can never be allocated; a smaller one may still fail when
-/// other allocations hold the memory, and Kokkos then throws its own
-/// error); 0 (not checked) on a host, where level 1 is host memory per
-/// thread and scratch_capacity(1) is the limit.
+/// Whether a launch is bounded as on a GPU (a team workspace past level 0):
+/// every launch on a GPU backend, whatever shape it asks for (Kokkos' level-1
+/// pool is the backend's, not the shape's), and a GPU shape on a host, so that
+/// the host tests run the same launch.
 template <class ExecSpace>
-std::size_t scratch_pool_limit() {
-#if defined(KOKKOS_ENABLE_CUDA)
-  if constexpr (std::is_same_v<ExecSpace, Kokkos::Cuda>) {
-    std::size_t free = 0, total = 0;
-    if (cudaMemGetInfo(&free, &total) == cudaSuccess) return total;
-  }
-#endif
-  return 0;
+bool is_gpu_launch(const Launch& request) {
+  return BackendTraits<ExecSpace>::is_gpu || request.shape == KernelShape::gpu;
 }
 
-/// Throws kdnn::Error if the plan's level-1 scratch pool, with `concurrency`
-/// hardware threads, exceeds `limit` bytes (0: no limit).
+/// The most scratch a team may have on this launch, and what that limit is
+/// (for messages): the team workspace's budget for a GPU launch, else level
+/// 1's limit.
 template <class ExecSpace>
-void check_scratch_pool(const char* op, const TeamPlan<ExecSpace>& plan, long long concurrency,
-                        std::size_t limit, const std::string& what) {
-  if (plan.level == 0 || limit == 0) return;
-  const int threads = plan.team_size * plan.vector_length;
-  const double pool = scratch_pool_bytes(plan.scratch_bytes, concurrency, threads);
-  if (pool > double(limit)) {
-    fail(op, ": ", what, " needs ", plan.scratch_bytes,
-         " bytes of team scratch (level 1) for each of ", concurrency / (threads > 0 ? threads : 1),
-         " teams of ", threads, " threads that run at once, ", pool, " bytes in all, above the ",
-         limit, " bytes of the device's memory");
-  }
+std::size_t scratch_limit(bool gpu_launch, const char*& what) {
+  what = gpu_launch ? "-byte budget of a GPU launch's team workspace"
+                    : "-byte limit of this backend's team scratch (level 1)";
+  return gpu_launch ? kTeamWorkspaceBudget : scratch_capacity<ExecSpace>(1);
 }
 
-/// Scratch level for `bytes` per team: 0 if it fits, else 1.
+/// Puts the plan's scratch_bytes on level 0 if they fit; else in a team
+/// workspace for a GPU launch (slots = 1 until the team size is known, see
+/// bound_workspace), or on level 1.
 template <class ExecSpace>
-int scratch_level(std::size_t bytes) {
-  return bytes <= scratch_capacity<ExecSpace>(0) ? 0 : 1;
+void place_scratch(TeamPlan<ExecSpace>& plan, bool gpu_launch) {
+  plan.level = plan.scratch_bytes <= scratch_capacity<ExecSpace>(0) ? 0 : 1;
+  plan.slots = plan.level == 1 && gpu_launch ? 1 : 0;
 }
 
-/// Cooperative kernels: `league` teams, each with `scratch_bytes` of carved
+/// With the team size known: the workspace's slots (workspace_slots).
+template <class ExecSpace>
+void bound_workspace(TeamPlan<ExecSpace>& plan, const ExecSpace& space) {
+  if (plan.slots == 0) return;
+  plan.slots = workspace_slots(plan.league, plan.slot_stride(),
+                               static_cast<long long>(plan.team_size) * plan.vector_length,
+                               space.concurrency());
+}
+
+/// Cooperative kernels: `league` blocks, each with `scratch_bytes` of carved
 /// scratch. The request's team size (0 = the backend's recommendation for
-/// Kernel) and vector length (0 = `default_vector_length`) are used; its tile
-/// has no meaning here. Throws kdnn::Error when the scratch exceeds level 1
-/// (`what` names the problem size in the message).
+/// Kernel), vector length (0 = `default_vector_length`) and shape are used;
+/// its tile has no meaning here. Throws kdnn::Error when the scratch exceeds
+/// its limit (scratch_limit; `what` names the problem size in the message).
 template <class ExecSpace, class Kernel>
 TeamPlan<ExecSpace> plan_team(const char* op, const ExecSpace& space, int league,
                               const Launch& request, int default_vector_length,
@@ -144,19 +163,21 @@ TeamPlan<ExecSpace> plan_team(const char* op, const ExecSpace& space, int league
   TeamPlan<ExecSpace> plan;
   plan.vector_length = request.vector_length > 0 ? request.vector_length : default_vector_length;
   check_vector_length<ExecSpace>(op, plan.vector_length);
-  const std::size_t max1 = scratch_capacity<ExecSpace>(1);
-  if (scratch_bytes > max1) {
-    fail(op, ": ", what, " needs ", scratch_bytes, " bytes of team scratch, above the ", max1,
-         "-byte limit of this backend's team scratch (level 1)");
+  const bool gpu_launch = is_gpu_launch<ExecSpace>(request);
+  const char* limit_what = nullptr;
+  const std::size_t limit = scratch_limit<ExecSpace>(gpu_launch, limit_what);
+  if (scratch_bytes > limit) {
+    fail(op, ": ", what, " needs ", scratch_bytes, " bytes of team scratch, above the ", limit,
+         limit_what);
   }
   plan.league = league;
   plan.scratch_bytes = scratch_bytes;
-  plan.level = scratch_level<ExecSpace>(scratch_bytes);
+  place_scratch(plan, gpu_launch);
   plan.team_size = choose_team_size<ExecSpace, Kernel>(
       op, space, plan, request.team_size, [](const auto& probe, int) {
         return probe.team_size_recommended(Kernel{}, Kokkos::ParallelForTag());
       });
-  check_scratch_pool(op, plan, space.concurrency(), scratch_pool_limit<ExecSpace>(), what);
+  bound_workspace(plan, space);
   return plan;
 }
 
@@ -172,10 +193,12 @@ TeamPlan<ExecSpace> plan_system_tiles(const char* op, const ExecSpace& space, in
                                       const std::string& what, const char* unit) {
   check_launch_request(op, request);
   const std::size_t max0 = scratch_capacity<ExecSpace>(0);
-  const std::size_t max1 = scratch_capacity<ExecSpace>(1);
-  if (bytes(1) > max1) {
+  const bool gpu_launch = is_gpu_launch<ExecSpace>(request);
+  const char* limit_what = nullptr;
+  const std::size_t limit = scratch_limit<ExecSpace>(gpu_launch, limit_what);
+  if (bytes(1) > limit) {
     fail(op, ": ", what, " needs ", bytes(1), " bytes of team scratch per ", unit, ", above the ",
-         max1, "-byte limit of this backend's team scratch (level 1)");
+         limit, limit_what);
   }
 
   const int warp = BackendTraits<ExecSpace>::warp_width();
@@ -193,16 +216,16 @@ TeamPlan<ExecSpace> plan_system_tiles(const char* op, const ExecSpace& space, in
     while (plan.tile > 1 && bytes(plan.tile) > max0) plan.tile /= 2;
   }
   plan.scratch_bytes = bytes(plan.tile);
-  if (plan.scratch_bytes > max1) {
+  if (plan.scratch_bytes > limit) {
     fail(op, ": launch.tile=", plan.tile, " needs ", plan.scratch_bytes,
-         " bytes of team scratch, above the ", max1, "-byte limit (level 1)");
+         " bytes of team scratch, above the ", limit, limit_what);
   }
-  plan.level = scratch_level<ExecSpace>(plan.scratch_bytes);
+  place_scratch(plan, gpu_launch);
   plan.league = batch / plan.tile + (batch % plan.tile != 0 ? 1 : 0);  // no batch + tile − 1
   plan.team_size = choose_team_size<ExecSpace, Kernel>(
       op, space, plan, request.team_size,
       [&](const auto&, int max) { return plan.tile < max ? plan.tile : max; });
-  check_scratch_pool(op, plan, space.concurrency(), scratch_pool_limit<ExecSpace>(), what);
+  bound_workspace(plan, space);
   return plan;
 }
 

@@ -36,7 +36,8 @@ struct PerMatrixKernel {
   /// Rows first is columns first on the transposed matrices: with transpose
   /// set, at() reads and writes element (j, i) for (i, j).
   bool transpose = false;
-  int tile = 1, level = 0;  // set by run()
+  int tile = 1;                  // set by run()
+  kdnn::impl::TeamWork work;     // set by the launch: items are tiles
 
   /// Element (i, j) of matrix b of a [B, n, n] view, or (j, i) if transpose.
   template <class View>
@@ -61,19 +62,23 @@ struct PerMatrixKernel {
         [&](int tiles) { return std::size_t(groups(tiles)) * bytes; }, "n=" + std::to_string(n),
         "matrix");
     tile = plan.tile;
-    level = plan.level;
-    Kokkos::parallel_for(std::string("kdnn::") + op, plan.policy(space), derived());
+    plan.launch(std::string("kdnn::") + op, space, derived());
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    work.for_each(team, [&](int item, void* scratch) { one_tile(team, item, scratch); });
+  }
+
+ private:
+  /// Matrices item·tile ... of the batch, by the team's threads.
+  KOKKOS_INLINE_FUNCTION void one_tile(const Member& team, int item, void* scratch) const {
     constexpr int G = Derived::group;
     const std::size_t bytes = matrix_bytes();
-    char* base = static_cast<char*>(
-        kdnn::impl::team_scratch_base(team, level, groups(tile) * bytes));
+    char* base = static_cast<char*>(scratch);
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, groups(tile)), [&](int g) {
       const int t = g * G;
-      // In 64 bits: the last team's tile may reach past batch ≈ 2^31.
-      const long long b64 = static_cast<long long>(team.league_rank()) * tile + t;
+      // In 64 bits: the last tile may reach past batch ≈ 2^31.
+      const long long b64 = static_cast<long long>(item) * tile + t;
       if (b64 >= batch) return;
       const int b = int(b64);
       ScratchCarver carver(base + g * bytes);
@@ -86,7 +91,6 @@ struct PerMatrixKernel {
     });
   }
 
- private:
   /// Groups in `matrices` matrices.
   static KOKKOS_INLINE_FUNCTION int groups(int matrices) {
     return (matrices + Derived::group - 1) / Derived::group;

@@ -39,9 +39,7 @@ void launch_conv(const char* op, const ExecSpace& space, Kernel kernel, const ch
       op, space, int(league), Launch{}, host ? 1 : 32, bytes,
       "a tile of " + std::to_string(kernel.tt) + " steps and " + std::to_string(kernel.ct) +
           " channels with K=" + std::to_string(K));
-  kernel.level = plan.level;
-  kernel.scratch_bytes = plan.scratch_bytes;
-  Kokkos::parallel_for(label, plan.policy(space), kernel);
+  plan.launch(label, space, kernel);
 }
 
 template <class ExecSpace, class T, class Kernel>

@@ -14,6 +14,7 @@
 #include "kdnn/core/impl/backend_traits.hpp"
 #include "kdnn/core/impl/exp_vectorisable.hpp"
 #include "kdnn/core/impl/scratch_layout.hpp"
+#include "kdnn/core/impl/team_work.hpp"
 #include "kdnn/core/impl/vector_for.hpp"
 #include "kdnn/core/tensor.hpp"
 
@@ -42,19 +43,18 @@ struct ConvTiles {
   bool has_bias = false, has_init = false, silu = true;
   int first = 0, last = 0;  ///< the launch's steps [first, last)
   int tt = 1, ct = 1;       ///< steps and channels per team
-  int level = 0;
-  std::size_t scratch_bytes = 0;
+  kdnn::impl::TeamWork work;  ///< set by the launch
 
   KOKKOS_INLINE_FUNCTION int time_tiles() const { return (last - first + tt - 1) / tt; }
   KOKKOS_INLINE_FUNCTION int channel_tiles() const { return (int(x.extent(2)) + ct - 1) / ct; }
 
-  /// The team's tile: batch entry b, steps [s0, s0 + n), channels [c0, c0 + nc).
+  /// Work item `item`'s tile: batch entry b, steps [s0, s0 + n), channels [c0, c0 + nc).
   struct Tile {
     int b, s0, n, c0, nc;
   };
-  KOKKOS_INLINE_FUNCTION Tile tile(const Member& team) const {
+  KOKKOS_INLINE_FUNCTION Tile tile(int item) const {
     const int per_b = time_tiles() * channel_tiles();
-    const int b = team.league_rank() / per_b, rest = team.league_rank() % per_b;
+    const int b = item / per_b, rest = item % per_b;
     const int ti = rest / channel_tiles(), ci = rest % channel_tiles();
     const int s0 = first + ti * tt, c0 = ci * ct;
     const int C = int(x.extent(2));
@@ -152,10 +152,15 @@ struct ConvForwardKernel : ConvTiles<ExecSpace, T> {
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    this->work.for_each(team, [&](int item, void* scratch) { one_tile(team, item, scratch); });
+  }
+
+  /// Work item `item` (a tile), in the team's scratch.
+  KOKKOS_INLINE_FUNCTION void one_tile(const Member& team, int item, void* scratch) const {
     const int K = int(this->w.extent(1));
-    const auto t = this->tile(team);
+    const auto t = this->tile(item);
     kdnn::impl::ScratchCarver carver(
-        kdnn::impl::team_scratch_base(team, this->level, this->scratch_bytes));
+        scratch);
     const Work s = carve(carver, this->tt, this->ct, K);
     this->load_steps(team, t, s.xs, t.s0 - (K - 1), t.n + K - 1);
     this->load_weights(team, t, s.ws, s.bs);
@@ -205,10 +210,15 @@ struct ConvBackwardKernel : ConvTiles<ExecSpace, T> {
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    this->work.for_each(team, [&](int item, void* scratch) { one_tile(team, item, scratch); });
+  }
+
+  /// Work item `item` (a tile), in the team's scratch.
+  KOKKOS_INLINE_FUNCTION void one_tile(const Member& team, int item, void* scratch) const {
     const int L = int(this->x.extent(1)), K = int(this->w.extent(1)), ct = this->ct;
-    const auto t = this->tile(team);
+    const auto t = this->tile(item);
     kdnn::impl::ScratchCarver carver(
-        kdnn::impl::team_scratch_base(team, this->level, this->scratch_bytes));
+        scratch);
     const Work s = carve(carver, this->tt, ct, K);
     this->load_steps(team, t, s.xs, t.s0 - (K - 1), t.n + 2 * K - 2);
     this->load_weights(team, t, s.ws, s.bs);

@@ -42,9 +42,7 @@ void launch_chunks(const char* op, const ExecSpace& space, Kernel kernel, const 
       op, space, kernel.league(), Launch{}, host ? 1 : 32, bytes,
       "a chunk of Q=" + std::to_string(kernel.Q) + " steps with P=" + std::to_string(kernel.P()) +
           ", N=" + std::to_string(kernel.N()));
-  kernel.level = plan.level;
-  kernel.scratch_bytes = plan.scratch_bytes;
-  Kokkos::parallel_for(label, plan.policy(space), kernel);
+  plan.launch(label, space, kernel);
 }
 
 /// states(b, h, c) = S_c and decay(b, h, c) = exp(cum_last) for every chunk

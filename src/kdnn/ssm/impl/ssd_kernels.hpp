@@ -17,6 +17,7 @@
 #include "kdnn/core/impl/exp_vectorisable.hpp"
 #include "kdnn/core/impl/row_dot.hpp"
 #include "kdnn/core/impl/scratch_layout.hpp"
+#include "kdnn/core/impl/team_work.hpp"
 #include "kdnn/core/impl/team_gemm.hpp"
 #include "kdnn/core/impl/vector_for.hpp"
 #include "kdnn/core/tensor.hpp"
@@ -41,8 +42,7 @@ struct SsdChunks {
   Tensor4<const T, ExecSpace> Cm;  ///< [B, L, G, N]
   int Q = 1, chunks = 0;           ///< steps per chunk, chunks per sequence
   int Qp = 0, Pp = 0, Np = 0;      ///< Q, P, N padded to Tile::align
-  int level = 0;
-  std::size_t scratch_bytes = 0;
+  kdnn::impl::TeamWork work;  ///< set by the launch
 
   KOKKOS_INLINE_FUNCTION int P() const { return int(x.extent(3)); }
   KOKKOS_INLINE_FUNCTION int N() const { return int(Bm.extent(3)); }
@@ -63,9 +63,9 @@ struct SsdChunks {
   struct Chunk {
     int b, h, g, c, t0, n;
   };
-  KOKKOS_INLINE_FUNCTION Chunk chunk(const Member& team) const {
+  KOKKOS_INLINE_FUNCTION Chunk chunk(int item) const {
     const int H = int(x.extent(2)), G = int(Bm.extent(2)), L = int(x.extent(1));
-    const int c = team.league_rank() % chunks, bh = team.league_rank() / chunks;
+    const int c = item % chunks, bh = item / chunks;
     const int b = bh / H, h = bh % H, t0 = c * Q;
     return {b, h, h / (H / G), c, t0, L - t0 < Q ? L - t0 : Q};
   }
@@ -261,9 +261,14 @@ struct SsdChunkStateKernel : SsdChunks<ExecSpace, T> {
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
-    const auto k = this->chunk(team);
+    this->work.for_each(team, [&](int item, void* scratch) { one_chunk(team, item, scratch); });
+  }
+
+  /// Work item `item` (a chunk), in the team's scratch.
+  KOKKOS_INLINE_FUNCTION void one_chunk(const Member& team, int item, void* scratch) const {
+    const auto k = this->chunk(item);
     kdnn::impl::ScratchCarver carver(
-        kdnn::impl::team_scratch_base(team, this->level, this->scratch_bytes));
+        scratch);
     const Work w = carve(carver, this->Qp, this->Pp, this->Np);
     this->load_decays(team, k, w.d);
     team.team_barrier();
@@ -316,10 +321,15 @@ struct SsdChunkOutputKernel : SsdChunks<ExecSpace, T> {
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    this->work.for_each(team, [&](int item, void* scratch) { one_chunk(team, item, scratch); });
+  }
+
+  /// Work item `item` (a chunk), in the team's scratch.
+  KOKKOS_INLINE_FUNCTION void one_chunk(const Member& team, int item, void* scratch) const {
     const int Qp = this->Qp, Pp = this->Pp, Np = this->Np;
-    const auto k = this->chunk(team);
+    const auto k = this->chunk(item);
     kdnn::impl::ScratchCarver carver(
-        kdnn::impl::team_scratch_base(team, this->level, this->scratch_bytes));
+        scratch);
     const Work w = carve(carver, Qp, Pp, Np, diag, off);
     this->load_decays(team, k, w.d);
     this->load_bc(team, k, this->Cm, w.c);
@@ -392,10 +402,15 @@ struct SsdChunkDstateKernel : SsdChunks<ExecSpace, T> {
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    this->work.for_each(team, [&](int item, void* scratch) { one_chunk(team, item, scratch); });
+  }
+
+  /// Work item `item` (a chunk), in the team's scratch.
+  KOKKOS_INLINE_FUNCTION void one_chunk(const Member& team, int item, void* scratch) const {
     const int Qp = this->Qp, Pp = this->Pp, Np = this->Np;
-    const auto k = this->chunk(team);
+    const auto k = this->chunk(item);
     kdnn::impl::ScratchCarver carver(
-        kdnn::impl::team_scratch_base(team, this->level, this->scratch_bytes));
+        scratch);
     const Work w = carve(carver, Qp, Pp, Np);
     this->load_decays(team, k, w.d);
     this->load_bc(team, k, this->Cm, w.c);
@@ -465,10 +480,15 @@ struct SsdDiagBackwardKernel : SsdChunks<ExecSpace, T> {
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    this->work.for_each(team, [&](int item, void* scratch) { one_chunk(team, item, scratch); });
+  }
+
+  /// Work item `item` (a chunk), in the team's scratch.
+  KOKKOS_INLINE_FUNCTION void one_chunk(const Member& team, int item, void* scratch) const {
     const int Qp = this->Qp, Pp = this->Pp, Np = this->Np;
-    const auto k = this->chunk(team);
+    const auto k = this->chunk(item);
     kdnn::impl::ScratchCarver carver(
-        kdnn::impl::team_scratch_base(team, this->level, this->scratch_bytes));
+        scratch);
     const Work w = carve(carver, Qp, Pp, Np);
     this->load_decays(team, k, w.d);
     this->load_bc(team, k, this->Cm, w.c);
@@ -598,10 +618,15 @@ struct SsdStateBackwardKernel : SsdChunks<ExecSpace, T> {
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    this->work.for_each(team, [&](int item, void* scratch) { one_chunk(team, item, scratch); });
+  }
+
+  /// Work item `item` (a chunk), in the team's scratch.
+  KOKKOS_INLINE_FUNCTION void one_chunk(const Member& team, int item, void* scratch) const {
     const int Qp = this->Qp, Pp = this->Pp, Np = this->Np, P = this->P(), N = this->N();
-    const auto k = this->chunk(team);
+    const auto k = this->chunk(item);
     kdnn::impl::ScratchCarver carver(
-        kdnn::impl::team_scratch_base(team, this->level, this->scratch_bytes));
+        scratch);
     const Work w = carve(carver, Qp, Pp, Np);
     this->load_decays(team, k, w.d);
     this->load_bc(team, k, this->Cm, w.c);
