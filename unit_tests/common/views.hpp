@@ -1,7 +1,7 @@
 #pragma once
 // Host <-> device copies for tests, any rank: data is built and checked on
 // the host as flat row-major std::vector<double>, operators run on Views of
-// the default execution space.
+// the tests' execution space (Space below).
 #include <cstddef>
 #include <stdexcept>
 #include <string>
@@ -13,7 +13,13 @@
 
 namespace kdnn_test {
 
+/// The execution space the tests run on: Kokkos' default, or (in a GPU
+/// build's kdnn_unit_tests_host) the host space the library also compiles.
+#if defined(KDNN_TEST_HOST_SPACE)
+using Space = Kokkos::DefaultHostExecutionSpace;
+#else
 using Space = Kokkos::DefaultExecutionSpace;
+#endif
 
 /// A LayoutRight View of `DataType` (e.g. float***) on the default space.
 template <class DataType>

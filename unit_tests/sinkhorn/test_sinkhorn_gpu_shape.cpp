@@ -134,8 +134,9 @@ TYPED_TEST(SinkhornGpuShape, MasksAndHugeValuesMatchHostShape) {
   }
 }
 
-// The GPU form runs for n in {2, 4, 8, 16, 32} only; other n (and the
-// automatic shape on a host) take the generic kernel, still correct.
+// The GPU forms run for n in {2, 4, 8, 16, 32} only, with that n compiled;
+// other n (and the automatic shape on a host) take the generic kernels,
+// still correct.
 TYPED_TEST(SinkhornGpuShape, DispatchesOnlyTheCompiledSizes) {
   using T = TypeParam;
   for (int n : {1, 2, 3, 4, 5, 8, 16, 31, 32}) {
@@ -145,8 +146,13 @@ TYPED_TEST(SinkhornGpuShape, DispatchesOnlyTheCompiledSizes) {
     Batch<T> R("R", batch, n, n);
     sk::ForwardOptions o{iters};
     o.launch.shape = kdnn::KernelShape::gpu;
-    const auto gpu_ran = [&] {
-      return sk::impl::try_forward_gpu<Space, T>("sinkhorn::forward", Space(), X, R, o, {});
+    const auto gpu_ran = [&] {  // the dispatch every operator's GPU form goes through
+      int ran = 0;
+      const bool said = sk::impl::run_gpu_shape<Space>(o.launch, n, [&](auto size) {
+        ran = decltype(size)::value;
+      });
+      EXPECT_EQ(ran, said ? n : 0);
+      return said;
     };
     const bool compiled = n == 2 || n == 4 || n == 8 || n == 16 || n == 32;
     EXPECT_EQ(gpu_ran(), compiled) << "n=" << n;
@@ -155,6 +161,67 @@ TYPED_TEST(SinkhornGpuShape, DispatchesOnlyTheCompiledSizes) {
     o.launch.shape = kdnn::KernelShape::gpu;
     sk::forward(Space(), X, R, o);
     expect_plain_formula(to_host(R), x, batch, n, iters, tol<T>(1e-13, 2e-6));
+  }
+}
+
+struct BackwardOutcome {
+  std::vector<double> dX, iterations, marginal_error, residual;
+};
+
+template <class T>
+BackwardOutcome run_backward(const Batch<T>& R, const std::vector<double>& g,
+                             sk::BackwardOptions o, kdnn::KernelShape shape) {
+  const int batch = int(R.extent(0)), n = int(R.extent(1));
+  o.launch.shape = shape;
+  const auto G = batch_of<T>(g, batch, n);
+  Batch<T> dX("dX", batch, n, n);
+  const auto report = Report::allocate(batch);
+  sk::backward(Space(), R, G, dX, o, report);
+  return {to_host(dX), to_host(report.iterations), to_host(report.marginal_error),
+          to_host(report.residual)};
+}
+
+// The implicit and block backwards' GPU forms (cg_backward_gpu_kernel.hpp)
+// against the host forms: bitwise on a host (the same operations in the same
+// order, see the file comment); on a GPU, where the compiler may contract
+// the two differently and CG amplifies that by the system's conditioning, to
+// the solver's tolerance.
+TYPED_TEST(SinkhornGpuShape, BackwardMatchesHostShape) {
+  using T = TypeParam;
+  unsigned seed = 500;
+  for (int n : {1, 2, 3, 4, 8, 16, 32}) {
+    for (int batch : {0, 1, 5, 37}) {
+      const auto x = uniform(std::size_t(batch) * n * n, -2.0, 2.0, seed++);
+      const auto g = uniform(std::size_t(batch) * n * n, -1.0, 1.0, seed++);
+      auto X = batch_of<T>(x, batch, n);
+      Batch<T> R("R", batch, n, n);
+      sk::forward(Space(), X, R, sk::ForwardOptions{6});  // not yet balanced
+      for (auto method : {sk::Method::implicit, sk::Method::block}) {
+        for (auto marginals : {sk::Marginals::measured, sk::Marginals::unit}) {
+          sk::BackwardOptions o;
+          o.method = method;
+          o.marginals = marginals;
+          SCOPED_TRACE("n=" + std::to_string(n) + " batch=" + std::to_string(batch) +
+                       " block=" + std::to_string(method == sk::Method::block) +
+                       " unit=" + std::to_string(marginals == sk::Marginals::unit));
+          const auto gpu = run_backward<T>(R, g, o, kdnn::KernelShape::gpu);
+          const auto host = run_backward<T>(R, g, o, kdnn::KernelShape::host);
+          if (kHost) {
+            EXPECT_TRUE(same_bits(gpu.dX, host.dX));
+            EXPECT_EQ(gpu.iterations, host.iterations);
+            EXPECT_TRUE(same_bits(gpu.marginal_error, host.marginal_error));
+            EXPECT_TRUE(same_bits(gpu.residual, host.residual));
+          } else if (marginals == sk::Marginals::measured) {  // consistent systems only
+            double scale = 0, diff = 0;
+            for (std::size_t k = 0; k < host.dX.size(); ++k) {
+              scale = std::fmax(scale, std::fabs(host.dX[k]));
+              diff = std::fmax(diff, std::fabs(gpu.dX[k] - host.dX[k]));
+            }
+            EXPECT_LE(diff, tol<T>(1e-9, 1e-3) * std::fmax(scale, 1.0));
+          }
+        }
+      }
+    }
   }
 }
 

@@ -24,10 +24,10 @@
 
 namespace kdnn::sinkhorn::impl {
 
+/// What both shapes of the implicit and block backward take: the operands,
+/// the report's views and the solver's settings.
 template <class ExecSpace, class T>
-struct CGBackwardKernel : PerMatrixKernel<CGBackwardKernel<ExecSpace, T>, ExecSpace> {
-  using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
-
+struct CGBackwardData {
   Batch<const T, ExecSpace> R, G;
   Batch<T, ExecSpace> dX;
   Kokkos::View<int*, typename ExecSpace::memory_space> iters_out;
@@ -36,9 +36,49 @@ struct CGBackwardKernel : PerMatrixKernel<CGBackwardKernel<ExecSpace, T>, ExecSp
   double rtol = 0;
   bool block = false, measured = false;
 
-  /// One matrix's working set: R, Rᵀ and W = G∘R (n×ld); s_r (then u),
-  /// s_c, R's row and column sums a and c, and a product buffer q (n); the CG
-  /// vectors x, r, p, Ap (2n: the block system has 2n unknowns).
+  /// s_r (then u), s_c, R's row and column sums a and c and a product buffer
+  /// q (n each); the CG vectors x, r, p, Ap (2n each: the block system has 2n
+  /// unknowns).
+  template <class Work>
+  static KOKKOS_INLINE_FUNCTION void carve_vectors(ScratchCarver& s, int n, Work& w) {
+    w.sr = s.take<T>(n);
+    w.sc = s.take<T>(n);
+    w.a = s.take<T>(n);
+    w.c = s.take<T>(n);
+    w.q = s.take<T>(n);
+    w.x = s.take<T>(2 * n);
+    w.r = s.take<T>(2 * n);
+    w.p = s.take<T>(2 * n);
+    w.Ap = s.take<T>(2 * n);
+  }
+
+  /// Matrix b's report entries, by one lane.
+  template <class Member>
+  KOKKOS_INLINE_FUNCTION void report(const Member& team, int b, const kdnn::impl::CGResult& cg,
+                                     double marginal_error) const {
+    Kokkos::single(Kokkos::PerThread(team), [&]() {
+      if (iters_out.extent(0) > 0) iters_out(b) = cg.iterations;
+      if (marginal_error_out.extent(0) > 0) marginal_error_out(b) = marginal_error;
+      if (residual_out.extent(0) > 0) residual_out(b) = cg.relative_residual;
+    });
+  }
+};
+
+template <class ExecSpace, class T>
+struct CGBackwardKernel : PerMatrixKernel<CGBackwardKernel<ExecSpace, T>, ExecSpace>,
+                          CGBackwardData<ExecSpace, T> {
+  using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  using Data = CGBackwardData<ExecSpace, T>;
+  using Data::block;
+  using Data::dX;
+  using Data::G;
+  using Data::max_iters;
+  using Data::measured;
+  using Data::R;
+  using Data::rtol;
+
+  /// One matrix's working set: R, Rᵀ and W = G∘R (n×ld) and the vectors of
+  /// CGBackwardData::carve_vectors.
   struct Work {
     T *R, *RT, *W, *sr, *sc, *a, *c, *q, *x, *r, *p, *Ap;
   };
@@ -49,15 +89,7 @@ struct CGBackwardKernel : PerMatrixKernel<CGBackwardKernel<ExecSpace, T>, ExecSp
     w.R = s.take<T>(n * ld);
     w.RT = s.take<T>(n * ld);
     w.W = s.take<T>(n * ld);
-    w.sr = s.take<T>(n);
-    w.sc = s.take<T>(n);
-    w.a = s.take<T>(n);
-    w.c = s.take<T>(n);
-    w.q = s.take<T>(n);
-    w.x = s.take<T>(2 * n);
-    w.r = s.take<T>(2 * n);
-    w.p = s.take<T>(2 * n);
-    w.Ap = s.take<T>(2 * n);
+    Data::carve_vectors(s, n, w);
     return w;
   }
   KOKKOS_INLINE_FUNCTION void one_matrix(const Member& team, int b, const Work& w) const {
@@ -136,11 +168,7 @@ struct CGBackwardKernel : PerMatrixKernel<CGBackwardKernel<ExecSpace, T>, ExecSp
         dX(b, i, j) = W[i * ld + j] - (u[i] + v[j]) * Rm[i * ld + j];
       });
     }
-    Kokkos::single(Kokkos::PerThread(team), [&]() {
-      if (iters_out.extent(0) > 0) iters_out(b) = cg.iterations;
-      if (marginal_error_out.extent(0) > 0) marginal_error_out(b) = r_marginal_error;
-      if (residual_out.extent(0) > 0) residual_out(b) = cg.relative_residual;
-    });
+    this->report(team, b, cg, r_marginal_error);
   }
 };
 

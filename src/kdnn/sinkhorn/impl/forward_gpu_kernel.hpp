@@ -33,63 +33,32 @@
 // FMA in the baseline ISA), a GPU compiler contracts by default, so there the
 // two agree to rounding.
 //
-// Per-lane state: on a GPU backend a vector lane is a hardware thread with
-// private registers, so a lane keeps only its own row and column
-// (LaneRegisters with Private). On a host the lanes of a vector loop run one
-// after another in one thread, so the state of all N lanes is kept side by
-// side; the arithmetic is the same code.
-#include <string>
-
+// The launch, the lanes' registers and the matrices per team are
+// GpuMatrixKernel's (gpu_matrix_kernel.hpp).
 #include "kdnn/core/compat.hpp"
-#include "kdnn/core/impl/backend_traits.hpp"
 #include "kdnn/core/impl/scratch_layout.hpp"
-#include "kdnn/core/impl/team_plan.hpp"
 #include "kdnn/core/impl/unroll.hpp"
 #include "kdnn/core/nan_max.hpp"
 #include "kdnn/sinkhorn/impl/first_iteration.hpp"
+#include "kdnn/sinkhorn/impl/gpu_matrix_kernel.hpp"
 #include "kdnn/sinkhorn/impl/marginal_error.hpp"
 #include "kdnn/sinkhorn/impl/rescale.hpp"
 #include "kdnn/sinkhorn/sinkhorn.hpp"
 
 namespace kdnn::sinkhorn::impl {
 
-/// M values of T per vector lane, for `Lanes` lanes: one lane's own values
-/// if lanes have private registers (a GPU backend), else every lane's side by
-/// side (a host backend, whose vector loop is a plain loop).
-template <class T, int Lanes, int M, bool Private>
-struct LaneRegisters {
-  T a[Private ? 1 : Lanes][M];
-  KOKKOS_FORCEINLINE_FUNCTION T* operator()(int lane) { return a[Private ? 0 : lane]; }
-};
-
-/// The sizes the GPU forward is compiled for.
-KOKKOS_INLINE_FUNCTION constexpr bool gpu_forward_size(int n) {
-  return n == 2 || n == 4 || n == 8 || n == 16 || n == 32;
-}
-
-/// Σ_k a_k y_k in order, as col_dot_one sums.
-template <int N, class T>
-KOKKOS_FORCEINLINE_FUNCTION T lane_dot(const T* a, const T* y) {
-  T s = a[0] * y[0];
-  KDNN_IMPL_UNROLL
-  for (int k = 1; k < N; ++k) s += a[k] * y[k];
-  return s;
-}
-
 template <class ExecSpace, class T, int N>
-struct ForwardGpuKernel {
-  using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
-  /// Vector lanes with private registers (see the file comment).
-  static constexpr bool kPrivate = kdnn::impl::BackendTraits<ExecSpace>::is_gpu;
-  /// Row stride of the transpose tile: odd for N >= 2, so lanes walking its
-  /// rows and lanes walking its columns both hit distinct banks.
-  static constexpr int kLd = N + 1;
+struct ForwardGpuKernel : GpuMatrixKernel<ForwardGpuKernel<ExecSpace, T, N>, ExecSpace, N> {
+  using Base = GpuMatrixKernel<ForwardGpuKernel, ExecSpace, N>;
+  using Member = typename Base::Member;
+  static constexpr bool kPrivate = Base::kPrivate;
+  static constexpr int kLd = Base::kLd;
 
   Batch<const T, ExecSpace> X;
   Batch<T, ExecSpace> R;
   Kokkos::View<int*, typename ExecSpace::memory_space> iters_out;
   Kokkos::View<double*, typename ExecSpace::memory_space> error_out;
-  int batch = 0, iters = 1;
+  int iters = 1;
   double tol = 0, eps = 0;
   bool transpose = false;
 
@@ -108,64 +77,17 @@ struct ForwardGpuKernel {
     w.inv_colsum = s.take<double>(N);
     return w;
   }
-  static KOKKOS_INLINE_FUNCTION std::size_t matrix_bytes() {
-    return kdnn::impl::layout_bytes([](kdnn::impl::ScratchCarver& s) { carve(s); });
-  }
-
-  /// Launch: vector length N on a GPU (a lane per row, which the private
-  /// registers need), 1 on a host; a team of 128 / N matrices (four warps),
-  /// fewer if their scratch does not fit on-chip. launch.team_size, if set,
-  /// is the number of matrices per team; launch.tile and
-  /// launch.vector_length do not apply to this shape.
-  void run(const char* op, const ExecSpace& space, const Launch& request) {
-    kdnn::impl::check_launch_request(op, request);
-    const std::size_t bytes = matrix_bytes();
-    const std::size_t max0 = kdnn::impl::scratch_capacity<ExecSpace>(0);
-    int matrices = kPrivate && N < 128 ? 128 / N : 1;
-    while (matrices > 1 && matrices * bytes > max0) matrices /= 2;
-    kdnn::impl::TeamPlan<ExecSpace> plan;
-    plan.vector_length = kPrivate ? N : 1;
-    plan.level = 0;
-    plan.scratch_bytes = matrices * bytes;
-    plan.team_size = kdnn::impl::choose_team_size<ExecSpace, ForwardGpuKernel>(
-        op, space, plan, request.team_size,
-        [&](const auto&, int max) { return matrices < max ? matrices : max; });
-    plan.scratch_bytes = plan.team_size * bytes;
-    if (plan.scratch_bytes > max0) {
-      kdnn::fail(op, ": launch.team_size=", plan.team_size, " needs ", plan.scratch_bytes,
-                       " bytes of team scratch, above the ", max0, "-byte on-chip limit (level 0)");
-    }
-    plan.league = batch / plan.team_size + (batch % plan.team_size != 0 ? 1 : 0);
-    Kokkos::parallel_for(std::string("kdnn::") + op + "[gpu n=" + std::to_string(N) + "]",
-                         plan.policy(space), *this);
-  }
-
-  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
-    const std::size_t bytes = matrix_bytes();
-    char* base = static_cast<char*>(
-        kdnn::impl::team_scratch_base(team, 0, team.team_size() * bytes));
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, team.team_size()), [&](int t) {
-      // In 64 bits: the last team may reach past batch ≈ 2^31.
-      const long long b64 = static_cast<long long>(team.league_rank()) * team.team_size() + t;
-      if (b64 >= batch) return;
-      kdnn::impl::ScratchCarver carver(base + t * bytes);
-      const Work w = carve(carver);
-      if (transpose) {
-        one_matrix<true>(team, int(b64), w);
-      } else {
-        one_matrix<false>(team, int(b64), w);
-      }
-    });
-  }
-
-  /// Element (i, j) of a matrix at p with row stride ld, or (j, i) if Tr.
-  template <bool Tr, class V>
-  static KOKKOS_FORCEINLINE_FUNCTION V& at(V* p, int ld, int i, int j) {
-    return Tr ? p[j * ld + i] : p[i * ld + j];
-  }
-
-  template <bool Tr>
   KOKKOS_INLINE_FUNCTION void one_matrix(const Member& team, int b, const Work& w) const {
+    if (transpose) {
+      oriented<true>(team, b, w);
+    } else {
+      oriented<false>(team, b, w);
+    }
+  }
+
+  /// Matrix b, columns first on X (or on Xᵀ if Tr: rows first).
+  template <bool Tr>
+  KOKKOS_INLINE_FUNCTION void oriented(const Member& team, int b, const Work& w) const {
     const T* x = X.data() + std::size_t(b) * X.stride(0);
     T* r = R.data() + std::size_t(b) * R.stride(0);
     const int ldx = int(X.stride(1)), ldr = int(R.stride(1));
@@ -178,7 +100,7 @@ struct ForwardGpuKernel {
     // first_column / first_row need it rather than held in registers: fully
     // unrolled with N double temporaries per lane, these loops alone took
     // every register at N = 16 and spilled. Columns: lane j reads column j.
-    const auto xd = [&](int i, int j) { return double(at<Tr>(x, ldx, i, j)); };
+    const auto xd = [&](int i, int j) { return double(Base::template at<Tr>(x, ldx, i, j)); };
     Kokkos::parallel_for(lanes, [&](int j) {
       first_column(
           N, [&](int i) { return xd(i, j); }, [](int, double) {}, w.shift[j], w.inv_colsum[j]);
@@ -231,7 +153,7 @@ struct ForwardGpuKernel {
       const T* pc = col(j);
       const T vj = w.v[j];
       KDNN_IMPL_UNROLL
-      for (int i = 0; i < N; ++i) at<Tr>(r, ldr, i, j) = w.u[i] * pc[i] * vj;
+      for (int i = 0; i < N; ++i) Base::template at<Tr>(r, ldr, i, j) = w.u[i] * pc[i] * vj;
     });
     if (iters_out.extent(0) == 0 && error_out.extent(0) == 0) return;
     // Marginal error: row sums u∘(Pv) (lane i) and column sums v∘(Pᵀu)

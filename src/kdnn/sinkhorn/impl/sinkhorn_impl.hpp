@@ -6,9 +6,11 @@
 // instantiates from here on use.
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <utility>
 
 #include "kdnn/core/validate.hpp"
+#include "kdnn/sinkhorn/impl/cg_backward_gpu_kernel.hpp"
 #include "kdnn/sinkhorn/impl/cg_backward_kernel.hpp"
 #include "kdnn/sinkhorn/impl/forward_gpu_kernel.hpp"
 #include "kdnn/sinkhorn/impl/forward_kernel.hpp"
@@ -84,29 +86,37 @@ void forward_gpu(const char* op, const ExecSpace& space, const Batch<const T, Ex
   k.run(op, space, opts.launch);
 }
 
-/// The GPU form for n in {2, 4, 8, 16, 32} where the launch asks for it
-/// (kdnn::impl::use_gpu_shape) and the backend has N vector lanes; false
-/// (nothing run) otherwise.
-template <class ExecSpace, class T>
-bool try_forward_gpu(const char* op, const ExecSpace& space, const Batch<const T, ExecSpace>& X,
-                     const Batch<T, ExecSpace>& R, const ForwardOptions& opts,
-                     const Report<ExecSpace>& report) {
-  const int n = int(X.extent(1));
-  if (!kdnn::impl::use_gpu_shape<ExecSpace>(opts.launch.shape) || !gpu_forward_size(n)) {
-    return false;
-  }
+/// The GPU shape for n = N in {2, 4, 8, 16, 32}: calls
+/// run(std::integral_constant<int, N>) where the launch asks for that shape
+/// (kdnn::impl::use_gpu_shape) and the backend has N vector lanes, and says
+/// whether it did.
+template <class ExecSpace, class Run>
+bool run_gpu_shape(const Launch& launch, int n, const Run& run) {
+  if (!kdnn::impl::use_gpu_shape<ExecSpace>(launch.shape) || !gpu_matrix_size(n)) return false;
   if (kdnn::impl::BackendTraits<ExecSpace>::is_gpu &&
       n > Kokkos::TeamPolicy<ExecSpace>::vector_length_max()) {
     return false;
   }
   switch (n) {
-    case 2: forward_gpu<2>(op, space, X, R, opts, report); break;
-    case 4: forward_gpu<4>(op, space, X, R, opts, report); break;
-    case 8: forward_gpu<8>(op, space, X, R, opts, report); break;
-    case 16: forward_gpu<16>(op, space, X, R, opts, report); break;
-    default: forward_gpu<32>(op, space, X, R, opts, report); break;
+    case 2: run(std::integral_constant<int, 2>{}); break;
+    case 4: run(std::integral_constant<int, 4>{}); break;
+    case 8: run(std::integral_constant<int, 8>{}); break;
+    case 16: run(std::integral_constant<int, 16>{}); break;
+    default: run(std::integral_constant<int, 32>{}); break;
   }
   return true;
+}
+
+/// Runs the GPU form of the implicit or block backward
+/// (cg_backward_gpu_kernel.hpp) with n = N; `k` is the host form's kernel,
+/// already set up, whose operands and settings it takes.
+template <int N, class ExecSpace, class T>
+void backward_gpu(const char* op, const ExecSpace& space, const CGBackwardKernel<ExecSpace, T>& k,
+                  const Launch& launch) {
+  CGBackwardGpuKernel<ExecSpace, T, N> g;
+  static_cast<CGBackwardData<ExecSpace, T>&>(g) = k;
+  g.batch = k.batch;
+  g.run(op, space, launch);
 }
 
 template <class ExecSpace, class T>
@@ -122,7 +132,10 @@ void forward(const ExecSpace& space, const Batch<const T, ExecSpace>& X,
   validate_report(op, report, X.extent(0), std::pair("X", X), std::pair("R", R));
   const int batch = int(X.extent(0)), n = int(X.extent(1));
   if (batch == 0) return;
-  if (try_forward_gpu(op, space, X, R, opts, report)) return;
+  const auto gpu = [&](auto size) {
+    forward_gpu<decltype(size)::value>(op, space, X, R, opts, report);
+  };
+  if (run_gpu_shape<ExecSpace>(opts.launch, n, gpu)) return;
 
   using Kernel = ForwardKernel<ExecSpace, T>;
   Kernel k;
@@ -179,6 +192,10 @@ void backward(const ExecSpace& space, const Batch<const T, ExecSpace>& R,
   k.rtol = opts.rtol > 0 ? opts.rtol : default_rtol<T>();
   k.block = block;
   k.measured = opts.marginals == Marginals::measured;
+  const auto gpu = [&](auto size) {
+    backward_gpu<decltype(size)::value>(op, space, k, opts.launch);
+  };
+  if (run_gpu_shape<ExecSpace>(opts.launch, n, gpu)) return;
   k.run(op, space, block ? 2 * n : n, opts.launch);
 }
 

@@ -1,0 +1,123 @@
+#pragma once
+// The launch of Sinkhorn's GPU-shaped kernels (KernelShape::gpu), for a
+// compile-time n = N in {2, 4, 8, 16, 32}: each matrix is owned by the N
+// vector lanes of one team thread, lane k keeping row k and column k of the
+// matrix in registers (LaneRegisters), and a team holds several matrices
+// (four warps' worth), consecutive in the batch so that the lanes' loads and
+// stores are coalesced. Everything a lane shares with the others of its
+// matrix goes through the matrix's slice of level-0 scratch.
+//
+// Per-lane state: on a GPU backend a vector lane is a hardware thread with
+// private registers, so a lane keeps only its own values (Private). On a
+// host the lanes of a vector loop run one after another in one thread, so
+// the state of all N lanes is kept side by side; the arithmetic is the same
+// code.
+#include <string>
+
+#include <Kokkos_Core.hpp>
+
+#include "kdnn/core/error.hpp"
+#include "kdnn/core/impl/backend_traits.hpp"
+#include "kdnn/core/impl/scratch_layout.hpp"
+#include "kdnn/core/impl/team_plan.hpp"
+#include "kdnn/core/impl/unroll.hpp"
+#include "kdnn/core/launch.hpp"
+
+namespace kdnn::sinkhorn::impl {
+
+/// The sizes the GPU-shaped kernels are compiled for.
+KOKKOS_INLINE_FUNCTION constexpr bool gpu_matrix_size(int n) {
+  return n == 2 || n == 4 || n == 8 || n == 16 || n == 32;
+}
+
+/// M values of T per vector lane, for `Lanes` lanes: one lane's own values
+/// if lanes have private registers (a GPU backend), else every lane's side by
+/// side (a host backend, whose vector loop is a plain loop).
+template <class T, int Lanes, int M, bool Private>
+struct LaneRegisters {
+  T a[Private ? 1 : Lanes][M];
+  KOKKOS_FORCEINLINE_FUNCTION T* operator()(int lane) { return a[Private ? 0 : lane]; }
+};
+
+/// Σ_k a_k y_k in order, as col_dot_one sums.
+template <int N, class T>
+KOKKOS_FORCEINLINE_FUNCTION T lane_dot(const T* a, const T* y) {
+  T s = a[0] * y[0];
+  KDNN_IMPL_UNROLL
+  for (int k = 1; k < N; ++k) s += a[k] * y[k];
+  return s;
+}
+
+/// Base of the GPU-shaped kernels: Derived provides its per-matrix scratch
+/// layout, `static Work carve(ScratchCarver&)`, and
+/// `void one_matrix(const Member&, int b, const Work&) const`, run by the N
+/// lanes of one team thread.
+template <class Derived, class ExecSpace, int N>
+struct GpuMatrixKernel {
+  using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  /// Vector lanes with private registers (see the file comment).
+  static constexpr bool kPrivate = kdnn::impl::BackendTraits<ExecSpace>::is_gpu;
+  /// Row stride of an N×N tile in scratch: odd for N >= 2, so lanes walking
+  /// its rows and lanes walking its columns both hit distinct banks.
+  static constexpr int kLd = N + 1;
+
+  int batch = 0;
+
+  static KOKKOS_INLINE_FUNCTION std::size_t matrix_bytes() {
+    return kdnn::impl::layout_bytes([](kdnn::impl::ScratchCarver& s) { Derived::carve(s); });
+  }
+
+  /// Launch: vector length N on a GPU (a lane per row, which the private
+  /// registers need), 1 on a host; a team of 128 / N matrices (four warps),
+  /// fewer if their scratch does not fit on-chip. launch.team_size, if set,
+  /// is the number of matrices per team; launch.tile and
+  /// launch.vector_length do not apply to this shape.
+  void run(const char* op, const ExecSpace& space, const Launch& request) const {
+    kdnn::impl::check_launch_request(op, request);
+    const std::size_t bytes = matrix_bytes();
+    const std::size_t max0 = kdnn::impl::scratch_capacity<ExecSpace>(0);
+    int matrices = kPrivate && N < 128 ? 128 / N : 1;
+    while (matrices > 1 && matrices * bytes > max0) matrices /= 2;
+    kdnn::impl::TeamPlan<ExecSpace> plan;
+    plan.vector_length = kPrivate ? N : 1;
+    plan.level = 0;
+    plan.scratch_bytes = matrices * bytes;
+    plan.team_size = kdnn::impl::choose_team_size<ExecSpace, Derived>(
+        op, space, plan, request.team_size,
+        [&](const auto&, int max) { return matrices < max ? matrices : max; });
+    plan.scratch_bytes = plan.team_size * bytes;
+    if (plan.scratch_bytes > max0) {
+      kdnn::fail(op, ": launch.team_size=", plan.team_size, " needs ", plan.scratch_bytes,
+                 " bytes of team scratch, above the ", max0, "-byte on-chip limit (level 0)");
+    }
+    plan.league = batch / plan.team_size + (batch % plan.team_size != 0 ? 1 : 0);
+    Kokkos::parallel_for(std::string("kdnn::") + op + "[gpu n=" + std::to_string(N) + "]",
+                         plan.policy(space), derived());
+  }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    const std::size_t bytes = matrix_bytes();
+    char* base = static_cast<char*>(
+        kdnn::impl::team_scratch_base(team, 0, team.team_size() * bytes));
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, team.team_size()), [&](int t) {
+      // In 64 bits: the last team may reach past batch ≈ 2^31.
+      const long long b64 = static_cast<long long>(team.league_rank()) * team.team_size() + t;
+      if (b64 >= batch) return;
+      kdnn::impl::ScratchCarver carver(base + t * bytes);
+      derived().one_matrix(team, int(b64), Derived::carve(carver));
+    });
+  }
+
+  /// Element (i, j) of a matrix at p with row stride ld, or (j, i) if Tr.
+  template <bool Tr, class V>
+  static KOKKOS_FORCEINLINE_FUNCTION V& at(V* p, int ld, int i, int j) {
+    return Tr ? p[j * ld + i] : p[i * ld + j];
+  }
+
+ private:
+  KOKKOS_INLINE_FUNCTION const Derived& derived() const {
+    return static_cast<const Derived&>(*this);
+  }
+};
+
+}  // namespace kdnn::sinkhorn::impl
