@@ -5,8 +5,10 @@
 //   implicit / block:   read R and G, write dX  3 B n² sizeof(T)
 //   unrolled:           read X and G, write dX  3 B n² sizeof(T)
 // The PyTorch formulation is timed by sinkhorn_torch.py; compare_sinkhorn.py
-// runs both and prints the ratios. forward_host and forward_gpu pin the
-// forward's kernel shape (kdnn::KernelShape; forward is the automatic one).
+// runs both and prints the ratios. forward_host and forward_gpu,
+// implicit_host and block_host pin the kernel shape (kdnn::KernelShape;
+// forward, implicit and block are the automatic one: on a GPU, the GPU shape
+// for n in {2, 4, 8, 16, 32}), so one run times both shapes.
 // Sizes: --kdnn_sizes=BxNxITERS,... (default
 // 4096x16x100,10001x4x48).
 #include <cstdio>
@@ -29,7 +31,16 @@ using Space = Kokkos::DefaultExecutionSpace;
 template <class T>
 using Batch = sk::Batch<T, Space>;
 
-enum class Op { forward, forward_host, forward_gpu, implicit, block, unrolled };
+enum class Op {
+  forward,
+  forward_host,
+  forward_gpu,
+  implicit,
+  implicit_host,
+  block,
+  block_host,
+  unrolled
+};
 
 template <class T>
 void fill(const Batch<T>& v, unsigned seed, bool logits) {
@@ -50,7 +61,8 @@ void run(benchmark::State& state, Op op) {
   Space space;
   sk::forward(space, X, R, {iters});
   sk::BackwardOptions opts;
-  opts.method = op == Op::block ? sk::Method::block : sk::Method::implicit;
+  opts.method = op == Op::block || op == Op::block_host ? sk::Method::block : sk::Method::implicit;
+  if (op == Op::implicit_host || op == Op::block_host) opts.launch.shape = kdnn::KernelShape::host;
   sk::ForwardOptions fwd{iters};
   if (op == Op::forward_host) fwd.launch.shape = kdnn::KernelShape::host;
   if (op == Op::forward_gpu) fwd.launch.shape = kdnn::KernelShape::gpu;
@@ -63,7 +75,9 @@ void run(benchmark::State& state, Op op) {
       case Op::forward_host:
       case Op::forward_gpu: sk::forward(space, X, R, fwd); break;
       case Op::implicit:
-      case Op::block: sk::backward(space, R, G, dX, opts, report); break;
+      case Op::implicit_host:
+      case Op::block:
+      case Op::block_host: sk::backward(space, R, G, dX, opts, report); break;
       case Op::unrolled: sk::backward_unrolled(space, X, G, dX, {iters}); break;
     }
     space.fence();
@@ -72,7 +86,7 @@ void run(benchmark::State& state, Op op) {
   const bool forward = op == Op::forward || op == Op::forward_host || op == Op::forward_gpu;
   const double bytes = (forward ? 2 : 3) * elems * sizeof(T);
   state.SetBytesProcessed(int64_t(bytes * double(state.iterations())));
-  if (op == Op::implicit || op == Op::block) {
+  if (op != Op::unrolled && !forward) {
     auto it = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), report.iterations);
     double sum = 0;
     for (int b = 0; b < batch; ++b) sum += it(b);
@@ -121,7 +135,9 @@ int main(int argc, char** argv) {
                                             {"forward_host", Op::forward_host},
                                             {"forward_gpu", Op::forward_gpu},
                                             {"implicit", Op::implicit},
+                                            {"implicit_host", Op::implicit_host},
                                             {"block", Op::block},
+                                            {"block_host", Op::block_host},
                                             {"unrolled", Op::unrolled}};
   try {
     for (const auto& [name, op] : ops) {

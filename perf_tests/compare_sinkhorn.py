@@ -28,9 +28,14 @@ sys.path.insert(0, os.path.join(HERE, "..", "unit_tests", "reference"))  # kdnn_
 from gbench import median_times_ms  # noqa: E402
 import result_rows  # noqa: E402
 
-PAIRS = [("forward", "torch forward"), ("implicit", "torch autograd_backward"),
-         ("block", "torch autograd_backward"), ("unrolled", "torch autograd_backward"),
-         ("implicit", "torch implicit_cg_backward"), ("implicit", "triton implicit")]
+# kdnn's ops with the reference each is compared with; the *_host ops pin the
+# host kernel shape (on a GPU the plain ops run the GPU shape), so that one
+# run times both shapes against the same reference.
+PAIRS = [("forward", "torch forward"), ("forward_host", "torch forward"),
+         ("implicit", "torch autograd_backward"), ("block", "torch autograd_backward"),
+         ("block_host", "torch autograd_backward"), ("unrolled", "torch autograd_backward"),
+         ("implicit", "torch implicit_cg_backward"), ("implicit", "triton implicit"),
+         ("implicit_host", "triton implicit")]
 
 
 def run_kdnn(bench, sizes, repetitions):
@@ -115,7 +120,7 @@ def main():
             if (op, size) not in kdnn or (ref_name, size) not in ref:
                 continue
             ms, ref_ms = kdnn[(op, size)], ref[(ref_name, size)]
-            gbs = (2 if op == "forward" else 3) * batch * n * n * 4 / (ms * 1e-3) / 1e9
+            gbs = (2 if op.startswith("forward") else 3) * batch * n * n * 4 / (ms * 1e-3) / 1e9
             rows.append(dict(op=op, B=batch, n=n, iters=size[2], kdnn_ms=ms, reference=ref_name,
                              reference_ms=ref_ms, ratio=ref_ms / ms, gbs=gbs,
                              copy_fraction=gbs / copy_gbs if copy_gbs else None))

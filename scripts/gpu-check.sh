@@ -3,7 +3,8 @@
 # build (build/cuda, from `cmake --preset cuda && cmake --build build/cuda`)
 # but no package registry; PyTorch and Triton must be installed there.
 #   scripts/gpu-check.sh OUT_DIR
-# Runs the CUDA unit tests, the CLI tests and the examples, then the
+# Runs the CUDA unit tests (and the same tests on the build's host execution
+# space), the CLI tests and the examples, then the
 # benchmarks against their references on this GPU: perf_tests/compare_sinkhorn.py
 # (PyTorch, the Triton kernel, the device copy bandwidth; table.md) and
 # perf_tests/compare_mha.py (PyTorch float32; mha_table.md),
@@ -46,6 +47,12 @@ echo "== unit tests"
 timeout 300 "$build/unit_tests/kdnn_unit_tests" --gtest_output="xml:$out/unit_tests.xml" \
   > "$out/unit_tests.log" 2>&1 || status=1
 grep -E '^\[  (FAILED|PASSED|SKIPPED) ' "$out/unit_tests.log" | head -n 40
+if [[ -x "$build/unit_tests/kdnn_unit_tests_host" ]]; then
+  echo "== unit tests on the host execution space of the same build"
+  timeout 300 "$build/unit_tests/kdnn_unit_tests_host" \
+    --gtest_output="xml:$out/unit_tests_host.xml" > "$out/unit_tests_host.log" 2>&1 || status=1
+  grep -E '^\[  (FAILED|PASSED|SKIPPED) ' "$out/unit_tests_host.log" | head -n 40
+fi
 echo "== CLI tests"
 timeout 120 "$build/unit_tests/kdnn_cli_tests" > "$out/cli_tests.log" 2>&1 || status=1
 grep -E '^\[  (FAILED|PASSED|SKIPPED) ' "$out/cli_tests.log" | head -n 20

@@ -51,14 +51,16 @@ namespace kdnn::sinkhorn {
 /// implicit and block backwards' CG sums dot products across lanes, so those
 /// agree to rounding (tested).
 ///
-/// launch.shape: the forward has a GPU form for n in {2, 4, 8, 16, 32}
-/// (chosen by KernelShape::automatic on a GPU backend, or by
-/// KernelShape::gpu anywhere; other n run the host form): a matrix per n
-/// vector lanes, its rows and columns in registers. It does the host form's
-/// operations in the same order, so the two are bitwise identical on a host
-/// backend and agree to rounding on a GPU, where the compiler may fuse
-/// multiply-adds differently (tested). It picks its own vector length (n)
-/// and tile; launch.team_size, if set, is its number of matrices per team.
+/// launch.shape: the forward and the implicit and block backwards have a GPU
+/// form for n in {2, 4, 8, 16, 32} (chosen by KernelShape::automatic on a
+/// GPU backend, or by KernelShape::gpu anywhere; other n run the host form):
+/// a matrix per n vector lanes, its rows and columns in registers. A GPU form
+/// does the host form's operations in the same order, so the two are bitwise
+/// identical on a host backend and agree to rounding on a GPU, where the
+/// compiler may fuse multiply-adds differently (the backwards: to the CG
+/// tolerance, which amplifies rounding by the system's conditioning; tested).
+/// It picks its own vector length (n) and tile; launch.team_size, if set, is
+/// its number of matrices per team.
 using Launch = kdnn::Launch;
 
 /// Which marginal the first normalisation of an iteration enforces.
