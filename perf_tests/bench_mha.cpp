@@ -67,7 +67,7 @@ void run(benchmark::State& state, Phase phase) {
   const V reserve("reserve", sizes.reserve), workspace("workspace", sizes.workspace);
   at::MhaOptions opts;
   opts.heads = int(H);
-  const at::AttentionMask<Space> mask;
+  const at::AttentionMask<Space> mask{};
   const X none;
   Space space;
   const auto forward = [&] {

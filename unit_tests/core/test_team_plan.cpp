@@ -21,7 +21,7 @@ struct NoOp {
 TEST(TeamPlan, CooperativeChoosesScratchLevel) {
   const std::size_t max0 = kdnn::impl::scratch_capacity<Space>(0);
   const std::size_t max1 = kdnn::impl::scratch_capacity<Space>(1);
-  const kdnn::Launch any;
+  const kdnn::Launch any{};
   auto small = kdnn::impl::plan_team<Space, NoOp>("op", Space(), 3, any, 1, 64, "block=1");
   EXPECT_EQ(small.level, 0);
   EXPECT_EQ(small.league, 3);
@@ -152,7 +152,7 @@ kdnn::Launch with_team_and_vector(int team_size, int vector_length) {
 }
 
 TEST(TeamPlan, CooperativeChecksVectorLengthAndTeamSize) {
-  const kdnn::Launch any;
+  const kdnn::Launch any{};
   EXPECT_KDNN_ERROR((kdnn::impl::plan_team<Space, NoOp>("op", Space(), 1, any, 3, 0, "x")),
                     "op: launch.vector_length=3, expected a power of two");
   EXPECT_KDNN_ERROR(

@@ -52,7 +52,13 @@ class ScratchCarver {
   std::size_t offset_ = 0;
 };
 
-/// Bytes a layout function `carve(ScratchCarver&)` takes.
+/// Bytes a layout function `carve(ScratchCarver&)` takes. Called on the
+/// host with host lambdas (launch planning) and in kernels with the kernel's
+/// own layout; nvcc's host/device check is off for it, as it cannot see that
+/// each instantiation is only called where its `carve` can run.
+#if defined(__CUDACC__)
+#pragma nv_exec_check_disable
+#endif
 template <class Carve>
 KOKKOS_INLINE_FUNCTION std::size_t layout_bytes(const Carve& carve) {
   ScratchCarver counter;
