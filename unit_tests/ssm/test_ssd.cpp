@@ -11,6 +11,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "allclose.hpp"
@@ -80,8 +81,16 @@ struct SsdViews {
   }
 };
 
+ssm::SsdOptions options(int chunk, kdnn::KernelShape shape) {
+  ssm::SsdOptions o;
+  o.chunk = chunk;
+  o.launch.shape = shape;
+  return o;
+}
+
 template <class T>
-ssm_ref::SsdForwardResult run_forward(const SsdCase& a, int chunk) {
+ssm_ref::SsdForwardResult run_forward(const SsdCase& a, int chunk,
+                                      kdnn::KernelShape shape = kdnn::KernelShape::automatic) {
   const auto& s = a.s;
   SsdViews<T> v(a);
   DeviceView<T****> y("y", s.B, s.L, s.H, s.P), fin("final", s.B, s.H, s.P, s.N);
@@ -89,12 +98,13 @@ ssm_ref::SsdForwardResult run_forward(const SsdCase& a, int chunk) {
   v.set_inputs(args);
   args.y = y;
   args.final_state = fin;
-  ssm::ssd_forward(Space(), args, {chunk});
+  ssm::ssd_forward(Space(), args, options(chunk, shape));
   return {to_host(y), to_host(fin)};
 }
 
 template <class T>
-ssm_ref::SsdBackwardResult run_backward(const SsdCase& a, int chunk) {
+ssm_ref::SsdBackwardResult run_backward(const SsdCase& a, int chunk,
+                                        kdnn::KernelShape shape = kdnn::KernelShape::automatic) {
   const auto& s = a.s;
   SsdViews<T> v(a);
   DeviceView<T****> dx("dx", s.B, s.L, s.H, s.P), dB("dB", s.B, s.L, s.G, s.N),
@@ -114,7 +124,7 @@ ssm_ref::SsdBackwardResult run_backward(const SsdCase& a, int chunk) {
   args.dC = dC;
   args.dD = dD;
   args.dinitial_state = dinit;
-  ssm::ssd_backward(Space(), args, {chunk});
+  ssm::ssd_backward(Space(), args, options(chunk, shape));
   return {to_host(dx), to_host(ddt), to_host(dA),   to_host(dB),
           to_host(dC), to_host(dD),  to_host(dinit)};
 }
@@ -191,6 +201,33 @@ TYPED_TEST(Ssd, BackwardMatchesTheAdjointRecurrence) {
       EXPECT_ALLCLOSE(actual.dinit, expected.dinit, tol<T>(), step);
     }
   }
+}
+
+// Chunks whose scratch is past on-chip size (Q = P = N = 64): a GPU launch
+// (forced here) strides a bounded league over them in a team workspace
+// (core/impl/team_work.hpp), team barriers between chunks, while a host
+// launch gives each chunk its team and level-1 scratch. The same kernels:
+// bitwise the same outputs and gradients.
+TYPED_TEST(Ssd, GpuLaunchPastLevelZeroMatchesTheHostLaunch) {
+  using T = TypeParam;
+  const Config c{{2, 150, 3, 64, 1, 64}, 64};
+  const std::size_t bytes = kdnn::impl::layout_bytes([](kdnn::impl::ScratchCarver& s) {
+    ssm::impl::SsdChunkStateKernel<Space, T>::carve(s, 64, 64, 64);
+  });
+  ASSERT_GT(bytes, kdnn::impl::scratch_capacity<Space>(0)) << "the case must be past level 0";
+  const SsdCase a = make_case(c.s, kAll, 900);
+  const auto gpu = kdnn::KernelShape::gpu, host = kdnn::KernelShape::host;
+  const auto fg = run_forward<T>(a, c.chunk, gpu), fh = run_forward<T>(a, c.chunk, host);
+  EXPECT_EQ(fg.y, fh.y);
+  EXPECT_EQ(fg.final_state, fh.final_state);
+  const auto bg = run_backward<T>(a, c.chunk, gpu), bh = run_backward<T>(a, c.chunk, host);
+  const std::vector<std::pair<const char*, std::pair<Vec, Vec>>> grads = {
+      {"dx", {bg.dx, bh.dx}}, {"ddt", {bg.ddt, bh.ddt}}, {"dA", {bg.dA, bh.dA}},
+      {"dB", {bg.dB, bh.dB}}, {"dC", {bg.dC, bh.dC}},    {"dD", {bg.dD, bh.dD}},
+      {"dinit", {bg.dinit, bh.dinit}}};
+  for (const auto& [name, pair] : grads) EXPECT_EQ(pair.first, pair.second) << name;
+  const auto expected = ssm_ref::ssd_forward(a);
+  EXPECT_ALLCLOSE(fg.y, expected.y, tol<T>(), sum_tol<T>(c.s.N * 4.0));
 }
 
 TYPED_TEST(Ssd, EmptySequenceAndBatch) {

@@ -30,6 +30,7 @@
 #include <Kokkos_Core.hpp>
 
 #include "kdnn/core/impl/eti.hpp"
+#include "kdnn/core/launch.hpp"
 #include "kdnn/core/tensor.hpp"
 
 namespace kdnn::ssm {
@@ -38,6 +39,10 @@ struct SsdOptions {
   int chunk = 64;        ///< Q, steps per chunk (≥ 1); L need not be a multiple
   bool check_a = false;  ///< refuse A with a positive entry (a device reduction and a copy)
   bool check_dt = false;  ///< refuse a negative or non-finite dt (a device reduction)
+  /// Launch shape of the chunk kernels; only `shape` applies: KernelShape::gpu
+  /// launches them as on a GPU anywhere (a bounded team workspace for
+  /// scratch past on-chip size), with the same results.
+  Launch launch;
 };
 
 /// The arguments of ssd_forward. Optional Views may be left empty.

@@ -194,17 +194,17 @@ StateStats ssd_forward(const ExecSpace& space, MPI_Comm comm,
 
   ssm::impl::ChunkStates<T, ExecSpace> states;
   ssm::impl::ChunkDecays<T, ExecSpace> decay;
-  ssm::impl::chunk_states<ExecSpace, T>(op, space, a, opts.chunk, states, decay);
+  ssm::impl::chunk_states<ExecSpace, T>(op, space, a, opts, states, decay);
   ssm::impl::state_pass(space, states, decay, a.initial_state, Tensor4<T, ExecSpace>());
   SummaryExchange<T, ExecSpace> ex(layout, ranks);
   pack_summary(space, layout, ex.mine.device, states, decay, Tensor4<T, ExecSpace>());
   ex.start(space, comm);
 
-  ssm::impl::chunk_output(op, space, a, opts.chunk, states, true, false);  // Y_diag + D·x
+  ssm::impl::chunk_output(op, space, a, opts, states, true, false);  // Y_diag + D·x
   StateStats stats;
   ex.wait(space, stats);
   correct_states(space, layout, rank, ex.all.device, states, decay, a.final_state);
-  ssm::impl::chunk_output(op, space, a, opts.chunk, states, false, true);  // + Y_off
+  ssm::impl::chunk_output(op, space, a, opts, states, false, true);  // + Y_off
   return stats;
 }
 
@@ -229,9 +229,9 @@ StateStats ssd_backward(const ExecSpace& space, MPI_Comm comm,
   // d(final state): H_c, dH_{c+1} and dS_r as if the other ranks were not there.
   ssm::impl::ChunkStates<T, ExecSpace> states, dstates;
   ssm::impl::ChunkDecays<T, ExecSpace> decay;
-  ssm::impl::chunk_states<ExecSpace, T>(op, space, a, opts.chunk, states, decay);
+  ssm::impl::chunk_states<ExecSpace, T>(op, space, a, opts, states, decay);
   ssm::impl::state_pass(space, states, decay, a.initial_state, Tensor4<T, ExecSpace>());
-  ssm::impl::chunk_dstates(op, space, a, opts.chunk, dstates);
+  ssm::impl::chunk_dstates(op, space, a, opts, dstates);
   Tensor4<T, ExecSpace> dlocal("kdnn::cp::ssd_dlocal", a.x.extent(0), a.x.extent(2), a.x.extent(3),
                                a.B.extent(3));
   ssm::impl::reverse_state_pass(space, dstates, decay, a.dfinal_state, dlocal, int(a.x.extent(3)));
@@ -240,12 +240,12 @@ StateStats ssd_backward(const ExecSpace& space, MPI_Comm comm,
   ex.start(space, comm);
 
   const auto g = ssm::impl::gradient_buffers(a);
-  ssm::impl::diag_backward(op, space, a, opts.chunk, g);
+  ssm::impl::diag_backward(op, space, a, opts, g);
   StateStats stats;
   ex.wait(space, stats);
   correct_states(space, layout, rank, ex.all.device, states, decay, Tensor4<T, ExecSpace>());
   correct_dstates(space, layout, rank, ranks, ex.all.device, dstates, decay, a.dinitial_state);
-  ssm::impl::state_backward(op, space, a, opts.chunk, states, dstates, g);
+  ssm::impl::state_backward(op, space, a, opts, states, dstates, g);
   return stats;
 }
 

@@ -19,15 +19,16 @@ namespace kdnn::ssm::impl {
 template <class T, class ExecSpace>
 using ChunkDecays = Kokkos::View<T***, Kokkos::LayoutRight, typename ExecSpace::memory_space>;
 
-/// The inputs every chunk kernel reads, and its sizes.
+/// The inputs every chunk kernel reads, its sizes and its launch request.
 template <class ExecSpace, class T, class Kernel, class Args>
-void set_ssd_inputs(Kernel& k, const Args& a, int chunk) {
+void set_ssd_inputs(Kernel& k, const Args& a, const SsdOptions& opts) {
   k.x = a.x;
   k.dt = a.dt;
   k.A = a.A;
   k.Bm = a.B;
   k.Cm = a.C;
-  k.set_sizes(chunk);
+  k.set_sizes(opts.chunk);
+  k.launch = opts.launch;
 }
 
 /// Plans and launches a chunk kernel (one team per (b, h, chunk)) whose
@@ -39,7 +40,7 @@ void launch_chunks(const char* op, const ExecSpace& space, Kernel kernel, const 
   const std::size_t bytes = kdnn::impl::layout_bytes(carve);
   constexpr bool host = kdnn::impl::BackendTraits<ExecSpace>::is_host;
   const auto plan = kdnn::impl::plan_team<ExecSpace, Kernel>(
-      op, space, kernel.league(), Launch{}, host ? 1 : 32, bytes,
+      op, space, kernel.league(), kernel.launch, host ? 1 : 32, bytes,
       "a chunk of Q=" + std::to_string(kernel.Q) + " steps with P=" + std::to_string(kernel.P()) +
           ", N=" + std::to_string(kernel.N()));
   plan.launch(label, space, kernel);
@@ -48,10 +49,10 @@ void launch_chunks(const char* op, const ExecSpace& space, Kernel kernel, const 
 /// states(b, h, c) = S_c and decay(b, h, c) = exp(cum_last) for every chunk
 /// (states has chunks + 1 rows; the last is left for the state pass).
 template <class ExecSpace, class T, class Args>
-void chunk_states(const char* op, const ExecSpace& space, const Args& a, int chunk,
+void chunk_states(const char* op, const ExecSpace& space, const Args& a, const SsdOptions& opts,
                   ChunkStates<T, ExecSpace>& states, ChunkDecays<T, ExecSpace>& decay) {
   SsdChunkStateKernel<ExecSpace, T> k;
-  set_ssd_inputs<ExecSpace, T>(k, a, chunk);
+  set_ssd_inputs<ExecSpace, T>(k, a, opts);
   const int B = int(a.x.extent(0)), H = int(a.x.extent(2));
   states = ChunkStates<T, ExecSpace>(
       Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("kdnn::ssm::ssd_states")), B, H,
@@ -250,9 +251,9 @@ void check_ssd_forward(const char* op, const SsdForward<T, ExecSpace>& a, const 
 /// `off`).
 template <class ExecSpace, class T>
 void chunk_output(const char* op, const ExecSpace& space, const SsdForward<T, ExecSpace>& a,
-                  int chunk, const ChunkStates<T, ExecSpace>& states, bool diag, bool off) {
+                  const SsdOptions& opts, const ChunkStates<T, ExecSpace>& states, bool diag, bool off) {
   SsdChunkOutputKernel<ExecSpace, T> k;
-  set_ssd_inputs<ExecSpace, T>(k, a, chunk);
+  set_ssd_inputs<ExecSpace, T>(k, a, opts);
   k.D = a.D;
   k.has_d = validate::given(a.D);
   k.states = states;
@@ -272,16 +273,16 @@ void ssd_forward(const ExecSpace& space, const SsdForward<T, ExecSpace>& a,
   check_ssd_forward(op, a, opts);
   ChunkStates<T, ExecSpace> states;
   ChunkDecays<T, ExecSpace> decay;
-  chunk_states<ExecSpace, T>(op, space, a, opts.chunk, states, decay);
+  chunk_states<ExecSpace, T>(op, space, a, opts, states, decay);
   state_pass(space, states, decay, a.initial_state, a.final_state);
-  chunk_output(op, space, a, opts.chunk, states, true, true);
+  chunk_output(op, space, a, opts, states, true, true);
 }
 
 template <class ExecSpace, class T>
 void ssd_diag(const ExecSpace& space, const SsdForward<T, ExecSpace>& a, const SsdOptions& opts) {
   const char* op = "ssm::ssd_diag";
   check_ssd_forward(op, a, opts);
-  chunk_output(op, space, a, opts.chunk, ChunkStates<T, ExecSpace>(), true, false);
+  chunk_output(op, space, a, opts, ChunkStates<T, ExecSpace>(), true, false);
 }
 
 template <class ExecSpace, class T>
@@ -298,7 +299,7 @@ void ssd_summary(const ExecSpace& space, const SsdSummary<T, ExecSpace>& a,
                       memory_of("B", a.B), memory_of("C", a.C)});
   ChunkStates<T, ExecSpace> states;
   ChunkDecays<T, ExecSpace> decay;
-  chunk_states<ExecSpace, T>(op, space, a, opts.chunk, states, decay);
+  chunk_states<ExecSpace, T>(op, space, a, opts, states, decay);
   state_pass(space, states, decay, Tensor4<const T, ExecSpace>(), a.local_state);
   const auto total = a.decay;
   const int H = int(total.extent(1)), chunks = int(decay.extent(2));
@@ -422,9 +423,9 @@ SsdGradients<ExecSpace, T> gradient_buffers(const SsdBackward<T, ExecSpace>& a) 
 /// The backward of Y_diag (needs no state): the first half of the backward.
 template <class ExecSpace, class T>
 void diag_backward(const char* op, const ExecSpace& space, const SsdBackward<T, ExecSpace>& a,
-                   int chunk, const SsdGradients<ExecSpace, T>& g) {
+                   const SsdOptions& opts, const SsdGradients<ExecSpace, T>& g) {
   SsdDiagBackwardKernel<ExecSpace, T> k;
-  set_ssd_inputs<ExecSpace, T>(k, a, chunk);
+  set_ssd_inputs<ExecSpace, T>(k, a, opts);
   k.dy = a.dy;
   k.g = g;
   launch_chunks(
@@ -437,11 +438,11 @@ void diag_backward(const char* op, const ExecSpace& space, const SsdBackward<T, 
 /// group's heads.
 template <class ExecSpace, class T>
 void state_backward(const char* op, const ExecSpace& space, const SsdBackward<T, ExecSpace>& a,
-                    int chunk, const ChunkStates<T, ExecSpace>& states,
+                    const SsdOptions& opts, const ChunkStates<T, ExecSpace>& states,
                     const ChunkStates<T, ExecSpace>& dstates, const SsdGradients<ExecSpace, T>& g) {
   const int H = int(a.x.extent(2));
   SsdStateBackwardKernel<ExecSpace, T> k;
-  set_ssd_inputs<ExecSpace, T>(k, a, chunk);
+  set_ssd_inputs<ExecSpace, T>(k, a, opts);
   k.dy = a.dy;
   k.D = a.D;
   k.has_d = validate::given(a.D);
@@ -481,9 +482,9 @@ void state_backward(const char* op, const ExecSpace& space, const SsdBackward<T,
 /// dS_c for every chunk into dstates (then reverse_state_pass).
 template <class ExecSpace, class T>
 void chunk_dstates(const char* op, const ExecSpace& space, const SsdBackward<T, ExecSpace>& a,
-                   int chunk, ChunkStates<T, ExecSpace>& dstates) {
+                   const SsdOptions& opts, ChunkStates<T, ExecSpace>& dstates) {
   SsdChunkDstateKernel<ExecSpace, T> k;
-  set_ssd_inputs<ExecSpace, T>(k, a, chunk);
+  set_ssd_inputs<ExecSpace, T>(k, a, opts);
   k.dy = a.dy;
   dstates = ChunkStates<T, ExecSpace>(
       Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("kdnn::ssm::ssd_dstates")),
@@ -501,13 +502,13 @@ void ssd_backward(const ExecSpace& space, const SsdBackward<T, ExecSpace>& a,
   check_ssd_backward(op, a, opts);
   ChunkStates<T, ExecSpace> states, dstates;
   ChunkDecays<T, ExecSpace> decay;
-  chunk_states<ExecSpace, T>(op, space, a, opts.chunk, states, decay);
+  chunk_states<ExecSpace, T>(op, space, a, opts, states, decay);
   state_pass(space, states, decay, a.initial_state, Tensor4<T, ExecSpace>());
-  chunk_dstates(op, space, a, opts.chunk, dstates);
+  chunk_dstates(op, space, a, opts, dstates);
   reverse_state_pass(space, dstates, decay, a.dfinal_state, a.dinitial_state, int(a.x.extent(3)));
   const auto g = gradient_buffers(a);
-  diag_backward(op, space, a, opts.chunk, g);
-  state_backward(op, space, a, opts.chunk, states, dstates, g);
+  diag_backward(op, space, a, opts, g);
+  state_backward(op, space, a, opts, states, dstates, g);
 }
 
 }  // namespace kdnn::ssm::impl

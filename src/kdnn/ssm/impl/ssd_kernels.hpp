@@ -43,6 +43,7 @@ struct SsdChunks {
   int Q = 1, chunks = 0;           ///< steps per chunk, chunks per sequence
   int Qp = 0, Pp = 0, Np = 0;      ///< Q, P, N padded to Tile::align
   kdnn::impl::TeamWork work;  ///< set by the launch
+  Launch launch;               ///< the caller's request (SsdOptions::launch)
 
   KOKKOS_INLINE_FUNCTION int P() const { return int(x.extent(3)); }
   KOKKOS_INLINE_FUNCTION int N() const { return int(Bm.extent(3)); }
