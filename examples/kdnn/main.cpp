@@ -68,6 +68,7 @@ void print_help() {
                "except a failed write of stdout, which comes after the outputs.\n";
 }
 
+#ifdef KDNN_ENABLE_MPI
 /// Whether an MPI launcher (mpiexec, mpirun, srun, ...) started this process,
 /// by the variables the launchers of Open MPI, PMIx, MPICH / Intel MPI (PMI),
 /// MVAPICH and Intel MPI set in the environment of each process they start.
@@ -78,6 +79,7 @@ bool started_by_mpi_launcher() {
   }
   return false;
 }
+#endif
 
 bool is_kokkos_arg(const std::string& arg) { return arg.rfind("--kokkos-", 0) == 0; }
 
@@ -99,6 +101,7 @@ const Subcommand& find_subcommand(const Args& args) {
   usage_fail("unknown subcommand '", args[0], "' (try 'kdnn --help')");
 }
 
+#ifdef KDNN_ENABLE_MPI
 /// Whether this run needs MPI: under a launcher (every rank takes part, as
 /// today), or for a context-parallel subcommand, which needs it as one
 /// process too.
@@ -107,6 +110,7 @@ bool needs_mpi(const Args& args) {
   const Subcommand* s = args.empty() ? nullptr : lookup(args[0]);
   return s != nullptr && s->context_parallel;
 }
+#endif
 
 /// Prints the one-line error message (newlines inside it flattened).
 void report_error(const char* what) {
