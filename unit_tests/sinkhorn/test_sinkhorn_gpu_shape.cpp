@@ -245,10 +245,6 @@ TEST(SinkhornGpuShape, LaunchRequests) {
                     "launch.team_size=-1, expected >= 0");
 }
 
-}  // namespace
-
-namespace {
-
 /// Forward R and the implicit, block and unrolled dX of one batch, every
 /// operator launched with `shape`.
 std::vector<std::vector<double>> all_operators(const std::vector<double>& x,
@@ -271,8 +267,6 @@ std::vector<std::vector<double>> all_operators(const std::vector<double>& x,
   return {to_host(R), to_host(implicit), to_host(block), to_host(unrolled)};
 }
 
-}  // namespace
-
 // n = 64 in double: one matrix's scratch (64 × 65 doubles, 33 KB, and more)
 // is past a host's on-chip level (32 KB), so a GPU launch (forced here) runs
 // the generic kernels over a bounded league in a team workspace
@@ -292,3 +286,5 @@ TEST(SinkhornGpuLaunch, PastLevelZeroEveryOperatorMatchesTheHostLaunch) {
     }
   }
 }
+
+}  // namespace

@@ -40,6 +40,7 @@
 #include "kdnn/core/impl/unroll.hpp"
 #include "kdnn/core/nan_max.hpp"
 #include "kdnn/sinkhorn/impl/first_iteration.hpp"
+#include "kdnn/sinkhorn/impl/forward_kernel.hpp"
 #include "kdnn/sinkhorn/impl/gpu_matrix_kernel.hpp"
 #include "kdnn/sinkhorn/impl/marginal_error.hpp"
 #include "kdnn/sinkhorn/impl/rescale.hpp"
@@ -48,18 +49,21 @@
 namespace kdnn::sinkhorn::impl {
 
 template <class ExecSpace, class T, int N>
-struct ForwardGpuKernel : GpuMatrixKernel<ForwardGpuKernel<ExecSpace, T, N>, ExecSpace, N> {
+struct ForwardGpuKernel : GpuMatrixKernel<ForwardGpuKernel<ExecSpace, T, N>, ExecSpace, N>,
+                          ForwardData<ExecSpace, T> {
   using Base = GpuMatrixKernel<ForwardGpuKernel, ExecSpace, N>;
+  using Data = ForwardData<ExecSpace, T>;
   using Member = typename Base::Member;
   static constexpr bool kPrivate = Base::kPrivate;
   static constexpr int kLd = Base::kLd;
+  using Data::eps;
+  using Data::error_out;
+  using Data::iters;
+  using Data::iters_out;
+  using Data::R;
+  using Data::tol;
+  using Data::X;
 
-  Batch<const T, ExecSpace> X;
-  Batch<T, ExecSpace> R;
-  Kokkos::View<int*, typename ExecSpace::memory_space> iters_out;
-  Kokkos::View<double*, typename ExecSpace::memory_space> error_out;
-  int iters = 1;
-  double tol = 0, eps = 0;
   bool transpose = false;
 
   /// One matrix's scratch: the scaling vectors, the first iteration's column
@@ -141,8 +145,9 @@ struct ForwardGpuKernel : GpuMatrixKernel<ForwardGpuKernel<ExecSpace, T, N>, Exe
         }
         Kokkos::parallel_for(lanes, [&](int j) { w.v[j] = rescaled(w.v[j], c(j)[0], e); });
       } else {
-        Kokkos::parallel_for(lanes,
-                             [&](int j) { w.v[j] = rescaled(w.v[j], lane_dot<N>(col(j), w.u), e); });
+        Kokkos::parallel_for(lanes, [&](int j) {
+          w.v[j] = rescaled(w.v[j], lane_dot<N>(col(j), w.u), e);
+        });
       }
       Kokkos::parallel_for(lanes,
                            [&](int i) { w.u[i] = rescaled(w.u[i], lane_dot<N>(row(i), w.v), e); });

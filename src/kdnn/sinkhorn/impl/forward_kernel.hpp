@@ -22,16 +22,30 @@
 
 namespace kdnn::sinkhorn::impl {
 
+/// What both shapes of the forward take: the operands, the report's views
+/// and the iteration's settings.
 template <class ExecSpace, class T>
-struct ForwardKernel : PerMatrixKernel<ForwardKernel<ExecSpace, T>, ExecSpace> {
-  using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
-
+struct ForwardData {
   Batch<const T, ExecSpace> X;
   Batch<T, ExecSpace> R;
   Kokkos::View<int*, typename ExecSpace::memory_space> iters_out;
   Kokkos::View<double*, typename ExecSpace::memory_space> error_out;
   int iters = 1;
   double tol = 0, eps = 0;
+};
+
+template <class ExecSpace, class T>
+struct ForwardKernel : PerMatrixKernel<ForwardKernel<ExecSpace, T>, ExecSpace>,
+                       ForwardData<ExecSpace, T> {
+  using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  using Data = ForwardData<ExecSpace, T>;
+  using Data::eps;
+  using Data::error_out;
+  using Data::iters;
+  using Data::iters_out;
+  using Data::R;
+  using Data::tol;
+  using Data::X;
 
   /// One matrix's working set: P and Pᵀ (n×ld), the scaling vectors u, v
   /// and the column and row sums c, r in T; the first iteration's P and

@@ -68,22 +68,17 @@ inline void validate_batch_size(const char* op, const char* name, std::size_t ba
   }
 }
 
-/// Runs the GPU form of the forward (forward_gpu_kernel.hpp) with n = N.
+/// Runs the GPU form of the forward (forward_gpu_kernel.hpp) with n = N;
+/// `k` is the host form's kernel, already set up, whose operands and
+/// settings it takes.
 template <int N, class ExecSpace, class T>
-void forward_gpu(const char* op, const ExecSpace& space, const Batch<const T, ExecSpace>& X,
-                 const Batch<T, ExecSpace>& R, const ForwardOptions& opts,
-                 const Report<ExecSpace>& report) {
-  ForwardGpuKernel<ExecSpace, T, N> k;
-  k.X = X;
-  k.R = R;
-  k.iters_out = report.iterations;
-  k.error_out = report.marginal_error;
-  k.batch = int(X.extent(0));
-  k.transpose = opts.order == Order::rows_first;
-  k.iters = opts.iters;
-  k.tol = opts.tol;
-  k.eps = opts.eps;
-  k.run(op, space, opts.launch);
+void forward_gpu(const char* op, const ExecSpace& space, const ForwardKernel<ExecSpace, T>& k,
+                 const Launch& launch) {
+  ForwardGpuKernel<ExecSpace, T, N> g;
+  static_cast<ForwardData<ExecSpace, T>&>(g) = k;
+  g.batch = k.batch;
+  g.transpose = k.transpose;
+  g.run(op, space, launch);
 }
 
 /// The GPU shape for n = N in {2, 4, 8, 16, 32}: calls
@@ -132,10 +127,6 @@ void forward(const ExecSpace& space, const Batch<const T, ExecSpace>& X,
   validate_report(op, report, X.extent(0), std::pair("X", X), std::pair("R", R));
   const int batch = int(X.extent(0)), n = int(X.extent(1));
   if (batch == 0) return;
-  const auto gpu = [&](auto size) {
-    forward_gpu<decltype(size)::value>(op, space, X, R, opts, report);
-  };
-  if (run_gpu_shape<ExecSpace>(opts.launch, n, gpu)) return;
 
   using Kernel = ForwardKernel<ExecSpace, T>;
   Kernel k;
@@ -149,6 +140,10 @@ void forward(const ExecSpace& space, const Batch<const T, ExecSpace>& X,
   k.iters = opts.iters;
   k.tol = opts.tol;
   k.eps = opts.eps;
+  const auto gpu = [&](auto size) {
+    forward_gpu<decltype(size)::value>(op, space, k, opts.launch);
+  };
+  if (run_gpu_shape<ExecSpace>(opts.launch, n, gpu)) return;
   k.run(op, space, n, opts.launch);
 }
 
