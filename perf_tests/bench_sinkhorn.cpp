@@ -6,9 +6,10 @@
 //   unrolled:           read X and G, write dX  3 B n² sizeof(T)
 // The PyTorch formulation is timed by sinkhorn_torch.py; compare_sinkhorn.py
 // runs both and prints the ratios. forward_host and forward_gpu,
-// implicit_host and block_host pin the kernel shape (kdnn::KernelShape;
-// forward, implicit and block are the automatic one: on a GPU, the GPU shape
-// for n in {2, 4, 8, 16, 32}), so one run times both shapes.
+// implicit_host, block_host and unrolled_host pin the kernel shape
+// (kdnn::KernelShape; forward, implicit, block and unrolled are the
+// automatic one: on a GPU, the GPU shape for n in {2, 4, 8, 16, 32}), so one
+// run times both shapes.
 // Sizes: --kdnn_sizes=BxNxITERS,... (default
 // 4096x16x100,10001x4x48).
 #include <cstdio>
@@ -39,7 +40,8 @@ enum class Op {
   implicit_host,
   block,
   block_host,
-  unrolled
+  unrolled,
+  unrolled_host
 };
 
 template <class T>
@@ -64,7 +66,9 @@ void run(benchmark::State& state, Op op) {
   opts.method = op == Op::block || op == Op::block_host ? sk::Method::block : sk::Method::implicit;
   if (op == Op::implicit_host || op == Op::block_host) opts.launch.shape = kdnn::KernelShape::host;
   sk::ForwardOptions fwd{iters};
-  if (op == Op::forward_host) fwd.launch.shape = kdnn::KernelShape::host;
+  if (op == Op::forward_host || op == Op::unrolled_host) {
+    fwd.launch.shape = kdnn::KernelShape::host;
+  }
   if (op == Op::forward_gpu) fwd.launch.shape = kdnn::KernelShape::gpu;
   sk::Report<Space> report;
   report.iterations = Kokkos::View<int*, Space::memory_space>("cg", batch);
@@ -78,7 +82,8 @@ void run(benchmark::State& state, Op op) {
       case Op::implicit_host:
       case Op::block:
       case Op::block_host: sk::backward(space, R, G, dX, opts, report); break;
-      case Op::unrolled: sk::backward_unrolled(space, X, G, dX, {iters}); break;
+      case Op::unrolled:
+      case Op::unrolled_host: sk::backward_unrolled(space, X, G, dX, fwd); break;
     }
     space.fence();
   }
@@ -86,7 +91,7 @@ void run(benchmark::State& state, Op op) {
   const bool forward = op == Op::forward || op == Op::forward_host || op == Op::forward_gpu;
   const double bytes = (forward ? 2 : 3) * elems * sizeof(T);
   state.SetBytesProcessed(int64_t(bytes * double(state.iterations())));
-  if (op != Op::unrolled && !forward) {
+  if (op != Op::unrolled && op != Op::unrolled_host && !forward) {
     auto it = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), report.iterations);
     double sum = 0;
     for (int b = 0; b < batch; ++b) sum += it(b);
@@ -138,7 +143,8 @@ int main(int argc, char** argv) {
                                             {"implicit_host", Op::implicit_host},
                                             {"block", Op::block},
                                             {"block_host", Op::block_host},
-                                            {"unrolled", Op::unrolled}};
+                                            {"unrolled", Op::unrolled},
+                                            {"unrolled_host", Op::unrolled_host}};
   try {
     for (const auto& [name, op] : ops) {
       for (const Size& s : parse_sizes(sizes)) {

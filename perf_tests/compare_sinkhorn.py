@@ -34,6 +34,7 @@ import result_rows  # noqa: E402
 PAIRS = [("forward", "torch forward"), ("forward_host", "torch forward"),
          ("implicit", "torch autograd_backward"), ("block", "torch autograd_backward"),
          ("block_host", "torch autograd_backward"), ("unrolled", "torch autograd_backward"),
+         ("unrolled_host", "torch autograd_backward"),
          ("implicit", "torch implicit_cg_backward"), ("implicit", "triton implicit"),
          ("implicit_host", "triton implicit")]
 

@@ -1,5 +1,6 @@
-// The GPU shape of the Sinkhorn forward (launch.shape = KernelShape::gpu,
-// forward_gpu_kernel.hpp) against the host shape, on whatever backend the
+// The GPU shape of the Sinkhorn operators (launch.shape = KernelShape::gpu:
+// forward_gpu_kernel.hpp, cg_backward_gpu_kernel.hpp,
+// unrolled_backward_gpu_kernel.hpp) against the host shape, on whatever backend the
 // tests run on (on a host, the GPU form runs as plain loops).
 //
 // What is bitwise and what is to rounding: the two forms do the same
@@ -243,6 +244,81 @@ TEST(SinkhornGpuShape, LaunchRequests) {
   o.launch.team_size = -1;
   EXPECT_KDNN_ERROR(run<double>(x, batch, n, o, kdnn::KernelShape::gpu),
                     "launch.team_size=-1, expected >= 0");
+}
+
+template <class T>
+std::vector<double> run_unrolled(const std::vector<double>& x, const std::vector<double>& g,
+                                 int batch, int n, sk::ForwardOptions o,
+                                 kdnn::KernelShape shape) {
+  o.launch.shape = shape;
+  Batch<T> dX("dX", batch, n, n);
+  sk::backward_unrolled(Space(), batch_of<T>(x, batch, n), batch_of<T>(g, batch, n), dX, o);
+  return to_host(dX);
+}
+
+// The unrolled backward's GPU form (unrolled_backward_gpu_kernel.hpp) against
+// the reverse-mode reference and the host form. The GPU form sums dP's
+// rank-1 terms in double in the reverse sweep's order, the host form in T in
+// the forward order, so the two agree to their accuracy, not bitwise (except
+// with one iteration, which has no such terms: bitwise on a host). Asserted
+// per batch: the error against the reference within a bound, and within 3×
+// the host form's error (flash attention's rule for a kernel that reorders a
+// reference's sums; measured here: at most 1.5× in float, 1.2× in double).
+TYPED_TEST(SinkhornGpuShape, UnrolledBackwardMatchesReferenceAndHostShape) {
+  using T = TypeParam;
+  const double unit = std::numeric_limits<T>::epsilon();
+  unsigned seed = 900;
+  for (int n : {1, 2, 3, 4, 8, 16, 32}) {
+    for (int batch : {0, 1, 5, 37}) {
+      const auto x = uniform(std::size_t(batch) * n * n, -2.0, 2.0, seed++);
+      const auto g = uniform(std::size_t(batch) * n * n, -1.0, 1.0, seed++);
+      for (int iters : {1, 2, 20}) {
+        for (auto order : {sk::Order::columns_first, sk::Order::rows_first}) {
+          for (double eps : {0.0, 0.01}) {
+            SCOPED_TRACE("n=" + std::to_string(n) + " batch=" + std::to_string(batch) +
+                         " iters=" + std::to_string(iters) +
+                         " rows_first=" + std::to_string(order == sk::Order::rows_first) +
+                         " eps=" + std::to_string(eps));
+            const sk::ForwardOptions o{iters, 0.0, order, eps};
+            const auto gpu = run_unrolled<T>(x, g, batch, n, o, kdnn::KernelShape::gpu);
+            const auto host = run_unrolled<T>(x, g, batch, n, o, kdnn::KernelShape::host);
+            if (iters == 1 && kHost) {
+              EXPECT_TRUE(same_bits(gpu, host));
+            }
+            if (n == 1) {  // dX = 0
+              for (double v : gpu) EXPECT_EQ(v, 0.0);
+              continue;
+            }
+            const Variant v{order == sk::Order::rows_first, eps};
+            std::vector<double> ref;
+            for (int b = 0; b < batch; ++b) {
+              const Mat m = ref_unrolled_backward(matrix(x, b, n), matrix(g, b, n), n, iters, v);
+              ref.insert(ref.end(), m.begin(), m.end());
+            }
+            const double gpu_error = rel_error(gpu, ref), host_error = rel_error(host, ref);
+            EXPECT_LT(gpu_error, tol<T>(1e-13, 2e-6));
+            EXPECT_LE(gpu_error, 3 * host_error + unit) << "host form's error " << host_error;
+          }
+        }
+      }
+    }
+  }
+}
+
+// The GPU form keeps every iteration's scaling vectors on-chip; past that
+// (here 2 × 400 × 32 doubles) the host form runs, with its results.
+TEST(SinkhornGpuShape, UnrolledBackwardHistoryPastOnChipRunsTheHostForm) {
+  const int n = 32, batch = 3;
+  sk::impl::UnrolledBackwardGpuKernel<Space, double, 32> k;
+  k.iters = 20;
+  EXPECT_TRUE(k.fits_on_chip());
+  k.iters = 400;
+  EXPECT_FALSE(k.fits_on_chip());
+  const auto x = uniform(std::size_t(batch) * n * n, -2.0, 2.0, 41);
+  const auto g = uniform(std::size_t(batch) * n * n, -1.0, 1.0, 42);
+  const sk::ForwardOptions o{400};
+  EXPECT_TRUE(same_bits(run_unrolled<double>(x, g, batch, n, o, kdnn::KernelShape::gpu),
+                        run_unrolled<double>(x, g, batch, n, o, kdnn::KernelShape::host)));
 }
 
 /// Forward R and the implicit, block and unrolled dX of one batch, every

@@ -51,14 +51,18 @@ namespace kdnn::sinkhorn {
 /// implicit and block backwards' CG sums dot products across lanes, so those
 /// agree to rounding (tested).
 ///
-/// launch.shape: the forward and the implicit and block backwards have a GPU
-/// form for n in {2, 4, 8, 16, 32} (chosen by KernelShape::automatic on a
-/// GPU backend, or by KernelShape::gpu anywhere; other n run the host form):
-/// a matrix per n vector lanes, its rows and columns in registers. A GPU form
-/// does the host form's operations in the same order, so the two are bitwise
-/// identical on a host backend and agree to rounding on a GPU, where the
-/// compiler may fuse multiply-adds differently (the backwards: to the CG
-/// tolerance, which amplifies rounding by the system's conditioning; tested).
+/// launch.shape: the forward and the three backwards have a GPU form for n
+/// in {2, 4, 8, 16, 32} (chosen by KernelShape::automatic on a GPU backend,
+/// or by KernelShape::gpu anywhere; other n run the host form): a matrix per
+/// n vector lanes, its rows and columns in registers. The forward's and the
+/// implicit and block backwards' GPU forms do the host form's operations in
+/// the same order, so the two are bitwise identical on a host backend and
+/// agree to rounding on a GPU, where the compiler may fuse multiply-adds
+/// differently (the backwards: to the CG tolerance, which amplifies rounding
+/// by the system's conditioning; tested). The unrolled backward's GPU form
+/// runs where its 2·iters scaling vectors fit on-chip (else the host form
+/// runs) and sums the gradient's rank-1 terms in double, so it agrees with
+/// the host form to the host form's accuracy, not bitwise (tested).
 /// It picks its own vector length (n) and tile; launch.team_size, if set, is
 /// its number of matrices per team.
 using Launch = kdnn::Launch;

@@ -49,7 +49,7 @@ KOKKOS_FORCEINLINE_FUNCTION T lane_dot(const T* a, const T* y) {
 }
 
 /// Base of the GPU-shaped kernels: Derived provides its per-matrix scratch
-/// layout, `static Work carve(ScratchCarver&)`, and
+/// layout, `Work carve(ScratchCarver&) const` (or static), and
 /// `void one_matrix(const Member&, int b, const Work&) const`, run by the N
 /// lanes of one team thread.
 template <class Derived, class ExecSpace, int N>
@@ -63,9 +63,13 @@ struct GpuMatrixKernel {
 
   int batch = 0;
 
-  static KOKKOS_INLINE_FUNCTION std::size_t matrix_bytes() {
-    return kdnn::impl::layout_bytes([](kdnn::impl::ScratchCarver& s) { Derived::carve(s); });
+  /// Carved scratch bytes of one matrix.
+  KOKKOS_INLINE_FUNCTION std::size_t matrix_bytes() const {
+    return kdnn::impl::layout_bytes([&](kdnn::impl::ScratchCarver& s) { derived().carve(s); });
   }
+
+  /// Whether one matrix's scratch fits on-chip (level 0), which run() needs.
+  bool fits_on_chip() const { return matrix_bytes() <= kdnn::impl::scratch_capacity<ExecSpace>(0); }
 
   /// Launch: vector length N on a GPU (a lane per row, which the private
   /// registers need), 1 on a host; a team of 128 / N matrices (four warps),
@@ -104,7 +108,7 @@ struct GpuMatrixKernel {
       const long long b64 = static_cast<long long>(team.league_rank()) * team.team_size() + t;
       if (b64 >= batch) return;
       kdnn::impl::ScratchCarver carver(base + t * bytes);
-      derived().one_matrix(team, int(b64), Derived::carve(carver));
+      derived().one_matrix(team, int(b64), derived().carve(carver));
     });
   }
 

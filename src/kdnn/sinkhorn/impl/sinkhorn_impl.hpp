@@ -14,6 +14,7 @@
 #include "kdnn/sinkhorn/impl/cg_backward_kernel.hpp"
 #include "kdnn/sinkhorn/impl/forward_gpu_kernel.hpp"
 #include "kdnn/sinkhorn/impl/forward_kernel.hpp"
+#include "kdnn/sinkhorn/impl/unrolled_backward_gpu_kernel.hpp"
 #include "kdnn/sinkhorn/impl/unrolled_backward_kernel.hpp"
 #include "kdnn/sinkhorn/sinkhorn.hpp"
 
@@ -112,6 +113,22 @@ void backward_gpu(const char* op, const ExecSpace& space, const CGBackwardKernel
   static_cast<CGBackwardData<ExecSpace, T>&>(g) = k;
   g.batch = k.batch;
   g.run(op, space, launch);
+}
+
+/// Runs the GPU form of the unrolled backward (unrolled_backward_gpu_kernel.hpp)
+/// with n = N, taking the host form's kernel `k`, already set up; false (and
+/// nothing run) when one matrix's scaling-vector history does not fit
+/// on-chip, which that form needs.
+template <int N, class ExecSpace, class T>
+bool backward_unrolled_gpu(const char* op, const ExecSpace& space,
+                           const UnrolledBackwardKernel<ExecSpace, T>& k, const Launch& launch) {
+  UnrolledBackwardGpuKernel<ExecSpace, T, N> g;
+  static_cast<UnrolledBackwardData<ExecSpace, T>&>(g) = k;
+  g.batch = k.batch;
+  g.transpose = k.transpose;
+  if (!g.fits_on_chip()) return false;
+  g.run(op, space, launch);
+  return true;
 }
 
 template <class ExecSpace, class T>
@@ -223,6 +240,12 @@ void backward_unrolled(const ExecSpace& space, const Batch<const T, ExecSpace>& 
   k.iters = opts.iters;
   k.eps = opts.eps;
   k.transpose = opts.order == Order::rows_first;
+  bool ran = false;
+  const auto gpu = [&](auto size) {
+    ran = backward_unrolled_gpu<decltype(size)::value>(op, space, k, opts.launch);
+  };
+  run_gpu_shape<ExecSpace>(opts.launch, n, gpu);
+  if (ran) return;
   k.run(op, space, n, opts.launch);
 }
 

@@ -35,20 +35,32 @@
 
 namespace kdnn::sinkhorn::impl {
 
+/// What both shapes of the unrolled backward take: the operands and the
+/// forward's settings.
+template <class ExecSpace, class T>
+struct UnrolledBackwardData {
+  Batch<const T, ExecSpace> X, G;
+  Batch<T, ExecSpace> dX;
+  int iters = 1;
+  double eps = 0;
+};
+
 template <class ExecSpace, class T>
 struct UnrolledBackwardKernel
-    : PerMatrixKernel<UnrolledBackwardKernel<ExecSpace, T>, ExecSpace> {
+    : PerMatrixKernel<UnrolledBackwardKernel<ExecSpace, T>, ExecSpace>,
+      UnrolledBackwardData<ExecSpace, T> {
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   using Lanes = kdnn::impl::Lanes<T, kdnn::impl::BackendTraits<ExecSpace>::is_host>;
   /// One lane's value of T per matrix of the group.
   using C = typename Lanes::type;
   static constexpr bool grouped = true;
   static constexpr int group = Lanes::width;
-
-  Batch<const T, ExecSpace> X, G;
-  Batch<T, ExecSpace> dX;
-  int iters = 1;
-  double eps = 0;
+  using Data = UnrolledBackwardData<ExecSpace, T>;
+  using Data::dX;
+  using Data::eps;
+  using Data::G;
+  using Data::iters;
+  using Data::X;
 
   /// One group's working set. Per matrix, in double: the first iteration's
   /// P1, dP, S (n×ld each), its statistics and two work vectors (n each),
