@@ -100,35 +100,12 @@ struct ForwardGpuKernel : GpuMatrixKernel<ForwardGpuKernel<ExecSpace, T, N>, Exe
     LaneRegisters<T, N, N, kPrivate> row;  // lane i: P_i·
     LaneRegisters<T, N, N, kPrivate> col;  // lane j: P_·j
 
-    // Iteration 1, in double, with X read from global memory (cached) where
-    // first_column / first_row need it rather than held in registers: fully
-    // unrolled with N double temporaries per lane, these loops alone took
-    // every register at N = 16 and spilled. Columns: lane j reads column j.
+    // Iteration 1, in double (lanes read X where they need it), P in the
+    // registers; u = v = 1.
     const auto xd = [&](int i, int j) { return double(Base::template at<Tr>(x, ldx, i, j)); };
-    Kokkos::parallel_for(lanes, [&](int j) {
-      first_column(
-          N, [&](int i) { return xd(i, j); }, [](int, double) {}, w.shift[j], w.inv_colsum[j]);
-    });
-    // Rows: lane i recomputes its exponentials (the same values the column
-    // pass summed) and writes its row of P to the tile.
-    Kokkos::parallel_for(lanes, [&](int i) {
-      first_row(
-          N, [&](int j) { return compat::exp(xd(i, j) - w.shift[j]); },
-          [&](int j) { return xd(i, j); }, [&](int j) { return w.shift[j]; },
-          [&](int j) { return w.inv_colsum[j]; }, eps,
-          [&](int j, double pij) { w.tile[i * kLd + j] = T(pij); });
-      w.u[i] = w.v[i] = T(1);
-    });
-    // The registers: lane k takes row k and column k of P from the tile.
-    Kokkos::parallel_for(lanes, [&](int k) {
-      T* pr = row(k);
-      T* pc = col(k);
-      KDNN_IMPL_UNROLL
-      for (int l = 0; l < N; ++l) {
-        pr[l] = w.tile[k * kLd + l];
-        pc[l] = w.tile[l * kLd + k];
-      }
-    });
+    Base::first_iteration_lanes(
+        team, xd, eps, w.shift, w.inv_colsum, w.tile, [](int, int, double) {},
+        [&](int i, double) { w.u[i] = w.v[i] = T(1); }, row, col);
 
     // Iterations 2..iters. With tol, each first checks the column sums v∘c,
     // c = Pᵀu, of the current R (its rows were just normalised).

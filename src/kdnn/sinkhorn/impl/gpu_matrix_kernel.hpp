@@ -16,12 +16,14 @@
 
 #include <Kokkos_Core.hpp>
 
+#include "kdnn/core/compat.hpp"
 #include "kdnn/core/error.hpp"
 #include "kdnn/core/impl/backend_traits.hpp"
 #include "kdnn/core/impl/scratch_layout.hpp"
 #include "kdnn/core/impl/team_plan.hpp"
 #include "kdnn/core/impl/unroll.hpp"
 #include "kdnn/core/launch.hpp"
+#include "kdnn/sinkhorn/impl/first_iteration.hpp"
 
 namespace kdnn::sinkhorn::impl {
 
@@ -109,6 +111,47 @@ struct GpuMatrixKernel {
       if (b64 >= batch) return;
       kdnn::impl::ScratchCarver carver(base + t * bytes);
       derived().one_matrix(team, int(b64), derived().carve(carver));
+    });
+  }
+
+  /// The forward's iteration 1 (first_iteration.hpp), in double, by the
+  /// matrix's lanes, with X read through xd(i, j) where first_column /
+  /// first_row need it rather than held in registers (fully unrolled with N
+  /// double temporaries per lane, these loops alone took every register at
+  /// N = 16 and spilled). Lane j takes column j's statistics into shift[j]
+  /// and inv_colsum[j]; lane i recomputes its exponentials (the values the
+  /// column pass summed), writes row i of P in T to the tile (row stride
+  /// kLd), hands each P_ij to put(i, j, P_ij) and w_i = eps / ρ_i to
+  /// row_done(i, w_i). Then lane k takes row k and column k of P from the
+  /// tile into its registers `row` and `col`.
+  template <class V, class XAt, class Put, class RowDone>
+  static KOKKOS_INLINE_FUNCTION void first_iteration_lanes(
+      const Member& team, const XAt& xd, double eps, double* shift, double* inv_colsum, V* tile,
+      const Put& put, const RowDone& row_done, LaneRegisters<V, N, N, kPrivate>& row,
+      LaneRegisters<V, N, N, kPrivate>& col) {
+    const auto lanes = Kokkos::ThreadVectorRange(team, N);
+    Kokkos::parallel_for(lanes, [&](int j) {
+      first_column(
+          N, [&](int i) { return xd(i, j); }, [](int, double) {}, shift[j], inv_colsum[j]);
+    });
+    Kokkos::parallel_for(lanes, [&](int i) {
+      const double w_i = first_row(
+          N, [&](int j) { return compat::exp(xd(i, j) - shift[j]); },
+          [&](int j) { return xd(i, j); }, [&](int j) { return shift[j]; },
+          [&](int j) { return inv_colsum[j]; }, eps, [&](int j, double pij) {
+            tile[i * kLd + j] = V(pij);
+            put(i, j, pij);
+          });
+      row_done(i, w_i);
+    });
+    Kokkos::parallel_for(lanes, [&](int k) {
+      V* pr = row(k);
+      V* pc = col(k);
+      KDNN_IMPL_UNROLL
+      for (int l = 0; l < N; ++l) {
+        pr[l] = tile[k * kLd + l];
+        pc[l] = tile[l * kLd + k];
+      }
     });
   }
 

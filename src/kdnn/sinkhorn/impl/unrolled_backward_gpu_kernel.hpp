@@ -112,30 +112,15 @@ struct UnrolledBackwardGpuKernel
     LaneRegisters<T, N, 1, kPrivate> dv;   // lane j: dv_j
 
     // Iteration 1 in double, as the GPU forward runs it; P1 kept in double,
-    // P = T(P1) in the registers.
-    Kokkos::parallel_for(lanes, [&](int j) {
-      first_column(
-          N, [&](int i) { return xd(i, j); }, [](int, double) {}, w.shift[j], w.inv_colsum[j]);
-    });
-    Kokkos::parallel_for(lanes, [&](int i) {
-      w.row_eps[i] = first_row(
-          N, [&](int j) { return compat::exp(xd(i, j) - w.shift[j]); },
-          [&](int j) { return xd(i, j); }, [&](int j) { return w.shift[j]; },
-          [&](int j) { return w.inv_colsum[j]; }, eps, [&](int j, double pij) {
-            w.P1[i * kLd + j] = pij;
-            w.tile[i * kLd + j] = T(pij);
-          });
-      U[i] = V[i] = T(1);
-    });
-    Kokkos::parallel_for(lanes, [&](int k) {
-      T* pr = row(k);
-      T* pc = col(k);
-      KDNN_IMPL_UNROLL
-      for (int l = 0; l < N; ++l) {
-        pr[l] = w.tile[k * kLd + l];
-        pc[l] = w.tile[l * kLd + k];
-      }
-    });
+    // P = T(P1) in the registers; u_0 = v_0 = 1.
+    Base::first_iteration_lanes(
+        team, xd, eps, w.shift, w.inv_colsum, w.tile,
+        [&](int i, int j, double pij) { w.P1[i * kLd + j] = pij; },
+        [&](int i, double w_i) {
+          w.row_eps[i] = w_i;
+          U[i] = V[i] = T(1);
+        },
+        row, col);
 
     // Replay: v_k from the column sums, u_k from the row sums (rescale.hpp).
     for (int k = 1; k < K; ++k) {
