@@ -73,6 +73,35 @@ std::vector<FusedCase> fused_cases() {
       // whole (no mask applied) mix with masked ones in one head.
       {"causal, several blocks", 1, 2, 150, 150, 16, 16, true, {}, {}, {}, {}, 0},
       {"key lengths, several blocks", 2, 1, 140, 140, 16, 16, false, {}, {}, {}, {140, 100}, 0},
+      // Head sizes of the forward's GPU form (D = Dv in {32, 64, 128, 256}).
+      {"D = 32, causal, several blocks", 1, 2, 150, 140, 32, 32, true, {}, {}, {}, {}, 0},
+      {"D = 64, lengths, an entry without keys",
+       3,
+       1,
+       70,
+       90,
+       64,
+       64,
+       false,
+       {},
+       {},
+       {70, 5, 33},
+       {90, 0, 41},
+       0},
+      {"D = 128, windows with empty rows, dropout",
+       1,
+       2,
+       9,
+       40,
+       128,
+       128,
+       false,
+       {0, 5, 10, 39, 0, 20, 40, 3, 0},
+       {40, 5, 30, 40, 1, 38, 40, 35, 12},
+       {},
+       {},
+       0.3},
+      {"D = 256, causal, S > Sk", 1, 1, 40, 20, 256, 256, true, {}, {}, {}, {}, 0},
   };
 }
 
@@ -134,6 +163,9 @@ class FusedAttention : public ::testing::Test {};
 using Types = ::testing::Types<float, double>;
 TYPED_TEST_SUITE(FusedAttention, Types);
 
+// Both forms of the forward (KernelShape::host, and ::gpu: the GPU form for
+// D = Dv in {32, 64, 128, 256}, the host kernel under a GPU launch for other
+// sizes) against the unfused path.
 TYPED_TEST(FusedAttention, ForwardMatchesTheUnfusedPath) {
   using T = TypeParam;
   unsigned seed = 1;
@@ -144,47 +176,77 @@ TYPED_TEST(FusedAttention, ForwardMatchesTheUnfusedPath) {
         to_device<T****>(normal(std::size_t(c.B) * c.H * c.Sk * c.D, seed++), c.B, c.H, c.Sk, c.D);
     const auto v = to_device<T****>(normal(std::size_t(c.B) * c.H * c.Sk * c.Dv, seed++), c.B, c.H,
                                     c.Sk, c.Dv);
-    const at::AttentionMask<Space> mask = mask_of(c);
-    at::FusedAttentionOptions opts;
-    opts.scale = 1 / std::sqrt(double(c.D));
-    opts.dropout = {c.p, 77, 5};
-    DeviceView<T****> o("o", c.B, c.H, c.S, c.Dv);
-    DeviceView<T***> lse("lse", c.B, c.H, c.S);
-    at::fused_attention_forward(Space(), q, k, v, o, lse, opts, mask);
+    for (const auto shape : {kdnn::KernelShape::host, kdnn::KernelShape::gpu}) {
+      SCOPED_TRACE(std::string(c.name) + (shape == kdnn::KernelShape::gpu ? ", GPU form" : ""));
+      const at::AttentionMask<Space> mask = mask_of(c);
+      at::FusedAttentionOptions opts;
+      opts.scale = 1 / std::sqrt(double(c.D));
+      opts.dropout = {c.p, 77, 5};
+      opts.launch.shape = shape;
+      DeviceView<T****> o("o", c.B, c.H, c.S, c.Dv);
+      DeviceView<T***> lse("lse", c.B, c.H, c.S);
+      at::fused_attention_forward(Space(), q, k, v, o, lse, opts, mask);
 
-    // The unfused path: scores, masked softmax, dropout, P·V.
-    DeviceView<T****> scores("scores", c.B, c.H, c.S, c.Sk), P("P", c.B, c.H, c.S, c.Sk),
-        Pd("Pd", c.B, c.H, c.S, c.Sk), o2("o2", c.B, c.H, c.S, c.Dv);
-    at::batched_gemm(Space(), at::Op::none, at::Op::transpose, at::Op::none, T(1), q, k, T(0),
-                     scores);
-    at::softmax_forward(Space(), scores, P, {at::SoftmaxMode::accurate, opts.scale}, mask);
-    at::dropout_forward(Space(), P, Pd, opts.dropout);
-    at::batched_gemm(Space(), at::Op::none, at::Op::none, at::Op::none, T(1), Pd, v, T(0), o2);
-    const double tol = sizeof(T) == 8 ? 1e-13 : 1e-5;
-    EXPECT_ALLCLOSE(to_host(o), to_host(o2), tol, tol) << c.name;
+      // The unfused path: scores, masked softmax, dropout, P·V.
+      DeviceView<T****> scores("scores", c.B, c.H, c.S, c.Sk), P("P", c.B, c.H, c.S, c.Sk),
+          Pd("Pd", c.B, c.H, c.S, c.Sk), o2("o2", c.B, c.H, c.S, c.Dv);
+      at::batched_gemm(Space(), at::Op::none, at::Op::transpose, at::Op::none, T(1), q, k, T(0),
+                       scores);
+      at::softmax_forward(Space(), scores, P, {at::SoftmaxMode::accurate, opts.scale}, mask);
+      at::dropout_forward(Space(), P, Pd, opts.dropout);
+      at::batched_gemm(Space(), at::Op::none, at::Op::none, at::Op::none, T(1), Pd, v, T(0), o2);
+      const double tol = sizeof(T) == 8 ? 1e-13 : 1e-5;
+      EXPECT_ALLCLOSE(to_host(o), to_host(o2), tol, tol) << c.name;
 
-    // lse: log Σ exp over the visible scaled scores, in double.
-    const auto s = to_host(scores);
-    const auto l = to_host(lse);
-    MhaCase mc;
-    mc.causal = c.causal, mc.lo = c.lo, mc.hi = c.hi, mc.seq_q = c.seq_q, mc.seq_k = c.seq_k;
-    for (int b = 0; b < c.B; ++b)
-      for (int h = 0; h < c.H; ++h)
-        for (int i = 0; i < c.S; ++i) {
-          double m = -INFINITY, sum = 0;
-          const std::size_t row = ((std::size_t(b) * c.H + h) * c.S + i) * c.Sk;
-          for (int j = 0; j < c.Sk; ++j)
-            if (reference_visible(mc, b, i, j)) m = std::max(m, opts.scale * s[row + j]);
-          for (int j = 0; j < c.Sk; ++j)
-            if (reference_visible(mc, b, i, j)) sum += std::exp(opts.scale * s[row + j] - m);
-          const double got = l[(std::size_t(b) * c.H + h) * c.S + i];
-          if (sum == 0) {
-            EXPECT_EQ(got, -INFINITY) << c.name << " row " << i;
-          } else {
-            EXPECT_NEAR(got, m + std::log(sum), 10 * tol * (1 + std::abs(m))) << c.name;
+      // lse: log Σ exp over the visible scaled scores, in double.
+      const auto s = to_host(scores);
+      const auto l = to_host(lse);
+      MhaCase mc;
+      mc.causal = c.causal, mc.lo = c.lo, mc.hi = c.hi, mc.seq_q = c.seq_q, mc.seq_k = c.seq_k;
+      for (int b = 0; b < c.B; ++b)
+        for (int h = 0; h < c.H; ++h)
+          for (int i = 0; i < c.S; ++i) {
+            double m = -INFINITY, sum = 0;
+            const std::size_t row = ((std::size_t(b) * c.H + h) * c.S + i) * c.Sk;
+            for (int j = 0; j < c.Sk; ++j)
+              if (reference_visible(mc, b, i, j)) m = std::max(m, opts.scale * s[row + j]);
+            for (int j = 0; j < c.Sk; ++j)
+              if (reference_visible(mc, b, i, j)) sum += std::exp(opts.scale * s[row + j] - m);
+            const double got = l[(std::size_t(b) * c.H + h) * c.S + i];
+            if (sum == 0) {
+              EXPECT_EQ(got, -INFINITY) << c.name << " row " << i;
+            } else {
+              EXPECT_NEAR(got, m + std::log(sum), 10 * tol * (1 + std::abs(m))) << c.name;
+            }
           }
-        }
+    }
   }
+}
+
+// The forward's GPU form runs where the launch asks for it (always with
+// KernelShape::gpu, on a GPU backend with automatic) for the compiled head
+// sizes only, and its team scratch fits a CUDA team's 48 KiB of level 0 for
+// every one of them, so on a GPU it never takes a team workspace.
+TEST(FusedAttentionGpuForm, RunsForTheCompiledHeadSizesWithinOnChipScratch) {
+  const bool gpu = !kdnn::impl::BackendTraits<Space>::is_host;
+  at::FusedAttentionOptions opts;
+  for (int D : {16, 32, 48, 64, 128, 256, 512}) {
+    const bool compiled = D == 32 || D == 64 || D == 128 || D == 256;
+    opts.launch.shape = kdnn::KernelShape::gpu;
+    EXPECT_EQ(at::impl::forward_gpu_shape<Space>(opts, D, D), compiled) << "D=" << D;
+    EXPECT_FALSE(at::impl::forward_gpu_shape<Space>(opts, D, D / 2)) << "D=" << D;
+    opts.launch.shape = kdnn::KernelShape::automatic;
+    EXPECT_EQ(at::impl::forward_gpu_shape<Space>(opts, D, D), compiled && gpu) << "D=" << D;
+    opts.launch.shape = kdnn::KernelShape::host;
+    EXPECT_FALSE(at::impl::forward_gpu_shape<Space>(opts, D, D)) << "D=" << D;
+  }
+  const std::size_t level0 = 48 * 1024 - kdnn::impl::kScratchAlign;
+  const auto check = [&](auto size) {
+    constexpr int D = decltype(size)::value;
+    EXPECT_LE((at::impl::FusedForwardGpuKernel<Space, float, D>::scratch_bytes()), level0);
+    EXPECT_LE((at::impl::FusedForwardGpuKernel<Space, double, D>::scratch_bytes()), level0);
+  };
+  for (int D : {32, 64, 128, 256}) at::impl::dispatch_head_size(D, check);
 }
 
 TYPED_TEST(FusedAttention, BackwardMatchesTheUnfusedPathAndIsReproducible) {
@@ -256,27 +318,34 @@ TEST(FusedAttentionHugeScale, BackwardMatchesTheUnfusedPathInDouble) {
       DeviceView<T****> o("o", c.B, c.H, c.S, c.Dv), dq2("dq2", c.B, c.H, c.S, c.D),
           dk2("dk2", c.B, c.H, c.Sk, c.D), dv2("dv2", c.B, c.H, c.Sk, c.Dv);
       DeviceView<T***> lse("lse", c.B, c.H, c.S);
-      at::fused_attention_forward(Space(), q, k, v, o, lse, opts, mask);
       unfused_backward(q, k, v, g, opts, mask, dq2, dk2, dv2);
-      for (const auto schedule :
-           {at::FusedBackwardSchedule::per_head, at::FusedBackwardSchedule::per_key_block}) {
-        std::ostringstream scale_text;
-        scale_text << scale;
-        const std::string name =
-            std::string(c.name) + ", scale " + scale_text.str() +
-            (schedule == at::FusedBackwardSchedule::per_head ? ", per_head" : ", per_key_block");
-        at::FusedAttentionOptions forced = opts;
-        forced.backward = schedule;
-        DeviceView<T****> dq("dq", c.B, c.H, c.S, c.D), dk("dk", c.B, c.H, c.Sk, c.D),
-            dv("dv", c.B, c.H, c.Sk, c.Dv);
-        at::fused_attention_backward(Space(), q, k, v, o, lse, g, dq, dk, dv, forced, mask);
-        for (const auto& x : {to_host(dq), to_host(dk), to_host(dv)}) {
-          EXPECT_TRUE(std::all_of(x.begin(), x.end(), [](double y) { return std::isfinite(y); }))
-              << name;
+      // Either form of the forward: the GPU form's scores are team_gemm's
+      // sums (blocks of 16, in order), so the backward's recomputed scores
+      // equal them bitwise and one-hot rows have P = 1 exactly.
+      for (const auto shape : {kdnn::KernelShape::host, kdnn::KernelShape::gpu}) {
+        opts.launch.shape = shape;
+        at::fused_attention_forward(Space(), q, k, v, o, lse, opts, mask);
+        for (const auto schedule :
+             {at::FusedBackwardSchedule::per_head, at::FusedBackwardSchedule::per_key_block}) {
+          std::ostringstream scale_text;
+          scale_text << scale;
+          const std::string name =
+              std::string(c.name) + ", scale " + scale_text.str() +
+              (shape == kdnn::KernelShape::gpu ? ", GPU form" : "") +
+              (schedule == at::FusedBackwardSchedule::per_head ? ", per_head" : ", per_key_block");
+          at::FusedAttentionOptions forced = opts;
+          forced.backward = schedule;
+          DeviceView<T****> dq("dq", c.B, c.H, c.S, c.D), dk("dk", c.B, c.H, c.Sk, c.D),
+              dv("dv", c.B, c.H, c.Sk, c.Dv);
+          at::fused_attention_backward(Space(), q, k, v, o, lse, g, dq, dk, dv, forced, mask);
+          for (const auto& x : {to_host(dq), to_host(dk), to_host(dv)}) {
+            EXPECT_TRUE(std::all_of(x.begin(), x.end(), [](double y) { return std::isfinite(y); }))
+                << name;
+          }
+          EXPECT_ALLCLOSE(to_host(dq), to_host(dq2), 1e-12, 1e-12) << name;
+          EXPECT_ALLCLOSE(to_host(dk), to_host(dk2), 1e-12, 1e-12) << name;
+          EXPECT_ALLCLOSE(to_host(dv), to_host(dv2), 1e-12, 1e-12) << name;
         }
-        EXPECT_ALLCLOSE(to_host(dq), to_host(dq2), 1e-12, 1e-12) << name;
-        EXPECT_ALLCLOSE(to_host(dk), to_host(dk2), 1e-12, 1e-12) << name;
-        EXPECT_ALLCLOSE(to_host(dv), to_host(dv2), 1e-12, 1e-12) << name;
       }
     }
   }
@@ -316,16 +385,19 @@ std::vector<double> float_bmm(int heads, int M, int N, int K, const std::vector<
   return C;
 }
 
-/// The case in T: fused, or (T = float) the unfused chain with its products
-/// by float_bmm and kdnn's softmax and dropout between them.
+/// The case in T: fused (launched with `shape`), or (T = float) the unfused
+/// chain with its products by float_bmm and kdnn's softmax and dropout
+/// between them.
 template <class T>
 Float32Run run_case(const FusedCase& c, const std::vector<double>& qv,
                     const std::vector<double>& kv, const std::vector<double>& vv,
-                    const std::vector<double>& gv, bool fused) {
+                    const std::vector<double>& gv, bool fused,
+                    kdnn::KernelShape shape = kdnn::KernelShape::automatic) {
   const at::AttentionMask<Space> mask = mask_of(c);
   at::FusedAttentionOptions opts;
   opts.scale = 1 / std::sqrt(double(c.D));
   opts.dropout = {c.p, 4321, 3};
+  opts.launch.shape = shape;
   if (fused) {
     const auto q = to_device<T****>(qv, c.B, c.H, c.S, c.D);
     const auto k = to_device<T****>(kv, c.B, c.H, c.Sk, c.D);
@@ -390,7 +462,6 @@ TEST(FusedAttentionAccuracy, Float32WithinThreeTimesAReorderedFloat32Reference) 
     const auto q = rounded(nq * c.D), k = rounded(nk * c.D), v = rounded(nk * c.Dv),
                g = rounded(nq * c.Dv);
     const Float32Run truth = run_case<double>(c, q, k, v, g, true);
-    const Float32Run fused = run_case<float>(c, q, k, v, g, true);
     const Float32Run reordered = run_case<float>(c, q, k, v, g, false);
     const struct {
       const char* name;
@@ -399,10 +470,16 @@ TEST(FusedAttentionAccuracy, Float32WithinThreeTimesAReorderedFloat32Reference) 
                    {"dq", &Float32Run::dq},
                    {"dk", &Float32Run::dk},
                    {"dv", &Float32Run::dv}};
-    for (const auto& out : outputs) {
-      const double mine = max_abs_diff(fused.*out.out, truth.*out.out);
-      const double other = max_abs_diff(reordered.*out.out, truth.*out.out);
-      EXPECT_LE(mine, 3 * other + 1e-7) << out.name << ": fused " << mine << ", reordered " << other;
+    // Both forms (the forward's GPU form for D = Dv in {32, 64, 128, 256}).
+    for (const auto shape : {kdnn::KernelShape::host, kdnn::KernelShape::gpu}) {
+      const Float32Run fused = run_case<float>(c, q, k, v, g, true, shape);
+      for (const auto& out : outputs) {
+        const double mine = max_abs_diff(fused.*out.out, truth.*out.out);
+        const double other = max_abs_diff(reordered.*out.out, truth.*out.out);
+        EXPECT_LE(mine, 3 * other + 1e-7)
+            << out.name << (shape == kdnn::KernelShape::gpu ? " (GPU launch)" : "") << ": fused "
+            << mine << ", reordered " << other;
+      }
     }
   }
 }

@@ -31,7 +31,11 @@ enum class FusedBackwardSchedule {
 struct FusedAttentionOptions {
   double scale = 1.0;      ///< the scores' scale (finite), e.g. 1/√D
   DropoutOptions dropout;  ///< on the probabilities; p = 0: none
-  Launch launch;           ///< team size and vector length; 0: chosen per backend
+  /// Team size and vector length (0: chosen per backend), and the kernels'
+  /// shape: the forward has a GPU form for D = Dv in {32, 64, 128, 256}
+  /// (KernelShape::automatic on a GPU backend, or ::gpu anywhere), which
+  /// picks its own team size and vector length.
+  Launch launch;
   FusedBackwardSchedule backward = FusedBackwardSchedule::automatic;  ///< the backward's split
 };
 

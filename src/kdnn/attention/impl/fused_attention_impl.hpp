@@ -9,6 +9,7 @@
 #include "kdnn/attention/fused_attention.hpp"
 #include "kdnn/attention/impl/dropout_impl.hpp"
 #include "kdnn/attention/impl/fused_backward_kernels.hpp"
+#include "kdnn/attention/impl/fused_forward_gpu_kernel.hpp"
 #include "kdnn/attention/impl/fused_forward_kernel.hpp"
 #include "kdnn/attention/impl/visible_keys.hpp"
 #include "kdnn/core/impl/backend_traits.hpp"
@@ -45,12 +46,31 @@ inline DropoutMask dropout_mask(const DropoutOptions& opts) {
   return m;
 }
 
+/// Whether the forward runs its GPU form (fused_forward_gpu_kernel.hpp):
+/// the launch asks for it (KernelShape) and D = Dv is a compiled head size.
+template <class ExecSpace>
+bool forward_gpu_shape(const FusedAttentionOptions& opts, int D, int Dv) {
+  return kdnn::impl::use_gpu_shape<ExecSpace>(opts.launch.shape) && D == Dv && flash_head_size(D);
+}
+
+/// Calls run(std::integral_constant<int, D>) for the compiled head size D.
+template <class Run>
+void dispatch_head_size(int d, const Run& run) {
+  switch (d) {
+    case 32: run(std::integral_constant<int, 32>{}); break;
+    case 64: run(std::integral_constant<int, 64>{}); break;
+    case 128: run(std::integral_constant<int, 128>{}); break;
+    default: run(std::integral_constant<int, 256>{}); break;
+  }
+}
+
 /// The kernels index with int: every extent, and the teams of each launch
 /// (B·H·⌈S/bq⌉ query blocks, B·H·⌈Sk/bk⌉ key blocks), counted in 64 bits,
 /// must stay below 2^31.
-template <class ExecSpace>
-void check_fused_sizes(const char* op, std::size_t B, std::size_t H, std::size_t S, std::size_t Sk,
-                       std::size_t D, std::size_t Dv) {
+template <class ExecSpace, class T>
+void check_fused_sizes(const char* op, const FusedAttentionOptions& opts, std::size_t B,
+                       std::size_t H, std::size_t S, std::size_t Sk, std::size_t D,
+                       std::size_t Dv) {
   const std::size_t limit = std::size_t(std::numeric_limits<int>::max());
   const auto shape = [&] {
     return "B=" + std::to_string(B) + ", H=" + std::to_string(H) + ", S=" + std::to_string(S) +
@@ -61,6 +81,11 @@ void check_fused_sizes(const char* op, std::size_t B, std::size_t H, std::size_t
   }
   int bq = 1, bk = 1;
   fused_block_sizes<ExecSpace>(int(S), int(Sk), int(D), int(Dv), bq, bk);
+  if (forward_gpu_shape<ExecSpace>(opts, int(D), int(Dv))) {  // its query blocks may be smaller
+    dispatch_head_size(int(D), [&](auto size) {
+      bq = std::min(bq, FlashShape<T, decltype(size)::value>::BQ);
+    });
+  }
   const std::size_t heads = B * H;  // < 2^62
   const std::size_t teams = heads * std::max((S + bq - 1) / bq, (Sk + bk - 1) / bk);
   if (heads > limit || teams > limit) {
@@ -97,8 +122,8 @@ void validate_fused(const char* op, const FusedAttentionOptions& opts,
   validate::extent(op, o_name, o, 2, q.extent(2), "S, q's extent(2)");
   validate::extent(op, o_name, o, 3, v.extent(3), "Dv, v's extent(3)");
   validate::extent(op, lse_name, lse, 2, q.extent(2), "S, q's extent(2)");
-  check_fused_sizes<ExecSpace>(op, q.extent(0), q.extent(1), q.extent(2), k.extent(2),
-                               q.extent(3), v.extent(3));
+  check_fused_sizes<ExecSpace, T>(op, opts, q.extent(0), q.extent(1), q.extent(2), k.extent(2),
+                                  q.extent(3), v.extent(3));
 }
 
 /// The launch plan of one fused kernel over `league` teams.
@@ -112,6 +137,24 @@ kdnn::impl::TeamPlan<ExecSpace> plan_fused(const char* op, const ExecSpace& spac
       op, space, league, opts.launch, kdnn::impl::BackendTraits<ExecSpace>::is_host ? 1 : 8, bytes,
       "blocks of " + std::to_string(bq) + " queries and " + std::to_string(bk) +
           " keys with D=" + std::to_string(D) + ", Dv=" + std::to_string(Dv));
+}
+
+/// The launch plan of the forward's GPU form over `league` query blocks: a
+/// team of Kernel::NT threads on a GPU (one thread on a host, which plays
+/// them in turn), no vector lanes; launch.team_size and vector_length do not
+/// apply to it.
+template <class ExecSpace, class Kernel>
+kdnn::impl::TeamPlan<ExecSpace> plan_fused_gpu(const char* op, const ExecSpace& space, int league,
+                                               const FusedAttentionOptions& opts) {
+  kdnn::impl::check_launch_request(op, opts.launch);
+  Launch request;
+  request.team_size = kdnn::impl::BackendTraits<ExecSpace>::is_gpu ? Kernel::NT : 1;
+  request.vector_length = 1;
+  request.shape = opts.launch.shape;
+  return kdnn::impl::plan_team<ExecSpace, Kernel>(
+      op, space, league, request, 1, Kernel::scratch_bytes(),
+      "blocks of " + std::to_string(Kernel::BQ) + " queries and " + std::to_string(Kernel::BK) +
+          " keys (GPU form)");
 }
 
 /// Whether the backward runs one team per head (FusedBackwardSchedule).
@@ -133,8 +176,14 @@ void check_fused_launch(const char* op, const ExecSpace& space, int B, int H, in
   int bq = 1, bk = 1;
   fused_block_sizes<ExecSpace>(S, Sk, D, Dv, bq, bk);
   if (!backward) {
-    if (S > 0)
+    if (S > 0 && forward_gpu_shape<ExecSpace>(opts, D, Dv)) {
+      dispatch_head_size(D, [&](auto size) {
+        plan_fused_gpu<ExecSpace, FusedForwardGpuKernel<ExecSpace, T, decltype(size)::value>>(
+            op, space, 1, opts);
+      });
+    } else if (S > 0) {
       plan_fused<ExecSpace, FusedForwardKernel<ExecSpace, T>>(op, space, 1, opts, bq, bk, D, Dv);
+    }
   } else if (backward_per_head(space, B, H, opts)) {
     plan_fused<ExecSpace, FusedBackwardKVKernel<ExecSpace, T>>(op, space, 1, opts, bq, bk, D, Dv);
   } else {
@@ -161,6 +210,24 @@ void fused_attention_forward(const ExecSpace& space, const Tensor4<const T, Exec
             D = int(q.extent(3)), Dv = int(v.extent(3));
   check_mask(op, mask, B, S, Sk);
   if (B == 0 || H == 0 || S == 0) return;
+
+  if (forward_gpu_shape<ExecSpace>(opts, D, Dv)) {
+    dispatch_head_size(D, [&](auto size) {
+      using Gpu = FusedForwardGpuKernel<ExecSpace, T, decltype(size)::value>;
+      Gpu kernel;
+      kernel.q = q, kernel.k = k, kernel.v = v, kernel.o = o, kernel.lse = lse;
+      kernel.visible = VisibleKeys<ExecSpace>(mask, Sk);
+      kernel.scale = T(opts.scale);
+      kernel.keep_scale = T(1.0 / (1.0 - opts.dropout.p));
+      kernel.neg_inf = -std::numeric_limits<T>::infinity();
+      kernel.dropout = dropout_mask(opts.dropout);
+      const auto plan =
+          plan_fused_gpu<ExecSpace, Gpu>(op, space, B * H * ((S + Gpu::BQ - 1) / Gpu::BQ), opts);
+      plan.launch("kdnn::attention::fused_attention_forward[gpu D=" + std::to_string(D) + "]",
+                  space, kernel);
+    });
+    return;
+  }
 
   using Kernel = FusedForwardKernel<ExecSpace, T>;
   Kernel kernel;

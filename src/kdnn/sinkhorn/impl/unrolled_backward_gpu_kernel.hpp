@@ -105,11 +105,11 @@ struct UnrolledBackwardGpuKernel
     const auto xd = [&](int i, int j) { return double(Base::template at<Tr>(x, ldx, i, j)); };
     T* const U = w.U;
     T* const V = w.V;
-    LaneRegisters<T, N, N, kPrivate> row;  // lane i: P_i·
-    LaneRegisters<T, N, N, kPrivate> col;  // lane j: P_·j
+    LaneRegisters<T, N, N, kPrivate> row;      // lane i: P_i·
+    LaneRegisters<T, N, N, kPrivate> col;      // lane j: P_·j
     LaneRegisters<double, N, N, kPrivate> dP;  // lane i: the sweep's sum for dP_i·
-    LaneRegisters<T, N, 1, kPrivate> du;   // lane i: du_i
-    LaneRegisters<T, N, 1, kPrivate> dv;   // lane j: dv_j
+    LaneRegisters<T, N, 1, kPrivate> du;       // lane i: du_i
+    LaneRegisters<T, N, 1, kPrivate> dv;       // lane j: dv_j
 
     // Iteration 1 in double, as the GPU forward runs it; P1 kept in double,
     // P = T(P1) in the registers; u_0 = v_0 = 1.
@@ -129,9 +129,8 @@ struct UnrolledBackwardGpuKernel
       Kokkos::parallel_for(lanes, [&](int j) {
         v_k[j] = rescaled(V[(k - 1) * N + j], lane_dot<N>(col(j), u_prev), e);
       });
-      Kokkos::parallel_for(lanes, [&](int i) {
-        U[k * N + i] = rescaled(u_prev[i], lane_dot<N>(row(i), v_k), e);
-      });
+      Kokkos::parallel_for(
+          lanes, [&](int i) { U[k * N + i] = rescaled(u_prev[i], lane_dot<N>(row(i), v_k), e); });
     }
 
     // The adjoints at the output, W = G∘P: dv = Wᵀu_{K−1} (lane j reads
@@ -225,8 +224,7 @@ struct UnrolledBackwardGpuKernel
       for (int i = 0; i < N; ++i) {
         const double S = compat::exp(xd(i, j) - w.shift[j]) * w.inv_colsum[j];
         Base::template at<Tr>(dx, ldd, i, j) =
-            T((w.P1[i * kLd + j] - w.row_eps[i]) * (double(w.tile[i * kLd + j]) - w.a[i]) -
-              S * bj);
+            T((w.P1[i * kLd + j] - w.row_eps[i]) * (double(w.tile[i * kLd + j]) - w.a[i]) - S * bj);
       }
     });
   }

@@ -1,0 +1,320 @@
+#pragma once
+// The fused attention forward, GPU shape (kdnn::KernelShape::gpu), for a
+// compile-time head size D = Dv in {32, 64, 128, 256}: FlashAttention-2's
+// forward on SIMT threads. A team owns a block of BQ queries and streams the
+// keys and values through level-0 scratch in tiles of BK; the online softmax
+// is FusedForwardKernel's (fused_forward_kernel.hpp), step for step.
+//
+// The team's NT threads form a grid of RG row groups × CG column groups.
+// Thread (g, c) owns RM query rows (g·RM …) and, per key tile,
+//  * a micro-tile of RM × RN scores in registers, keys c·RN …: each step of
+//    the D loop reads RM values of Qᵀ and RN of Kᵀ from scratch (contiguous
+//    runs, broadcast to the threads that share them) for RM·RN products;
+//  * a micro-tile of RM × DVC outputs in registers, columns c·DVC …
+//    (DVC = Dv / CG): each key of the tile reads RM probabilities and DVC
+//    values of V for RM·DVC products;
+//  * the running maximum m and sum l of its rows (the CG threads of a row
+//    hold the same values: each combines the same partials in the same
+//    order).
+// The rows' maxima and sums over a tile are combined through scratch (one
+// partial per row and column group), not atomics: the results do not
+// depend on timing. Every index is a compile-time size or a product of one;
+// the scratch fits on-chip (at most 45 KiB) for float and double, so no
+// launch of this form takes a team workspace on a GPU.
+//
+// Numerics are FusedForwardKernel's (the same masks, dropout elements and
+// exp, l in double, O·α + P·V per tile); the sums are in another order, so
+// the two shapes agree to rounding: the scores sum D in blocks of 16
+// (kGemmKBlock, as team_gemm does), a tile's P·V sums its BK keys in order
+// before it is added to O.
+//
+// On a GPU backend the team has NT threads and a thread's registers are its
+// own; on a host the team is one thread that plays the NT threads one after
+// another, so their registers are kept side by side (ThreadRegisters).
+#include <Kokkos_Core.hpp>
+#include <cstdint>
+
+#include "kdnn/attention/impl/fused_forward_kernel.hpp"
+#include "kdnn/attention/impl/visible_keys.hpp"
+#include "kdnn/attention/types.hpp"
+#include "kdnn/core/compat.hpp"
+#include "kdnn/core/impl/backend_traits.hpp"
+#include "kdnn/core/impl/exp_vectorisable.hpp"
+#include "kdnn/core/impl/scratch_layout.hpp"
+#include "kdnn/core/impl/team_gemm.hpp"
+#include "kdnn/core/impl/team_work.hpp"
+#include "kdnn/core/impl/unroll.hpp"
+
+namespace kdnn::attention::impl {
+
+/// The head sizes the GPU forms are compiled for (D = Dv).
+KOKKOS_INLINE_FUNCTION constexpr bool flash_head_size(int d) {
+  return d == 32 || d == 64 || d == 128 || d == 256;
+}
+
+/// Block sizes and the thread grid of the GPU form for T and D: BQ queries
+/// per team, BK keys per tile, RM × RN scores per thread. Chosen so that
+/// the team's scratch (Qᵀ, a K or V tile, Pᵀ and the row partials) stays
+/// within a CUDA team's 48 KiB of level 0 and a thread keeps about 32
+/// outputs in registers.
+template <class T, int D>
+struct FlashShape {
+  static constexpr bool wide = sizeof(T) > 4;  // double: half the scratch per element
+  static constexpr int BQ = D <= 64    ? (wide ? 32 : 64)
+                            : D == 128 ? (wide ? 16 : 32)
+                                       : (wide ? 8 : 16);
+  static constexpr int BK = D <= 64 ? 32 : D == 128 ? (wide ? 16 : 32) : (wide ? 8 : 16);
+  static constexpr int RM = BQ >= 32 ? BQ / 16 : 1;
+  static constexpr int RN = BK / 8;
+  static constexpr int RG = BQ / RM;  ///< row groups
+  static constexpr int CG = BK / RN;  ///< column groups (8)
+  static constexpr int NT = RG * CG;  ///< threads per team
+  static constexpr int DVC = D / CG;  ///< output columns per thread
+  static_assert(BQ % RM == 0 && BK % RN == 0 && D % CG == 0 && D % kdnn::impl::kGemmKBlock == 0,
+                "FlashShape: sizes must divide");
+};
+
+/// M values of V per team thread: one thread's own if threads have private
+/// registers (a GPU backend), else all NT threads' side by side (a host
+/// backend, whose team is one thread playing them in turn).
+template <class V, int NT, int M, bool Private>
+struct ThreadRegisters {
+  V a[Private ? 1 : NT][M];
+  KOKKOS_FORCEINLINE_FUNCTION V* operator()(int t) { return a[Private ? 0 : t]; }
+};
+
+template <class ExecSpace, class T, int D>
+struct FusedForwardGpuKernel {
+  using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  using Shape = FlashShape<T, D>;
+  static constexpr int BQ = Shape::BQ, BK = Shape::BK, RM = Shape::RM, RN = Shape::RN,
+                       CG = Shape::CG, NT = Shape::NT, DVC = Shape::DVC;
+  static constexpr bool kPrivate = kdnn::impl::BackendTraits<ExecSpace>::is_gpu;
+  static constexpr int KB = kdnn::impl::kGemmKBlock;
+
+  Tensor4<const T, ExecSpace> q, k, v;  ///< [B, H, S, D], [B, H, Sk, D], [B, H, Sk, D]
+  Tensor4<T, ExecSpace> o;              ///< [B, H, S, D]
+  Tensor3<T, ExecSpace> lse;            ///< [B, H, S]
+  VisibleKeys<ExecSpace> visible;
+  DropoutMask dropout;
+  T scale = 1, keep_scale = 1;
+  T neg_inf = 0;              ///< −infinity (set on the host)
+  kdnn::impl::TeamWork work;  ///< set by the launch
+
+  /// Qᵀ [D, BQ] (scaled), a K tile transposed (Kᵀ [D, BK]) or a V tile
+  /// ([BK, D]) in one buffer, Pᵀ [BK, BQ], and per row and column group the
+  /// partial maxima (T) and sums (double) [CG, BQ].
+  struct Work {
+    T *qt, *kv, *pt, *part_max;
+    double* part_sum;
+  };
+  static KOKKOS_INLINE_FUNCTION Work carve(kdnn::impl::ScratchCarver& s) {
+    Work w;
+    w.qt = s.take<T>(D * BQ);
+    w.kv = s.take<T>(D * BK);
+    w.pt = s.take<T>(BK * BQ);
+    w.part_max = s.take<T>(CG * BQ);
+    w.part_sum = s.take<double>(CG * BQ);
+    return w;
+  }
+  static std::size_t scratch_bytes() {
+    return kdnn::impl::layout_bytes([](kdnn::impl::ScratchCarver& s) { carve(s); });
+  }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    work.for_each(team, [&](int item, void* scratch) { one_block(team, item, scratch); });
+  }
+
+  /// The team's threads, each once (on a host, one after another).
+  template <class F>
+  static KOKKOS_INLINE_FUNCTION void threads(const Member& team, const F& f) {
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, NT), f);
+  }
+
+  KOKKOS_INLINE_FUNCTION void one_block(const Member& team, int item, void* scratch) const {
+    const int H = int(q.extent(1)), S = int(q.extent(2)), Sk = int(k.extent(2));
+    const int blocks = (S + BQ - 1) / BQ;
+    const int block = item % blocks, bh = item / blocks;
+    const int b = bh / H, h = bh % H, i0 = block * BQ;
+    const int rows = S - i0 < BQ ? S - i0 : BQ;
+    kdnn::impl::ScratchCarver carver(scratch);
+    const Work w = carve(carver);
+
+    // Per thread, across the block's barriers: its rows' visible keys,
+    // running maxima, sums and rescale factors, its scores and outputs.
+    ThreadRegisters<int, NT, 2 * RM, kPrivate> range;  // first, last
+    ThreadRegisters<T, NT, 2 * RM, kPrivate> m_alpha;  // m, α
+    ThreadRegisters<double, NT, RM, kPrivate> l;
+    ThreadRegisters<T, NT, RM * RN, kPrivate> s;
+    ThreadRegisters<T, NT, RM * DVC, kPrivate> acc;
+
+    // Qᵀ, scaled (pad rows zero); empty accumulators.
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ * D), [&](int e) {
+      const int r = e / D, d = e % D;
+      w.qt[d * BQ + r] = r < rows ? scale * q(b, h, i0 + r, d) : T(0);
+    });
+    threads(team, [&](int t) {
+      const int r0 = (t / CG) * RM;
+      KDNN_IMPL_UNROLL
+      for (int i = 0; i < RM; ++i) {
+        int& first = range(t)[i];
+        int& last = range(t)[RM + i];
+        if (r0 + i < rows) {
+          visible.range(b, i0 + r0 + i, first, last);
+        } else {
+          first = last = 0;
+        }
+        m_alpha(t)[i] = neg_inf;
+        l(t)[i] = 0.0;
+      }
+      KDNN_IMPL_UNROLL
+      for (int e = 0; e < RM * DVC; ++e) acc(t)[e] = T(0);
+    });
+
+    const auto seen = visible.team_bounds(team, b, i0, rows);
+    for (int j0 = seen.lo / BK * BK; j0 < seen.hi; j0 += BK) {
+      const int cols = Sk - j0 < BK ? Sk - j0 : BK;
+      team.team_barrier();  // the previous tile is done with kv and pt
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK * D), [&](int e) {
+        const int c = e / D, d = e % D;
+        w.kv[d * BK + c] = c < cols ? k(b, h, j0 + c, d) : T(0);
+      });
+      team.team_barrier();
+
+      // Scores (masked: −inf), the thread's partial row maxima.
+      threads(team, [&](int t) {
+        const int r0 = (t / CG) * RM, c0 = (t % CG) * RN;
+        T* st = s(t);
+        KDNN_IMPL_UNROLL
+        for (int e = 0; e < RM * RN; ++e) st[e] = T(0);
+        for (int d0 = 0; d0 < D; d0 += KB) {
+          T part[RM * RN];
+          KDNN_IMPL_UNROLL
+          for (int e = 0; e < RM * RN; ++e) part[e] = T(0);
+          KDNN_IMPL_UNROLL
+          for (int d = d0; d < d0 + KB; ++d) {
+            T qa[RM], kb[RN];
+            KDNN_IMPL_UNROLL
+            for (int i = 0; i < RM; ++i) qa[i] = w.qt[d * BQ + r0 + i];
+            KDNN_IMPL_UNROLL
+            for (int j = 0; j < RN; ++j) kb[j] = w.kv[d * BK + c0 + j];
+            KDNN_IMPL_UNROLL
+            for (int i = 0; i < RM; ++i) {
+              KDNN_IMPL_UNROLL
+              for (int j = 0; j < RN; ++j) part[i * RN + j] += qa[i] * kb[j];
+            }
+          }
+          KDNN_IMPL_UNROLL
+          for (int e = 0; e < RM * RN; ++e) st[e] += part[e];
+        }
+        KDNN_IMPL_UNROLL
+        for (int i = 0; i < RM; ++i) {
+          const int first = range(t)[i], last = range(t)[RM + i];
+          T mx = m_alpha(t)[i];
+          KDNN_IMPL_UNROLL
+          for (int j = 0; j < RN; ++j) {
+            const int key = j0 + c0 + j;
+            T& x = st[i * RN + j];
+            x = (key >= first) & (key < last) ? x : neg_inf;  // pad keys: last <= Sk
+            mx = x > mx ? x : mx;
+          }
+          w.part_max[(t % CG) * BQ + r0 + i] = mx;
+        }
+      });
+      team.team_barrier();
+
+      // The rows' new maxima, α = e^{m−m'}, the probabilities (dropped ones
+      // zero) to Pᵀ and the thread's partial row sums.
+      threads(team, [&](int t) {
+        const int r0 = (t / CG) * RM, c0 = (t % CG) * RN;
+        T* st = s(t);
+        KDNN_IMPL_UNROLL
+        for (int i = 0; i < RM; ++i) {
+          const int r = r0 + i;
+          T m_new = w.part_max[r];
+          KDNN_IMPL_UNROLL
+          for (int g = 1; g < CG; ++g) {
+            const T x = w.part_max[g * BQ + r];
+            m_new = x > m_new ? x : m_new;
+          }
+          T& m = m_alpha(t)[i];
+          m_alpha(t)[RM + i] = m_new == neg_inf ? T(1) : kdnn::impl::exp_vectorisable(m - m_new);
+          m = m_new;
+          double sum = 0.0;
+          KDNN_IMPL_UNROLL
+          for (int j = 0; j < RN; ++j) {
+            const T x = st[i * RN + j];
+            const T e = kdnn::impl::exp_vectorisable(x - m_new);  // NaN if x = m' = −inf
+            const T p = x == neg_inf ? T(0) : e;
+            sum += double(p);
+            const int key = j0 + c0 + j;
+            const bool keep =
+                r >= rows || dropout.keep(std::uint64_t(bh) * S * Sk + std::uint64_t(i0 + r) * Sk +
+                                          std::uint64_t(key));
+            w.pt[(c0 + j) * BQ + r] = dropout.active ? (keep ? p * keep_scale : T(0)) : p;
+          }
+          w.part_sum[(t % CG) * BQ + r] = sum;
+        }
+      });
+      team.team_barrier();  // every thread is done reading Kᵀ
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK * D), [&](int e) {
+        const int c = e / D, d = e % D;
+        w.kv[c * D + d] = c < cols ? v(b, h, j0 + c, d) : T(0);
+      });
+      team.team_barrier();
+
+      // l = α·l + the tile's sum; O = O·α + P·V over the tile's keys.
+      threads(team, [&](int t) {
+        const int r0 = (t / CG) * RM, d0 = (t % CG) * DVC;
+        T* out = acc(t);
+        T pv[RM * DVC];
+        KDNN_IMPL_UNROLL
+        for (int e = 0; e < RM * DVC; ++e) pv[e] = T(0);
+        for (int c = 0; c < BK; ++c) {
+          T pa[RM], vb[DVC];
+          KDNN_IMPL_UNROLL
+          for (int i = 0; i < RM; ++i) pa[i] = w.pt[c * BQ + r0 + i];
+          KDNN_IMPL_UNROLL
+          for (int j = 0; j < DVC; ++j) vb[j] = w.kv[c * D + d0 + j];
+          KDNN_IMPL_UNROLL
+          for (int i = 0; i < RM; ++i) {
+            KDNN_IMPL_UNROLL
+            for (int j = 0; j < DVC; ++j) pv[i * DVC + j] += pa[i] * vb[j];
+          }
+        }
+        KDNN_IMPL_UNROLL
+        for (int i = 0; i < RM; ++i) {
+          const int r = r0 + i;
+          const T alpha = m_alpha(t)[RM + i];
+          double sum = w.part_sum[r];
+          KDNN_IMPL_UNROLL
+          for (int g = 1; g < CG; ++g) sum += w.part_sum[g * BQ + r];
+          l(t)[i] = double(alpha) * l(t)[i] + sum;
+          KDNN_IMPL_UNROLL
+          for (int j = 0; j < DVC; ++j)
+            out[i * DVC + j] = out[i * DVC + j] * alpha + pv[i * DVC + j];
+        }
+      });
+    }
+
+    // O / l and lse = m + log l (−inf and a zero row for a row that saw no key).
+    threads(team, [&](int t) {
+      const int r0 = (t / CG) * RM, d0 = (t % CG) * DVC;
+      KDNN_IMPL_UNROLL
+      for (int i = 0; i < RM; ++i) {
+        const int r = r0 + i;
+        if (r >= rows) continue;
+        const double li = l(t)[i];
+        const T inv = li > 0 ? T(1 / li) : T(0);
+        T* orow = &o(b, h, i0 + r, 0);
+        KDNN_IMPL_UNROLL
+        for (int j = 0; j < DVC; ++j) orow[d0 + j] = acc(t)[i * DVC + j] * inv;
+        if (t % CG == 0) {
+          lse(b, h, i0 + r) = li > 0 ? T(double(m_alpha(t)[i]) + compat::log(li)) : neg_inf;
+        }
+      }
+    });
+  }
+};
+
+}  // namespace kdnn::attention::impl
