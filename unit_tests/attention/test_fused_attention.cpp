@@ -223,10 +223,10 @@ TYPED_TEST(FusedAttention, ForwardMatchesTheUnfusedPath) {
   }
 }
 
-// The forward's GPU form runs where the launch asks for it (always with
-// KernelShape::gpu, on a GPU backend with automatic) for the compiled head
-// sizes only, and its team scratch fits a CUDA team's 48 KiB of level 0 for
-// every one of them, so on a GPU it never takes a team workspace.
+// The GPU forms run where the launch asks for it (always with
+// KernelShape::gpu, on a GPU backend with automatic) for their head sizes
+// only, and their team scratch fits a CUDA team's 48 KiB of level 0 for
+// every one of them, so on a GPU they never take a team workspace.
 TEST(FusedAttentionGpuForm, RunsForTheCompiledHeadSizesWithinOnChipScratch) {
   const bool gpu = !kdnn::impl::BackendTraits<Space>::is_host;
   at::FusedAttentionOptions opts;
@@ -240,15 +240,32 @@ TEST(FusedAttentionGpuForm, RunsForTheCompiledHeadSizesWithinOnChipScratch) {
     opts.launch.shape = kdnn::KernelShape::host;
     EXPECT_FALSE(at::impl::forward_gpu_shape<Space>(opts, D, D)) << "D=" << D;
   }
+  for (int D : {32, 64, 128, 256}) {  // the backward's: double D = 256 keeps the host form
+    opts.launch.shape = kdnn::KernelShape::gpu;
+    EXPECT_TRUE((at::impl::backward_gpu_shape<Space, float>(opts, D, D))) << "D=" << D;
+    EXPECT_EQ((at::impl::backward_gpu_shape<Space, double>(opts, D, D)), D != 256) << "D=" << D;
+    EXPECT_FALSE((at::impl::backward_gpu_shape<Space, float>(opts, D, D / 2))) << "D=" << D;
+    opts.launch.shape = kdnn::KernelShape::host;
+    EXPECT_FALSE((at::impl::backward_gpu_shape<Space, float>(opts, D, D))) << "D=" << D;
+  }
   const std::size_t level0 = 48 * 1024 - kdnn::impl::kScratchAlign;
   const auto check = [&](auto size) {
     constexpr int D = decltype(size)::value;
     EXPECT_LE((at::impl::FusedForwardGpuKernel<Space, float, D>::scratch_bytes()), level0);
     EXPECT_LE((at::impl::FusedForwardGpuKernel<Space, double, D>::scratch_bytes()), level0);
+    EXPECT_LE((at::impl::FusedBackwardKVGpuKernel<Space, float, D>::scratch_bytes()), level0);
+    EXPECT_LE((at::impl::FusedBackwardQGpuKernel<Space, float, D>::scratch_bytes()), level0);
+    if constexpr (D != 256) {
+      EXPECT_LE((at::impl::FusedBackwardKVGpuKernel<Space, double, D>::scratch_bytes()), level0);
+      EXPECT_LE((at::impl::FusedBackwardQGpuKernel<Space, double, D>::scratch_bytes()), level0);
+    }
   };
   for (int D : {32, 64, 128, 256}) at::impl::dispatch_head_size(D, check);
 }
 
+// Both forms (KernelShape::host, and ::gpu: the GPU forms for D = Dv in
+// their head sizes, the host kernels under a GPU launch for other sizes),
+// each schedule, against the unfused chain and bitwise run to run.
 TYPED_TEST(FusedAttention, BackwardMatchesTheUnfusedPathAndIsReproducible) {
   using T = TypeParam;
   unsigned seed = 100;
@@ -258,40 +275,35 @@ TYPED_TEST(FusedAttention, BackwardMatchesTheUnfusedPathAndIsReproducible) {
     at::FusedAttentionOptions opts;
     opts.scale = 0.7 / std::sqrt(double(c.D));
     opts.dropout = {c.p, 1234, 9};
-    DeviceView<T****> o("o", c.B, c.H, c.S, c.Dv), dq("dq", c.B, c.H, c.S, c.D),
-        dk("dk", c.B, c.H, c.Sk, c.D), dv("dv", c.B, c.H, c.Sk, c.Dv);
-    DeviceView<T***> lse("lse", c.B, c.H, c.S);
-    at::fused_attention_forward(Space(), q, k, v, o, lse, opts, mask);
-    at::fused_attention_backward(Space(), q, k, v, o, lse, g, dq, dk, dv, opts, mask);
-
     DeviceView<T****> dq2("dq2", c.B, c.H, c.S, c.D), dk2("dk2", c.B, c.H, c.Sk, c.D),
         dv2("dv2", c.B, c.H, c.Sk, c.Dv);
     unfused_backward(q, k, v, g, opts, mask, dq2, dk2, dv2);
     const double tol = sizeof(T) == 8 ? 1e-12 : 2e-5;
-    EXPECT_ALLCLOSE(to_host(dq), to_host(dq2), tol, tol) << c.name;
-    EXPECT_ALLCLOSE(to_host(dk), to_host(dk2), tol, tol) << c.name;
-    EXPECT_ALLCLOSE(to_host(dv), to_host(dv2), tol, tol) << c.name;
-
-    // Each schedule against the chain, and bitwise identical on a second
-    // run (no atomics).
-    for (const auto schedule :
-         {at::FusedBackwardSchedule::per_head, at::FusedBackwardSchedule::per_key_block}) {
-      const std::string name =
-          std::string(c.name) +
-          (schedule == at::FusedBackwardSchedule::per_head ? ", per_head" : ", per_key_block");
-      at::FusedAttentionOptions forced = opts;
-      forced.backward = schedule;
-      DeviceView<T****> dq3("dq3", c.B, c.H, c.S, c.D), dk3("dk3", c.B, c.H, c.Sk, c.D),
-          dv3("dv3", c.B, c.H, c.Sk, c.Dv), dq4("dq4", c.B, c.H, c.S, c.D),
-          dk4("dk4", c.B, c.H, c.Sk, c.D), dv4("dv4", c.B, c.H, c.Sk, c.Dv);
-      at::fused_attention_backward(Space(), q, k, v, o, lse, g, dq3, dk3, dv3, forced, mask);
-      at::fused_attention_backward(Space(), q, k, v, o, lse, g, dq4, dk4, dv4, forced, mask);
-      EXPECT_ALLCLOSE(to_host(dq3), to_host(dq2), tol, tol) << name;
-      EXPECT_ALLCLOSE(to_host(dk3), to_host(dk2), tol, tol) << name;
-      EXPECT_ALLCLOSE(to_host(dv3), to_host(dv2), tol, tol) << name;
-      EXPECT_EQ(to_host(dq3), to_host(dq4)) << name;
-      EXPECT_EQ(to_host(dk3), to_host(dk4)) << name;
-      EXPECT_EQ(to_host(dv3), to_host(dv4)) << name;
+    for (const auto shape : {kdnn::KernelShape::host, kdnn::KernelShape::gpu}) {
+      opts.launch.shape = shape;
+      DeviceView<T****> o("o", c.B, c.H, c.S, c.Dv);
+      DeviceView<T***> lse("lse", c.B, c.H, c.S);
+      at::fused_attention_forward(Space(), q, k, v, o, lse, opts, mask);
+      for (const auto schedule : {at::FusedBackwardSchedule::automatic,
+                                  at::FusedBackwardSchedule::per_head,
+                                  at::FusedBackwardSchedule::per_key_block}) {
+        const std::string name = std::string(c.name) +
+                                 (shape == kdnn::KernelShape::gpu ? ", GPU form" : "") +
+                                 ", schedule " + std::to_string(int(schedule));
+        at::FusedAttentionOptions forced = opts;
+        forced.backward = schedule;
+        DeviceView<T****> dq("dq", c.B, c.H, c.S, c.D), dk("dk", c.B, c.H, c.Sk, c.D),
+            dv("dv", c.B, c.H, c.Sk, c.Dv), dq4("dq4", c.B, c.H, c.S, c.D),
+            dk4("dk4", c.B, c.H, c.Sk, c.D), dv4("dv4", c.B, c.H, c.Sk, c.Dv);
+        at::fused_attention_backward(Space(), q, k, v, o, lse, g, dq, dk, dv, forced, mask);
+        at::fused_attention_backward(Space(), q, k, v, o, lse, g, dq4, dk4, dv4, forced, mask);
+        EXPECT_ALLCLOSE(to_host(dq), to_host(dq2), tol, tol) << name;
+        EXPECT_ALLCLOSE(to_host(dk), to_host(dk2), tol, tol) << name;
+        EXPECT_ALLCLOSE(to_host(dv), to_host(dv2), tol, tol) << name;
+        EXPECT_EQ(to_host(dq), to_host(dq4)) << name;
+        EXPECT_EQ(to_host(dk), to_host(dk4)) << name;
+        EXPECT_EQ(to_host(dv), to_host(dv4)) << name;
+      }
     }
   }
 }

@@ -8,6 +8,7 @@
 
 #include "kdnn/attention/fused_attention.hpp"
 #include "kdnn/attention/impl/dropout_impl.hpp"
+#include "kdnn/attention/impl/fused_backward_gpu_kernels.hpp"
 #include "kdnn/attention/impl/fused_backward_kernels.hpp"
 #include "kdnn/attention/impl/fused_forward_gpu_kernel.hpp"
 #include "kdnn/attention/impl/fused_forward_kernel.hpp"
@@ -53,6 +54,14 @@ bool forward_gpu_shape(const FusedAttentionOptions& opts, int D, int Dv) {
   return kdnn::impl::use_gpu_shape<ExecSpace>(opts.launch.shape) && D == Dv && flash_head_size(D);
 }
 
+/// Whether the backward runs its GPU form (fused_backward_gpu_kernels.hpp):
+/// the launch asks for it and D = Dv is one of its head sizes for T.
+template <class ExecSpace, class T>
+bool backward_gpu_shape(const FusedAttentionOptions& opts, int D, int Dv) {
+  return kdnn::impl::use_gpu_shape<ExecSpace>(opts.launch.shape) && D == Dv &&
+         flash_backward_head_size<T>(D);
+}
+
 /// Calls run(std::integral_constant<int, D>) for the compiled head size D.
 template <class Run>
 void dispatch_head_size(int d, const Run& run) {
@@ -81,9 +90,11 @@ void check_fused_sizes(const char* op, const FusedAttentionOptions& opts, std::s
   }
   int bq = 1, bk = 1;
   fused_block_sizes<ExecSpace>(int(S), int(Sk), int(D), int(Dv), bq, bk);
-  if (forward_gpu_shape<ExecSpace>(opts, int(D), int(Dv))) {  // its query blocks may be smaller
+  if (forward_gpu_shape<ExecSpace>(opts, int(D), int(Dv))) {  // their blocks may be smaller
     dispatch_head_size(int(D), [&](auto size) {
-      bq = std::min(bq, FlashShape<T, decltype(size)::value>::BQ);
+      constexpr int HD = decltype(size)::value;
+      bq = std::min({bq, FlashShape<T, HD>::BQ, FlashBackwardShape<T, HD>::BR});
+      bk = std::min(bk, FlashBackwardShape<T, HD>::BR);
     });
   }
   const std::size_t heads = B * H;  // < 2^62
@@ -184,6 +195,16 @@ void check_fused_launch(const char* op, const ExecSpace& space, int B, int H, in
     } else if (S > 0) {
       plan_fused<ExecSpace, FusedForwardKernel<ExecSpace, T>>(op, space, 1, opts, bq, bk, D, Dv);
     }
+  } else if (backward_gpu_shape<ExecSpace, T>(opts, D, Dv)) {
+    dispatch_head_size(D, [&](auto size) {
+      constexpr int HD = decltype(size)::value;
+      if constexpr (flash_backward_head_size<T>(HD)) {
+        using KV = FusedBackwardKVGpuKernel<ExecSpace, T, HD>;
+        using Q = FusedBackwardQGpuKernel<ExecSpace, T, HD>;
+        if (Sk > 0) plan_fused_gpu<ExecSpace, KV>(op, space, 1, opts);
+        if (S > 0) plan_fused_gpu<ExecSpace, Q>(op, space, 1, opts);
+      }
+    });
   } else if (backward_per_head(space, B, H, opts)) {
     plan_fused<ExecSpace, FusedBackwardKVKernel<ExecSpace, T>>(op, space, 1, opts, bq, bk, D, Dv);
   } else {
@@ -288,6 +309,35 @@ void fused_attention_backward(const ExecSpace& space, const Tensor4<const T, Exe
   data.scale = T(opts.scale);
   data.keep_scale = T(1.0 / (1.0 - opts.dropout.p));
   fused_block_sizes<ExecSpace>(S, Sk, D, Dv, data.bq, data.bk);
+
+  if (backward_gpu_shape<ExecSpace, T>(opts, D, Dv)) {
+    dispatch_head_size(D, [&](auto size) {
+      constexpr int HD = decltype(size)::value;
+      if constexpr (flash_backward_head_size<T>(HD)) {
+        data.bq = data.bk = FlashBackwardShape<T, HD>::BR;
+        const std::string tag = "[gpu D=" + std::to_string(HD) + "]";
+        if (Sk > 0) {
+          using KV = FusedBackwardKVGpuKernel<ExecSpace, T, HD>;
+          KV kv;
+          static_cast<FusedBackwardData<ExecSpace, T>&>(kv) = data;
+          kv.dk = dk, kv.dv = dv;
+          const auto plan =
+              plan_fused_gpu<ExecSpace, KV>(op, space, B * H * ((Sk + KV::BK - 1) / KV::BK), opts);
+          plan.launch("kdnn::attention::fused_backward_kv" + tag, space, kv);
+        }
+        if (S > 0) {
+          using Q = FusedBackwardQGpuKernel<ExecSpace, T, HD>;
+          Q qk;
+          static_cast<FusedBackwardData<ExecSpace, T>&>(qk) = data;
+          qk.dq = dq;
+          const auto plan =
+              plan_fused_gpu<ExecSpace, Q>(op, space, B * H * ((S + Q::BQ - 1) / Q::BQ), opts);
+          plan.launch("kdnn::attention::fused_backward_q" + tag, space, qk);
+        }
+      }
+    });
+    return;
+  }
 
   const bool per_head = backward_per_head(space, B, H, opts);
   if (Sk > 0 || per_head) {

@@ -23,14 +23,15 @@
 // launch of this form takes a team workspace on a GPU.
 //
 // Numerics are FusedForwardKernel's (the same masks, dropout elements and
-// exp, l in double, O·α + P·V per tile); the sums are in another order, so
-// the two shapes agree to rounding: the scores sum D in blocks of 16
-// (kGemmKBlock, as team_gemm does), a tile's P·V sums its BK keys in order
-// before it is added to O.
+// exp, l in double, O·α + P·V per tile, every product summed in team_gemm's
+// blocks of 16): the scores are bitwise the host form's (which the backward
+// relies on), l and P·V are summed over other tiles, so the two forms agree
+// to rounding.
 //
 // On a GPU backend the team has NT threads and a thread's registers are its
 // own; on a host the team is one thread that plays the NT threads one after
-// another, so their registers are kept side by side (ThreadRegisters).
+// another, so their registers are kept side by side (ThreadRegisters,
+// core/impl/register_tile.hpp, as the products of the micro-tiles).
 #include <Kokkos_Core.hpp>
 #include <cstdint>
 
@@ -40,6 +41,7 @@
 #include "kdnn/core/compat.hpp"
 #include "kdnn/core/impl/backend_traits.hpp"
 #include "kdnn/core/impl/exp_vectorisable.hpp"
+#include "kdnn/core/impl/register_tile.hpp"
 #include "kdnn/core/impl/scratch_layout.hpp"
 #include "kdnn/core/impl/team_gemm.hpp"
 #include "kdnn/core/impl/team_work.hpp"
@@ -74,15 +76,6 @@ struct FlashShape {
                 "FlashShape: sizes must divide");
 };
 
-/// M values of V per team thread: one thread's own if threads have private
-/// registers (a GPU backend), else all NT threads' side by side (a host
-/// backend, whose team is one thread playing them in turn).
-template <class V, int NT, int M, bool Private>
-struct ThreadRegisters {
-  V a[Private ? 1 : NT][M];
-  KOKKOS_FORCEINLINE_FUNCTION V* operator()(int t) { return a[Private ? 0 : t]; }
-};
-
 template <class ExecSpace, class T, int D>
 struct FusedForwardGpuKernel {
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
@@ -90,7 +83,6 @@ struct FusedForwardGpuKernel {
   static constexpr int BQ = Shape::BQ, BK = Shape::BK, RM = Shape::RM, RN = Shape::RN,
                        CG = Shape::CG, NT = Shape::NT, DVC = Shape::DVC;
   static constexpr bool kPrivate = kdnn::impl::BackendTraits<ExecSpace>::is_gpu;
-  static constexpr int KB = kdnn::impl::kGemmKBlock;
 
   Tensor4<const T, ExecSpace> q, k, v;  ///< [B, H, S, D], [B, H, Sk, D], [B, H, Sk, D]
   Tensor4<T, ExecSpace> o;              ///< [B, H, S, D]
@@ -142,11 +134,11 @@ struct FusedForwardGpuKernel {
 
     // Per thread, across the block's barriers: its rows' visible keys,
     // running maxima, sums and rescale factors, its scores and outputs.
-    ThreadRegisters<int, NT, 2 * RM, kPrivate> range;  // first, last
-    ThreadRegisters<T, NT, 2 * RM, kPrivate> m_alpha;  // m, α
-    ThreadRegisters<double, NT, RM, kPrivate> l;
-    ThreadRegisters<T, NT, RM * RN, kPrivate> s;
-    ThreadRegisters<T, NT, RM * DVC, kPrivate> acc;
+    kdnn::impl::ThreadRegisters<int, NT, 2 * RM, kPrivate> range;  // first, last
+    kdnn::impl::ThreadRegisters<T, NT, 2 * RM, kPrivate> m_alpha;  // m, α
+    kdnn::impl::ThreadRegisters<double, NT, RM, kPrivate> l;
+    kdnn::impl::ThreadRegisters<T, NT, RM * RN, kPrivate> s;
+    kdnn::impl::ThreadRegisters<T, NT, RM * DVC, kPrivate> acc;
 
     // Qᵀ, scaled (pad rows zero); empty accumulators.
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ * D), [&](int e) {
@@ -185,28 +177,7 @@ struct FusedForwardGpuKernel {
       threads(team, [&](int t) {
         const int r0 = (t / CG) * RM, c0 = (t % CG) * RN;
         T* st = s(t);
-        KDNN_IMPL_UNROLL
-        for (int e = 0; e < RM * RN; ++e) st[e] = T(0);
-        for (int d0 = 0; d0 < D; d0 += KB) {
-          T part[RM * RN];
-          KDNN_IMPL_UNROLL
-          for (int e = 0; e < RM * RN; ++e) part[e] = T(0);
-          KDNN_IMPL_UNROLL
-          for (int d = d0; d < d0 + KB; ++d) {
-            T qa[RM], kb[RN];
-            KDNN_IMPL_UNROLL
-            for (int i = 0; i < RM; ++i) qa[i] = w.qt[d * BQ + r0 + i];
-            KDNN_IMPL_UNROLL
-            for (int j = 0; j < RN; ++j) kb[j] = w.kv[d * BK + c0 + j];
-            KDNN_IMPL_UNROLL
-            for (int i = 0; i < RM; ++i) {
-              KDNN_IMPL_UNROLL
-              for (int j = 0; j < RN; ++j) part[i * RN + j] += qa[i] * kb[j];
-            }
-          }
-          KDNN_IMPL_UNROLL
-          for (int e = 0; e < RM * RN; ++e) st[e] += part[e];
-        }
+        kdnn::impl::register_tile_product<RM, RN, D>(w.qt + r0, BQ, 1, w.kv + c0, BK, 1, st);
         KDNN_IMPL_UNROLL
         for (int i = 0; i < RM; ++i) {
           const int first = range(t)[i], last = range(t)[RM + i];
@@ -268,20 +239,7 @@ struct FusedForwardGpuKernel {
         const int r0 = (t / CG) * RM, d0 = (t % CG) * DVC;
         T* out = acc(t);
         T pv[RM * DVC];
-        KDNN_IMPL_UNROLL
-        for (int e = 0; e < RM * DVC; ++e) pv[e] = T(0);
-        for (int c = 0; c < BK; ++c) {
-          T pa[RM], vb[DVC];
-          KDNN_IMPL_UNROLL
-          for (int i = 0; i < RM; ++i) pa[i] = w.pt[c * BQ + r0 + i];
-          KDNN_IMPL_UNROLL
-          for (int j = 0; j < DVC; ++j) vb[j] = w.kv[c * D + d0 + j];
-          KDNN_IMPL_UNROLL
-          for (int i = 0; i < RM; ++i) {
-            KDNN_IMPL_UNROLL
-            for (int j = 0; j < DVC; ++j) pv[i * DVC + j] += pa[i] * vb[j];
-          }
-        }
+        kdnn::impl::register_tile_product<RM, DVC, BK>(w.pt + r0, BQ, 1, w.kv + d0, D, 1, pv);
         KDNN_IMPL_UNROLL
         for (int i = 0; i < RM; ++i) {
           const int r = r0 + i;
