@@ -1,5 +1,7 @@
 // Scaled-dot-product attention on per-head tensors, fused (flash-style, O(S)
-// memory) vs unfused (scores, masked softmax and P·V materialised), float32,
+// memory; `fused` takes the backend's form, `fusedhost` pins the host form,
+// so that one run on a GPU times both) vs unfused (scores, masked softmax and
+// P·V materialised), float32,
 // forward and backward, at --kdnn_sizes=BxHxSxSkxD,... (default
 // 8x4x128x128x64,1x8x2048x2048x64), no mask, no dropout. GFLOP/s counts
 // 4·B·H·S·Sk·D for the forward and 2.5 times that for the backward (the
@@ -41,7 +43,7 @@ struct Memory {
   }
 };
 
-enum class Path { fused, unfused };
+enum class Path { fused, fused_host, unfused };
 enum class Phase { forward, backward };
 
 View4 random_view(const std::string& name, unsigned seed, std::size_t B, std::size_t H,
@@ -64,6 +66,7 @@ void run(benchmark::State& state, Path path, Phase phase) {
   at::Tensor3<T, Space> lse("lse", B, H, S);
   at::FusedAttentionOptions opts;
   opts.scale = 1 / std::sqrt(double(D));
+  if (path == Path::fused_host) opts.launch.shape = kdnn::KernelShape::host;
   const at::SoftmaxOptions softmax{at::SoftmaxMode::accurate, opts.scale};
   View4 scores, P, dP;
   if (path == Path::unfused) {
@@ -73,7 +76,7 @@ void run(benchmark::State& state, Path path, Phase phase) {
   const auto none = at::Op::none, tr = at::Op::transpose;
   Space space;
   const auto forward = [&] {
-    if (path == Path::fused) {
+    if (path != Path::unfused) {
       at::fused_attention_forward(space, q, k, v, o, lse, opts);
     } else {
       at::batched_gemm(space, none, tr, none, T(1), q, k, T(0), scores);
@@ -82,7 +85,7 @@ void run(benchmark::State& state, Path path, Phase phase) {
     }
   };
   const auto backward = [&] {
-    if (path == Path::fused) {
+    if (path != Path::unfused) {
       at::fused_attention_backward(space, q, k, v, o, lse, g, dq, dk, dv, opts);
     } else {
       at::batched_gemm(space, tr, none, none, T(1), P, g, T(0), dv);
@@ -119,8 +122,8 @@ int main(int argc, char** argv) {
   Kokkos::Tools::Experimental::set_allocate_data_callback(&Memory::allocate);
   Kokkos::Tools::Experimental::set_deallocate_data_callback(&Memory::deallocate);
   {
-    const std::pair<const char*, Path> paths[] = {{"fused", Path::fused},
-                                                  {"unfused", Path::unfused}};
+    const std::pair<const char*, Path> paths[] = {
+        {"fused", Path::fused}, {"fusedhost", Path::fused_host}, {"unfused", Path::unfused}};
     const std::pair<const char*, Phase> phases[] = {{"forward", Phase::forward},
                                                     {"backward", Phase::backward}};
     for (const auto& size : args.sizes) {

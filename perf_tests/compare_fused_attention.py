@@ -121,7 +121,7 @@ def main():
     kdnn = {}
     for size in sizes:
         arg = "--kdnn_sizes=" + "x".join(map(str, size))
-        filt = "--benchmark_filter=" + ("." if size[2] <= args.unfused_max_seq else "/fused_")
+        filt = "--benchmark_filter=" + ("." if size[2] <= args.unfused_max_seq else "/fused")
         reps = args.repetitions if size[2] * size[3] <= 2048 * 2048 else 1
         for parts, result in median_runs(args.bench, [arg, filt], reps).items():
             # sdpa_f32/<path>_<phase>/B/H/S/Sk/D/real_time
@@ -164,6 +164,10 @@ def main():
         if unfused:
             json_rows.append(result_rows.row("attention", "unfused " + phase, size, unfused[0],
                                              "PyTorch SDPA float32", torch_ms))
+        host_form = kdnn.get(("fusedhost", phase, size))
+        if host_form:  # the host form pinned (on a GPU: the kernels before the GPU forms)
+            json_rows.append(result_rows.row("attention", "fused host-form " + phase, size,
+                                             host_form[0], "PyTorch SDPA float32", torch_ms))
     result_rows.write(args.json, json_rows)
 
 
