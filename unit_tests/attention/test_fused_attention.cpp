@@ -102,6 +102,7 @@ std::vector<FusedCase> fused_cases() {
        {},
        0.3},
       {"D = 256, causal, S > Sk", 1, 1, 40, 20, 256, 256, true, {}, {}, {}, {}, 0},
+      {"D = 32, one query and one key, dropout", 2, 1, 1, 1, 32, 32, false, {}, {}, {}, {}, 0.5},
   };
 }
 
