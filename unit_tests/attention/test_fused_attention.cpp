@@ -722,6 +722,22 @@ TEST(FusedAttentionMemory, ExtraAllocationsDoNotGrowWithTheKeyLength) {
       peaks.push_back(AllocationCounter::peak);
     }
     EXPECT_LE(peaks.back(), std::int64_t(nq * sizeof(T)) + 4096) << "Sk=" << Sk;
+
+    // With the row sums in a workspace the caller owns, the backward
+    // allocates nothing and gives bitwise the same gradients.
+    DeviceView<T***> delta("delta", B, H, S);
+    DeviceView<T****> dq2("dq2", B, H, S, D), dk2("dk2", B, H, Sk, D), dv2("dv2", B, H, Sk, D);
+    at::fused_attention_backward(Space(), q, k, v, o, lse, g, dq2, dk2, dv2, delta, opts, mask);
+    Space().fence();
+    {
+      AllocationCounter counter;
+      at::fused_attention_backward(Space(), q, k, v, o, lse, g, dq2, dk2, dv2, delta, opts, mask);
+      Space().fence();
+      EXPECT_EQ(AllocationCounter::peak, 0) << "Sk=" << Sk;
+    }
+    EXPECT_EQ(to_host(dq2), to_host(dq)) << "Sk=" << Sk;
+    EXPECT_EQ(to_host(dk2), to_host(dk)) << "Sk=" << Sk;
+    EXPECT_EQ(to_host(dv2), to_host(dv)) << "Sk=" << Sk;
   }
   EXPECT_EQ(peaks[0], peaks[1]);
 }
@@ -764,6 +780,22 @@ TEST(FusedAttentionErrors, BadInputIsAKdnnError) {
   EXPECT_KDNN_ERROR(at::softmax_forward(Space(), sf, pf, {at::SoftmaxMode::accurate, 1e39}),
                     "scale=1e+39, expected a value finite in float");
   at::fused_attention_forward(Space(), q, k, v, o, lse, opts);  // double: finite
+
+  // The caller's δ workspace: [B, H, S], and not aliasing an input or output.
+  opts = at::FusedAttentionOptions();
+  DeviceView<float***> delta_bad("delta", 1, 2, 4), delta("delta", 1, 2, 3);
+  EXPECT_KDNN_ERROR(at::fused_attention_backward(Space(), qf, kf, vf, of, lsef, gf, dqf, dkf, dvf,
+                                                 delta_bad, opts),
+                    "delta has extent(2)=4, expected 3 (same as lse)");
+  const DeviceView<float***> delta_on_lse(lsef.data(), 1, 2, 3);
+  EXPECT_KDNN_ERROR(at::fused_attention_backward(Space(), qf, kf, vf, of, lsef, gf, dqf, dkf, dvf,
+                                                 delta_on_lse, opts),
+                    "output delta overlaps input lse");
+  const DeviceView<float***> delta_on_dq(dqf.data(), 1, 2, 3);
+  EXPECT_KDNN_ERROR(at::fused_attention_backward(Space(), qf, kf, vf, of, lsef, gf, dqf, dkf, dvf,
+                                                 delta_on_dq, opts),
+                    "outputs dq and delta overlap");
+  at::fused_attention_backward(Space(), qf, kf, vf, of, lsef, gf, dqf, dkf, dvf, delta, opts);
 
   // 2^32 heads of one query and one key: B·H·blocks overflows int (the
   // kernels' index type). Views over a few bytes: the sizes are refused

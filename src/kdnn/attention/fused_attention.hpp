@@ -54,7 +54,7 @@ struct FusedAttentionOptions {
       const Tensor4<const T, ExecSpace>&, const Tensor4<const T, ExecSpace>&,                   \
       const Tensor3<const T, ExecSpace>&, const Tensor4<const T, ExecSpace>&,                   \
       const Tensor4<T, ExecSpace>&, const Tensor4<T, ExecSpace>&, const Tensor4<T, ExecSpace>&, \
-      const FusedAttentionOptions&, const AttentionMask<ExecSpace>&);
+      const Tensor3<T, ExecSpace>&, const FusedAttentionOptions&, const AttentionMask<ExecSpace>&);
 
 namespace kdnn::attention {
 
@@ -90,14 +90,16 @@ void fused_attention_forward(const ExecSpace& space, const QView& q, const KView
 
 /// dq, dk, dv from the forward's q, k, v, o, lse and dout = dL/dO, with the
 /// forward's options and mask: the probabilities are recomputed tile by tile
-/// from lse. Deterministic: no atomics, every sum in a fixed order.
-/// Asynchronous on `space` after the host-side checks.
+/// from lse. `delta` [B, H, S] is a workspace the caller owns (it receives
+/// the rows' dO·O); the overload without it allocates one per call.
+/// Deterministic: no atomics, every sum in a fixed order. Asynchronous on
+/// `space` after the host-side checks.
 template <class ExecSpace, class QView, class KView, class VView, class OView, class LView,
-          class GView, class DQView, class DKView, class DVView>
+          class GView, class DQView, class DKView, class DVView, class DeltaView>
 void fused_attention_backward(const ExecSpace& space, const QView& q, const KView& k,
                               const VView& v, const OView& o, const LView& lse, const GView& dout,
                               const DQView& dq, const DKView& dk, const DVView& dv,
-                              const FusedAttentionOptions& opts = {},
+                              const DeltaView& delta, const FusedAttentionOptions& opts = {},
                               const AttentionMask<ExecSpace>& mask = {}) {
 #define KDNN_IMPL_ARG(name) "attention::fused_attention_backward: " name
   KDNN_CHECK_VIEW(ExecSpace, QView, 4, "[B, H, S, D]", KDNN_IMPL_ARG("q"));
@@ -120,10 +122,26 @@ void fused_attention_backward(const ExecSpace& space, const QView& q, const KVie
   KDNN_CHECK_SAME_TYPE(GView, DQView, KDNN_IMPL_ARG("dout and dq"));
   KDNN_CHECK_SAME_TYPE(DKView, DQView, KDNN_IMPL_ARG("dk and dq"));
   KDNN_CHECK_SAME_TYPE(DVView, DQView, KDNN_IMPL_ARG("dv and dq"));
+  KDNN_CHECK_VIEW(ExecSpace, DeltaView, 3, "[B, H, S]", KDNN_IMPL_ARG("delta"));
+  KDNN_CHECK_OUTPUT(DeltaView, KDNN_IMPL_ARG("delta"));
+  KDNN_CHECK_SAME_TYPE(DeltaView, DQView, KDNN_IMPL_ARG("delta and dq"));
 #undef KDNN_IMPL_ARG
   using T = typename DQView::non_const_value_type;
-  impl::fused_attention_backward<ExecSpace, T>(space, q, k, v, o, lse, dout, dq, dk, dv, opts,
-                                               mask);
+  impl::fused_attention_backward<ExecSpace, T>(space, q, k, v, o, lse, dout, dq, dk, dv, delta,
+                                               opts, mask);
+}
+
+/// The same, with the [B, H, S] workspace allocated for the call.
+template <class ExecSpace, class QView, class KView, class VView, class OView, class LView,
+          class GView, class DQView, class DKView, class DVView>
+void fused_attention_backward(const ExecSpace& space, const QView& q, const KView& k,
+                              const VView& v, const OView& o, const LView& lse, const GView& dout,
+                              const DQView& dq, const DKView& dk, const DVView& dv,
+                              const FusedAttentionOptions& opts = {},
+                              const AttentionMask<ExecSpace>& mask = {}) {
+  using T = typename DQView::non_const_value_type;
+  fused_attention_backward(space, q, k, v, o, lse, dout, dq, dk, dv, Tensor3<T, ExecSpace>(), opts,
+                           mask);
 }
 
 }  // namespace kdnn::attention

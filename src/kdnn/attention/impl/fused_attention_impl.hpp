@@ -272,7 +272,9 @@ void fused_attention_backward(const ExecSpace& space, const Tensor4<const T, Exe
                               const Tensor3<const T, ExecSpace>& lse,
                               const Tensor4<const T, ExecSpace>& dout,
                               const Tensor4<T, ExecSpace>& dq, const Tensor4<T, ExecSpace>& dk,
-                              const Tensor4<T, ExecSpace>& dv, const FusedAttentionOptions& opts,
+                              const Tensor4<T, ExecSpace>& dv,
+                              const Tensor3<T, ExecSpace>& delta_workspace,
+                              const FusedAttentionOptions& opts,
                               const AttentionMask<ExecSpace>& mask) {
   constexpr const char* op = "attention::fused_attention_backward";
   validate_fused<ExecSpace, T>(op, opts, q, k, v, "o", o, "lse", lse);
@@ -281,7 +283,11 @@ void fused_attention_backward(const ExecSpace& space, const Tensor4<const T, Exe
   validate::same_shape(op, "dk", dk, "k", k);
   validate::same_shape(op, "dv", dv, "v", v);
   using validate::memory_of;
-  validate::disjoint(op, {memory_of("dq", dq), memory_of("dk", dk), memory_of("dv", dv)},
+  const bool given_delta = delta_workspace.data() != nullptr;
+  if (given_delta) validate::same_shape(op, "delta", delta_workspace, "lse", lse);
+  validate::disjoint(op,
+                     {memory_of("dq", dq), memory_of("dk", dk), memory_of("dv", dv),
+                      memory_of("delta", delta_workspace)},
                      {memory_of("q", q), memory_of("k", k), memory_of("v", v), memory_of("o", o),
                       memory_of("lse", lse), memory_of("dout", dout)});
   const int B = int(q.extent(0)), H = int(q.extent(1)), S = int(q.extent(2)), Sk = int(k.extent(2)),
@@ -289,8 +295,10 @@ void fused_attention_backward(const ExecSpace& space, const Tensor4<const T, Exe
   check_mask(op, mask, B, S, Sk);
   if (B == 0 || H == 0) return;
 
-  // δ_i = dO_i·O_i, the softmax backward's row sums (O(B·H·S) memory).
-  const Tensor3<T, ExecSpace> delta("kdnn::attention::fused_delta", B, H, S);
+  // δ_i = dO_i·O_i, the softmax backward's row sums (O(B·H·S) memory): in
+  // the caller's workspace, or allocated for the call.
+  const Tensor3<T, ExecSpace> delta =
+      given_delta ? delta_workspace : Tensor3<T, ExecSpace>("kdnn::attention::fused_delta", B, H, S);
   if (delta.size() > 0) {
     Kokkos::parallel_for(
         "kdnn::attention::fused_delta", Kokkos::RangePolicy<ExecSpace>(space, 0, delta.size()),

@@ -120,6 +120,7 @@ struct MhaBackwardDataWorkspace {
   Tensor4<T, ExecSpace> doh;       ///< dL/dA_h [B, H, S, Dv]
   Tensor4<T, ExecSpace> sk1, sk2;  ///< unfused: two [B, H, S, Sk]: dropout(P), dL/dP, dL/dscores
   Tensor4<T, ExecSpace> dqh, dkh, dvh;  ///< per-head gradients of Q, K, V
+  Tensor3<T, ExecSpace> delta;          ///< fused: the rows' dO·O [B, H, S]
   std::size_t size = 0;
 
   MhaBackwardDataWorkspace(const MhaShape& s, T* base) {
@@ -134,6 +135,7 @@ struct MhaBackwardDataWorkspace {
     dqh = c.take(B, H, S, s.head_dim);
     dkh = c.take(B, H, Sk, s.head_dim);
     dvh = c.take(B, H, Sk, s.v_head_dim);
+    if (s.algo == AttentionAlgo::fused) delta = c.take(B, H, S);
     size = c.used();
   }
 };

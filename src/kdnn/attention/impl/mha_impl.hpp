@@ -221,7 +221,7 @@ void mha_backward_data(const ExecSpace& space, const MhaOptions& opts,
   if (s.algo == AttentionAlgo::fused) {
     // The probabilities recomputed from Q_h, K_h and the forward's lse.
     impl::fused_attention_backward<ExecSpace, T>(space, r.qh, r.kh, r.vh, r.oh, r.lse, ws.doh,
-                                                 ws.dqh, ws.dkh, ws.dvh, fopts, mask);
+                                                 ws.dqh, ws.dkh, ws.dvh, ws.delta, fopts, mask);
   } else {
     // dV_h = dropout(P_h)ᵀ·dA_h and dP_h = dropout⁻ᵀ(dA_h·V_hᵀ), dropout's
     // mask regenerated from its (seed, offset).
