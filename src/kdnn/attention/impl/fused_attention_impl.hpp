@@ -232,16 +232,19 @@ void fused_attention_forward(const ExecSpace& space, const Tensor4<const T, Exec
   check_mask(op, mask, B, S, Sk);
   if (B == 0 || H == 0 || S == 0) return;
 
+  FusedForwardData<ExecSpace, T> data;
+  data.q = q, data.k = k, data.v = v, data.o = o, data.lse = lse;
+  data.visible = VisibleKeys<ExecSpace>(mask, Sk);
+  data.scale = T(opts.scale);
+  data.keep_scale = T(1.0 / (1.0 - opts.dropout.p));
+  data.neg_inf = -std::numeric_limits<T>::infinity();
+  data.dropout = dropout_mask(opts.dropout);
+
   if (forward_gpu_shape<ExecSpace>(opts, D, Dv)) {
     dispatch_head_size(D, [&](auto size) {
       using Gpu = FusedForwardGpuKernel<ExecSpace, T, decltype(size)::value>;
       Gpu kernel;
-      kernel.q = q, kernel.k = k, kernel.v = v, kernel.o = o, kernel.lse = lse;
-      kernel.visible = VisibleKeys<ExecSpace>(mask, Sk);
-      kernel.scale = T(opts.scale);
-      kernel.keep_scale = T(1.0 / (1.0 - opts.dropout.p));
-      kernel.neg_inf = -std::numeric_limits<T>::infinity();
-      kernel.dropout = dropout_mask(opts.dropout);
+      static_cast<FusedForwardData<ExecSpace, T>&>(kernel) = data;
       const auto plan =
           plan_fused_gpu<ExecSpace, Gpu>(op, space, B * H * ((S + Gpu::BQ - 1) / Gpu::BQ), opts);
       plan.launch("kdnn::attention::fused_attention_forward[gpu D=" + std::to_string(D) + "]",
@@ -252,12 +255,7 @@ void fused_attention_forward(const ExecSpace& space, const Tensor4<const T, Exec
 
   using Kernel = FusedForwardKernel<ExecSpace, T>;
   Kernel kernel;
-  kernel.q = q, kernel.k = k, kernel.v = v, kernel.o = o, kernel.lse = lse;
-  kernel.visible = VisibleKeys<ExecSpace>(mask, Sk);
-  kernel.scale = T(opts.scale);
-  kernel.keep_scale = T(1.0 / (1.0 - opts.dropout.p));
-  kernel.neg_inf = -std::numeric_limits<T>::infinity();
-  kernel.dropout = dropout_mask(opts.dropout);
+  static_cast<FusedForwardData<ExecSpace, T>&>(kernel) = data;
   fused_block_sizes<ExecSpace>(S, Sk, D, Dv, kernel.bq, kernel.bk);
   const auto plan = plan_fused<ExecSpace, Kernel>(
       op, space, B * H * ((S + kernel.bq - 1) / kernel.bq), opts, kernel.bq, kernel.bk, D, Dv);

@@ -78,21 +78,24 @@ struct FlashShape {
 };
 
 template <class ExecSpace, class T, int D>
-struct FusedForwardGpuKernel {
+struct FusedForwardGpuKernel : FusedForwardData<ExecSpace, T> {
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   using Shape = FlashShape<T, D>;
   static constexpr int BQ = Shape::BQ, BK = Shape::BK, RM = Shape::RM, RN = Shape::RN,
                        CG = Shape::CG, NT = Shape::NT, DVC = Shape::DVC;
   static constexpr bool kPrivate = kdnn::impl::BackendTraits<ExecSpace>::is_gpu;
-
-  Tensor4<const T, ExecSpace> q, k, v;  ///< [B, H, S, D], [B, H, Sk, D], [B, H, Sk, D]
-  Tensor4<T, ExecSpace> o;              ///< [B, H, S, D]
-  Tensor3<T, ExecSpace> lse;            ///< [B, H, S]
-  VisibleKeys<ExecSpace> visible;
-  DropoutMask dropout;
-  T scale = 1, keep_scale = 1;
-  T neg_inf = 0;              ///< −infinity (set on the host)
-  kdnn::impl::TeamWork work;  ///< set by the launch
+  using Data = FusedForwardData<ExecSpace, T>;  // D = Dv here
+  using Data::dropout;
+  using Data::k;
+  using Data::keep_scale;
+  using Data::lse;
+  using Data::neg_inf;
+  using Data::o;
+  using Data::q;
+  using Data::scale;
+  using Data::v;
+  using Data::visible;
+  using Data::work;
 
   /// Qᵀ [D, BQ] (scaled), a K tile transposed (Kᵀ [D, BK]) or a V tile
   /// ([BK, D]) in one buffer, Pᵀ [BK, BQ], and per row and column group the

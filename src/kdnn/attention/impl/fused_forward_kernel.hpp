@@ -42,11 +42,10 @@ struct DropoutMask {
   }
 };
 
+/// What both forms of the forward take: the operands, the mask, dropout and
+/// the scales, and the team work items (set by the launch).
 template <class ExecSpace, class T>
-struct FusedForwardKernel {
-  using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
-  using Tile = kdnn::impl::GemmTile<ExecSpace, T>;
-
+struct FusedForwardData {
   Tensor4<const T, ExecSpace> q, k, v;  ///< [B, H, S, D], [B, H, Sk, D], [B, H, Sk, Dv]
   Tensor4<T, ExecSpace> o;              ///< [B, H, S, Dv]
   Tensor3<T, ExecSpace> lse;            ///< [B, H, S]
@@ -54,8 +53,26 @@ struct FusedForwardKernel {
   DropoutMask dropout;
   T scale = 1, keep_scale = 1;
   T neg_inf = 0;                  ///< −infinity (set on the host)
-  int bq = 1, bk = 1;            ///< multiples of Tile::align
   kdnn::impl::TeamWork work;     ///< set by the launch
+};
+
+template <class ExecSpace, class T>
+struct FusedForwardKernel : FusedForwardData<ExecSpace, T> {
+  using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  using Tile = kdnn::impl::GemmTile<ExecSpace, T>;
+  using Data = FusedForwardData<ExecSpace, T>;
+  using Data::dropout;
+  using Data::k;
+  using Data::keep_scale;
+  using Data::lse;
+  using Data::neg_inf;
+  using Data::o;
+  using Data::q;
+  using Data::scale;
+  using Data::v;
+  using Data::visible;
+
+  int bq = 1, bk = 1;  ///< multiples of Tile::align
 
   struct Work {
     T *qt, *k, *v, *st, *o, *m, *alpha;
