@@ -1,8 +1,8 @@
 // Scaled-dot-product attention on per-head tensors, fused (flash-style, O(S)
 // memory; `fused` takes the backend's form, `fusedhost` pins the host form,
 // so that one run on a GPU times both) vs unfused (scores, masked softmax and
-// P·V materialised), float32,
-// forward and backward, at --kdnn_sizes=BxHxSxSkxD,... (default
+// P·V materialised), float32 (and the fused GPU/host form in float64, as
+// sdpa_f64/...), forward and backward, at --kdnn_sizes=BxHxSxSkxD,... (default
 // 8x4x128x128x64,1x8x2048x2048x64), no mask, no dropout. GFLOP/s counts
 // 4·B·H·S·Sk·D for the forward and 2.5 times that for the backward (the
 // FlashAttention convention). peak_MiB is the most memory Kokkos held while
@@ -27,8 +27,8 @@ namespace {
 
 namespace at = kdnn::attention;
 using Space = Kokkos::DefaultExecutionSpace;
-using T = float;
-using View4 = at::Tensor4<T, Space>;
+template <class T>
+using Tensor4 = at::Tensor4<T, Space>;
 
 /// Bytes Kokkos holds now and their peak since the last reset.
 struct Memory {
@@ -46,9 +46,10 @@ struct Memory {
 enum class Path { fused, fused_host, unfused };
 enum class Phase { forward, backward };
 
-View4 random_view(const std::string& name, unsigned seed, std::size_t B, std::size_t H,
-                  std::size_t rows, std::size_t cols) {
-  View4 v(name, B, H, rows, cols);
+template <class T>
+Tensor4<T> random_view(const std::string& name, unsigned seed, std::size_t B, std::size_t H,
+                       std::size_t rows, std::size_t cols) {
+  Tensor4<T> v(name, B, H, rows, cols);
   auto h = Kokkos::create_mirror_view(v);
   std::mt19937 gen(seed);
   std::normal_distribution<double> normal(0.0, 1.0);
@@ -57,11 +58,13 @@ View4 random_view(const std::string& name, unsigned seed, std::size_t B, std::si
   return v;
 }
 
+template <class T>
 void run(benchmark::State& state, Path path, Phase phase) {
   const std::size_t B = state.range(0), H = state.range(1), S = state.range(2), Sk = state.range(3),
                     D = state.range(4);
-  const View4 q = random_view("q", 1, B, H, S, D), k = random_view("k", 2, B, H, Sk, D),
-              v = random_view("v", 3, B, H, Sk, D), g = random_view("dout", 4, B, H, S, D);
+  using View4 = Tensor4<T>;
+  const View4 q = random_view<T>("q", 1, B, H, S, D), k = random_view<T>("k", 2, B, H, Sk, D),
+              v = random_view<T>("v", 3, B, H, Sk, D), g = random_view<T>("dout", 4, B, H, S, D);
   View4 o("o", B, H, S, D), dq("dq", B, H, S, D), dk("dk", B, H, Sk, D), dv("dv", B, H, Sk, D);
   at::Tensor3<T, Space> lse("lse", B, H, S);
   at::FusedAttentionOptions opts;
@@ -130,7 +133,13 @@ int main(int argc, char** argv) {
       for (const auto& path : paths) {
         for (const auto& phase : phases) {
           const std::string name = std::string("sdpa_f32/") + path.first + "_" + phase.first;
-          benchmark::RegisterBenchmark(name.c_str(), run, path.second, phase.second)
+          benchmark::RegisterBenchmark(name.c_str(), run<float>, path.second, phase.second)
+              ->Args(size)
+              ->Unit(benchmark::kMillisecond)
+              ->UseRealTime();
+          if (path.second != Path::fused) continue;
+          const std::string name64 = std::string("sdpa_f64/") + path.first + "_" + phase.first;
+          benchmark::RegisterBenchmark(name64.c_str(), run<double>, path.second, phase.second)
               ->Args(size)
               ->Unit(benchmark::kMillisecond)
               ->UseRealTime();

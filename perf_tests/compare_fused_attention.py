@@ -4,7 +4,9 @@
 F.scaled_dot_product_attention (float32, autograd for the backward) at the
 same sizes in one run, and print one markdown table: phase, size, time,
 GFLOP/s (4·B·H·S·Sk·D forward, 2.5 times that backward) and peak memory of
-each, and the ratio PyTorch / kdnn fused (> 1: kdnn faster).
+each, and the ratio PyTorch / kdnn fused (> 1: kdnn faster). Up to
+--f64-max-seq (default 2048) a second table times kdnn's fused attention in
+float64 against PyTorch's float64 SDPA.
 
 Peak memory: kdnn's is the most Kokkos held during the phase (inputs,
 outputs, what the forward keeps, the phase's allocations); PyTorch's is the
@@ -43,11 +45,13 @@ def flops(phase, B, H, S, Sk, D):
     return 4.0 * B * H * S * Sk * D * {"forward": 1.0, "backward": 2.5, "fwd+bwd": 3.5}[phase]
 
 
-def inputs(size, device):
+def inputs(size, device, dtype=torch.float32):
     B, H, S, Sk, D = size
     g = torch.Generator(device="cpu").manual_seed(0)
-    make = lambda *shape: torch.randn(*shape, generator=g).to(device).requires_grad_()  # noqa: E731
-    return make(B, H, S, D), make(B, H, Sk, D), make(B, H, Sk, D), torch.randn(B, H, S, D).to(device)
+    make = lambda *shape: torch.randn(*shape, generator=g, dtype=dtype).to(  # noqa: E731
+        device).requires_grad_()
+    return (make(B, H, S, D), make(B, H, Sk, D), make(B, H, Sk, D),
+            torch.randn(B, H, S, D, dtype=dtype).to(device))
 
 
 def sync(device):
@@ -55,8 +59,8 @@ def sync(device):
         torch.cuda.synchronize()
 
 
-def torch_times(size, device, repetitions):
-    q, k, v, g = inputs(size, device)
+def torch_times(size, device, repetitions, dtype=torch.float32):
+    q, k, v, g = inputs(size, device, dtype)
     times = {p: [] for p in PHASES}
     for rep in range(repetitions + 1):  # the first is a warm-up
         sync(device)
@@ -105,6 +109,8 @@ def main():
     ap.add_argument("--sizes", default="8x4x128x128x64,1x8x2048x2048x64")
     ap.add_argument("--unfused-max-seq", type=int, default=4096,
                     help="skip kdnn's unfused path above this S (its [B,H,S,Sk] tensors)")
+    ap.add_argument("--f64-max-seq", type=int, default=2048,
+                    help="time the float64 fused attention (kdnn and PyTorch) up to this S")
     ap.add_argument("--repetitions", type=int, default=5)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--torch-threads", type=int, default=2)
@@ -121,11 +127,18 @@ def main():
     kdnn = {}
     for size in sizes:
         arg = "--kdnn_sizes=" + "x".join(map(str, size))
-        filt = "--benchmark_filter=" + ("." if size[2] <= args.unfused_max_seq else "/fused")
+        wanted = ["sdpa_f32/fused"]
+        if size[2] <= args.unfused_max_seq:
+            wanted.append("sdpa_f32/unfused")
+        if size[2] <= args.f64_max_seq:
+            wanted.append("sdpa_f64/")
+        filt = "--benchmark_filter=" + "|".join(wanted)
         reps = args.repetitions if size[2] * size[3] <= 2048 * 2048 else 1
         for parts, result in median_runs(args.bench, [arg, filt], reps).items():
-            # sdpa_f32/<path>_<phase>/B/H/S/Sk/D/real_time
+            # sdpa_f32/<path>_<phase>/B/H/S/Sk/D/real_time (sdpa_f64: float64, fused only)
             path, phase = parts[1].split("_")
+            if parts[0] == "sdpa_f64":
+                path += "64"
             kdnn[(path, phase, size)] = result
     rows = []
     for size in sizes:
@@ -168,6 +181,28 @@ def main():
         if host_form:  # the host form pinned (on a GPU: the kernels before the GPU forms)
             json_rows.append(result_rows.row("attention", "fused host-form " + phase, size,
                                              host_form[0], "PyTorch SDPA float32", torch_ms))
+
+    # float64: kdnn's fused attention against PyTorch's float64 SDPA.
+    rows64 = []
+    for size in sizes:
+        if size[2] > args.f64_max_seq or ("fused64", "forward", size) not in kdnn:
+            continue
+        times = torch_times(size, args.device, args.repetitions, torch.float64)
+        for phase in PHASES:
+            rows64.append((phase, size, kdnn[("fused64", phase, size)][0], times[phase]))
+        fwd, bwd = rows64[-2], rows64[-1]
+        rows64.append(("fwd+bwd", size, fwd[2] + bwd[2], fwd[3] + bwd[3]))
+    if rows64:
+        print("\nfloat64:\n")
+        print("| phase | B, H, S, Sk, D | fused ms | PyTorch ms | PyTorch / fused "
+              "| fused GFLOP/s | PyTorch GFLOP/s |")
+        print("|---|---|---|---|---|---|---|")
+    for phase, size, f_ms, torch_ms in rows64:
+        print(f"| {phase} | {', '.join(map(str, size))} | {f_ms:.2f} | {torch_ms:.2f} "
+              f"| {torch_ms / f_ms:.2f}x | {gf(phase, size, f_ms):.1f} "
+              f"| {gf(phase, size, torch_ms):.1f} |")
+        json_rows.append(result_rows.row("attention", "fused float64 " + phase, size, f_ms,
+                                         "PyTorch SDPA float64", torch_ms, dtype="float64"))
     result_rows.write(args.json, json_rows)
 
 

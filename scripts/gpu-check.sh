@@ -18,8 +18,13 @@
 # reference_ms, copy_gbps, fraction_of_copy, date, commit, kokkos_version,
 # device), to be committed as perf_tests/results/h100.json beside h100.md.
 # KDNN_COMMIT names the commit when the copy has no git history.
-# KDNN_GPU_BENCH="sinkhorn attention fused-attention ssm-conv ssd" (the default)
-# picks the benchmark families. Exits non-zero if any test fails.
+# KDNN_GPU_BENCH="sinkhorn fused-attention attention ssm-conv ssd" (the default)
+# picks the benchmark families and their order; KDNN_GPU_TESTS="unit host cli
+# examples" (the default) the test steps; KDNN_{SINKHORN,FUSED,MHA,SSM_CONV}_SIZES
+# replace a family's default sizes, KDNN_UNIT_TIMEOUT the unit tests' limit (s).
+# A cuda13 build's cuBLAS is the system's libcublas.so.13 or, where there is
+# none, the one PyTorch's CUDA wheels carry; device.txt records which.
+# Exits non-zero if any test fails.
 set -uo pipefail
 out=${1:?usage: scripts/gpu-check.sh OUT_DIR}
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -35,6 +40,7 @@ kokkos_version=$(sed -n 's/^#define KDNN_KOKKOS_VERSION_STRING "\(.*\)"/\1/p' \
   "$build/include/kdnn/config.hpp" 2>/dev/null)
 # Merges the families' rows (those that ran) into OUT_DIR/results.json.
 collect_rows() {
+  compgen -G "$out/rows_*.json" > /dev/null || return 0
   "$python" perf_tests/collect_results.py "$out"/rows_*.json --out "$out/results.json" \
     --commit "$commit" --kokkos-version "${kokkos_version:-unknown}" \
     --device "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)" || status=1
@@ -43,63 +49,97 @@ collect_rows() {
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; date -u; } \
   | tee "$out/device.txt"
 # Each step has a time limit, so that a hung kernel costs minutes, not the lease.
-echo "== unit tests"
-timeout 300 "$build/unit_tests/kdnn_unit_tests" --gtest_output="xml:$out/unit_tests.xml" \
-  > "$out/unit_tests.log" 2>&1 || status=1
-grep -E '^\[  (FAILED|PASSED|SKIPPED) ' "$out/unit_tests.log" | head -n 40
-if [[ -x "$build/unit_tests/kdnn_unit_tests_host" ]]; then
+# A build linked against cuBLAS (the cuda13 preset) needs libcublas.so.13 at
+# run time: the system's, else the one in PyTorch's CUDA wheels (nvidia-cublas).
+if ldd "$build/unit_tests/kdnn_unit_tests" 2>/dev/null | grep -q 'libcublas.*not found'; then
+  wheel_cublas=$("$python" - <<'PY' 2>/dev/null
+import glob, os, site
+dirs = site.getsitepackages() + [site.getusersitepackages()]
+hits = [h for d in dirs for h in glob.glob(os.path.join(d, "nvidia", "**", "libcublas.so.*"), recursive=True)]
+print(os.path.dirname(sorted(hits)[0]) if hits else "")
+PY
+)
+  [[ -n $wheel_cublas ]] && export LD_LIBRARY_PATH="$wheel_cublas:$LD_LIBRARY_PATH"
+fi
+{ echo "cuBLAS as loaded:"
+  ldd "$build/unit_tests/kdnn_unit_tests" | grep -iE 'cublas|cudart' || echo "  (not linked)"
+} | tee -a "$out/device.txt"
+tests=${KDNN_GPU_TESTS:-unit host cli examples}
+if [[ " $tests " == *" unit "* ]]; then
+  echo "== unit tests"
+  timeout "${KDNN_UNIT_TIMEOUT:-300}" "$build/unit_tests/kdnn_unit_tests" \
+    --gtest_output="xml:$out/unit_tests.xml" > "$out/unit_tests.log" 2>&1 || status=1
+  grep -E '^\[  (FAILED|PASSED|SKIPPED) ' "$out/unit_tests.log" | head -n 40
+fi
+if [[ " $tests " == *" host "* && -x "$build/unit_tests/kdnn_unit_tests_host" ]]; then
   echo "== unit tests on the host execution space of the same build"
   timeout 300 "$build/unit_tests/kdnn_unit_tests_host" \
     --gtest_output="xml:$out/unit_tests_host.xml" > "$out/unit_tests_host.log" 2>&1 || status=1
   grep -E '^\[  (FAILED|PASSED|SKIPPED) ' "$out/unit_tests_host.log" | head -n 40
 fi
-echo "== CLI tests"
-timeout 120 "$build/unit_tests/kdnn_cli_tests" > "$out/cli_tests.log" 2>&1 || status=1
-grep -E '^\[  (FAILED|PASSED|SKIPPED) ' "$out/cli_tests.log" | head -n 20
-echo "== demo (examples/mhc_sinkhorn, one process) and Kokkos' view of the device"
-timeout 60 "$build/examples/mhc_sinkhorn" 16384 4 48 --kokkos-print-configuration > "$out/demo.log" 2>&1 || status=1
-grep -iE 'cuda|arch|device|error|fail' "$out/demo.log" | head -n 20; tail -n 5 "$out/demo.log"
-echo "== example: one attention layer trained by SGD"
-timeout 60 "$build/examples/mha_training" > "$out/mha_training.log" 2>&1 || status=1
-tail -n 2 "$out/mha_training.log"
-bench=${KDNN_GPU_BENCH:-sinkhorn attention fused-attention ssm-conv ssd}
-if [[ " $bench " == *" ssd "* ]]; then
+if [[ " $tests " == *" cli "* ]]; then
+  echo "== CLI tests"
+  timeout 120 "$build/unit_tests/kdnn_cli_tests" > "$out/cli_tests.log" 2>&1 || status=1
+  grep -E '^\[  (FAILED|PASSED|SKIPPED) ' "$out/cli_tests.log" | head -n 20
+fi
+if [[ " $tests " == *" examples "* ]]; then
+  echo "== demo (examples/mhc_sinkhorn, one process) and Kokkos' view of the device"
+  timeout 60 "$build/examples/mhc_sinkhorn" 16384 4 48 --kokkos-print-configuration \
+    > "$out/demo.log" 2>&1 || status=1
+  grep -iE 'cuda|arch|device|error|fail' "$out/demo.log" | head -n 20; tail -n 5 "$out/demo.log"
+  echo "== example: one attention layer trained by SGD"
+  timeout 60 "$build/examples/mha_training" > "$out/mha_training.log" 2>&1 || status=1
+  tail -n 2 "$out/mha_training.log"
+fi
+bench=${KDNN_GPU_BENCH:-sinkhorn fused-attention attention ssm-conv ssd}
+bench_ssd() {
   echo "== SSD benchmarks (kdnn, the chunked PyTorch formulation float32 on this GPU)"
   timeout 300 "$python" perf_tests/compare_ssd.py --device cuda \
     --bench "$build/perf_tests/kdnn_perf_ssd" --json "$out/rows_ssd.json" \
     | tee "$out/ssd_table.md" || status=1
-fi
-if [[ " $bench " == *" ssm-conv "* ]]; then
+}
+bench_ssm_conv() {
   echo "== causal conv1d + SiLU benchmarks (kdnn, PyTorch float32 on this GPU)"
   timeout 300 "$python" perf_tests/compare_ssm_conv.py --device cuda \
     --bench "$build/perf_tests/kdnn_perf_ssm_conv" \
-    --sizes 8x4096x1024x4,2x16384x2048x4,4x8192x4096x4 --json "$out/rows_ssm_conv.json" \
-    | tee "$out/ssm_conv_table.md" || status=1
-fi
-if [[ " $bench " == *" fused-attention "* ]]; then
+    --sizes "${KDNN_SSM_CONV_SIZES:-8x4096x1024x4,2x16384x2048x4,4x8192x4096x4}" \
+    --json "$out/rows_ssm_conv.json" | tee "$out/ssm_conv_table.md" || status=1
+}
+bench_fused_attention() {
   echo "== fused attention benchmarks (kdnn fused and unfused, PyTorch SDPA float32 on this GPU)"
   timeout 420 "$python" perf_tests/compare_fused_attention.py --device cuda \
     --bench "$build/perf_tests/kdnn_perf_fused_attention" \
-    --sizes 8x4x128x128x64,1x8x2048x2048x64,1x8x8192x8192x64 --unfused-max-seq 2048 \
+    --sizes "${KDNN_FUSED_SIZES:-8x4x128x128x64,1x8x2048x2048x64,1x8x8192x8192x64}" \
+    --unfused-max-seq 2048 \
     --json "$out/rows_fused_attention.json" | tee "$out/fused_attention_table.md" || status=1
-fi
-if [[ " $bench " == *" attention "* ]]; then
+}
+bench_attention() {
   echo "== attention benchmarks (kdnn, PyTorch float32 on this GPU)"
   timeout 300 "$python" perf_tests/compare_mha.py --device cuda \
     --bench "$build/perf_tests/kdnn_perf_mha" \
-    --sizes 8x4x128x128x64,2x4x1024x1024x64,1x8x2048x2048x64 --json "$out/rows_mha.json" \
-    | tee "$out/mha_table.md" || status=1
-fi
-if [[ " $bench " != *" sinkhorn "* ]]; then
+    --sizes "${KDNN_MHA_SIZES:-8x4x128x128x64,2x4x1024x1024x64,1x8x2048x2048x64}" \
+    --json "$out/rows_mha.json" | tee "$out/mha_table.md" || status=1
+}
+bench_sinkhorn() {
+  echo "== Triton kernel self-check"
+  "$python" perf_tests/sinkhorn_triton.py 2>&1 | tee "$out/triton_check.log" || status=1
+  echo "== Sinkhorn benchmarks (kdnn, PyTorch, Triton on this GPU)"
+  timeout 420 "$python" perf_tests/compare_sinkhorn.py --device cuda \
+    --bench "$build/perf_tests/kdnn_perf_sinkhorn" \
+    --sizes "${KDNN_SINKHORN_SIZES:-65536x16x100,65536x4x20,4096x16x100,16384x4x20,10001x4x48}" \
+    --out "$out" --json "$out/rows_sinkhorn.json" || status=1
+}
+# The families run in the order KDNN_GPU_BENCH names them; the rows of those
+# that ran are merged after each one, so a call cut short keeps what it measured.
+for family in $bench; do
+  case $family in
+    sinkhorn) bench_sinkhorn ;;
+    fused-attention) bench_fused_attention ;;
+    attention) bench_attention ;;
+    ssm-conv) bench_ssm_conv ;;
+    ssd) bench_ssd ;;
+    *) echo "gpu-check: unknown family '$family' in KDNN_GPU_BENCH" >&2; status=1 ;;
+  esac
   collect_rows
-  exit $status
-fi
-echo "== Triton kernel self-check"
-"$python" perf_tests/sinkhorn_triton.py 2>&1 | tee "$out/triton_check.log" || status=1
-echo "== benchmarks (kdnn, PyTorch, Triton on this GPU)"
-timeout 420 "$python" perf_tests/compare_sinkhorn.py --device cuda \
-  --bench "$build/perf_tests/kdnn_perf_sinkhorn" \
-  --sizes 65536x16x100,65536x4x20,4096x16x100,16384x4x20,10001x4x48 --out "$out" \
-  --json "$out/rows_sinkhorn.json" || status=1
-collect_rows
+done
 exit $status
