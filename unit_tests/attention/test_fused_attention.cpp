@@ -664,10 +664,12 @@ TEST(FusedAttentionErrors, ScratchPastTheLimitIsAClearError) {
 /// current total and its peak, from Kokkos' tools callbacks.
 struct AllocationCounter {
   static inline std::int64_t current = 0, peak = 0;
-  static void allocate(Kokkos::Profiling::SpaceHandle, const char*, const void*,
+  static inline std::string labels;  ///< "space:label:bytes " of each allocation, for messages
+  static void allocate(Kokkos::Profiling::SpaceHandle space, const char* label, const void*,
                        std::uint64_t bytes) {
     current += std::int64_t(bytes);
     peak = std::max(peak, current);
+    labels += std::string(space.name) + ":" + label + ":" + std::to_string(bytes) + " ";
   }
   static void deallocate(Kokkos::Profiling::SpaceHandle, const char*, const void*,
                          std::uint64_t bytes) {
@@ -675,6 +677,7 @@ struct AllocationCounter {
   }
   AllocationCounter() {
     current = peak = 0;
+    labels.clear();
     Kokkos::Tools::Experimental::set_allocate_data_callback(&allocate);
     Kokkos::Tools::Experimental::set_deallocate_data_callback(&deallocate);
   }
@@ -716,12 +719,14 @@ TEST(FusedAttentionMemory, ExtraAllocationsDoNotGrowWithTheKeyLength) {
       }
       EXPECT_GE(AllocationCounter::peak, std::int64_t(1000 * sizeof(T)));
       AllocationCounter::current = AllocationCounter::peak = 0;
+      AllocationCounter::labels.clear();
       at::fused_attention_forward(Space(), q, k, v, o, lse, opts, mask);
       at::fused_attention_backward(Space(), q, k, v, o, lse, g, dq, dk, dv, opts, mask);
       Space().fence();
       peaks.push_back(AllocationCounter::peak);
+      EXPECT_LE(peaks.back(), std::int64_t(nq * sizeof(T)) + 4096)
+          << "Sk=" << Sk << ", allocations " << AllocationCounter::labels;
     }
-    EXPECT_LE(peaks.back(), std::int64_t(nq * sizeof(T)) + 4096) << "Sk=" << Sk;
 
     // With the row sums in a workspace the caller owns, the backward
     // allocates nothing and gives bitwise the same gradients.
@@ -733,7 +738,7 @@ TEST(FusedAttentionMemory, ExtraAllocationsDoNotGrowWithTheKeyLength) {
       AllocationCounter counter;
       at::fused_attention_backward(Space(), q, k, v, o, lse, g, dq2, dk2, dv2, delta, opts, mask);
       Space().fence();
-      EXPECT_EQ(AllocationCounter::peak, 0) << "Sk=" << Sk;
+      EXPECT_EQ(AllocationCounter::peak, 0) << "Sk=" << Sk << ", allocations " << AllocationCounter::labels;
     }
     EXPECT_EQ(to_host(dq2), to_host(dq)) << "Sk=" << Sk;
     EXPECT_EQ(to_host(dk2), to_host(dk)) << "Sk=" << Sk;

@@ -30,10 +30,21 @@ TEST(TeamPlan, CooperativeChoosesScratchLevel) {
     auto large = kdnn::impl::plan_team<Space, NoOp>("op", Space(), 1, any, 1, max0 + 1, "block=2");
     EXPECT_EQ(large.level, 1);
   }
-  EXPECT_KDNN_ERROR(
-      (kdnn::impl::plan_team<Space, NoOp>("op", Space(), 1, any, 1, max1 + 1, "block=3")),
-      "op: block=3 needs " + std::to_string(max1 + 1) + " bytes of team scratch, above the " +
-          std::to_string(max1) + "-byte limit");
+  // The limit: level 1's on a host launch, the team workspace's budget on a
+  // GPU launch (every launch on a GPU backend, a GPU shape on a host).
+  for (const auto shape : {kdnn::KernelShape::automatic, kdnn::KernelShape::gpu}) {
+    kdnn::Launch request;
+    request.shape = shape;
+    const char* what = nullptr;
+    const std::size_t limit =
+        kdnn::impl::scratch_limit<Space>(kdnn::impl::is_gpu_launch<Space>(request), what);
+    EXPECT_EQ(limit, kdnn::impl::is_gpu_launch<Space>(request) ? kdnn::impl::kTeamWorkspaceBudget
+                                                               : max1);
+    EXPECT_KDNN_ERROR(
+        (kdnn::impl::plan_team<Space, NoOp>("op", Space(), 1, request, 1, limit + 1, "block=3")),
+        "op: block=3 needs " + std::to_string(limit + 1) + " bytes of team scratch, above the " +
+            std::to_string(limit) + what);
+  }
 }
 
 // Level-1 scratch is allocated for every team that can run at once. On an
@@ -191,12 +202,15 @@ TEST(TeamPlan, SystemTilesDefaultsPerBackend) {
   }
   EXPECT_EQ(plan.league, (100 + plan.tile - 1) / plan.tile);
   EXPECT_EQ(plan.scratch_bytes, plan.tile * std::size_t(256));
+  const char* what = nullptr;
+  const std::size_t limit =
+      kdnn::impl::scratch_limit<Space>(kdnn::impl::is_gpu_launch<Space>(request), what);
   EXPECT_KDNN_ERROR(
       (kdnn::impl::plan_system_tiles<Space, NoOp>(
-          "op", Space(), 1, 4, request,
-          [](int tile) { return tile * (kdnn::impl::scratch_capacity<Space>(1) + 1); }, "n=4",
+          "op", Space(), 1, 4, request, [&](int tile) { return tile * (limit + 1); }, "n=4",
           "matrix")),
-      "op: n=4 needs");
+      "op: n=4 needs " + std::to_string(limit + 1) + " bytes of team scratch per matrix, above the " +
+          std::to_string(limit) + what);
 }
 
 TEST(TeamPlan, SystemTilesCoverBatchesNearTwoToThe31) {

@@ -821,10 +821,15 @@ TEST(Sinkhorn, ValidationErrors) {
 }
 
 TEST(Sinkhorn, TooLargeForScratchIsAClearError) {
-  // Smallest power-of-two n whose working set exceeds the level-1 limit.
+  // The limit of a default launch: level 1's on a host, the team workspace's
+  // budget on a GPU.
+  const char* what = nullptr;
+  const std::size_t limit =
+      kdnn::impl::scratch_limit<Space>(kdnn::impl::is_gpu_launch<Space>(kdnn::Launch{}), what);
+  // Smallest power-of-two n whose working set exceeds it.
   sk::impl::CGBackwardKernel<Space, double> cg;
   cg.n = 1;
-  while (cg.matrix_bytes() <= kdnn::impl::scratch_capacity<Space>(1)) cg.n *= 2;
+  while (cg.matrix_bytes() <= limit) cg.n *= 2;
   const int n = cg.n;
   Batch<double> R1(Kokkos::view_alloc(Kokkos::WithoutInitializing, "R1"), 1, n, n);
   Batch<double> G1(Kokkos::view_alloc(Kokkos::WithoutInitializing, "G1"), 1, n, n);
@@ -839,7 +844,7 @@ TEST(Sinkhorn, TooLargeForScratchIsAClearError) {
   sk::impl::UnrolledBackwardKernel<Space, double> unrolled;
   unrolled.n = 4;
   unrolled.iters = 2;
-  while (unrolled.matrix_bytes() <= kdnn::impl::scratch_capacity<Space>(1)) unrolled.iters *= 2;
+  while (unrolled.matrix_bytes() <= limit) unrolled.iters *= 2;
   const int iters = unrolled.iters;
   EXPECT_KDNN_ERROR(sk::backward_unrolled(Space(), X4, G4, dX4, {iters}),
                     "sinkhorn::backward_unrolled: n=4 needs");

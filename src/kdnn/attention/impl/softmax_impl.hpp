@@ -71,20 +71,33 @@ void softmax_forward(const ExecSpace& space, const Tensor4<const T, ExecSpace>& 
           return;
         }
         const auto keys = Kokkos::ThreadVectorRange(team, first, last);
-        T m = 0;
-        Kokkos::parallel_reduce(
-            keys, [&](int j, T& v) { v = s * xr[j] > v ? s * xr[j] : v; }, Kokkos::Max<T>(m));
+        // The exponents are s·(x − xm), xm the score that s·x is largest at
+        // (the largest x for s ≥ 0, the smallest for s < 0): never above 0,
+        // exactly 0 at xm, and one rounding after an exact-or-once-rounded
+        // difference. The form s·x − max(s·x) would let a compiler that
+        // contracts a·b − c into one FMA (CUDA's, a host's with FMA)
+        // leave the rounding error of s·xm in place of that 0, which a huge
+        // scale turns into P ≠ 1 on a one-hot row.
+        T xm = 0;
+        if (s >= T(0)) {
+          Kokkos::parallel_reduce(
+              keys, [&](int j, T& v) { v = xr[j] > v ? xr[j] : v; }, Kokkos::Max<T>(xm));
+        } else {
+          Kokkos::parallel_reduce(
+              keys, [&](int j, T& v) { v = xr[j] < v ? xr[j] : v; }, Kokkos::Min<T>(xm));
+        }
         T sum = 0;
         Kokkos::parallel_reduce(
-            keys, [&](int j, T& v) { v += compat::exp(s * xr[j] - m); }, sum);
+            keys, [&](int j, T& v) { v += compat::exp(s * (xr[j] - xm)); }, sum);
         if (log_mode) {
-          const T lse = m + compat::log(sum);
-          Kokkos::parallel_for(
-              all, [&](int j) { yr[j] = j >= first && j < last ? s * xr[j] - lse : masked; });
+          const T log_sum = compat::log(sum);
+          Kokkos::parallel_for(all, [&](int j) {
+            yr[j] = j >= first && j < last ? s * (xr[j] - xm) - log_sum : masked;
+          });
         } else {
           const T inv = T(1) / sum;
           Kokkos::parallel_for(all, [&](int j) {
-            yr[j] = j >= first && j < last ? compat::exp(s * xr[j] - m) * inv : masked;
+            yr[j] = j >= first && j < last ? compat::exp(s * (xr[j] - xm)) * inv : masked;
           });
         }
       });

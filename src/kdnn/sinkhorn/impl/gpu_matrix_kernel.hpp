@@ -77,9 +77,14 @@ struct GpuMatrixKernel {
   /// registers need), 1 on a host; a team of 128 / N matrices (four warps),
   /// fewer if their scratch does not fit on-chip. launch.team_size, if set,
   /// is the number of matrices per team; launch.tile and
-  /// launch.vector_length do not apply to this shape.
+  /// launch.vector_length do not apply to this shape, but a vector length no
+  /// launch could take (not a power of two, above the backend's) is an error
+  /// here as in the host form.
   void run(const char* op, const ExecSpace& space, const Launch& request) const {
     kdnn::impl::check_launch_request(op, request);
+    if (request.vector_length > 0) {
+      kdnn::impl::check_vector_length<ExecSpace>(op, request.vector_length);
+    }
     const std::size_t bytes = matrix_bytes();
     const std::size_t max0 = kdnn::impl::scratch_capacity<ExecSpace>(0);
     int matrices = kPrivate && N < 128 ? 128 / N : 1;
