@@ -67,7 +67,12 @@ struct FusedBackwardData {
     const T p = seen ? e : T(0);
     const T kept = keep ? keep_scale : T(0);
     pd = p * kept;
-    ds = p * (dpd * kept - row_delta);
+    // Where a row's probability is all at this key (p rounds to 1), δ =
+    // Σ_j P_ij dP_ij is this key's dP up to terms below p's rounding, so
+    // dS' = 0. Computed, δ = dO·O and dPd·kept come from different sums
+    // (which a compiler may also contract into FMAs differently), and their
+    // rounding difference would survive, multiplied by the scale in dQ, dK.
+    ds = p == T(1) ? T(0) : p * (dpd * kept - row_delta);
   }
 
   /// Calls grads for every (row, column) pair of a tile through `sweep`

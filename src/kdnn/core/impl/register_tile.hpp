@@ -36,7 +36,7 @@ KOKKOS_FORCEINLINE_FUNCTION void register_tile_product(const T* a, int a_k, int 
       KDNN_IMPL_UNROLL
       for (int i = 0; i < M; ++i) {
         KDNN_IMPL_UNROLL
-        for (int j = 0; j < N; ++j) part[i * N + j] += x[i] * y[j];
+        for (int j = 0; j < N; ++j) part[i * N + j] = multiply_add(x[i], y[j], part[i * N + j]);
       }
     }
     KDNN_IMPL_UNROLL

@@ -34,6 +34,7 @@
 
 #include "kdnn/core/impl/backend_traits.hpp"
 #include "kdnn/core/impl/host_simd.hpp"
+#include "kdnn/core/impl/multiply_add.hpp"
 
 
 namespace kdnn::impl {
@@ -53,7 +54,7 @@ KOKKOS_INLINE_FUNCTION Acc gemm_order_dot(int n, const A& a, const B& b) {
   for (int k0 = 0; k0 < n; k0 += kGemmKBlock) {
     const int k1 = n - k0 < kGemmKBlock ? n : k0 + kGemmKBlock;
     Acc part = 0;
-    for (int k = k0; k < k1; ++k) part += Acc(a[k]) * Acc(b[k]);
+    for (int k = k0; k < k1; ++k) part = multiply_add(Acc(a[k]), Acc(b[k]), part);
     sum += part;
   }
   return sum;
@@ -156,7 +157,7 @@ KOKKOS_FORCEINLINE_FUNCTION void scalar_gemm_tile(int k_begin, int k_end, GemmA<
       const T* bk = b + std::size_t(k) * ldb;
       for (int r = 0; r < MR; ++r) {
         const T ark = a.data[std::size_t(r) * a.row_stride + std::size_t(k) * a.col_stride];
-        for (int j = 0; j < NR; ++j) part[r][j] += ark * bk[j];
+        for (int j = 0; j < NR; ++j) part[r][j] = multiply_add(ark, bk[j], part[r][j]);
       }
     }
     for (int r = 0; r < MR; ++r)
