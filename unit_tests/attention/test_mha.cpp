@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "allclose.hpp"
@@ -382,6 +384,40 @@ TEST(MhaErrors, ScaleNotFiniteInFloatIsAKdnnError) {
     l.forward();
     const auto o = to_host(l.out);
     EXPECT_TRUE(std::all_of(o.begin(), o.end(), [](double x) { return std::isfinite(x); }));
+  }
+}
+
+/// Profiling regions named `name` pushed while counting (Kokkos' tools
+/// callbacks).
+struct RegionCounter {
+  static inline std::string name;
+  static inline int count = 0;
+  static void push(const char* region) { count += name == region; }
+  explicit RegionCounter(std::string region) {
+    name = std::move(region);
+    count = 0;
+    Kokkos::Tools::Experimental::set_push_region_callback(&push);
+  }
+  ~RegionCounter() { Kokkos::Tools::Experimental::set_push_region_callback(nullptr); }
+};
+
+// The mask's vectors are checked on the host once per layer call (on a GPU
+// each check is a copy to the host that waits for the device), not again by
+// the attention the layer runs inside.
+TEST(MhaMask, CheckedOncePerLayerCall) {
+  MhaCase c = mha_case_with_everything();
+  const MhaData d = MhaData::random(c, 810);
+  for (const auto algo : kAlgos) {
+    SCOPED_TRACE(name_of(algo));
+    DeviceLayer<double> l(c, d, algo);
+    l.forward();
+    l.backward();
+    Space().fence();
+    RegionCounter checks("kdnn::attention::check_mask");
+    l.forward();
+    EXPECT_EQ(RegionCounter::count, 1) << "forward";
+    l.backward();
+    EXPECT_EQ(RegionCounter::count, 2) << "forward and backward";
   }
 }
 

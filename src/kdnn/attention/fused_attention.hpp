@@ -48,13 +48,14 @@ struct FusedAttentionOptions {
       const ExecSpace&, const Tensor4<const T, ExecSpace>&, const Tensor4<const T, ExecSpace>&, \
       const Tensor4<const T, ExecSpace>&, const Tensor4<T, ExecSpace>&,                         \
       const Tensor3<T, ExecSpace>&, const FusedAttentionOptions&,                               \
-      const AttentionMask<ExecSpace>&);                                                         \
+      const AttentionMask<ExecSpace>&, impl::MaskCheck);                                        \
   PREFIX void fused_attention_backward(                                                         \
       const ExecSpace&, const Tensor4<const T, ExecSpace>&, const Tensor4<const T, ExecSpace>&, \
       const Tensor4<const T, ExecSpace>&, const Tensor4<const T, ExecSpace>&,                   \
       const Tensor3<const T, ExecSpace>&, const Tensor4<const T, ExecSpace>&,                   \
       const Tensor4<T, ExecSpace>&, const Tensor4<T, ExecSpace>&, const Tensor4<T, ExecSpace>&, \
-      const Tensor3<T, ExecSpace>&, const FusedAttentionOptions&, const AttentionMask<ExecSpace>&);
+      const Tensor3<T, ExecSpace>&, const FusedAttentionOptions&, const AttentionMask<ExecSpace>&, \
+      impl::MaskCheck);
 
 namespace kdnn::attention {
 
@@ -85,7 +86,8 @@ void fused_attention_forward(const ExecSpace& space, const QView& q, const KView
   KDNN_CHECK_SAME_TYPE(VView, OView, "attention::fused_attention_forward: v and o");
   KDNN_CHECK_SAME_TYPE(LView, OView, "attention::fused_attention_forward: lse and o");
   using T = typename OView::non_const_value_type;
-  impl::fused_attention_forward<ExecSpace, T>(space, q, k, v, o, lse, opts, mask);
+  impl::fused_attention_forward<ExecSpace, T>(space, q, k, v, o, lse, opts, mask,
+                                             impl::MaskCheck::here);
 }
 
 /// dq, dk, dv from the forward's q, k, v, o, lse and dout = dL/dO, with the
@@ -128,7 +130,7 @@ void fused_attention_backward(const ExecSpace& space, const QView& q, const KVie
 #undef KDNN_IMPL_ARG
   using T = typename DQView::non_const_value_type;
   impl::fused_attention_backward<ExecSpace, T>(space, q, k, v, o, lse, dout, dq, dk, dv, delta,
-                                               opts, mask);
+                                               opts, mask, impl::MaskCheck::here);
 }
 
 /// The same, with the [B, H, S] workspace allocated for the call.

@@ -41,14 +41,21 @@ struct AttentionMask {
 
 }  // namespace kdnn::attention
 
+namespace kdnn::attention::impl {
+/// Whether an operator checks its mask's vectors (check_mask: on a GPU a
+/// copy to the host that waits) or its caller, which checked them for the
+/// same call, tells it not to (the attention layer).
+enum class MaskCheck { here, done_by_caller };
+}  // namespace kdnn::attention::impl
+
 #define KDNN_SOFTMAX_OPERATORS(PREFIX, ExecSpace, T)                                        \
   PREFIX void softmax_forward(const ExecSpace&, const Tensor4<const T, ExecSpace>&,        \
                               const Tensor4<T, ExecSpace>&, const SoftmaxOptions&,         \
-                              const AttentionMask<ExecSpace>&);                            \
+                              const AttentionMask<ExecSpace>&, impl::MaskCheck);           \
   PREFIX void softmax_backward(const ExecSpace&, const Tensor4<const T, ExecSpace>&,       \
                                const Tensor4<const T, ExecSpace>&,                         \
                                const Tensor4<T, ExecSpace>&, const SoftmaxOptions&,        \
-                               const AttentionMask<ExecSpace>&);
+                               const AttentionMask<ExecSpace>&, impl::MaskCheck);
 
 namespace kdnn::attention {
 
@@ -71,7 +78,7 @@ void softmax_forward(const ExecSpace& space, const XView& x, const YView& y,
   KDNN_CHECK_OUTPUT(YView, "attention::softmax_forward: y");
   KDNN_CHECK_SAME_TYPE(XView, YView, "attention::softmax_forward: x and y");
   using T = typename YView::non_const_value_type;
-  impl::softmax_forward<ExecSpace, T>(space, x, y, opts, mask);
+  impl::softmax_forward<ExecSpace, T>(space, x, y, opts, mask, impl::MaskCheck::here);
 }
 
 /// dx from the forward's output y and dy = dL/dy, same options and mask.
@@ -86,7 +93,7 @@ void softmax_backward(const ExecSpace& space, const YView& y, const DYView& dy,
   KDNN_CHECK_SAME_TYPE(YView, DXView, "attention::softmax_backward: y and dx");
   KDNN_CHECK_SAME_TYPE(DYView, DXView, "attention::softmax_backward: dy and dx");
   using T = typename DXView::non_const_value_type;
-  impl::softmax_backward<ExecSpace, T>(space, y, dy, dx, opts, mask);
+  impl::softmax_backward<ExecSpace, T>(space, y, dy, dx, opts, mask, impl::MaskCheck::here);
 }
 
 }  // namespace kdnn::attention

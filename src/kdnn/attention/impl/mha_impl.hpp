@@ -161,13 +161,16 @@ void mha_forward(const ExecSpace& space, const MhaOptions& opts,
   split_heads(space, Tensor3<const T, ExecSpace>(ws.v), r.vh);
 
   if (s.algo == AttentionAlgo::fused) {
-    // Checked above: mha_shape's checks imply fused_attention_forward's.
-    impl::fused_attention_forward<ExecSpace, T>(space, r.qh, r.kh, r.vh, r.oh, r.lse, fopts, mask);
+    // Checked above: mha_shape's checks imply fused_attention_forward's,
+    // the mask's included (checked once per layer call).
+    impl::fused_attention_forward<ExecSpace, T>(space, r.qh, r.kh, r.vh, r.oh, r.lse, fopts, mask,
+                                                MaskCheck::done_by_caller);
     merge_heads(space, Tensor4<const T, ExecSpace>(r.oh), r.a);
   } else {
     attention::batched_gemm(space, Op::none, Op::transpose, Op::none, T(1), r.qh, r.kh, T(0),
                             ws.scores);
-    attention::softmax_forward(space, ws.scores, r.p, softmax_options(opts, s), mask);
+    impl::softmax_forward<ExecSpace, T>(space, ws.scores, r.p, softmax_options(opts, s), mask,
+                                        MaskCheck::done_by_caller);
     Tensor4<const T, ExecSpace> dropped = r.p;
     if (opts.dropout.p > 0) {
       attention::dropout_forward(space, r.p, ws.scores, opts.dropout);
@@ -221,7 +224,8 @@ void mha_backward_data(const ExecSpace& space, const MhaOptions& opts,
   if (s.algo == AttentionAlgo::fused) {
     // The probabilities recomputed from Q_h, K_h and the forward's lse.
     impl::fused_attention_backward<ExecSpace, T>(space, r.qh, r.kh, r.vh, r.oh, r.lse, ws.doh,
-                                                 ws.dqh, ws.dkh, ws.dvh, ws.delta, fopts, mask);
+                                                 ws.dqh, ws.dkh, ws.dvh, ws.delta, fopts, mask,
+                                                 MaskCheck::done_by_caller);
   } else {
     // dV_h = dropout(P_h)ᵀ·dA_h and dP_h = dropout⁻ᵀ(dA_h·V_hᵀ), dropout's
     // mask regenerated from its (seed, offset).
@@ -241,7 +245,8 @@ void mha_backward_data(const ExecSpace& space, const MhaOptions& opts,
       dp = ws.sk1;
       dscores = ws.sk2;
     }
-    attention::softmax_backward(space, r.p, dp, dscores, softmax_options(opts, s), mask);
+    impl::softmax_backward<ExecSpace, T>(space, r.p, dp, dscores, softmax_options(opts, s), mask,
+                                         MaskCheck::done_by_caller);
     attention::batched_gemm(space, Op::none, Op::none, Op::none, T(1), dscores, r.kh, T(0), ws.dqh);
     attention::batched_gemm(space, Op::transpose, Op::none, Op::none, T(1), dscores, r.qh, T(0),
                             ws.dkh);

@@ -7,6 +7,7 @@
 
 #include "kdnn/attention/softmax.hpp"
 #include "kdnn/core/error.hpp"
+#include "kdnn/core/impl/profiling_region.hpp"
 
 namespace kdnn::attention::impl {
 
@@ -66,10 +67,15 @@ struct VisibleKeys {
 };
 
 /// The mask against scores of B entries, S queries and Sk keys. Each given
-/// vector is copied to the host once.
+/// vector is copied to the host once, inside the profiling region
+/// "kdnn::attention::check_mask" (none without vectors).
 template <class ExecSpace>
 void check_mask(const char* op, const AttentionMask<ExecSpace>& m, std::size_t batch,
                 std::size_t queries, std::size_t keys) {
+  if (m.lo_win.extent(0) + m.hi_win.extent(0) + m.seq_q.extent(0) + m.seq_k.extent(0) == 0) {
+    return;  // nothing to copy or check (causal is a flag)
+  }
+  const kdnn::impl::ProfilingRegion region("kdnn::attention::check_mask");
   using HostVector = decltype(Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), m.lo_win));
   const auto check = [&](const char* name, const auto& v, std::size_t n, const char* count,
                          std::size_t max, const char* what) {
