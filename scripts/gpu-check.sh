@@ -20,7 +20,7 @@
 # KDNN_COMMIT names the commit when the copy has no git history.
 # KDNN_GPU_BENCH="sinkhorn fused-attention attention ssm-conv ssd" (the default)
 # picks the benchmark families and their order; KDNN_GPU_TESTS="unit host cli
-# examples" (the default) the test steps; KDNN_{SINKHORN,FUSED,MHA,SSM_CONV}_SIZES
+# examples" (the default; set and empty: none) the test steps; KDNN_{SINKHORN,FUSED,MHA,SSM_CONV}_SIZES
 # replace a family's default sizes, KDNN_UNIT_TIMEOUT the unit tests' limit (s).
 # A cuda13 build's cuBLAS is the system's libcublas.so.13 or, where there is
 # none, the one PyTorch's CUDA wheels carry; device.txt records which.
@@ -64,7 +64,7 @@ fi
 { echo "cuBLAS as loaded:"
   ldd "$build/unit_tests/kdnn_unit_tests" | grep -iE 'cublas|cudart' || echo "  (not linked)"
 } | tee -a "$out/device.txt"
-tests=${KDNN_GPU_TESTS:-unit host cli examples}
+tests=${KDNN_GPU_TESTS-unit host cli examples}  # set and empty: no test step
 if [[ " $tests " == *" unit "* ]]; then
   echo "== unit tests"
   timeout "${KDNN_UNIT_TIMEOUT:-300}" "$build/unit_tests/kdnn_unit_tests" \
@@ -91,7 +91,7 @@ if [[ " $tests " == *" examples "* ]]; then
   timeout 60 "$build/examples/mha_training" > "$out/mha_training.log" 2>&1 || status=1
   tail -n 2 "$out/mha_training.log"
 fi
-bench=${KDNN_GPU_BENCH:-sinkhorn fused-attention attention ssm-conv ssd}
+bench=${KDNN_GPU_BENCH-sinkhorn fused-attention attention ssm-conv ssd}  # empty: none
 bench_ssd() {
   echo "== SSD benchmarks (kdnn, the chunked PyTorch formulation float32 on this GPU)"
   timeout 300 "$python" perf_tests/compare_ssd.py --device cuda \
