@@ -740,7 +740,8 @@ TEST(FusedAttentionMemory, ExtraAllocationsDoNotGrowWithTheKeyLength) {
       AllocationCounter counter;
       at::fused_attention_backward(Space(), q, k, v, o, lse, g, dq2, dk2, dv2, delta, opts, mask);
       Space().fence();
-      EXPECT_EQ(AllocationCounter::peak, 0) << "Sk=" << Sk << ", allocations " << AllocationCounter::labels;
+      EXPECT_EQ(AllocationCounter::peak, 0)
+          << "Sk=" << Sk << ", allocations " << AllocationCounter::labels;
     }
     EXPECT_EQ(to_host(dq2), to_host(dq)) << "Sk=" << Sk;
     EXPECT_EQ(to_host(dk2), to_host(dk)) << "Sk=" << Sk;

@@ -83,7 +83,8 @@ void expect_col_dot_per_lane() {
             for (int i = 0; i < rows; ++i) {
               bound += std::abs(A[l * rows * ld + i * ld + j] * x[l * rows + i]);
             }
-            EXPECT_LE(std::abs(got - plain[j]), 2 * rows * std::numeric_limits<T>::epsilon() * bound)
+            const T unit = std::numeric_limits<T>::epsilon();
+            EXPECT_LE(std::abs(got - plain[j]), 2 * rows * unit * bound)
                 << "rows=" << rows << " cols=" << cols << " lane " << l << " column " << j;
           }
         }

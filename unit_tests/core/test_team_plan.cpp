@@ -209,8 +209,8 @@ TEST(TeamPlan, SystemTilesDefaultsPerBackend) {
       (kdnn::impl::plan_system_tiles<Space, NoOp>(
           "op", Space(), 1, 4, request, [&](int tile) { return tile * (limit + 1); }, "n=4",
           "matrix")),
-      "op: n=4 needs " + std::to_string(limit + 1) + " bytes of team scratch per matrix, above the " +
-          std::to_string(limit) + what);
+      "op: n=4 needs " + std::to_string(limit + 1) +
+          " bytes of team scratch per matrix, above the " + std::to_string(limit) + what);
 }
 
 TEST(TeamPlan, SystemTilesCoverBatchesNearTwoToThe31) {

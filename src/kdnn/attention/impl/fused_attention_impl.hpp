@@ -220,8 +220,7 @@ void fused_attention_forward(const ExecSpace& space, const Tensor4<const T, Exec
                              const Tensor4<const T, ExecSpace>& k,
                              const Tensor4<const T, ExecSpace>& v, const Tensor4<T, ExecSpace>& o,
                              const Tensor3<T, ExecSpace>& lse, const FusedAttentionOptions& opts,
-                             const AttentionMask<ExecSpace>& mask,
-                             MaskCheck mask_check) {
+                             const AttentionMask<ExecSpace>& mask, MaskCheck mask_check) {
   constexpr const char* op = "attention::fused_attention_forward";
   validate_fused<ExecSpace, T>(op, opts, q, k, v, "o", Tensor4<const T, ExecSpace>(o), "lse",
                                Tensor3<const T, ExecSpace>(lse));
@@ -274,8 +273,7 @@ void fused_attention_backward(const ExecSpace& space, const Tensor4<const T, Exe
                               const Tensor4<T, ExecSpace>& dv,
                               const Tensor3<T, ExecSpace>& delta_workspace,
                               const FusedAttentionOptions& opts,
-                              const AttentionMask<ExecSpace>& mask,
-                             MaskCheck mask_check) {
+                              const AttentionMask<ExecSpace>& mask, MaskCheck mask_check) {
   constexpr const char* op = "attention::fused_attention_backward";
   validate_fused<ExecSpace, T>(op, opts, q, k, v, "o", o, "lse", lse);
   validate::same_shape(op, "dout", dout, "o", o);

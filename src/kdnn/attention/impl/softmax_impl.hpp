@@ -49,8 +49,7 @@ void for_each_row(const char* name, const ExecSpace& space, int B, int H, int S,
 template <class ExecSpace, class T>
 void softmax_forward(const ExecSpace& space, const Tensor4<const T, ExecSpace>& x,
                      const Tensor4<T, ExecSpace>& y, const SoftmaxOptions& opts,
-                     const AttentionMask<ExecSpace>& mask,
-                      MaskCheck mask_check) {
+                     const AttentionMask<ExecSpace>& mask, MaskCheck mask_check) {
   constexpr const char* op = "attention::softmax_forward";
   validate_softmax_options<T>(op, opts);
   validate::same_shape(op, "y", y, "x", x);
@@ -73,20 +72,19 @@ void softmax_forward(const ExecSpace& space, const Tensor4<const T, ExecSpace>& 
         }
         const auto keys = Kokkos::ThreadVectorRange(team, first, last);
         // The exponents are s·(x − xm), xm the score that s·x is largest at
-        // (the largest x for s ≥ 0, the smallest for s < 0): never above 0,
+        // (the largest x for s ≥ 0, the smallest for s < 0, found as the
+        // largest sign(s)·x; the sign flips are exact): never above 0,
         // exactly 0 at xm, and one rounding after an exact-or-once-rounded
         // difference. The form s·x − max(s·x) would let a compiler that
         // contracts a·b − c into one FMA (CUDA's, a host's with FMA)
         // leave the rounding error of s·xm in place of that 0, which a huge
         // scale turns into P ≠ 1 on a one-hot row.
-        T xm = 0;
-        if (s >= T(0)) {
-          Kokkos::parallel_reduce(
-              keys, [&](int j, T& v) { v = xr[j] > v ? xr[j] : v; }, Kokkos::Max<T>(xm));
-        } else {
-          Kokkos::parallel_reduce(
-              keys, [&](int j, T& v) { v = xr[j] < v ? xr[j] : v; }, Kokkos::Min<T>(xm));
-        }
+        const T sign = s >= T(0) ? T(1) : T(-1);
+        T signed_max = 0;
+        Kokkos::parallel_reduce(
+            keys, [&](int j, T& v) { v = sign * xr[j] > v ? sign * xr[j] : v; },
+            Kokkos::Max<T>(signed_max));
+        const T xm = sign * signed_max;
         T sum = 0;
         Kokkos::parallel_reduce(
             keys, [&](int j, T& v) { v += compat::exp(s * (xr[j] - xm)); }, sum);
