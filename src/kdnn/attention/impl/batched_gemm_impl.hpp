@@ -1,30 +1,15 @@
 #pragma once
 // Definitions of kdnn::attention::impl::{batched_gemm, batched_gemm_backward}:
-// validation, then one GEMM (core/impl/gemm.hpp) per (b, h) on the row-major
-// matrices of the [B, H, rows, cols] tensors.
+// validation, then one strided batched GEMM (core/impl/strided_batched_gemm.hpp)
+// over the row-major (b, h) matrices of the [B, H, rows, cols] tensors.
 #include <string>
 #include <utility>
 
 #include "kdnn/attention/batched_gemm.hpp"
-#include "kdnn/core/impl/gemm.hpp"
+#include "kdnn/core/impl/strided_batched_gemm.hpp"
 #include "kdnn/core/validate.hpp"
 
 namespace kdnn::attention::impl {
-
-/// The row-major matrices of a [B, H, rows, cols] tensor, by (b, h).
-template <class View>
-struct HeadMatrices {
-  View view;
-  using Matrix = kdnn::impl::MatrixView<typename View::value_type, typename View::memory_space>;
-  Matrix operator()(std::size_t b, std::size_t h) const {
-    const std::size_t rows = view.extent(2), cols = view.extent(3);
-    return Matrix(view.data() + (b * view.extent(1) + h) * rows * cols, rows, cols);
-  }
-};
-template <class View>
-HeadMatrices<View> heads_of(const View& v) {
-  return {v};
-}
 
 /// Which of op_a, op_b, op_c transpose.
 struct Transposes {
@@ -84,17 +69,13 @@ void batched_gemm(const ExecSpace& space, Op op_a, Op op_b, Op op_c, T alpha,
   validate::disjoint(op, {validate::memory_of("C", C)},
                      {validate::memory_of("A", A), validate::memory_of("B", B)});
 
-  const auto a = heads_of(A);
-  const auto b = heads_of(B);
-  const auto c = heads_of(C);
-  for (std::size_t i = 0; i < C.extent(0); ++i) {
-    for (std::size_t h = 0; h < C.extent(1); ++h) {
-      if (tc) {  // C = β C + α (op_a(A) op_b(B))ᵀ = β C + α op_b(B)ᵀ op_a(A)ᵀ
-        kdnn::impl::gemm(space, !tb, !ta, alpha, b(i, h), a(i, h), beta, c(i, h));
-      } else {
-        kdnn::impl::gemm(space, ta, tb, alpha, a(i, h), b(i, h), beta, c(i, h));
-      }
-    }
+  using kdnn::impl::matrices_of;
+  if (tc) {  // C = β C + α (op_a(A) op_b(B))ᵀ = β C + α op_b(B)ᵀ op_a(A)ᵀ
+    kdnn::impl::strided_batched_gemm(space, !tb, !ta, alpha, matrices_of(B), matrices_of(A), beta,
+                                     matrices_of(C));
+  } else {
+    kdnn::impl::strided_batched_gemm(space, ta, tb, alpha, matrices_of(A), matrices_of(B), beta,
+                                     matrices_of(C));
   }
 }
 
@@ -118,28 +99,23 @@ void batched_gemm_backward(const ExecSpace& space, Op op_a, Op op_b, Op op_c, T 
        validate::memory_of("dC_in", dC_in)},
       {validate::memory_of("A", A), validate::memory_of("B", B), validate::memory_of("dC", dC)});
 
-  const auto a = heads_of(A);
-  const auto b = heads_of(B);
-  const auto dc = heads_of(dC);
-  const auto da = heads_of(dA);
-  const auto db = heads_of(dB);
-  for (std::size_t i = 0; i < dC.extent(0); ++i) {
-    for (std::size_t h = 0; h < dC.extent(1); ++h) {
-      // op_c⁻¹(dC) is dC read with transpose tc; dP = α op_c⁻¹(dC).
-      if (want_a) {
-        if (!ta) {  // dA = dP op_b(B)ᵀ
-          kdnn::impl::gemm(space, tc, !tb, alpha, dc(i, h), b(i, h), T(0), da(i, h));
-        } else {  // dA = (dP op_b(B)ᵀ)ᵀ = op_b(B) dPᵀ
-          kdnn::impl::gemm(space, tb, !tc, alpha, b(i, h), dc(i, h), T(0), da(i, h));
-        }
-      }
-      if (want_b) {
-        if (!tb) {  // dB = op_a(A)ᵀ dP
-          kdnn::impl::gemm(space, !ta, tc, alpha, a(i, h), dc(i, h), T(0), db(i, h));
-        } else {  // dB = (op_a(A)ᵀ dP)ᵀ = dPᵀ op_a(A)
-          kdnn::impl::gemm(space, !tc, ta, alpha, dc(i, h), a(i, h), T(0), db(i, h));
-        }
-      }
+  using kdnn::impl::matrices_of;
+  const auto a = matrices_of(A);
+  const auto b = matrices_of(B);
+  const auto dc = matrices_of(dC);
+  // op_c⁻¹(dC) is dC read with transpose tc; dP = α op_c⁻¹(dC).
+  if (want_a) {
+    if (!ta) {  // dA = dP op_b(B)ᵀ
+      kdnn::impl::strided_batched_gemm(space, tc, !tb, alpha, dc, b, T(0), matrices_of(dA));
+    } else {  // dA = (dP op_b(B)ᵀ)ᵀ = op_b(B) dPᵀ
+      kdnn::impl::strided_batched_gemm(space, tb, !tc, alpha, b, dc, T(0), matrices_of(dA));
+    }
+  }
+  if (want_b) {
+    if (!tb) {  // dB = op_a(A)ᵀ dP
+      kdnn::impl::strided_batched_gemm(space, !ta, tc, alpha, a, dc, T(0), matrices_of(dB));
+    } else {  // dB = (op_a(A)ᵀ dP)ᵀ = dPᵀ op_a(A)
+      kdnn::impl::strided_batched_gemm(space, !tc, ta, alpha, dc, a, T(0), matrices_of(dB));
     }
   }
   if (want_c) {
