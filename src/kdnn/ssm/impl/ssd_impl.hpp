@@ -11,7 +11,11 @@
 #include "kdnn/core/impl/block_sums.hpp"
 #include "kdnn/core/impl/team_plan.hpp"
 #include "kdnn/core/validate.hpp"
-#include "kdnn/ssm/impl/ssd_kernels.hpp"
+#include "kdnn/ssm/impl/ssd_chunk_dstate_kernel.hpp"
+#include "kdnn/ssm/impl/ssd_chunk_output_kernel.hpp"
+#include "kdnn/ssm/impl/ssd_chunk_state_kernel.hpp"
+#include "kdnn/ssm/impl/ssd_diag_backward_kernel.hpp"
+#include "kdnn/ssm/impl/ssd_state_backward_kernel.hpp"
 #include "kdnn/ssm/ssd.hpp"
 
 namespace kdnn::ssm::impl {

@@ -1,0 +1,96 @@
+#pragma once
+// The SSD forward's output kernel: Y_diag and Y_off at a chunk's steps
+// (notation: ssd_chunks.hpp).
+#include "kdnn/ssm/impl/ssd_chunks.hpp"
+
+namespace kdnn::ssm::impl {
+
+/// y at the chunk's steps: with `diag`, y = Y_diag + D·x (overwritten);
+/// with `off`, Y_off = e_i·C_i·H_cᵀ from states(b, h, c) (the state entering
+/// the chunk) is added — to Y_diag, or to y as it is when `diag` is off.
+template <class ExecSpace, class T>
+struct SsdChunkOutputKernel : SsdChunks<ExecSpace, T> {
+  using Base = SsdChunks<ExecSpace, T>;
+  using typename Base::Member;
+  Vector<const T, ExecSpace> D;            ///< [H] or empty
+  ChunkStates<const T, ExecSpace> states;  ///< [B, H, ≥chunks, N·P] (off)
+  Tensor4<T, ExecSpace> y;                 ///< [B, L, H, P]
+  bool diag = true, off = true, has_d = false;
+
+  struct Work {
+    typename Base::Decays d;
+    T *c, *y, *bt, *xt, *w, *ht;
+  };
+  KOKKOS_INLINE_FUNCTION static Work carve(kdnn::impl::ScratchCarver& s, int Qp, int Pp, int Np,
+                                           bool diag, bool off) {
+    Work w;
+    w.d = Base::carve_decays(s, Qp);
+    w.c = s.take<T>(std::size_t(Qp) * Np);
+    w.y = s.take<T>(std::size_t(Qp) * Pp);
+    w.bt = diag ? s.take<T>(std::size_t(Np) * Qp) : nullptr;
+    w.xt = diag ? s.take<T>(std::size_t(Qp) * Pp) : nullptr;  // X̃ (row-major)
+    w.w = diag ? s.take<T>(std::size_t(Qp) * Qp) : nullptr;
+    w.ht = off ? s.take<T>(std::size_t(Np) * Pp) : nullptr;
+    return w;
+  }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    this->work.for_each(team, [&](int item, void* scratch) { one_chunk(team, item, scratch); });
+  }
+
+  /// Work item `item` (a chunk), in the team's scratch.
+  KOKKOS_INLINE_FUNCTION void one_chunk(const Member& team, int item, void* scratch) const {
+    const int Qp = this->Qp, Pp = this->Pp, Np = this->Np;
+    const auto k = this->chunk(item);
+    kdnn::impl::ScratchCarver carver(
+        scratch);
+    const Work w = carve(carver, Qp, Pp, Np, diag, off);
+    this->load_decays(team, k, w.d);
+    this->load_bc(team, k, this->Cm, w.c);
+    if (diag) {
+      this->load_b_t(team, k, w.bt);
+      this->load_x(team, k, w.d.dtv, w.xt);
+    }
+    if (off) this->load_state(team, k, states, k.c, false, w.ht);
+    team.team_barrier();
+    if (off) Base::gemm(team, Qp, Pp, Np, Base::GemmA::rows(w.c, Np), w.ht, Pp, w.y, Pp, false);
+    if (diag) {
+      Base::gemm(team, Qp, Qp, Np, Base::GemmA::rows(w.c, Np), w.bt, Qp, w.w, Qp, false,
+                 kdnn::impl::GemmShape::lower_out);
+    }
+    team.team_barrier();
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, Qp), [&](int i) {
+      if (off) {
+        T* yr = w.y + i * Pp;
+        const T ei = w.d.e[i];
+        Base::vec(team, Pp, [&](int p) { yr[p] *= ei; });
+      }
+      if (diag) {
+        T* wr = w.w + i * Qp;
+        Base::vec(team, Qp, [&](int j) {
+          wr[j] = Base::masked(i, j, k.n, wr[j] * Base::decay_mask(w.d.cum, i, j, k.n));
+        });
+      }
+    });
+    team.team_barrier();
+    if (diag) {
+      Base::gemm(team, Qp, Pp, Qp, Base::GemmA::rows(w.w, Qp), w.xt, Pp, w.y, Pp, off,
+                 kdnn::impl::GemmShape::a_lower);
+    }
+    team.team_barrier();
+    const int P = this->P();
+    const T dh = has_d ? D(k.h) : T(0);
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, k.n), [&](int i) {
+      T* out = &y(k.b, k.t0 + i, k.h, 0);
+      const T* yr = w.y + i * Pp;
+      if (diag) {
+        const T* xr = &this->x(k.b, k.t0 + i, k.h, 0);
+        Base::vec(team, P, [&](int p) { out[p] = yr[p] + dh * xr[p]; });
+      } else {
+        Base::vec(team, P, [&](int p) { out[p] += yr[p]; });
+      }
+    });
+  }
+};
+
+}  // namespace kdnn::ssm::impl
