@@ -102,9 +102,39 @@ ssm_ref::SsdForwardResult run_forward(const SsdCase& a, int chunk,
   return {to_host(y), to_host(fin)};
 }
 
-template <class T>
+/// ssm::ssd_backward (one fused kernel for both halves of a chunk).
+struct FusedBackward {
+  template <class Args>
+  void operator()(const Args& args, const ssm::SsdOptions& opts) const {
+    ssm::ssd_backward(Space(), args, opts);
+  }
+};
+
+/// The single-rank backward as the context-parallel one composes it at one
+/// rank: the Y_diag half and the state half as two kernels, handing over
+/// through the gradients and a da_diag buffer.
+struct BackwardInHalves {
+  template <class T>
+  void operator()(const ssm::SsdBackward<T, Space>& a, const ssm::SsdOptions& opts) const {
+    namespace impl = ssm::impl;
+    const char* op = "test";
+    impl::ChunkStates<T, Space> states, dstates;
+    impl::ChunkDecays<T, Space> decay;
+    impl::chunk_states<Space, T>(op, Space(), a, opts, states, decay);
+    impl::state_pass(Space(), states, decay, a.initial_state, kdnn::Tensor4<T, Space>());
+    impl::chunk_dstates(op, Space(), a, opts, dstates);
+    impl::reverse_state_pass(Space(), dstates, decay, a.dfinal_state, a.dinitial_state,
+                             int(a.x.extent(3)));
+    const auto g = impl::gradient_buffers(a);
+    impl::diag_backward(op, Space(), a, opts, g);
+    impl::state_backward(op, Space(), a, opts, states, dstates, g);
+  }
+};
+
+template <class T, class Run = FusedBackward>
 ssm_ref::SsdBackwardResult run_backward(const SsdCase& a, int chunk,
-                                        kdnn::KernelShape shape = kdnn::KernelShape::automatic) {
+                                        kdnn::KernelShape shape = kdnn::KernelShape::automatic,
+                                        const Run& run = Run()) {
   const auto& s = a.s;
   SsdViews<T> v(a);
   DeviceView<T****> dx("dx", s.B, s.L, s.H, s.P), dB("dB", s.B, s.L, s.G, s.N),
@@ -124,7 +154,7 @@ ssm_ref::SsdBackwardResult run_backward(const SsdCase& a, int chunk,
   args.dC = dC;
   args.dD = dD;
   args.dinitial_state = dinit;
-  ssm::ssd_backward(Space(), args, options(chunk, shape));
+  run(args, options(chunk, shape));
   return {to_host(dx), to_host(ddt), to_host(dA),   to_host(dB),
           to_host(dC), to_host(dD),  to_host(dinit)};
 }
@@ -228,6 +258,34 @@ TYPED_TEST(Ssd, GpuLaunchPastLevelZeroMatchesTheHostLaunch) {
   for (const auto& [name, pair] : grads) EXPECT_EQ(pair.first, pair.second) << name;
   const auto expected = ssm_ref::ssd_forward(a);
   EXPECT_ALLCLOSE(fg.y, expected.y, tol<T>(), sum_tol<T>(c.s.N * 4.0));
+}
+
+// The fused backward (ssm::ssd_backward) against the two halves the
+// context-parallel backward launches: the same terms in the same order,
+// except that a compiler may vectorise a reduction over P in one and not in
+// the other (the halves read and write dx in place): agreement to a few
+// roundings of a P-term sum, far inside the reference tolerance, for every
+// configuration (G < H included, where dB and dC go through per-head
+// buffers) and both launch shapes.
+TYPED_TEST(Ssd, FusedBackwardMatchesTheTwoHalves) {
+  using T = TypeParam;
+  unsigned seed = 1700;
+  for (const Config& c : kConfigs) {
+    for (const auto shape : {kdnn::KernelShape::host, kdnn::KernelShape::gpu}) {
+      SCOPED_TRACE(describe(c, kAll) + (shape == kdnn::KernelShape::gpu ? " gpu" : " host"));
+      const SsdCase a = make_case(c.s, kAll, seed += 10);
+      const auto fused = run_backward<T>(a, c.chunk, shape);
+      const auto halves = run_backward<T>(a, c.chunk, shape, BackwardInHalves());
+      const double t = 16.0 * c.s.P * std::numeric_limits<T>::epsilon();
+      EXPECT_ALLCLOSE(fused.dx, halves.dx, t, t);
+      EXPECT_ALLCLOSE(fused.ddt, halves.ddt, t, t);
+      EXPECT_ALLCLOSE(fused.dA, halves.dA, t, t);
+      EXPECT_ALLCLOSE(fused.dB, halves.dB, t, t);
+      EXPECT_ALLCLOSE(fused.dC, halves.dC, t, t);
+      EXPECT_ALLCLOSE(fused.dD, halves.dD, t, t);
+      EXPECT_ALLCLOSE(fused.dinit, halves.dinit, t, t);
+    }
+  }
 }
 
 TYPED_TEST(Ssd, EmptySequenceAndBatch) {

@@ -49,11 +49,19 @@ struct SsdDiagBackwardKernel : SsdChunks<ExecSpace, T> {
 
   /// Work item `item` (a chunk), in the team's scratch.
   KOKKOS_INLINE_FUNCTION void one_chunk(const Member& team, int item, void* scratch) const {
-    const int Qp = this->Qp, Pp = this->Pp, Np = this->Np;
     const auto k = this->chunk(item);
-    kdnn::impl::ScratchCarver carver(
-        scratch);
-    const Work w = carve(carver, Qp, Pp, Np);
+    kdnn::impl::ScratchCarver carver(scratch);
+    const Work w = carve(carver, this->Qp, this->Pp, this->Np);
+    load(team, k, w);
+    team.team_barrier();
+    products(team, k, w);
+    store(team, k, w);
+  }
+
+  /// The chunk's operands into scratch (a barrier follows).
+  KOKKOS_INLINE_FUNCTION void load(const Member& team, const typename Base::Chunk& k,
+                                   const Work& w) const {
+    const int Qp = this->Qp, Pp = this->Pp;
     this->load_decays(team, k, w.d);
     this->load_bc(team, k, this->Cm, w.c);
     this->load_bc(team, k, this->Bm, w.b);
@@ -63,7 +71,13 @@ struct SsdDiagBackwardKernel : SsdChunks<ExecSpace, T> {
         typename Base::One{});
     this->load_x(team, k, w.d.dtv, w.xr);
     this->load_x_t(team, k, w.d.dtv, w.xt);
-    team.team_barrier();
+  }
+
+  /// dX̃, dBᵀ, dC and da_diag of the chunk into w.dxr, w.dbt, w.dc and w.da
+  /// (a barrier follows).
+  KOKKOS_INLINE_FUNCTION void products(const Member& team, const typename Base::Chunk& k,
+                                       const Work& w) const {
+    const int Qp = this->Qp, Pp = this->Pp, Np = this->Np;
     using GA = typename Base::GemmA;
     using Shape = kdnn::impl::GemmShape;
     Base::gemm(team, Qp, Qp, Np, GA::rows(w.c, Np), w.bt, Qp, w.w, Qp, false,
@@ -116,7 +130,12 @@ struct SsdDiagBackwardKernel : SsdChunks<ExecSpace, T> {
       Kokkos::single(Kokkos::PerThread(team), [&]() { w.da[i] = double(crossing); });
     });
     team.team_barrier();
-    const int P = this->P(), N = this->N();
+  }
+
+  /// The chunk's dX̃, dB, dC and da_diag from scratch into g.
+  KOKKOS_INLINE_FUNCTION void store(const Member& team, const typename Base::Chunk& k,
+                                    const Work& w) const {
+    const int Qp = this->Qp, Pp = this->Pp, Np = this->Np, P = this->P(), N = this->N();
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, k.n), [&](int i) {
       const int t = k.t0 + i;
       T* dxo = &g.dx(k.b, t, k.h, 0);

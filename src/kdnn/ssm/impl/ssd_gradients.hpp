@@ -16,4 +16,30 @@ struct SsdGradients {
   Kokkos::View<double***, Kokkos::LayoutRight, typename ExecSpace::memory_space> da_diag;
 };
 
+/// The Y_diag half of the backward as SsdDiagBackwardKernel stored it in g,
+/// for the chunk of batch entry b, head h starting at step t0; i is a step
+/// of the chunk.
+template <class ExecSpace, class T>
+struct DiagInGradients {
+  SsdGradients<ExecSpace, T> g;
+  int b, h, t0;
+  KOKKOS_INLINE_FUNCTION T dx(int i, int p) const { return g.dx(b, t0 + i, h, p); }
+  KOKKOS_INLINE_FUNCTION T db(int i, int n) const { return g.dBh(b, t0 + i, h, n); }
+  KOKKOS_INLINE_FUNCTION T dc(int i, int n) const { return g.dCh(b, t0 + i, h, n); }
+  KOKKOS_INLINE_FUNCTION double da(int i) const { return g.da_diag(b, h, t0 + i); }
+};
+
+/// The Y_diag half as the fused backward keeps it in scratch: dX̃ [Qp×Pp],
+/// dBᵀ [Np×Qp], dC [Qp×Np], da_diag [Qp].
+template <class T>
+struct DiagInScratch {
+  const T *dx_rows, *db_columns, *dc_rows;
+  const double* da_steps;
+  int Qp, Pp, Np;
+  KOKKOS_INLINE_FUNCTION T dx(int i, int p) const { return dx_rows[i * Pp + p]; }
+  KOKKOS_INLINE_FUNCTION T db(int i, int n) const { return db_columns[n * Qp + i]; }
+  KOKKOS_INLINE_FUNCTION T dc(int i, int n) const { return dc_rows[i * Np + n]; }
+  KOKKOS_INLINE_FUNCTION double da(int i) const { return da_steps[i]; }
+};
+
 }  // namespace kdnn::ssm::impl

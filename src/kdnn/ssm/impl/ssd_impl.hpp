@@ -11,6 +11,7 @@
 #include "kdnn/core/impl/block_sums.hpp"
 #include "kdnn/core/impl/team_plan.hpp"
 #include "kdnn/core/validate.hpp"
+#include "kdnn/ssm/impl/ssd_backward_kernel.hpp"
 #include "kdnn/ssm/impl/ssd_chunk_dstate_kernel.hpp"
 #include "kdnn/ssm/impl/ssd_chunk_output_kernel.hpp"
 #include "kdnn/ssm/impl/ssd_chunk_state_kernel.hpp"
@@ -406,7 +407,8 @@ void sum_group_heads(const ExecSpace& space, const Tensor4<T, ExecSpace>& per_he
 /// Where the two backward kernels put their gradients (SsdGradients): the
 /// outputs themselves, or per-head buffers for dB and dC when G < H.
 template <class ExecSpace, class T>
-SsdGradients<ExecSpace, T> gradient_buffers(const SsdBackward<T, ExecSpace>& a) {
+SsdGradients<ExecSpace, T> gradient_buffers(const SsdBackward<T, ExecSpace>& a,
+                                            bool with_da_diag = true) {
   const int B = int(a.x.extent(0)), L = int(a.x.extent(1)), H = int(a.x.extent(2));
   const int N = int(a.B.extent(3));
   const bool per_head = int(a.B.extent(2)) != H;
@@ -418,34 +420,44 @@ SsdGradients<ExecSpace, T> gradient_buffers(const SsdBackward<T, ExecSpace>& a) 
   g.dx = a.dx;
   g.dBh = per_head ? alloc("kdnn::ssm::ssd_dB_per_head") : a.dB;
   g.dCh = per_head ? alloc("kdnn::ssm::ssd_dC_per_head") : a.dC;
-  g.da_diag = decltype(g.da_diag)(
-      Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("kdnn::ssm::ssd_da_diag")), B, H,
-      L);
+  if (with_da_diag) {  // the separate halves' hand-over (not the fused kernel's)
+    g.da_diag = decltype(g.da_diag)(
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("kdnn::ssm::ssd_da_diag")), B,
+        H, L);
+  }
   return g;
+}
+
+/// The Y_diag half's kernel on a's inputs, writing into g.
+template <class ExecSpace, class T>
+SsdDiagBackwardKernel<ExecSpace, T> diag_backward_kernel(const SsdBackward<T, ExecSpace>& a,
+                                                         const SsdOptions& opts,
+                                                         const SsdGradients<ExecSpace, T>& g) {
+  SsdDiagBackwardKernel<ExecSpace, T> k;
+  set_ssd_inputs<ExecSpace, T>(k, a, opts);
+  k.dy = a.dy;
+  k.g = g;
+  return k;
 }
 
 /// The backward of Y_diag (needs no state): the first half of the backward.
 template <class ExecSpace, class T>
 void diag_backward(const char* op, const ExecSpace& space, const SsdBackward<T, ExecSpace>& a,
                    const SsdOptions& opts, const SsdGradients<ExecSpace, T>& g) {
-  SsdDiagBackwardKernel<ExecSpace, T> k;
-  set_ssd_inputs<ExecSpace, T>(k, a, opts);
-  k.dy = a.dy;
-  k.g = g;
+  const auto k = diag_backward_kernel(a, opts, g);
   launch_chunks(
       op, space, k, [&](kdnn::impl::ScratchCarver& s) { decltype(k)::carve(s, k.Qp, k.Pp, k.Np); },
       "kdnn::ssm::ssd_diag_backward");
 }
 
-/// The second half, given H_c in `states` and dH_{c+1} in `dstates` (after
-/// both state passes): the state kernel, then dA, dD and the sums over a
-/// group's heads.
-template <class ExecSpace, class T>
-void state_backward(const char* op, const ExecSpace& space, const SsdBackward<T, ExecSpace>& a,
-                    const SsdOptions& opts, const ChunkStates<T, ExecSpace>& states,
-                    const ChunkStates<T, ExecSpace>& dstates, const SsdGradients<ExecSpace, T>& g) {
-  const int H = int(a.x.extent(2));
-  SsdStateBackwardKernel<ExecSpace, T> k;
+/// The state half's kernel (or the fused kernel, Kernel) on a's inputs,
+/// given H_c in `states` and dH_{c+1} in `dstates`, writing into g.
+template <class Kernel, class ExecSpace, class T>
+Kernel state_backward_kernel(const SsdBackward<T, ExecSpace>& a, const SsdOptions& opts,
+                             const ChunkStates<T, ExecSpace>& states,
+                             const ChunkStates<T, ExecSpace>& dstates,
+                             const SsdGradients<ExecSpace, T>& g) {
+  Kernel k;
   set_ssd_inputs<ExecSpace, T>(k, a, opts);
   k.dy = a.dy;
   k.D = a.D;
@@ -456,20 +468,26 @@ void state_backward(const char* op, const ExecSpace& space, const SsdBackward<T,
   k.ddt = a.ddt;
   k.partial = Matrix<double, ExecSpace>(
       Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("kdnn::ssm::ssd_param_sums")),
-      a.x.extent(0) * std::size_t(k.chunks), 2 * std::size_t(H));
-  launch_chunks(
-      op, space, k, [&](kdnn::impl::ScratchCarver& s) { decltype(k)::carve(s, k.Qp, k.Pp, k.Np); },
-      "kdnn::ssm::ssd_state_backward");
+      a.x.extent(0) * std::size_t(k.chunks), 2 * std::size_t(a.x.extent(2)));
+  return k;
+}
 
+/// After the state half: dA and dD from the per-chunk sums, and the sums
+/// over a group's heads.
+template <class ExecSpace, class T>
+void finish_backward(const ExecSpace& space, const SsdBackward<T, ExecSpace>& a,
+                     const Matrix<double, ExecSpace>& partial,
+                     const SsdGradients<ExecSpace, T>& g) {
+  const int H = int(a.x.extent(2));
   const auto dA = a.dA;
   const auto dD = a.dD;
   const bool has_dd = validate::given(dD);
-  if (k.partial.extent(0) == 0) {  // no steps: zero parameter gradients
+  if (partial.extent(0) == 0) {  // no steps: zero parameter gradients
     Kokkos::deep_copy(space, dA, T(0));
     if (has_dd) Kokkos::deep_copy(space, dD, T(0));
   } else {
     kdnn::impl::sum_blocks(
-        space, "kdnn::ssm::ssd_dA_dD", k.partial, KOKKOS_LAMBDA(int j, double v) {
+        space, "kdnn::ssm::ssd_dA_dD", partial, KOKKOS_LAMBDA(int j, double v) {
           if (j < H) {
             dA(j) = T(v);
           } else if (has_dd) {
@@ -481,6 +499,34 @@ void state_backward(const char* op, const ExecSpace& space, const SsdBackward<T,
     sum_group_heads(space, g.dBh, a.dB);
     sum_group_heads(space, g.dCh, a.dC);
   }
+}
+
+/// The second half, given H_c in `states` and dH_{c+1} in `dstates` (after
+/// both state passes) and the first half in g: the state kernel, then dA, dD
+/// and the sums over a group's heads.
+template <class ExecSpace, class T>
+void state_backward(const char* op, const ExecSpace& space, const SsdBackward<T, ExecSpace>& a,
+                    const SsdOptions& opts, const ChunkStates<T, ExecSpace>& states,
+                    const ChunkStates<T, ExecSpace>& dstates, const SsdGradients<ExecSpace, T>& g) {
+  const auto k =
+      state_backward_kernel<SsdStateBackwardKernel<ExecSpace, T>>(a, opts, states, dstates, g);
+  launch_chunks(
+      op, space, k, [&](kdnn::impl::ScratchCarver& s) { decltype(k)::carve(s, k.Qp, k.Pp, k.Np); },
+      "kdnn::ssm::ssd_state_backward");
+  finish_backward(space, a, k.partial, g);
+}
+
+/// Both halves in one kernel (SsdBackwardKernel), after both state passes.
+template <class ExecSpace, class T>
+void fused_backward(const char* op, const ExecSpace& space, const SsdBackward<T, ExecSpace>& a,
+                    const SsdOptions& opts, const ChunkStates<T, ExecSpace>& states,
+                    const ChunkStates<T, ExecSpace>& dstates, const SsdGradients<ExecSpace, T>& g) {
+  auto k = state_backward_kernel<SsdBackwardKernel<ExecSpace, T>>(a, opts, states, dstates, g);
+  k.diag = diag_backward_kernel(a, opts, g);
+  launch_chunks(
+      op, space, k, [&](kdnn::impl::ScratchCarver& s) { decltype(k)::carve(s, k.Qp, k.Pp, k.Np); },
+      "kdnn::ssm::ssd_backward");
+  finish_backward(space, a, k.partial, g);
 }
 
 /// dS_c for every chunk into dstates (then reverse_state_pass).
@@ -510,9 +556,7 @@ void ssd_backward(const ExecSpace& space, const SsdBackward<T, ExecSpace>& a,
   state_pass(space, states, decay, a.initial_state, Tensor4<T, ExecSpace>());
   chunk_dstates(op, space, a, opts, dstates);
   reverse_state_pass(space, dstates, decay, a.dfinal_state, a.dinitial_state, int(a.x.extent(3)));
-  const auto g = gradient_buffers(a);
-  diag_backward(op, space, a, opts, g);
-  state_backward(op, space, a, opts, states, dstates, g);
+  fused_backward(op, space, a, opts, states, dstates, gradient_buffers(a, false));
 }
 
 }  // namespace kdnn::ssm::impl

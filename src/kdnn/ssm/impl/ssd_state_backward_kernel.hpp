@@ -37,12 +37,19 @@ struct SsdStateBackwardKernel : SsdChunks<ExecSpace, T> {
   KOKKOS_INLINE_FUNCTION static Work carve(kdnn::impl::ScratchCarver& s, int Qp, int Pp, int Np) {
     Work w;
     w.d = Base::carve_decays(s, Qp);
-    const std::size_t qn = std::size_t(Qp) * Np, qp = std::size_t(Qp) * Pp,
-                      pn = std::size_t(Pp) * Np;
+    const std::size_t qn = std::size_t(Qp) * Np, qp = std::size_t(Qp) * Pp;
     w.c = s.take<T>(qn);
     w.bt = s.take<T>(qn);
     w.xr = s.take<T>(qp);
     w.dy = s.take<T>(qp);
+    carve_own(s, w, Qp, Pp, Np);
+    return w;
+  }
+  /// The buffers SsdDiagBackwardKernel has none of (load_shared's are given).
+  KOKKOS_INLINE_FUNCTION static void carve_own(kdnn::impl::ScratchCarver& s, Work& w, int Qp,
+                                               int Pp, int Np) {
+    const std::size_t qn = std::size_t(Qp) * Np, qp = std::size_t(Qp) * Pp,
+                      pn = std::size_t(Pp) * Np;
     w.hpn = s.take<T>(pn);
     w.dhnp = s.take<T>(pn);
     w.dhpn = s.take<T>(pn);
@@ -52,31 +59,50 @@ struct SsdStateBackwardKernel : SsdChunks<ExecSpace, T> {
     w.dcum = s.take<double>(Qp);
     w.row_a = s.take<double>(Qp);
     w.row_d = s.take<double>(Qp);
-    return w;
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
     this->work.for_each(team, [&](int item, void* scratch) { one_chunk(team, item, scratch); });
   }
 
-  /// Work item `item` (a chunk), in the team's scratch.
+  /// Work item `item` (a chunk), in the team's scratch, after
+  /// SsdDiagBackwardKernel wrote the Y_diag half into g.
   KOKKOS_INLINE_FUNCTION void one_chunk(const Member& team, int item, void* scratch) const {
-    const int Qp = this->Qp, Pp = this->Pp, Np = this->Np, P = this->P(), N = this->N();
     const auto k = this->chunk(item);
-    kdnn::impl::ScratchCarver carver(
-        scratch);
-    const Work w = carve(carver, Qp, Pp, Np);
+    kdnn::impl::ScratchCarver carver(scratch);
+    const Work w = carve(carver, this->Qp, this->Pp, this->Np);
+    load_shared(team, k, w);
+    load_states(team, k, w);
+    team.team_barrier();
+    finish(team, k, w, DiagInGradients<ExecSpace, T>{g, k.b, k.h, k.t0});
+  }
+
+  /// The operands SsdDiagBackwardKernel loads too.
+  KOKKOS_INLINE_FUNCTION void load_shared(const Member& team, const typename Base::Chunk& k,
+                                          const Work& w) const {
     this->load_decays(team, k, w.d);
     this->load_bc(team, k, this->Cm, w.c);
     this->load_b_t(team, k, w.bt);
     this->fill(
-        team, w.dy, Qp, Pp, k.n, P, [&](int i) { return &dy(k.b, k.t0 + i, k.h, 0); },
-        typename Base::One{});
+        team, w.dy, this->Qp, this->Pp, k.n, this->P(),
+        [&](int i) { return &dy(k.b, k.t0 + i, k.h, 0); }, typename Base::One{});
+    this->load_x(team, k, w.d.dtv, w.xr);
+  }
+
+  /// H_c and dH_{c+1} (both layouts).
+  KOKKOS_INLINE_FUNCTION void load_states(const Member& team, const typename Base::Chunk& k,
+                                          const Work& w) const {
     this->load_state(team, k, states, k.c, true, w.hpn);
     this->load_state(team, k, dstates, k.c, false, w.dhnp);
     this->load_state(team, k, dstates, k.c, true, w.dhpn);
-    this->load_x(team, k, w.d.dtv, w.xr);
-    team.team_barrier();
+  }
+
+  /// The state half, added to the Y_diag half `diag` (DiagInGradients or
+  /// DiagInScratch), and the outputs.
+  template <class Diag>
+  KOKKOS_INLINE_FUNCTION void finish(const Member& team, const typename Base::Chunk& k,
+                                     const Work& w, const Diag& diag) const {
+    const int Qp = this->Qp, Pp = this->Pp, Np = this->Np, P = this->P(), N = this->N();
     using GA = typename Base::GemmA;
     Base::gemm(team, Qp, Pp, Np, GA::k_major(w.bt, Qp), w.dhnp, Pp, w.tx, Pp, false);  // B·dHᵀ
     Base::gemm(team, Qp, Np, Pp, GA::rows(w.xr, Pp), w.dhpn, Np, w.tb, Np, false);     // X̃·dH
@@ -113,7 +139,7 @@ struct SsdStateBackwardKernel : SsdChunks<ExecSpace, T> {
       double after = 0;  // Σ_{i≥t} of the dcum terms
       for (int i = k.n - 1; i >= 0; --i) {
         after += w.dcum[i];
-        const double da = g.da_diag(k.b, k.h, k.t0 + i) + after + w.row_a[i] + all;
+        const double da = diag.da(i) + after + w.row_a[i] + all;
         w.dcum[i] = Base::saturated(w.d.dtv[i], a) ? 0.0 : da;  // da_t, kept in dcum
       }
     });
@@ -130,7 +156,7 @@ struct SsdStateBackwardKernel : SsdChunks<ExecSpace, T> {
       Kokkos::parallel_reduce(
           Kokkos::ThreadVectorRange(team, P),
           [&](int p, T& acc) {
-            const T dxt = dxo[p] + di * txr[p];  // dX̃
+            const T dxt = diag.dx(i, p) + di * txr[p];  // dX̃
             dxo[p] = dti * dxt + dh * dyr[p];
             acc += xr[p] * dxt;
           },
@@ -139,8 +165,8 @@ struct SsdStateBackwardKernel : SsdChunks<ExecSpace, T> {
       T* dbo = &g.dBh(k.b, t, k.h, 0);
       T* dco = &g.dCh(k.b, t, k.h, 0);
       const T *tbr = w.tb + i * Np, *tcr = w.tc + i * Np;
-      Base::vec(team, N, [&](int j) { dbo[j] += di * tbr[j]; });
-      Base::vec(team, N, [&](int j) { dco[j] += ei * tcr[j]; });
+      Base::vec(team, N, [&](int j) { dbo[j] = diag.db(i, j) + di * tbr[j]; });
+      Base::vec(team, N, [&](int j) { dco[j] = diag.dc(i, j) + ei * tcr[j]; });
       Kokkos::single(Kokkos::PerThread(team), [&]() {
         ddt(k.b, t, k.h) = T(double(a) * w.dcum[i] + double(sx));
         w.row_a[i] = double(dti) * w.dcum[i];
