@@ -5,6 +5,9 @@
 //   backward: dx, dw, dbias from x, w, bias and dy (SiLU recomputed)
 //   copy:     Kokkos::deep_copy of a View of B·L·C floats into another, the
 //             copy bandwidth of this machine in this run, for reference
+// and, on a GPU, forward_tiled and backward_tiled: the same with
+// launch.shape = host, the tiled kernels (team scratch) instead of the
+// register windows, so that one run compares both forms.
 // Each reports `bytes`, the bytes it must move at least once, and GB/s
 // (bytes / time, 1e9 bytes):
 //   forward:  read x, write y            2·B·L·C·4 + C·K·4 (w)
@@ -31,7 +34,7 @@ namespace ssm = kdnn::ssm;
 using Space = Kokkos::DefaultExecutionSpace;
 using T = float;
 
-enum class Op { forward, backward, copy };
+enum class Op { forward, backward, copy, forward_tiled, backward_tiled };
 
 /// Uniform in [-1, 1), filled on the device.
 template <class View>
@@ -60,7 +63,12 @@ void run(benchmark::State& state, Op op) {
     const kdnn::Tensor3<T, Space> x = random_view(kdnn::Tensor3<T, Space>("x", B, L, C), 1);
     const kdnn::Matrix<T, Space> w = random_view(kdnn::Matrix<T, Space>("w", C, K), 2);
     const kdnn::Vector<T, Space> bias = random_view(kdnn::Vector<T, Space>("bias", C), 3);
-    const ssm::CausalConv1dOptions opts{/*silu=*/true};
+    ssm::CausalConv1dOptions opts;
+    opts.silu = true;
+    if (op == Op::forward_tiled || op == Op::backward_tiled) {
+      opts.launch.shape = kdnn::KernelShape::host;
+      op = op == Op::forward_tiled ? Op::forward : Op::backward;
+    }
     if (op == Op::forward) {
       ssm::ConvForward<T, Space> args;
       args.x = x;
@@ -106,8 +114,12 @@ int main(int argc, char** argv) {
   int count = int(args.rest.size());
   Kokkos::initialize(count, args.rest.data());
   {
-    const std::pair<const char*, Op> ops[] = {
+    std::vector<std::pair<const char*, Op>> ops = {
         {"forward", Op::forward}, {"backward", Op::backward}, {"copy", Op::copy}};
+    if (!Kokkos::SpaceAccessibility<Kokkos::HostSpace, Space::memory_space>::accessible) {
+      ops.insert(ops.end(), {{"forward_tiled", Op::forward_tiled},
+                             {"backward_tiled", Op::backward_tiled}});
+    }
     for (const auto& size : args.sizes) {
       for (const auto& op : ops) {
         const std::string name = std::string("ssm_conv_f32/") + op.first;

@@ -21,6 +21,10 @@ PyTorch runs on --torch-threads threads (default 2).
 
   python perf_tests/compare_ssm_conv.py --bench build/k46/perf_tests/kdnn_perf_ssm_conv
   python perf_tests/compare_ssm_conv.py --device cuda --bench build/cuda/perf_tests/kdnn_perf_ssm_conv
+
+On a GPU the benchmark also times the tiled form (forward_tiled,
+backward_tiled: launch.shape = host); those rows follow, against the same
+PyTorch times.
 """
 import argparse
 import os
@@ -114,6 +118,11 @@ def main():
         for phase in PHASES:
             ms, counters = kdnn[(phase, size)]
             rows.append((phase, size, ms, counters["GB/s"], copy_gbs, times[phase]))
+        for phase in ("forward", "backward"):  # the tiled form, on a GPU only
+            if (phase + "_tiled", size) in kdnn:
+                ms, counters = kdnn[(phase + "_tiled", size)]
+                rows.append((phase + "_tiled", size, ms, counters["GB/s"], copy_gbs,
+                             times[phase]))
     print("| phase | B, L, C, K | kdnn ms | kdnn GB/s | of copy GB/s | PyTorch ms "
           "| PyTorch / kdnn |")
     print("|---|---|---|---|---|---|---|")

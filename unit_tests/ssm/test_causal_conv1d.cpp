@@ -1,14 +1,17 @@
 // Causal depthwise conv1d (+ SiLU): forward and backward against double
 // loops (conv_reference.hpp), the reference backward against finite
 // differences, kdnn's double backward against finite differences of kdnn's
-// forward; K = 1, 2, 4, 7, several tiles of steps and channels, L < K−1,
-// L = 0, B = 0; bad arguments.
+// forward; K = 1, 2, 3, 4, 7, several tiles of steps and channels, L < K−1,
+// L = 0, B = 0; both forms (the host's tiles and the GPU's register
+// windows, K ∈ {2, 3, 4}) on every backend; bad arguments.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "allclose.hpp"
+#include "contraction.hpp"
 #include "conv_reference.hpp"
 #include "expect_error.hpp"
 #include "kdnn/ssm/causal_conv1d.hpp"
@@ -58,8 +61,16 @@ struct ConvViews {
   }
 };
 
+ssm::CausalConv1dOptions options(bool silu, kdnn::KernelShape shape) {
+  ssm::CausalConv1dOptions o;
+  o.silu = silu;
+  o.launch.shape = shape;
+  return o;
+}
+
 template <class T>
-ssm_ref::ConvForwardResult run_forward(const ConvCase& a) {
+ssm_ref::ConvForwardResult run_forward(const ConvCase& a,
+                                       kdnn::KernelShape shape = kdnn::KernelShape::automatic) {
   const auto& s = a.s;
   ConvViews<T> v(a);
   DeviceView<T***> y("y", s.B, s.L, s.C), fin("final", s.B, s.K - 1, s.C);
@@ -70,13 +81,14 @@ ssm_ref::ConvForwardResult run_forward(const ConvCase& a) {
   args.initial_state = v.init;
   args.y = y;
   args.final_state = fin;
-  ssm::causal_conv1d_forward(Space(), args, {a.silu});
+  ssm::causal_conv1d_forward(Space(), args, options(a.silu, shape));
   return {to_host(y), to_host(fin)};
 }
 
 template <class T>
-ssm_ref::ConvBackwardResult run_backward(const ConvCase& a, bool want_dbias = true,
-                                         bool want_dinit = true) {
+ssm_ref::ConvBackwardResult run_backward(
+    const ConvCase& a, bool want_dbias = true, bool want_dinit = true,
+    kdnn::KernelShape shape = kdnn::KernelShape::automatic) {
   const auto& s = a.s;
   ConvViews<T> v(a);
   DeviceView<T***> dx("dx", s.B, s.L, s.C), dinit;
@@ -96,7 +108,7 @@ ssm_ref::ConvBackwardResult run_backward(const ConvCase& a, bool want_dbias = tr
   args.dw = dw;
   args.dbias = dbias;
   args.dinitial_state = dinit;
-  ssm::causal_conv1d_backward(Space(), args, {a.silu});
+  ssm::causal_conv1d_backward(Space(), args, options(a.silu, shape));
   return {to_host(dx), to_host(dw), want_dbias ? to_host(dbias) : Vec{},
           want_dinit ? to_host(dinit) : Vec{}};
 }
@@ -112,9 +124,16 @@ using Types = ::testing::Types<float, double>;
 TYPED_TEST_SUITE(CausalConv1d, Types);
 
 /// (B, L, C, K) covering one and several tiles of 64 steps and of the
-/// channel tile (256 on a host, 64 on a GPU), L < K−1 and L = 0.
+/// channel tile (256 on a host, 64 on a GPU), several runs of steps of the
+/// register form, L < K−1 and L = 0.
 const ConvShape kShapes[] = {{2, 37, 5, 4},   {1, 150, 3, 1}, {2, 70, 300, 2}, {3, 3, 4, 7},
-                             {1, 130, 65, 7}, {2, 0, 3, 4},   {1, 1, 1, 1},    {2, 5, 2, 7}};
+                             {1, 130, 65, 7}, {2, 0, 3, 4},   {1, 1, 1, 1},    {2, 5, 2, 7},
+                             {2, 200, 33, 3}, {1, 2, 3, 3},   {1, 1, 2, 4}};
+const kdnn::KernelShape kForms[] = {kdnn::KernelShape::host, kdnn::KernelShape::gpu};
+
+const char* form_name(kdnn::KernelShape shape) {
+  return shape == kdnn::KernelShape::gpu ? "gpu" : "host";
+}
 
 TYPED_TEST(CausalConv1d, ForwardMatchesDoubleLoops) {
   using T = TypeParam;
@@ -122,15 +141,18 @@ TYPED_TEST(CausalConv1d, ForwardMatchesDoubleLoops) {
   for (const ConvShape& s : kShapes) {
     for (unsigned given : {0u, unsigned(kAll)}) {
       for (bool silu : {true, false}) {
-        SCOPED_TRACE(::testing::Message() << "B=" << s.B << " L=" << s.L << " C=" << s.C << " K="
-                                          << s.K << " given=" << given << " silu=" << silu);
         const ConvCase a = make_case(s, given, silu, seed += 10);
         const auto expected = ssm_ref::conv_forward(a);
-        const auto actual = run_forward<T>(a);
-        EXPECT_ALLCLOSE(actual.y, expected.y, tol<T>(), tol<T>());
-        Vec copied;  // the final state copies inputs: exact in T
-        for (double v : expected.final_state) copied.push_back(double(T(v)));
-        EXPECT_ALLCLOSE(actual.final_state, copied, 0, 0);
+        for (const auto form : kForms) {
+          SCOPED_TRACE(::testing::Message()
+                       << "B=" << s.B << " L=" << s.L << " C=" << s.C << " K=" << s.K
+                       << " given=" << given << " silu=" << silu << " " << form_name(form));
+          const auto actual = run_forward<T>(a, form);
+          EXPECT_ALLCLOSE(actual.y, expected.y, tol<T>(), tol<T>());
+          Vec copied;  // the final state copies inputs: exact in T
+          for (double v : expected.final_state) copied.push_back(double(T(v)));
+          EXPECT_ALLCLOSE(actual.final_state, copied, 0, 0);
+        }
       }
     }
   }
@@ -142,18 +164,46 @@ TYPED_TEST(CausalConv1d, BackwardMatchesDoubleLoops) {
   for (const ConvShape& s : kShapes) {
     for (unsigned given : {0u, unsigned(kBias), unsigned(kAll)}) {
       for (bool silu : {true, false}) {
-        SCOPED_TRACE(::testing::Message() << "B=" << s.B << " L=" << s.L << " C=" << s.C << " K="
-                                          << s.K << " given=" << given << " silu=" << silu);
         const ConvCase a = make_case(s, given, silu, seed += 10);
         const auto expected = ssm_ref::conv_backward(a);
-        const auto actual = run_backward<T>(a);
-        // dw and dbias sum over B·L terms of size ~1.
-        const double sum_tol = tol<T>() * std::sqrt(double(s.B * s.L) + 1);
-        EXPECT_ALLCLOSE(actual.dx, expected.dx, tol<T>(), tol<T>());
-        EXPECT_ALLCLOSE(actual.dw, expected.dw, tol<T>(), sum_tol);
-        EXPECT_ALLCLOSE(actual.dbias, expected.dbias, tol<T>(), sum_tol);
-        EXPECT_ALLCLOSE(actual.dinit, expected.dinit, tol<T>(), tol<T>());
+        for (const auto form : kForms) {
+          SCOPED_TRACE(::testing::Message()
+                       << "B=" << s.B << " L=" << s.L << " C=" << s.C << " K=" << s.K
+                       << " given=" << given << " silu=" << silu << " " << form_name(form));
+          const auto actual = run_backward<T>(a, true, true, form);
+          // dw and dbias sum over B·L terms of size ~1.
+          const double sum_tol = tol<T>() * std::sqrt(double(s.B * s.L) + 1);
+          EXPECT_ALLCLOSE(actual.dx, expected.dx, tol<T>(), tol<T>());
+          EXPECT_ALLCLOSE(actual.dw, expected.dw, tol<T>(), sum_tol);
+          EXPECT_ALLCLOSE(actual.dbias, expected.dbias, tol<T>(), sum_tol);
+          EXPECT_ALLCLOSE(actual.dinit, expected.dinit, tol<T>(), tol<T>());
+        }
       }
+    }
+  }
+}
+
+// The register form adds the terms of y, dz and dx in the tiled form's
+// order, so both give the same bits (where the build does not contract
+// a·b + c into FMAs differently in the two: then to a rounding per term).
+// dw and dbias are summed over different blocks of steps: to rounding.
+TYPED_TEST(CausalConv1d, RegisterFormMatchesTheTiledForm) {
+  using T = TypeParam;
+  const double exact = kdnn_test::host_contracts() ? 8 * std::numeric_limits<T>::epsilon() : 0;
+  unsigned seed = 900;
+  for (const ConvShape& s : {ConvShape{2, 200, 33, 3}, ConvShape{3, 70, 130, 2},
+                             ConvShape{2, 37, 5, 4}}) {
+    for (bool silu : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << "K=" << s.K << " silu=" << silu);
+      const ConvCase a = make_case(s, kAll, silu, seed += 10);
+      const auto host = kdnn::KernelShape::host, gpu = kdnn::KernelShape::gpu;
+      EXPECT_ALLCLOSE(run_forward<T>(a, gpu).y, run_forward<T>(a, host).y, exact, exact);
+      const auto g = run_backward<T>(a, true, true, gpu), h = run_backward<T>(a, true, true, host);
+      EXPECT_ALLCLOSE(g.dx, h.dx, exact, exact);
+      EXPECT_ALLCLOSE(g.dinit, h.dinit, exact, exact);
+      const double sums = 64 * std::numeric_limits<T>::epsilon() * std::sqrt(double(s.B * s.L));
+      EXPECT_ALLCLOSE(g.dw, h.dw, sums, sums);
+      EXPECT_ALLCLOSE(g.dbias, h.dbias, sums, sums);
     }
   }
 }

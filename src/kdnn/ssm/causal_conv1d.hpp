@@ -18,12 +18,19 @@
 #include <Kokkos_Core.hpp>
 
 #include "kdnn/core/impl/eti.hpp"
+#include "kdnn/core/launch.hpp"
 #include "kdnn/core/tensor.hpp"
 
 namespace kdnn::ssm {
 
 struct CausalConv1dOptions {
   bool silu = true;  ///< apply SiLU to the convolution's output
+  /// launch.shape picks the kernels' form: on a GPU (or with
+  /// KernelShape::gpu) a thread per channel and run of steps with the last K
+  /// inputs in registers, for K ∈ {2, 3, 4}; otherwise tiles of steps and
+  /// channels in team scratch (the host form, and any other K), for which
+  /// team_size and vector_length are requests as in every team kernel.
+  Launch launch;
 };
 
 /// The arguments of causal_conv1d_forward. Optional Views may be left empty

@@ -3,6 +3,7 @@
 // and the step-range launches the context-parallel conv (kdnn::cp) builds on.
 #include <climits>
 #include <string>
+#include <type_traits>
 
 #include "kdnn/core/error.hpp"
 #include "kdnn/core/impl/backend_traits.hpp"
@@ -11,6 +12,7 @@
 #include "kdnn/core/validate.hpp"
 #include "kdnn/ssm/causal_conv1d.hpp"
 #include "kdnn/ssm/impl/causal_conv1d_kernels.hpp"
+#include "kdnn/ssm/impl/causal_conv1d_register_kernels.hpp"
 
 namespace kdnn::ssm::impl {
 
@@ -27,7 +29,8 @@ void conv_tiling(Kernel& kernel, int C) {
 
 /// Plans and launches `kernel` over its steps [first, last) (with B, C > 0).
 template <class ExecSpace, class Kernel>
-void launch_conv(const char* op, const ExecSpace& space, Kernel kernel, const char* label) {
+void launch_conv(const char* op, const ExecSpace& space, Kernel kernel, const Launch& launch,
+                 const char* label) {
   const int B = int(kernel.x.extent(0)), K = int(kernel.w.extent(1));
   if (kernel.last <= kernel.first || B == 0 || kernel.x.extent(2) == 0) return;
   const long long league = (long long)B * kernel.time_tiles() * kernel.channel_tiles();
@@ -36,16 +39,47 @@ void launch_conv(const char* op, const ExecSpace& space, Kernel kernel, const ch
       [&](kdnn::impl::ScratchCarver& s) { Kernel::carve(s, kernel.tt, kernel.ct, K); });
   constexpr bool host = kdnn::impl::BackendTraits<ExecSpace>::is_host;
   const auto plan = kdnn::impl::plan_team<ExecSpace, Kernel>(
-      op, space, int(league), Launch{}, host ? 1 : 32, bytes,
+      op, space, int(league), launch, host ? 1 : 32, bytes,
       "a tile of " + std::to_string(kernel.tt) + " steps and " + std::to_string(kernel.ct) +
           " channels with K=" + std::to_string(K));
   plan.launch(label, space, kernel);
 }
 
+/// Runs `run(std::integral_constant<int, K>{})` and returns true when the
+/// launch asks for the GPU form and K is one of the register kernels' widths.
+template <class ExecSpace, class Run>
+bool register_width(const CausalConv1dOptions& opts, int K, const Run& run) {
+  if (!kdnn::impl::use_gpu_shape<ExecSpace>(opts.launch.shape)) return false;
+  switch (K) {
+    case 2: run(std::integral_constant<int, 2>{}); return true;
+    case 3: run(std::integral_constant<int, 3>{}); return true;
+    case 4: run(std::integral_constant<int, 4>{}); return true;
+    default: return false;
+  }
+}
+
+/// Steps per thread of a register kernel: 64 (K − 1 halo loads per 64
+/// steps), halved down to 8 while fewer than 2^16 threads would run.
+template <class Kernel>
+void set_runs(Kernel& k) {
+  k.run = 64;
+  while (k.run > 8 && k.threads() < (1LL << 16)) k.run /= 2;
+}
+
+/// Launches a register kernel: one thread per (b, run of steps, channel).
+template <class ExecSpace, class Kernel>
+void launch_runs(const ExecSpace& space, const Kernel& k, const char* label) {
+  if (k.threads() <= 0) return;
+  Kokkos::parallel_for(
+      label, Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<long long>>(space, 0, k.threads()),
+      k);
+}
+
 template <class ExecSpace, class T, class Kernel>
 void set_conv_inputs(Kernel& k, const Tensor3<const T, ExecSpace>& x,
                      const Matrix<const T, ExecSpace>& w, const Vector<const T, ExecSpace>& bias,
-                     const Tensor3<const T, ExecSpace>& init, const CausalConv1dOptions& opts) {
+                     const Tensor3<const T, ExecSpace>& init, const CausalConv1dOptions& opts,
+                     int first, int last) {
   k.x = x;
   k.w = w;
   k.bias = bias;
@@ -53,19 +87,28 @@ void set_conv_inputs(Kernel& k, const Tensor3<const T, ExecSpace>& x,
   k.has_bias = validate::given(bias);
   k.has_init = validate::given(init);
   k.silu = opts.silu;
-  conv_tiling<ExecSpace>(k, int(x.extent(2)));
+  k.first = first;
+  k.last = last;
 }
 
 /// y at steps [first, last) (0 ≤ first ≤ last ≤ L); no checks.
 template <class ExecSpace, class T>
 void conv_forward_steps(const ExecSpace& space, const ConvForward<T, ExecSpace>& a,
                         const CausalConv1dOptions& opts, int first, int last) {
+  const char* label = "kdnn::ssm::causal_conv1d_forward";
+  const auto in_registers = [&](auto width) {
+    ConvRegisterForward<ExecSpace, T, decltype(width)::value> k;
+    set_conv_inputs<ExecSpace, T>(k, a.x, a.w, a.bias, a.initial_state, opts, first, last);
+    k.y = a.y;
+    set_runs(k);
+    launch_runs(space, k, label);
+  };
+  if (register_width<ExecSpace>(opts, int(a.w.extent(1)), in_registers)) return;
   ConvForwardKernel<ExecSpace, T> k;
-  set_conv_inputs<ExecSpace, T>(k, a.x, a.w, a.bias, a.initial_state, opts);
+  set_conv_inputs<ExecSpace, T>(k, a.x, a.w, a.bias, a.initial_state, opts, first, last);
+  conv_tiling<ExecSpace>(k, int(a.x.extent(2)));
   k.y = a.y;
-  k.first = first;
-  k.last = last;
-  launch_conv("ssm::causal_conv1d_forward", space, k, "kdnn::ssm::causal_conv1d_forward");
+  launch_conv("ssm::causal_conv1d_forward", space, k, opts.launch, label);
 }
 
 /// final[b, j, c] = x̄[b, L−K+1+j, c]: the last K−1 steps of x̄.
@@ -86,42 +129,22 @@ void conv_final_state(const ExecSpace& space, const Tensor3<const T, ExecSpace>&
       });
 }
 
-/// The backward at steps s in [first, last) of x̄ (−K+1 ≤ first ≤ last ≤ L;
-/// s < 0 writes d(initial state)); with `params`, also dw and dbias (then the
-/// range must cover [0, L)). No checks.
+/// dw and dbias from the partial sums of the blocks of steps (partial
+/// [blocks, C·(K+1)]); zeros when there were no steps.
 template <class ExecSpace, class T>
-void conv_backward_steps(const ExecSpace& space, const ConvBackward<T, ExecSpace>& a,
-                         const CausalConv1dOptions& opts, int first, int last, bool params) {
-  const char* op = "ssm::causal_conv1d_backward";
-  ConvBackwardKernel<ExecSpace, T> k;
-  set_conv_inputs<ExecSpace, T>(k, a.x, a.w, a.bias, a.initial_state, opts);
-  k.dy = a.dy;
-  k.dfinal = a.dfinal_state;
-  k.has_dfinal = validate::given(a.dfinal_state);
-  k.dx = a.dx;
-  k.dinit = a.dinitial_state;
-  k.first = first;
-  k.last = last;
-  k.params = params;
-  const int B = int(a.x.extent(0)), C = int(a.x.extent(2)), K = int(a.w.extent(1));
-  if (params) {
-    const int blocks = B * k.time_tiles();
-    k.partial = Matrix<T, ExecSpace>(
-        Kokkos::view_alloc(Kokkos::WithoutInitializing, "kdnn::ssm::conv_partial_sums"), blocks,
-        std::size_t(C) * (K + 1));
-  }
-  launch_conv(op, space, k, "kdnn::ssm::causal_conv1d_backward");
-  if (!params) return;
+void conv_param_sums(const ExecSpace& space, const ConvBackward<T, ExecSpace>& a,
+                     const Matrix<T, ExecSpace>& partial) {
+  const int K = int(a.w.extent(1));
   const auto dw = a.dw;
   const auto dbias = a.dbias;
   const bool has_dbias = validate::given(dbias);
-  if (k.partial.extent(0) == 0 || B == 0 || last <= first) {  // no steps: zero gradients
+  if (partial.extent(0) == 0) {  // no steps: zero gradients
     Kokkos::deep_copy(space, dw, T(0));
     if (has_dbias) Kokkos::deep_copy(space, dbias, T(0));
     return;
   }
   kdnn::impl::sum_blocks(
-      space, "kdnn::ssm::causal_conv1d_param_sums", k.partial, KOKKOS_LAMBDA(int j, double v) {
+      space, "kdnn::ssm::causal_conv1d_param_sums", partial, KOKKOS_LAMBDA(int j, double v) {
         const int c = j / (K + 1), kk = j % (K + 1);
         if (kk < K) {
           dw(c, kk) = T(v);
@@ -129,6 +152,54 @@ void conv_backward_steps(const ExecSpace& space, const ConvBackward<T, ExecSpace
           dbias(c) = T(v);
         }
       });
+}
+
+/// The backward kernel's outputs and, with `params`, its partial sums
+/// [blocks, C·(K+1)].
+template <class ExecSpace, class T, class Kernel>
+void set_conv_gradients(Kernel& k, const ConvBackward<T, ExecSpace>& a, bool params,
+                        long long blocks) {
+  k.dy = a.dy;
+  k.dfinal = a.dfinal_state;
+  k.has_dfinal = validate::given(a.dfinal_state);
+  k.dx = a.dx;
+  k.dinit = a.dinitial_state;
+  k.params = params;
+  const bool steps = k.last > k.first && a.x.extent(0) > 0 && a.x.extent(2) > 0;
+  if (params) {
+    k.partial = Matrix<T, ExecSpace>(
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, "kdnn::ssm::conv_partial_sums"),
+        steps ? blocks : 0, a.x.extent(2) * (a.w.extent(1) + 1));
+  }
+}
+
+/// The backward at steps s in [first, last) of x̄ (−K+1 ≤ first ≤ last ≤ L;
+/// s < 0 writes d(initial state)); with `params`, also dw and dbias (then the
+/// range must cover [0, L)). No checks.
+template <class ExecSpace, class T>
+void conv_backward_steps(const ExecSpace& space, const ConvBackward<T, ExecSpace>& a,
+                         const CausalConv1dOptions& opts, int first, int last, bool params) {
+  const char* op = "ssm::causal_conv1d_backward";
+  const char* label = "kdnn::ssm::causal_conv1d_backward";
+  const long long B = a.x.extent(0);
+  Matrix<T, ExecSpace> partial;
+  const auto in_registers = [&](auto width) {
+    ConvRegisterBackward<ExecSpace, T, decltype(width)::value> k;
+    set_conv_inputs<ExecSpace, T>(k, a.x, a.w, a.bias, a.initial_state, opts, first, last);
+    set_runs(k);
+    set_conv_gradients(k, a, params, B * k.runs());
+    launch_runs(space, k, label);
+    partial = k.partial;
+  };
+  if (!register_width<ExecSpace>(opts, int(a.w.extent(1)), in_registers)) {
+    ConvBackwardKernel<ExecSpace, T> k;
+    set_conv_inputs<ExecSpace, T>(k, a.x, a.w, a.bias, a.initial_state, opts, first, last);
+    conv_tiling<ExecSpace>(k, int(a.x.extent(2)));
+    set_conv_gradients(k, a, params, B * k.time_tiles());
+    launch_conv(op, space, k, opts.launch, label);
+    partial = k.partial;
+  }
+  if (params) conv_param_sums(space, a, partial);
 }
 
 /// A state [B, K−1, C] of x [B, L, C] and w [C, K].

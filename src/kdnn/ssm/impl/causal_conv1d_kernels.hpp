@@ -26,23 +26,36 @@ KOKKOS_FORCEINLINE_FUNCTION T sigmoid(T z) {
   return T(1) / (T(1) + kdnn::impl::exp_vectorisable(-z));
 }
 
-/// What both conv kernels share: the arguments, the tiling and the scratch
-/// loads.
+/// The arguments of every conv kernel (the tiled ones here, the register
+/// ones in causal_conv1d_register_kernels.hpp).
 template <class ExecSpace, class T>
-struct ConvTiles {
-  using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
-  static constexpr bool host = kdnn::impl::BackendTraits<ExecSpace>::is_host;
-  /// The most channels of a tile on a host (conv_tiling): the length of a
-  /// host thread's row of sums in correlate().
-  static constexpr int host_max_ct = 256;
-
+struct ConvInputs {
   Tensor3<const T, ExecSpace> x;     ///< [B, L, C]
   Matrix<const T, ExecSpace> w;      ///< [C, K]
   Vector<const T, ExecSpace> bias;   ///< [C] or empty
   Tensor3<const T, ExecSpace> init;  ///< [B, K−1, C] or empty (zeros)
   bool has_bias = false, has_init = false, silu = true;
   int first = 0, last = 0;  ///< the launch's steps [first, last)
-  int tt = 1, ct = 1;       ///< steps and channels per team
+};
+
+/// What both tiled conv kernels share: the tiling and the scratch loads.
+template <class ExecSpace, class T>
+struct ConvTiles : ConvInputs<ExecSpace, T> {
+  using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  static constexpr bool host = kdnn::impl::BackendTraits<ExecSpace>::is_host;
+  /// The most channels of a tile on a host (conv_tiling): the length of a
+  /// host thread's row of sums in correlate().
+  static constexpr int host_max_ct = 256;
+  using ConvInputs<ExecSpace, T>::x;
+  using ConvInputs<ExecSpace, T>::w;
+  using ConvInputs<ExecSpace, T>::bias;
+  using ConvInputs<ExecSpace, T>::init;
+  using ConvInputs<ExecSpace, T>::has_bias;
+  using ConvInputs<ExecSpace, T>::has_init;
+  using ConvInputs<ExecSpace, T>::first;
+  using ConvInputs<ExecSpace, T>::last;
+
+  int tt = 1, ct = 1;  ///< steps and channels per team
   kdnn::impl::TeamWork work;  ///< set by the launch
 
   KOKKOS_INLINE_FUNCTION int time_tiles() const { return (last - first + tt - 1) / tt; }

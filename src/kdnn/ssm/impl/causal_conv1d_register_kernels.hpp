@@ -1,0 +1,145 @@
+#pragma once
+// The GPU form of the causal depthwise conv1d (causal_conv1d.hpp) for a
+// compile-time width K: one thread per (batch entry, run of steps, channel),
+// consecutive threads on consecutive channels, so that every load and store
+// of the channel-last [B, L, C] tensors is coalesced. A thread slides a
+// window of the last K inputs through registers along its run of steps: no
+// scratch, no barrier, each input read once (plus K − 1 halo steps per run).
+// The sums add their terms in the order of the tiled kernels
+// (causal_conv1d_kernels.hpp): bias first, then k = 0 … K − 1.
+#include <Kokkos_Core.hpp>
+
+#include "kdnn/core/tensor.hpp"
+#include "kdnn/ssm/impl/causal_conv1d_kernels.hpp"
+
+namespace kdnn::ssm::impl {
+
+/// What both register kernels share: the thread mapping and the window.
+template <class ExecSpace, class T, int K>
+struct ConvRuns : ConvInputs<ExecSpace, T> {
+  int run = 64;  ///< steps per thread
+
+  KOKKOS_INLINE_FUNCTION int runs() const { return (this->last - this->first + run - 1) / run; }
+  /// Threads: B · runs · C.
+  long long threads() const { return (long long)this->x.extent(0) * runs() * this->x.extent(2); }
+
+  /// Thread `idx`'s batch entry b, channel c, steps [s0, s0 + n) and run index.
+  struct Run {
+    int b, c, s0, n, index;
+  };
+  KOKKOS_INLINE_FUNCTION Run run_of(long long idx) const {
+    const int C = int(this->x.extent(2));
+    const int c = int(idx % C);
+    const long long rest = idx / C;
+    const int r = int(rest % runs()), b = int(rest / runs());
+    const int s0 = this->first + r * run;
+    return {b, c, s0, this->last - s0 < run ? this->last - s0 : run, r};
+  }
+
+  /// x̄[b, s, c]: the initial state (or 0) before step 0, x in [0, L), 0 after.
+  KOKKOS_INLINE_FUNCTION T xbar(int b, int s, int c) const {
+    if (s >= 0) return s < int(this->x.extent(1)) ? this->x(b, s, c) : T(0);
+    return this->has_init && s >= -(K - 1) ? this->init(b, s + K - 1, c) : T(0);
+  }
+
+  /// The channel's weights and bias into registers.
+  KOKKOS_INLINE_FUNCTION void load_weights(int c, T (&wk)[K], T& bc) const {
+    for (int k = 0; k < K; ++k) wk[k] = this->w(c, k);
+    bc = this->has_bias ? this->bias(c) : T(0);
+  }
+
+  /// window[k] = window[k + 1], window[K − 1] = v.
+  KOKKOS_FORCEINLINE_FUNCTION static void push(T (&window)[K], T v) {
+    for (int k = 0; k + 1 < K; ++k) window[k] = window[k + 1];
+    window[K - 1] = v;
+  }
+
+  /// bias + Σ_k wk[k]·window[k], in order of k.
+  KOKKOS_FORCEINLINE_FUNCTION static T correlate(const T (&wk)[K], T bc, const T (&window)[K]) {
+    T acc = bc;
+    for (int k = 0; k < K; ++k) acc += wk[k] * window[k];
+    return acc;
+  }
+};
+
+/// y[b, t, c] for t in [first, last).
+template <class ExecSpace, class T, int K>
+struct ConvRegisterForward : ConvRuns<ExecSpace, T, K> {
+  Tensor3<T, ExecSpace> y;
+
+  KOKKOS_INLINE_FUNCTION void operator()(long long idx) const {
+    const auto r = this->run_of(idx);
+    T wk[K], bc, window[K];
+    this->load_weights(r.c, wk, bc);
+    for (int k = 0; k + 1 < K; ++k) window[k + 1] = this->xbar(r.b, r.s0 - (K - 1) + k, r.c);
+    for (int i = 0; i < r.n; ++i) {
+      const int t = r.s0 + i;
+      this->push(window, this->x(r.b, t, r.c));
+      const T z = this->correlate(wk, bc, window);
+      y(r.b, t, r.c) = this->silu ? z * sigmoid(z) : z;
+    }
+  }
+};
+
+/// The backward over steps s in [first, last) of x̄ (s < 0: the initial
+/// state), as ConvBackwardKernel computes it: dz = dy·SiLU'(z) recomputed
+/// from a window of x̄, dx̄[s] = Σ_k w[k]·dz[s+K−1−k] from a window of dz (+
+/// dfinal for the last K−1 steps); with `params`, each thread's partial sums
+/// Σ_t dz[t]·x̄[t−K+1+k] (dw) and Σ_t dz[t] (dbias) over its steps t into
+/// partial[b·runs + run index, c·(K+1) + k] (k = K: dbias).
+template <class ExecSpace, class T, int K>
+struct ConvRegisterBackward : ConvRuns<ExecSpace, T, K> {
+  Tensor3<const T, ExecSpace> dy;      ///< [B, L, C]
+  Tensor3<const T, ExecSpace> dfinal;  ///< [B, K−1, C] or empty
+  Tensor3<T, ExecSpace> dx;            ///< [B, L, C] (written for s ≥ 0)
+  Tensor3<T, ExecSpace> dinit;         ///< [B, K−1, C] (written for s < 0)
+  Matrix<T, ExecSpace> partial;        ///< [B·runs, C·(K+1)] when params
+  bool has_dfinal = false, params = false;
+
+  KOKKOS_INLINE_FUNCTION void operator()(long long idx) const {
+    const auto r = this->run_of(idx);
+    const int L = int(this->x.extent(1));
+    T wk[K], bc, xw[K], dzw[K], pw[K + 1];
+    this->load_weights(r.c, wk, bc);
+    for (int k = 0; k < K; ++k) dzw[k] = T(0);
+    for (int k = 0; k <= K; ++k) pw[k] = T(0);
+    for (int k = 0; k + 1 < K; ++k) xw[k + 1] = this->xbar(r.b, r.s0 - (K - 1) + k, r.c);
+    // Step t: x̄[t] enters the window, dz[t] is computed; from t = s0 + K − 1
+    // on, the window of dz holds every term of dx̄[t − K + 1].
+    for (int t = r.s0; t < r.s0 + r.n + K - 1; ++t) {
+      this->push(xw, this->xbar(r.b, t, r.c));
+      T dz = T(0);
+      if (t >= 0 && t < L) {
+        const T g = dy(r.b, t, r.c);
+        if (this->silu) {
+          const T z = this->correlate(wk, bc, xw), sg = sigmoid(z);
+          dz = g * (sg * (T(1) + z * (T(1) - sg)));
+        } else {
+          dz = g;
+        }
+      }
+      if (params && t < r.s0 + r.n) {
+        for (int k = 0; k < K; ++k) pw[k] += dz * xw[k];
+        pw[K] += dz;
+      }
+      this->push(dzw, dz);
+      const int s = t - (K - 1);
+      if (s < r.s0) continue;
+      T acc = T(0);
+      for (int k = 0; k < K; ++k) acc += wk[k] * dzw[K - 1 - k];
+      const int fin = s - (L - (K - 1));  // index into the final state
+      if (has_dfinal && fin >= 0) acc = acc + dfinal(r.b, fin, r.c);
+      if (s < 0) {
+        dinit(r.b, s + K - 1, r.c) = acc;
+      } else {
+        dx(r.b, s, r.c) = acc;
+      }
+    }
+    if (params) {
+      const int row = r.b * this->runs() + r.index;
+      for (int k = 0; k <= K; ++k) partial(row, r.c * (K + 1) + k) = pw[k];
+    }
+  }
+};
+
+}  // namespace kdnn::ssm::impl
