@@ -13,7 +13,8 @@
 #include "kdnn/core/validate.hpp"
 #include "kdnn/cp/agree.hpp"
 #include "kdnn/cp/impl/mpi_memory.hpp"
-#include "kdnn/ssm/impl/ssd_impl.hpp"
+#include "kdnn/ssm/impl/ssd_checks.hpp"
+#include "kdnn/ssm/impl/ssd_steps.hpp"
 
 namespace kdnn::cp {
 struct StateStats;

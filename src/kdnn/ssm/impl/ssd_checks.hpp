@@ -1,0 +1,140 @@
+#pragma once
+// The argument checks of the SSD operators (ssd.hpp), shared by the
+// single-rank operators (ssd_impl.hpp) and the context-parallel SSD
+// (kdnn::cp), which runs them on every rank.
+#include <Kokkos_Core.hpp>
+#include <climits>
+#include <cstdint>
+#include <string>
+
+#include "kdnn/core/error.hpp"
+#include "kdnn/core/validate.hpp"
+#include "kdnn/ssm/ssd.hpp"
+
+namespace kdnn::ssm::impl {
+
+/// A state [B, H, P, N] of x [B, L, H, P] and B [B, L, G, N].
+template <class State, class X, class Bv>
+void check_ssd_state(const char* op, const char* name, const State& s, const X& x, const Bv& b) {
+  validate::extent(op, name, s, 0, x.extent(0), "B, x's extent(0)");
+  validate::extent(op, name, s, 1, x.extent(2), "H, x's extent(2)");
+  validate::extent(op, name, s, 2, x.extent(3), "P, x's extent(3)");
+  validate::extent(op, name, s, 3, b.extent(3), "N, B's extent(3)");
+}
+
+/// Throws at the first dt (in memory order) that is negative or not finite,
+/// naming its [b, t, h]: one device reduction, then one value copied back.
+template <class ExecSpace, class T>
+void check_dt_values(const char* op, const Tensor3<const T, ExecSpace>& dt) {
+  const std::size_t n = dt.size();
+  if (n == 0) return;
+  std::size_t first = n;
+  Kokkos::parallel_reduce(
+      "kdnn::ssm::ssd_check_dt", Kokkos::RangePolicy<ExecSpace>(ExecSpace(), 0, n),
+      KOKKOS_LAMBDA(std::size_t i, std::size_t & lowest) {
+        const T v = dt.data()[i];
+        // v >= 0 is false for NaN; v - v is NaN for ±inf.
+        if (!(v >= T(0) && v - v == T(0)) && i < lowest) lowest = i;
+      },
+      Kokkos::Min<std::size_t>(first));
+  if (first >= n) return;  // none (the reduction's identity is the largest size_t)
+  const std::size_t H = dt.extent(2), t = first / H % dt.extent(1), b = first / H / dt.extent(1);
+  T value{};
+  Kokkos::deep_copy(value, Kokkos::subview(dt, b, t, first % H));
+  fail(op, ": dt[", b, ", ", t, ", ", first % H, "]=", value,
+       ", expected a finite dt >= 0 (check_dt)");
+}
+
+/// Checks of x, dt, A, B, C and the chunk size shared by every SSD operator.
+template <class ExecSpace, class T>
+void check_ssd_inputs(const char* op, const Tensor4<const T, ExecSpace>& x,
+                      const Tensor3<const T, ExecSpace>& dt, const Vector<const T, ExecSpace>& A,
+                      const Tensor4<const T, ExecSpace>& B, const Tensor4<const T, ExecSpace>& C,
+                      const SsdOptions& opts) {
+  if (opts.chunk < 1) fail(op, ": chunk=", opts.chunk, ", expected Q >= 1");
+  validate::extent(op, "dt", dt, 0, x.extent(0), "B, x's extent(0)");
+  validate::extent(op, "dt", dt, 1, x.extent(1), "L, x's extent(1)");
+  validate::extent(op, "dt", dt, 2, x.extent(2), "H, x's extent(2)");
+  validate::extent(op, "A", A, 0, x.extent(2), "H, x's extent(2)");
+  validate::extent(op, "B", B, 0, x.extent(0), "B, x's extent(0)");
+  validate::extent(op, "B", B, 1, x.extent(1), "L, x's extent(1)");
+  validate::same_shape(op, "C", C, "B", B);
+  const std::size_t H = x.extent(2), G = B.extent(2);
+  if (G == 0 || H % G != 0) {
+    fail(op, ": B has extent(2)=", G, ", expected a number of groups G >= 1 that divides H=", H);
+  }
+  const std::size_t chunks = (x.extent(1) + opts.chunk - 1) / opts.chunk;
+  if (x.extent(1) > std::size_t(INT_MAX) || x.extent(0) * H * chunks > std::size_t(INT_MAX) ||
+      x.extent(3) > 4096 || B.extent(3) > 4096) {
+    fail(op, ": x has shape [", x.extent(0), ", ", x.extent(1), ", ", H, ", ", x.extent(3),
+         "] and N=", B.extent(3), ", expected L and B·H·ceil(L/Q) < 2^31, P, N <= 4096");
+  }
+  if (opts.check_a) {
+    const auto a = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), A);
+    for (std::size_t h = 0; h < a.extent(0); ++h) {
+      if (!(a(h) <= T(0))) fail(op, ": A[", h, "]=", a(h), ", expected A <= 0 (check_a)");
+    }
+  }
+  if (opts.check_dt) check_dt_values<ExecSpace, T>(op, dt);
+}
+
+template <class ExecSpace, class T>
+void check_ssd_forward(const char* op, const SsdForward<T, ExecSpace>& a, const SsdOptions& opts) {
+  check_ssd_inputs<ExecSpace, T>(op, a.x, a.dt, a.A, a.B, a.C, opts);
+  if (validate::given(a.D)) validate::extent(op, "D", a.D, 0, a.x.extent(2), "H, x's extent(2)");
+  if (validate::given(a.initial_state)) {
+    check_ssd_state(op, "initial_state", a.initial_state, a.x, a.B);
+  }
+  validate::same_shape(op, "y", a.y, "x", a.x);
+  if (validate::given(a.final_state)) check_ssd_state(op, "final_state", a.final_state, a.x, a.B);
+  using validate::memory_of;
+  const auto inputs = {memory_of("x", a.x),
+                       memory_of("dt", a.dt),
+                       memory_of("A", a.A),
+                       memory_of("B", a.B),
+                       memory_of("C", a.C),
+                       memory_of("D", a.D),
+                       memory_of("initial_state", a.initial_state)};
+  validate::disjoint(op, {memory_of("y", a.y), memory_of("final_state", a.final_state)}, inputs);
+}
+
+template <class ExecSpace, class T>
+void check_ssd_backward(const char* op, const SsdBackward<T, ExecSpace>& a,
+                        const SsdOptions& opts) {
+  check_ssd_inputs<ExecSpace, T>(op, a.x, a.dt, a.A, a.B, a.C, opts);
+  const std::size_t H = a.x.extent(2);
+  if (validate::given(a.D)) validate::extent(op, "D", a.D, 0, H, "H, x's extent(2)");
+  if (validate::given(a.initial_state)) {
+    check_ssd_state(op, "initial_state", a.initial_state, a.x, a.B);
+  }
+  validate::same_shape(op, "dy", a.dy, "x", a.x);
+  if (validate::given(a.dfinal_state)) {
+    check_ssd_state(op, "dfinal_state", a.dfinal_state, a.x, a.B);
+  }
+  validate::same_shape(op, "dx", a.dx, "x", a.x);
+  validate::same_shape(op, "ddt", a.ddt, "dt", a.dt);
+  validate::extent(op, "dA", a.dA, 0, H, "H, x's extent(2)");
+  validate::same_shape(op, "dB", a.dB, "B", a.B);
+  validate::same_shape(op, "dC", a.dC, "C", a.C);
+  if (validate::given(a.dD)) validate::extent(op, "dD", a.dD, 0, H, "H, x's extent(2)");
+  if (validate::given(a.dinitial_state)) {
+    check_ssd_state(op, "dinitial_state", a.dinitial_state, a.x, a.B);
+  }
+  using validate::memory_of;
+  const auto inputs = {memory_of("x", a.x),
+                       memory_of("dt", a.dt),
+                       memory_of("A", a.A),
+                       memory_of("B", a.B),
+                       memory_of("C", a.C),
+                       memory_of("D", a.D),
+                       memory_of("initial_state", a.initial_state),
+                       memory_of("dy", a.dy),
+                       memory_of("dfinal_state", a.dfinal_state)};
+  validate::disjoint(
+      op,
+      {memory_of("dx", a.dx), memory_of("ddt", a.ddt), memory_of("dA", a.dA), memory_of("dB", a.dB),
+       memory_of("dC", a.dC), memory_of("dD", a.dD), memory_of("dinitial_state", a.dinitial_state)},
+      inputs);
+}
+
+}  // namespace kdnn::ssm::impl

@@ -1,0 +1,364 @@
+#pragma once
+// The steps of the chunked SSD: the interface through which the single-rank
+// operators (ssd_impl.hpp) and the context-parallel SSD (kdnn::cp,
+// cp/impl/ssd_impl.hpp) compose it. Nothing else of ssm::impl is meant to be
+// reached from outside ssm/.
+//
+//   forward:   chunk_states → state_pass → chunk_output
+//   backward:  chunk_states → state_pass → chunk_dstates → reverse_state_pass
+//              → fused_backward (one rank), or gradient_buffers →
+//              diag_backward (no state needed: may overlap communication) →
+//              state_backward (after the states and their gradients are
+//              complete)
+//
+// Chunk states travel between the steps in ChunkStates [B, H, chunks (+1),
+// N·P] (element n·P + p of a chunk state is s[p, n]) and the chunks' total
+// decays in ChunkDecays [B, H, chunks]. A context-parallel caller corrects
+// both between the passes with the other ranks' summaries. Every step runs
+// on `space` and checks nothing: the callers check their arguments first
+// (ssd_checks.hpp).
+#include <Kokkos_Core.hpp>
+#include <cstddef>
+#include <string>
+
+#include "kdnn/core/impl/backend_traits.hpp"
+#include "kdnn/core/impl/block_sums.hpp"
+#include "kdnn/core/impl/team_plan.hpp"
+#include "kdnn/core/validate.hpp"
+#include "kdnn/ssm/impl/ssd_backward_kernel.hpp"
+#include "kdnn/ssm/impl/ssd_chunk_dstate_kernel.hpp"
+#include "kdnn/ssm/impl/ssd_chunk_output_kernel.hpp"
+#include "kdnn/ssm/impl/ssd_chunk_state_kernel.hpp"
+#include "kdnn/ssm/impl/ssd_diag_backward_kernel.hpp"
+#include "kdnn/ssm/impl/ssd_state_backward_kernel.hpp"
+#include "kdnn/ssm/ssd.hpp"
+
+namespace kdnn::ssm::impl {
+
+template <class T, class ExecSpace>
+using ChunkDecays = Kokkos::View<T***, Kokkos::LayoutRight, typename ExecSpace::memory_space>;
+
+/// The inputs every chunk kernel reads, its sizes and its launch request.
+template <class ExecSpace, class T, class Kernel, class Args>
+void set_ssd_inputs(Kernel& k, const Args& a, const SsdOptions& opts) {
+  k.x = a.x;
+  k.dt = a.dt;
+  k.A = a.A;
+  k.Bm = a.B;
+  k.Cm = a.C;
+  k.set_sizes(opts.chunk);
+  k.launch = opts.launch;
+}
+
+/// Plans and launches a chunk kernel (one team per (b, h, chunk)) whose
+/// scratch layout is `carve(ScratchCarver&)`.
+template <class ExecSpace, class Kernel, class Carve>
+void launch_chunks(const char* op, const ExecSpace& space, Kernel kernel, const Carve& carve,
+                   const char* label) {
+  if (kernel.league() == 0) return;
+  const std::size_t bytes = kdnn::impl::layout_bytes(carve);
+  constexpr bool host = kdnn::impl::BackendTraits<ExecSpace>::is_host;
+  const auto plan = kdnn::impl::plan_team<ExecSpace, Kernel>(
+      op, space, kernel.league(), kernel.launch, host ? 1 : 32, bytes,
+      "a chunk of Q=" + std::to_string(kernel.Q) + " steps with P=" + std::to_string(kernel.P()) +
+          ", N=" + std::to_string(kernel.N()));
+  plan.launch(label, space, kernel);
+}
+
+/// states(b, h, c) = S_c and decay(b, h, c) = exp(cum_last) for every chunk
+/// (states has chunks + 1 rows; the last is left for the state pass).
+template <class ExecSpace, class T, class Args>
+void chunk_states(const char* op, const ExecSpace& space, const Args& a, const SsdOptions& opts,
+                  ChunkStates<T, ExecSpace>& states, ChunkDecays<T, ExecSpace>& decay) {
+  SsdChunkStateKernel<ExecSpace, T> k;
+  set_ssd_inputs<ExecSpace, T>(k, a, opts);
+  const int B = int(a.x.extent(0)), H = int(a.x.extent(2));
+  states = ChunkStates<T, ExecSpace>(
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("kdnn::ssm::ssd_states")), B, H,
+      k.chunks + 1, std::size_t(k.P()) * k.N());
+  decay = ChunkDecays<T, ExecSpace>(
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("kdnn::ssm::ssd_decay")), B, H,
+      k.chunks);
+  k.states = states;
+  k.decay = decay;
+  launch_chunks(
+      op, space, k, [&](kdnn::impl::ScratchCarver& s) { decltype(k)::carve(s, k.Qp, k.Pp, k.Np); },
+      "kdnn::ssm::ssd_chunk_states");
+}
+
+/// Runs f(b, h, e0, w) over blocks [e0, e0 + w) of the elements of each
+/// (b, h)'s chunk states (NP of them), w ≤ StateBlock<ExecSpace>::width: on
+/// a host 64, so that each chunk's row of a block is a contiguous vector
+/// loop; on a GPU 1, consecutive threads taking consecutive elements.
+template <class ExecSpace>
+struct StateBlock {
+  static constexpr int width = kdnn::impl::BackendTraits<ExecSpace>::is_host ? 64 : 1;
+};
+template <class ExecSpace, class F>
+void for_state_blocks(const ExecSpace& space, const char* label, int B, int H, int NP, const F& f) {
+  constexpr int W = StateBlock<ExecSpace>::width;
+  const int per = (NP + W - 1) / W;
+  const long long count = (long long)B * H * per;
+  if (count == 0) return;
+  Kokkos::parallel_for(
+      label, Kokkos::RangePolicy<ExecSpace>(space, 0, count), KOKKOS_LAMBDA(long long idx) {
+        const int e0 = int(idx % per) * W, bh = int(idx / per);
+        f(bh / H, bh % H, e0, NP - e0 < W ? NP - e0 : W);
+      });
+}
+
+/// The forward state pass, in place: on entry states(b, h, c) = S_c; on exit
+/// states(b, h, c) = H_c, the state entering chunk c (H_0 = init, zeros when
+/// empty), and states(b, h, chunks) = the final state, also written to
+/// `final_state` when given. A [B, H, P, N] state s[p, n] is element n·P + p
+/// of a chunk state.
+template <class ExecSpace, class T>
+void state_pass(const ExecSpace& space, const ChunkStates<T, ExecSpace>& states,
+                const ChunkDecays<T, ExecSpace>& decay, const Tensor4<const T, ExecSpace>& init,
+                const Tensor4<T, ExecSpace>& final_state) {
+  constexpr int W = StateBlock<ExecSpace>::width;
+  const int chunks = int(states.extent(2)) - 1;
+  const bool has_init = validate::given(init), has_final = validate::given(final_state);
+  const int P = has_init ? int(init.extent(2)) : has_final ? int(final_state.extent(2)) : 1;
+  for_state_blocks(
+      space, "kdnn::ssm::ssd_state_pass", int(states.extent(0)), int(states.extent(1)),
+      int(states.extent(3)), KOKKOS_LAMBDA(int b, int h, int e0, int w) {
+        T s[W];
+        for (int j = 0; j < w; ++j) {
+          const int e = e0 + j;
+          s[j] = has_init ? init(b, h, e % P, e / P) : T(0);
+        }
+        for (int c = 0; c < chunks; ++c) {
+          T* row = &states(b, h, c, e0);
+          const T d = decay(b, h, c);
+          for (int j = 0; j < w; ++j) {
+            const T local = row[j];
+            row[j] = s[j];
+            s[j] = d * s[j] + local;
+          }
+        }
+        T* last = &states(b, h, chunks, e0);
+        for (int j = 0; j < w; ++j) last[j] = s[j];
+        if (has_final) {
+          for (int j = 0; j < w; ++j) final_state(b, h, (e0 + j) % P, (e0 + j) / P) = s[j];
+        }
+      });
+}
+
+/// The reverse state pass, in place: on entry dstates(b, h, c) = dS_c (the
+/// gradient Y_off of chunk c sends to H_c); on exit dstates(b, h, c) =
+/// dH_{c+1}, the gradient of the state leaving chunk c (dH_chunks = dfinal,
+/// zeros when empty), and d(initial state) = dH_0 when `dinit` is given.
+template <class ExecSpace, class T>
+void reverse_state_pass(const ExecSpace& space, const ChunkStates<T, ExecSpace>& dstates,
+                        const ChunkDecays<T, ExecSpace>& decay,
+                        const Tensor4<const T, ExecSpace>& dfinal,
+                        const Tensor4<T, ExecSpace>& dinit, int P) {
+  constexpr int W = StateBlock<ExecSpace>::width;
+  const int chunks = int(dstates.extent(2));
+  const bool has_dfinal = validate::given(dfinal), has_dinit = validate::given(dinit);
+  if (P == 0) return;
+  for_state_blocks(
+      space, "kdnn::ssm::ssd_reverse_state_pass", int(dstates.extent(0)), int(dstates.extent(1)),
+      int(dstates.extent(3)), KOKKOS_LAMBDA(int b, int h, int e0, int w) {
+        T s[W];
+        for (int j = 0; j < w; ++j) {
+          const int e = e0 + j;
+          s[j] = has_dfinal ? dfinal(b, h, e % P, e / P) : T(0);
+        }
+        for (int c = chunks - 1; c >= 0; --c) {
+          T* row = &dstates(b, h, c, e0);
+          const T d = decay(b, h, c);
+          for (int j = 0; j < w; ++j) {
+            const T local = row[j];
+            row[j] = s[j];
+            s[j] = local + d * s[j];
+          }
+        }
+        if (has_dinit) {
+          for (int j = 0; j < w; ++j) dinit(b, h, (e0 + j) % P, (e0 + j) / P) = s[j];
+        }
+      });
+}
+
+/// The output kernel (Y_diag + D·x with `diag`, + Y_off from `states` with
+/// `off`).
+template <class ExecSpace, class T>
+void chunk_output(const char* op, const ExecSpace& space, const SsdForward<T, ExecSpace>& a,
+                  const SsdOptions& opts, const ChunkStates<T, ExecSpace>& states, bool diag, bool off) {
+  SsdChunkOutputKernel<ExecSpace, T> k;
+  set_ssd_inputs<ExecSpace, T>(k, a, opts);
+  k.D = a.D;
+  k.has_d = validate::given(a.D);
+  k.states = states;
+  k.y = a.y;
+  k.diag = diag;
+  k.off = off;
+  launch_chunks(
+      op, space, k,
+      [&](kdnn::impl::ScratchCarver& s) { decltype(k)::carve(s, k.Qp, k.Pp, k.Np, diag, off); },
+      "kdnn::ssm::ssd_chunk_output");
+}
+
+/// out(b, t, g, n) = Σ_{h in group g} per_head(b, t, h, n), heads in order.
+template <class ExecSpace, class T>
+void sum_group_heads(const ExecSpace& space, const Tensor4<T, ExecSpace>& per_head,
+                     const Tensor4<T, ExecSpace>& out) {
+  const int L = int(out.extent(1)), G = int(out.extent(2)), N = int(out.extent(3));
+  const int per = int(per_head.extent(2)) / (G > 0 ? G : 1);
+  const long long count = (long long)out.extent(0) * L * G;
+  if (count == 0 || N == 0) return;
+  Kokkos::parallel_for(
+      "kdnn::ssm::ssd_sum_group_heads", Kokkos::RangePolicy<ExecSpace>(space, 0, count),
+      KOKKOS_LAMBDA(long long idx) {
+        const int g = int(idx % G), t = int(idx / G % L), b = int(idx / G / L);
+        for (int n = 0; n < N; ++n) {
+          T s = 0;
+          for (int j = 0; j < per; ++j) s += per_head(b, t, g * per + j, n);
+          out(b, t, g, n) = s;
+        }
+      });
+}
+
+/// Where the two backward kernels put their gradients (SsdGradients): the
+/// outputs themselves, or per-head buffers for dB and dC when G < H.
+template <class ExecSpace, class T>
+SsdGradients<ExecSpace, T> gradient_buffers(const SsdBackward<T, ExecSpace>& a,
+                                            bool with_da_diag = true) {
+  const int B = int(a.x.extent(0)), L = int(a.x.extent(1)), H = int(a.x.extent(2));
+  const int N = int(a.B.extent(3));
+  const bool per_head = int(a.B.extent(2)) != H;
+  const auto alloc = [&](const char* label) {
+    return Tensor4<T, ExecSpace>(
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), B, L, H, N);
+  };
+  SsdGradients<ExecSpace, T> g;
+  g.dx = a.dx;
+  g.dBh = per_head ? alloc("kdnn::ssm::ssd_dB_per_head") : a.dB;
+  g.dCh = per_head ? alloc("kdnn::ssm::ssd_dC_per_head") : a.dC;
+  if (with_da_diag) {  // the separate halves' hand-over (not the fused kernel's)
+    g.da_diag = decltype(g.da_diag)(
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("kdnn::ssm::ssd_da_diag")), B,
+        H, L);
+  }
+  return g;
+}
+
+/// The Y_diag half's kernel on a's inputs, writing into g.
+template <class ExecSpace, class T>
+SsdDiagBackwardKernel<ExecSpace, T> diag_backward_kernel(const SsdBackward<T, ExecSpace>& a,
+                                                         const SsdOptions& opts,
+                                                         const SsdGradients<ExecSpace, T>& g) {
+  SsdDiagBackwardKernel<ExecSpace, T> k;
+  set_ssd_inputs<ExecSpace, T>(k, a, opts);
+  k.dy = a.dy;
+  k.g = g;
+  return k;
+}
+
+/// The backward of Y_diag (needs no state): the first half of the backward.
+template <class ExecSpace, class T>
+void diag_backward(const char* op, const ExecSpace& space, const SsdBackward<T, ExecSpace>& a,
+                   const SsdOptions& opts, const SsdGradients<ExecSpace, T>& g) {
+  const auto k = diag_backward_kernel(a, opts, g);
+  launch_chunks(
+      op, space, k, [&](kdnn::impl::ScratchCarver& s) { decltype(k)::carve(s, k.Qp, k.Pp, k.Np); },
+      "kdnn::ssm::ssd_diag_backward");
+}
+
+/// The state half's kernel (or the fused kernel, Kernel) on a's inputs,
+/// given H_c in `states` and dH_{c+1} in `dstates`, writing into g.
+template <class Kernel, class ExecSpace, class T>
+Kernel state_backward_kernel(const SsdBackward<T, ExecSpace>& a, const SsdOptions& opts,
+                             const ChunkStates<T, ExecSpace>& states,
+                             const ChunkStates<T, ExecSpace>& dstates,
+                             const SsdGradients<ExecSpace, T>& g) {
+  Kernel k;
+  set_ssd_inputs<ExecSpace, T>(k, a, opts);
+  k.dy = a.dy;
+  k.D = a.D;
+  k.has_d = validate::given(a.D);
+  k.states = states;
+  k.dstates = dstates;
+  k.g = g;
+  k.ddt = a.ddt;
+  k.partial = Matrix<double, ExecSpace>(
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("kdnn::ssm::ssd_param_sums")),
+      a.x.extent(0) * std::size_t(k.chunks), 2 * std::size_t(a.x.extent(2)));
+  return k;
+}
+
+/// After the state half: dA and dD from the per-chunk sums, and the sums
+/// over a group's heads.
+template <class ExecSpace, class T>
+void finish_backward(const ExecSpace& space, const SsdBackward<T, ExecSpace>& a,
+                     const Matrix<double, ExecSpace>& partial,
+                     const SsdGradients<ExecSpace, T>& g) {
+  const int H = int(a.x.extent(2));
+  const auto dA = a.dA;
+  const auto dD = a.dD;
+  const bool has_dd = validate::given(dD);
+  if (partial.extent(0) == 0) {  // no steps: zero parameter gradients
+    Kokkos::deep_copy(space, dA, T(0));
+    if (has_dd) Kokkos::deep_copy(space, dD, T(0));
+  } else {
+    kdnn::impl::sum_blocks(
+        space, "kdnn::ssm::ssd_dA_dD", partial, KOKKOS_LAMBDA(int j, double v) {
+          if (j < H) {
+            dA(j) = T(v);
+          } else if (has_dd) {
+            dD(j - H) = T(v);
+          }
+        });
+  }
+  if (g.dBh.data() != a.dB.data()) {  // per-head buffers (G < H)
+    sum_group_heads(space, g.dBh, a.dB);
+    sum_group_heads(space, g.dCh, a.dC);
+  }
+}
+
+/// The second half, given H_c in `states` and dH_{c+1} in `dstates` (after
+/// both state passes) and the first half in g: the state kernel, then dA, dD
+/// and the sums over a group's heads.
+template <class ExecSpace, class T>
+void state_backward(const char* op, const ExecSpace& space, const SsdBackward<T, ExecSpace>& a,
+                    const SsdOptions& opts, const ChunkStates<T, ExecSpace>& states,
+                    const ChunkStates<T, ExecSpace>& dstates, const SsdGradients<ExecSpace, T>& g) {
+  const auto k =
+      state_backward_kernel<SsdStateBackwardKernel<ExecSpace, T>>(a, opts, states, dstates, g);
+  launch_chunks(
+      op, space, k, [&](kdnn::impl::ScratchCarver& s) { decltype(k)::carve(s, k.Qp, k.Pp, k.Np); },
+      "kdnn::ssm::ssd_state_backward");
+  finish_backward(space, a, k.partial, g);
+}
+
+/// Both halves in one kernel (SsdBackwardKernel), after both state passes.
+template <class ExecSpace, class T>
+void fused_backward(const char* op, const ExecSpace& space, const SsdBackward<T, ExecSpace>& a,
+                    const SsdOptions& opts, const ChunkStates<T, ExecSpace>& states,
+                    const ChunkStates<T, ExecSpace>& dstates, const SsdGradients<ExecSpace, T>& g) {
+  auto k = state_backward_kernel<SsdBackwardKernel<ExecSpace, T>>(a, opts, states, dstates, g);
+  k.diag = diag_backward_kernel(a, opts, g);
+  launch_chunks(
+      op, space, k, [&](kdnn::impl::ScratchCarver& s) { decltype(k)::carve(s, k.Qp, k.Pp, k.Np); },
+      "kdnn::ssm::ssd_backward");
+  finish_backward(space, a, k.partial, g);
+}
+
+/// dS_c for every chunk into dstates (then reverse_state_pass).
+template <class ExecSpace, class T>
+void chunk_dstates(const char* op, const ExecSpace& space, const SsdBackward<T, ExecSpace>& a,
+                   const SsdOptions& opts, ChunkStates<T, ExecSpace>& dstates) {
+  SsdChunkDstateKernel<ExecSpace, T> k;
+  set_ssd_inputs<ExecSpace, T>(k, a, opts);
+  k.dy = a.dy;
+  dstates = ChunkStates<T, ExecSpace>(
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("kdnn::ssm::ssd_dstates")),
+      a.x.extent(0), a.x.extent(2), k.chunks, std::size_t(k.P()) * k.N());
+  k.dstates = dstates;
+  launch_chunks(
+      op, space, k, [&](kdnn::impl::ScratchCarver& s) { decltype(k)::carve(s, k.Qp, k.Pp, k.Np); },
+      "kdnn::ssm::ssd_chunk_dstates");
+}
+
+}  // namespace kdnn::ssm::impl
