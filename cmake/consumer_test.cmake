@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 # ctest driver: install the kdnn build tree into a scratch prefix, then
 # configure, build and run examples/consumer against it with find_package.
 # Variables: KDNN_BUILD_DIR, KDNN_SOURCE_DIR, WORK_DIR, WITH_CP (ON/OFF).

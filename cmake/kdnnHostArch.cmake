@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 # The instruction set kdnn's host kernels are compiled for.
 #
 # kdnn's host kernels (the fused attention, the Sinkhorn sweeps, the conv and

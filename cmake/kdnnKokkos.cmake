@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 # Finds Kokkos (and, when present, Kokkos Kernels) and makes `Kokkos::kokkos`
 # usable whichever way it was installed: a CMake-built Kokkos 3.x/4.x exports
 # a correct target; Debian's TriBITS-built libtrilinos-kokkos-dev exports

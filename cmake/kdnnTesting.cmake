@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 # kdnn_add_mpi_test(NAME <name> [RANKS <n>...] COMMAND <program> [<arg>...])
 # Registers one ctest test per rank count, <name>.np<n> (default ranks 1 2 3 4),
 # run by mpiexec with oversubscription allowed (more ranks than cores) and one

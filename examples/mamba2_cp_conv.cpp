@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // Mamba-2's conv1d + SiLU and dt softplus with the sequence sharded across
 // MPI ranks (kdnn::cp), forward and backward, checked against the same
 // operators run on the whole sequence on one rank:

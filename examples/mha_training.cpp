@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // Training one multi-head attention layer with an MSE loss by plain SGD, as
 // eigenMHA's demo does, through the cuDNN-shaped descriptor interface: the
 // target is what a "teacher" layer with other random weights computes from
@@ -21,7 +22,8 @@ using Tensor = at::Tensor3<T, Space>;
 using Buffer = at::Vector<T, Space>;
 
 /// A View of `count` normal values times `scale`.
-static Buffer random_buffer(const std::string& name, std::size_t count, float scale, unsigned seed) {
+static Buffer random_buffer(const std::string& name, std::size_t count, float scale,
+                            unsigned seed) {
   Buffer v(name, count);
   auto h = Kokkos::create_mirror_view(v);
   std::mt19937 gen(seed);

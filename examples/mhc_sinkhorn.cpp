@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // mHC-style residual mixing: every token carries an n×n mixing matrix that
 // must be doubly stochastic. Forward Sinkhorn for a batch of tokens, then the
 // implicit backward for a random upstream gradient, checked against the
@@ -109,11 +110,14 @@ int main(int argc, char** argv) {
     MPI_Allreduce(&s.mean_cg, &sum_cg, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
 #endif
     if (rank == 0) {
-      std::printf("mHC Sinkhorn: %d tokens of %dx%d mixing matrices over %d rank(s), %d iterations, float32, %s\n",
-                  tokens, n, n, ranks, iters, Space::name());
-      std::printf("  forward           %.3f ms  (max marginal error %.2e)\n", global[0] * 1e3, global[2]);
-      std::printf("  implicit backward %.3f ms  (CG iterations: mean %.2f, max %d)\n", global[1] * 1e3,
-                  tokens > 0 ? sum_cg / tokens : 0.0, max_cg);
+      std::printf(
+          "mHC Sinkhorn: %d tokens of %dx%d mixing matrices over %d rank(s), %d iterations, "
+          "float32, %s\n",
+          tokens, n, n, ranks, iters, Space::name());
+      std::printf("  forward           %.3f ms  (max marginal error %.2e)\n", global[0] * 1e3,
+                  global[2]);
+      std::printf("  implicit backward %.3f ms  (CG iterations: mean %.2f, max %d)\n",
+                  global[1] * 1e3, tokens > 0 ? sum_cg / tokens : 0.0, max_cg);
       std::printf("  implicit vs unrolled backward: max relative difference %.2e\n", global[3]);
     }
     if (global[3] > 1e-4) status = 1;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // The benchmarks' own argument, --kdnn_sizes=AxBx...,AxBx...: taken out of
 // argv before Kokkos and Google Benchmark see it, parsed into size tuples.

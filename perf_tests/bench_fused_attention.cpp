@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // Scaled-dot-product attention on per-head tensors, fused (flash-style, O(S)
 // memory; `fused` takes the backend's form, `fusedhost` pins the host form,
 // so that one run on a GPU times both) vs unfused (scores, masked softmax and

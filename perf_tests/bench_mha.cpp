@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // Multi-head attention layer benchmarks (float32): forward, backward (data
 // then weights) and the whole training step, at --kdnn_sizes=BxHxSxSkxD,...
 // (default 8x4x128x128x64,2x4x1024x1024x64: eigenMHA's size and S = Sk =

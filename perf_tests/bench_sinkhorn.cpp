@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // Sinkhorn benchmarks: forward and the three backwards at the reference sizes.
 // Each reports time and effective bandwidth against the bytes the operation
 // must move at least once:
@@ -20,8 +21,8 @@
 #include <utility>
 #include <vector>
 
-#include <Kokkos_Core.hpp>
 #include <benchmark/benchmark.h>
+#include <Kokkos_Core.hpp>
 
 #include "kdnn/sinkhorn/sinkhorn.hpp"
 
@@ -77,13 +78,19 @@ void run(benchmark::State& state, Op op) {
     switch (op) {
       case Op::forward:
       case Op::forward_host:
-      case Op::forward_gpu: sk::forward(space, X, R, fwd); break;
+      case Op::forward_gpu:
+        sk::forward(space, X, R, fwd);
+        break;
       case Op::implicit:
       case Op::implicit_host:
       case Op::block:
-      case Op::block_host: sk::backward(space, R, G, dX, opts, report); break;
+      case Op::block_host:
+        sk::backward(space, R, G, dX, opts, report);
+        break;
       case Op::unrolled:
-      case Op::unrolled_host: sk::backward_unrolled(space, X, G, dX, fwd); break;
+      case Op::unrolled_host:
+        sk::backward_unrolled(space, X, G, dX, fwd);
+        break;
     }
     space.fence();
   }

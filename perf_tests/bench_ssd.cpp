@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // Mamba-2's SSD chunked scan (kdnn::ssm::ssd_forward / ssd_backward), float32,
 // one group (G = 1, Mamba-2's default), at --kdnn_sizes=BxLxHxPxNxQ,...
 // (default 2x4096x8x64x64x64,2x16384x8x64x64x64). Two benchmarks per size:

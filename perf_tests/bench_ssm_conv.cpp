@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // Mamba-2's causal depthwise conv1d + SiLU (kdnn::ssm::causal_conv1d_*),
 // float32, channel-last x [B, L, C] and w [C, K], at --kdnn_sizes=BxLxCxK,...
 // (default 8x4096x1024x4,2x16384x2048x4). Three benchmarks per size:
@@ -117,8 +118,8 @@ int main(int argc, char** argv) {
     std::vector<std::pair<const char*, Op>> ops = {
         {"forward", Op::forward}, {"backward", Op::backward}, {"copy", Op::copy}};
     if (!Kokkos::SpaceAccessibility<Kokkos::HostSpace, Space::memory_space>::accessible) {
-      ops.insert(ops.end(), {{"forward_tiled", Op::forward_tiled},
-                             {"backward_tiled", Op::backward_tiled}});
+      ops.insert(ops.end(),
+                 {{"forward_tiled", Op::forward_tiled}, {"backward_tiled", Op::backward_tiled}});
     }
     for (const auto& size : args.sizes) {
       for (const auto& op : ops) {

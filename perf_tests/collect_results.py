@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 """Merges the rows of the compare_*.py --json files of one run into one JSON
 list, each row completed with the date, the commit, the Kokkos version and
 the device (perf_tests/results/<device>.json).

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 """Time kdnn's fused and unfused scaled-dot-product attention
 (perf_tests/bench_fused_attention.cpp) and PyTorch's
 F.scaled_dot_product_attention (float32, autograd for the backward) at the

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 """Time kdnn's multi-head attention layer (perf_tests/bench_mha.cpp) and the
 same math in PyTorch float32 (F.linear, per-head matmul, softmax, matmul,
 F.linear, autograd for the backward) at the same sizes in one run, and print

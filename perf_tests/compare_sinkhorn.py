@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 """Run the kdnn Sinkhorn benchmark and the PyTorch formulation (and, on a GPU,
 the Triton kernel) at the same sizes in one go, and print one table:
 operator, size, kdnn time, reference time, ratio (reference / kdnn; > 1 means

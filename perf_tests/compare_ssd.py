@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 """Time kdnn's SSD chunked scan (perf_tests/bench_ssd.cpp) and PyTorch's
 chunked formulation of it (kdnn_reference.ssd.ssd_chunked, after Mamba-2's
 minimal SSD) at the same sizes in one run, and print one markdown table:

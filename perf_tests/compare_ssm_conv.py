@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 """Time kdnn's causal depthwise conv1d + SiLU (perf_tests/bench_ssm_conv.cpp)
 and PyTorch's formulation of it at the same sizes in one run, and print one
 markdown table: phase, size, kdnn time, kdnn GB/s, that bandwidth as a

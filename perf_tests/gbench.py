@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 """Running a Google Benchmark executable and reading its medians."""
 import json
 import subprocess

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 """One markdown row per profiled kernel from Nsight Compute's CSV
 (`ncu --csv --page details`, as scripts/gpu-profile.sh writes it): time,
 DRAM and SM throughput, registers, occupancy, shared memory, bank

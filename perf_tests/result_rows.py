@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 """The machine-readable form of a comparison: one row per (family, op, size,
 dtype) with kdnn's time, the reference's and, where the operator is
 memory-bound, the fraction of the device's copy bandwidth it reaches.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 """Time the PyTorch formulation of Sinkhorn-Knopp (mHC reference) for comparison.
 
 Variants, per size (B, n, iters), median of --repeats runs after 1 warm-up:

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 """Triton version of the implicit Sinkhorn backward, after the reference
 document's kernel: each program takes a tile of TILE matrices, forms
 s_r = (G∘R)1, s_c = (G∘R)ᵀ1, runs n CG iterations on (I − RᵀR) v = s_c − Rᵀ s_r

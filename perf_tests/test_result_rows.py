@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 """Checks of result_rows.py and collect_results.py (no PyTorch needed)."""
 import json
 import os

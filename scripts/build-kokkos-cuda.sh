@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 # Builds Kokkos and Kokkos Kernels 3.4.01 with the CUDA backend (plus Serial)
 # for sm_90 into an ignored prefix (default .deps/kokkos-cuda), from the
 # distribution only:

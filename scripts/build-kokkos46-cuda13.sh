@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 # Builds Kokkos 4.6.01 and Kokkos Kernels 4.6.x with the CUDA backend (plus
 # Serial; OpenMP off) for Hopper (Kokkos_ARCH_HOPPER90, sm_90) against
 # CUDA 13.0, with Kokkos Kernels' cuBLAS TPL, into an ignored prefix:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // Force-included by scripts/cuda-cxx in CUDA compilations (nvcc -include).
 //
 // Kokkos 3.4.01's Cuda/Kokkos_Cuda_Half.hpp converts its half_t with calls
@@ -21,15 +22,14 @@ class half_t;
 
 namespace kdnn_cuda_shim {
 template <class H>
-using if_half_t =
-    std::enable_if_t<std::is_same<H, Kokkos::Experimental::half_t>::value, int>;
+using if_half_t = std::enable_if_t<std::is_same<H, Kokkos::Experimental::half_t>::value, int>;
 }  // namespace kdnn_cuda_shim
 
-#define KDNN_HALF_T_SHIM(RET, NAME, EXPR)                                  \
-  template <class H, kdnn_cuda_shim::if_half_t<H> = 0>                      \
-  __host__ __device__ inline RET NAME(const H& h) {                         \
-    const __half x = static_cast<__half>(h);                               \
-    return EXPR;                                                            \
+#define KDNN_HALF_T_SHIM(RET, NAME, EXPR)              \
+  template <class H, kdnn_cuda_shim::if_half_t<H> = 0> \
+  __host__ __device__ inline RET NAME(const H& h) {    \
+    const __half x = static_cast<__half>(h);           \
+    return EXPR;                                       \
   }
 
 KDNN_HALF_T_SHIM(float, __half2float, __half2float(x))

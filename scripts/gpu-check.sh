@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 # One-call GPU check, for a GPU machine that has the repository and the CUDA
 # build (build/cuda, from `cmake --preset cuda && cmake --build build/cuda`)
 # but no package registry; PyTorch and Triton must be installed there.

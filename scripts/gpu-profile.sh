@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 # One-call Nsight Compute profile of the GPU forms' kernels at the sizes of
 # the issues' targets, for a GPU machine with the repository, a CUDA build
 # (as for scripts/gpu-check.sh) and Nsight Compute (`ncu`):

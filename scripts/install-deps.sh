@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 # Installs kdnn's build and test dependencies from the distribution (Debian 12):
 # Kokkos + Kokkos Kernels 3.4 (Serial backend) with OpenBLAS as the system BLAS,
-# Open MPI, GoogleTest, Google Benchmark, CLI11, CMake, Ninja and a C++17
-# compiler. Idempotent: when everything is already installed it returns
+# Open MPI, GoogleTest, Google Benchmark, CLI11, CMake, Ninja, a C++17
+# compiler and clang-format 14. Idempotent: when everything is already installed it returns
 # without touching apt.
 # Optional: KDNN_WITH_TORCH=1 also installs PyTorch and NumPy (CPU, Debian's
 # python3-torch) to regenerate golden data and run perf_tests/*.py.
@@ -16,6 +17,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   libgtest-dev libbenchmark-dev
   libcli11-dev  # the kdnn tool's option parsing
+  clang-format-14  # scripts/check-format.sh
 )
 if [[ "${KDNN_WITH_TORCH:-0}" == 1 ]]; then
   packages+=(python3-torch python3-numpy)

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 # Packs what scripts/gpu-check.sh and scripts/gpu-profile.sh run from a CUDA
 # build into one compressed tarball, for a GPU node that gets the repository
 # but not the build tree (object files make build/cuda* too large to copy):

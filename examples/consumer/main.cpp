@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // Smallest use of an installed kdnn: normalise one 3×3 matrix and check that
 // its rows and columns sum to one. Built with kdnn::cp (KDNN_ENABLE_MPI), it
 // runs under MPI.
@@ -36,8 +37,8 @@ int main(int argc, char** argv) {
       if (std::abs(row - 1) > 1e-12 || std::abs(col - 1) > 1e-12) status = 1;
     }
     std::printf("kdnn %s consumer (Kokkos %s, cp component %s): doubly stochastic %s\n",
-                KDNN_VERSION_STRING, KDNN_KOKKOS_VERSION_STRING, KDNN_HAS_CP ? "built" : "not built",
-                status == 0 ? "yes" : "NO");
+                KDNN_VERSION_STRING, KDNN_KOKKOS_VERSION_STRING,
+                KDNN_HAS_CP ? "built" : "not built", status == 0 ? "yes" : "NO");
   }
   Kokkos::finalize();
 #ifdef KDNN_ENABLE_MPI

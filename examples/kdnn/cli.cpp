@@ -1,9 +1,10 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #include "cli.hpp"
 
 #include <algorithm>
 #include <charconv>
-#include <cstdint>
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <iostream>
 #include <limits>
@@ -121,9 +122,7 @@ CLI::Validator finite_range(double min, double max, bool open_max) {
 
 CLI::Validator finite_in(double min, double max) { return finite_range(min, max, false); }
 
-CLI::Validator finite_in_half_open(double min, double max) {
-  return finite_range(min, max, true);
-}
+CLI::Validator finite_in_half_open(double min, double max) { return finite_range(min, max, true); }
 
 CLI::Validator finite_at_least(double min) {
   return finite_in(min, std::numeric_limits<double>::infinity());
@@ -241,8 +240,8 @@ void Dims::check(const io::NpyArray& array, const std::string& file,
       fail(file, ": shape ", io::format_shape(shape), ", expected ", name, " at most ",
            std::numeric_limits<int>::max(), " at axis ", axis);
     }
-    const auto known = std::find_if(dims_.begin(), dims_.end(),
-                                    [&](const Dim& d) { return d.name == name; });
+    const auto known =
+        std::find_if(dims_.begin(), dims_.end(), [&](const Dim& d) { return d.name == name; });
     if (known == dims_.end()) {
       dims_.push_back({name, size, file});
     } else if (known->value != size) {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // What the subcommands of the `kdnn` tool share: the subcommand record, usage
 // errors and exit codes, CLI11 parsing with the tool's messages, .npy inputs
@@ -28,8 +29,8 @@ constexpr int kExitUsage = 2;  ///< a command-line mistake
 /// One subcommand; each is defined in its own file.
 struct Subcommand {
   const char* name;
-  const char* summary;    ///< one line for `kdnn --help`
-  bool context_parallel;  ///< runs on every MPI rank (otherwise on rank 0 only)
+  const char* summary;           ///< one line for `kdnn --help`
+  bool context_parallel;         ///< runs on every MPI rank (otherwise on rank 0 only)
   int (*run)(const Args& args);  ///< returns the exit status or throws
 };
 

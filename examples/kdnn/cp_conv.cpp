@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // `kdnn cp-conv`: Mamba-2's causal conv1d (+ SiLU) and dt softplus with the
 // sequence split across the MPI ranks (kdnn/cp/conv_dt.hpp). Rank 0 reads the
 // whole-sequence arrays, scatters each rank's steps, gathers the results and
@@ -212,7 +213,7 @@ int compute(const Options& o, const Inputs* in, const Header& h,
     std::vector<T> dfinal;
     if (h.dfinal) {
       dfinal = send_to_rank<T>(rank ? nullptr : &*in->dfinal, std::size_t(B * (K - 1) * C), P - 1,
-                            rank, comm);
+                               rank, comm);
       if (rank == P - 1) g.conv.dfinal_state = device_view<T***>(dfinal, B, K - 1, C);
     }
     const auto dx = out.template per_step<T***>("dxbc.npy", C);

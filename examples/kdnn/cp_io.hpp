@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // What the context-parallel subcommands (cp-conv, ssd) share: the --split
 // option, and moving arrays between rank 0, which reads and writes the
@@ -56,8 +57,8 @@ inline std::vector<std::int64_t> split_lengths(std::vector<std::int64_t> lengths
   std::int64_t total = 0;
   for (std::size_t r = 0; r < lengths.size(); ++r) {
     if (lengths[r] > L) {
-      fail("--split: count ", lengths[r], " of rank ", r, " is more than L=", L, " (from ",
-           source, ")");
+      fail("--split: count ", lengths[r], " of rank ", r, " is more than L=", L, " (from ", source,
+           ")");
     }
     total += lengths[r];
   }
@@ -123,8 +124,10 @@ struct Sharding {
     for (std::int64_t b = 0; b < B; ++b) {
       T* w = whole + b * L * E;  // rank 0's steps start at step 0
       T* p = part + b * n;
-      if (to_part) std::copy(w, w + n, p);
-      else std::copy(p, p + n, w);
+      if (to_part)
+        std::copy(w, w + n, p);
+      else
+        std::copy(p, p + n, w);
     }
   }
 
@@ -141,8 +144,10 @@ struct Sharding {
       MPI_Datatype rows;
       MPI_Type_contiguous(n, cp::impl::mpi_type<T>(), &rows);
       MPI_Type_commit(&rows);
-      if (scatter) MPI_Recv(part, int(B), rows, 0, kTag, comm, MPI_STATUS_IGNORE);
-      else MPI_Send(part, int(B), rows, 0, kTag, comm);
+      if (scatter)
+        MPI_Recv(part, int(B), rows, 0, kTag, comm, MPI_STATUS_IGNORE);
+      else
+        MPI_Send(part, int(B), rows, 0, kTag, comm);
       MPI_Type_free(&rows);
       return;
     }
@@ -153,8 +158,10 @@ struct Sharding {
       types.push_back(block_type<T>(r, E));
       requests.emplace_back();
       T* first = whole + offset(r) * E;
-      if (scatter) MPI_Isend(first, 1, types.back(), r, kTag, comm, &requests.back());
-      else MPI_Irecv(first, 1, types.back(), r, kTag, comm, &requests.back());
+      if (scatter)
+        MPI_Isend(first, 1, types.back(), r, kTag, comm, &requests.back());
+      else
+        MPI_Irecv(first, 1, types.back(), r, kTag, comm, &requests.back());
     }
     copy_own(whole, part, E, scatter);
     MPI_Waitall(int(requests.size()), requests.data(), MPI_STATUSES_IGNORE);
@@ -272,8 +279,8 @@ struct Collector {
   template <class DataType, class... Tail>
   Kokkos::View<DataType, Kokkos::LayoutRight, Space> per_step(const char* name, Tail... tail) {
     using ViewType = Kokkos::View<DataType, Kokkos::LayoutRight, Space>;
-    constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace,
-                                                     typename Space::memory_space>::accessible;
+    constexpr bool host =
+        Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Space::memory_space>::accessible;
     if (host && s.whole_on_rank0() && s.rank == 0) {
       std::vector<std::size_t> shape{std::size_t(s.B), std::size_t(s.L), std::size_t(tail)...};
       outputs.push_back({name, io::allocate_npy(io::dtype_of<T>(), shape)});
@@ -295,7 +302,8 @@ struct Collector {
       shape.push_back(view.extent(d));
       E *= std::int64_t(view.extent(d));
     }
-    auto part = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), view);  // on a host: itself
+    auto part =
+        Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), view);  // on a host: itself
     const auto known = std::find_if(outputs.begin(), outputs.end(),
                                     [&](const Output& o) { return o.name == name; });
     if (known != outputs.end()) {  // per_step gave the file's buffer

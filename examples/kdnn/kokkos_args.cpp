@@ -1,7 +1,8 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #include "kokkos_args.hpp"
 
-#include <charconv>
 #include <cctype>
+#include <charconv>
 #include <climits>
 #include <optional>
 
@@ -20,15 +21,15 @@ std::optional<int> int_at_least(const std::string& text, int min) {
 
 struct IntegerArg {
   const char* name;
-  int min;          ///< 1 for counts, 0 for device ids
-  bool skip_device; ///< N[,S]: a count then, optionally, a device id
+  int min;           ///< 1 for counts, 0 for device ids
+  bool skip_device;  ///< N[,S]: a count then, optionally, a device id
 };
 
 constexpr IntegerArg kIntegerArgs[] = {
-    {"--kokkos-threads", 1, false},     {"--kokkos-num-threads", 1, false},
-    {"--kokkos-numa", 1, false},        {"--kokkos-device-id", 0, false},
-    {"--kokkos-device", 0, false},      {"--kokkos-skip-device", 0, false},
-    {"--kokkos-num-devices", 1, true},  {"--kokkos-ndevices", 1, true},
+    {"--kokkos-threads", 1, false},    {"--kokkos-num-threads", 1, false},
+    {"--kokkos-numa", 1, false},       {"--kokkos-device-id", 0, false},
+    {"--kokkos-device", 0, false},     {"--kokkos-skip-device", 0, false},
+    {"--kokkos-num-devices", 1, true}, {"--kokkos-ndevices", 1, true},
 };
 
 /// Whether Kokkos takes `arg` as the argument `name`: the name, then the end
@@ -54,9 +55,9 @@ void check_kokkos_arg(const std::string& arg) {
            (comma == std::string::npos || int_at_least(value.substr(comma + 1), 0).has_value());
     }
     if (!ok) {
-      usage_fail(name, ": expected ", name, a.skip_device ? "=N[,S]" : "=N", ", N an integer >= ",
-                 a.min, a.skip_device ? " and S >= 0" : "", " (at most ", INT_MAX, "), got '", arg,
-                 "'");
+      usage_fail(name, ": expected ", name, a.skip_device ? "=N[,S]" : "=N",
+                 ", N an integer >= ", a.min, a.skip_device ? " and S >= 0" : "", " (at most ",
+                 INT_MAX, "), got '", arg, "'");
     }
     return;
   }

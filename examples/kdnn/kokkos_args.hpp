@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // The integer-valued --kokkos-* arguments of the `kdnn` tool, checked before
 // Kokkos::initialize: Kokkos parses them with std::stoi and lets its

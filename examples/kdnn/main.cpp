@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // kdnn: the command-line front end of the kdnn operators. One subcommand per
 // operator family, each in its own file; each reads its inputs from .npy
 // files in --in DIR and writes its outputs to --out DIR, all or nothing.
@@ -27,8 +28,8 @@
 #include <string>
 
 #include "cli.hpp"
-#include "kokkos_args.hpp"
 #include "kdnn/core/compat.hpp"
+#include "kokkos_args.hpp"
 
 namespace kdnn::cli {
 extern const Subcommand sinkhorn_command;  // sinkhorn.cpp

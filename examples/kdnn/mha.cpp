@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // `kdnn mha`: the multi-head attention layer (kdnn/attention/mha.hpp) on the
 // .npy files of --in DIR: its forward, and its backward when do.npy (dL/dO)
 // is given.
@@ -116,8 +117,7 @@ constexpr bool is_optional(FloatFile f) { return f >= b_q; }
 
 // The mask's files.
 enum IntFile { lo_win, hi_win, seq_q, seq_k, kIntFiles };
-constexpr const char* kIntNames[kIntFiles] = {"lo_win.npy", "hi_win.npy", "seq_q.npy",
-                                              "seq_k.npy"};
+constexpr const char* kIntNames[kIntFiles] = {"lo_win.npy", "hi_win.npy", "seq_q.npy", "seq_k.npy"};
 
 struct Inputs {
   std::array<std::optional<NpyArray>, kFloatFiles> f;
@@ -221,9 +221,9 @@ struct Result {
 
 /// The gradients the backward writes: one per float input but do.npy, each
 /// shaped as its input, biases and dresidual only when given.
-constexpr const char* kGradientNames[dout] = {
-    "dq.npy",   "dk.npy",   "dv.npy",   "dw_q.npy", "dw_k.npy",     "dw_v.npy", "dw_o.npy",
-    "db_q.npy", "db_k.npy", "db_v.npy", "db_o.npy", "dresidual.npy"};
+constexpr const char* kGradientNames[dout] = {"dq.npy",   "dk.npy",   "dv.npy",   "dw_q.npy",
+                                              "dw_k.npy", "dw_v.npy", "dw_o.npy", "db_q.npy",
+                                              "db_k.npy", "db_v.npy", "db_o.npy", "dresidual.npy"};
 
 at::Vector<const int, Space> mask_view(const std::optional<std::vector<int>>& values,
                                        const char* label) {

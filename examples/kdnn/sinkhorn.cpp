@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // `kdnn sinkhorn`: Sinkhorn-Knopp normalisation of x.npy, and its backward
 // when g.npy (dL/dR) is given.
 #include <cmath>
@@ -76,12 +77,14 @@ std::optional<Options> parse_options(const Args& args) {
   app.add_option("--order", o.order)->check(CLI::IsMember({"columns-first", "rows-first"}));
   app.add_option("--eps", o.forward.eps)->check(finite_in(0, 1));
   app.add_option("--method", o.method)->check(CLI::IsMember({"implicit", "block", "unrolled"}));
-  auto* marginals = app.add_option("--marginals", o.marginals)
-                        ->check(CLI::IsMember({"measured", "unit"}));
+  auto* marginals =
+      app.add_option("--marginals", o.marginals)->check(CLI::IsMember({"measured", "unit"}));
   if (!parse(app, args, kHelp)) return std::nullopt;
   if (o.method == "unrolled" && o.forward.tol != 0) {
-    usage_fail("--method unrolled needs --tol 0 (reverse mode differentiates a fixed "
-               "iteration count), got --tol ", o.forward.tol);
+    usage_fail(
+        "--method unrolled needs --tol 0 (reverse mode differentiates a fixed "
+        "iteration count), got --tol ",
+        o.forward.tol);
   }
   if (o.method == "unrolled" && marginals->count() > 0) {
     usage_fail("--marginals applies to --method implicit or block, got --method unrolled");
@@ -132,8 +135,7 @@ void check_x_values(const NpyArray& x) {
   const std::string bad =
       x.dtype == DType::f32 ? first_bad_value<float>(x) : first_bad_value<double>(x);
   if (bad.empty()) return;
-  fail("x.npy: ", bad,
-       " (expected finite values or -inf masks, no row or column entirely -inf)");
+  fail("x.npy: ", bad, " (expected finite values or -inf masks, no row or column entirely -inf)");
 }
 
 Inputs read_inputs(const std::string& dir) {
@@ -154,8 +156,8 @@ Inputs read_inputs(const std::string& dir) {
   // larger than x.npy itself.
   constexpr std::size_t max_n = std::numeric_limits<int>::max() / 2;
   if (shape[1] < 1 || shape[1] > max_n) {
-    fail("x.npy has shape ", io::format_shape(shape), ", expected [B, n, n] with 1 <= n <= ",
-         max_n);
+    fail("x.npy has shape ", io::format_shape(shape),
+         ", expected [B, n, n] with 1 <= n <= ", max_n);
   }
   if (shape[0] > std::size_t(std::numeric_limits<int>::max())) {
     fail("x.npy has shape ", io::format_shape(shape), ", expected a batch B < 2^31");

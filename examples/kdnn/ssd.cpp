@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // `kdnn ssd`: Mamba-2's SSD chunked scan with the sequence split across the
 // MPI ranks (kdnn/cp/ssd.hpp). Rank 0 reads the whole-sequence arrays,
 // scatters each rank's steps, gathers the results and writes them; every

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // Umbrella header of kdnn.
 #include "kdnn/attention/attention.hpp"

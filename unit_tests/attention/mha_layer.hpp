@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // One multi-head attention layer's tensors on the device and the three calls
 // on them (mha_forward, mha_backward_data, mha_backward_weights), built from
@@ -94,8 +95,8 @@ struct DeviceLayer {
                                  workspace);
   }
   void backward(kdnn::attention::WgradMode mode = kdnn::attention::WgradMode::set) {
-    kdnn::attention::mha_backward_data(Space(), opts, mask, w, dout, dq, dk, dv, dresidual,
-                                       reserve, workspace);
+    kdnn::attention::mha_backward_data(Space(), opts, mask, w, dout, dq, dk, dv, dresidual, reserve,
+                                       workspace);
     kdnn::attention::mha_backward_weights(Space(), opts, w, q, k, v, dw, mode, reserve);
   }
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // A plain double-precision multi-head attention layer for tests: the forward
 // of kdnn/attention/mha.hpp written as loops straight from its definition

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // Strided batched GEMM: every (op_a, op_b, op_c) with α and β ≠ 0 against
 // double loops, the backward against finite differences, BLAS edge cases
 // (β = 0 over NaN, an empty inner dimension) and bad input.
@@ -178,14 +179,17 @@ TEST(BatchedGemm, BackwardSkipsOutputsNotGiven) {
 
 TEST(BatchedGemm, BadInputIsAnError) {
   DeviceView<float****> A("A", 2, 3, 4, 5), B("B", 2, 3, 5, 6), C("C", 2, 3, 4, 6);
-  EXPECT_KDNN_ERROR(at::batched_gemm(Space(), Op::transpose, Op::none, Op::none, 1.0f, A, B, 0.0f, C),
-                    "inner dimensions differ: op_a(A) is 5x4, op_b(B) is 5x6, expected op_b(B) to have 4 rows");
+  EXPECT_KDNN_ERROR(
+      at::batched_gemm(Space(), Op::transpose, Op::none, Op::none, 1.0f, A, B, 0.0f, C),
+      "inner dimensions differ: op_a(A) is 5x4, op_b(B) is 5x6, expected op_b(B) to have 4 rows");
   DeviceView<float****> Ct("C", 2, 3, 4, 6);
-  EXPECT_KDNN_ERROR(at::batched_gemm(Space(), Op::none, Op::none, Op::transpose, 1.0f, A, B, 0.0f, Ct),
-                    "C has extent(2)=4, expected 6");
+  EXPECT_KDNN_ERROR(
+      at::batched_gemm(Space(), Op::none, Op::none, Op::transpose, 1.0f, A, B, 0.0f, Ct),
+      "C has extent(2)=4, expected 6");
   DeviceView<float****> B_heads("B", 2, 2, 5, 6);
-  EXPECT_KDNN_ERROR(at::batched_gemm(Space(), Op::none, Op::none, Op::none, 1.0f, A, B_heads, 0.0f, C),
-                    "B has extent(1)=2, expected 3 (A's heads)");
+  EXPECT_KDNN_ERROR(
+      at::batched_gemm(Space(), Op::none, Op::none, Op::none, 1.0f, A, B_heads, 0.0f, C),
+      "B has extent(1)=2, expected 3 (A's heads)");
   EXPECT_KDNN_ERROR(at::batched_gemm(Space(), Op::none, Op::none, Op::none, NAN, A, B, 0.0f, C),
                     "alpha=nan, expected a finite value");
   EXPECT_KDNN_ERROR(at::batched_gemm(Space(), Op(3), Op::none, Op::none, 1.0f, A, B, 0.0f, C),
@@ -194,10 +198,10 @@ TEST(BatchedGemm, BadInputIsAnError) {
   EXPECT_KDNN_ERROR(at::batched_gemm(Space(), Op::none, Op::none, Op::none, 1.0f, sq, sq, 0.0f, sq),
                     "output C overlaps input A");
   DeviceView<float****> dA_bad("dA", 2, 3, 5, 4);
-  EXPECT_KDNN_ERROR(at::batched_gemm_backward(Space(), Op::none, Op::none, Op::none, 1.0f, A, B,
-                                              0.0f, C, dA_bad, DeviceView<float****>(),
-                                              DeviceView<float****>()),
-                    "dA has extent(2)=5, expected 4 (same as A)");
+  EXPECT_KDNN_ERROR(
+      at::batched_gemm_backward(Space(), Op::none, Op::none, Op::none, 1.0f, A, B, 0.0f, C, dA_bad,
+                                DeviceView<float****>(), DeviceView<float****>()),
+      "dA has extent(2)=5, expected 4 (same as A)");
   DeviceView<float****> dsq("dsq", 2, 3, 4, 4);
   EXPECT_KDNN_ERROR(at::batched_gemm_backward(Space(), Op::none, Op::none, Op::none, 1.0f, sq, sq,
                                               0.0f, sq, dsq, dsq, DeviceView<float****>()),

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // Dropout: the mask equals one computed on the host from Philox directly (so
 // it is the same on every backend), is reproducible and keyed by seed and
 // offset, keeps 1 − p of the elements within 4σ, scales by 1/(1 − p), and
@@ -20,10 +21,10 @@ namespace at = kdnn::attention;
 /// keep(k) as documented in dropout.hpp, on the host.
 bool host_keep(std::size_t k, const at::DropoutOptions& o) {
   const std::uint64_t g = k / 4;
-  const auto w = kdnn::impl::philox4x32_10(
-      {{std::uint32_t(g), std::uint32_t(g >> 32), std::uint32_t(o.offset),
-        std::uint32_t(o.offset >> 32)}},
-      std::uint32_t(o.seed), std::uint32_t(o.seed >> 32));
+  const auto w =
+      kdnn::impl::philox4x32_10({{std::uint32_t(g), std::uint32_t(g >> 32), std::uint32_t(o.offset),
+                                  std::uint32_t(o.offset >> 32)}},
+                                std::uint32_t(o.seed), std::uint32_t(o.seed >> 32));
   return w.v[k % 4] >= std::uint32_t(std::nearbyint(o.p * 4294967296.0));
 }
 

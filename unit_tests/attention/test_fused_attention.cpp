@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // Fused attention forward: O against the unfused path (masked softmax,
 // dropout, batched GEMM) and lse against a double-precision log-sum-exp,
 // for every mask, S and Sk not multiples of the block sizes, D from 4 to
@@ -285,9 +286,9 @@ TYPED_TEST(FusedAttention, BackwardMatchesTheUnfusedPathAndIsReproducible) {
       DeviceView<T****> o("o", c.B, c.H, c.S, c.Dv);
       DeviceView<T***> lse("lse", c.B, c.H, c.S);
       at::fused_attention_forward(Space(), q, k, v, o, lse, opts, mask);
-      for (const auto schedule : {at::FusedBackwardSchedule::automatic,
-                                  at::FusedBackwardSchedule::per_head,
-                                  at::FusedBackwardSchedule::per_key_block}) {
+      for (const auto schedule :
+           {at::FusedBackwardSchedule::automatic, at::FusedBackwardSchedule::per_head,
+            at::FusedBackwardSchedule::per_key_block}) {
         const std::string name = std::string(c.name) +
                                  (shape == kdnn::KernelShape::gpu ? ", GPU form" : "") +
                                  ", schedule " + std::to_string(int(schedule));
@@ -379,8 +380,8 @@ struct Float32Run {
 /// partial sum k mod 16, and the 16 partial sums are added at the end. A
 /// float32 computation in another order than kdnn's, and the same in every
 /// build (not whatever BLAS the build's GEMM calls).
-std::vector<double> float_bmm(int heads, int M, int N, int K, const std::vector<double>& A,
-                              bool ta, const std::vector<double>& B, bool tb) {
+std::vector<double> float_bmm(int heads, int M, int N, int K, const std::vector<double>& A, bool ta,
+                              const std::vector<double>& B, bool tb) {
   std::vector<double> C(std::size_t(heads) * M * N);
   for (int h = 0; h < heads; ++h) {
     const double* a = A.data() + std::size_t(h) * M * K;
@@ -554,8 +555,8 @@ std::vector<std::vector<double>> fused_outputs(const DeviceView<T****>& q,
                                                const DeviceView<T****>& g,
                                                const at::FusedAttentionOptions& opts,
                                                const at::AttentionMask<Space>& mask) {
-  const int B = int(q.extent(0)), H = int(q.extent(1)), S = int(q.extent(2)),
-            D = int(q.extent(3)), Sk = int(k.extent(2)), Dv = int(v.extent(3));
+  const int B = int(q.extent(0)), H = int(q.extent(1)), S = int(q.extent(2)), D = int(q.extent(3)),
+            Sk = int(k.extent(2)), Dv = int(v.extent(3));
   DeviceView<T****> o("o", B, H, S, Dv), dq("dq", B, H, S, D), dk("dk", B, H, Sk, D),
       dv("dv", B, H, Sk, Dv);
   DeviceView<T***> lse("lse", B, H, S);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // Linear layer: forward and backward against double loops and finite
 // differences, with and without bias, SET and ADD, empty batches, bad input.
 #include <cmath>
@@ -32,8 +33,13 @@ struct Problem {
 };
 
 Problem make_problem(int B, int S, int in, int out, unsigned seed) {
-  return {B, S, in, out, normal(std::size_t(B) * S * in, seed),
-          normal(std::size_t(out) * in, seed + 1), normal(out, seed + 2),
+  return {B,
+          S,
+          in,
+          out,
+          normal(std::size_t(B) * S * in, seed),
+          normal(std::size_t(out) * in, seed + 1),
+          normal(out, seed + 2),
           normal(std::size_t(B) * S * out, seed + 3)};
 }
 
@@ -123,8 +129,7 @@ TEST(Linear, BackwardMatchesFiniteDifferences) {
       Problem plus = p, minus = p;
       (plus.*member)[k] += h;
       (minus.*member)[k] -= h;
-      const double fd =
-          (loss(plus.x, plus.W, plus.b) - loss(minus.x, minus.W, minus.b)) / (2 * h);
+      const double fd = (loss(plus.x, plus.W, plus.b) - loss(minus.x, minus.W, minus.b)) / (2 * h);
       EXPECT_NEAR(grad[k], fd, 1e-7) << name << "[" << k << "]";
     }
   };
@@ -160,7 +165,8 @@ TEST(Linear, BadInputIsAnError) {
   EXPECT_KDNN_ERROR(at::linear_backward(Space(), x, W, dy, dx, dW, db, at::WgradMode(7)),
                     "mode=7, expected WgradMode::set or WgradMode::add");
   EXPECT_KDNN_ERROR(at::linear_backward(Space(), x, W, dy, dx, dW, b_bad), "db has extent(0)=4");
-  EXPECT_KDNN_ERROR(at::linear_backward(Space(), x, W, dy, dx, W, db), "output dW overlaps input W");
+  EXPECT_KDNN_ERROR(at::linear_backward(Space(), x, W, dy, dx, W, db),
+                    "output dW overlaps input W");
   DeviceView<float***> dy_bad("dy", 2, 3, 4);
   EXPECT_KDNN_ERROR(at::linear_backward(Space(), x, W, dy_bad, dx, dW, db),
                     "dy has extent(2)=4, expected 5");

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // Multi-head attention layer, each test on both attention algorithms (fused
 // and unfused): forward against the double-loop reference, every gradient
 // against central differences of it (double) and float against double, over
@@ -377,8 +378,9 @@ TEST(MhaErrors, ScaleNotFiniteInFloatIsAKdnnError) {
     DeviceLayer<float> l(c, d, algo);
     for (const double scale : {1e39, -1e39}) {
       l.opts.sm_scaler = scale;
-      EXPECT_KDNN_ERROR(l.forward(), "e+39, expected a value finite in float (|opts.sm_scaler| <= "
-                                     "3.40282e+38)");
+      EXPECT_KDNN_ERROR(l.forward(),
+                        "e+39, expected a value finite in float (|opts.sm_scaler| <= "
+                        "3.40282e+38)");
     }
     l.opts.sm_scaler = 1e38;  // finite in float: fine for these moderate scores
     l.forward();

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // The cuDNN-shaped descriptor interface: buffer sizes, the weight buffer's
 // views, the three calls against the double reference and the functional
 // API (with the fused and the unfused attention), sizes below the

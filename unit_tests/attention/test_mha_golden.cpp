@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // Multi-head attention against golden data from PyTorch autograd in float64
 // (unit_tests/reference/gen_mha_golden.py, an independent torch.nn.functional
 // formulation, with dropout's keep mask from its own NumPy Philox): out and

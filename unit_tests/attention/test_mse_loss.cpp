@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // MSE loss: value and gradient against double loops and finite differences;
 // empty tensors, NaN and bad shapes.
 #include <cmath>
@@ -73,7 +74,8 @@ TEST(MseLoss, EmptyTensorGivesNaNAndNoGradient) {
 TEST(MseLoss, NaNPropagates) {
   auto o = normal(12, 5);
   o[7] = NAN;
-  const auto O = to_device<double***>(o, 1, 3, 4), Tg = to_device<double***>(normal(12, 6), 1, 3, 4);
+  const auto O = to_device<double***>(o, 1, 3, 4),
+             Tg = to_device<double***>(normal(12, 6), 1, 3, 4);
   EXPECT_TRUE(std::isnan(at::mse_loss(Space(), O, Tg)));
 }
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // Masked softmax (accurate and log) against a double reference that applies
 // each mask condition per key, finite differences for the backward, fully
 // masked rows and bad masks.
@@ -87,8 +88,8 @@ std::vector<std::pair<std::string, HostMask>> masks() {
   all.causal = true;
   all.seq_q = {4, 5};
   all.seq_k = {6, 5};
-  return {{"none", none}, {"causal", causal}, {"window", window}, {"lengths", lengths},
-          {"all", all}};
+  return {
+      {"none", none}, {"causal", causal}, {"window", window}, {"lengths", lengths}, {"all", all}};
 }
 
 TYPED_TEST(Softmax, ForwardMatchesDoubleReference) {

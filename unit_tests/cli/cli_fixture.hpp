@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // What the tests of the `kdnn` tool share: a fixture with a fresh --in and
 // --out directory per test, running the tool as a subprocess (no Kokkos in
@@ -181,15 +182,15 @@ class CliTest : public ::testing::Test {
     expect_mpi_failure(args({"--split", max + "," + max + "," + std::to_string(L + 2)}), 1,
                        "--split: count " + max + " of rank 0 is more than L=" + l, 3);
     // Three quarters of 2^64 plus the last count wrap around to exactly L.
-    expect_mpi_failure(
-        args({"--split", quarter + "," + quarter + "," + quarter + "," +
-                             std::to_string(4611686018427387904LL + L)}),
-        1, "--split: count " + quarter + " of rank 0 is more than L=" + l, 4);
+    expect_mpi_failure(args({"--split", quarter + "," + quarter + "," + quarter + "," +
+                                            std::to_string(4611686018427387904LL + L)}),
+                       1, "--split: count " + quarter + " of rank 0 is more than L=" + l, 4);
     expect_mpi_failure(args({"--split", "0," + std::to_string(L + 1) + ",0"}), 1,
                        "--split: count " + std::to_string(L + 1) + " of rank 1 is more than L=" + l,
                        3);
     expect_mpi_failure(args({"--split", "1," + max + "0,0"}), 2,
-                       "--split: expected counts >= 0 (at most " + max + "), got '" + max + "0'", 3);
+                       "--split: expected counts >= 0 (at most " + max + "), got '" + max + "0'",
+                       3);
     expect_mpi_failure(args({"--split", "1,-0,0"}), 2, "--split: expected counts >= 0", 3);
   }
 #endif

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // The `kdnn` command-line tool, run as a subprocess on .npy fixtures: the
 // top-level help, usage errors, input and output handling, and `kdnn
 // sinkhorn` (results against plain double references, dtypes, optional
@@ -92,8 +93,8 @@ TEST_F(Cli, SinkhornHelp) {
     const Result r = run(args);
     EXPECT_EQ(r.status, 0);
     EXPECT_EQ(r.err, "");
-    for (const char* word : {"usage: kdnn sinkhorn", "--in", "--out", "--iters", "--tol",
-                             "--method", "unrolled"}) {
+    for (const char* word :
+         {"usage: kdnn sinkhorn", "--in", "--out", "--iters", "--tol", "--method", "unrolled"}) {
       EXPECT_NE(r.out.find(word), std::string::npos) << word;
     }
   }
@@ -108,15 +109,14 @@ TEST_F(Cli, ForwardOnlyMatchesReference) {
   const Result r = run(sinkhorn({"--iters", "20"}));
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.err, "");
-  for (const char* word : {"sinkhorn: B=3 n=5 dtype=float64", "method=none",
-                           "max_forward_iters=20", "wrote=r.npy\n"}) {
+  for (const char* word : {"sinkhorn: B=3 n=5 dtype=float64", "method=none", "max_forward_iters=20",
+                           "wrote=r.npy\n"}) {
     EXPECT_NE(r.out.find(word), std::string::npos) << word << " in: " << r.out;
   }
   EXPECT_EQ(files(out_), std::set<std::string>{"r.npy"});
   const auto rr = read(out_ / "r.npy", DType::f64, {batch, n, n});
   for (std::size_t b = 0; b < batch; ++b) {
-    EXPECT_LT(rel_error(matrix(rr, b, n), kdnn_test::ref_forward(matrix(x_, b, n), n, 20)),
-              1e-13);
+    EXPECT_LT(rel_error(matrix(rr, b, n), kdnn_test::ref_forward(matrix(x_, b, n), n, 20)), 1e-13);
   }
 }
 
@@ -229,7 +229,8 @@ TEST_F(Cli, EmptyBatch) {
 /// Writes a [batch, 4, 4] problem with logits randn × 5 (20 iterations do not
 /// converge: the defect report's case).
 void write_unconverged(const fs::path& dir, std::size_t batch) {
-  std::vector<double> x = kdnn_test::normal(batch * 16, 301), g = kdnn_test::normal(batch * 16, 302);
+  std::vector<double> x = kdnn_test::normal(batch * 16, 301),
+                      g = kdnn_test::normal(batch * 16, 302);
   for (double& v : x) v *= 5;
   kdnn::io::write_npy((dir / "x.npy").string(), Shape{batch, 4, 4}, x.data());
   kdnn::io::write_npy((dir / "g.npy").string(), Shape{batch, 4, 4}, g.data());
@@ -240,10 +241,12 @@ TEST_F(Cli, UnconvergedGradientWarnsOnceAndNamesTheRemedy) {
   for (const std::string method : {"implicit", "block"}) {
     for (const std::string marginals : {"measured", "unit"}) {
       SCOPED_TRACE(method + " " + marginals);
-      const Result r = run(sinkhorn({"--iters", "20", "--method", method, "--marginals", marginals}));
+      const Result r =
+          run(sinkhorn({"--iters", "20", "--method", method, "--marginals", marginals}));
       ASSERT_EQ(r.status, 0) << r.err;
       EXPECT_EQ(r.err.rfind("kdnn: warning: dx.npy is not the converged gradient: R's max "
-                            "marginal error ", 0),
+                            "marginal error ",
+                            0),
                 0u)
           << r.err;
       EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
@@ -278,8 +281,8 @@ TEST_F(Cli, OrderAndEps) {
   const int iters = 10;
   write_problem(DType::f64, batch, n, true);
   const kdnn_test::Variant variant{true, 1e-6};
-  const Result r = run(sinkhorn({"--iters", "10", "--order", "rows-first", "--eps", "1e-6",
-                                 "--method", "unrolled"}));
+  const Result r = run(sinkhorn(
+      {"--iters", "10", "--order", "rows-first", "--eps", "1e-6", "--method", "unrolled"}));
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("order=rows-first eps=1e-06"), std::string::npos) << r.out;
   const auto rr = read(out_ / "r.npy", DType::f64, {batch, n, n});
@@ -287,8 +290,9 @@ TEST_F(Cli, OrderAndEps) {
   for (std::size_t b = 0; b < batch; ++b) {
     const Mat x = matrix(x_, b, n), g = matrix(g_, b, n);
     EXPECT_LT(rel_error(matrix(rr, b, n), kdnn_test::ref_forward(x, n, iters, variant)), 1e-13);
-    EXPECT_LT(rel_error(matrix(dx, b, n), kdnn_test::ref_unrolled_backward(x, g, n, iters, variant)),
-              1e-11);
+    EXPECT_LT(
+        rel_error(matrix(dx, b, n), kdnn_test::ref_unrolled_backward(x, g, n, iters, variant)),
+        1e-11);
   }
 }
 
@@ -340,7 +344,10 @@ TEST_F(Cli, NonFiniteInputsAreRejectedWithTheirPosition) {
 
 TEST_F(Cli, ShapesAreCheckedBeforeAnythingIsAllocated) {
   const std::size_t huge = std::size_t(1) << 40;
-  const Shape shapes[] = {{huge, 0, 0}, {std::size_t(1) << 31, 0, 0}, {0, std::size_t(1) << 62, std::size_t(1) << 62}, {3, 0, 0}};
+  const Shape shapes[] = {{huge, 0, 0},
+                          {std::size_t(1) << 31, 0, 0},
+                          {0, std::size_t(1) << 62, std::size_t(1) << 62},
+                          {3, 0, 0}};
   for (const Shape& shape : shapes) {
     write("x.npy", DType::f64, shape, {});
     expect_error(sinkhorn({"--iters", "5"}), kInput, "expected [B, n, n] with 1 <= n <= ");
@@ -402,17 +409,19 @@ TEST_F(Cli, DashValuesGivenWithEqualsAreAccepted) {
   fs::create_directories(root_ / "-out");
   fs::rename(in_, root_ / "-in");
   const std::string here = "cd " + quote(root_.string()) + " &&";
-  const Result r = run({"sinkhorn", "--in=-in", "--out=-out", "--iters", "5", "--method",
-                        "unrolled"}, here);
+  const Result r =
+      run({"sinkhorn", "--in=-in", "--out=-out", "--iters", "5", "--method", "unrolled"}, here);
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.err, "");
   EXPECT_EQ(files(root_ / "-out"), (std::set<std::string>{"r.npy", "dx.npy"}));
   fs::rename(root_ / "-in", in_);
   // Every subcommand and option with a value that must not be an option.
   const std::string out = "--out=" + out_.string(), in = "--in=" + in_.string();
-  const std::vector<Strings> commands = {{"sinkhorn", "--iters", "3"}, {"mha", "--heads", "1"},
+  const std::vector<Strings> commands = {{"sinkhorn", "--iters", "3"},
+                                         {"mha", "--heads", "1"},
 #ifdef KDNN_MPIEXEC
-                                         {"cp-conv"}, {"ssd"}
+                                         {"cp-conv"},
+                                         {"ssd"}
 #endif
   };
   for (const Strings& command : commands) {
@@ -428,7 +437,8 @@ TEST_F(Cli, DashValuesGivenWithEqualsAreAccepted) {
     if (command[0] == "cp-conv" || command[0] == "ssd") {
       a = command;
       a.insert(a.end(), {in, out, "--split=-1"});
-      expect_error(a, kUsage, "--split: expected counts >= 0 (at most 9223372036854775807), got '-1'");
+      expect_error(a, kUsage,
+                   "--split: expected counts >= 0 (at most 9223372036854775807), got '-1'");
       a = command;
       a.insert(a.end(), {in, out, "--split", "-1"});
       expect_error(a, kUsage, "--split: requires a value, got '-1'");
@@ -440,9 +450,8 @@ TEST_F(Cli, DashValuesGivenWithEqualsAreAccepted) {
 // the outputs were written before it.
 TEST_F(Cli, FailedWriteOfStdoutIsAnError) {
   write_problem(DType::f64, 2, 4, true);
-  for (const Strings& args :
-       {Strings{"--help"}, Strings{"sinkhorn", "--help"},
-        sinkhorn({"--iters", "5", "--method", "unrolled"})}) {
+  for (const Strings& args : {Strings{"--help"}, Strings{"sinkhorn", "--help"},
+                              sinkhorn({"--iters", "5", "--method", "unrolled"})}) {
     SCOPED_TRACE(args[0] + " " + args[1 % args.size()]);
     const Result r = run_to("/dev/full", args);
     EXPECT_EQ(r.status, kInput);
@@ -461,8 +470,9 @@ TEST_F(Cli, MissingX) {
 
 TEST_F(Cli, InNotADirectory) {
   const Strings args{"sinkhorn", "--in", (root_ / "nope").string(), "--out", out_.string(),
-                     "--iters", "3"};
-  expect_error(args, kInput, "--in '" + (root_ / "nope").string() + "' is not an existing directory");
+                     "--iters",  "3"};
+  expect_error(args, kInput,
+               "--in '" + (root_ / "nope").string() + "' is not an existing directory");
 }
 
 TEST_F(Cli, OutNotAnExistingDirectory) {
@@ -571,15 +581,21 @@ TEST_F(Cli, KokkosArgumentsGoToKokkos) {
   write_problem(DType::f64, batch, n, true);
   // Anywhere on the command line. Kokkos 4 takes the thread count, 3.4 knows
   // it as --kokkos-threads and ignores this spelling; both know the other.
-  Strings args{"--kokkos-num-threads=1", "sinkhorn", "--in", in_.string(),
-               "--kokkos-tune-internals", "--out", out_.string(), "--iters", "20"};
+  Strings args{"--kokkos-num-threads=1",
+               "sinkhorn",
+               "--in",
+               in_.string(),
+               "--kokkos-tune-internals",
+               "--out",
+               out_.string(),
+               "--iters",
+               "20"};
   const Result r = run(args);
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.err, "");
   const auto rr = read(out_ / "r.npy", DType::f64, {batch, n, n});
   for (std::size_t b = 0; b < batch; ++b) {
-    EXPECT_LT(rel_error(matrix(rr, b, n), kdnn_test::ref_forward(matrix(x_, b, n), n, 20)),
-              1e-13);
+    EXPECT_LT(rel_error(matrix(rr, b, n), kdnn_test::ref_forward(matrix(x_, b, n), n, 20)), 1e-13);
   }
 }
 
@@ -600,7 +616,8 @@ TEST_F(Cli, MalformedKokkosIntegersAreUsageErrors) {
       {"--kokkos-num-threads=abc", "--kokkos-num-threads: expected --kokkos-num-threads=N"},
       {"--kokkos-num-threads", "--kokkos-num-threads: expected"},
       {"--kokkos-numa=x", "--kokkos-numa: expected --kokkos-numa=N, N an integer >= 1"},
-      {"--kokkos-device-id=zz", "--kokkos-device-id: expected --kokkos-device-id=N, N an integer >= 0"},
+      {"--kokkos-device-id=zz",
+       "--kokkos-device-id: expected --kokkos-device-id=N, N an integer >= 0"},
       {"--kokkos-device-id=-1", "--kokkos-device-id: expected"},
       {"--kokkos-device=zz", "--kokkos-device: expected --kokkos-device=N, N an integer >= 0"},
       {"--kokkos-skip-device=zz", "--kokkos-skip-device: expected"},
@@ -658,9 +675,9 @@ TEST_F(Cli, MalformedKokkosIntegerUnderMpiIsOneErrorLine) {
 TEST_F(Cli, SingleProcessSubcommandsDoNotInitialiseMpi) {
   write_problem(DType::f64, 2, 4, true);
   const std::string broken_mpi = "OMPI_MCA_pml=no_such_component";
-  for (const Strings& args : {Strings{"--help"}, Strings{"sinkhorn", "--help"},
-                              Strings{"mha", "--help"},
-                              sinkhorn({"--iters", "5", "--method", "unrolled"})}) {
+  for (const Strings& args :
+       {Strings{"--help"}, Strings{"sinkhorn", "--help"}, Strings{"mha", "--help"},
+        sinkhorn({"--iters", "5", "--method", "unrolled"})}) {
     SCOPED_TRACE(args[0]);
     const Result r = run(args, broken_mpi);
     EXPECT_EQ(r.status, 0) << r.err;
@@ -745,8 +762,8 @@ TEST_F(Cli, ConcurrentRunsIntoOneOutLeaveOneRunsFiles) {
     std::string cmd;
     for (int k = 0; k < 2; ++k) {
       const fs::path status = root_ / ("status" + std::to_string(k));
-      cmd += "(" + command(args(k, out_)) + " >/dev/null 2>&1; echo $? >" +
-             quote(status.string()) + ") & ";
+      cmd += "(" + command(args(k, out_)) + " >/dev/null 2>&1; echo $? >" + quote(status.string()) +
+             ") & ";
     }
     ASSERT_EQ(std::system((cmd + "wait").c_str()), 0);
     for (int k = 0; k < 2; ++k) {

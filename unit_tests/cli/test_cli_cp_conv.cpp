@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // `kdnn cp-conv` as a subprocess under mpiexec: outputs and gradients equal
 // the double loops of conv_reference.hpp for an uneven split with an empty
 // rank, forward only writes only the forward's files, bad input fails on
@@ -22,7 +23,6 @@ using kdnn_test::mpiexec;
 using kdnn_test::Strings;
 namespace ref = kdnn_test::ssm_ref;
 namespace fs = std::filesystem;
-
 
 class CliCpConv : public CliTest {
  protected:
@@ -147,13 +147,16 @@ TEST_F(CliCpConv, PeakMemoryIsInputsPlusOutputs) {
 TEST_F(CliCpConv, BadInputFailsOnEveryRankAndWritesNothing) {
   write_problem(DType::f64, true);
   expect_mpi_failure(args({"--split", "2,0,10"}), 1, "--split: counts sum to 12, expected L=13", 3);
-  expect_mpi_failure(args({"--split", "2,x,11"}), 2, "--split: expected counts >= 0 (at most 9223372036854775807), got 'x'", 3);
-  expect_mpi_failure(args({"--dt-min", "3", "--dt-max", "1"}), 2, "--dt-max 1 is below --dt-min 3", 2);
+  expect_mpi_failure(args({"--split", "2,x,11"}), 2,
+                     "--split: expected counts >= 0 (at most 9223372036854775807), got 'x'", 3);
+  expect_mpi_failure(args({"--dt-min", "3", "--dt-max", "1"}), 2, "--dt-max 1 is below --dt-min 3",
+                     2);
   write("dt.npy", DType::f64, {B, L + 1, H}, ref::Vec(B * (L + 1) * H, 0.0));
-  expect_mpi_failure(args({}), 1, "dt.npy: shape (2, 14, 3), expected L 13 (from xbc.npy) at axis 1",
-                 2);
+  expect_mpi_failure(args({}), 1,
+                     "dt.npy: shape (2, 14, 3), expected L 13 (from xbc.npy) at axis 1", 2);
   write("dt.npy", DType::f32, {B, L, H}, dt_);
-  expect_mpi_failure(args({}), 1, "dt.npy has dtype float32, expected float64 (same as xbc.npy)", 2);
+  expect_mpi_failure(args({}), 1, "dt.npy has dtype float32, expected float64 (same as xbc.npy)",
+                     2);
 }
 
 // Counts whose int64 sum wraps around to L (cli_fixture.hpp).
@@ -184,9 +187,9 @@ TEST_F(CliCpConv, HugeBatchOfEmptySequences) {
   write("xbc.npy", DType::f32, {huge, 0, 1024}, {});
   write("conv_w.npy", DType::f32, {1024, 1024}, ref::Vec(1024 * 1024, 0.5));
   expect_mpi_failure(args({}), 1,
-                 "final.npy: shape (2147483647, 1023, 1024) float32 is 8998403157528576 bytes, "
-                 "more than",
-                 2);
+                     "final.npy: shape (2147483647, 1023, 1024) float32 is 8998403157528576 bytes, "
+                     "more than",
+                     2);
 }
 
 }  // namespace

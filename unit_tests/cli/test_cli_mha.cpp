@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // `kdnn mha`, run as a subprocess on .npy fixtures: o.npy against the
 // double-loop layer of unit_tests/attention/mha_reference.hpp and every
 // gradient against its central differences, in float32 and float64, with
@@ -57,8 +58,8 @@ std::vector<Gradient> gradients(const MhaCase& c) {
 
 /// The data as the tool sees it in float32: every value rounded.
 MhaData rounded(MhaData d) {
-  for (auto* x : {&d.q, &d.k, &d.v, &d.residual, &d.wq, &d.wk, &d.wv, &d.wo, &d.bq, &d.bk,
-                  &d.bv, &d.bo, &d.dout}) {
+  for (auto* x : {&d.q, &d.k, &d.v, &d.residual, &d.wq, &d.wk, &d.wv, &d.wo, &d.bq, &d.bk, &d.bv,
+                  &d.bo, &d.dout}) {
     for (double& v : *x) v = double(float(v));
   }
   return d;
@@ -115,8 +116,13 @@ class CliMha : public CliTest {
 
   /// "mha --in IN --out OUT --heads H" with the case's options, then `extra`.
   Strings mha(const MhaCase& c, const Strings& extra = {}, const fs::path& out = {}) const {
-    Strings args{"mha", "--in", in_.string(), "--out", (out.empty() ? out_ : out).string(),
-                 "--heads", std::to_string(c.H)};
+    Strings args{"mha",
+                 "--in",
+                 in_.string(),
+                 "--out",
+                 (out.empty() ? out_ : out).string(),
+                 "--heads",
+                 std::to_string(c.H)};
     if (c.causal) args.push_back("--causal");
     if (c.scaler) args.insert(args.end(), {"--scale", std::to_string(*c.scaler)});
     if (c.p > 0) {
@@ -360,8 +366,8 @@ TEST_F(CliMha, HugeScalesGiveTheUnfusedGradients) {
       const auto x = read(fused / g.file, DType::f64, g.shape);
       const auto y = read(unfused / g.file, DType::f64, g.shape);
       for (const auto* values : {&x, &y}) {
-        EXPECT_TRUE(std::all_of(values->begin(), values->end(),
-                                [](double z) { return std::isfinite(z); }));
+        EXPECT_TRUE(
+            std::all_of(values->begin(), values->end(), [](double z) { return std::isfinite(z); }));
       }
       EXPECT_ALLCLOSE(x, y, 1e-10, 1e-10);
     }
@@ -434,9 +440,10 @@ TEST_F(CliMha, MatchesPyTorchGoldenData) {
     const std::string meta = read_text(data_dir() + "/attention/" + prefix + "meta.json");
     const auto value = [&](const std::string& key) {
       const auto at = meta.find("\"" + key + "\": ");
-      return at == std::string::npos ? std::string()
-                                     : meta.substr(at + key.size() + 4,
-                                                   meta.find_first_of(",}", at) - at - key.size() - 4);
+      return at == std::string::npos
+                 ? std::string()
+                 : meta.substr(at + key.size() + 4,
+                               meta.find_first_of(",}", at) - at - key.size() - 4);
     };
     ASSERT_EQ(value("p"), "0.0");
     Strings args{"mha", "--in", in_.string(), "--out", out_.string(), "--heads", value("H")};
@@ -447,8 +454,8 @@ TEST_F(CliMha, MatchesPyTorchGoldenData) {
     EXPECT_EQ(files(out_), expected_files);
     for (const std::string& file : expected_files) {
       SCOPED_TRACE(file);
-      const std::string golden = data_dir() + "/attention/" + prefix +
-                                 (file == "o.npy" ? std::string("out.npy") : file);
+      const std::string golden =
+          data_dir() + "/attention/" + prefix + (file == "o.npy" ? std::string("out.npy") : file);
       const auto expected = kdnn::io::read_npy(golden);
       const std::vector<double> e(expected.data<double>(),
                                   expected.data<double>() + expected.size());
@@ -484,10 +491,12 @@ TEST_F(CliMha, ShapesAreCheckedAgainstEachOther) {
       {"b_q.npy", {4}, "b_q.npy: shape (4,), expected H*D 6 (from w_q.npy) at axis 0"},
       {"b_v.npy", {1, 4}, "b_v.npy: shape (1, 4), expected 1 axis [H*Dv]"},
       {"b_o.npy", {5}, "b_o.npy: shape (5,), expected E_o 4 (from w_o.npy) at axis 0"},
-      {"residual.npy", {2, 3, 5},
+      {"residual.npy",
+       {2, 3, 5},
        "residual.npy: shape (2, 3, 5), expected E_o 4 (from w_o.npy) at axis 2"},
       {"do.npy", {2, 4, 4}, "do.npy: shape (2, 4, 4), expected S 3 (from q.npy) at axis 1"},
-      {"q.npy", {std::size_t(1) << 31, 0, 5},
+      {"q.npy",
+       {std::size_t(1) << 31, 0, 5},
        "q.npy: shape (2147483648, 0, 5), expected batch at most 2147483647 at axis 0"},
   };
   for (const Case& e : cases) {
@@ -524,16 +533,26 @@ TEST_F(CliMha, MaskFilesAreCheckedByShapeThenByTheLayer) {
   };
   const std::string layer = "kdnn: error: attention::mha_forward: ";
   const std::vector<Case> cases = {
-      {"lo_win.npy", DType::i32, {0, 1, 2, 3},
+      {"lo_win.npy",
+       DType::i32,
+       {0, 1, 2, 3},
        "lo_win.npy: shape (4,), expected S 3 (from q.npy) at axis 0"},
       {"seq_q.npy", DType::i64, {1}, "seq_q.npy: shape (1,), expected batch 2 (from q.npy)"},
-      {"seq_q.npy", DType::i32, {3, 4},
+      {"seq_q.npy",
+       DType::i32,
+       {3, 4},
        layer + "mask.seq_q[1]=4, expected a value in [0, 3] (query length, S)"},
-      {"seq_k.npy", DType::i64, {5, 4},
+      {"seq_k.npy",
+       DType::i64,
+       {5, 4},
        layer + "mask.seq_k[0]=5, expected a value in [0, 4] (key length, Sk)"},
-      {"hi_win.npy", DType::i32, {4, -1, 4},
+      {"hi_win.npy",
+       DType::i32,
+       {4, -1, 4},
        layer + "mask.hi_win[1]=-1, expected a value in [0, 4]"},
-      {"seq_k.npy", DType::i64, {2, 4294967296LL},
+      {"seq_k.npy",
+       DType::i64,
+       {2, 4294967296LL},
        "seq_k.npy: value 4294967296 at flat index 1 is outside the range of int"},
   };
   for (const Case& e : cases) {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // `kdnn ssd` as a subprocess under mpiexec: outputs and gradients equal the
 // float64 recurrence of ssd_reference.hpp for an uneven split with an empty
 // rank, forward only writes only the forward's files, bad input fails on
@@ -20,7 +21,6 @@ using kdnn_test::CliTest;
 using kdnn_test::mpiexec;
 using kdnn_test::Strings;
 namespace ref = kdnn_test::ssm_ref;
-
 
 class CliSsd : public CliTest {
  protected:
@@ -133,7 +133,7 @@ TEST_F(CliSsd, PeakMemoryIsInputsOutputsAndTheChunkStates) {
 TEST_F(CliSsd, BadInputFailsOnEveryRankAndWritesNothing) {
   write_problem(DType::f64, true);
   expect_mpi_failure(args({"--chunk", "0"}), 2,
-                 "--chunk: expected an integer >= 1 (at most 2147483647), got '0'", 2);
+                     "--chunk: expected an integer >= 1 (at most 2147483647), got '0'", 2);
   expect_mpi_failure(args({"--split", "2,0,10"}), 1, "--split: counts sum to 12, expected L=19", 3);
   write("a.npy", DType::f64, {H}, {-1, 0.5, -1, -1});
   expect_mpi_failure(args({}), 1, "cp::ssd_forward: A[1]=0.5, expected A <= 0 (check_a)", 2);
@@ -144,7 +144,8 @@ TEST_F(CliSsd, BadInputFailsOnEveryRankAndWritesNothing) {
   write("b.npy", DType::f64, {B, L, G, N}, c_.Bm);
   write("c.npy", DType::f64, {B, L, G, N}, c_.Cm);
   write("dt.npy", DType::f64, {B, L + 1, H}, ref::Vec(B * (L + 1) * H, 0.0));
-  expect_mpi_failure(args({}), 1, "dt.npy: shape (2, 20, 4), expected L 19 (from x.npy) at axis 1", 2);
+  expect_mpi_failure(args({}), 1, "dt.npy: shape (2, 20, 4), expected L 19 (from x.npy) at axis 1",
+                     2);
   write("dt.npy", DType::f32, {B, L, H}, c_.dt);
   expect_mpi_failure(args({}), 1, "dt.npy has dtype float32, expected float64 (same as x.npy)", 2);
   // dt < 0 would grow the state instead of decaying it: refused, with the
@@ -187,26 +188,28 @@ TEST_F(CliSsd, HugeBatchOfEmptySequences) {
       for (const auto& name : files(out_)) std::filesystem::remove(out_ / name);
     } else {
       expect_mpi_failure(args({}), 1,
-                     "the state passing's buffers: shape (" + std::to_string(ranks + 2) +
-                         ", 2147483647, 1) float32 is",
-                     ranks);
+                         "the state passing's buffers: shape (" + std::to_string(ranks + 2) +
+                             ", 2147483647, 1) float32 is",
+                         ranks);
     }
   }
   write_sizes(1024, 0, 1);
   expect_mpi_failure(args({}), 1,
-                 "the state passing's buffers: shape (4, 2199023254528, 1) float32 is "
-                 "35184372072448 bytes, more than",
-                 2);
+                     "the state passing's buffers: shape (4, 2199023254528, 1) float32 is "
+                     "35184372072448 bytes, more than",
+                     2);
   write_sizes(1, 1024, 1024);
-  expect_mpi_failure(args({}), 1,
-                 "final.npy: shape (2147483647, 1, 1024, 1024) float32 is 9007199250546688 bytes, "
-                 "more than",
-                 2);
+  expect_mpi_failure(
+      args({}), 1,
+      "final.npy: shape (2147483647, 1, 1024, 1024) float32 is 9007199250546688 bytes, "
+      "more than",
+      2);
   write_sizes(1, huge, huge);
-  expect_mpi_failure(args({}), 1,
-                 "final.npy: shape (2147483647, 1, 2147483647, 2147483647) float32 is more than "
-                 "2^63 bytes",
-                 2);
+  expect_mpi_failure(
+      args({}), 1,
+      "final.npy: shape (2147483647, 1, 2147483647, 2147483647) float32 is more than "
+      "2^63 bytes",
+      2);
 }
 }  // namespace
 #endif

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // Comparisons of flat results with a reference:
 //  * EXPECT_ALLCLOSE(actual, expected, rtol, atol): every element satisfies
@@ -21,9 +22,8 @@ inline ::testing::AssertionResult allclose(const char* actual_expr, const char* 
                                            const std::vector<double>& expected, double rtol,
                                            double atol) {
   if (actual.size() != expected.size()) {
-    return ::testing::AssertionFailure() << actual_expr << " has " << actual.size()
-                                         << " elements, " << expected_expr << " has "
-                                         << expected.size();
+    return ::testing::AssertionFailure() << actual_expr << " has " << actual.size() << " elements, "
+                                         << expected_expr << " has " << expected.size();
   }
   std::size_t failures = 0, worst = 0;
   double worst_excess = -1;
@@ -45,8 +45,8 @@ inline ::testing::AssertionResult allclose(const char* actual_expr, const char* 
   os << actual_expr << " is not close to " << expected_expr << " (rtol=" << rtol
      << ", atol=" << atol << "): " << failures << " of " << actual.size()
      << " elements differ; worst at index " << worst << ": " << actual[worst] << " vs "
-     << expected[worst] << " (|diff| = " << std::abs(actual[worst] - expected[worst])
-     << ", " << worst_excess << "x its bound)";
+     << expected[worst] << " (|diff| = " << std::abs(actual[worst] - expected[worst]) << ", "
+     << worst_excess << "x its bound)";
   return ::testing::AssertionFailure() << os.str();
 }
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // Whether this build's compiler fuses a·b + c into one FMA on the host (GCC
 // does by default once the flags allow FMA instructions, e.g.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // EXPECT_KDNN_ERROR(statement, fragment): the statement throws kdnn::Error
 // whose message contains `fragment`. Fails, saying which, when nothing is
@@ -37,8 +38,7 @@ std::string error_of(F&& f) {
   return t.kind == Thrown::kdnn_error ? t.message : "";
 }
 
-inline ::testing::AssertionResult is_kdnn_error_with(const char* stmt, const char*,
-                                                     const Thrown& t,
+inline ::testing::AssertionResult is_kdnn_error_with(const char* stmt, const char*, const Thrown& t,
                                                      const std::string& fragment) {
   switch (t.kind) {
     case Thrown::nothing:
@@ -58,9 +58,9 @@ inline ::testing::AssertionResult is_kdnn_error_with(const char* stmt, const cha
   return ::testing::AssertionSuccess();
 }
 
-#define EXPECT_KDNN_ERROR(stmt, fragment)                                                \
-  EXPECT_PRED_FORMAT2(::kdnn_test::is_kdnn_error_with,                                   \
-                      ::kdnn_test::thrown_by([&] { stmt; }), std::string(fragment))      \
+#define EXPECT_KDNN_ERROR(stmt, fragment)                                                     \
+  EXPECT_PRED_FORMAT2(::kdnn_test::is_kdnn_error_with, ::kdnn_test::thrown_by([&] { stmt; }), \
+                      std::string(fragment))                                                  \
       << #stmt
 
 }  // namespace kdnn_test

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // One golden-data case written by a generator in unit_tests/reference/: its
 // arrays {prefix}{array}.npy and {prefix}meta.json, a flat JSON object of

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // Seeded random fills for test data (host, double, no Kokkos).
 #include <cstddef>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // GoogleTest main: Kokkos is initialised once for all tests (and MPI first,
 // when kdnn is built with it).
 #include <gtest/gtest.h>

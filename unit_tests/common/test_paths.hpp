@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // Where the tests find their files. The build directory's paths are compiled
 // in; the environment can point elsewhere, for binaries run from a copy of

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // Host <-> device copies for tests, any rank: data is built and checked on
 // the host as flat row-major std::vector<double>, operators run on Views of
@@ -46,9 +47,9 @@ DeviceView<DataType> to_device(const std::vector<double>& values, Extents... ext
 /// as double.
 template <class View>
 std::vector<double> to_host(const View& view) {
-  static_assert(std::is_same_v<typename View::array_layout, Kokkos::LayoutRight> ||
-                    unsigned(View::rank) <= 1,
-                "to_host: a LayoutRight (or rank-1) View");
+  static_assert(
+      std::is_same_v<typename View::array_layout, Kokkos::LayoutRight> || unsigned(View::rank) <= 1,
+      "to_host: a LayoutRight (or rank-1) View");
   auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), view);
   return std::vector<double>(host.data(), host.data() + host.size());
 }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // Must NOT compile: each KDNN_CASE passes a View an operator refuses, and
 // ctest checks that the compiler reports kdnn's static_assert message
 // (CMakeLists.txt: compile_fail tests).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // Backend traits are keyed on the execution space: a space whose memory the
 // host can reach is not thereby a host backend (a CUDA build with UVM).
 #include <gtest/gtest.h>

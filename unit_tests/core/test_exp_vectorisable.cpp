@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // exp_vectorisable (core/impl/exp_vectorisable.hpp), the host's polynomial
 // e^x for float: within a few ulp of the double exp over the whole range
 // where e^x is a normal float, exact at 0, and the documented edges (0 below

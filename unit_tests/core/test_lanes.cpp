@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // Systems side by side in SIMD lanes (core/impl/lanes.hpp): the lane type's
 // width, its lane access, and col_dot on lanes giving each lane exactly what
 // the same product on plain numbers gives.

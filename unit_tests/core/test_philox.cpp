@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // Philox-4x32-10 against the known-answer vectors of Random123 (kat_vectors).
 #include <gtest/gtest.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // The scratch carver: counting and carving agree, takes are aligned, blocks
 // laid end to end stay aligned.
 #include <cstdint>
@@ -18,7 +19,9 @@ struct Work {
   char* d;
 };
 
-Work carve(ScratchCarver& s, int n) { return {s.take<float>(n), s.take<double>(n), s.take<float>(3), s.take<char>(1)}; }
+Work carve(ScratchCarver& s, int n) {
+  return {s.take<float>(n), s.take<double>(n), s.take<float>(3), s.take<char>(1)};
+}
 
 TEST(ScratchLayout, CountingAndCarvingAgree) {
   for (int n : {1, 2, 3, 7, 16}) {

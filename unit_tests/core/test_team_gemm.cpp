@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // The team GEMM of core/impl/team_gemm.hpp on the default execution space:
 // C = A·B and C += A·B against a double loop, with A row-major and k-major
 // (the same sums in the same order, so bitwise equal), for inner sizes that

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // Launch planning: scratch level choice and its limit, vector length and team
 // size checks, for both kernel shapes.
 #include <gtest/gtest.h>
@@ -38,8 +39,8 @@ TEST(TeamPlan, CooperativeChoosesScratchLevel) {
     const char* what = nullptr;
     const std::size_t limit =
         kdnn::impl::scratch_limit<Space>(kdnn::impl::is_gpu_launch<Space>(request), what);
-    EXPECT_EQ(limit, kdnn::impl::is_gpu_launch<Space>(request) ? kdnn::impl::kTeamWorkspaceBudget
-                                                               : max1);
+    EXPECT_EQ(limit,
+              kdnn::impl::is_gpu_launch<Space>(request) ? kdnn::impl::kTeamWorkspaceBudget : max1);
     EXPECT_KDNN_ERROR(
         (kdnn::impl::plan_team<Space, NoOp>("op", Space(), 1, request, 1, limit + 1, "block=3")),
         "op: block=3 needs " + std::to_string(limit + 1) + " bytes of team scratch, above the " +
@@ -62,10 +63,10 @@ TEST(TeamPlan, WorkspaceSlotsAreBounded) {
   EXPECT_EQ(workspace_slots(1 << 20, 64960, 4, h100), int(budget / 64960));
   EXPECT_EQ(workspace_slots(1 << 20, 640960, 4, h100), int(budget / 640960));
   EXPECT_EQ(workspace_slots(1 << 20, 1024, 32, h100), 8448);  // what can run at once
-  EXPECT_EQ(workspace_slots(5, 1024, 32, h100), 5);            // no more than the items
+  EXPECT_EQ(workspace_slots(5, 1024, 32, h100), 5);           // no more than the items
   EXPECT_EQ(workspace_slots(0, 1024, 32, h100), 1);
-  EXPECT_EQ(workspace_slots(100, budget, 32, h100), 1);        // one team fills the budget
-  EXPECT_EQ(workspace_slots(100, 1024, 1, 2), 2);              // two host threads
+  EXPECT_EQ(workspace_slots(100, budget, 32, h100), 1);  // one team fills the budget
+  EXPECT_EQ(workspace_slots(100, 1024, 1, 2), 2);        // two host threads
   EXPECT_EQ(workspace_slots(INT_MAX, 16, 1, 1LL << 40, std::size_t(1) << 40), INT_MAX);
   EXPECT_EQ(workspace_slots(INT_MAX, 16, 1, 1LL << 40), int(budget / 16));
 }
@@ -85,22 +86,21 @@ TEST(TeamPlan, GpuLaunchTakesAWorkspacePastLevelZero) {
   auto small = kdnn::impl::plan_team<Space, NoOp>("op", Space(), 7, gpu_shape(), 1, 64, "x");
   EXPECT_EQ(small.level, 0);
   EXPECT_EQ(small.slots, 0);
-  auto large = kdnn::impl::plan_team<Space, NoOp>("op", Space(), 1000, gpu_shape(), 1, max0 + 1,
-                                                  "x");
+  auto large =
+      kdnn::impl::plan_team<Space, NoOp>("op", Space(), 1000, gpu_shape(), 1, max0 + 1, "x");
   EXPECT_EQ(large.level, 1);
   EXPECT_EQ(large.league, 1000);
-  EXPECT_EQ(large.slots,
-            kdnn::impl::workspace_slots(1000, large.slot_stride(),
-                                        large.team_size * large.vector_length,
-                                        Space().concurrency()));
+  EXPECT_EQ(large.slots, kdnn::impl::workspace_slots(1000, large.slot_stride(),
+                                                     large.team_size * large.vector_length,
+                                                     Space().concurrency()));
   EXPECT_EQ(large.policy(Space()).league_size(), large.slots);
   EXPECT_EQ(large.policy(Space()).scratch_size(1), 0u);
   EXPECT_EQ(large.slot_stride() % kdnn::impl::kScratchAlign, 0u);
-  EXPECT_KDNN_ERROR(
-      (kdnn::impl::plan_team<Space, NoOp>("op", Space(), 1, gpu_shape(), 1, budget + 1,
-                                          "blocks of 9")),
-      "op: blocks of 9 needs " + std::to_string(budget + 1) + " bytes of team scratch, above the " +
-          std::to_string(budget) + "-byte budget of a GPU launch's team workspace");
+  EXPECT_KDNN_ERROR((kdnn::impl::plan_team<Space, NoOp>("op", Space(), 1, gpu_shape(), 1,
+                                                        budget + 1, "blocks of 9")),
+                    "op: blocks of 9 needs " + std::to_string(budget + 1) +
+                        " bytes of team scratch, above the " + std::to_string(budget) +
+                        "-byte budget of a GPU launch's team workspace");
   EXPECT_KDNN_ERROR((kdnn::impl::plan_system_tiles<Space, NoOp>(
                         "op", Space(), 4, 4, gpu_shape(),
                         [&](int tile) { return tile * (budget + 16); }, "n=4", "matrix")),
@@ -108,8 +108,8 @@ TEST(TeamPlan, GpuLaunchTakesAWorkspacePastLevelZero) {
                         " bytes of team scratch per matrix, above the " + std::to_string(budget) +
                         "-byte budget");
   if (kdnn::impl::BackendTraits<Space>::is_host) {
-    auto host = kdnn::impl::plan_team<Space, NoOp>("op", Space(), 1000, kdnn::Launch{}, 1,
-                                                   max0 + 1, "x");
+    auto host =
+        kdnn::impl::plan_team<Space, NoOp>("op", Space(), 1000, kdnn::Launch{}, 1, max0 + 1, "x");
     EXPECT_EQ(host.level, 1);
     EXPECT_EQ(host.slots, 0);
     EXPECT_EQ(host.policy(Space()).league_size(), 1000);
@@ -145,9 +145,9 @@ TEST(TeamPlan, StridedItemsEachRunOnceInTheirOwnScratch) {
     FillScratch kernel;
     kernel.out = kdnn_test::DeviceView<int*>("out", items);
     kernel.words = int(max0 / sizeof(int)) + 5;  // past level 0
-    const auto plan = kdnn::impl::plan_team<Space, FillScratch>(
-        "op", Space(), items, gpu ? gpu_shape() : kdnn::Launch{}, 1, kernel.words * sizeof(int),
-        "x");
+    const auto plan = kdnn::impl::plan_team<Space, FillScratch>("op", Space(), items,
+                                                                gpu ? gpu_shape() : kdnn::Launch{},
+                                                                1, kernel.words * sizeof(int), "x");
     EXPECT_EQ(plan.slots > 0, gpu || !kdnn::impl::BackendTraits<Space>::is_host);
     plan.launch("TeamPlan::strided", Space(), kernel);
     const auto out = kdnn_test::to_host(kernel.out);
@@ -205,12 +205,12 @@ TEST(TeamPlan, SystemTilesDefaultsPerBackend) {
   const char* what = nullptr;
   const std::size_t limit =
       kdnn::impl::scratch_limit<Space>(kdnn::impl::is_gpu_launch<Space>(request), what);
-  EXPECT_KDNN_ERROR(
-      (kdnn::impl::plan_system_tiles<Space, NoOp>(
-          "op", Space(), 1, 4, request, [&](int tile) { return tile * (limit + 1); }, "n=4",
-          "matrix")),
-      "op: n=4 needs " + std::to_string(limit + 1) +
-          " bytes of team scratch per matrix, above the " + std::to_string(limit) + what);
+  EXPECT_KDNN_ERROR((kdnn::impl::plan_system_tiles<Space, NoOp>(
+                        "op", Space(), 1, 4, request, [&](int tile) { return tile * (limit + 1); },
+                        "n=4", "matrix")),
+                    "op: n=4 needs " + std::to_string(limit + 1) +
+                        " bytes of team scratch per matrix, above the " + std::to_string(limit) +
+                        what);
 }
 
 TEST(TeamPlan, SystemTilesCoverBatchesNearTwoToThe31) {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // Context-parallel conv + dt (kdnn/cp/conv_dt.hpp), run by ctest under
 // mpiexec at 1, 2, 3 and 4 ranks: for splits of one sequence (even, uneven,
 // ranks shorter than K−1, ranks with no steps) every output and gradient on

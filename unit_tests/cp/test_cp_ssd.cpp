@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // Context-parallel SSD (kdnn/cp/ssd.hpp), run by ctest under mpiexec at 1,
 // 2, 3 and 4 ranks: for splits of one sequence (even, uneven, ranks shorter
 // than a chunk, ranks with no steps, everything on one rank) every output

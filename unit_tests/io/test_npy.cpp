@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // Tests of kdnn::io .npy reading and writing. The files under data/npy/ were
 // written by NumPy 1.24 (np.save / np.lib.format.write_array), with
 // unit_tests/reference/gen_npy_fixtures.py.
@@ -19,11 +20,11 @@
 #include <type_traits>
 #include <vector>
 
+#include "expect_error.hpp"
 #include "kdnn/core/error.hpp"
 #include "kdnn/io/escape.hpp"
 #include "kdnn/io/npy.hpp"
 #include "kdnn/io/npy_files.hpp"
-#include "expect_error.hpp"
 #include "kdnn/io/npy_view.hpp"
 #include "test_paths.hpp"
 
@@ -36,9 +37,7 @@ using kdnn::io::write_npy;
 
 namespace {
 
-std::string fixture(const std::string& name) {
-  return kdnn_test::data_dir() + "/npy/" + name;
-}
+std::string fixture(const std::string& name) { return kdnn_test::data_dir() + "/npy/" + name; }
 
 void expect_contains(const std::string& message, const std::string& part) {
   EXPECT_NE(message.find(part), std::string::npos)
@@ -49,8 +48,7 @@ void expect_contains(const std::string& message, const std::string& part) {
 /// contains every one of `parts`.
 void expect_read_error(const std::string& path, const std::vector<std::string>& parts) {
   const std::string message = kdnn_test::error_of([&] { read_npy(path); });
-  EXPECT_EQ(message.rfind(path, 0), 0u) << "message does not start with the path: "
-                                        << message;
+  EXPECT_EQ(message.rfind(path, 0), 0u) << "message does not start with the path: " << message;
   for (const auto& part : parts) expect_contains(message, part);
 }
 
@@ -85,8 +83,7 @@ std::string f64_bytes(std::size_t n) {
 class Npy : public ::testing::Test {
  protected:
   void SetUp() override {
-    const std::string name =
-        ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    const std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
     dir_ = fs::temp_directory_path() /
            ("kdnn_test_npy_" + name + "_" + std::to_string(std::random_device{}()));
     fs::create_directories(dir_);
@@ -135,8 +132,7 @@ void check_round_trip(const std::string& path, const std::vector<std::size_t>& s
   for (std::size_t i = 0; i < count; ++i) EXPECT_EQ(data[i], values[i]) << "i=" << i;
 }
 
-const std::vector<std::vector<std::size_t>> kShapes = {
-    {}, {0}, {5}, {2, 3, 4}, {0, 4, 4}};
+const std::vector<std::vector<std::size_t>> kShapes = {{}, {0}, {5}, {2, 3, 4}, {0, 4, 4}};
 
 }  // namespace
 
@@ -209,14 +205,13 @@ TEST_F(Npy, WrittenHeaderFollowsNumPy) {
     const std::string bytes = read_bytes(path("a.npy"));
     ASSERT_GE(bytes.size(), 10u);
     EXPECT_EQ(bytes.substr(0, 8), std::string("\x93NUMPY\x01\x00", 8));
-    const std::size_t header_len =
-        std::uint8_t(bytes[8]) | std::size_t(std::uint8_t(bytes[9])) << 8;
+    const std::size_t header_len = std::uint8_t(bytes[8]) | std::size_t(std::uint8_t(bytes[9]))
+                                                                << 8;
     EXPECT_EQ((10 + header_len) % 64, 0u);
     const std::string text = bytes.substr(10, header_len);
-    EXPECT_EQ(text.rfind("{'descr': '<f8', 'fortran_order': False, 'shape': " +
-                             shape_text + ", }",
-                         0),
-              0u)
+    EXPECT_EQ(
+        text.rfind("{'descr': '<f8', 'fortran_order': False, 'shape': " + shape_text + ", }", 0),
+        0u)
         << text;
     EXPECT_EQ(text.back(), '\n');
   }
@@ -236,8 +231,7 @@ TEST_F(Npy, WriteReplacesExistingFileAndLeavesNoTemporary) {
 TEST_F(Npy, WriteIntoMissingDirectoryThrowsAndLeavesNoFile) {
   const std::string target = path("missing/a.npy");
   const double values[2] = {1, 2};
-  const std::string message =
-      kdnn_test::error_of([&] { write_npy<double>(target, {2}, values); });
+  const std::string message = kdnn_test::error_of([&] { write_npy<double>(target, {2}, values); });
   EXPECT_EQ(message.rfind(target, 0), 0u) << message;
   EXPECT_TRUE(entries().empty());
 }
@@ -247,8 +241,7 @@ TEST_F(Npy, FailedRenameRemovesTemporary) {
   const std::string target = path("dir.npy");
   fs::create_directory(target);
   const double values[2] = {1, 2};
-  const std::string message =
-      kdnn_test::error_of([&] { write_npy<double>(target, {2}, values); });
+  const std::string message = kdnn_test::error_of([&] { write_npy<double>(target, {2}, values); });
   EXPECT_EQ(message.rfind(target, 0), 0u) << message;
   expect_contains(message, "rename");
   EXPECT_TRUE(fs::is_directory(target));
@@ -339,8 +332,9 @@ TEST(NpyNumPyFiles, BigEndianIsRejected) {
 }
 
 TEST(NpyNumPyFiles, UnsignedAndOtherIntegerWidthsAreRejected) {
-  const std::vector<std::string> expected = {"'<f4' (float32), '<f8' (float64), "
-                                             "'<i4' (int32) or '<i8' (int64)"};
+  const std::vector<std::string> expected = {
+      "'<f4' (float32), '<f8' (float64), "
+      "'<i4' (int32) or '<i8' (int64)"};
   expect_read_error(fixture("u4_3.npy"), {"dtype '<u4' not supported", expected[0]});
   expect_read_error(fixture("i2_3.npy"), {"dtype '<i2' not supported", expected[0]});
 }
@@ -371,13 +365,11 @@ TEST_F(Npy, HeaderVariantsAreAccepted) {
 TEST_F(Npy, MalformedHeadersAreRejected) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"{'descr': '<f8', 'fortran_order': False}", "missing key 'shape'"},
-      {"{'descr': '<f8', 'fortran_order': False, 'shape': (3,), 'x': 1}",
-       "unexpected key 'x'"},
+      {"{'descr': '<f8', 'fortran_order': False, 'shape': (3,), 'x': 1}", "unexpected key 'x'"},
       {"{'descr': '<f8', 'descr': '<f8', 'fortran_order': False, 'shape': (3,)}",
        "duplicate key 'descr'"},
       {"{'descr': '<f8', 'fortran_order': False, 'shape': (3)}", "not a tuple"},
-      {"{'descr': '<f8', 'fortran_order': False, 'shape': (-3,)}",
-       "non-negative integer"},
+      {"{'descr': '<f8', 'fortran_order': False, 'shape': (-3,)}", "non-negative integer"},
       {"{'descr': '<f8', 'fortran_order': 0, 'shape': (3,)}", "True or False"},
       {"{'descr': '<f8, 'fortran_order': False, 'shape': (3,)}", "malformed header"},
       {"{'descr': '<f8', 'fortran_order': False, 'shape': (3,)} x", "after the closing"},
@@ -391,11 +383,10 @@ TEST_F(Npy, MalformedHeadersAreRejected) {
 }
 
 TEST_F(Npy, OtherDescrsAreRejected) {
-  for (const std::string descr : {"<u8", "|u1", "|i1", "<i16", ">i8", "=i4", "|b1", "<c8",
-                                  "<f2", "i4", "int32"}) {
+  for (const std::string descr :
+       {"<u8", "|u1", "|i1", "<i16", ">i8", "=i4", "|b1", "<c8", "<f2", "i4", "int32"}) {
     SCOPED_TRACE(descr);
-    const std::string dict =
-        "{'descr': '" + descr + "', 'fortran_order': False, 'shape': (1,), }";
+    const std::string dict = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': (1,), }";
     write_bytes(path("a.npy"), make_npy(dict, f64_bytes(1)));
     expect_read_error(path("a.npy"), {"dtype '" + descr + "' not supported"});
   }
@@ -403,9 +394,7 @@ TEST_F(Npy, OtherDescrsAreRejected) {
 
 // ---- damaged files ----
 
-TEST_F(Npy, MissingFile) {
-  expect_read_error(path("does_not_exist.npy"), {"cannot open"});
-}
+TEST_F(Npy, MissingFile) { expect_read_error(path("does_not_exist.npy"), {"cannot open"}); }
 
 TEST_F(Npy, BadMagic) {
   write_bytes(path("a.npy"), "PK\x03\x04 this is a zip file, not an array");
@@ -476,8 +465,7 @@ TEST(NpyTypedAccess, InconsistentByteCountThrows) {
   array.dtype = DType::f32;
   array.shape = {2, 2};
   array.bytes.resize(12);
-  expect_contains(kdnn_test::error_of([&] { array.data<float>(); }),
-                  "holds 12 bytes, expected 16");
+  expect_contains(kdnn_test::error_of([&] { array.data<float>(); }), "holds 12 bytes, expected 16");
 }
 
 // ---- integers as int, floats only as floats ----
@@ -495,8 +483,7 @@ TEST(NpyIntVector, Int32AndInt64ValuesOfAnyShape) {
 
 TEST(NpyIntVector, Int64BeyondIntNamesTheIndexAndTheValue) {
   const NpyArray numpy = read_npy(fixture("i64_beyond_int_3.npy"));
-  const std::string message =
-      kdnn_test::error_of([&] { read_int_vector(numpy, "lengths.npy"); });
+  const std::string message = kdnn_test::error_of([&] { read_int_vector(numpy, "lengths.npy"); });
   EXPECT_EQ(message.rfind("lengths.npy: ", 0), 0u) << message;
   expect_contains(message, "value 2147483648 at flat index 2");
   expect_contains(message, "outside the range of int [-2147483648, 2147483647]");
@@ -726,7 +713,7 @@ TEST_F(Npy, HeaderBytesAreEscapedInMessages) {
   const std::string escaped = "a\\x00after\\x1b[31mred\\\\\\xff";
   expect_contains(message, "unexpected key '" + escaped + "'");
   expect_contains(message, "(header: {'descr': '<f8'");  // the header shown ...
-  expect_contains(message, "'" + escaped + "': 1})");  // ... to its end, escaped
+  expect_contains(message, "'" + escaped + "': 1})");    // ... to its end, escaped
 }
 
 TEST_F(Npy, DescrBytesAreEscapedInMessages) {

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 """Generate golden data for the multi-head attention layer (attention/mha.hpp).
 
 The layer is the PyTorch formulation of kdnn_reference/mha.py beside this

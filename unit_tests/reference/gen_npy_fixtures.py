@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 """Writes the small .npy files in ../data/npy (relative to this script) with
 NumPy's own writer (np.save, np.lib.format.write_array), for the tests of the
 kdnn::io reader in unit_tests/io/test_npy.cpp. Needs only NumPy (the files

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 """Generate golden data for the Sinkhorn-Knopp operator (mHC reference).
 
 Forward (X is [B, n, n]):

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 """Generate golden data for Sinkhorn with the semantics of two mHC kernels.
 
 The peers (formulations in kdnn_reference/mhc_peers.py beside this script):

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 """Generate golden data for Mamba-2's SSD (ssm/ssd.hpp) from the chunked
 PyTorch formulation kdnn_reference.ssd.ssd_chunked, differentiated by
 autograd in float64:

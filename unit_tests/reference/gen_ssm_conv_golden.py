@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 """Generate golden data for Mamba-2's causal depthwise conv1d (+ SiLU) and dt
 softplus (ssm/causal_conv1d.hpp, ssm/dt_softplus.hpp).
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 """Writing golden data, shared by the gen_*golden.py scripts.
 
 save(name, t, np_dtype, out_dir) writes one tensor or array as

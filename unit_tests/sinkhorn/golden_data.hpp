@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // Golden Sinkhorn data from the PyTorch generators in unit_tests/reference/:
 // for a case `name` and dtype, unit_tests/data/sinkhorn/{name}_{f32|f64}_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // Independent double-precision references for the Sinkhorn tests: the plain
 // forward formula as written in the reference (exp, then divisions), reverse
@@ -59,8 +60,7 @@ Mat ref_forward(const Mat& X, int n, int iters, const Variant& var = {}) {
 
 /// dX of L = Σ G∘R(X) by reverse mode through all stored iterates, in Real.
 template <class Real = double>
-Mat ref_unrolled_backward(const Mat& X, const Mat& G, int n, int iters,
-                          const Variant& var = {}) {
+Mat ref_unrolled_backward(const Mat& X, const Mat& G, int n, int iters, const Variant& var = {}) {
   using Vec = std::vector<Real>;
   std::vector<Vec> states;  // input of every normalisation step
   Vec Z(n * n);

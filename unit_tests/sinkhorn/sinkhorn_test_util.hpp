@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // Helpers of the Sinkhorn tests: batches of n×n matrices on the default
 // execution space, built and checked on the host in double.

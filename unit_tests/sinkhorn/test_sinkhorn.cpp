@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // Sinkhorn forward and the three backwards against independent double
 // references (plain loops, reverse mode through stored iterates, finite
 // differences), invariants, edge cases and every validation error.
@@ -112,7 +113,8 @@ TYPED_TEST(SinkhornTyped, ExtremeFiniteValuesAreSafe) {
       // The same matrix with every offset replaced by 0 or ±400.
       Mat m(n * n);
       for (int i = 0; i < n; ++i)
-        for (int j = 0; j < n; ++j) m[i * n + j] = offsets[b][i] == 0 ? 0 : (offsets[b][i] > 0 ? 400.0 : -400.0);
+        for (int j = 0; j < n; ++j)
+          m[i * n + j] = offsets[b][i] == 0 ? 0 : (offsets[b][i] > 0 ? 400.0 : -400.0);
       const Mat ref = ref_unrolled_backward<long double>(m, matrix(g, b, n), n, iters);
       EXPECT_LT(rel_error(matrix(dx, b, n), ref), tol<T>(1e-12, 1e-5)) << "b=" << b;
     }
@@ -190,8 +192,7 @@ std::vector<double> run_backward(const Problem& p, sk::BackwardOptions opts,
   const auto report = Report::allocate(p.batch);
   sk::backward(Space(), R, G, dX, opts, report);
   if (cg) {
-    *cg = {to_host(report.iterations), to_host(report.residual),
-           to_host(report.marginal_error)};
+    *cg = {to_host(report.iterations), to_host(report.residual), to_host(report.marginal_error)};
   }
   return to_host(dX);
 }
@@ -260,7 +261,7 @@ TYPED_TEST(SinkhornTyped, UnrolledWithHugeRowOffsetsMatchesUnshiftedReference) {
   std::vector<double> x(z.size());
   for (std::size_t e = 0; e < x.size(); ++e) {
     const double offset = (e / n) % 2 ? 400.0 : -400.0;  // by row
-    x[e] = double(T(z[e] + offset));                      // as the kernel sees it
+    x[e] = double(T(z[e] + offset));                     // as the kernel sees it
   }
   auto X = batch_of<T>(x, batch, n);
   auto G = batch_of<T>(g, batch, n);
@@ -410,8 +411,7 @@ TYPED_TEST(SinkhornTyped, DefaultBackwardIsWellPosedOnUnconvergedR) {
         diff = std::max(diff, std::abs(d[e] - ref[e]));
         gmax = std::max(gmax, std::abs(g[e]));
       }
-      EXPECT_LE(diff, 10 * cg.marginal_error[b] * gmax + tol<T>(1e-12, 1e-4) * gmax)
-          << "b=" << b;
+      EXPECT_LE(diff, 10 * cg.marginal_error[b] * gmax + tol<T>(1e-12, 1e-4) * gmax) << "b=" << b;
     }
     EXPECT_GT(worst_marginal, 1e-2);  // the case is really unconverged
     if (sizeof(T) == 8) {
@@ -535,8 +535,8 @@ TYPED_TEST(SinkhornTyped, OrderAndEpsMatchThePlainFormula) {
   for (const Variant& v : kVariants) {
     for (int n : {1, 2, 4, 8}) {
       for (int iters : {1, 2, 10}) {
-        SCOPED_TRACE("rows_first=" + std::to_string(v.rows_first) + " eps=" +
-                     std::to_string(v.eps) + " n=" + std::to_string(n) +
+        SCOPED_TRACE("rows_first=" + std::to_string(v.rows_first) +
+                     " eps=" + std::to_string(v.eps) + " n=" + std::to_string(n) +
                      " iters=" + std::to_string(iters));
         const auto p = make_problem(n, 3, iters, 4.0, 200 + n + iters);
         auto X = batch_of<T>(p.x, p.batch, n);
@@ -576,8 +576,8 @@ TEST(Sinkhorn, RowsFirstIsColumnsFirstOnTheTranspose) {
   sk::ForwardOptions cols = variant_options(iters, {false, 1e-3});
   sk::forward(Space(), batch_of<double>(p.x, batch, n), R, rows);
   sk::forward(Space(), batch_of<double>(xt, batch, n), Rt, cols);
-  sk::backward_unrolled(Space(), batch_of<double>(p.x, batch, n),
-                        batch_of<double>(p.g, batch, n), dX, rows);
+  sk::backward_unrolled(Space(), batch_of<double>(p.x, batch, n), batch_of<double>(p.g, batch, n),
+                        dX, rows);
   sk::backward_unrolled(Space(), batch_of<double>(xt, batch, n), batch_of<double>(gt, batch, n),
                         dXt, cols);
   const auto r = to_host(R), rt = to_host(Rt), dx = to_host(dX), dxt = to_host(dXt);
@@ -758,8 +758,11 @@ TEST(Sinkhorn, OtherExecutionSpaceInstantiatesFromHeaders) {
 TEST(Sinkhorn, ValidationErrors) {
   Batch<float> X("X", 2, 4, 4), R("R", 2, 4, 4), G("G", 2, 4, 4), dX("dX", 2, 4, 4);
   Batch<float> wrong_n("w", 2, 5, 5), wrong_b("wb", 3, 4, 4), rect("rect", 2, 4, 5);
-  EXPECT_KDNN_ERROR(sk::forward(Space(), rect, R), "sinkhorn::forward: X must be a batch of square matrices [B, n, n], got [2, 4, 5]");
-  EXPECT_KDNN_ERROR(sk::forward(Space(), X, wrong_n), "sinkhorn::forward: R has extent(1)=5, expected 4 (same as X)");
+  EXPECT_KDNN_ERROR(
+      sk::forward(Space(), rect, R),
+      "sinkhorn::forward: X must be a batch of square matrices [B, n, n], got [2, 4, 5]");
+  EXPECT_KDNN_ERROR(sk::forward(Space(), X, wrong_n),
+                    "sinkhorn::forward: R has extent(1)=5, expected 4 (same as X)");
   EXPECT_KDNN_ERROR(sk::forward(Space(), X, wrong_b), "R has extent(0)=3, expected 2 (same as X)");
   EXPECT_KDNN_ERROR(sk::forward(Space(), X, X), "output R overlaps input X");
   EXPECT_KDNN_ERROR(sk::forward(Space(), X, R, {0}), "iters=0, expected a value in [1, ");
@@ -769,33 +772,47 @@ TEST(Sinkhorn, ValidationErrors) {
   f.eps = -1e-3;
   EXPECT_KDNN_ERROR(sk::forward(Space(), X, R, f), "eps=-0.001, expected a value in [0, 1]");
   f.eps = std::nan("");
-  EXPECT_KDNN_ERROR(sk::backward_unrolled(Space(), X, G, dX, f), "eps=nan, expected a value in [0, 1]");
+  EXPECT_KDNN_ERROR(sk::backward_unrolled(Space(), X, G, dX, f),
+                    "eps=nan, expected a value in [0, 1]");
   Batch<float> X0("X0", 2, 0, 0), R0("R0", 2, 0, 0);
-  EXPECT_KDNN_ERROR(sk::forward(Space(), X0, R0), "sinkhorn::forward: X has shape [2, 0, 0], expected n >= 1");
-  EXPECT_KDNN_ERROR(sk::backward(Space(), X0, X0, R0), "sinkhorn::backward: R has shape [2, 0, 0], expected n >= 1");
+  EXPECT_KDNN_ERROR(sk::forward(Space(), X0, R0),
+                    "sinkhorn::forward: X has shape [2, 0, 0], expected n >= 1");
+  EXPECT_KDNN_ERROR(sk::backward(Space(), X0, X0, R0),
+                    "sinkhorn::backward: R has shape [2, 0, 0], expected n >= 1");
   // A report written over an operand would corrupt it.
   Kokkos::View<double*, Space::memory_space> over_x(reinterpret_cast<double*>(X.data()), 2);
   Report aliased;
   aliased.marginal_error = over_x;
-  EXPECT_KDNN_ERROR(sk::forward(Space(), X, R, {}, aliased), "output report.marginal_error overlaps input X");
+  EXPECT_KDNN_ERROR(sk::forward(Space(), X, R, {}, aliased),
+                    "output report.marginal_error overlaps input X");
   Report aliased_it;
-  aliased_it.iterations = Kokkos::View<int*, Space::memory_space>(reinterpret_cast<int*>(R.data()), 2);
-  EXPECT_KDNN_ERROR(sk::backward(Space(), R, G, dX, {}, aliased_it), "output report.iterations overlaps input R");
+  aliased_it.iterations =
+      Kokkos::View<int*, Space::memory_space>(reinterpret_cast<int*>(R.data()), 2);
+  EXPECT_KDNN_ERROR(sk::backward(Space(), R, G, dX, {}, aliased_it),
+                    "output report.iterations overlaps input R");
   Report aliased_res;
-  aliased_res.residual = Kokkos::View<double*, Space::memory_space>(reinterpret_cast<double*>(dX.data()) + 3, 2);
-  EXPECT_KDNN_ERROR(sk::backward(Space(), R, G, dX, {}, aliased_res), "output report.residual overlaps input dX");
+  aliased_res.residual =
+      Kokkos::View<double*, Space::memory_space>(reinterpret_cast<double*>(dX.data()) + 3, 2);
+  EXPECT_KDNN_ERROR(sk::backward(Space(), R, G, dX, {}, aliased_res),
+                    "output report.residual overlaps input dX");
   Report self = Report::allocate(2);
   self.residual = self.marginal_error;
-  EXPECT_KDNN_ERROR(sk::backward(Space(), R, G, dX, {}, self), "report.marginal_error overlaps input report.residual");
+  EXPECT_KDNN_ERROR(sk::backward(Space(), R, G, dX, {}, self),
+                    "report.marginal_error overlaps input report.residual");
   Report bad{Kokkos::View<int*, Space::memory_space>("it", 3), {}};
-  EXPECT_KDNN_ERROR(sk::forward(Space(), X, R, {}, bad), "report.iterations has extent(0)=3, expected 2 (batch size)");
+  EXPECT_KDNN_ERROR(sk::forward(Space(), X, R, {}, bad),
+                    "report.iterations has extent(0)=3, expected 2 (batch size)");
   Report bad_err;
   bad_err.residual = Kokkos::View<double*, Space::memory_space>("e", 1);
-  EXPECT_KDNN_ERROR(sk::backward(Space(), R, G, dX, {}, bad_err), "report.residual has extent(0)=1, expected 2");
+  EXPECT_KDNN_ERROR(sk::backward(Space(), R, G, dX, {}, bad_err),
+                    "report.residual has extent(0)=1, expected 2");
 
-  EXPECT_KDNN_ERROR(sk::backward(Space(), R, wrong_n, dX), "sinkhorn::backward: G has extent(1)=5, expected 4 (same as R)");
-  EXPECT_KDNN_ERROR(sk::backward(Space(), R, G, wrong_b), "sinkhorn::backward: dX has extent(0)=3, expected 2 (same as R)");
-  EXPECT_KDNN_ERROR(sk::backward(Space(), rect, G, dX), "sinkhorn::backward: R must be a batch of square matrices");
+  EXPECT_KDNN_ERROR(sk::backward(Space(), R, wrong_n, dX),
+                    "sinkhorn::backward: G has extent(1)=5, expected 4 (same as R)");
+  EXPECT_KDNN_ERROR(sk::backward(Space(), R, G, wrong_b),
+                    "sinkhorn::backward: dX has extent(0)=3, expected 2 (same as R)");
+  EXPECT_KDNN_ERROR(sk::backward(Space(), rect, G, dX),
+                    "sinkhorn::backward: R must be a batch of square matrices");
   EXPECT_KDNN_ERROR(sk::backward(Space(), R, G, G), "output dX overlaps input G");
   EXPECT_KDNN_ERROR(sk::backward(Space(), R, G, R), "output dX overlaps input R");
   sk::BackwardOptions o;
@@ -809,12 +826,15 @@ TEST(Sinkhorn, ValidationErrors) {
   EXPECT_KDNN_ERROR(sk::backward(Space(), R, G, dX, o), "launch.tile=-1, expected >= 0");
   o = {};
   o.launch.vector_length = 3;
-  EXPECT_KDNN_ERROR(sk::backward(Space(), R, G, dX, o), "launch.vector_length=3, expected a power of two");
+  EXPECT_KDNN_ERROR(sk::backward(Space(), R, G, dX, o),
+                    "launch.vector_length=3, expected a power of two");
   o = {};
   o.launch.team_size = 100000;
-  EXPECT_KDNN_ERROR(sk::backward(Space(), R, G, dX, o), "launch.team_size=100000, expected at most");
+  EXPECT_KDNN_ERROR(sk::backward(Space(), R, G, dX, o),
+                    "launch.team_size=100000, expected at most");
 
-  EXPECT_KDNN_ERROR(sk::backward_unrolled(Space(), X, wrong_n, dX), "sinkhorn::backward_unrolled: G has extent(1)=5, expected 4 (same as X)");
+  EXPECT_KDNN_ERROR(sk::backward_unrolled(Space(), X, wrong_n, dX),
+                    "sinkhorn::backward_unrolled: G has extent(1)=5, expected 4 (same as X)");
   EXPECT_KDNN_ERROR(sk::backward_unrolled(Space(), X, G, X), "output dX overlaps input X");
   EXPECT_KDNN_ERROR(sk::backward_unrolled(Space(), X, G, dX, {10, 1e-6}), "tol=1e-06, expected 0");
   EXPECT_KDNN_ERROR(sk::backward_unrolled(Space(), X, G, dX, {-3}), "iters=-3");

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // Sinkhorn against golden data from PyTorch autograd through the reference
 // forward (unit_tests/reference/gen_sinkhorn_golden.py): R from the forward,
 // dX from autograd, in float64 and float32.

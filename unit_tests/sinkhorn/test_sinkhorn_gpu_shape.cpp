@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // The GPU shape of the Sinkhorn operators (launch.shape = KernelShape::gpu:
 // forward_gpu_kernel.hpp, cg_backward_gpu_kernel.hpp,
 // unrolled_backward_gpu_kernel.hpp) against the host shape, on whatever backend the
@@ -154,9 +155,8 @@ TYPED_TEST(SinkhornGpuShape, DispatchesOnlyTheCompiledSizes) {
     o.launch.shape = kdnn::KernelShape::gpu;
     const auto gpu_ran = [&] {  // the dispatch every operator's GPU form goes through
       int ran = 0;
-      const bool said = sk::impl::run_gpu_shape<Space>(o.launch, n, [&](auto size) {
-        ran = decltype(size)::value;
-      });
+      const bool said = sk::impl::run_gpu_shape<Space>(
+          o.launch, n, [&](auto size) { ran = decltype(size)::value; });
       EXPECT_EQ(ran, said ? n : 0);
       return said;
     };
@@ -175,8 +175,8 @@ struct BackwardOutcome {
 };
 
 template <class T>
-BackwardOutcome run_backward(const Batch<T>& R, const std::vector<double>& g,
-                             sk::BackwardOptions o, kdnn::KernelShape shape) {
+BackwardOutcome run_backward(const Batch<T>& R, const std::vector<double>& g, sk::BackwardOptions o,
+                             kdnn::KernelShape shape) {
   const int batch = int(R.extent(0)), n = int(R.extent(1));
   o.launch.shape = shape;
   const auto G = batch_of<T>(g, batch, n);
@@ -267,8 +267,7 @@ TEST(SinkhornGpuShape, LaunchRequests) {
 
 template <class T>
 std::vector<double> run_unrolled(const std::vector<double>& x, const std::vector<double>& g,
-                                 int batch, int n, sk::ForwardOptions o,
-                                 kdnn::KernelShape shape) {
+                                 int batch, int n, sk::ForwardOptions o, kdnn::KernelShape shape) {
   o.launch.shape = shape;
   Batch<T> dX("dX", batch, n, n);
   sk::backward_unrolled(Space(), batch_of<T>(x, batch, n), batch_of<T>(g, batch, n), dX, o);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // Sinkhorn with the semantics of two production mHC kernels, against golden
 // data from PyTorch autograd through formulations of their references
 // (unit_tests/reference/gen_sinkhorn_peers_golden.py, kdnn_reference/mhc_peers.py):

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // Double-precision loops for the causal depthwise conv1d (+ SiLU) and the dt
 // softplus: the definitions of kdnn/ssm/causal_conv1d.hpp and dt_softplus.hpp

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // The SSD's definition as a plain float64 recurrence, one step at a time
 // (no chunks), and its backward by the adjoint recurrence, for the tests:

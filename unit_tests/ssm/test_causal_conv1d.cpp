@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // Causal depthwise conv1d (+ SiLU): forward and backward against double
 // loops (conv_reference.hpp), the reference backward against finite
 // differences, kdnn's double backward against finite differences of kdnn's
@@ -86,9 +87,9 @@ ssm_ref::ConvForwardResult run_forward(const ConvCase& a,
 }
 
 template <class T>
-ssm_ref::ConvBackwardResult run_backward(
-    const ConvCase& a, bool want_dbias = true, bool want_dinit = true,
-    kdnn::KernelShape shape = kdnn::KernelShape::automatic) {
+ssm_ref::ConvBackwardResult run_backward(const ConvCase& a, bool want_dbias = true,
+                                         bool want_dinit = true,
+                                         kdnn::KernelShape shape = kdnn::KernelShape::automatic) {
   const auto& s = a.s;
   ConvViews<T> v(a);
   DeviceView<T***> dx("dx", s.B, s.L, s.C), dinit;
@@ -191,8 +192,8 @@ TYPED_TEST(CausalConv1d, RegisterFormMatchesTheTiledForm) {
   using T = TypeParam;
   const double exact = kdnn_test::host_contracts() ? 8 * std::numeric_limits<T>::epsilon() : 0;
   unsigned seed = 900;
-  for (const ConvShape& s : {ConvShape{2, 200, 33, 3}, ConvShape{3, 70, 130, 2},
-                             ConvShape{2, 37, 5, 4}}) {
+  for (const ConvShape& s :
+       {ConvShape{2, 200, 33, 3}, ConvShape{3, 70, 130, 2}, ConvShape{2, 37, 5, 4}}) {
     for (bool silu : {true, false}) {
       SCOPED_TRACE(::testing::Message() << "K=" << s.K << " silu=" << silu);
       const ConvCase a = make_case(s, kAll, silu, seed += 10);

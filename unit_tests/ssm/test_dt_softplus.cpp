@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // dt softplus: forward and backward against double loops around the
 // threshold (u = 20) and the clamp, finite differences, empty tensors and bad
 // arguments.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // The chunked SSD against the float64 step-by-step recurrence
 // (ssd_reference.hpp): forward and backward, chunk sizes that do and do not
 // divide L (and Q > L, Q = 1), G ∈ {1, 2, H}, with and without D, the
@@ -252,8 +253,8 @@ TYPED_TEST(Ssd, GpuLaunchPastLevelZeroMatchesTheHostLaunch) {
   EXPECT_EQ(fg.final_state, fh.final_state);
   const auto bg = run_backward<T>(a, c.chunk, gpu), bh = run_backward<T>(a, c.chunk, host);
   const std::vector<std::pair<const char*, std::pair<Vec, Vec>>> grads = {
-      {"dx", {bg.dx, bh.dx}}, {"ddt", {bg.ddt, bh.ddt}}, {"dA", {bg.dA, bh.dA}},
-      {"dB", {bg.dB, bh.dB}}, {"dC", {bg.dC, bh.dC}},    {"dD", {bg.dD, bh.dD}},
+      {"dx", {bg.dx, bh.dx}},         {"ddt", {bg.ddt, bh.ddt}}, {"dA", {bg.dA, bh.dA}},
+      {"dB", {bg.dB, bh.dB}},         {"dC", {bg.dC, bh.dC}},    {"dD", {bg.dD, bh.dD}},
       {"dinit", {bg.dinit, bh.dinit}}};
   for (const auto& [name, pair] : grads) EXPECT_EQ(pair.first, pair.second) << name;
   const auto expected = ssm_ref::ssd_forward(a);
@@ -466,7 +467,10 @@ TEST(SsdErrors, CheckDtRefusesNegativeAndNonFiniteSteps) {
     dt[(1 * s.L + 8) * s.H + 0] = -1;   // a later one
     f.dt = to_device<T***>(dt, s.B, s.L, s.H);
     EXPECT_KDNN_ERROR(ssm::ssd_forward(Space(), f, opts),
-                      "dt[1, 7, 2]=" + std::string(bad < 0 ? "-0.5" : bad > 0 ? "inf" : "nan") +
+                      "dt[1, 7, 2]=" +
+                          std::string(bad < 0   ? "-0.5"
+                                      : bad > 0 ? "inf"
+                                                : "nan") +
                           ", expected a finite dt >= 0 (check_dt)");
     opts.check_dt = false;  // not checked unless asked for
     EXPECT_NO_THROW(ssm::ssd_forward(Space(), f, opts));

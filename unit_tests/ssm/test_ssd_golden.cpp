@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // The SSD against golden data from PyTorch autograd in float64
 // (unit_tests/reference/gen_ssd_golden.py: the chunked formulation
 // kdnn_reference.ssd, cross-checked there against the step-by-step

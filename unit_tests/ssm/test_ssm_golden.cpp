@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // Causal depthwise conv1d (+ SiLU) and dt softplus against golden data from
 // PyTorch autograd in float64 (unit_tests/reference/gen_ssm_conv_golden.py:
 // F.conv1d with groups = C and F.silu, F.softplus and torch.clamp): y, the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // kdnn::attention — multi-head attention training operators (the eigenMHA /
 // cuDNN scope), forward and backward: the MSE loss, the Linear layer, the

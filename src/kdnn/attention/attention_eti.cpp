@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // Explicit instantiation of the attention operators for the pairs of
 // core/impl/eti.hpp, from their signature macros.
 #include "kdnn/attention/batched_gemm.hpp"
@@ -10,13 +11,13 @@
 
 namespace kdnn::attention::impl {
 
-#define KDNN_ATTENTION_INSTANTIATE(ExecSpace, T)        \
-  KDNN_MSE_LOSS_OPERATORS(template, ExecSpace, T)       \
-  KDNN_LINEAR_OPERATORS(template, ExecSpace, T)         \
-  KDNN_BATCHED_GEMM_OPERATORS(template, ExecSpace, T)  \
-  KDNN_SOFTMAX_OPERATORS(template, ExecSpace, T)       \
+#define KDNN_ATTENTION_INSTANTIATE(ExecSpace, T)      \
+  KDNN_MSE_LOSS_OPERATORS(template, ExecSpace, T)     \
+  KDNN_LINEAR_OPERATORS(template, ExecSpace, T)       \
+  KDNN_BATCHED_GEMM_OPERATORS(template, ExecSpace, T) \
+  KDNN_SOFTMAX_OPERATORS(template, ExecSpace, T)      \
   KDNN_DROPOUT_OPERATORS(template, ExecSpace, T)      \
-  KDNN_MHA_OPERATORS(template, ExecSpace, T)           \
+  KDNN_MHA_OPERATORS(template, ExecSpace, T)          \
   KDNN_FUSED_ATTENTION_OPERATORS(template, ExecSpace, T)
 KDNN_ETI_FOR_EACH(KDNN_ATTENTION_INSTANTIATE)
 #undef KDNN_ATTENTION_INSTANTIATE

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // kdnn::attention strided batched GEMM on per-head tensors [B, H, rows, cols]:
 //   C ← β·C + α·op_c(op_a(A)·op_b(B))   for every (b, h),
@@ -14,18 +15,13 @@
 #include "kdnn/core/impl/eti.hpp"
 #include "kdnn/core/impl/view_checks.hpp"
 
-#define KDNN_BATCHED_GEMM_OPERATORS(PREFIX, ExecSpace, T)                                   \
-  PREFIX void batched_gemm(const ExecSpace&, Op, Op, Op, T,                                \
-                           const Tensor4<const T, ExecSpace>&,                             \
-                           const Tensor4<const T, ExecSpace>&, T,                          \
-                           const Tensor4<T, ExecSpace>&);                                  \
-  PREFIX void batched_gemm_backward(const ExecSpace&, Op, Op, Op, T,                       \
-                                    const Tensor4<const T, ExecSpace>&,                    \
-                                    const Tensor4<const T, ExecSpace>&, T,                 \
-                                    const Tensor4<const T, ExecSpace>&,                    \
-                                    const Tensor4<T, ExecSpace>&,                          \
-                                    const Tensor4<T, ExecSpace>&,                          \
-                                    const Tensor4<T, ExecSpace>&);
+#define KDNN_BATCHED_GEMM_OPERATORS(PREFIX, ExecSpace, T)                                        \
+  PREFIX void batched_gemm(const ExecSpace&, Op, Op, Op, T, const Tensor4<const T, ExecSpace>&,  \
+                           const Tensor4<const T, ExecSpace>&, T, const Tensor4<T, ExecSpace>&); \
+  PREFIX void batched_gemm_backward(                                                             \
+      const ExecSpace&, Op, Op, Op, T, const Tensor4<const T, ExecSpace>&,                       \
+      const Tensor4<const T, ExecSpace>&, T, const Tensor4<const T, ExecSpace>&,                 \
+      const Tensor4<T, ExecSpace>&, const Tensor4<T, ExecSpace>&, const Tensor4<T, ExecSpace>&);
 
 namespace kdnn::attention {
 
@@ -58,17 +54,17 @@ void batched_gemm(const ExecSpace& space, Op op_a, Op op_b, Op op_c,
 template <class ExecSpace, class AView, class BView, class DCView, class DAView, class DBView,
           class DCInView>
 void batched_gemm_backward(const ExecSpace& space, Op op_a, Op op_b, Op op_c,
-                           typename DAView::const_value_type alpha, const AView& A,
-                           const BView& B, typename DAView::const_value_type beta,
-                           const DCView& dC, const DAView& dA, const DBView& dB,
-                           const DCInView& dC_in) {
+                           typename DAView::const_value_type alpha, const AView& A, const BView& B,
+                           typename DAView::const_value_type beta, const DCView& dC,
+                           const DAView& dA, const DBView& dB, const DCInView& dC_in) {
 #define KDNN_IMPL_SHAPE "[B, H, rows, cols]"
   KDNN_CHECK_VIEW(ExecSpace, AView, 4, KDNN_IMPL_SHAPE, "attention::batched_gemm_backward: A");
   KDNN_CHECK_VIEW(ExecSpace, BView, 4, KDNN_IMPL_SHAPE, "attention::batched_gemm_backward: B");
   KDNN_CHECK_VIEW(ExecSpace, DCView, 4, KDNN_IMPL_SHAPE, "attention::batched_gemm_backward: dC");
   KDNN_CHECK_VIEW(ExecSpace, DAView, 4, KDNN_IMPL_SHAPE, "attention::batched_gemm_backward: dA");
   KDNN_CHECK_VIEW(ExecSpace, DBView, 4, KDNN_IMPL_SHAPE, "attention::batched_gemm_backward: dB");
-  KDNN_CHECK_VIEW(ExecSpace, DCInView, 4, KDNN_IMPL_SHAPE, "attention::batched_gemm_backward: dC_in");
+  KDNN_CHECK_VIEW(ExecSpace, DCInView, 4, KDNN_IMPL_SHAPE,
+                  "attention::batched_gemm_backward: dC_in");
   KDNN_CHECK_OUTPUT(DAView, "attention::batched_gemm_backward: dA");
   KDNN_CHECK_OUTPUT(DBView, "attention::batched_gemm_backward: dB");
   KDNN_CHECK_OUTPUT(DCInView, "attention::batched_gemm_backward: dC_in");
@@ -79,8 +75,8 @@ void batched_gemm_backward(const ExecSpace& space, Op op_a, Op op_b, Op op_c,
   KDNN_CHECK_SAME_TYPE(DCInView, DAView, "attention::batched_gemm_backward: dC_in and dA");
 #undef KDNN_IMPL_SHAPE
   using T = typename DAView::non_const_value_type;
-  impl::batched_gemm_backward<ExecSpace, T>(space, op_a, op_b, op_c, alpha, A, B, beta, dC, dA,
-                                            dB, dC_in);
+  impl::batched_gemm_backward<ExecSpace, T>(space, op_a, op_b, op_c, alpha, A, B, beta, dC, dA, dB,
+                                            dC_in);
 }
 
 }  // namespace kdnn::attention

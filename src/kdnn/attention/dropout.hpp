@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // kdnn::attention dropout on per-head tensors [B, H, rows, cols] (attention
 // probabilities): y = x·keep / (1 − p), keep ∈ {0, 1} drawn per element from a
@@ -21,15 +22,15 @@
 namespace kdnn::attention {
 
 struct DropoutOptions {
-  double p = 0;             ///< drop probability, in [0, 1)
-  std::uint64_t seed = 0;   ///< the generator's key
-  std::uint64_t offset = 0; ///< a second counter word: a fresh mask per call with one seed
+  double p = 0;              ///< drop probability, in [0, 1)
+  std::uint64_t seed = 0;    ///< the generator's key
+  std::uint64_t offset = 0;  ///< a second counter word: a fresh mask per call with one seed
 };
 
 }  // namespace kdnn::attention
 
-#define KDNN_DROPOUT_OPERATORS(PREFIX, ExecSpace, T)                                  \
-  PREFIX void dropout(const ExecSpace&, const Tensor4<const T, ExecSpace>&,          \
+#define KDNN_DROPOUT_OPERATORS(PREFIX, ExecSpace, T)                                    \
+  PREFIX void dropout(const ExecSpace&, const Tensor4<const T, ExecSpace>&,             \
                       const Tensor4<T, ExecSpace>&, const DropoutOptions&, const char*, \
                       const char*, const char*);
 

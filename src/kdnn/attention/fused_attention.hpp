@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // kdnn::attention fused scaled-dot-product attention ("flash" attention) on
 // per-head tensors: q [B, H, S, D], k [B, H, Sk, D], v [B, H, Sk, Dv],
@@ -43,17 +44,17 @@ struct FusedAttentionOptions {
 
 }  // namespace kdnn::attention
 
-#define KDNN_FUSED_ATTENTION_OPERATORS(PREFIX, ExecSpace, T)                                    \
-  PREFIX void fused_attention_forward(                                                          \
-      const ExecSpace&, const Tensor4<const T, ExecSpace>&, const Tensor4<const T, ExecSpace>&, \
-      const Tensor4<const T, ExecSpace>&, const Tensor4<T, ExecSpace>&,                         \
-      const Tensor3<T, ExecSpace>&, const FusedAttentionOptions&,                               \
-      const AttentionMask<ExecSpace>&, impl::MaskCheck);                                        \
-  PREFIX void fused_attention_backward(                                                         \
-      const ExecSpace&, const Tensor4<const T, ExecSpace>&, const Tensor4<const T, ExecSpace>&, \
-      const Tensor4<const T, ExecSpace>&, const Tensor4<const T, ExecSpace>&,                   \
-      const Tensor3<const T, ExecSpace>&, const Tensor4<const T, ExecSpace>&,                   \
-      const Tensor4<T, ExecSpace>&, const Tensor4<T, ExecSpace>&, const Tensor4<T, ExecSpace>&, \
+#define KDNN_FUSED_ATTENTION_OPERATORS(PREFIX, ExecSpace, T)                                       \
+  PREFIX void fused_attention_forward(                                                             \
+      const ExecSpace&, const Tensor4<const T, ExecSpace>&, const Tensor4<const T, ExecSpace>&,    \
+      const Tensor4<const T, ExecSpace>&, const Tensor4<T, ExecSpace>&,                            \
+      const Tensor3<T, ExecSpace>&, const FusedAttentionOptions&, const AttentionMask<ExecSpace>&, \
+      impl::MaskCheck);                                                                            \
+  PREFIX void fused_attention_backward(                                                            \
+      const ExecSpace&, const Tensor4<const T, ExecSpace>&, const Tensor4<const T, ExecSpace>&,    \
+      const Tensor4<const T, ExecSpace>&, const Tensor4<const T, ExecSpace>&,                      \
+      const Tensor3<const T, ExecSpace>&, const Tensor4<const T, ExecSpace>&,                      \
+      const Tensor4<T, ExecSpace>&, const Tensor4<T, ExecSpace>&, const Tensor4<T, ExecSpace>&,    \
       const Tensor3<T, ExecSpace>&, const FusedAttentionOptions&, const AttentionMask<ExecSpace>&, \
       impl::MaskCheck);
 
@@ -87,7 +88,7 @@ void fused_attention_forward(const ExecSpace& space, const QView& q, const KView
   KDNN_CHECK_SAME_TYPE(LView, OView, "attention::fused_attention_forward: lse and o");
   using T = typename OView::non_const_value_type;
   impl::fused_attention_forward<ExecSpace, T>(space, q, k, v, o, lse, opts, mask,
-                                             impl::MaskCheck::here);
+                                              impl::MaskCheck::here);
 }
 
 /// dq, dk, dv from the forward's q, k, v, o, lse and dout = dL/dO, with the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // kdnn::attention Linear layer, as PyTorch's nn.Linear: y = x·Wᵀ + b for
 // x [B, S, in], W [out, in], b [out] (optional), y [B, S, out]; and its
@@ -10,15 +11,14 @@
 #include "kdnn/core/impl/eti.hpp"
 #include "kdnn/core/impl/view_checks.hpp"
 
-#define KDNN_LINEAR_OPERATORS(PREFIX, ExecSpace, T)                                        \
-  PREFIX void linear_forward(const ExecSpace&, const Tensor3<const T, ExecSpace>&,        \
-                             const Matrix<const T, ExecSpace>&,                           \
-                             const Vector<const T, ExecSpace>&, const Tensor3<T, ExecSpace>&); \
-  PREFIX void linear_backward(const ExecSpace&, const Tensor3<const T, ExecSpace>&,       \
-                              const Matrix<const T, ExecSpace>&,                          \
-                              const Tensor3<const T, ExecSpace>&, const Tensor3<T, ExecSpace>&, \
-                              const Matrix<T, ExecSpace>&, const Vector<T, ExecSpace>&,   \
-                              WgradMode);
+#define KDNN_LINEAR_OPERATORS(PREFIX, ExecSpace, T)                                                \
+  PREFIX void linear_forward(const ExecSpace&, const Tensor3<const T, ExecSpace>&,                 \
+                             const Matrix<const T, ExecSpace>&, const Vector<const T, ExecSpace>&, \
+                             const Tensor3<T, ExecSpace>&);                                        \
+  PREFIX void linear_backward(                                                                     \
+      const ExecSpace&, const Tensor3<const T, ExecSpace>&, const Matrix<const T, ExecSpace>&,     \
+      const Tensor3<const T, ExecSpace>&, const Tensor3<T, ExecSpace>&,                            \
+      const Matrix<T, ExecSpace>&, const Vector<T, ExecSpace>&, WgradMode);
 
 namespace kdnn::attention {
 

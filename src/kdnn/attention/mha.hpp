@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // kdnn::attention multi-head attention layer (the eigenMHA / cuDNN scope),
 // for queries q [B, S, E_q], keys k [B, Sk, E_k] and values v [B, Sk, E_v]:
@@ -76,17 +77,17 @@ enum class AttentionAlgo {
 };
 
 struct MhaOptions {
-  int heads = 1;                     ///< H, dividing the projection sizes
-  std::optional<double> sm_scaler;   ///< s, the softmax scale; 1/√D when unset
-  DropoutOptions dropout;            ///< on the probabilities; p = 0: none
+  int heads = 1;                              ///< H, dividing the projection sizes
+  std::optional<double> sm_scaler;            ///< s, the softmax scale; 1/√D when unset
+  DropoutOptions dropout;                     ///< on the probabilities; p = 0: none
   AttentionAlgo algo = AttentionAlgo::fused;  ///< the same in the three calls
 };
 
 /// The sizes that fix a layer's buffers (B, S, Sk, the feature sizes and
 /// the algorithm, whose buffers differ).
 struct MhaShape {
-  std::size_t batch = 0, seq_q = 0, seq_k = 0;     ///< B, S, Sk
-  std::size_t q_size = 0, k_size = 0, v_size = 0;  ///< E_q, E_k, E_v
+  std::size_t batch = 0, seq_q = 0, seq_k = 0;                      ///< B, S, Sk
+  std::size_t q_size = 0, k_size = 0, v_size = 0;                   ///< E_q, E_k, E_v
   std::size_t heads = 1, head_dim = 0, v_head_dim = 0, o_size = 0;  ///< H, D, Dv, E_o
   AttentionAlgo algo = AttentionAlgo::fused;                        ///< MhaOptions::algo
 };
@@ -103,27 +104,23 @@ inline MhaBufferSizes mha_buffer_sizes(const MhaShape& shape);
 
 }  // namespace kdnn::attention
 
-#define KDNN_MHA_OPERATORS(PREFIX, ExecSpace, T)                                              \
-  PREFIX void mha_forward(const ExecSpace&, const MhaOptions&, const AttentionMask<ExecSpace>&, \
-                          const MhaParams<const T, ExecSpace>&,                              \
+#define KDNN_MHA_OPERATORS(PREFIX, ExecSpace, T)                                                  \
+  PREFIX void mha_forward(const ExecSpace&, const MhaOptions&, const AttentionMask<ExecSpace>&,   \
+                          const MhaParams<const T, ExecSpace>&,                                   \
                           const Tensor3<const T, ExecSpace>&, const Tensor3<const T, ExecSpace>&, \
                           const Tensor3<const T, ExecSpace>&, const Tensor3<const T, ExecSpace>&, \
-                          const Tensor3<T, ExecSpace>&, const Vector<T, ExecSpace>&,          \
-                          const Vector<T, ExecSpace>&);                                      \
-  PREFIX void mha_backward_data(const ExecSpace&, const MhaOptions&,                          \
-                                const AttentionMask<ExecSpace>&,                             \
-                                const MhaParams<const T, ExecSpace>&,                        \
-                                const Tensor3<const T, ExecSpace>&, const Tensor3<T, ExecSpace>&, \
-                                const Tensor3<T, ExecSpace>&, const Tensor3<T, ExecSpace>&,  \
-                                const Tensor3<T, ExecSpace>&, const Vector<T, ExecSpace>&,   \
-                                const Vector<T, ExecSpace>&);                                \
-  PREFIX void mha_backward_weights(const ExecSpace&, const MhaOptions&,                       \
-                                   const MhaParams<const T, ExecSpace>&,                     \
-                                   const Tensor3<const T, ExecSpace>&,                       \
-                                   const Tensor3<const T, ExecSpace>&,                       \
-                                   const Tensor3<const T, ExecSpace>&,                       \
-                                   const MhaParams<T, ExecSpace>&, WgradMode,                \
-                                   const Vector<T, ExecSpace>&);
+                          const Tensor3<T, ExecSpace>&, const Vector<T, ExecSpace>&,              \
+                          const Vector<T, ExecSpace>&);                                           \
+  PREFIX void mha_backward_data(                                                                  \
+      const ExecSpace&, const MhaOptions&, const AttentionMask<ExecSpace>&,                       \
+      const MhaParams<const T, ExecSpace>&, const Tensor3<const T, ExecSpace>&,                   \
+      const Tensor3<T, ExecSpace>&, const Tensor3<T, ExecSpace>&, const Tensor3<T, ExecSpace>&,   \
+      const Tensor3<T, ExecSpace>&, const Vector<T, ExecSpace>&, const Vector<T, ExecSpace>&);    \
+  PREFIX void mha_backward_weights(                                                               \
+      const ExecSpace&, const MhaOptions&, const MhaParams<const T, ExecSpace>&,                  \
+      const Tensor3<const T, ExecSpace>&, const Tensor3<const T, ExecSpace>&,                     \
+      const Tensor3<const T, ExecSpace>&, const MhaParams<T, ExecSpace>&, WgradMode,              \
+      const Vector<T, ExecSpace>&);
 
 namespace kdnn::attention {
 
@@ -163,8 +160,7 @@ void mha_forward(const ExecSpace& space, const MhaOptions& opts,
 /// projections' gradients for mha_backward_weights.
 template <class ExecSpace, class W, class T = std::remove_const_t<W>>
 void mha_backward_data(const ExecSpace& space, const MhaOptions& opts,
-                       const AttentionMask<ExecSpace>& mask,
-                       const MhaParams<W, ExecSpace>& weights,
+                       const AttentionMask<ExecSpace>& mask, const MhaParams<W, ExecSpace>& weights,
                        const impl::NoDeduce<Tensor3<const T, ExecSpace>>& dout,
                        const impl::NoDeduce<Tensor3<T, ExecSpace>>& dq,
                        const impl::NoDeduce<Tensor3<T, ExecSpace>>& dk,

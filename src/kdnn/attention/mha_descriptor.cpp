@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // The descriptor interface's non-template parts: checking a descriptor and
 // laying out its weight buffer.
 #include "kdnn/attention/mha_descriptor.hpp"

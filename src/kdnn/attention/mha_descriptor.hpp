@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // A descriptor interface to the multi-head attention layer (mha.hpp) shaped
 // like cuDNN's multi-head attention API, for code ported from it: one

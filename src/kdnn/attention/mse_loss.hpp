@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // kdnn::attention MSE loss: L = Σ (o − t)² / N over all N elements of the
 // output o and target t (PyTorch's mse_loss, reduction "mean"; eigenMHA's
@@ -9,12 +10,12 @@
 #include "kdnn/core/impl/eti.hpp"
 #include "kdnn/core/impl/view_checks.hpp"
 
-#define KDNN_MSE_LOSS_OPERATORS(PREFIX, ExecSpace, T)                                     \
-  PREFIX double mse_loss(const ExecSpace&, const Tensor3<const T, ExecSpace>&,           \
-                         const Tensor3<const T, ExecSpace>&);                            \
-  PREFIX void mse_loss_backward(const ExecSpace&, const Tensor3<const T, ExecSpace>&,    \
-                                const Tensor3<const T, ExecSpace>&,                      \
-                                const Tensor3<T, ExecSpace>&, double);
+#define KDNN_MSE_LOSS_OPERATORS(PREFIX, ExecSpace, T)                                             \
+  PREFIX double mse_loss(const ExecSpace&, const Tensor3<const T, ExecSpace>&,                    \
+                         const Tensor3<const T, ExecSpace>&);                                     \
+  PREFIX void mse_loss_backward(const ExecSpace&, const Tensor3<const T, ExecSpace>&,             \
+                                const Tensor3<const T, ExecSpace>&, const Tensor3<T, ExecSpace>&, \
+                                double);
 
 namespace kdnn::attention {
 

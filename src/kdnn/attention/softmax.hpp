@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // kdnn::attention masked softmax over the last axis of attention scores
 // x [B, H, S, Sk] (query rows, key columns), forward and backward:
@@ -32,11 +33,11 @@ struct SoftmaxOptions {
 /// Views: no limit). Windows and lengths are read on the host to be checked.
 template <class ExecSpace>
 struct AttentionMask {
-  bool causal = false;                   ///< query i sees keys j <= i (top-left aligned)
-  Vector<const int, ExecSpace> lo_win;   ///< [S]: first key of query i's window
-  Vector<const int, ExecSpace> hi_win;   ///< [S]: one past its last key
-  Vector<const int, ExecSpace> seq_q;    ///< [B]: queries i >= seq_q[b] are padding
-  Vector<const int, ExecSpace> seq_k;    ///< [B]: keys j >= seq_k[b] are padding
+  bool causal = false;                  ///< query i sees keys j <= i (top-left aligned)
+  Vector<const int, ExecSpace> lo_win;  ///< [S]: first key of query i's window
+  Vector<const int, ExecSpace> hi_win;  ///< [S]: one past its last key
+  Vector<const int, ExecSpace> seq_q;   ///< [B]: queries i >= seq_q[b] are padding
+  Vector<const int, ExecSpace> seq_k;   ///< [B]: keys j >= seq_k[b] are padding
 };
 
 }  // namespace kdnn::attention
@@ -48,14 +49,14 @@ namespace kdnn::attention::impl {
 enum class MaskCheck { here, done_by_caller };
 }  // namespace kdnn::attention::impl
 
-#define KDNN_SOFTMAX_OPERATORS(PREFIX, ExecSpace, T)                                        \
-  PREFIX void softmax_forward(const ExecSpace&, const Tensor4<const T, ExecSpace>&,        \
-                              const Tensor4<T, ExecSpace>&, const SoftmaxOptions&,         \
-                              const AttentionMask<ExecSpace>&, impl::MaskCheck);           \
-  PREFIX void softmax_backward(const ExecSpace&, const Tensor4<const T, ExecSpace>&,       \
-                               const Tensor4<const T, ExecSpace>&,                         \
-                               const Tensor4<T, ExecSpace>&, const SoftmaxOptions&,        \
-                               const AttentionMask<ExecSpace>&, impl::MaskCheck);
+#define KDNN_SOFTMAX_OPERATORS(PREFIX, ExecSpace, T)                                             \
+  PREFIX void softmax_forward(const ExecSpace&, const Tensor4<const T, ExecSpace>&,              \
+                              const Tensor4<T, ExecSpace>&, const SoftmaxOptions&,               \
+                              const AttentionMask<ExecSpace>&, impl::MaskCheck);                 \
+  PREFIX void softmax_backward(const ExecSpace&, const Tensor4<const T, ExecSpace>&,             \
+                               const Tensor4<const T, ExecSpace>&, const Tensor4<T, ExecSpace>&, \
+                               const SoftmaxOptions&, const AttentionMask<ExecSpace>&,           \
+                               impl::MaskCheck);
 
 namespace kdnn::attention {
 
@@ -71,8 +72,7 @@ KDNN_ETI_FOR_EACH(KDNN_SOFTMAX_EXTERN)
 /// lengths to check them).
 template <class ExecSpace, class XView, class YView>
 void softmax_forward(const ExecSpace& space, const XView& x, const YView& y,
-                     const SoftmaxOptions& opts = {},
-                     const AttentionMask<ExecSpace>& mask = {}) {
+                     const SoftmaxOptions& opts = {}, const AttentionMask<ExecSpace>& mask = {}) {
   KDNN_CHECK_VIEW(ExecSpace, XView, 4, "[B, H, S, Sk]", "attention::softmax_forward: x");
   KDNN_CHECK_VIEW(ExecSpace, YView, 4, "[B, H, S, Sk]", "attention::softmax_forward: y");
   KDNN_CHECK_OUTPUT(YView, "attention::softmax_forward: y");
@@ -83,9 +83,8 @@ void softmax_forward(const ExecSpace& space, const XView& x, const YView& y,
 
 /// dx from the forward's output y and dy = dL/dy, same options and mask.
 template <class ExecSpace, class YView, class DYView, class DXView>
-void softmax_backward(const ExecSpace& space, const YView& y, const DYView& dy,
-                      const DXView& dx, const SoftmaxOptions& opts = {},
-                      const AttentionMask<ExecSpace>& mask = {}) {
+void softmax_backward(const ExecSpace& space, const YView& y, const DYView& dy, const DXView& dx,
+                      const SoftmaxOptions& opts = {}, const AttentionMask<ExecSpace>& mask = {}) {
   KDNN_CHECK_VIEW(ExecSpace, YView, 4, "[B, H, S, Sk]", "attention::softmax_backward: y");
   KDNN_CHECK_VIEW(ExecSpace, DYView, 4, "[B, H, S, Sk]", "attention::softmax_backward: dy");
   KDNN_CHECK_VIEW(ExecSpace, DXView, 4, "[B, H, S, Sk]", "attention::softmax_backward: dx");

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // Tensor types and options shared by the kdnn::attention operators. All
 // tensors are LayoutRight Views in the execution space's memory space:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // The few spellings that differ between Kokkos 3.4 (the distribution's) and
 // Kokkos 4.x. Kernels use kdnn::compat::exp etc., never the namespaced

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // kdnn::Error: the one exception type kdnn throws for invalid arguments and
 // unsupported configurations. Messages name the operation, the argument, the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // kdnn::Launch: how a caller may pin the launch shape of an operator's team
 // kernel. Zero everywhere means "chosen per backend and problem size"; the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // Maxima that propagate NaN, for error statistics: std::max and Kokkos::Max
 // drop a NaN operand depending on its position, which would turn "the input
@@ -21,13 +22,15 @@ KOKKOS_INLINE_FUNCTION double lane_nan_max(const Member& team, int count, const 
   double max = 0, nan_sum = 0;
   const auto lanes = Kokkos::ThreadVectorRange(team, count);
   Kokkos::parallel_reduce(
-      lanes, [&](int k, double& m) {
+      lanes,
+      [&](int k, double& m) {
         const double v = f(k);
         if (v > m) m = v;
       },
       Kokkos::Max<double>(max));
   Kokkos::parallel_reduce(
-      lanes, [&](int k, double& s) {
+      lanes,
+      [&](int k, double& s) {
         const double v = f(k);
         if (v != v) s += v;
       },

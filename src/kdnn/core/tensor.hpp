@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // The tensor types kdnn's operators take: LayoutRight Views in an execution
 // space's memory space, so that a PyTorch/NumPy contiguous buffer wraps as an

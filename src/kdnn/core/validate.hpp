@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // Host-side argument checks run before any kernel launch. Each check throws
 // kdnn::Error naming the operation (`op`), the argument, what was expected and
@@ -15,18 +16,18 @@ namespace kdnn::validate {
 /// Requires `view.extent(dim) == expected`; `why` says where the expectation
 /// comes from, e.g. "same as R".
 template <class View>
-void extent(const char* op, const char* name, const View& view, int dim,
-            std::size_t expected, const std::string& why = "") {
+void extent(const char* op, const char* name, const View& view, int dim, std::size_t expected,
+            const std::string& why = "") {
   if (view.extent(dim) != expected) {
-    fail(op, ": ", name, " has extent(", dim, ")=", view.extent(dim),
-         ", expected ", expected, why.empty() ? "" : " (" + why + ")");
+    fail(op, ": ", name, " has extent(", dim, ")=", view.extent(dim), ", expected ", expected,
+         why.empty() ? "" : " (" + why + ")");
   }
 }
 
 /// Requires two views to have identical extents in every dimension.
 template <class View, class RefView>
-void same_shape(const char* op, const char* name, const View& view,
-                const char* ref_name, const RefView& ref) {
+void same_shape(const char* op, const char* name, const View& view, const char* ref_name,
+                const RefView& ref) {
   static_assert(unsigned(View::rank) == unsigned(RefView::rank),
                 "same_shape: views of different rank");
   for (int d = 0; d < int(View::rank); ++d) {
@@ -38,8 +39,8 @@ void same_shape(const char* op, const char* name, const View& view,
 template <class View>
 void square(const char* op, const char* name, const View& view) {
   if (view.extent(1) != view.extent(2)) {
-    fail(op, ": ", name, " must be a batch of square matrices [B, n, n], got [",
-         view.extent(0), ", ", view.extent(1), ", ", view.extent(2), "]");
+    fail(op, ": ", name, " must be a batch of square matrices [B, n, n], got [", view.extent(0),
+         ", ", view.extent(1), ", ", view.extent(2), "]");
   }
 }
 
@@ -48,9 +49,7 @@ struct MemoryRange {
   const char* name;
   const char* begin;
   const char* end;
-  bool overlaps(const MemoryRange& other) const {
-    return begin < other.end && other.begin < end;
-  }
+  bool overlaps(const MemoryRange& other) const { return begin < other.end && other.begin < end; }
 };
 template <class View>
 MemoryRange memory_of(const char* name, const View& view) {
@@ -81,8 +80,8 @@ inline void disjoint(const char* op, std::initializer_list<MemoryRange> outputs,
 /// Requires that `out` does not share memory with `in` (outputs are written
 /// while inputs are still being read).
 template <class Out, class In>
-void no_alias(const char* op, const char* out_name, const Out& out,
-              const char* in_name, const In& in) {
+void no_alias(const char* op, const char* out_name, const Out& out, const char* in_name,
+              const In& in) {
   disjoint(op, {memory_of(out_name, out)}, {memory_of(in_name, in)});
 }
 
@@ -133,8 +132,7 @@ void finite_as(const char* op, const char* name, double value) {
 /// Requires an optional per-batch output (empty = not requested) to have
 /// extent(0) == batch.
 template <class View>
-void optional_batch(const char* op, const char* name, const View& view,
-                    std::size_t batch) {
+void optional_batch(const char* op, const char* name, const View& view, std::size_t batch) {
   if (view.data() == nullptr && view.extent(0) == 0) return;
   extent(op, name, view, 0, batch, "batch size");
 }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // Collective argument checks for context-parallel operators: every rank of
 // the communicator reaches the same verdict, so a bad argument on one rank

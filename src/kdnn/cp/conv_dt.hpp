@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // kdnn::cp context-parallel Mamba-2 conv1d (+ SiLU) and dt softplus: the
 // sequence is split contiguously across the ranks of a communicator (any

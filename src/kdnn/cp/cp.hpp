@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // kdnn::cp — context-parallel operators: the sequence split across the ranks
 // of an MPI communicator. Link kdnn::cp (kdnn + MPI).

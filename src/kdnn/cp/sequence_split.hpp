@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // How a sequence is split across the ranks of a context-parallel group, and
 // the halo pieces a causal convolution of width K needs: rank r holds steps

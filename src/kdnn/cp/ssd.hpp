@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // kdnn::cp context-parallel SSD: Mamba-2's chunked scan (kdnn/ssm/ssd.hpp)
 // with the sequence split contiguously across the ranks of a communicator

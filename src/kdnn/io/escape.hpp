@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // Text read from a file, made safe to show in a message: a NUL byte would end
 // what() (a C string) and cut the message short, and control bytes (ESC

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #include "kdnn/io/npy.hpp"
 
 #include <fcntl.h>
@@ -70,8 +71,7 @@ struct Header {
 /// Keys may come in any order; exactly these three keys are required.
 class HeaderParser {
  public:
-  HeaderParser(const std::string& path, const std::string& text)
-      : path_(path), text_(text) {}
+  HeaderParser(const std::string& path, const std::string& text) : path_(path), text_(text) {}
 
   Header parse() {
     Header header;
@@ -116,8 +116,8 @@ class HeaderParser {
   /// (the parser's own words are printable ASCII: unchanged).
   [[noreturn]] void malformed(const std::string& what) const {
     const std::size_t end = text_.find_last_not_of(" \t\r\n");
-    fail(path_, ": malformed header: ", escape_bytes(what), " (header: ",
-         escape_bytes(end == std::string::npos ? "" : text_.substr(0, end + 1)), ")");
+    fail(path_, ": malformed header: ", escape_bytes(what),
+         " (header: ", escape_bytes(end == std::string::npos ? "" : text_.substr(0, end + 1)), ")");
   }
 
   bool at(char c) const { return pos_ < text_.size() && text_[pos_] == c; }
@@ -215,8 +215,7 @@ class HeaderParser {
 
   std::size_t parse_dim() {
     if (pos_ >= text_.size() || !std::isdigit(static_cast<unsigned char>(text_[pos_]))) {
-      malformed("expected a non-negative integer in 'shape' at offset " +
-                std::to_string(pos_));
+      malformed("expected a non-negative integer in 'shape' at offset " + std::to_string(pos_));
     }
     constexpr std::size_t max = std::numeric_limits<std::size_t>::max();
     std::size_t value = 0;
@@ -344,7 +343,7 @@ std::string make_header(const std::string& path, DType dtype,
                         const std::vector<std::size_t>& shape) {
   std::string dict = std::string("{'descr': '") + descr_of(dtype) +
                      "', 'fortran_order': False, 'shape': " + format_shape(shape) + ", }";
-  constexpr std::size_t prefix_len = kMagicLen + 2 + 2;  // magic, version, uint16 length
+  constexpr std::size_t prefix_len = kMagicLen + 2 + 2;       // magic, version, uint16 length
   const std::size_t unpadded = prefix_len + dict.size() + 1;  // + '\n'
   dict.append((kAlign - unpadded % kAlign) % kAlign, ' ');
   dict.push_back('\n');
@@ -381,8 +380,7 @@ NpyArray allocate_npy(DType dtype, const std::vector<std::size_t>& shape) {
 template <class T>
 const T* NpyArray::data() const {
   if (dtype != dtype_of<T>()) {
-    fail("npy: array has dtype ", dtype_name(dtype), ", requested ",
-         dtype_name(dtype_of<T>()));
+    fail("npy: array has dtype ", dtype_name(dtype), ", requested ", dtype_name(dtype_of<T>()));
   }
   if (bytes.size() != size() * element_size()) {
     fail("npy: array holds ", bytes.size(), " bytes, expected ", size() * element_size(),
@@ -454,8 +452,7 @@ NpyArray read_npy(const std::string& path) {
   if (size < prefix_len) fail(path, ": truncated: file ends inside the header");
   const std::size_t header_len = read_le(prefix + kMagicLen + 2, len_bytes);
   if (size - prefix_len < header_len) {
-    fail(path, ": truncated: expected ", header_len, " bytes of header, found ",
-         size - prefix_len);
+    fail(path, ": truncated: expected ", header_len, " bytes of header, found ", size - prefix_len);
   }
 
   std::string text(header_len, '\0');
@@ -473,8 +470,7 @@ NpyArray read_npy(const std::string& path) {
     fail(path, ": truncated: expected ", expected, " bytes of data, found ", found);
   }
   if (found > expected) {
-    fail(path, ": unexpected trailing bytes: expected ", expected,
-         " bytes of data, found ", found);
+    fail(path, ": unexpected trailing bytes: expected ", expected, " bytes of data, found ", found);
   }
   array.bytes.resize(expected);
   in.read(prefix_len + header_len, array.bytes.data(), expected);
@@ -515,8 +511,8 @@ std::string write_npy_temporary(const std::string& path, DType dtype,
   return tmp;
 }
 
-void write_npy(const std::string& path, DType dtype,
-               const std::vector<std::size_t>& shape, const void* data) {
+void write_npy(const std::string& path, DType dtype, const std::vector<std::size_t>& shape,
+               const void* data) {
   const std::string tmp = write_npy_temporary(path, dtype, shape, data);
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     const int err = errno;
@@ -526,15 +522,12 @@ void write_npy(const std::string& path, DType dtype,
 }
 
 template <class T>
-void write_npy(const std::string& path, const std::vector<std::size_t>& shape,
-               const T* data) {
+void write_npy(const std::string& path, const std::vector<std::size_t>& shape, const T* data) {
   write_npy(path, dtype_of<T>(), shape, data);
 }
 
-template void write_npy<float>(const std::string&, const std::vector<std::size_t>&,
-                               const float*);
-template void write_npy<double>(const std::string&, const std::vector<std::size_t>&,
-                                const double*);
+template void write_npy<float>(const std::string&, const std::vector<std::size_t>&, const float*);
+template void write_npy<double>(const std::string&, const std::vector<std::size_t>&, const double*);
 template void write_npy<std::int32_t>(const std::string&, const std::vector<std::size_t>&,
                                       const std::int32_t*);
 template void write_npy<std::int64_t>(const std::string&, const std::vector<std::size_t>&,

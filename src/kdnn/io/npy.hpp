@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // Reading and writing NumPy .npy files (format versions 1.0, 2.0 and 3.0 on
 // read, 1.0 on write): float32 ('<f4'), float64 ('<f8'), int32 ('<i4') and
@@ -94,20 +95,18 @@ NpyArray read_npy(const std::string& path);
 /// Writes `count = product(shape)` elements of `dtype` from `data` to `path`.
 /// Written to a temporary file beside `path` and renamed, so a failure never
 /// leaves a partial file under `path`. Throws kdnn::Error on I/O failure.
-void write_npy(const std::string& path, DType dtype,
-               const std::vector<std::size_t>& shape, const void* data);
+void write_npy(const std::string& path, DType dtype, const std::vector<std::size_t>& shape,
+               const void* data);
 
 /// The first half of write_npy: writes the file under a new, unique name
 /// beside `path` ("<path>.tmp.<pid>.<n>") and returns that name, for the
 /// caller to rename to `path` or remove. On failure nothing is left behind.
 std::string write_npy_temporary(const std::string& path, DType dtype,
-                                const std::vector<std::size_t>& shape,
-                                const void* data);
+                                const std::vector<std::size_t>& shape, const void* data);
 
 /// Typed convenience: write_npy with the DType of T (float, double,
 /// std::int32_t or std::int64_t).
 template <class T>
-void write_npy(const std::string& path, const std::vector<std::size_t>& shape,
-               const T* data);
+void write_npy(const std::string& path, const std::vector<std::size_t>& shape, const T* data);
 
 }  // namespace kdnn::io

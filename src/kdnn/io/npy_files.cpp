@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #include "kdnn/io/npy_files.hpp"
 
 #include <fcntl.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // Writing a set of .npy files all or nothing, as far as a POSIX file system
 // allows. Every file is written to a unique temporary beside its path; only

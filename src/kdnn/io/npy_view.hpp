@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // A .npy array in memory (read_npy, allocate_npy) seen as a Kokkos View of
 // any rank without a copy: LayoutRight over the array's own host buffer, so
@@ -32,8 +33,7 @@ View view_of(Array& array, const std::string& name) {
   using T = typename View::non_const_value_type;
   constexpr auto rank = static_cast<std::size_t>(View::rank);
   if (array.dtype != dtype_of<T>()) {
-    fail(name, " has dtype ", dtype_name(array.dtype), ", expected ",
-         dtype_name(dtype_of<T>()));
+    fail(name, " has dtype ", dtype_name(array.dtype), ", expected ", dtype_name(dtype_of<T>()));
   }
   if (array.shape.size() != rank) {
     fail(name, " has shape ", format_shape(array.shape), ", expected a ", rank, "-d array");

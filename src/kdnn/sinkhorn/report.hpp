@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // Per-matrix diagnostics of the Sinkhorn operators, and their summary.
 #include <Kokkos_Core.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // kdnn::sinkhorn — batched Sinkhorn–Knopp normalisation of n×n matrices (the
 // mHC residual-mixing operator) and its backward.
@@ -74,10 +75,10 @@ enum class Order {
 };
 
 struct ForwardOptions {
-  int iters = 20;   ///< maximum number of iterations (two normalisations each), >= 1
-  double tol = 0;   ///< stop a matrix early once the marginal that the next
-                    ///< normalisation fixes is within tol of 1 (checked before
-                    ///< each iteration; 0 = run all iters)
+  int iters = 20;  ///< maximum number of iterations (two normalisations each), >= 1
+  double tol = 0;  ///< stop a matrix early once the marginal that the next
+                   ///< normalisation fixes is within tol of 1 (checked before
+                   ///< each iteration; 0 = run all iters)
   Order order = Order::columns_first;
   /// TileKernels' regulariser: the first (softmax) normalisation's output
   /// gets + eps and every later division is by (sum + eps). 0 = plain
@@ -121,16 +122,16 @@ using Batch = Kokkos::View<T***, Kokkos::LayoutRight, typename ExecSpace::memory
 // Every Sinkhorn operator's signature, written once: the declarations below,
 // the `extern template`s for the pairs libkdnn compiles (core/impl/eti.hpp)
 // and their instantiations in sinkhorn_eti.cpp are generated from it.
-#define KDNN_SINKHORN_OPERATORS(PREFIX, ExecSpace, T)                                  \
-  PREFIX void forward(const ExecSpace&, const Batch<const T, ExecSpace>&,              \
-                      const Batch<T, ExecSpace>&, const ForwardOptions&,               \
-                      const Report<ExecSpace>&);                                       \
-  PREFIX void backward(const ExecSpace&, const Batch<const T, ExecSpace>&,             \
-                       const Batch<const T, ExecSpace>&, const Batch<T, ExecSpace>&,   \
-                       const BackwardOptions&, const Report<ExecSpace>&);              \
-  PREFIX void backward_unrolled(const ExecSpace&, const Batch<const T, ExecSpace>&,    \
-                                const Batch<const T, ExecSpace>&,                      \
-                                const Batch<T, ExecSpace>&, const ForwardOptions&);
+#define KDNN_SINKHORN_OPERATORS(PREFIX, ExecSpace, T)                                         \
+  PREFIX void forward(const ExecSpace&, const Batch<const T, ExecSpace>&,                     \
+                      const Batch<T, ExecSpace>&, const ForwardOptions&,                      \
+                      const Report<ExecSpace>&);                                              \
+  PREFIX void backward(const ExecSpace&, const Batch<const T, ExecSpace>&,                    \
+                       const Batch<const T, ExecSpace>&, const Batch<T, ExecSpace>&,          \
+                       const BackwardOptions&, const Report<ExecSpace>&);                     \
+  PREFIX void backward_unrolled(const ExecSpace&, const Batch<const T, ExecSpace>&,           \
+                                const Batch<const T, ExecSpace>&, const Batch<T, ExecSpace>&, \
+                                const ForwardOptions&);
 
 namespace impl {
 KDNN_SINKHORN_OPERATORS(KDNN_TEMPLATE_EXEC_SPACE_T, ExecSpace, T)
@@ -144,8 +145,7 @@ KDNN_ETI_FOR_EACH(KDNN_SINKHORN_EXTERN)
 /// invalid arguments.
 template <class ExecSpace, class XView, class RView>
 void forward(const ExecSpace& space, const XView& X, const RView& R,
-             const ForwardOptions& opts = {},
-             const Report<ExecSpace>& report = {}) {
+             const ForwardOptions& opts = {}, const Report<ExecSpace>& report = {}) {
   KDNN_CHECK_VIEW(ExecSpace, XView, 3, "[B, n, n]", "sinkhorn::forward: X");
   KDNN_CHECK_VIEW(ExecSpace, RView, 3, "[B, n, n]", "sinkhorn::forward: R");
   KDNN_CHECK_OUTPUT(RView, "sinkhorn::forward: R");
@@ -156,20 +156,19 @@ void forward(const ExecSpace& space, const XView& X, const RView& R,
 
 // Compile-time checks of a backward's Views: the input In (R or X, named IN),
 // G and the output dX, all [B, n, n] of one scalar type.
-#define KDNN_SINKHORN_CHECK_BACKWARD_VIEWS(OP, InView, IN)                \
-  KDNN_CHECK_VIEW(ExecSpace, InView, 3, "[B, n, n]", OP ": " IN);          \
-  KDNN_CHECK_VIEW(ExecSpace, GView, 3, "[B, n, n]", OP ": G");             \
-  KDNN_CHECK_VIEW(ExecSpace, DXView, 3, "[B, n, n]", OP ": dX");           \
-  KDNN_CHECK_OUTPUT(DXView, OP ": dX");                                    \
-  KDNN_CHECK_SAME_TYPE(InView, DXView, OP ": " IN " and dX");              \
+#define KDNN_SINKHORN_CHECK_BACKWARD_VIEWS(OP, InView, IN)        \
+  KDNN_CHECK_VIEW(ExecSpace, InView, 3, "[B, n, n]", OP ": " IN); \
+  KDNN_CHECK_VIEW(ExecSpace, GView, 3, "[B, n, n]", OP ": G");    \
+  KDNN_CHECK_VIEW(ExecSpace, DXView, 3, "[B, n, n]", OP ": dX");  \
+  KDNN_CHECK_OUTPUT(DXView, OP ": dX");                           \
+  KDNN_CHECK_SAME_TYPE(InView, DXView, OP ": " IN " and dX");     \
   KDNN_CHECK_SAME_TYPE(GView, DXView, OP ": G and dX")
 
 /// dX from R (forward output) and G = dL/dR by the implicit (default) or
 /// block method. Asynchronous on `space`.
 template <class ExecSpace, class RView, class GView, class DXView>
-void backward(const ExecSpace& space, const RView& R, const GView& G,
-              const DXView& dX, const BackwardOptions& opts = {},
-              const Report<ExecSpace>& report = {}) {
+void backward(const ExecSpace& space, const RView& R, const GView& G, const DXView& dX,
+              const BackwardOptions& opts = {}, const Report<ExecSpace>& report = {}) {
   KDNN_SINKHORN_CHECK_BACKWARD_VIEWS("sinkhorn::backward", RView, "R");
   using T = typename DXView::non_const_value_type;
   impl::backward<ExecSpace, T>(space, R, G, dX, opts, report);
@@ -179,8 +178,8 @@ void backward(const ExecSpace& space, const RView& R, const GView& G,
 /// opts.order and opts.eps (opts.tol must be 0: autograd differentiates a
 /// fixed iteration count). Memory per matrix: O(n² + n·iters).
 template <class ExecSpace, class XView, class GView, class DXView>
-void backward_unrolled(const ExecSpace& space, const XView& X, const GView& G,
-                       const DXView& dX, const ForwardOptions& opts = {}) {
+void backward_unrolled(const ExecSpace& space, const XView& X, const GView& G, const DXView& dX,
+                       const ForwardOptions& opts = {}) {
   KDNN_SINKHORN_CHECK_BACKWARD_VIEWS("sinkhorn::backward_unrolled", XView, "X");
   using T = typename DXView::non_const_value_type;
   impl::backward_unrolled<ExecSpace, T>(space, X, G, dX, opts);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // Explicit instantiation of the Sinkhorn operators for the pairs of
 // core/impl/eti.hpp, from the signatures of KDNN_SINKHORN_OPERATORS.
 #include "kdnn/sinkhorn/sinkhorn.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // kdnn::ssm causal depthwise conv1d (Mamba-2's short convolution over x, B
 // and C) with an optional SiLU, channel-last as Mamba's reference:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // kdnn::ssm dt softplus, Mamba-2's step sizes:
 //

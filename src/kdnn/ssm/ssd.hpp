@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // kdnn::ssm SSD: Mamba-2's selective state-space scan, computed by chunks as
 // Mamba-2's state-space duality (SSD) algorithm. Per batch entry b and head h
@@ -36,8 +37,8 @@
 namespace kdnn::ssm {
 
 struct SsdOptions {
-  int chunk = 64;        ///< Q, steps per chunk (≥ 1); L need not be a multiple
-  bool check_a = false;  ///< refuse A with a positive entry (a device reduction and a copy)
+  int chunk = 64;         ///< Q, steps per chunk (≥ 1); L need not be a multiple
+  bool check_a = false;   ///< refuse A with a positive entry (a device reduction and a copy)
   bool check_dt = false;  ///< refuse a negative or non-finite dt (a device reduction)
   /// Launch shape of the chunk kernels; only `shape` applies: KernelShape::gpu
   /// launches them as on a GPU anywhere (a bounded team workspace for

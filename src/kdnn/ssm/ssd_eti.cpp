@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // Explicit instantiation of the kdnn::ssm SSD operators for the pairs of
 // core/impl/eti.hpp (a file of its own: the SSD's kernels are the largest of
 // the family, and a separate file compiles in parallel with the conv's).

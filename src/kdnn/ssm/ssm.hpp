@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // kdnn::ssm — Mamba-2's operators on one rank: the causal depthwise conv1d
 // (+ SiLU), the dt softplus and the SSD chunked scan, forward and backward. Their context-parallel

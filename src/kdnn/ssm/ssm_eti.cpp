@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // Explicit instantiation of the kdnn::ssm operators for the pairs of
 // core/impl/eti.hpp, from the signature macros of their headers.
 #include "kdnn/ssm/causal_conv1d.hpp"

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 """PyTorch reference formulations of the kdnn operators, one module per family.
 
 Shared by the golden-data generators in unit_tests/reference/ and the PyTorch

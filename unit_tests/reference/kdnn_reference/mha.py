@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 """Multi-head attention (kdnn's attention/mha.hpp layer) in PyTorch.
 
 Written with torch.nn.functional, independently of kdnn's kernels, for

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 """The Sinkhorn semantics of two production mHC kernels, in PyTorch.
 
 Written here from their published semantics (not copied), on batches X of

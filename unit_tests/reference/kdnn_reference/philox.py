@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 """Philox-4x32-10 in NumPy, and the dropout keep mask kdnn draws from it.
 
 Written from the generator's definition (Salmon et al., SC 2011; Random123),

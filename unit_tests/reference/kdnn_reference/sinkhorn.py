@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 """Sinkhorn-Knopp (mHC reference) in PyTorch, on batches X of shape [B, n, n].
 
 Forward:  P = exp(X); R = P; `iters` times divide by the column sums (dim -2),

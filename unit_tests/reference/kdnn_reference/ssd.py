@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 """Mamba-2's SSD as a chunked PyTorch formulation, after the minimal SSD of
 the Mamba-2 paper (state-space duality, "ssd_minimal_discrete"), written for
 kdnn's layouts: x [b, L, h, p], dt [b, L, h] (positive), A [h] (negative),

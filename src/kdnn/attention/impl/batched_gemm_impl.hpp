@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // Definitions of kdnn::attention::impl::{batched_gemm, batched_gemm_backward}:
 // validation, then one strided batched GEMM (core/impl/strided_batched_gemm.hpp)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // Definition of kdnn::attention::impl::dropout (the forward and the backward
 // apply the same mask to their input): one Philox call per four elements.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // Definition of kdnn::attention::impl::fused_attention_forward: checks, the
 // launch plan (query-block and key-tile sizes per backend and D), the kernel
@@ -66,10 +67,18 @@ bool backward_gpu_shape(const FusedAttentionOptions& opts, int D, int Dv) {
 template <class Run>
 void dispatch_head_size(int d, const Run& run) {
   switch (d) {
-    case 32: run(std::integral_constant<int, 32>{}); break;
-    case 64: run(std::integral_constant<int, 64>{}); break;
-    case 128: run(std::integral_constant<int, 128>{}); break;
-    default: run(std::integral_constant<int, 256>{}); break;
+    case 32:
+      run(std::integral_constant<int, 32>{});
+      break;
+    case 64:
+      run(std::integral_constant<int, 64>{});
+      break;
+    case 128:
+      run(std::integral_constant<int, 128>{});
+      break;
+    default:
+      run(std::integral_constant<int, 256>{});
+      break;
   }
 }
 
@@ -263,17 +272,14 @@ void fused_attention_forward(const ExecSpace& space, const Tensor4<const T, Exec
 }
 
 template <class ExecSpace, class T>
-void fused_attention_backward(const ExecSpace& space, const Tensor4<const T, ExecSpace>& q,
-                              const Tensor4<const T, ExecSpace>& k,
-                              const Tensor4<const T, ExecSpace>& v,
-                              const Tensor4<const T, ExecSpace>& o,
-                              const Tensor3<const T, ExecSpace>& lse,
-                              const Tensor4<const T, ExecSpace>& dout,
-                              const Tensor4<T, ExecSpace>& dq, const Tensor4<T, ExecSpace>& dk,
-                              const Tensor4<T, ExecSpace>& dv,
-                              const Tensor3<T, ExecSpace>& delta_workspace,
-                              const FusedAttentionOptions& opts,
-                              const AttentionMask<ExecSpace>& mask, MaskCheck mask_check) {
+void fused_attention_backward(
+    const ExecSpace& space, const Tensor4<const T, ExecSpace>& q,
+    const Tensor4<const T, ExecSpace>& k, const Tensor4<const T, ExecSpace>& v,
+    const Tensor4<const T, ExecSpace>& o, const Tensor3<const T, ExecSpace>& lse,
+    const Tensor4<const T, ExecSpace>& dout, const Tensor4<T, ExecSpace>& dq,
+    const Tensor4<T, ExecSpace>& dk, const Tensor4<T, ExecSpace>& dv,
+    const Tensor3<T, ExecSpace>& delta_workspace, const FusedAttentionOptions& opts,
+    const AttentionMask<ExecSpace>& mask, MaskCheck mask_check) {
   constexpr const char* op = "attention::fused_attention_backward";
   validate_fused<ExecSpace, T>(op, opts, q, k, v, "o", o, "lse", lse);
   validate::same_shape(op, "dout", dout, "o", o);
@@ -296,15 +302,16 @@ void fused_attention_backward(const ExecSpace& space, const Tensor4<const T, Exe
   // δ_i = dO_i·O_i, the softmax backward's row sums (O(B·H·S) memory): in
   // the caller's workspace, or allocated for the call.
   const Tensor3<T, ExecSpace> delta =
-      given_delta ? delta_workspace : Tensor3<T, ExecSpace>("kdnn::attention::fused_delta", B, H, S);
+      given_delta ? delta_workspace
+                  : Tensor3<T, ExecSpace>("kdnn::attention::fused_delta", B, H, S);
   if (delta.size() > 0) {
     Kokkos::parallel_for(
         "kdnn::attention::fused_delta", Kokkos::RangePolicy<ExecSpace>(space, 0, delta.size()),
         KOKKOS_LAMBDA(std::size_t row) {
           // In double, in team_gemm's order: with T = double bitwise the
           // sum that gives dP at a one-hot row's key (dP − δ = 0 there).
-          delta.data()[row] = T(kdnn::impl::gemm_order_dot<double>(
-              Dv, dout.data() + row * Dv, o.data() + row * Dv));
+          delta.data()[row] = T(
+              kdnn::impl::gemm_order_dot<double>(Dv, dout.data() + row * Dv, o.data() + row * Dv));
         });
   }
 

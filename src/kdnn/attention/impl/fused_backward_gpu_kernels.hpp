@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // The fused attention backward, GPU shape (kdnn::KernelShape::gpu), for a
 // compile-time head size D = Dv (flash_backward_head_size): FlashAttention-2's

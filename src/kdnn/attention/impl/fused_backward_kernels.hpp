@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // The fused attention backward's kernels. With P_ij = exp(s_ij − lse_i) the
 // probabilities recomputed from the forward's log-sum-exp, Pd = dropout(P)
@@ -55,8 +56,8 @@ struct FusedBackwardData {
   VisibleKeys<ExecSpace> visible;
   DropoutMask dropout;
   T scale = 1, keep_scale = 1;
-  int bq = 1, bk = 1;            ///< multiples of Tile::align
-  kdnn::impl::TeamWork work;     ///< set by the launch
+  int bq = 1, bk = 1;         ///< multiples of Tile::align
+  kdnn::impl::TeamWork work;  ///< set by the launch
 
   /// Pd and dS' (dS without the scale) of a pair from its score
   /// s = (scale·q)·k and dPd = dO·v: P is 0 where the pair is hidden
@@ -191,8 +192,7 @@ struct FusedBackwardKVKernel : FusedBackwardData<ExecSpace, T> {
     const int bh = item / blocks, b = bh / H, h = bh % H;
     const int j_begin = with_dq ? 0 : item % blocks * bk;
     const int j_end = with_dq ? Sk : j_begin + bk;
-    kdnn::impl::ScratchCarver carver(
-        scratch);
+    kdnn::impl::ScratchCarver carver(scratch);
     const Work w = carve(carver, bq, bk, D, Dv);
 
     if (with_dq)
@@ -321,8 +321,7 @@ struct FusedBackwardQKernel : FusedBackwardData<ExecSpace, T> {
     const int block = item % blocks, bh = item / blocks;
     const int b = bh / H, h = bh % H, i0 = block * bq;
     const int rows = S - i0 < bq ? S - i0 : bq;
-    kdnn::impl::ScratchCarver carver(
-        scratch);
+    kdnn::impl::ScratchCarver carver(scratch);
     const Work w = carve(carver, bq, bk, D, Dv);
 
     int any = 0;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // The fused attention forward, GPU shape (kdnn::KernelShape::gpu), for a
 // compile-time head size D = Dv in {32, 64, 128, 256}: FlashAttention-2's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // The fused ("flash") attention forward kernel: one team per (b, h, block of
 // bq queries) streams the keys and values through team scratch in tiles of
@@ -21,10 +22,10 @@
 #include "kdnn/core/impl/exp_vectorisable.hpp"
 #include "kdnn/core/impl/philox.hpp"
 #include "kdnn/core/impl/scratch_layout.hpp"
-#include "kdnn/core/impl/team_work.hpp"
 #include "kdnn/core/impl/team_gemm.hpp"
 #include "kdnn/core/impl/team_sweep.hpp"
 #include "kdnn/core/impl/team_tile_copy.hpp"
+#include "kdnn/core/impl/team_work.hpp"
 
 namespace kdnn::attention::impl {
 
@@ -52,8 +53,8 @@ struct FusedForwardData {
   VisibleKeys<ExecSpace> visible;
   DropoutMask dropout;
   T scale = 1, keep_scale = 1;
-  T neg_inf = 0;                  ///< −infinity (set on the host)
-  kdnn::impl::TeamWork work;     ///< set by the launch
+  T neg_inf = 0;              ///< −infinity (set on the host)
+  kdnn::impl::TeamWork work;  ///< set by the launch
 };
 
 template <class ExecSpace, class T>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // Definitions of kdnn::attention::impl::{linear_forward, linear_backward}: the
 // [B, S, ·] activations are read as (B·S)×· row-major matrices, so each

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // How the multi-head attention layer (mha.hpp) lays out its caller-owned
 // buffers. Each layout is built from the layer's shape and a base pointer;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // Definitions of kdnn::attention::impl::{mha_forward, mha_backward_data,
 // mha_backward_weights}: the layer composed from the family's operators

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // The multi-head attention layer's own elementwise kernels: moving heads
 // between the projection layout [B, S, H·D] and the per-head layout

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // Definitions of kdnn::attention::impl::{mse_loss, mse_loss_backward}.
 #include <limits>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // Definitions of kdnn::attention::impl::{softmax_forward, softmax_backward}:
 // one team thread per query row, its vector lanes over the row's visible keys

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // The keys a query sees under an AttentionMask (softmax.hpp): every limit is
 // an interval, so what is left is one interval [first, last) of key indices,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // What a kernel's launch planning needs to know about a Kokkos backend, keyed
 // on the execution space (as Cabana's performance traits and Kokkos Kernels'

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // Deterministic reductions over many rows: a kernel writes one partial sum
 // per block of rows into partial [blocks, M]; sum_blocks adds the blocks in

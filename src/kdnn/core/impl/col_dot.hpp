@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // y = Aᵀx for one small rows×cols matrix A in scratch (row stride ld),
 // computed by one team thread and its vector lanes: s_j = Σ_i A_ij x_i
@@ -82,9 +83,8 @@ KOKKOS_INLINE_FUNCTION void col_dot(const Member& team, int rows, int cols, cons
     for (; j0 + 4 <= cols; j0 += 4) col_dot_block<4>(rows, A + j0, ld, x, j0, finish);
     for (int j = j0; j < cols; ++j) finish(j, col_dot_one(rows, A, ld, x, j));
   } else {
-    Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, cols), [&](int j) {
-      finish(j, col_dot_one(rows, A, ld, x, j));
-    });
+    Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, cols),
+                         [&](int j) { finish(j, col_dot_one(rows, A, ld, x, j)); });
   }
 }
 

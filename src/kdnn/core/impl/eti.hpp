@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // The (execution space, scalar type) pairs compiled into libkdnn: float and
 // double on Kokkos::DefaultExecutionSpace and, when it is another space (a
@@ -27,9 +28,9 @@ static_assert(std::is_same_v<Kokkos::DefaultExecutionSpace, Kokkos::DefaultHostE
                   bool(KDNN_IMPL_DEFAULT_SPACE_IS_HOST),
               "kdnn: cannot tell whether Kokkos' default execution space is a host space");
 
-#define KDNN_ETI_FOR_EACH(F)                                                           \
-  F(Kokkos::DefaultExecutionSpace, float) F(Kokkos::DefaultExecutionSpace, double) \
-  KDNN_IMPL_ETI_HOST(F)
+#define KDNN_ETI_FOR_EACH(F)              \
+  F(Kokkos::DefaultExecutionSpace, float) \
+  F(Kokkos::DefaultExecutionSpace, double) KDNN_IMPL_ETI_HOST(F)
 
 /// PREFIX of the template declarations generated from a signature macro.
 #define KDNN_TEMPLATE_EXEC_SPACE_T template <class ExecSpace, class T>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // e^x for float in a form a host compiler vectorises (no library call):
 // x = n·ln 2 + r with |r| ≤ ln2/2 (ln 2 split in a high part exact in float

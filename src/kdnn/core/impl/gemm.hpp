@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // C = β·C + α·op(A)·op(B) for one pair of 2-D LayoutRight Views, through
 // Kokkos Kernels' KokkosBlas::gemm: on a host whose Kokkos Kernels was built
@@ -9,8 +10,8 @@
 // BLAS semantics, kept where Kokkos Kernels skips them: β = 0 ignores C's
 // contents (NaN there does not propagate), and an empty inner dimension
 // (k = 0) still scales C by β.
-#include <Kokkos_Core.hpp>
 #include <KokkosBlas3_gemm.hpp>
+#include <Kokkos_Core.hpp>
 
 namespace kdnn::impl {
 
@@ -26,9 +27,8 @@ inline const char* blas_op(bool trans) { return trans ? "T" : "N"; }
 /// Runs on `space` (Kokkos Kernels 4); Kokkos Kernels 3 has no execution-space
 /// argument, so there the call is fenced on both sides.
 template <class ExecSpace, class AV, class BV, class CV>
-void gemm(const ExecSpace& space, bool trans_a, bool trans_b,
-          typename CV::const_value_type alpha, const AV& A, const BV& B,
-          typename CV::const_value_type beta, const CV& C) {
+void gemm(const ExecSpace& space, bool trans_a, bool trans_b, typename CV::const_value_type alpha,
+          const AV& A, const BV& B, typename CV::const_value_type beta, const CV& C) {
   using T = typename CV::non_const_value_type;
   const std::size_t k = trans_a ? A.extent(0) : A.extent(1);
   if (C.extent(0) == 0 || C.extent(1) == 0) return;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // Host SIMD, in one place: GCC and Clang vector extensions and loop pragmas,
 // used by the host shapes of kdnn's kernels (a GPU shape never sees them).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // Several independent small systems in the lanes of one SIMD vector, for host
 // kernels whose per-system work is too small to vectorise inside one system

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // a·b + c with the same rounding wherever it is inlined. Compilers may
 // contract a·b + c into one FMA (CUDA's always may, a host's when it targets

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // Philox-4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2,
 // 3", SC 2011; the generator of Random123, cuRAND's philox4_32_10 and
@@ -17,7 +18,7 @@ struct Philox4x32 {
 
 /// The 10-round Philox-4x32 bijection of `counter` under `key`.
 KOKKOS_INLINE_FUNCTION Philox4x32 philox4x32_10(Philox4x32 counter, std::uint32_t key0,
-                                               std::uint32_t key1) {
+                                                std::uint32_t key1) {
   constexpr std::uint32_t M0 = 0xD2511F53u, M1 = 0xCD9E8D57u;  // multipliers
   constexpr std::uint32_t W0 = 0x9E3779B9u, W1 = 0xBB67AE85u;  // Weyl key increments
   std::uint32_t* c = counter.v;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // A Kokkos profiling region for the lifetime of a scope (pushed on
 // construction, popped on destruction, also when an error unwinds it): what

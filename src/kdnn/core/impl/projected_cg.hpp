@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // Conjugate gradient for one small symmetric positive semi-definite system
 // A x = b, run by one team thread with its vector lanes splitting the
@@ -21,15 +22,16 @@ struct CGResult {
 /// are work vectors. `apply(p, Ap)` must compute Ap = A p with vector loops.
 /// All vectors have m entries.
 template <class Member, class T, class Apply>
-KOKKOS_INLINE_FUNCTION CGResult projected_cg(const Member& team, int m, int split,
-                                               double rtol, int max_iters, T* x, T* r,
-                                               T* p, T* Ap, const Apply& apply) {
+KOKKOS_INLINE_FUNCTION CGResult projected_cg(const Member& team, int m, int split, double rtol,
+                                             int max_iters, T* x, T* r, T* p, T* Ap,
+                                             const Apply& apply) {
   const auto lanes = Kokkos::ThreadVectorRange(team, m);
   auto sign = [&](int k) { return k < split ? T(1) : T(-1); };
 
   // Project b onto w⊥ (a no-op in exact arithmetic), start from x = 0.
   T wsum = 0;
-  Kokkos::parallel_reduce(lanes, [&](int k, T& s) { s += sign(k) * r[k]; }, wsum);
+  Kokkos::parallel_reduce(
+      lanes, [&](int k, T& s) { s += sign(k) * r[k]; }, wsum);
   T rr = 0;
   Kokkos::parallel_reduce(
       lanes,
@@ -47,7 +49,8 @@ KOKKOS_INLINE_FUNCTION CGResult projected_cg(const Member& team, int m, int spli
   while (rr > stop && result.iterations < max_iters) {
     apply(p, Ap);
     T pAp = 0;
-    Kokkos::parallel_reduce(lanes, [&](int k, T& s) { s += p[k] * Ap[k]; }, pAp);
+    Kokkos::parallel_reduce(
+        lanes, [&](int k, T& s) { s += p[k] * Ap[k]; }, pAp);
     if (!(pAp > 0)) break;
     const T alpha = rr / pAp;
     wsum = 0;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // Per-thread register tiles of GPU-shaped team kernels: a thread's M × N
 // block of a product C = Aᵀ·B over K, with every size a compile-time

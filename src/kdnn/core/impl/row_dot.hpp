@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // Σ_k a[k]·b[k] over one row of n values, by one team thread and its vector
 // lanes, summed in T in a fixed order on each backend. On a host the sum is

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // Team scratch carved by a bump allocator. A kernel declares its scratch
 // layout once, as a function that takes a ScratchCarver and returns the
@@ -28,8 +29,7 @@ class ScratchCarver {
   /// declaration (and nvcc 13 warns, #20012, about explicit ones).
   ScratchCarver() = default;
   /// Hands out memory from `base`, which must be kScratchAlign-aligned.
-  KOKKOS_INLINE_FUNCTION explicit ScratchCarver(void* base)
-      : base_(static_cast<char*>(base)) {}
+  KOKKOS_INLINE_FUNCTION explicit ScratchCarver(void* base) : base_(static_cast<char*>(base)) {}
 
   /// `count` elements of V, aligned for V (and to at least 8 bytes).
   template <class V>
@@ -73,8 +73,7 @@ inline std::size_t team_scratch_request(std::size_t bytes) { return bytes + kScr
 /// The start of a team's carved scratch of `bytes` (as requested with
 /// team_scratch_request) at `level`.
 template <class Member>
-KOKKOS_INLINE_FUNCTION void* team_scratch_base(const Member& team, int level,
-                                               std::size_t bytes) {
+KOKKOS_INLINE_FUNCTION void* team_scratch_base(const Member& team, int level, std::size_t bytes) {
   return team.team_scratch(level).get_shmem_aligned(bytes, kScratchAlign);
 }
 

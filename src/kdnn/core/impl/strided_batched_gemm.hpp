@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // C_i = β·C_i + α·op(A_i)·op(B_i) for a batch of row-major matrices of one
 // shape laid out one after another (a [B, H, rows, cols] tensor's heads).

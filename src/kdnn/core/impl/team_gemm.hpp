@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // C = A·B (or C += A·B) for small matrices in team scratch, computed by one
 // team: C is cut into MR×NR register tiles spread over the team's threads
@@ -35,7 +36,6 @@
 #include "kdnn/core/impl/backend_traits.hpp"
 #include "kdnn/core/impl/host_simd.hpp"
 #include "kdnn/core/impl/multiply_add.hpp"
-
 
 namespace kdnn::impl {
 

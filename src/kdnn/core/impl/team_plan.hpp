@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // Launch planning for team kernels, for the two shapes kdnn's kernels take:
 //
@@ -33,7 +34,7 @@ namespace kdnn::impl {
 
 template <class ExecSpace>
 struct TeamPlan {
-  int league = 0;                 ///< work items: one team each, or strided over `slots` teams
+  int league = 0;  ///< work items: one team each, or strided over `slots` teams
   int team_size = 1;
   int vector_length = 1;
   int tile = 1;                   ///< systems per team (plan_system_tiles)

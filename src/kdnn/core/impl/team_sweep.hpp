@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // A team loop over a tile of `outer` × `inner` (o, i) pairs in which every
 // inner index i belongs to one lane and sees its pairs in order of o, so

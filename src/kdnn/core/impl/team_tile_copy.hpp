@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // Copies of a tile of rows into team scratch, padded with zeros to the
 // whole tiles team_gemm works on. The source is `rows` rows of `n`

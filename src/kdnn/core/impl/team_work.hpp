@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // The work items of a team kernel and where each team's scratch lives.
 //
@@ -44,10 +45,10 @@ inline int workspace_slots(long long items, std::size_t stride, long long team_t
 }
 
 struct TeamWork {
-  int items = 0;               ///< work items of the launch
-  int level = 0;               ///< Kokkos scratch level, if workspace is null
-  std::size_t bytes = 0;       ///< carved scratch bytes per team
-  char* workspace = nullptr;   ///< else one slot of `stride` bytes per team
+  int items = 0;              ///< work items of the launch
+  int level = 0;              ///< Kokkos scratch level, if workspace is null
+  std::size_t bytes = 0;      ///< carved scratch bytes per team
+  char* workspace = nullptr;  ///< else one slot of `stride` bytes per team
   std::size_t stride = 0;
 
   /// Calls body(item, scratch) for this team's items, with its scratch

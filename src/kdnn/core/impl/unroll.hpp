@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // KDNN_IMPL_UNROLL before a loop: unroll it fully in device code when its
 // trip count is a compile-time constant (a loop over a register array must

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // The vector loop of one team thread over [0, n): Kokkos' ThreadVectorRange
 // on a GPU (one index per lane); on a host a plain loop marked as having

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // Compile-time checks of an operator's View arguments, with plain messages
 // (instead of a runtime abort in a View conversion, or an error deep inside
@@ -12,26 +13,27 @@
 
 #include <Kokkos_Core.hpp>
 
-#define KDNN_CHECK_VIEW(ExecSpace, View, RANK, SHAPE, ARG)                                  \
-  static_assert(Kokkos::is_view<View>::value, ARG " must be a Kokkos::View");              \
+#define KDNN_CHECK_VIEW(ExecSpace, View, RANK, SHAPE, ARG)                                       \
+  static_assert(Kokkos::is_view<View>::value, ARG " must be a Kokkos::View");                    \
   static_assert(unsigned(View::rank) == (RANK), ARG " must be a View of rank " #RANK " " SHAPE); \
-  static_assert(std::is_same_v<typename View::array_layout, Kokkos::LayoutRight>,          \
-                ARG " must be LayoutRight (contiguous, row-major); copy a LayoutStride "   \
-                    "View into a LayoutRight one first");                                 \
-  static_assert(std::is_same_v<typename View::non_const_value_type, float> ||              \
-                    std::is_same_v<typename View::non_const_value_type, double>,           \
-                ARG " must hold float or double");                                         \
-  static_assert(Kokkos::SpaceAccessibility<ExecSpace, typename View::memory_space>::accessible, \
-                ARG " is in a memory space the execution space cannot access");            \
-  static_assert(std::is_same_v<typename View::memory_space, typename ExecSpace::memory_space>, \
+  static_assert(std::is_same_v<typename View::array_layout, Kokkos::LayoutRight>, ARG            \
+                " must be LayoutRight (contiguous, row-major); copy a LayoutStride "             \
+                "View into a LayoutRight one first");                                            \
+  static_assert(std::is_same_v<typename View::non_const_value_type, float> ||                    \
+                    std::is_same_v<typename View::non_const_value_type, double>,                 \
+                ARG " must hold float or double");                                               \
+  static_assert(Kokkos::SpaceAccessibility<ExecSpace, typename View::memory_space>::accessible,  \
+                ARG " is in a memory space the execution space cannot access");                  \
+  static_assert(std::is_same_v<typename View::memory_space, typename ExecSpace::memory_space>,   \
                 ARG " must be in the execution space's memory space (ExecSpace::memory_space)")
 
 /// Requires an output View (non-const value type).
-#define KDNN_CHECK_OUTPUT(View, ARG)                                                       \
-  static_assert(!std::is_const_v<typename View::value_type>, ARG " is an output: it must not be a View of const")
+#define KDNN_CHECK_OUTPUT(View, ARG)                         \
+  static_assert(!std::is_const_v<typename View::value_type>, \
+                ARG " is an output: it must not be a View of const")
 
 /// Requires two Views to hold the same scalar type.
-#define KDNN_CHECK_SAME_TYPE(ViewA, ViewB, ARGS)                                           \
-  static_assert(std::is_same_v<typename ViewA::non_const_value_type,                       \
-                               typename ViewB::non_const_value_type>,                      \
-                ARGS " must hold the same scalar type")
+#define KDNN_CHECK_SAME_TYPE(ViewA, ViewB, ARGS)                                                  \
+  static_assert(                                                                                  \
+      std::is_same_v<typename ViewA::non_const_value_type, typename ViewB::non_const_value_type>, \
+      ARGS " must hold the same scalar type")

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // Definitions of kdnn::cp::impl::{conv_dt_forward, conv_dt_backward}: the
 // collective checks, the halo plan (cp/sequence_split.hpp), packing the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // What MPI may be handed directly: host memory always; device memory only
 // when the MPI library says it is CUDA-aware (Open MPI's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // Definitions of kdnn::cp::impl::{ssd_forward, ssd_backward}: the collective
 // checks, the summaries (packed one per rank: [Λ: B·H][S: B·H·N·P] and, in

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // Sinkhorn implicit and block backwards, GPU shape (kdnn::KernelShape::gpu),
 // for a compile-time n = N in {2, 4, 8, 16, 32}; the systems and the method
@@ -20,8 +21,8 @@
 // they agree to rounding, and CG, which amplifies rounding by the system's
 // conditioning, to its tolerance.
 #include "kdnn/core/impl/projected_cg.hpp"
-#include "kdnn/sinkhorn/impl/cg_backward_kernel.hpp"
 #include "kdnn/core/impl/scratch_layout.hpp"
+#include "kdnn/sinkhorn/impl/cg_backward_kernel.hpp"
 #include "kdnn/sinkhorn/impl/gpu_matrix_kernel.hpp"
 #include "kdnn/sinkhorn/impl/marginal_error.hpp"
 #include "kdnn/sinkhorn/sinkhorn.hpp"
@@ -37,12 +38,12 @@ struct CGBackwardGpuKernel : GpuMatrixKernel<CGBackwardGpuKernel<ExecSpace, T, N
   static constexpr bool kPrivate = Base::kPrivate;
   static constexpr int kLd = Base::kLd;
   using Data::block;
+  using Data::dX;
   using Data::G;
   using Data::max_iters;
   using Data::measured;
   using Data::R;
   using Data::rtol;
-  using Data::dX;
 
   /// One matrix's scratch: a tile (R, then W) and the vectors of
   /// CGBackwardData::carve_vectors.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // Sinkhorn backward by implicit differentiation, with CG on either the n×n
 // Schur system (implicit) or the 2n×2n block system (block). One team thread
@@ -152,7 +153,8 @@ struct CGBackwardKernel : PerMatrixKernel<CGBackwardKernel<ExecSpace, T>, ExecSp
       Kokkos::parallel_for(lanes, [&](int i) { q[i] = sr[i] / a_of(i); });
       kdnn::impl::col_dot<ExecSpace>(team, n, Rm, ld, q, [&](int j, T s) { r[j] = sc[j] - s; });
       auto apply = [&](const T* in, T* out) {  // c∘in − Rᵀ D_a⁻¹ R in
-        kdnn::impl::col_dot<ExecSpace>(team, n, RT, ld, in, [&](int i, T s) { q[i] = s / a_of(i); });
+        kdnn::impl::col_dot<ExecSpace>(team, n, RT, ld, in,
+                                       [&](int i, T s) { q[i] = s / a_of(i); });
         kdnn::impl::col_dot<ExecSpace>(team, n, Rm, ld, q,
                                        [&](int j, T s) { out[j] = c_of(j) * in[j] - s; });
       };
@@ -164,9 +166,8 @@ struct CGBackwardKernel : PerMatrixKernel<CGBackwardKernel<ExecSpace, T>, ExecSp
     const T* u = sr;
     const T* v = block ? x + n : x;
     for (int i = 0; i < n; ++i) {
-      Kokkos::parallel_for(lanes, [&](int j) {
-        dX(b, i, j) = W[i * ld + j] - (u[i] + v[j]) * Rm[i * ld + j];
-      });
+      Kokkos::parallel_for(
+          lanes, [&](int j) { dX(b, i, j) = W[i * ld + j] - (u[i] + v[j]) * Rm[i * ld + j]; });
     }
     this->report(team, b, cg, r_marginal_error);
   }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // The first Sinkhorn iteration and its reverse, shared by the forward and the
 // unrolled backward; one team thread and its vector lanes, in double. Written
@@ -40,8 +41,8 @@ struct FirstIteration {
 /// the forward call this (and first_row), so their first iterations agree
 /// bitwise.
 template <class XCol, class Put>
-KOKKOS_FORCEINLINE_FUNCTION void first_column(int n, const XCol& x, const Put& put,
-                                              double& shift, double& inv_colsum) {
+KOKKOS_FORCEINLINE_FUNCTION void first_column(int n, const XCol& x, const Put& put, double& shift,
+                                              double& inv_colsum) {
   double m = x(0);
   for (int i = 1; i < n; ++i) m = m > x(i) ? m : x(i);
   double s = 0;
@@ -59,9 +60,9 @@ KOKKOS_FORCEINLINE_FUNCTION void first_column(int n, const XCol& x, const Put& p
 /// P_ij is handed to put(j, P_ij) (after e(j) was last read); returns
 /// w_i = eps / ρ_i.
 template <class E, class XRow, class Shift, class InvColsum, class Put>
-KOKKOS_FORCEINLINE_FUNCTION double first_row(int n, const E& e, const XRow& x,
-                                             const Shift& shift, const InvColsum& inv_colsum,
-                                             double eps, const Put& put) {
+KOKKOS_FORCEINLINE_FUNCTION double first_row(int n, const E& e, const XRow& x, const Shift& shift,
+                                             const InvColsum& inv_colsum, double eps,
+                                             const Put& put) {
   double rho = eps;
   for (int j = 0; j < n; ++j) rho += e(j) * inv_colsum(j) + eps;
   if (rho > 1e-280) {
@@ -84,14 +85,13 @@ KOKKOS_FORCEINLINE_FUNCTION double first_row(int n, const E& e, const XRow& x,
 
 /// P (n×n, row stride ld) from X, read through x(i, j) -> double.
 template <class Member, class XAt>
-KOKKOS_INLINE_FUNCTION void first_iteration(const Member& team, int n, const XAt& x,
-                                            double eps, double* P, int ld,
-                                            const FirstIteration& fi) {
+KOKKOS_INLINE_FUNCTION void first_iteration(const Member& team, int n, const XAt& x, double eps,
+                                            double* P, int ld, const FirstIteration& fi) {
   const auto lanes = Kokkos::ThreadVectorRange(team, n);
   Kokkos::parallel_for(lanes, [&](int j) {
     first_column(
-        n, [&](int i) { return x(i, j); }, [&](int i, double e) { P[i * ld + j] = e; },
-        fi.shift[j], fi.inv_colsum[j]);
+        n, [&](int i) { return x(i, j); }, [&](int i, double e) { P[i * ld + j] = e; }, fi.shift[j],
+        fi.inv_colsum[j]);
     if (fi.S != nullptr) {
       const double inv_s = fi.inv_colsum[j];
       for (int i = 0; i < n; ++i) fi.S[i * ld + j] = P[i * ld + j] * inv_s;
@@ -112,8 +112,8 @@ KOKKOS_INLINE_FUNCTION void first_iteration(const Member& team, int n, const XAt
 template <class Member, class XAt, class Store>
 KOKKOS_INLINE_FUNCTION void first_iteration_reverse(const Member& team, int n, const XAt& x,
                                                     const double* P, const double* dP, int ld,
-                                                    const FirstIteration& fi, double* a,
-                                                    double* b, const Store& store) {
+                                                    const FirstIteration& fi, double* a, double* b,
+                                                    const Store& store) {
   const auto lanes = Kokkos::ThreadVectorRange(team, n);
   const double* w = fi.row_eps;
   Kokkos::parallel_for(lanes, [&](int i) {

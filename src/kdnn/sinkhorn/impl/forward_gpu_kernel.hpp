@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // Sinkhorn forward, GPU shape (kdnn::KernelShape::gpu), for a compile-time
 // n = N in {2, 4, 8, 16, 32}: each matrix is owned by the N vector lanes of
@@ -122,9 +123,8 @@ struct ForwardGpuKernel : GpuMatrixKernel<ForwardGpuKernel<ExecSpace, T, N>, Exe
         }
         Kokkos::parallel_for(lanes, [&](int j) { w.v[j] = rescaled(w.v[j], c(j)[0], e); });
       } else {
-        Kokkos::parallel_for(lanes, [&](int j) {
-          w.v[j] = rescaled(w.v[j], lane_dot<N>(col(j), w.u), e);
-        });
+        Kokkos::parallel_for(
+            lanes, [&](int j) { w.v[j] = rescaled(w.v[j], lane_dot<N>(col(j), w.u), e); });
       }
       Kokkos::parallel_for(lanes,
                            [&](int i) { w.u[i] = rescaled(w.u[i], lane_dot<N>(row(i), w.v), e); });

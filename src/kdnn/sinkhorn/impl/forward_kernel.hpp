@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // Sinkhorn forward: a team thread per matrix, kept in team scratch for all
 // iterations, vector lanes over its rows or columns. Written for the
@@ -87,8 +88,8 @@ struct ForwardKernel : PerMatrixKernel<ForwardKernel<ExecSpace, T>, ExecSpace>,
     for (int i = 0; i < n; ++i) {
       Kokkos::parallel_for(lanes, [&](int j) { P[i * ld + j] = this->at(X, b, i, j); });
     }
-    first_iteration(team, n, [&](int i, int j) { return double(P[i * ld + j]); }, eps, w.P1, ld,
-                    w.fi);
+    first_iteration(
+        team, n, [&](int i, int j) { return double(P[i * ld + j]); }, eps, w.P1, ld, w.fi);
     start_scaling(
         team, n, [&](int i, int j) { return T(w.P1[i * ld + j]); }, P, PT, ld, u, v);
 
@@ -98,8 +99,8 @@ struct ForwardKernel : PerMatrixKernel<ForwardKernel<ExecSpace, T>, ExecSpace>,
     for (int it = 1; it < iters; ++it) {
       if (tol > 0) {
         kdnn::impl::col_dot<ExecSpace>(team, n, P, ld, u, [&](int j, T s) { c[j] = s; });
-        const double error = lane_nan_max(
-            team, n, [&](int j) { return compat::fabs(double(v[j] * c[j]) - 1.0); });
+        const double error =
+            lane_nan_max(team, n, [&](int j) { return compat::fabs(double(v[j] * c[j]) - 1.0); });
         if (error <= tol) {
           used = it;
           break;
@@ -112,7 +113,8 @@ struct ForwardKernel : PerMatrixKernel<ForwardKernel<ExecSpace, T>, ExecSpace>,
     }
 
     for (int i = 0; i < n; ++i) {
-      Kokkos::parallel_for(lanes, [&](int j) { this->at(R, b, i, j) = u[i] * P[i * ld + j] * v[j]; });
+      Kokkos::parallel_for(lanes,
+                           [&](int j) { this->at(R, b, i, j) = u[i] * P[i * ld + j] * v[j]; });
     }
     if (iters_out.extent(0) == 0 && error_out.extent(0) == 0) return;
     // Marginal error: column sums v∘(Pᵀu), row sums u∘(Pv).

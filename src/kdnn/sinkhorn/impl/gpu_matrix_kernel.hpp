@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // The launch of Sinkhorn's GPU-shaped kernels (KernelShape::gpu), for a
 // compile-time n = N in {2, 4, 8, 16, 32}: each matrix is owned by the N
@@ -108,8 +109,8 @@ struct GpuMatrixKernel {
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
     const std::size_t bytes = matrix_bytes();
-    char* base = static_cast<char*>(
-        kdnn::impl::team_scratch_base(team, 0, team.team_size() * bytes));
+    char* base =
+        static_cast<char*>(kdnn::impl::team_scratch_base(team, 0, team.team_size() * bytes));
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, team.team_size()), [&](int t) {
       // In 64 bits: the last team may reach past batch ≈ 2^31.
       const long long b64 = static_cast<long long>(team.league_rank()) * team.team_size() + t;
@@ -130,10 +131,12 @@ struct GpuMatrixKernel {
   /// row_done(i, w_i). Then lane k takes row k and column k of P from the
   /// tile into its registers `row` and `col`.
   template <class V, class XAt, class Put, class RowDone>
-  static KOKKOS_INLINE_FUNCTION void first_iteration_lanes(
-      const Member& team, const XAt& xd, double eps, double* shift, double* inv_colsum, V* tile,
-      const Put& put, const RowDone& row_done, LaneRegisters<V, N, N, kPrivate>& row,
-      LaneRegisters<V, N, N, kPrivate>& col) {
+  static KOKKOS_INLINE_FUNCTION void first_iteration_lanes(const Member& team, const XAt& xd,
+                                                           double eps, double* shift,
+                                                           double* inv_colsum, V* tile,
+                                                           const Put& put, const RowDone& row_done,
+                                                           LaneRegisters<V, N, N, kPrivate>& row,
+                                                           LaneRegisters<V, N, N, kPrivate>& col) {
     const auto lanes = Kokkos::ThreadVectorRange(team, N);
     Kokkos::parallel_for(lanes, [&](int j) {
       first_column(
@@ -143,7 +146,8 @@ struct GpuMatrixKernel {
       const double w_i = first_row(
           N, [&](int j) { return compat::exp(xd(i, j) - shift[j]); },
           [&](int j) { return xd(i, j); }, [&](int j) { return shift[j]; },
-          [&](int j) { return inv_colsum[j]; }, eps, [&](int j, double pij) {
+          [&](int j) { return inv_colsum[j]; }, eps,
+          [&](int j, double pij) {
             tile[i * kLd + j] = V(pij);
             put(i, j, pij);
           });

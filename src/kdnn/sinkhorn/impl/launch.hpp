@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // Sinkhorn's launch shape: one team thread per matrix, a tile of matrices per
 // team (kdnn::impl::plan_system_tiles), each matrix's working set carved out
@@ -36,13 +37,13 @@ struct PerMatrixKernel {
   /// Rows first is columns first on the transposed matrices: with transpose
   /// set, at() reads and writes element (j, i) for (i, j).
   bool transpose = false;
-  int tile = 1;                  // set by run()
-  kdnn::impl::TeamWork work;     // set by the launch: items are tiles
+  int tile = 1;               // set by run()
+  kdnn::impl::TeamWork work;  // set by the launch: items are tiles
 
   /// Element (i, j) of matrix b of a [B, n, n] view, or (j, i) if transpose.
   template <class View>
   KOKKOS_INLINE_FUNCTION typename View::reference_type at(const View& v, int b, int i,
-                                                           int j) const {
+                                                          int j) const {
     return transpose ? v(b, j, i) : v(b, i, j);
   }
 

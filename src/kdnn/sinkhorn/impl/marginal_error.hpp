@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // The marginal error of a Sinkhorn iterate from its row and column sums, by
 // one team thread's vector lanes.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // One normalisation of R = diag(u) P diag(v) by its scaling vectors, shared by
 // the forward and the unrolled backward's replay. Dividing R's columns by
@@ -12,8 +13,8 @@ namespace kdnn::sinkhorn::impl {
 /// The scaling form's start after the first iteration: P and Pᵀ in C from
 /// its output, read through p1(i, j) -> C, and u = v = 1.
 template <class Member, class P1At, class C>
-KOKKOS_INLINE_FUNCTION void start_scaling(const Member& team, int n, const P1At& p1, C* P,
-                                          C* PT, int ld, C* u, C* v) {
+KOKKOS_INLINE_FUNCTION void start_scaling(const Member& team, int n, const P1At& p1, C* P, C* PT,
+                                          int ld, C* u, C* v) {
   const auto lanes = Kokkos::ThreadVectorRange(team, n);
   for (int i = 0; i < n; ++i) {
     Kokkos::parallel_for(lanes, [&](int j) {
@@ -36,16 +37,14 @@ KOKKOS_INLINE_FUNCTION C rescaled(C scale, C sum, E eps) {
 /// x = u, scale = v) or A = Pᵀ (rows, x = v, scale = u); in place allowed.
 /// The eps = 0 case is a call of its own, so that its loop has no branch.
 template <class ExecSpace, class Member, class C, class E>
-KOKKOS_FORCEINLINE_FUNCTION void rescale(const Member& team, int n, const C* A, int ld,
-                                         const C* x, const C* scale_in, C* scale_out, E eps) {
+KOKKOS_FORCEINLINE_FUNCTION void rescale(const Member& team, int n, const C* A, int ld, const C* x,
+                                         const C* scale_in, C* scale_out, E eps) {
   if (eps == 0) {
-    kdnn::impl::col_dot<ExecSpace>(team, n, A, ld, x, [&](int j, C s) {
-      scale_out[j] = rescaled(scale_in[j], s, E(0));
-    });
+    kdnn::impl::col_dot<ExecSpace>(
+        team, n, A, ld, x, [&](int j, C s) { scale_out[j] = rescaled(scale_in[j], s, E(0)); });
   } else {
-    kdnn::impl::col_dot<ExecSpace>(team, n, A, ld, x, [&](int j, C s) {
-      scale_out[j] = rescaled(scale_in[j], s, eps);
-    });
+    kdnn::impl::col_dot<ExecSpace>(
+        team, n, A, ld, x, [&](int j, C s) { scale_out[j] = rescaled(scale_in[j], s, eps); });
   }
 }
 

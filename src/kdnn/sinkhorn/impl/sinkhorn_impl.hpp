@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // Definitions of kdnn::sinkhorn::impl::{forward, backward, backward_unrolled}:
 // host-side validation, then one TeamPolicy launch. Included at the end of
@@ -94,11 +95,21 @@ bool run_gpu_shape(const Launch& launch, int n, const Run& run) {
     return false;
   }
   switch (n) {
-    case 2: run(std::integral_constant<int, 2>{}); break;
-    case 4: run(std::integral_constant<int, 4>{}); break;
-    case 8: run(std::integral_constant<int, 8>{}); break;
-    case 16: run(std::integral_constant<int, 16>{}); break;
-    default: run(std::integral_constant<int, 32>{}); break;
+    case 2:
+      run(std::integral_constant<int, 2>{});
+      break;
+    case 4:
+      run(std::integral_constant<int, 4>{});
+      break;
+    case 8:
+      run(std::integral_constant<int, 8>{});
+      break;
+    case 16:
+      run(std::integral_constant<int, 16>{});
+      break;
+    default:
+      run(std::integral_constant<int, 32>{});
+      break;
   }
   return true;
 }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // Sinkhorn unrolled backward, GPU shape (kdnn::KernelShape::gpu), for a
 // compile-time n = N in {2, 4, 8, 16, 32}; the recurrences are

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // Sinkhorn backward by exact reverse mode through the forward iterations
 // (columns first; rows first on the transposed matrices). The first iteration
@@ -46,9 +47,8 @@ struct UnrolledBackwardData {
 };
 
 template <class ExecSpace, class T>
-struct UnrolledBackwardKernel
-    : PerMatrixKernel<UnrolledBackwardKernel<ExecSpace, T>, ExecSpace>,
-      UnrolledBackwardData<ExecSpace, T> {
+struct UnrolledBackwardKernel : PerMatrixKernel<UnrolledBackwardKernel<ExecSpace, T>, ExecSpace>,
+                                UnrolledBackwardData<ExecSpace, T> {
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   using Lanes = kdnn::impl::Lanes<T, kdnn::impl::BackendTraits<ExecSpace>::is_host>;
   /// One lane's value of T per matrix of the group.
@@ -209,9 +209,8 @@ struct UnrolledBackwardKernel
     }
     for (int l = 0; l < count; ++l) {
       first_iteration_reverse(
-          team, n, [&](int i, int j) { return double(this->at(X, b0 + l, i, j)); },
-          w.P1 + l * nld, w.dP + l * nld, ld, first_iteration_of(w, l), w.a + l * n,
-          w.b + l * n,
+          team, n, [&](int i, int j) { return double(this->at(X, b0 + l, i, j)); }, w.P1 + l * nld,
+          w.dP + l * nld, ld, first_iteration_of(w, l), w.a + l * n, w.b + l * n,
           [&](int i, int j, double value) { this->at(dX, b0 + l, i, j) = T(value); });
     }
   }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // Definitions of kdnn::ssm::impl::{causal_conv1d_forward, causal_conv1d_backward}
 // and the step-range launches the context-parallel conv (kdnn::cp) builds on.
@@ -51,10 +52,17 @@ template <class ExecSpace, class Run>
 bool register_width(const CausalConv1dOptions& opts, int K, const Run& run) {
   if (!kdnn::impl::use_gpu_shape<ExecSpace>(opts.launch.shape)) return false;
   switch (K) {
-    case 2: run(std::integral_constant<int, 2>{}); return true;
-    case 3: run(std::integral_constant<int, 3>{}); return true;
-    case 4: run(std::integral_constant<int, 4>{}); return true;
-    default: return false;
+    case 2:
+      run(std::integral_constant<int, 2>{});
+      return true;
+    case 3:
+      run(std::integral_constant<int, 3>{});
+      return true;
+    case 4:
+      run(std::integral_constant<int, 4>{});
+      return true;
+    default:
+      return false;
   }
 }
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // The team kernels of the causal depthwise conv1d (causal_conv1d.hpp). A team
 // owns a tile of `tt` consecutive steps of one batch entry and `ct` channels;
@@ -55,7 +56,7 @@ struct ConvTiles : ConvInputs<ExecSpace, T> {
   using ConvInputs<ExecSpace, T>::first;
   using ConvInputs<ExecSpace, T>::last;
 
-  int tt = 1, ct = 1;  ///< steps and channels per team
+  int tt = 1, ct = 1;         ///< steps and channels per team
   kdnn::impl::TeamWork work;  ///< set by the launch
 
   KOKKOS_INLINE_FUNCTION int time_tiles() const { return (last - first + tt - 1) / tt; }
@@ -172,8 +173,7 @@ struct ConvForwardKernel : ConvTiles<ExecSpace, T> {
   KOKKOS_INLINE_FUNCTION void one_tile(const Member& team, int item, void* scratch) const {
     const int K = int(this->w.extent(1));
     const auto t = this->tile(item);
-    kdnn::impl::ScratchCarver carver(
-        scratch);
+    kdnn::impl::ScratchCarver carver(scratch);
     const Work s = carve(carver, this->tt, this->ct, K);
     this->load_steps(team, t, s.xs, t.s0 - (K - 1), t.n + K - 1);
     this->load_weights(team, t, s.ws, s.bs);
@@ -230,8 +230,7 @@ struct ConvBackwardKernel : ConvTiles<ExecSpace, T> {
   KOKKOS_INLINE_FUNCTION void one_tile(const Member& team, int item, void* scratch) const {
     const int L = int(this->x.extent(1)), K = int(this->w.extent(1)), ct = this->ct;
     const auto t = this->tile(item);
-    kdnn::impl::ScratchCarver carver(
-        scratch);
+    kdnn::impl::ScratchCarver carver(scratch);
     const Work s = carve(carver, this->tt, ct, K);
     this->load_steps(team, t, s.xs, t.s0 - (K - 1), t.n + 2 * K - 2);
     this->load_weights(team, t, s.ws, s.bs);

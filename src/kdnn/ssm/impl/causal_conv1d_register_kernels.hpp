@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // The GPU form of the causal depthwise conv1d (causal_conv1d.hpp) for a
 // compile-time width K: one thread per (batch entry, run of steps, channel),

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // Definitions of kdnn::ssm::impl::{dt_softplus_forward, dt_softplus_backward}.
 #include <climits>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // The single-rank SSD backward in one kernel per chunk (notation:
 // ssd_chunks.hpp): SsdDiagBackwardKernel's and SsdStateBackwardKernel's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // The argument checks of the SSD operators (ssd.hpp), shared by the
 // single-rank operators (ssd_impl.hpp) and the context-parallel SSD

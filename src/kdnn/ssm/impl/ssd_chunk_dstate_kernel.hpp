@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // The SSD backward's first kernel: the gradient each chunk sends to the state
 // entering it (notation: ssd_chunks.hpp).
@@ -35,8 +36,7 @@ struct SsdChunkDstateKernel : SsdChunks<ExecSpace, T> {
   KOKKOS_INLINE_FUNCTION void one_chunk(const Member& team, int item, void* scratch) const {
     const int Qp = this->Qp, Pp = this->Pp, Np = this->Np;
     const auto k = this->chunk(item);
-    kdnn::impl::ScratchCarver carver(
-        scratch);
+    kdnn::impl::ScratchCarver carver(scratch);
     const Work w = carve(carver, Qp, Pp, Np);
     this->load_decays(team, k, w.d);
     this->load_bc(team, k, this->Cm, w.c);

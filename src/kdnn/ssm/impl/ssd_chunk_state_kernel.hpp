@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // The SSD forward's first kernel: each chunk's state from a zero state
 // (notation: ssd_chunks.hpp).
@@ -35,8 +36,7 @@ struct SsdChunkStateKernel : SsdChunks<ExecSpace, T> {
   /// Work item `item` (a chunk), in the team's scratch.
   KOKKOS_INLINE_FUNCTION void one_chunk(const Member& team, int item, void* scratch) const {
     const auto k = this->chunk(item);
-    kdnn::impl::ScratchCarver carver(
-        scratch);
+    kdnn::impl::ScratchCarver carver(scratch);
     const Work w = carve(carver, this->Qp, this->Pp, this->Np);
     this->load_decays(team, k, w.d);
     team.team_barrier();

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // The team kernels of the chunked SSD (ssd.hpp). A team owns one chunk: batch
 // entry b, head h, steps [t0, t0 + n), n ≤ Q. Its scratch holds the chunk's
@@ -20,8 +21,8 @@
 #include "kdnn/core/compat.hpp"
 #include "kdnn/core/impl/exp_vectorisable.hpp"
 #include "kdnn/core/impl/scratch_layout.hpp"
-#include "kdnn/core/impl/team_work.hpp"
 #include "kdnn/core/impl/team_gemm.hpp"
+#include "kdnn/core/impl/team_work.hpp"
 #include "kdnn/core/impl/vector_for.hpp"
 #include "kdnn/core/tensor.hpp"
 
@@ -45,8 +46,8 @@ struct SsdChunks {
   Tensor4<const T, ExecSpace> Cm;  ///< [B, L, G, N]
   int Q = 1, chunks = 0;           ///< steps per chunk, chunks per sequence
   int Qp = 0, Pp = 0, Np = 0;      ///< Q, P, N padded to Tile::align
-  kdnn::impl::TeamWork work;  ///< set by the launch
-  Launch launch;               ///< the caller's request (SsdOptions::launch)
+  kdnn::impl::TeamWork work;       ///< set by the launch
+  Launch launch;                   ///< the caller's request (SsdOptions::launch)
 
   KOKKOS_INLINE_FUNCTION int P() const { return int(x.extent(3)); }
   KOKKOS_INLINE_FUNCTION int N() const { return int(Bm.extent(3)); }

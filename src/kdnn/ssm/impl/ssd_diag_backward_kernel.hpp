@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // The SSD backward of Y_diag (notation: ssd_chunks.hpp).
 #include "kdnn/ssm/impl/ssd_chunks.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // Where the SSD backward kernels write their gradients (notation:
 // ssd_chunks.hpp).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // Definitions of the kdnn::ssm SSD operators (ssd.hpp), composed of the
 // steps in ssd_steps.hpp after the checks of ssd_checks.hpp.

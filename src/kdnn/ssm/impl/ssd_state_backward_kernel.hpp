@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // The SSD backward's state half and its outputs (notation: ssd_chunks.hpp).
 #include "kdnn/core/impl/row_dot.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // The steps of the chunked SSD: the interface through which the single-rank
 // operators (ssd_impl.hpp) and the context-parallel SSD (kdnn::cp,
@@ -185,7 +186,8 @@ void reverse_state_pass(const ExecSpace& space, const ChunkStates<T, ExecSpace>&
 /// `off`).
 template <class ExecSpace, class T>
 void chunk_output(const char* op, const ExecSpace& space, const SsdForward<T, ExecSpace>& a,
-                  const SsdOptions& opts, const ChunkStates<T, ExecSpace>& states, bool diag, bool off) {
+                  const SsdOptions& opts, const ChunkStates<T, ExecSpace>& states, bool diag,
+                  bool off) {
   SsdChunkOutputKernel<ExecSpace, T> k;
   set_ssd_inputs<ExecSpace, T>(k, a, opts);
   k.D = a.D;
