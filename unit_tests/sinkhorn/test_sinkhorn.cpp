@@ -76,7 +76,7 @@ TYPED_TEST(SinkhornTyped, ForwardHugeRowAndColumnOffsetsGiveUniform) {
   for (double v : to_host(R)) EXPECT_NEAR(v, 1.0 / n, tol<T>(1e-12, 1e-6));
 }
 
-// The README promises any finite X: rows of constant ±DBL_MAX-scale values
+// docs/sinkhorn.md promises any finite X: rows of constant ±DBL_MAX-scale values
 // (whose differences overflow) balance to 11ᵀ/n like any X_ij = a_i + c_j, and
 // the gradient is the one at offsets ±400, where e^{−800} is already below
 // double precision (reference in long double).

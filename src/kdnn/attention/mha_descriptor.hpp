@@ -6,7 +6,7 @@
 // weight kind (cudnnGetMultiHeadAttnWeights), a size query
 // (cudnnGetMultiHeadAttnBuffers) and the three calls in cuDNN's order
 // (cudnnMultiHeadAttnForward, cudnnMultiHeadAttnBackwardData,
-// cudnnMultiHeadAttnBackwardWeights). The README maps each argument.
+// cudnnMultiHeadAttnBackwardWeights). docs/attention.md maps each argument.
 //
 // Differences from cuDNN, by design: the element type is the template's T
 // (no dataType / computePrec / mathType); activations are [B, S, E] Views
