@@ -24,43 +24,11 @@
 #include "kdnn/core/compat.hpp"
 #include "kdnn/cp/cp.hpp"
 #include "kdnn/ssm/ssm.hpp"
+#include "mamba2_example.hpp"
 
 namespace {
 
-using Space = Kokkos::DefaultExecutionSpace;
-using T = double;
-template <class D>
-using View = Kokkos::View<D, Kokkos::LayoutRight, Space::memory_space>;
-
-/// A [B, L, E] tensor of normal values, the same on every rank (one seed).
-View<T***> random3(const char* name, int B, int L, int E, unsigned seed) {
-  View<T***> v(std::string(name), B, L, E);
-  auto h = Kokkos::create_mirror_view(v);
-  std::mt19937 gen(seed);
-  std::normal_distribution<double> normal(0.0, 1.0);
-  for (std::size_t k = 0; k < h.size(); ++k) h.data()[k] = normal(gen);
-  Kokkos::deep_copy(v, h);
-  return v;
-}
-
-/// Steps [first, first + n) of a [B, L, E] tensor, as a new tensor.
-View<T***> steps(const View<T***>& v, int first, int n) {
-  View<T***> out(std::string(v.label()) + "_steps", v.extent(0), n, v.extent(2));
-  Kokkos::deep_copy(out,
-                    Kokkos::subview(v, Kokkos::ALL, std::make_pair(first, first + n), Kokkos::ALL));
-  return out;
-}
-
-/// max |a − b| over the elements.
-template <class V>
-double max_diff(const V& a, const V& b) {
-  auto ha = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), a);
-  auto hb = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), b);
-  double d = 0;
-  for (std::size_t k = 0; k < ha.size(); ++k)
-    d = std::max(d, std::abs(ha.data()[k] - hb.data()[k]));
-  return d;
-}
+using namespace mamba2_example;
 
 struct Grads {
   View<T***> y, dt_out, dx, ddt;
