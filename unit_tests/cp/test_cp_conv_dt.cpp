@@ -19,6 +19,7 @@
 #include "expect_error.hpp"
 #include "kdnn/cp/cp.hpp"
 #include "kdnn/ssm/ssm.hpp"
+#include "rank_splits.hpp"
 #include "views.hpp"
 
 namespace {
@@ -143,45 +144,11 @@ Result run(const Problem& p, int first, int n, MPI_Comm comm, cp::HaloStats* fwd
   return r;
 }
 
-/// Split patterns for P ranks over L steps.
-std::vector<std::vector<int>> splits(int P, int L, int K) {
-  std::vector<std::vector<int>> out;
-  std::vector<int> even(P, L / P);
-  for (int r = 0; r < L % P; ++r) ++even[r];
-  out.push_back(even);
-  if (P == 1) return out;
-  // Short ranks (fewer than K−1 steps, one with none) before a long last one.
-  std::vector<int> short_first(P, 0);
-  int used = 0;
-  for (int r = 0; r < P - 1; ++r) used += short_first[r] = (r % 2 == 0) ? (K > 2 ? K - 2 : 1) : 0;
-  short_first[P - 1] = L - used;
-  out.push_back(short_first);
-  // Everything on the first rank, the others empty; and on the last rank.
-  std::vector<int> first_only(P, 0), last_only(P, 0);
-  first_only[0] = L;
-  last_only[P - 1] = L;
-  out.push_back(first_only);
-  out.push_back(last_only);
-  // Uneven: 1, 2, 3, ... steps, the rest on rank 0.
-  std::vector<int> uneven(P);
-  int rest = L;
-  for (int r = 1; r < P; ++r) rest -= uneven[r] = r;
-  uneven[0] = rest;
-  out.push_back(uneven);
-  // Only splits of L (short sequences cannot take every pattern).
-  std::vector<std::vector<int>> valid;
-  for (const auto& lengths : out) {
-    bool ok = true;
-    for (int l : lengths) ok = ok && l >= 0;
-    if (ok) valid.push_back(lengths);
-  }
-  return valid;
-}
-
 void expect_equal_to_single_rank(const Problem& p) {
   const int P = comm_size(), rank = comm_rank();
   const Result whole = run<double>(p, 0, p.L, MPI_COMM_NULL);
-  for (const auto& lengths : splits(P, p.L, p.K)) {
+  // Short ranks hold fewer than the K − 1 steps of a halo.
+  for (const auto& lengths : kdnn_test::rank_splits(P, p.L, p.K > 2 ? p.K - 2 : 1, 0)) {
     const int first = std::accumulate(lengths.begin(), lengths.begin() + rank, 0);
     const int n = lengths[rank];
     std::string text;

@@ -19,6 +19,7 @@
 #include "expect_error.hpp"
 #include "kdnn/cp/cp.hpp"
 #include "kdnn/ssm/ssd.hpp"
+#include "rank_splits.hpp"
 #include "ssd_reference.hpp"
 #include "views.hpp"
 
@@ -143,43 +144,12 @@ Vec state_at(const SsdCase& a, int end) {
   return out;
 }
 
-/// Split patterns for R ranks over L steps and chunks of Q.
-std::vector<std::vector<int>> splits(int R, int L, int Q) {
-  std::vector<std::vector<int>> out;
-  std::vector<int> even(R, L / R);
-  for (int r = 0; r < L % R; ++r) ++even[r];
-  out.push_back(even);
-  if (R == 1) return out;
-  // Ranks shorter than a chunk (every other one empty), the rest on the last.
-  std::vector<int> short_first(R, 0);
-  int used = 0;
-  for (int r = 0; r < R - 1; ++r) used += short_first[r] = (r % 2 == 0) ? (Q > 1 ? Q - 1 : 1) : 0;
-  short_first[R - 1] = L - used;
-  out.push_back(short_first);
-  std::vector<int> first_only(R, 0), last_only(R, 0);
-  first_only[0] = L;
-  last_only[R - 1] = L;
-  out.push_back(first_only);
-  out.push_back(last_only);
-  std::vector<int> uneven(R);  // Q + 1, Q + 2, ... steps, the rest on rank 0
-  int rest = L;
-  for (int r = 1; r < R; ++r) rest -= uneven[r] = r + Q;
-  uneven[0] = rest;
-  out.push_back(uneven);
-  std::vector<std::vector<int>> valid;
-  for (const auto& lengths : out) {
-    if (std::all_of(lengths.begin(), lengths.end(), [](int l) { return l >= 0; })) {
-      valid.push_back(lengths);
-    }
-  }
-  return valid;
-}
-
 void expect_equal_to_single_rank(const SsdCase& a, int chunk) {
   const int R = comm_size(), rank = comm_rank();
   const auto& s = a.s;
   const Result whole = run<double>(a, 0, s.L, chunk, MPI_COMM_NULL);
-  for (const auto& lengths : splits(R, s.L, chunk)) {
+  // Short ranks hold less than a chunk; uneven ones more than one.
+  for (const auto& lengths : kdnn_test::rank_splits(R, s.L, chunk > 1 ? chunk - 1 : 1, chunk)) {
     const int first = std::accumulate(lengths.begin(), lengths.begin() + rank, 0);
     const int n = lengths[rank];
     std::string text;

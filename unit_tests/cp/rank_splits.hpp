@@ -1,0 +1,45 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+// The ways the context-parallel tests split a sequence over ranks.
+#pragma once
+#include <algorithm>
+#include <vector>
+
+namespace kdnn_test {
+
+/// Split patterns of L steps over R ranks (step counts per rank, in rank
+/// order): even (the remainder on the first ranks); short ranks (every other
+/// one `short_steps` steps, the others empty) before a long last one;
+/// everything on the first rank; everything on the last; uneven (rank r > 0
+/// takes uneven_base + r steps, the rest on rank 0). One rank: the even split
+/// only. Patterns that do not fit in L are left out.
+inline std::vector<std::vector<int>> rank_splits(int R, int L, int short_steps, int uneven_base) {
+  std::vector<std::vector<int>> out;
+  std::vector<int> even(R, L / R);
+  for (int r = 0; r < L % R; ++r) ++even[r];
+  out.push_back(even);
+  if (R == 1) return out;
+  std::vector<int> short_first(R, 0);
+  int used = 0;
+  for (int r = 0; r < R - 1; ++r) used += short_first[r] = (r % 2 == 0) ? short_steps : 0;
+  short_first[R - 1] = L - used;
+  out.push_back(short_first);
+  std::vector<int> first_only(R, 0), last_only(R, 0);
+  first_only[0] = L;
+  last_only[R - 1] = L;
+  out.push_back(first_only);
+  out.push_back(last_only);
+  std::vector<int> uneven(R);
+  int rest = L;
+  for (int r = 1; r < R; ++r) rest -= uneven[r] = uneven_base + r;
+  uneven[0] = rest;
+  out.push_back(uneven);
+  std::vector<std::vector<int>> valid;
+  for (const auto& lengths : out) {
+    if (std::all_of(lengths.begin(), lengths.end(), [](int l) { return l >= 0; })) {
+      valid.push_back(lengths);
+    }
+  }
+  return valid;
+}
+
+}  // namespace kdnn_test
