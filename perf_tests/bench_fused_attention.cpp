@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "bench_args.hpp"
+#include "bench_main.hpp"
 #include "kdnn/attention/batched_gemm.hpp"
 #include "kdnn/attention/fused_attention.hpp"
 
@@ -119,38 +119,30 @@ void run(benchmark::State& state, Path path, Phase phase) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  kdnn_bench::Args args =
-      kdnn_bench::parse_args(argc, argv, "8x4x128x128x64,1x8x2048x2048x64", 5, "BxHxSxSkxD");
-  int count = int(args.rest.size());
-  Kokkos::initialize(count, args.rest.data());
-  Kokkos::Tools::Experimental::set_allocate_data_callback(&Memory::allocate);
-  Kokkos::Tools::Experimental::set_deallocate_data_callback(&Memory::deallocate);
-  {
-    const std::pair<const char*, Path> paths[] = {
-        {"fused", Path::fused}, {"fusedhost", Path::fused_host}, {"unfused", Path::unfused}};
-    const std::pair<const char*, Phase> phases[] = {{"forward", Phase::forward},
-                                                    {"backward", Phase::backward}};
-    for (const auto& size : args.sizes) {
-      for (const auto& path : paths) {
-        for (const auto& phase : phases) {
-          const std::string name = std::string("sdpa_f32/") + path.first + "_" + phase.first;
-          benchmark::RegisterBenchmark(name.c_str(), run<float>, path.second, phase.second)
-              ->Args(size)
-              ->Unit(benchmark::kMillisecond)
-              ->UseRealTime();
-          if (path.second != Path::fused) continue;
-          const std::string name64 = std::string("sdpa_f64/") + path.first + "_" + phase.first;
-          benchmark::RegisterBenchmark(name64.c_str(), run<double>, path.second, phase.second)
-              ->Args(size)
-              ->Unit(benchmark::kMillisecond)
-              ->UseRealTime();
+  return kdnn_bench::main(
+      argc, argv, "8x4x128x128x64,1x8x2048x2048x64", 5, "BxHxSxSkxD", [](const auto& sizes) {
+        Kokkos::Tools::Experimental::set_allocate_data_callback(&Memory::allocate);
+        Kokkos::Tools::Experimental::set_deallocate_data_callback(&Memory::deallocate);
+        const std::pair<const char*, Path> paths[] = {
+            {"fused", Path::fused}, {"fusedhost", Path::fused_host}, {"unfused", Path::unfused}};
+        const std::pair<const char*, Phase> phases[] = {{"forward", Phase::forward},
+                                                        {"backward", Phase::backward}};
+        for (const auto& size : sizes) {
+          for (const auto& path : paths) {
+            for (const auto& phase : phases) {
+              const std::string name = std::string("sdpa_f32/") + path.first + "_" + phase.first;
+              benchmark::RegisterBenchmark(name.c_str(), run<float>, path.second, phase.second)
+                  ->Args(size)
+                  ->Unit(benchmark::kMillisecond)
+                  ->UseRealTime();
+              if (path.second != Path::fused) continue;
+              const std::string name64 = std::string("sdpa_f64/") + path.first + "_" + phase.first;
+              benchmark::RegisterBenchmark(name64.c_str(), run<double>, path.second, phase.second)
+                  ->Args(size)
+                  ->Unit(benchmark::kMillisecond)
+                  ->UseRealTime();
+            }
+          }
         }
-      }
-    }
-    benchmark::Initialize(&count, args.rest.data());
-    benchmark::RunSpecifiedBenchmarks();
-    benchmark::Shutdown();
-  }
-  Kokkos::finalize();
-  return 0;
+      });
 }

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "bench_args.hpp"
+#include "bench_main.hpp"
 #include "kdnn/attention/mha.hpp"
 
 namespace {
@@ -96,25 +96,17 @@ void run(benchmark::State& state, Phase phase) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  kdnn_bench::Args args =
-      kdnn_bench::parse_args(argc, argv, "8x4x128x128x64,2x4x1024x1024x64", 5, "BxHxSxSkxD");
-  int count = int(args.rest.size());
-  Kokkos::initialize(count, args.rest.data());
-  {
-    const std::pair<const char*, Phase> phases[] = {
-        {"forward", Phase::forward}, {"backward", Phase::backward}, {"step", Phase::step}};
-    for (const auto& size : args.sizes) {
-      for (const auto& [name, phase] : phases) {
-        benchmark::RegisterBenchmark((std::string("mha_f32/") + name).c_str(), run, phase)
-            ->Args(size)
-            ->Unit(benchmark::kMillisecond)
-            ->UseRealTime();
-      }
-    }
-    benchmark::Initialize(&count, args.rest.data());
-    benchmark::RunSpecifiedBenchmarks();
-    benchmark::Shutdown();
-  }
-  Kokkos::finalize();
-  return 0;
+  return kdnn_bench::main(
+      argc, argv, "8x4x128x128x64,2x4x1024x1024x64", 5, "BxHxSxSkxD", [](const auto& sizes) {
+        const std::pair<const char*, Phase> phases[] = {
+            {"forward", Phase::forward}, {"backward", Phase::backward}, {"step", Phase::step}};
+        for (const auto& size : sizes) {
+          for (const auto& [name, phase] : phases) {
+            benchmark::RegisterBenchmark((std::string("mha_f32/") + name).c_str(), run, phase)
+                ->Args(size)
+                ->Unit(benchmark::kMillisecond)
+                ->UseRealTime();
+          }
+        }
+      });
 }

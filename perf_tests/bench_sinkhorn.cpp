@@ -24,6 +24,7 @@
 #include <benchmark/benchmark.h>
 #include <Kokkos_Core.hpp>
 
+#include "bench_main.hpp"
 #include "kdnn/sinkhorn/sinkhorn.hpp"
 
 namespace {
@@ -106,69 +107,36 @@ void run(benchmark::State& state, Op op) {
   }
 }
 
-struct Size {
-  int batch, n, iters;
-};
-
-/// "BxNxITERS,..." as given to --kdnn_sizes.
-std::vector<Size> parse_sizes(const std::string& text) {
-  std::vector<Size> sizes;
-  std::stringstream list(text);
-  std::string item;
-  while (std::getline(list, item, ',')) {
-    Size s{};
-    char x1 = 0, x2 = 0;
-    std::stringstream one(item);
-    if (!(one >> s.batch >> x1 >> s.n >> x2 >> s.iters) || x1 != 'x' || x2 != 'x' || s.batch < 0 ||
-        s.n < 1 || s.iters < 1) {
-      throw std::invalid_argument("--kdnn_sizes: expected BxNxITERS[,...], got '" + item + "'");
-    }
-    sizes.push_back(s);
-  }
-  return sizes;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  Kokkos::ScopeGuard kokkos(argc, argv);
   // The reference sizes; GPUs want larger batches, e.g. 65536x16x100.
-  std::string sizes = "4096x16x100,10001x4x48";
-  const std::string flag = "--kdnn_sizes=";
-  for (int i = 1; i < argc; ++i) {
-    if (std::string(argv[i]).rfind(flag, 0) == 0) {
-      sizes = std::string(argv[i]).substr(flag.size());
-      for (int j = i; j + 1 < argc; ++j) argv[j] = argv[j + 1];
-      --argc;
-      --i;
-    }
-  }
-  const std::pair<const char*, Op> ops[] = {{"forward", Op::forward},
-                                            {"forward_host", Op::forward_host},
-                                            {"forward_gpu", Op::forward_gpu},
-                                            {"implicit", Op::implicit},
-                                            {"implicit_host", Op::implicit_host},
-                                            {"block", Op::block},
-                                            {"block_host", Op::block_host},
-                                            {"unrolled", Op::unrolled},
-                                            {"unrolled_host", Op::unrolled_host}};
-  try {
-    for (const auto& [name, op] : ops) {
-      for (const Size& s : parse_sizes(sizes)) {
-        benchmark::RegisterBenchmark((std::string("sinkhorn_f32/") + name).c_str(),
-                                     [op = op](benchmark::State& st) { run<float>(st, op); })
-            ->Args({s.batch, s.n, s.iters})
-            ->Unit(benchmark::kMillisecond)
-            ->UseRealTime();
-      }
-    }
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "kdnn_perf_sinkhorn: %s\n", e.what());
-    return 2;
-  }
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return kdnn_bench::main(
+      argc, argv, "4096x16x100,10001x4x48", 3, "BxNxITERS", [](const auto& sizes) {
+        const std::pair<const char*, Op> ops[] = {{"forward", Op::forward},
+                                                  {"forward_host", Op::forward_host},
+                                                  {"forward_gpu", Op::forward_gpu},
+                                                  {"implicit", Op::implicit},
+                                                  {"implicit_host", Op::implicit_host},
+                                                  {"block", Op::block},
+                                                  {"block_host", Op::block_host},
+                                                  {"unrolled", Op::unrolled},
+                                                  {"unrolled_host", Op::unrolled_host}};
+        for (const auto& s : sizes) {
+          if (s[0] < 0 || s[1] < 1 || s[2] < 1) {
+            throw std::invalid_argument("--kdnn_sizes: expected B >= 0, N >= 1, ITERS >= 1, got " +
+                                        std::to_string(s[0]) + "x" + std::to_string(s[1]) + "x" +
+                                        std::to_string(s[2]));
+          }
+        }
+        for (const auto& [name, op] : ops) {
+          for (const auto& s : sizes) {
+            benchmark::RegisterBenchmark((std::string("sinkhorn_f32/") + name).c_str(),
+                                         [op = op](benchmark::State& st) { run<float>(st, op); })
+                ->Args(s)
+                ->Unit(benchmark::kMillisecond)
+                ->UseRealTime();
+          }
+        }
+      });
 }

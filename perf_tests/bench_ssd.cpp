@@ -27,7 +27,7 @@
 #include <string>
 #include <utility>
 
-#include "bench_args.hpp"
+#include "bench_main.hpp"
 #include "kdnn/ssm/ssd.hpp"
 
 namespace {
@@ -99,24 +99,16 @@ void run(benchmark::State& state, bool backward) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  kdnn_bench::Args args =
-      kdnn_bench::parse_args(argc, argv, "2x4096x8x64x64x64,2x16384x8x64x64x64", 6, "BxLxHxPxNxQ");
-  int count = int(args.rest.size());
-  Kokkos::initialize(count, args.rest.data());
-  {
-    for (const auto& size : args.sizes) {
-      for (const bool backward : {false, true}) {
-        const std::string name = std::string("ssd_f32/") + (backward ? "backward" : "forward");
-        benchmark::RegisterBenchmark(name.c_str(), run, backward)
-            ->Args(size)
-            ->Unit(benchmark::kMillisecond)
-            ->UseRealTime();
-      }
-    }
-    benchmark::Initialize(&count, args.rest.data());
-    benchmark::RunSpecifiedBenchmarks();
-    benchmark::Shutdown();
-  }
-  Kokkos::finalize();
-  return 0;
+  return kdnn_bench::main(
+      argc, argv, "2x4096x8x64x64x64,2x16384x8x64x64x64", 6, "BxLxHxPxNxQ", [](const auto& sizes) {
+        for (const auto& size : sizes) {
+          for (const bool backward : {false, true}) {
+            const std::string name = std::string("ssd_f32/") + (backward ? "backward" : "forward");
+            benchmark::RegisterBenchmark(name.c_str(), run, backward)
+                ->Args(size)
+                ->Unit(benchmark::kMillisecond)
+                ->UseRealTime();
+          }
+        }
+      });
 }

@@ -26,7 +26,7 @@
 #include <utility>
 #include <vector>
 
-#include "bench_args.hpp"
+#include "bench_main.hpp"
 #include "kdnn/ssm/causal_conv1d.hpp"
 
 namespace {
@@ -110,30 +110,22 @@ void run(benchmark::State& state, Op op) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  kdnn_bench::Args args =
-      kdnn_bench::parse_args(argc, argv, "8x4096x1024x4,2x16384x2048x4", 4, "BxLxCxK");
-  int count = int(args.rest.size());
-  Kokkos::initialize(count, args.rest.data());
-  {
-    std::vector<std::pair<const char*, Op>> ops = {
-        {"forward", Op::forward}, {"backward", Op::backward}, {"copy", Op::copy}};
-    if (!Kokkos::SpaceAccessibility<Kokkos::HostSpace, Space::memory_space>::accessible) {
-      ops.insert(ops.end(),
-                 {{"forward_tiled", Op::forward_tiled}, {"backward_tiled", Op::backward_tiled}});
-    }
-    for (const auto& size : args.sizes) {
-      for (const auto& op : ops) {
-        const std::string name = std::string("ssm_conv_f32/") + op.first;
-        benchmark::RegisterBenchmark(name.c_str(), run, op.second)
-            ->Args(size)
-            ->Unit(benchmark::kMillisecond)
-            ->UseRealTime();
-      }
-    }
-    benchmark::Initialize(&count, args.rest.data());
-    benchmark::RunSpecifiedBenchmarks();
-    benchmark::Shutdown();
-  }
-  Kokkos::finalize();
-  return 0;
+  return kdnn_bench::main(
+      argc, argv, "8x4096x1024x4,2x16384x2048x4", 4, "BxLxCxK", [](const auto& sizes) {
+        std::vector<std::pair<const char*, Op>> ops = {
+            {"forward", Op::forward}, {"backward", Op::backward}, {"copy", Op::copy}};
+        if (!Kokkos::SpaceAccessibility<Kokkos::HostSpace, Space::memory_space>::accessible) {
+          ops.insert(ops.end(), {{"forward_tiled", Op::forward_tiled},
+                                 {"backward_tiled", Op::backward_tiled}});
+        }
+        for (const auto& size : sizes) {
+          for (const auto& op : ops) {
+            const std::string name = std::string("ssm_conv_f32/") + op.first;
+            benchmark::RegisterBenchmark(name.c_str(), run, op.second)
+                ->Args(size)
+                ->Unit(benchmark::kMillisecond)
+                ->UseRealTime();
+          }
+        }
+      });
 }

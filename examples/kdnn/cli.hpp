@@ -9,11 +9,11 @@
 
 #include <initializer_list>
 #include <optional>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "kdnn/core/error.hpp"
 #include "kdnn/io/npy.hpp"
 #include "kdnn/io/npy_files.hpp"
 #include "kdnn/io/npy_view.hpp"
@@ -40,12 +40,11 @@ class UsageError : public std::runtime_error {
   explicit UsageError(const std::string& what) : std::runtime_error(what) {}
 };
 
-/// Throws UsageError with the streamed concatenation of the parts.
+/// Throws UsageError with the streamed concatenation of the parts (as
+/// kdnn::fail does kdnn::Error).
 template <class... Parts>
 [[noreturn]] void usage_fail(const Parts&... parts) {
-  std::ostringstream os;
-  (os << ... << parts);
-  throw UsageError(os.str());
+  throw UsageError(kdnn::concat(parts...));
 }
 
 // ---- options ----

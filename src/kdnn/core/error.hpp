@@ -24,12 +24,19 @@ void append(std::ostringstream& os, const Head& head, const Tail&... tail) {
 }
 }  // namespace detail
 
+/// The streamed concatenation of the parts: the message of kdnn::fail, and
+/// of any other exception built the same way.
+template <class... Parts>
+std::string concat(const Parts&... parts) {
+  std::ostringstream os;
+  detail::append(os, parts...);
+  return os.str();
+}
+
 /// Throws kdnn::Error with the streamed concatenation of the parts.
 template <class... Parts>
 [[noreturn]] void fail(const Parts&... parts) {
-  std::ostringstream os;
-  detail::append(os, parts...);
-  throw Error(os.str());
+  throw Error(concat(parts...));
 }
 
 }  // namespace kdnn
