@@ -1,9 +1,31 @@
 # SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
-# kdnn_add_mpi_test(NAME <name> [RANKS <n>...] COMMAND <program> [<arg>...])
-# Registers one ctest test per rank count, <name>.np<n> (default ranks 1 2 3 4),
-# run by mpiexec with oversubscription allowed (more ranks than cores) and one
-# OpenMP thread per rank. Does nothing when kdnn is built without MPI.
+# How kdnn's tests, the CLI tests and the demo launch MPI programs, defined
+# once:
+#
+#   KDNN_MPI_ENVIRONMENT  the environment of every launch: Open MPI may run as
+#                         root and with more ranks than cores, and each rank
+#                         uses one OpenMP thread (a CMake list of NAME=VALUE)
+#   kdnn_mpi_command(<out> RANKS <n> COMMAND <program> [<arg>...])
+#                         sets <out> to the command line (a list) that runs
+#                         <program> on <n> ranks in that environment
+#   kdnn_add_mpi_test(NAME <name> [RANKS <n>...] COMMAND <program> [<arg>...])
+#                         registers one ctest test per rank count,
+#                         <name>.np<n> (default ranks 1 2 3 4); does nothing
+#                         when kdnn is built without MPI
 include_guard(GLOBAL)
+
+set(KDNN_MPI_ENVIRONMENT OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    OMPI_MCA_rmaps_base_oversubscribe=1 OMP_NUM_THREADS=1)
+
+function(kdnn_mpi_command out)
+  cmake_parse_arguments(PARSE_ARGV 1 arg "" "RANKS" "COMMAND")
+  if(NOT arg_RANKS OR NOT arg_COMMAND)
+    message(FATAL_ERROR "kdnn_mpi_command: RANKS and COMMAND are required")
+  endif()
+  set(${out} ${CMAKE_COMMAND} -E env ${KDNN_MPI_ENVIRONMENT}
+      ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${arg_RANKS} ${MPIEXEC_PREFLAGS}
+      ${arg_COMMAND} ${MPIEXEC_POSTFLAGS} PARENT_SCOPE)
+endfunction()
 
 function(kdnn_add_mpi_test)
   cmake_parse_arguments(PARSE_ARGV 0 arg "" "NAME" "RANKS;COMMAND")
@@ -17,11 +39,7 @@ function(kdnn_add_mpi_test)
     set(arg_RANKS 1 2 3 4)
   endif()
   foreach(ranks IN LISTS arg_RANKS)
-    set(test ${arg_NAME}.np${ranks})
-    add_test(NAME ${test}
-      COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${ranks} ${MPIEXEC_PREFLAGS}
-              ${arg_COMMAND} ${MPIEXEC_POSTFLAGS})
-    set_tests_properties(${test} PROPERTIES ENVIRONMENT
-      "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1;OMP_NUM_THREADS=1")
+    kdnn_mpi_command(command RANKS ${ranks} COMMAND ${arg_COMMAND})
+    add_test(NAME ${arg_NAME}.np${ranks} COMMAND ${command})
   endforeach()
 endfunction()

@@ -260,40 +260,30 @@ int compute(const Options& o, const Inputs* in, const Header& h,
 }
 
 int run(const Args& args) {
-  int rank = 0, P = 1;
-  MPI_Comm comm = MPI_COMM_WORLD;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &P);
+  const MPI_Comm comm = MPI_COMM_WORLD;
   // Every rank parses the same arguments: usage errors agree by themselves.
   const auto o = parse_options(args);
   if (!o) return 0;
-  const auto counts = parse_split(o->split, P);
-  std::optional<Inputs> in;
-  Header h;
-  std::vector<std::int64_t> lengths;
-  cp::agree(comm, [&] {
-    if (rank != 0) return;
-    require_directory("--out", o->out);
-    in = read_inputs(o->in);
-    h.f64 = in->x.dtype == DType::f64;
-    h.B = std::int64_t(in->x.shape[0]);
-    h.L = std::int64_t(in->x.shape[1]);
-    h.C = std::int64_t(in->x.shape[2]);
-    h.K = std::int64_t(in->w.shape[1]);
-    h.H = std::int64_t(in->dt.shape[2]);
-    h.bias = bool(in->bias);
-    h.init = bool(in->init);
-    h.dfinal = bool(in->dfinal);
-    h.backward = in->dy || in->ddt_out || in->dfinal;
-    require_output_sizes(output_shapes(h, in->x.dtype));
-  });
-  MPI_Bcast(&h, sizeof(Header) / sizeof(std::int64_t), MPI_INT64_T, 0, comm);
-  // --split is checked against L on every rank (its usage errors are the same
-  // on every rank; the sum needs L, which only rank 0 read).
-  cp::agree(comm, [&] { lengths = split_lengths(counts, h.L, P, "xbc.npy"); });
-  const Inputs* inputs = rank == 0 ? &*in : nullptr;
-  return h.f64 ? compute<double>(*o, inputs, h, lengths, rank, comm)
-               : compute<float>(*o, inputs, h, lengths, rank, comm);
+  const auto loaded = load_on_rank0<Header>(comm, o->out, parse_split(o->split, size_of(comm)),
+                                            "xbc.npy", [&](Header& h) {
+                                              Inputs in = read_inputs(o->in);
+                                              h.f64 = in.x.dtype == DType::f64;
+                                              h.B = std::int64_t(in.x.shape[0]);
+                                              h.L = std::int64_t(in.x.shape[1]);
+                                              h.C = std::int64_t(in.x.shape[2]);
+                                              h.K = std::int64_t(in.w.shape[1]);
+                                              h.H = std::int64_t(in.dt.shape[2]);
+                                              h.bias = bool(in.bias);
+                                              h.init = bool(in.init);
+                                              h.dfinal = bool(in.dfinal);
+                                              h.backward = in.dy || in.ddt_out || in.dfinal;
+                                              require_output_sizes(output_shapes(h, in.x.dtype));
+                                              return in;
+                                            });
+  const int rank = rank_in(comm);
+  const auto& h = loaded.header;
+  return h.f64 ? compute<double>(*o, loaded.on_rank0(), h, loaded.lengths, rank, comm)
+               : compute<float>(*o, loaded.on_rank0(), h, loaded.lengths, rank, comm);
 }
 
 }  // namespace

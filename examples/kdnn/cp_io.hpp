@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // What the context-parallel subcommands (cp-conv, ssd) share: the --split
-// option, and moving arrays between rank 0, which reads and writes the
+// option, reading the inputs on rank 0 and telling every rank their sizes,
+// and moving arrays between rank 0, which reads and writes the
 // whole-sequence files, and the ranks that hold their steps.
 #include <mpi.h>
 
@@ -10,13 +11,16 @@
 #include <charconv>
 #include <climits>
 #include <cstdint>
+#include <optional>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "cli.hpp"
 #include "kdnn/core/error.hpp"
+#include "kdnn/cp/agree.hpp"
 #include "kdnn/cp/impl/mpi_memory.hpp"
 
 namespace kdnn::cli {
@@ -65,6 +69,61 @@ inline std::vector<std::int64_t> split_lengths(std::vector<std::int64_t> lengths
   if (total != L)
     fail("--split: counts sum to ", total, ", expected L=", L, " (from ", source, ")");
   return lengths;
+}
+
+/// What rank 0 read, and what every rank knows of it.
+template <class Header, class Inputs>
+struct Loaded {
+  std::optional<Inputs> inputs;       ///< on rank 0 only
+  Header header;                      ///< the sizes and flags, on every rank
+  std::vector<std::int64_t> lengths;  ///< each rank's steps
+
+  const Inputs* on_rank0() const { return inputs ? &*inputs : nullptr; }
+};
+
+/// The start of every context-parallel subcommand, once its options are
+/// parsed (the same on every rank) and its --split `counts` too: rank 0
+/// checks the --out directory `out` and reads the inputs with
+/// `read(Header&)`, which returns them and fills the header (a struct of
+/// std::int64_t with the dtype flag `f64` and the length `L`); every rank
+/// receives the header, and checks `counts` against its L (the sequence of
+/// the file `lengths_of`). A failure on rank 0 is the same kdnn::Error on
+/// every rank (cp::agree).
+template <class Header, class Read>
+auto load_on_rank0(MPI_Comm comm, const std::string& out, const std::vector<std::int64_t>& counts,
+                   const char* lengths_of, Read read) {
+  static_assert(std::is_trivially_copyable_v<Header> && sizeof(Header) % sizeof(std::int64_t) == 0,
+                "the header is broadcast as an array of std::int64_t");
+  using Inputs = std::invoke_result_t<Read, Header&>;
+  int rank = 0, ranks = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &ranks);
+  Loaded<Header, Inputs> loaded;
+  cp::agree(comm, [&] {
+    if (rank != 0) return;
+    require_directory("--out", out);
+    loaded.inputs.emplace(read(loaded.header));
+  });
+  MPI_Bcast(&loaded.header, int(sizeof(Header) / sizeof(std::int64_t)), MPI_INT64_T, 0, comm);
+  // --split is checked against L on every rank (its usage errors are the same
+  // on every rank; the sum needs L, which only rank 0 read).
+  cp::agree(comm,
+            [&] { loaded.lengths = split_lengths(counts, loaded.header.L, ranks, lengths_of); });
+  return loaded;
+}
+
+/// The number of ranks of `comm`.
+inline int size_of(MPI_Comm comm) {
+  int size = 1;
+  MPI_Comm_size(comm, &size);
+  return size;
+}
+
+/// This process' rank in `comm`.
+inline int rank_in(MPI_Comm comm) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  return rank;
 }
 
 /// B sequences of L steps split across the ranks of `comm`, rank r holding

@@ -253,38 +253,31 @@ int compute(const Options& o, const Inputs* in, const Header& h,
 }
 
 int run(const Args& args) {
-  int rank = 0, R = 1;
-  MPI_Comm comm = MPI_COMM_WORLD;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &R);
+  const MPI_Comm comm = MPI_COMM_WORLD;
+  const int R = size_of(comm);
   const auto o = parse_options(args);  // the same arguments on every rank
   if (!o) return 0;
-  const auto counts = parse_split(o->split, R);
-  std::optional<Inputs> in;
-  Header h;
-  std::vector<std::int64_t> lengths;
-  cp::agree(comm, [&] {
-    if (rank != 0) return;
-    require_directory("--out", o->out);
-    in = read_inputs(o->in);
-    h.f64 = in->x.dtype == DType::f64;
-    h.B = std::int64_t(in->x.shape[0]);
-    h.L = std::int64_t(in->x.shape[1]);
-    h.H = std::int64_t(in->x.shape[2]);
-    h.P = std::int64_t(in->x.shape[3]);
-    h.G = std::int64_t(in->b.shape[2]);
-    h.N = std::int64_t(in->b.shape[3]);
-    h.d = bool(in->d);
-    h.init = bool(in->init);
-    h.dfinal = bool(in->dfinal);
-    h.backward = in->dy || in->dfinal;
-    require_output_sizes(output_shapes(h, in->x.dtype, R));
-  });
-  MPI_Bcast(&h, sizeof(Header) / sizeof(std::int64_t), MPI_INT64_T, 0, comm);
-  cp::agree(comm, [&] { lengths = split_lengths(counts, h.L, R, "x.npy"); });
-  const Inputs* inputs = rank == 0 ? &*in : nullptr;
-  return h.f64 ? compute<double>(*o, inputs, h, lengths, rank, comm)
-               : compute<float>(*o, inputs, h, lengths, rank, comm);
+  const auto loaded =
+      load_on_rank0<Header>(comm, o->out, parse_split(o->split, R), "x.npy", [&](Header& h) {
+        Inputs in = read_inputs(o->in);
+        h.f64 = in.x.dtype == DType::f64;
+        h.B = std::int64_t(in.x.shape[0]);
+        h.L = std::int64_t(in.x.shape[1]);
+        h.H = std::int64_t(in.x.shape[2]);
+        h.P = std::int64_t(in.x.shape[3]);
+        h.G = std::int64_t(in.b.shape[2]);
+        h.N = std::int64_t(in.b.shape[3]);
+        h.d = bool(in.d);
+        h.init = bool(in.init);
+        h.dfinal = bool(in.dfinal);
+        h.backward = in.dy || in.dfinal;
+        require_output_sizes(output_shapes(h, in.x.dtype, R));
+        return in;
+      });
+  const int rank = rank_in(comm);
+  const auto& h = loaded.header;
+  return h.f64 ? compute<double>(*o, loaded.on_rank0(), h, loaded.lengths, rank, comm)
+               : compute<float>(*o, loaded.on_rank0(), h, loaded.lengths, rank, comm);
 }
 
 }  // namespace

@@ -50,13 +50,13 @@ inline std::string read_text(const fs::path& path) {
 }
 
 #ifdef KDNN_MPIEXEC
-/// The launcher of `ranks` processes of the tool (as root too, more ranks
-/// than cores). A hang (a rank left waiting) fails the test after a minute
-/// instead of stalling the suite.
+/// The launcher of `ranks` processes of the tool, in the environment of
+/// every MPI test (KDNN_MPI_ENVIRONMENT, cmake/kdnnTesting.cmake). A hang (a
+/// rank left waiting) fails the test after a minute instead of stalling the
+/// suite.
 inline std::string mpiexec(int ranks) {
-  return "timeout 60 env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
-         "OMPI_MCA_rmaps_base_oversubscribe=1 OMP_NUM_THREADS=1 " +
-         quote(KDNN_MPIEXEC) + " -n " + std::to_string(ranks);
+  return "timeout 60 env " KDNN_MPI_ENVIRONMENT " " + quote(KDNN_MPIEXEC) + " -n " +
+         std::to_string(ranks);
 }
 #endif
 
