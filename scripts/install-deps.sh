@@ -3,7 +3,7 @@
 # Installs kdnn's build and test dependencies from the distribution (Debian 12):
 # Kokkos + Kokkos Kernels 3.4 (Serial backend) with OpenBLAS as the system BLAS,
 # Open MPI, GoogleTest, Google Benchmark, CLI11, CMake, Ninja, a C++17
-# compiler and clang-format 14. Idempotent: when everything is already installed it returns
+# compiler, clang-format 14 and clang-tidy 14. Idempotent: when everything is already installed it returns
 # without touching apt.
 # Optional: KDNN_WITH_TORCH=1 also installs PyTorch and NumPy (CPU, Debian's
 # python3-torch) to regenerate golden data and run perf_tests/*.py.
@@ -18,6 +18,7 @@ packages=(
   libgtest-dev libbenchmark-dev
   libcli11-dev  # the kdnn tool's option parsing
   clang-format-14  # scripts/check-format.sh
+  clang-tidy-14  # scripts/check-tidy.sh
 )
 if [[ "${KDNN_WITH_TORCH:-0}" == 1 ]]; then
   packages+=(python3-torch python3-numpy)

@@ -162,7 +162,7 @@ TEST_F(CliCpConv, BadInputFailsOnEveryRankAndWritesNothing) {
 // Counts whose int64 sum wraps around to L (cli_fixture.hpp).
 TEST_F(CliCpConv, SplitCountsAboveLAreRejectedOnEveryRank) {
   write_problem(DType::f64, false);
-  expect_split_counts_above_length_rejected([&](Strings extra) { return args(extra); }, 13);
+  expect_split_counts_above_length_rejected([&](const Strings& extra) { return args(extra); }, 13);
 }
 
 // A huge batch of empty sequences: the arrays are headers only. Scattering

@@ -160,7 +160,7 @@ TEST_F(CliSsd, BadInputFailsOnEveryRankAndWritesNothing) {
 // Counts whose int64 sum wraps around to L (cli_fixture.hpp).
 TEST_F(CliSsd, SplitCountsAboveLAreRejectedOnEveryRank) {
   write_problem(DType::f64, false);
-  expect_split_counts_above_length_rejected([&](Strings extra) { return args(extra); }, 19);
+  expect_split_counts_above_length_rejected([&](const Strings& extra) { return args(extra); }, 19);
 }
 
 // A huge batch of empty sequences (headers only). With P = 0 every output is

@@ -286,7 +286,7 @@ TEST(CausalConv1dErrors, BadArgumentsNameTheArgument) {
   f.x = v.x;
   f.w = v.w;
   f.y = y;
-  const auto run = [&](ssm::ConvForward<double, Space> args) {
+  const auto run = [&](const ssm::ConvForward<double, Space>& args) {
     ssm::causal_conv1d_forward(Space(), args);
   };
   {

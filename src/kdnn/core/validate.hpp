@@ -8,6 +8,7 @@
 #include <initializer_list>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "kdnn/core/error.hpp"
 
@@ -60,8 +61,8 @@ MemoryRange memory_of(const char* name, const View& view) {
 
 /// Requires every output to share no memory with any input or with another
 /// output (memory_of each argument).
-inline void disjoint(const char* op, std::initializer_list<MemoryRange> outputs,
-                     std::initializer_list<MemoryRange> inputs) {
+inline void disjoint(const char* op, const std::vector<MemoryRange>& outputs,
+                     const std::vector<MemoryRange>& inputs) {
   for (auto o = outputs.begin(); o != outputs.end(); ++o) {
     for (const MemoryRange& in : inputs) {
       if (o->overlaps(in)) {

@@ -84,7 +84,7 @@ void check_mask(const char* op, const AttentionMask<ExecSpace>& m, std::size_t b
     if (v.extent(0) != n) {
       fail(op, ": mask.", name, " has extent(0)=", v.extent(0), ", expected ", n, " (", count, ")");
     }
-    const HostVector h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
+    HostVector h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
     for (std::size_t k = 0; k < h.extent(0); ++k) {
       if (h(k) < 0 || std::size_t(h(k)) > max) {
         fail(op, ": mask.", name, "[", k, "]=", h(k), ", expected a value in [0, ", max, "] (",

@@ -75,6 +75,9 @@ void set_runs(Kernel& k) {
 }
 
 /// Launches a register kernel: one thread per (b, run of steps, channel).
+/// The index is 64-bit and a range policy has no league to bound (on CUDA,
+/// Kokkos strides over the range), so B · runs · C may pass 2^31 here,
+/// unlike the tiled kernels' league (launch_conv).
 template <class ExecSpace, class Kernel>
 void launch_runs(const ExecSpace& space, const Kernel& k, const char* label) {
   if (k.threads() <= 0) return;

@@ -16,6 +16,7 @@ namespace kdnn::ssm::impl {
 
 template <class ExecSpace, class T>
 struct SsdBackwardKernel : SsdStateBackwardKernel<ExecSpace, T> {
+  using Chunk = typename SsdChunks<ExecSpace, T>::Chunk;
   using State = SsdStateBackwardKernel<ExecSpace, T>;
   using Diag = SsdDiagBackwardKernel<ExecSpace, T>;
   using typename State::Member;
@@ -40,14 +41,13 @@ struct SsdBackwardKernel : SsdStateBackwardKernel<ExecSpace, T> {
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
-    this->work.for_each(team, [&](int item, void* scratch) { one_chunk(team, item, scratch); });
+    this->for_each_chunk(team, [&](const Chunk& k, kdnn::impl::ScratchCarver& scratch) {
+      one_chunk(team, k, carve(scratch, this->Qp, this->Pp, this->Np));
+    });
   }
 
-  KOKKOS_INLINE_FUNCTION void one_chunk(const Member& team, int item, void* scratch) const {
+  KOKKOS_INLINE_FUNCTION void one_chunk(const Member& team, const Chunk& k, const Work& w) const {
     const int Qp = this->Qp, Pp = this->Pp, Np = this->Np;
-    const auto k = this->chunk(item);
-    kdnn::impl::ScratchCarver carver(scratch);
-    const Work w = carve(carver, Qp, Pp, Np);
     diag.load(team, k, w.diag);
     this->load_states(team, k, w.state);
     team.team_barrier();

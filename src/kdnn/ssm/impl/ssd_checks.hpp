@@ -7,6 +7,7 @@
 #include <climits>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "kdnn/core/error.hpp"
 #include "kdnn/core/validate.hpp"
@@ -79,35 +80,41 @@ void check_ssd_inputs(const char* op, const Tensor4<const T, ExecSpace>& x,
   if (opts.check_dt) check_dt_values<ExecSpace, T>(op, dt);
 }
 
-template <class ExecSpace, class T>
-void check_ssd_forward(const char* op, const SsdForward<T, ExecSpace>& a, const SsdOptions& opts) {
+/// The operands every SSD operator reads (SsdForward's and SsdBackward's
+/// x, dt, A, B, C, D, initial_state): checked, and their memory returned for
+/// the outputs' aliasing check.
+template <class ExecSpace, class T, class Args>
+std::vector<validate::MemoryRange> check_ssd_operands(const char* op, const Args& a,
+                                                      const SsdOptions& opts) {
   check_ssd_inputs<ExecSpace, T>(op, a.x, a.dt, a.A, a.B, a.C, opts);
   if (validate::given(a.D)) validate::extent(op, "D", a.D, 0, a.x.extent(2), "H, x's extent(2)");
   if (validate::given(a.initial_state)) {
     check_ssd_state(op, "initial_state", a.initial_state, a.x, a.B);
   }
+  using validate::memory_of;
+  return {memory_of("x", a.x),
+          memory_of("dt", a.dt),
+          memory_of("A", a.A),
+          memory_of("B", a.B),
+          memory_of("C", a.C),
+          memory_of("D", a.D),
+          memory_of("initial_state", a.initial_state)};
+}
+
+template <class ExecSpace, class T>
+void check_ssd_forward(const char* op, const SsdForward<T, ExecSpace>& a, const SsdOptions& opts) {
+  const auto inputs = check_ssd_operands<ExecSpace, T>(op, a, opts);
   validate::same_shape(op, "y", a.y, "x", a.x);
   if (validate::given(a.final_state)) check_ssd_state(op, "final_state", a.final_state, a.x, a.B);
   using validate::memory_of;
-  const auto inputs = {memory_of("x", a.x),
-                       memory_of("dt", a.dt),
-                       memory_of("A", a.A),
-                       memory_of("B", a.B),
-                       memory_of("C", a.C),
-                       memory_of("D", a.D),
-                       memory_of("initial_state", a.initial_state)};
   validate::disjoint(op, {memory_of("y", a.y), memory_of("final_state", a.final_state)}, inputs);
 }
 
 template <class ExecSpace, class T>
 void check_ssd_backward(const char* op, const SsdBackward<T, ExecSpace>& a,
                         const SsdOptions& opts) {
-  check_ssd_inputs<ExecSpace, T>(op, a.x, a.dt, a.A, a.B, a.C, opts);
+  auto inputs = check_ssd_operands<ExecSpace, T>(op, a, opts);
   const std::size_t H = a.x.extent(2);
-  if (validate::given(a.D)) validate::extent(op, "D", a.D, 0, H, "H, x's extent(2)");
-  if (validate::given(a.initial_state)) {
-    check_ssd_state(op, "initial_state", a.initial_state, a.x, a.B);
-  }
   validate::same_shape(op, "dy", a.dy, "x", a.x);
   if (validate::given(a.dfinal_state)) {
     check_ssd_state(op, "dfinal_state", a.dfinal_state, a.x, a.B);
@@ -122,15 +129,8 @@ void check_ssd_backward(const char* op, const SsdBackward<T, ExecSpace>& a,
     check_ssd_state(op, "dinitial_state", a.dinitial_state, a.x, a.B);
   }
   using validate::memory_of;
-  const auto inputs = {memory_of("x", a.x),
-                       memory_of("dt", a.dt),
-                       memory_of("A", a.A),
-                       memory_of("B", a.B),
-                       memory_of("C", a.C),
-                       memory_of("D", a.D),
-                       memory_of("initial_state", a.initial_state),
-                       memory_of("dy", a.dy),
-                       memory_of("dfinal_state", a.dfinal_state)};
+  inputs.push_back(memory_of("dy", a.dy));
+  inputs.push_back(memory_of("dfinal_state", a.dfinal_state));
   validate::disjoint(
       op,
       {memory_of("dx", a.dx), memory_of("ddt", a.ddt), memory_of("dA", a.dA), memory_of("dB", a.dB),

@@ -10,6 +10,7 @@ namespace kdnn::ssm::impl {
 /// dS_c = Σ_i e_i·dy_i ⊗ C_i, stored [N, P] into dstates(b, h, c).
 template <class ExecSpace, class T>
 struct SsdChunkDstateKernel : SsdChunks<ExecSpace, T> {
+  using Chunk = typename SsdChunks<ExecSpace, T>::Chunk;
   using Base = SsdChunks<ExecSpace, T>;
   using typename Base::Member;
   Tensor4<const T, ExecSpace> dy;     ///< [B, L, H, P]
@@ -29,15 +30,14 @@ struct SsdChunkDstateKernel : SsdChunks<ExecSpace, T> {
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
-    this->work.for_each(team, [&](int item, void* scratch) { one_chunk(team, item, scratch); });
+    this->for_each_chunk(team, [&](const Chunk& k, kdnn::impl::ScratchCarver& scratch) {
+      one_chunk(team, k, carve(scratch, this->Qp, this->Pp, this->Np));
+    });
   }
 
-  /// Work item `item` (a chunk), in the team's scratch.
-  KOKKOS_INLINE_FUNCTION void one_chunk(const Member& team, int item, void* scratch) const {
+  /// Chunk k, in the team's scratch w.
+  KOKKOS_INLINE_FUNCTION void one_chunk(const Member& team, const Chunk& k, const Work& w) const {
     const int Qp = this->Qp, Pp = this->Pp, Np = this->Np;
-    const auto k = this->chunk(item);
-    kdnn::impl::ScratchCarver carver(scratch);
-    const Work w = carve(carver, Qp, Pp, Np);
     this->load_decays(team, k, w.d);
     this->load_bc(team, k, this->Cm, w.c);
     team.team_barrier();

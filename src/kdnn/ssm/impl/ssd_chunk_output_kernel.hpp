@@ -11,6 +11,7 @@ namespace kdnn::ssm::impl {
 /// the chunk) is added — to Y_diag, or to y as it is when `diag` is off.
 template <class ExecSpace, class T>
 struct SsdChunkOutputKernel : SsdChunks<ExecSpace, T> {
+  using Chunk = typename SsdChunks<ExecSpace, T>::Chunk;
   using Base = SsdChunks<ExecSpace, T>;
   using typename Base::Member;
   Vector<const T, ExecSpace> D;            ///< [H] or empty
@@ -36,15 +37,14 @@ struct SsdChunkOutputKernel : SsdChunks<ExecSpace, T> {
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
-    this->work.for_each(team, [&](int item, void* scratch) { one_chunk(team, item, scratch); });
+    this->for_each_chunk(team, [&](const Chunk& k, kdnn::impl::ScratchCarver& scratch) {
+      one_chunk(team, k, carve(scratch, this->Qp, this->Pp, this->Np, diag, off));
+    });
   }
 
-  /// Work item `item` (a chunk), in the team's scratch.
-  KOKKOS_INLINE_FUNCTION void one_chunk(const Member& team, int item, void* scratch) const {
+  /// Chunk k, in the team's scratch w.
+  KOKKOS_INLINE_FUNCTION void one_chunk(const Member& team, const Chunk& k, const Work& w) const {
     const int Qp = this->Qp, Pp = this->Pp, Np = this->Np;
-    const auto k = this->chunk(item);
-    kdnn::impl::ScratchCarver carver(scratch);
-    const Work w = carve(carver, Qp, Pp, Np, diag, off);
     this->load_decays(team, k, w.d);
     this->load_bc(team, k, this->Cm, w.c);
     if (diag) {

@@ -10,6 +10,7 @@ namespace kdnn::ssm::impl {
 /// states(b, h, c) and exp(cum_last) into decay(b, h, c).
 template <class ExecSpace, class T>
 struct SsdChunkStateKernel : SsdChunks<ExecSpace, T> {
+  using Chunk = typename SsdChunks<ExecSpace, T>::Chunk;
   using Base = SsdChunks<ExecSpace, T>;
   using typename Base::Member;
   ChunkStates<T, ExecSpace> states;  ///< [B, H, ≥chunks, N·P]
@@ -30,14 +31,13 @@ struct SsdChunkStateKernel : SsdChunks<ExecSpace, T> {
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
-    this->work.for_each(team, [&](int item, void* scratch) { one_chunk(team, item, scratch); });
+    this->for_each_chunk(team, [&](const Chunk& k, kdnn::impl::ScratchCarver& scratch) {
+      one_chunk(team, k, carve(scratch, this->Qp, this->Pp, this->Np));
+    });
   }
 
-  /// Work item `item` (a chunk), in the team's scratch.
-  KOKKOS_INLINE_FUNCTION void one_chunk(const Member& team, int item, void* scratch) const {
-    const auto k = this->chunk(item);
-    kdnn::impl::ScratchCarver carver(scratch);
-    const Work w = carve(carver, this->Qp, this->Pp, this->Np);
+  /// Chunk k, in the team's scratch w.
+  KOKKOS_INLINE_FUNCTION void one_chunk(const Member& team, const Chunk& k, const Work& w) const {
     this->load_decays(team, k, w.d);
     team.team_barrier();
     this->load_b_t(team, k, w.bt);

@@ -75,6 +75,16 @@ struct SsdChunks {
     return {b, h, h / (H / G), c, t0, L - t0 < Q ? L - t0 : Q};
   }
 
+  /// Runs body(k, scratch) for each chunk k of the team's work items, with
+  /// the carver of the team's scratch for that item.
+  template <class Member, class Body>
+  KOKKOS_INLINE_FUNCTION void for_each_chunk(const Member& team, const Body& body) const {
+    work.for_each(team, [&](int item, void* scratch) {
+      kdnn::impl::ScratchCarver carver(scratch);
+      body(chunk(item), carver);
+    });
+  }
+
   /// The chunk's decays, computed once per team.
   struct Decays {
     double* cum;  ///< [Qp] cum_i (pad steps repeat the last)

@@ -13,6 +13,7 @@ namespace kdnn::ssm::impl {
 /// Writes dX̃ into dx (the state kernel finishes it), dB, dC and da_diag.
 template <class ExecSpace, class T>
 struct SsdDiagBackwardKernel : SsdChunks<ExecSpace, T> {
+  using Chunk = typename SsdChunks<ExecSpace, T>::Chunk;
   using Base = SsdChunks<ExecSpace, T>;
   using typename Base::Member;
   Tensor4<const T, ExecSpace> dy;  ///< [B, L, H, P]
@@ -45,14 +46,13 @@ struct SsdDiagBackwardKernel : SsdChunks<ExecSpace, T> {
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
-    this->work.for_each(team, [&](int item, void* scratch) { one_chunk(team, item, scratch); });
+    this->for_each_chunk(team, [&](const Chunk& k, kdnn::impl::ScratchCarver& scratch) {
+      one_chunk(team, k, carve(scratch, this->Qp, this->Pp, this->Np));
+    });
   }
 
-  /// Work item `item` (a chunk), in the team's scratch.
-  KOKKOS_INLINE_FUNCTION void one_chunk(const Member& team, int item, void* scratch) const {
-    const auto k = this->chunk(item);
-    kdnn::impl::ScratchCarver carver(scratch);
-    const Work w = carve(carver, this->Qp, this->Pp, this->Np);
+  /// Chunk k, in the team's scratch w.
+  KOKKOS_INLINE_FUNCTION void one_chunk(const Member& team, const Chunk& k, const Work& w) const {
     load(team, k, w);
     team.team_barrier();
     products(team, k, w);

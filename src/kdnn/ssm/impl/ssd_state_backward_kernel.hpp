@@ -19,6 +19,7 @@ namespace kdnn::ssm::impl {
 ///   dx = dt·dX̃ + D·dy,  ddt = A·da + x·dX̃,  per chunk Σ dt·da (dA), Σ dy·x (dD).
 template <class ExecSpace, class T>
 struct SsdStateBackwardKernel : SsdChunks<ExecSpace, T> {
+  using Chunk = typename SsdChunks<ExecSpace, T>::Chunk;
   using Base = SsdChunks<ExecSpace, T>;
   using typename Base::Member;
   Tensor4<const T, ExecSpace> dy;           ///< [B, L, H, P]
@@ -63,15 +64,14 @@ struct SsdStateBackwardKernel : SsdChunks<ExecSpace, T> {
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
-    this->work.for_each(team, [&](int item, void* scratch) { one_chunk(team, item, scratch); });
+    this->for_each_chunk(team, [&](const Chunk& k, kdnn::impl::ScratchCarver& scratch) {
+      one_chunk(team, k, carve(scratch, this->Qp, this->Pp, this->Np));
+    });
   }
 
-  /// Work item `item` (a chunk), in the team's scratch, after
+  /// Chunk k, in the team's scratch w, after
   /// SsdDiagBackwardKernel wrote the Y_diag half into g.
-  KOKKOS_INLINE_FUNCTION void one_chunk(const Member& team, int item, void* scratch) const {
-    const auto k = this->chunk(item);
-    kdnn::impl::ScratchCarver carver(scratch);
-    const Work w = carve(carver, this->Qp, this->Pp, this->Np);
+  KOKKOS_INLINE_FUNCTION void one_chunk(const Member& team, const Chunk& k, const Work& w) const {
     load_shared(team, k, w);
     load_states(team, k, w);
     team.team_barrier();
