@@ -1,0 +1,34 @@
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+"""kdnn: Kokkos training operators as PyTorch autograd functions.
+
+    kdnn.sinkhorn(x, iters, order, eps, backward)        mHC Sinkhorn-Knopp
+    kdnn.flash_attention(q, k, v, causal, scale, ...)    fused attention
+    kdnn.causal_conv1d(x, weight, bias, activation, ...) Mamba's conv1d
+    kdnn.dt_softplus(dt, dt_bias, dt_limit)              Mamba-2's step sizes
+    kdnn.ssd(x, dt, A, B, C, chunk_size, D, ...)         Mamba-2's SSD scan
+    kdnn.nn                                              modules
+
+Tensors are float32 or float64, on the CPU (and on CUDA GPUs with a CUDA
+build); contiguous ones are used in place, without a copy. Bad input raises
+kdnn.Error (a ValueError) naming the argument. See docs/python.md.
+"""
+import atexit
+
+try:
+    import torch  # noqa: F401  (kdnn's operators are torch autograd functions)
+except ImportError as e:  # pragma: no cover
+    raise ImportError("kdnn needs PyTorch: install torch first") from e
+
+from . import _kdnn
+from ._tensors import Error
+from .attention import flash_attention
+from .mamba2 import causal_conv1d, dt_softplus, ssd
+from .sinkhorn import sinkhorn
+from . import nn
+
+__version__ = _kdnn.version
+backend = _kdnn.backend()
+atexit.register(_kdnn.finalize)
+
+__all__ = ["Error", "sinkhorn", "flash_attention", "causal_conv1d", "dt_softplus", "ssd", "nn",
+           "backend"]

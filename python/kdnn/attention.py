@@ -1,0 +1,59 @@
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+"""kdnn.flash_attention: fused attention with O(S) memory, differentiable."""
+import math
+
+import torch
+from torch.autograd.function import once_differentiable
+
+from . import _kdnn
+from ._tensors import Operands, require, stream_of
+
+
+class _FlashAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, causal, scale, dropout_p, seed, offset):
+        B, H, S, _ = q.shape
+        o = q.new_empty(B, H, S, v.shape[-1])
+        lse = q.new_empty(B, H, S)  # the rows' log-sum-exp, for the backward
+        config = (scale, causal, dropout_p, seed, offset)
+        _kdnn.flash_attention_forward(q, k, v, o, lse, *config, stream_of(q))
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.config = config
+        return o
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, do):
+        q, k, v, o, lse = ctx.saved_tensors
+        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        _kdnn.flash_attention_backward(q, k, v, o, lse, do.contiguous(), dq, dk, dv, *ctx.config,
+                                       stream_of(q))
+        return dq, dk, dv, None, None, None, None, None
+
+
+def flash_attention(q, k, v, causal=False, scale=None, dropout_p=0.0, seed=None, offset=0):
+    """softmax(scale * q k^T, masked) v, fused: the scores never reach memory
+    (O(S) memory), as F.scaled_dot_product_attention.
+
+    q [B, H, S, D], k [B, H, Sk, D], v [B, H, Sk, Dv], float32 or float64;
+    returns [B, H, S, Dv]. causal: query i sees keys j <= i (top-left
+    aligned, as PyTorch's is_causal). scale: default 1/sqrt(D). dropout_p: on
+    the probabilities, scaled by 1/(1 - p); the mask is a counter-based
+    function of (seed, offset, element), so the backward needs no stored
+    mask. seed=None draws one from PyTorch's generator (torch.manual_seed
+    makes it reproducible); pass seed and a fresh offset per call to choose.
+    """
+    check = Operands("flash_attention")
+    q = check(q, "q", 4, "[B, H, S, D]")
+    k = check(k, "k", 4, "[B, H, Sk, D]")
+    v = check(v, "v", 4, "[B, H, Sk, Dv]")
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1]) if q.shape[-1] > 0 else 1.0
+    require(math.isfinite(scale), f"flash_attention: scale={scale!r}, expected a finite number")
+    require(0.0 <= dropout_p < 1.0, f"flash_attention: dropout_p={dropout_p!r}, expected in [0, 1)")
+    if seed is None:
+        seed = int(torch.randint(0, 2**62, (), dtype=torch.int64)) if dropout_p > 0 else 0
+    require(0 <= seed < 2**64 and 0 <= offset < 2**64,
+            f"flash_attention: seed={seed!r}, offset={offset!r}, expected integers in [0, 2^64)")
+    return _FlashAttention.apply(q, k, v, bool(causal), float(scale), float(dropout_p), int(seed),
+                                 int(offset))

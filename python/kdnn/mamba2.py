@@ -1,0 +1,148 @@
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+"""Mamba-2's sequence-mixing operators, differentiable: kdnn.causal_conv1d
+(+ SiLU), kdnn.dt_softplus and kdnn.ssd (the chunked SSD scan)."""
+import math
+
+import torch
+from torch.autograd.function import once_differentiable
+
+from . import _kdnn
+from ._tensors import Operands, contiguous, require, stream_of
+
+ACTIVATIONS = (None, "silu", "swish")
+
+
+def _new(t, like):
+    """An uninitialised tensor like `like`, or None when `t` is None."""
+    return None if t is None else torch.empty_like(like)
+
+
+class _CausalConv1d(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, initial_state, silu):
+        B, _, C = x.shape
+        y = torch.empty_like(x)
+        final = x.new_empty(B, weight.shape[1] - 1, C)
+        _kdnn.causal_conv1d_forward(x, weight, bias, initial_state, y, final, silu, stream_of(x))
+        ctx.save_for_backward(x, weight, bias, initial_state)
+        ctx.silu = silu
+        ctx.set_materialize_grads(False)
+        return y, final
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dy, dfinal):
+        x, weight, bias, init = ctx.saved_tensors
+        dy = torch.zeros_like(x) if dy is None else dy.contiguous()
+        dx, dw = torch.empty_like(x), torch.empty_like(weight)
+        dbias, dinit = _new(bias, bias), _new(init, init)
+        _kdnn.causal_conv1d_backward(x, weight, bias, init, dy, contiguous(dfinal), dx, dw, dbias,
+                                     dinit, ctx.silu, stream_of(x))
+        return dx, dw, dbias, dinit, None
+
+
+def causal_conv1d(x, weight, bias=None, activation=None, initial_state=None,
+                  return_final_states=False):
+    """Mamba's causal depthwise conv1d, channel-last:
+    y[b, t, c] = act(bias[c] + sum_k weight[c, k] * x[b, t - K + 1 + k, c]),
+    the K - 1 steps before t = 0 taken from initial_state (zeros if None).
+
+    x [B, L, C], weight [C, K], bias [C], initial_state [B, K - 1, C];
+    activation None or "silu" ("swish"). Returns y [B, L, C], and with
+    return_final_states also the last K - 1 inputs [B, K - 1, C] (the next
+    call's initial_state).
+    """
+    check = Operands("causal_conv1d")
+    x = check(x, "x", 3, "[B, L, C]")
+    weight = check(weight, "weight", 2, "[C, K]")
+    bias = check(bias, "bias", 1, "[C]")
+    initial_state = check(initial_state, "initial_state", 3, "[B, K-1, C]")
+    require(activation in ACTIVATIONS,
+            f"causal_conv1d: activation={activation!r}, expected one of {ACTIVATIONS}")
+    require(weight.shape[1] >= 1,
+            f"causal_conv1d: weight has shape {list(weight.shape)}, expected K >= 1 [C, K]")
+    y, final = _CausalConv1d.apply(x, weight, bias, initial_state, activation is not None)
+    return (y, final) if return_final_states else y
+
+
+class _DtSoftplus(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, dt, dt_bias, lo, hi):
+        out = torch.empty_like(dt)
+        _kdnn.dt_softplus_forward(dt, dt_bias, out, lo, hi, stream_of(dt))
+        ctx.save_for_backward(dt, dt_bias)
+        ctx.limits = (lo, hi)
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dout):
+        dt, dt_bias = ctx.saved_tensors
+        ddt, dbias = torch.empty_like(dt), torch.empty_like(dt_bias)
+        _kdnn.dt_softplus_backward(dt, dt_bias, dout.contiguous(), ddt, dbias, *ctx.limits,
+                                   stream_of(dt))
+        return ddt, dbias, None, None
+
+
+def dt_softplus(dt, dt_bias, dt_limit=(0.0, math.inf)):
+    """Mamba-2's step sizes: clamp(softplus(dt + dt_bias), *dt_limit)
+    (softplus linear above 20, as PyTorch). dt [B, L, H], dt_bias [H]."""
+    check = Operands("dt_softplus")
+    dt = check(dt, "dt", 3, "[B, L, H]")
+    dt_bias = check(dt_bias, "dt_bias", 1, "[H]")
+    lo, hi = (float(v) for v in dt_limit)
+    require(not math.isnan(lo) and not math.isnan(hi) and lo <= hi,
+            f"dt_softplus: dt_limit={tuple(dt_limit)!r}, expected (low, high) with low <= high")
+    return _DtSoftplus.apply(dt, dt_bias, lo, hi)
+
+
+class _Ssd(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, dt, A, B, C, D, initial_states, chunk):
+        b, _, h, p = x.shape
+        y = torch.empty_like(x)
+        final = x.new_empty(b, h, p, B.shape[-1])
+        _kdnn.ssd_forward(x, dt, A, B, C, D, initial_states, y, final, chunk, stream_of(x))
+        ctx.save_for_backward(x, dt, A, B, C, D, initial_states)
+        ctx.chunk = chunk
+        ctx.set_materialize_grads(False)
+        return y, final
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dy, dfinal):
+        x, dt, A, B, C, D, init = ctx.saved_tensors
+        dy = torch.zeros_like(x) if dy is None else dy.contiguous()
+        dx, ddt, dA = torch.empty_like(x), torch.empty_like(dt), torch.empty_like(A)
+        dB, dC = torch.empty_like(B), torch.empty_like(C)
+        dD, dinit = _new(D, D), _new(init, init)
+        _kdnn.ssd_backward(x, dt, A, B, C, D, init, dy, contiguous(dfinal), dx, ddt, dA, dB, dC, dD,
+                           dinit, ctx.chunk, stream_of(x))
+        return dx, ddt, dA, dB, dC, dD, dinit, None
+
+
+def ssd(x, dt, A, B, C, chunk_size, D=None, initial_states=None, return_final_states=False):
+    """Mamba-2's SSD scan, with the arguments of mamba's
+    mamba_chunk_scan_combined:
+        h_t = exp(dt_t A) h_{t-1} + dt_t x_t B_t^T,   y_t = h_t C_t + D x_t,
+    computed by chunks of chunk_size steps (L need not be a multiple).
+
+    x [B, L, H, P], dt [B, L, H] (finite, >= 0: already through softplus),
+    A [H] (<= 0), B and C [B, L, G, N] (G divides H; head h reads group
+    h // (H // G)), D [H], initial_states [B, H, P, N]. Returns y
+    [B, L, H, P], and with return_final_states also the final state
+    [B, H, P, N]. A negative or non-finite dt or a positive A is a
+    kdnn.Error naming the first one.
+    """
+    check = Operands("ssd")
+    x = check(x, "x", 4, "[B, L, H, P]")
+    dt = check(dt, "dt", 3, "[B, L, H]")
+    A = check(A, "A", 1, "[H]")
+    B = check(B, "B", 4, "[B, L, G, N]")
+    C = check(C, "C", 4, "[B, L, G, N]")
+    D = check(D, "D", 1, "[H]")
+    initial_states = check(initial_states, "initial_states", 4, "[B, H, P, N]")
+    require(isinstance(chunk_size, int) and chunk_size >= 1,
+            f"ssd: chunk_size={chunk_size!r}, expected an int >= 1")
+    y, final = _Ssd.apply(x, dt, A, B, C, D, initial_states, chunk_size)
+    return (y, final) if return_final_states else y

@@ -1,0 +1,65 @@
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+"""kdnn.sinkhorn: batched Sinkhorn-Knopp normalisation (mHC), differentiable."""
+import math
+
+import torch
+from torch.autograd.function import once_differentiable
+
+from . import _kdnn
+from ._tensors import Error, Operands, require, stream_of
+
+ORDERS = ("columns_first", "rows_first")
+BACKWARDS = ("implicit", "unrolled", "block")
+
+
+class _Sinkhorn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, iters, rows_first, eps, method):
+        r = torch.empty_like(x)
+        _kdnn.sinkhorn_forward(x, r, iters, rows_first, eps, stream_of(x))
+        # The unrolled backward replays the forward from x; the implicit and
+        # block ones need only the result.
+        ctx.save_for_backward(x if method == "unrolled" else r)
+        ctx.config = (iters, rows_first, eps, method)
+        return r
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, g):
+        (saved,) = ctx.saved_tensors
+        iters, rows_first, eps, method = ctx.config
+        g = g.contiguous()
+        dx = torch.empty_like(saved)
+        if method == "unrolled":
+            _kdnn.sinkhorn_backward_unrolled(saved, g, dx, iters, rows_first, eps, stream_of(g))
+        else:
+            _kdnn.sinkhorn_backward(saved, g, dx, method == "block", stream_of(g))
+        return dx, None, None, None, None
+
+
+def sinkhorn(x, iters=20, order="columns_first", eps=0.0, backward="implicit"):
+    """R = Sinkhorn(exp(x)): `iters` times, divide by the column sums and then
+    by the row sums (order="rows_first": rows first, as TransformerEngine and
+    TileKernels); eps > 0 is TileKernels' regulariser (a softmax first
+    normalisation plus eps, then divisions by sum + eps).
+
+    x: [..., n, n] (a matrix, or any leading dimensions as one batch),
+    float32 or float64. Returns R of x's shape.
+
+    backward: "implicit" (default: the gradient of the converged
+    normalisation, by conjugate gradients; needs R converged), "unrolled"
+    (exactly autograd's gradient through the `iters` iterations as run;
+    use it with few iterations) or "block" (the implicit gradient on the
+    2n x 2n system, for comparison).
+    """
+    x = Operands("sinkhorn")(x, "x", -2, "[..., n, n]")
+    require(x.shape[-1] == x.shape[-2],
+            f"sinkhorn: x has shape {list(x.shape)}, expected square matrices [..., n, n]")
+    require(isinstance(iters, int) and iters >= 1, f"sinkhorn: iters={iters!r}, expected an int >= 1")
+    require(order in ORDERS, f"sinkhorn: order={order!r}, expected one of {ORDERS}")
+    require(backward in BACKWARDS, f"sinkhorn: backward={backward!r}, expected one of {BACKWARDS}")
+    require(math.isfinite(eps) and 0.0 <= eps <= 1.0, f"sinkhorn: eps={eps!r}, expected in [0, 1]")
+    n = x.shape[-1]
+    batch = x if x.dim() == 3 else x.reshape(-1, n, n)
+    r = _Sinkhorn.apply(batch, iters, order == "rows_first", float(eps), backward)
+    return r if x.dim() == 3 else r.reshape(x.shape)

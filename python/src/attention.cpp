@@ -1,0 +1,81 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+// kdnn::attention's fused (flash) attention forward and backward on
+// [B, H, S, D] arrays (kdnn.flash_attention).
+#include <nanobind/nanobind.h>
+
+#include <cstdint>
+
+#include "kdnn/attention/fused_attention.hpp"
+#include "tensors.hpp"
+
+namespace kdnn_python {
+
+namespace at = kdnn::attention;
+using namespace nb::literals;
+
+namespace {
+
+at::FusedAttentionOptions options(double scale, double dropout_p, std::uint64_t seed,
+                                  std::uint64_t offset) {
+  at::FusedAttentionOptions o;
+  o.scale = scale;
+  o.dropout.p = dropout_p;
+  o.dropout.seed = seed;
+  o.dropout.offset = offset;
+  return o;
+}
+
+void forward(const Array& q, const Array& k, const Array& v, const Array& o, const Array& lse,
+             double scale, bool causal, double dropout_p, std::uint64_t seed, std::uint64_t offset,
+             std::uintptr_t stream) {
+  dispatch(q, "flash_attention: q", stream, [&](auto space, auto zero) {
+    using Space = decltype(space);
+    using T = decltype(zero);
+    using In = kdnn::Tensor4<const T, Space>;
+    at::AttentionMask<Space> mask;
+    mask.causal = causal;
+    at::fused_attention_forward(space, view_of<In>(q, "flash_attention: q"),
+                                view_of<In>(k, "flash_attention: k"),
+                                view_of<In>(v, "flash_attention: v"),
+                                view_of<kdnn::Tensor4<T, Space>>(o, "flash_attention: out"),
+                                view_of<kdnn::Tensor3<T, Space>>(lse, "flash_attention: lse"),
+                                options(scale, dropout_p, seed, offset), mask);
+  });
+}
+
+void backward(const Array& q, const Array& k, const Array& v, const Array& o, const Array& lse,
+              const Array& dout, const Array& dq, const Array& dk, const Array& dv, double scale,
+              bool causal, double dropout_p, std::uint64_t seed, std::uint64_t offset,
+              std::uintptr_t stream) {
+  dispatch(q, "flash_attention backward: q", stream, [&](auto space, auto zero) {
+    using Space = decltype(space);
+    using T = decltype(zero);
+    using In = kdnn::Tensor4<const T, Space>;
+    using Out = kdnn::Tensor4<T, Space>;
+    at::AttentionMask<Space> mask;
+    mask.causal = causal;
+    at::fused_attention_backward(
+        space, view_of<In>(q, "flash_attention backward: q"),
+        view_of<In>(k, "flash_attention backward: k"),
+        view_of<In>(v, "flash_attention backward: v"),
+        view_of<In>(o, "flash_attention backward: out"),
+        view_of<kdnn::Tensor3<const T, Space>>(lse, "flash_attention backward: lse"),
+        view_of<In>(dout, "flash_attention backward: grad"),
+        view_of<Out>(dq, "flash_attention backward: dq"),
+        view_of<Out>(dk, "flash_attention backward: dk"),
+        view_of<Out>(dv, "flash_attention backward: dv"), options(scale, dropout_p, seed, offset),
+        mask);
+  });
+}
+
+}  // namespace
+
+void bind_attention(nb::module_& m) {
+  m.def("flash_attention_forward", &forward, "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a, "scale"_a,
+        "causal"_a, "dropout_p"_a, "seed"_a, "offset"_a, "stream"_a);
+  m.def("flash_attention_backward", &backward, "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a, "dout"_a,
+        "dq"_a, "dk"_a, "dv"_a, "scale"_a, "causal"_a, "dropout_p"_a, "seed"_a, "offset"_a,
+        "stream"_a);
+}
+
+}  // namespace kdnn_python

@@ -1,0 +1,163 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+// kdnn::ssm's Mamba-2 operators (kdnn.causal_conv1d, kdnn.dt_softplus,
+// kdnn.ssd): the causal conv1d (+ SiLU) on channel-last [B, L, C] arrays,
+// the dt softplus, and the SSD chunked scan, forward and backward. Optional
+// arguments are None.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
+
+#include <cstdint>
+
+#include "kdnn/ssm/ssm.hpp"
+#include "tensors.hpp"
+
+namespace kdnn_python {
+
+namespace ssm = kdnn::ssm;
+using namespace nb::literals;
+
+namespace {
+
+template <class T, class Space>
+using In3 = kdnn::Tensor3<const T, Space>;
+template <class T, class Space>
+using In4 = kdnn::Tensor4<const T, Space>;
+
+void conv_forward(const Array& x, const Array& w, const Optional& bias, const Optional& init,
+                  const Array& y, const Optional& final_state, bool silu, std::uintptr_t stream) {
+  dispatch(x, "causal_conv1d: x", stream, [&](auto space, auto zero) {
+    using Space = decltype(space);
+    using T = decltype(zero);
+    ssm::ConvForward<T, Space> f;
+    f.x = view_of<In3<T, Space>>(x, "causal_conv1d: x");
+    f.w = view_of<kdnn::Matrix<const T, Space>>(w, "causal_conv1d: weight");
+    f.bias = view_of<kdnn::Vector<const T, Space>>(bias, "causal_conv1d: bias");
+    f.initial_state = view_of<In3<T, Space>>(init, "causal_conv1d: initial_state");
+    f.y = view_of<kdnn::Tensor3<T, Space>>(y, "causal_conv1d: out");
+    f.final_state = view_of<kdnn::Tensor3<T, Space>>(final_state, "causal_conv1d: final_state");
+    ssm::causal_conv1d_forward(space, f, {silu});
+  });
+}
+
+void conv_backward(const Array& x, const Array& w, const Optional& bias, const Optional& init,
+                   const Array& dy, const Optional& dfinal, const Array& dx, const Array& dw,
+                   const Optional& dbias, const Optional& dinit, bool silu, std::uintptr_t stream) {
+  dispatch(x, "causal_conv1d backward: x", stream, [&](auto space, auto zero) {
+    using Space = decltype(space);
+    using T = decltype(zero);
+    ssm::ConvBackward<T, Space> b;
+    b.x = view_of<In3<T, Space>>(x, "causal_conv1d backward: x");
+    b.w = view_of<kdnn::Matrix<const T, Space>>(w, "causal_conv1d backward: weight");
+    b.bias = view_of<kdnn::Vector<const T, Space>>(bias, "causal_conv1d backward: bias");
+    b.initial_state = view_of<In3<T, Space>>(init, "causal_conv1d backward: initial_state");
+    b.dy = view_of<In3<T, Space>>(dy, "causal_conv1d backward: grad");
+    b.dfinal_state = view_of<In3<T, Space>>(dfinal, "causal_conv1d backward: grad of final_state");
+    b.dx = view_of<kdnn::Tensor3<T, Space>>(dx, "causal_conv1d backward: dx");
+    b.dw = view_of<kdnn::Matrix<T, Space>>(dw, "causal_conv1d backward: dweight");
+    b.dbias = view_of<kdnn::Vector<T, Space>>(dbias, "causal_conv1d backward: dbias");
+    b.dinitial_state =
+        view_of<kdnn::Tensor3<T, Space>>(dinit, "causal_conv1d backward: dinitial_state");
+    ssm::causal_conv1d_backward(space, b, {silu});
+  });
+}
+
+void dt_forward(const Array& dt, const Array& bias, const Array& out, double lo, double hi,
+                std::uintptr_t stream) {
+  dispatch(dt, "dt_softplus: dt", stream, [&](auto space, auto zero) {
+    using Space = decltype(space);
+    using T = decltype(zero);
+    ssm::dt_softplus_forward(space, view_of<In3<T, Space>>(dt, "dt_softplus: dt"),
+                             view_of<kdnn::Vector<const T, Space>>(bias, "dt_softplus: dt_bias"),
+                             view_of<kdnn::Tensor3<T, Space>>(out, "dt_softplus: out"),
+                             ssm::DtSoftplusOptions{lo, hi});
+  });
+}
+
+void dt_backward(const Array& dt, const Array& bias, const Array& dout, const Array& ddt,
+                 const Array& dbias, double lo, double hi, std::uintptr_t stream) {
+  dispatch(dt, "dt_softplus backward: dt", stream, [&](auto space, auto zero) {
+    using Space = decltype(space);
+    using T = decltype(zero);
+    ssm::dt_softplus_backward(
+        space, view_of<In3<T, Space>>(dt, "dt_softplus backward: dt"),
+        view_of<kdnn::Vector<const T, Space>>(bias, "dt_softplus backward: dt_bias"),
+        view_of<In3<T, Space>>(dout, "dt_softplus backward: grad"),
+        view_of<kdnn::Tensor3<T, Space>>(ddt, "dt_softplus backward: ddt"),
+        view_of<kdnn::Vector<T, Space>>(dbias, "dt_softplus backward: ddt_bias"),
+        ssm::DtSoftplusOptions{lo, hi});
+  });
+}
+
+/// The Python API checks A <= 0 and dt >= 0 (finite): a bad value is an
+/// error naming it, not a NaN.
+ssm::SsdOptions ssd_options(int chunk) { return ssm::SsdOptions{chunk, true, true}; }
+
+void ssd_forward(const Array& x, const Array& dt, const Array& A, const Array& B, const Array& C,
+                 const Optional& D, const Optional& init, const Array& y,
+                 const Optional& final_state, int chunk, std::uintptr_t stream) {
+  dispatch(x, "ssd: x", stream, [&](auto space, auto zero) {
+    using Space = decltype(space);
+    using T = decltype(zero);
+    ssm::SsdForward<T, Space> f;
+    f.x = view_of<In4<T, Space>>(x, "ssd: x");
+    f.dt = view_of<In3<T, Space>>(dt, "ssd: dt");
+    f.A = view_of<kdnn::Vector<const T, Space>>(A, "ssd: A");
+    f.B = view_of<In4<T, Space>>(B, "ssd: B");
+    f.C = view_of<In4<T, Space>>(C, "ssd: C");
+    f.D = view_of<kdnn::Vector<const T, Space>>(D, "ssd: D");
+    f.initial_state = view_of<In4<T, Space>>(init, "ssd: initial_states");
+    f.y = view_of<kdnn::Tensor4<T, Space>>(y, "ssd: out");
+    f.final_state = view_of<kdnn::Tensor4<T, Space>>(final_state, "ssd: final_states");
+    ssm::ssd_forward(space, f, ssd_options(chunk));
+  });
+}
+
+void ssd_backward(const Array& x, const Array& dt, const Array& A, const Array& B, const Array& C,
+                  const Optional& D, const Optional& init, const Array& dy, const Optional& dfinal,
+                  const Array& dx, const Array& ddt, const Array& dA, const Array& dB,
+                  const Array& dC, const Optional& dD, const Optional& dinit, int chunk,
+                  std::uintptr_t stream) {
+  dispatch(x, "ssd backward: x", stream, [&](auto space, auto zero) {
+    using Space = decltype(space);
+    using T = decltype(zero);
+    ssm::SsdBackward<T, Space> g;
+    g.x = view_of<In4<T, Space>>(x, "ssd backward: x");
+    g.dt = view_of<In3<T, Space>>(dt, "ssd backward: dt");
+    g.A = view_of<kdnn::Vector<const T, Space>>(A, "ssd backward: A");
+    g.B = view_of<In4<T, Space>>(B, "ssd backward: B");
+    g.C = view_of<In4<T, Space>>(C, "ssd backward: C");
+    g.D = view_of<kdnn::Vector<const T, Space>>(D, "ssd backward: D");
+    g.initial_state = view_of<In4<T, Space>>(init, "ssd backward: initial_states");
+    g.dy = view_of<In4<T, Space>>(dy, "ssd backward: grad");
+    g.dfinal_state = view_of<In4<T, Space>>(dfinal, "ssd backward: grad of final_states");
+    g.dx = view_of<kdnn::Tensor4<T, Space>>(dx, "ssd backward: dx");
+    g.ddt = view_of<kdnn::Tensor3<T, Space>>(ddt, "ssd backward: ddt");
+    g.dA = view_of<kdnn::Vector<T, Space>>(dA, "ssd backward: dA");
+    g.dB = view_of<kdnn::Tensor4<T, Space>>(dB, "ssd backward: dB");
+    g.dC = view_of<kdnn::Tensor4<T, Space>>(dC, "ssd backward: dC");
+    g.dD = view_of<kdnn::Vector<T, Space>>(dD, "ssd backward: dD");
+    g.dinitial_state = view_of<kdnn::Tensor4<T, Space>>(dinit, "ssd backward: dinitial_states");
+    ssm::ssd_backward(space, g, ssd_options(chunk));
+  });
+}
+
+}  // namespace
+
+void bind_mamba2(nb::module_& m) {
+  m.def("causal_conv1d_forward", &conv_forward, "x"_a, "w"_a, "bias"_a.none(), "init"_a.none(),
+        "y"_a, "final_state"_a.none(), "silu"_a, "stream"_a);
+  m.def("causal_conv1d_backward", &conv_backward, "x"_a, "w"_a, "bias"_a.none(), "init"_a.none(),
+        "dy"_a, "dfinal"_a.none(), "dx"_a, "dw"_a, "dbias"_a.none(), "dinit"_a.none(), "silu"_a,
+        "stream"_a);
+  m.def("dt_softplus_forward", &dt_forward, "dt"_a, "dt_bias"_a, "out"_a, "dt_min"_a, "dt_max"_a,
+        "stream"_a);
+  m.def("dt_softplus_backward", &dt_backward, "dt"_a, "dt_bias"_a, "dout"_a, "ddt"_a, "ddt_bias"_a,
+        "dt_min"_a, "dt_max"_a, "stream"_a);
+  m.def("ssd_forward", &ssd_forward, "x"_a, "dt"_a, "A"_a, "B"_a, "C"_a, "D"_a.none(),
+        "init"_a.none(), "y"_a, "final_state"_a.none(), "chunk"_a, "stream"_a);
+  m.def("ssd_backward", &ssd_backward, "x"_a, "dt"_a, "A"_a, "B"_a, "C"_a, "D"_a.none(),
+        "init"_a.none(), "dy"_a, "dfinal"_a.none(), "dx"_a, "ddt"_a, "dA"_a, "dB"_a, "dC"_a,
+        "dD"_a.none(), "dinit"_a.none(), "chunk"_a, "stream"_a);
+}
+
+}  // namespace kdnn_python

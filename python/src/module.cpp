@@ -1,0 +1,47 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+// The extension module kdnn._kdnn: Kokkos' lifetime, kdnn::Error as the
+// Python exception kdnn.Error (a ValueError), and the operator families'
+// bindings (sinkhorn.cpp, attention.cpp, mamba2.cpp). The autograd functions
+// that call them are Python (python/kdnn/).
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+
+#include <Kokkos_Core.hpp>
+#include <string>
+
+#include "kdnn/config.hpp"
+#include "kdnn/core/compat.hpp"
+#include "kdnn/core/error.hpp"
+
+namespace nb = nanobind;
+
+namespace kdnn_python {
+void bind_sinkhorn(nb::module_& m);
+void bind_attention(nb::module_& m);
+void bind_mamba2(nb::module_& m);
+}  // namespace kdnn_python
+
+NB_MODULE(_kdnn, m) {
+  m.doc() = "kdnn's operators on DLPack arrays (use the kdnn package, not this module)";
+  nb::exception<kdnn::Error>(m, "Error", PyExc_ValueError);
+
+  // Kokkos starts with the module (unless the process started it) and ends
+  // at interpreter exit (kdnn/__init__.py registers finalize with atexit).
+  // Kokkos' environment variables (KOKKOS_NUM_THREADS, ...) apply.
+  static bool started_here = false;
+  if (!Kokkos::is_initialized()) {
+    kdnn::compat::initialize_without_warnings("kdnn", {});
+    started_here = true;
+  }
+  m.def("finalize", [] {
+    if (started_here && Kokkos::is_initialized()) Kokkos::finalize();
+    started_here = false;
+  });
+  m.def("backend", [] { return std::string(Kokkos::DefaultExecutionSpace::name()); });
+  m.def("host_backend", [] { return std::string(Kokkos::DefaultHostExecutionSpace::name()); });
+  m.attr("version") = KDNN_VERSION_STRING;
+
+  kdnn_python::bind_sinkhorn(m);
+  kdnn_python::bind_attention(m);
+  kdnn_python::bind_mamba2(m);
+}

@@ -1,0 +1,126 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+#pragma once
+// Arrays from Python (torch tensors, or anything with DLPack) as Kokkos
+// Views without a copy, and the execution space a call runs on.
+//
+// The Python layer hands over C-contiguous float32/float64 tensors (it makes
+// a non-contiguous one contiguous first); here each becomes an unmanaged
+// LayoutRight View of its own memory, on the host space for CPU tensors and,
+// in a CUDA build, on a Kokkos::Cuda instance on PyTorch's current stream for
+// CUDA tensors. A wrong rank, dtype or device is a kdnn::Error (a Python
+// kdnn.Error, a ValueError) naming the argument.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+
+#include <Kokkos_Core.hpp>
+#include <cstdint>
+#include <optional>
+#include <type_traits>
+#include <utility>
+
+#include "kdnn/core/error.hpp"
+#include "kdnn/core/tensor.hpp"
+
+namespace kdnn_python {
+
+namespace nb = nanobind;
+
+/// Any C-contiguous array; its dtype, rank and device are checked here.
+using Array = nb::ndarray<nb::c_contig>;
+/// An optional argument (None in Python).
+using Optional = std::optional<Array>;
+
+inline const char* device_name(std::int32_t device_type) {
+  switch (device_type) {
+    case nb::device::cpu::value:
+      return "cpu";
+    case nb::device::cuda::value:
+      return "cuda";
+    default:
+      return "another device";
+  }
+}
+
+/// The DLPack device type of memory in `MemorySpace`: the host's, or (a
+/// CUDA build's device memory) the GPU's.
+template <class MemorySpace>
+constexpr std::int32_t device_of() {
+  return std::is_same_v<MemorySpace, Kokkos::HostSpace> ? nb::device::cpu::value
+                                                        : nb::device::cuda::value;
+}
+
+template <class ViewType, std::size_t... d>
+ViewType view_with_extents(typename ViewType::pointer_type data, const Array& a,
+                           std::index_sequence<d...>) {
+  return ViewType(data, std::size_t(a.shape(d))...);
+}
+
+/// The View of type `ViewType` (LayoutRight, of an execution space) over
+/// `a`'s memory, after checking its rank, dtype and device.
+template <class ViewType>
+ViewType view_of(const Array& a, const char* name) {
+  constexpr std::int32_t device = device_of<typename ViewType::memory_space>();
+  using T = typename ViewType::non_const_value_type;
+  constexpr std::size_t rank = ViewType::rank;
+  if (a.ndim() != rank) {
+    kdnn::fail(name, " has ", a.ndim(), " dimensions, expected ", rank);
+  }
+  if (a.dtype() != nb::dtype<T>()) {
+    kdnn::fail(name, " has another dtype than the call's first tensor, expected ",
+               std::is_same_v<T, float> ? "float32" : "float64", " (as the first)");
+  }
+  if (a.device_type() != device) {
+    kdnn::fail(name, " is on ", device_name(a.device_type()), ", expected ", device_name(device),
+               " (as the first tensor)");
+  }
+  auto* data = static_cast<typename ViewType::pointer_type>(const_cast<void*>(a.data()));
+  return view_with_extents<ViewType>(data, a, std::make_index_sequence<rank>());
+}
+
+/// An empty View for None, else view_of.
+template <class ViewType>
+ViewType view_of(const Optional& a, const char* name) {
+  return a ? view_of<ViewType>(*a, name) : ViewType();
+}
+
+/// Runs `f(space, T{})` on the execution space of `first`'s device with T its
+/// scalar type (float or double): the host space for CPU arrays (then fenced,
+/// so the results are there when Python reads them) and, in a CUDA build, a
+/// Kokkos::Cuda instance on the stream `stream` (PyTorch's current stream)
+/// for CUDA arrays, ordered on that stream as PyTorch's own kernels. The GIL
+/// is released meanwhile.
+template <class F>
+void dispatch(const Array& first, const char* name, std::uintptr_t stream, F&& f) {
+  const auto on_dtype = [&](auto space) {
+    nb::gil_scoped_release unlocked;
+    if (first.dtype() == nb::dtype<float>()) {
+      f(space, float{});
+    } else {
+      f(space, double{});
+    }
+  };
+  if (first.dtype() != nb::dtype<float>() && first.dtype() != nb::dtype<double>()) {
+    kdnn::fail(name, " has an unsupported dtype, expected float32 or float64");
+  }
+  if (first.device_type() == nb::device::cpu::value) {
+    const Kokkos::DefaultHostExecutionSpace host;
+    on_dtype(host);
+    host.fence();
+    return;
+  }
+#ifdef KOKKOS_ENABLE_CUDA
+  if (first.device_type() == nb::device::cuda::value) {
+    on_dtype(Kokkos::Cuda(reinterpret_cast<cudaStream_t>(stream)));
+    return;
+  }
+#endif
+  (void)stream;
+  kdnn::fail(name, " is on ", device_name(first.device_type()),
+             ", expected cpu"
+#ifdef KOKKOS_ENABLE_CUDA
+             " or cuda"
+#endif
+             " (the devices this kdnn was built for)");
+}
+
+}  // namespace kdnn_python

@@ -1,0 +1,96 @@
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+"""kdnn.flash_attention against softmax(scale q k^T, masked) v written with
+torch, its backward against autograd through that and finite differences,
+and its dropout mask against the NumPy Philox of kdnn_reference."""
+import math
+
+import pytest
+import torch
+from conftest import DTYPES, TOLERANCE
+from kdnn_reference import philox
+
+import kdnn
+
+
+def reference(q, k, v, causal=False, scale=None, keep=None, p=0.0):
+    """Attention written plainly; a query row with no visible key is zero."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    s = scale * q @ k.transpose(-1, -2)
+    if causal:
+        S, Sk = s.shape[-2:]
+        seen = torch.ones(S, Sk, dtype=torch.bool).tril()
+        s = s.masked_fill(~seen, -math.inf)
+    P = torch.softmax(s, dim=-1)
+    if keep is not None:
+        P = P * keep.to(P.dtype) / (1.0 - p)
+    return P @ v
+
+
+def inputs(dtype, B=2, H=3, S=17, Sk=17, D=32, Dv=32, grad=False):
+    q = torch.randn(B, H, S, D, dtype=dtype, requires_grad=grad)
+    k = torch.randn(B, H, Sk, D, dtype=dtype, requires_grad=grad)
+    v = torch.randn(B, H, Sk, Dv, dtype=dtype, requires_grad=grad)
+    return q, k, v
+
+
+SHAPES = [dict(), dict(S=1, Sk=1), dict(S=40, Sk=23, D=16, Dv=8), dict(S=9, Sk=70, D=64, Dv=64)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("causal", [False, True])
+def test_forward_and_backward_match_the_reference(dtype, shape, causal):
+    q, k, v = inputs(dtype, grad=True, **shape)
+    out = kdnn.flash_attention(q, k, v, causal=causal)
+    do = torch.randn_like(out)
+    grads = torch.autograd.grad(out, (q, k, v), do)
+    want = reference(q, k, v, causal)
+    want_grads = torch.autograd.grad(want, (q, k, v), do)
+    torch.testing.assert_close(out, want, **TOLERANCE[dtype])
+    for got, expected in zip(grads, want_grads):
+        torch.testing.assert_close(got, expected, **TOLERANCE[dtype])
+
+
+def test_scale():
+    q, k, v = inputs(torch.float64)
+    torch.testing.assert_close(kdnn.flash_attention(q, k, v, scale=0.3),
+                               reference(q, k, v, scale=0.3))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_gradcheck(causal):
+    q, k, v = inputs(torch.float64, B=1, H=2, S=5, Sk=4, D=3, Dv=2, grad=True)
+    assert torch.autograd.gradcheck(lambda q, k, v: kdnn.flash_attention(q, k, v, causal=causal),
+                                    (q, k, v))
+
+
+def test_dropout_is_kdnns_philox_mask():
+    p, seed, offset = 0.25, 12345 + (7 << 32), 3
+    q, k, v = inputs(torch.float64, S=12, Sk=10, grad=True)
+    out = kdnn.flash_attention(q, k, v, dropout_p=p, seed=seed, offset=offset)
+    keep = torch.from_numpy(philox.dropout_keep((2, 3, 12, 10), p, seed, offset))
+    want = reference(q, k, v, keep=keep, p=p)
+    torch.testing.assert_close(out, want)
+    do = torch.randn_like(out)
+    for got, expected in zip(torch.autograd.grad(out, (q, k, v), do),
+                             torch.autograd.grad(want, (q, k, v), do)):
+        torch.testing.assert_close(got, expected)
+
+
+def test_dropout_gradcheck_and_seed_from_torch():
+    q, k, v = inputs(torch.float64, B=1, H=1, S=4, Sk=5, D=3, Dv=3, grad=True)
+    assert torch.autograd.gradcheck(
+        lambda q, k, v: kdnn.flash_attention(q, k, v, dropout_p=0.3, seed=5), (q, k, v))
+    torch.manual_seed(1)
+    a = kdnn.flash_attention(q, k, v, dropout_p=0.5)
+    b = kdnn.flash_attention(q, k, v, dropout_p=0.5)
+    torch.manual_seed(1)
+    torch.testing.assert_close(kdnn.flash_attention(q, k, v, dropout_p=0.5), a)
+    assert not torch.equal(a, b)  # a fresh mask per call
+
+
+def test_empty_batch():
+    q, k, v = inputs(torch.float32, B=0, grad=True)
+    out = kdnn.flash_attention(q, k, v)
+    out.sum().backward()
+    assert out.shape == (0, 3, 17, 32) and q.grad.shape == q.shape

@@ -1,0 +1,128 @@
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+"""kdnn.causal_conv1d, kdnn.dt_softplus and kdnn.ssd against PyTorch
+formulations (F.conv1d, softplus, the chunked SSD of kdnn_reference) and
+finite differences."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import DTYPES, TOLERANCE
+from kdnn_reference import ssd as ssd_reference
+
+import kdnn
+
+
+def conv_reference(x, w, bias=None, silu=False, init=None):
+    """Depthwise causal conv1d by F.conv1d, channel-last, and the final state."""
+    B, L, C = x.shape
+    K = w.shape[1]
+    if init is None:
+        init = x.new_zeros(B, K - 1, C)
+    xx = torch.cat([init, x], dim=1)  # [B, K-1+L, C]
+    y = F.conv1d(xx.transpose(1, 2), w[:, None, :], bias, groups=C).transpose(1, 2)
+    return (F.silu(y) if silu else y), xx[:, xx.shape[1] - (K - 1):]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("K", [1, 2, 4, 5])
+@pytest.mark.parametrize("options", [dict(), dict(bias=True, silu=True),
+                                     dict(bias=True, silu=True, init=True)])
+def test_conv_matches_conv1d(dtype, K, options):
+    B, L, C = 2, 19, 6
+    x = torch.randn(B, L, C, dtype=dtype, requires_grad=True)
+    w = torch.randn(C, K, dtype=dtype, requires_grad=True)
+    bias = torch.randn(C, dtype=dtype, requires_grad=True) if options.get("bias") else None
+    init = (torch.randn(B, K - 1, C, dtype=dtype, requires_grad=True)
+            if options.get("init") else None)
+    silu = options.get("silu", False)
+    y, fin = kdnn.causal_conv1d(x, w, bias, "silu" if silu else None, init,
+                                return_final_states=True)
+    want, want_fin = conv_reference(x, w, bias, silu, init)
+    torch.testing.assert_close(y, want, **TOLERANCE[dtype])
+    torch.testing.assert_close(fin, want_fin, **TOLERANCE[dtype])
+    leaves = [t for t in (x, w, bias, init) if t is not None]
+    dy, dfin = torch.randn_like(y), torch.randn_like(fin)
+    got = torch.autograd.grad((y, fin), leaves, (dy, dfin))
+    expected = torch.autograd.grad((want, want_fin), leaves, (dy, dfin))
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b, **TOLERANCE[dtype])
+
+
+def test_conv_gradcheck():
+    x = torch.randn(2, 7, 3, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(3, dtype=torch.float64, requires_grad=True)
+    init = torch.randn(2, 3, 3, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(
+        lambda *a: kdnn.causal_conv1d(*a[:3], "silu", a[3], return_final_states=True),
+        (x, w, b, init))
+
+
+def test_conv_module():
+    m = kdnn.nn.CausalConv1d(8, kernel_size=4, dtype=torch.float64)
+    x = torch.randn(2, 11, 8, dtype=torch.float64)
+    torch.testing.assert_close(m(x), conv_reference(x, m.weight, m.bias, True)[0])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("limit", [(0.0, math.inf), (0.01, 0.5)])
+def test_dt_softplus(dtype, limit):
+    dt = (5 * torch.randn(2, 9, 4, dtype=dtype)).requires_grad_(True)
+    bias = torch.randn(4, dtype=dtype, requires_grad=True)
+    out = kdnn.dt_softplus(dt, bias, limit)
+    want = F.softplus(dt + bias).clamp(*limit)
+    torch.testing.assert_close(out, want, **TOLERANCE[dtype])
+    g = torch.randn_like(out)
+    for a, b in zip(torch.autograd.grad(out, (dt, bias), g), torch.autograd.grad(want, (dt, bias), g)):
+        torch.testing.assert_close(a, b, **TOLERANCE[dtype])
+
+
+def test_dt_softplus_gradcheck():
+    dt = torch.randn(2, 5, 3, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(3, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda d, b: kdnn.dt_softplus(d, b, (0.1, 2.0)), (dt, bias))
+
+
+def ssd_inputs(dtype, b=2, L=21, h=4, p=3, g=2, n=5, D=True, init=True):
+    def leaf(t):
+        return t.to(dtype).requires_grad_(True)
+    x = leaf(torch.randn(b, L, h, p))
+    dt = leaf(F.softplus(torch.randn(b, L, h)))
+    A = leaf(-torch.rand(h) - 0.1)
+    B, C = leaf(torch.randn(b, L, g, n)), leaf(torch.randn(b, L, g, n))
+    Dv = leaf(torch.randn(h)) if D else None
+    s0 = leaf(torch.randn(b, h, p, n)) if init else None
+    return x, dt, A, B, C, Dv, s0
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("chunk", [1, 4, 8, 64])
+@pytest.mark.parametrize("optional", [False, True])
+def test_ssd_matches_the_chunked_formulation(dtype, chunk, optional):
+    x, dt, A, B, C, D, s0 = ssd_inputs(dtype, D=optional, init=optional)
+    y, fin = kdnn.ssd(x, dt, A, B, C, chunk, D=D, initial_states=s0, return_final_states=True)
+    want, want_fin = ssd_reference.ssd_chunked(x, dt, A, B, C, chunk, D=D, init=s0)
+    torch.testing.assert_close(y, want, **TOLERANCE[dtype])
+    torch.testing.assert_close(fin, want_fin, **TOLERANCE[dtype])
+    leaves = [t for t in (x, dt, A, B, C, D, s0) if t is not None]
+    dy, dfin = torch.randn_like(y), torch.randn_like(fin)
+    got = torch.autograd.grad((y, fin), leaves, (dy, dfin))
+    expected = torch.autograd.grad((want, want_fin), leaves, (dy, dfin))
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b, **TOLERANCE[dtype])
+
+
+def test_ssd_gradcheck():
+    args = ssd_inputs(torch.float64, b=1, L=6, h=2, p=2, g=1, n=3)
+    x, dt, A, B, C, D, s0 = args
+    assert torch.autograd.gradcheck(
+        lambda *a: kdnn.ssd(*a[:5], 4, D=a[5], initial_states=a[6], return_final_states=True),
+        args)
+
+
+def test_ssd_output_only_and_an_empty_sequence():
+    x, dt, A, B, C, D, _ = ssd_inputs(torch.float64, L=0, init=False)
+    y = kdnn.ssd(x, dt, A, B, C, 8, D=D)
+    y.sum().backward()
+    assert y.shape == x.shape and A.grad is not None and torch.all(A.grad == 0)

@@ -1,0 +1,69 @@
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+"""Zero copy: kdnn computes on the caller's tensors in place (a contiguous
+tensor is never copied; a non-contiguous one is made contiguous once), and a
+large call's peak memory stays near its inputs and outputs."""
+import subprocess
+import sys
+import textwrap
+
+import torch
+from kdnn_reference import sinkhorn as reference
+
+import kdnn
+
+
+def test_a_view_at_an_offset_is_read_in_place():
+    base = torch.randn(10, 4, 4, dtype=torch.float64)
+    x = base[3:7]  # contiguous, at an offset into base's storage
+    assert x.is_contiguous() and x.storage_offset() > 0
+    x.requires_grad_(True)
+    r = kdnn.sinkhorn(x, iters=20, backward="unrolled")
+    torch.testing.assert_close(r, reference.forward(x.detach(), 20))
+    # The backward's saved input is the caller's tensor itself.
+    (saved,) = r.grad_fn.saved_tensors
+    assert saved.data_ptr() == x.data_ptr()
+
+
+def test_a_non_contiguous_tensor_gives_the_same_result():
+    x = torch.randn(2, 9, 6, dtype=torch.float64)
+    w = torch.randn(6, 4, dtype=torch.float64)
+    xt = x.transpose(0, 1).contiguous().transpose(0, 1)  # same values, other strides
+    assert not xt.is_contiguous()
+    torch.testing.assert_close(kdnn.causal_conv1d(xt, w), kdnn.causal_conv1d(x, w))
+
+
+def peak_growth_mib(code):
+    """The growth of the peak resident memory, in MiB, over the part of
+    `code` after its line `start()`, run in a fresh interpreter."""
+    program = textwrap.dedent("""
+        import resource, torch, kdnn
+        def start():
+            global before
+            before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    """) + textwrap.dedent(code) + textwrap.dedent("""
+        after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        print((after - before) / 1024)
+    """)
+    out = subprocess.run([sys.executable, "-c", program], check=True, capture_output=True,
+                         text=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def test_conv_peak_memory_is_its_output():
+    # x and y are 64 MiB each: a copy of x would add another 64.
+    growth = peak_growth_mib("""
+        x = torch.randn(4, 1 << 16, 64); w = torch.randn(64, 4)
+        start()
+        y = kdnn.causal_conv1d(x, w, activation="silu")
+    """)
+    assert 56 < growth < 64 + 16, growth
+
+
+def test_flash_attention_memory_is_linear_in_the_sequence():
+    # The scores [1, 2, 4096, 4096] would be 128 MiB; q, k, v, out are 2 MiB each.
+    growth = peak_growth_mib("""
+        q, k, v = (torch.randn(1, 2, 4096, 64) for _ in range(3))
+        start()
+        out = kdnn.flash_attention(q, k, v, causal=True)
+    """)
+    assert growth < 24, growth
