@@ -3,10 +3,10 @@
 # Installs kdnn's build and test dependencies from the distribution (Debian 12):
 # Kokkos + Kokkos Kernels 3.4 (Serial backend) with OpenBLAS as the system BLAS,
 # Open MPI, GoogleTest, Google Benchmark, CLI11, CMake, Ninja, a C++17
-# compiler, clang-format 14 and clang-tidy 14. Idempotent: when everything is already installed it returns
-# without touching apt.
-# Optional: KDNN_WITH_TORCH=1 also installs PyTorch and NumPy (CPU, Debian's
-# python3-torch) to regenerate golden data and run perf_tests/*.py.
+# compiler, clang-format 14 and clang-tidy 14, and Python with PyTorch and NumPy
+# (CPU, Debian's python3-torch: the Python package and its tests, the golden
+# data generators, perf_tests/*.py). Idempotent: when everything is already
+# installed it returns without touching apt.
 set -euo pipefail
 
 packages=(
@@ -19,10 +19,8 @@ packages=(
   libcli11-dev  # the kdnn tool's option parsing
   clang-format-14  # scripts/check-format.sh
   clang-tidy-14  # scripts/check-tidy.sh
+  python3-dev python3-venv python3-pip python3-torch python3-numpy  # the Python package
 )
-if [[ "${KDNN_WITH_TORCH:-0}" == 1 ]]; then
-  packages+=(python3-torch python3-numpy)
-fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -1,0 +1,176 @@
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+"""A small hybrid model trained with kdnn's operators from PyTorch.
+
+Each layer holds n residual streams (mHC's hyper-connections): the streams
+are mixed by a doubly stochastic matrix per token, Sinkhorn(exp(logits)), and
+their mean feeds a causal attention block and then a Mamba-2 mixer (conv1d +
+SiLU, dt softplus, SSD), whose outputs are added back to every stream. The
+model learns to reproduce a teacher of the same shape with other random
+weights (so the loss can fall towards zero), by Adam on an MSE loss.
+
+    python train_hybrid.py [--steps 300] [--ops kdnn|torch] [--dtype float32|float64]
+
+--ops torch runs the same model on PyTorch's own formulations (an autograd
+Sinkhorn loop, softmax attention or F.scaled_dot_product_attention, F.conv1d,
+the chunked SSD) for comparison. Prints the loss as it falls and the time per
+step; exits 1 unless the loss fell below a tenth of its start.
+"""
+import argparse
+import math
+import pathlib
+import resource
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+import kdnn
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "unit_tests" / "reference"))
+from kdnn_reference.ssd import ssd_chunked  # noqa: E402  (the torch formulation)
+
+
+class KdnnOps:
+    """The model's operators from kdnn."""
+    sinkhorn = staticmethod(lambda logits, iters: kdnn.sinkhorn(logits, iters, backward="unrolled"))
+    attention = staticmethod(lambda q, k, v: kdnn.flash_attention(q, k, v, causal=True))
+    conv = staticmethod(lambda x, w, b: kdnn.causal_conv1d(x, w, b, activation="silu"))
+    dt = staticmethod(kdnn.dt_softplus)
+    ssd = staticmethod(lambda x, dt, A, B, C, chunk, D: kdnn.ssd(x, dt, A, B, C, chunk, D=D))
+
+
+class TorchOps:
+    """The same operators written with PyTorch."""
+
+    @staticmethod
+    def sinkhorn(logits, iters):
+        r = logits.exp()
+        for _ in range(iters):
+            r = r / r.sum(-2, keepdim=True)
+            r = r / r.sum(-1, keepdim=True)
+        return r
+
+    @staticmethod
+    def attention(q, k, v):
+        if hasattr(F, "scaled_dot_product_attention"):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+        S = s.shape[-1]
+        s = s.masked_fill(~torch.ones(S, S, dtype=torch.bool, device=s.device).tril(), -math.inf)
+        return torch.softmax(s, -1) @ v
+
+    @staticmethod
+    def conv(x, w, b):
+        K, C = w.shape[1], x.shape[-1]
+        y = F.conv1d(F.pad(x.transpose(1, 2), (K - 1, 0)), w[:, None, :], b, groups=C)
+        return F.silu(y.transpose(1, 2))
+
+    @staticmethod
+    def dt(dt, bias):
+        return F.softplus(dt + bias)
+
+    @staticmethod
+    def ssd(x, dt, A, B, C, chunk, D):
+        return ssd_chunked(x, dt, A, B, C, chunk, D=D)[0]
+
+
+class Layer(torch.nn.Module):
+    def __init__(self, E, streams, heads, state, chunk, ops, **kw):
+        super().__init__()
+        self.ops, self.n, self.heads, self.chunk = ops, streams, heads, chunk
+        self.H, self.P, self.N, self.K = heads, E // heads, state, 4
+        self.mix = torch.nn.Linear(E, streams * streams, **kw)
+        self.qkv = torch.nn.Linear(E, 3 * E, **kw)
+        self.attn_out = torch.nn.Linear(E, E, **kw)
+        channels = self.H * self.P + 2 * self.N
+        self.in_proj = torch.nn.Linear(E, channels + self.H, **kw)
+        self.conv_w = torch.nn.Parameter(torch.randn(channels, self.K, **kw) / 2)
+        self.conv_b = torch.nn.Parameter(torch.zeros(channels, **kw))
+        self.dt_bias = torch.nn.Parameter(torch.full((self.H,), -1.0, **kw))
+        self.A_log = torch.nn.Parameter(torch.zeros(self.H, **kw))
+        self.D = torch.nn.Parameter(torch.ones(self.H, **kw))
+        self.out_proj = torch.nn.Linear(self.H * self.P, E, **kw)
+
+    def forward(self, x):  # x [B, L, n, E]
+        Bt, L, n, E = x.shape
+        # mHC: mix the streams by a doubly stochastic matrix per token.
+        r = self.ops.sinkhorn(self.mix(x.mean(2)).reshape(Bt, L, n, n), 10)
+        x = r @ x
+        # Causal attention on the streams' mean, added to every stream.
+        q, k, v = self.qkv(x.mean(2)).reshape(Bt, L, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+        a = self.ops.attention(q.contiguous(), k.contiguous(), v.contiguous())
+        x = x + self.attn_out(a.transpose(1, 2).reshape(Bt, L, E))[:, :, None]
+        # Mamba-2 mixer: conv1d + SiLU, dt softplus, SSD.
+        zxbc = self.in_proj(x.mean(2))
+        HP = self.H * self.P
+        xbc = self.ops.conv(zxbc[..., :HP + 2 * self.N].contiguous(), self.conv_w, self.conv_b)
+        dt = self.ops.dt(zxbc[..., HP + 2 * self.N:].contiguous(), self.dt_bias)
+        xs = xbc[..., :HP].reshape(Bt, L, self.H, self.P)
+        Bm = xbc[..., HP:HP + self.N].reshape(Bt, L, 1, self.N)
+        Cm = xbc[..., HP + self.N:].reshape(Bt, L, 1, self.N)
+        y = self.ops.ssd(xs.contiguous(), dt, -self.A_log.exp(), Bm.contiguous(), Cm.contiguous(),
+                         self.chunk, self.D)
+        return x + self.out_proj(y.reshape(Bt, L, HP))[:, :, None]
+
+
+class Model(torch.nn.Module):
+    def __init__(self, E=32, streams=4, heads=4, state=16, chunk=16, layers=2, ops=KdnnOps, **kw):
+        super().__init__()
+        self.streams = streams
+        self.layers = torch.nn.ModuleList(
+            Layer(E, streams, heads, state, chunk, ops, **kw) for _ in range(layers))
+
+    def forward(self, x):  # [B, L, E] -> [B, L, E]
+        h = x[:, :, None].expand(-1, -1, self.streams, -1)
+        for layer in self.layers:
+            h = layer(h)
+        return h.mean(2)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--ops", choices=["kdnn", "torch"], default="kdnn")
+    parser.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--length", type=int, default=64)
+    parser.add_argument("--lr", type=float, default=3e-3)
+    a = parser.parse_args()
+    kw = {"dtype": getattr(torch, a.dtype)}
+    ops = KdnnOps if a.ops == "kdnn" else TorchOps
+    torch.manual_seed(0)
+    teacher = Model(ops=TorchOps, **kw)
+    model = Model(ops=ops, **kw)
+    x = torch.randn(a.batch, a.length, 32, **kw)
+    with torch.no_grad():  # a sequence at a time: the peak memory below is the training's
+        target = torch.cat([teacher(x[i:i + 1]) for i in range(a.batch)])
+    optimizer = torch.optim.Adam(model.parameters(), lr=a.lr)
+    print(f"hybrid model (mHC Sinkhorn, attention, Mamba-2 conv + SSD), ops={a.ops}, {a.dtype}, "
+          f"B={a.batch} L={a.length}, kdnn backend {kdnn.backend}")
+    first = loss = None
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    start = time.perf_counter()
+    for step in range(a.steps + 1):
+        loss = F.mse_loss(model(x), target)
+        if first is None:
+            first = loss.item()
+        if step % 50 == 0 or step == a.steps:
+            print(f"  step {step:4d}  loss {loss.item():.4e}", flush=True)
+        if step == a.steps:
+            break
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    seconds = time.perf_counter() - start
+    grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    print(f"  {1e3 * seconds / max(a.steps, 1):.2f} ms per step; peak memory grew {grown:.0f} MiB "
+          "while training")
+    if not loss.item() < first / 10:
+        print("train_hybrid: the loss did not fall below a tenth of its start", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
