@@ -6,7 +6,8 @@
 #
 #   bash scripts/check-python.sh [pip install option...]
 #
-# e.g. -C cmake.define.Kokkos_ROOT=/path/to/kokkos -C build-dir=build/python-other
+# e.g. --config-settings=cmake.define.Kokkos_ROOT=/path/to/kokkos
+#   --config-settings=build-dir=build/python-other
 # to build against another Kokkos. The environment: build/venv (KDNN_VENV),
 # made by Debian's Python, whose site packages hold python3-torch
 # (KDNN_PYTHON to use another interpreter that has PyTorch).

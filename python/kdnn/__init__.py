@@ -3,6 +3,7 @@
 
     kdnn.sinkhorn(x, iters, order, eps, backward)        mHC Sinkhorn-Knopp
     kdnn.flash_attention(q, k, v, causal, scale, ...)    fused attention
+    kdnn.multi_head_attention(q, k, v, w_q, ..., heads)  the attention layer
     kdnn.causal_conv1d(x, weight, bias, activation, ...) Mamba's conv1d
     kdnn.dt_softplus(dt, dt_bias, dt_limit)              Mamba-2's step sizes
     kdnn.ssd(x, dt, A, B, C, chunk_size, D, ...)         Mamba-2's SSD scan
@@ -23,6 +24,7 @@ from . import _kdnn
 from ._tensors import Error
 from .attention import flash_attention
 from .mamba2 import causal_conv1d, dt_softplus, ssd
+from .mha import multi_head_attention
 from .sinkhorn import sinkhorn
 from . import nn
 
@@ -30,5 +32,5 @@ __version__ = _kdnn.version
 backend = _kdnn.backend()
 atexit.register(_kdnn.finalize)
 
-__all__ = ["Error", "sinkhorn", "flash_attention", "causal_conv1d", "dt_softplus", "ssd", "nn",
-           "backend"]
+__all__ = ["Error", "sinkhorn", "flash_attention", "multi_head_attention", "causal_conv1d",
+           "dt_softplus", "ssd", "nn", "backend"]

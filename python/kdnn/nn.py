@@ -5,6 +5,7 @@ import math
 import torch
 
 from .mamba2 import causal_conv1d
+from .mha import multi_head_attention
 from .sinkhorn import sinkhorn
 
 
@@ -38,3 +39,42 @@ class Sinkhorn(torch.nn.Module):
 
     def forward(self, x):
         return sinkhorn(x, self.iters, self.order, self.eps, self.backward)
+
+
+class MultiheadAttention(torch.nn.Module):
+    """Multi-head attention, batch first, computed by kdnn's layer
+    (kdnn.multi_head_attention): projections of query, key and value to
+    num_heads heads of embed_dim // num_heads, attention, and an output
+    projection to embed_dim; weights initialised as
+    torch.nn.MultiheadAttention's. forward(query, key=None, value=None, *,
+    causal=False, window=None, seq_lengths=None, residual=None) returns the
+    output [B, S, embed_dim] only (no attention weights: the fused layer
+    never forms them). Dropout applies in training mode."""
+
+    def __init__(self, embed_dim, num_heads, bias=True, kdim=None, vdim=None, dropout=0.0,
+                 algo="fused", dtype=None, device=None):
+        super().__init__()
+        kw = {"dtype": dtype, "device": device}
+        kdim, vdim = kdim or embed_dim, vdim or embed_dim
+        self.num_heads, self.dropout, self.algo = num_heads, dropout, algo
+        self.w_q = torch.nn.Parameter(torch.empty(embed_dim, embed_dim, **kw))
+        self.w_k = torch.nn.Parameter(torch.empty(embed_dim, kdim, **kw))
+        self.w_v = torch.nn.Parameter(torch.empty(embed_dim, vdim, **kw))
+        self.w_o = torch.nn.Parameter(torch.empty(embed_dim, embed_dim, **kw))
+        for w in (self.w_q, self.w_k, self.w_v):
+            torch.nn.init.xavier_uniform_(w)
+        torch.nn.init.kaiming_uniform_(self.w_o, a=math.sqrt(5))  # nn.Linear's
+        names = ("b_q", "b_k", "b_v", "b_o")
+        for name in names:
+            self.register_parameter(
+                name, torch.nn.Parameter(torch.zeros(embed_dim, **kw)) if bias else None)
+
+    def forward(self, query, key=None, value=None, *, causal=False, window=None,
+                seq_lengths=None, residual=None):
+        key = query if key is None else key
+        value = key if value is None else value
+        return multi_head_attention(
+            query, key, value, self.w_q, self.w_k, self.w_v, self.w_o, self.b_q, self.b_k,
+            self.b_v, self.b_o, heads=self.num_heads, residual=residual, causal=causal,
+            window=window, seq_lengths=seq_lengths,
+            dropout_p=self.dropout if self.training else 0.0, algo=self.algo)

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // The extension module kdnn._kdnn: Kokkos' lifetime, kdnn::Error as the
 // Python exception kdnn.Error (a ValueError), and the operator families'
-// bindings (sinkhorn.cpp, attention.cpp, mamba2.cpp). The autograd functions
+// bindings (sinkhorn.cpp, attention.cpp, mha.cpp, mamba2.cpp). The autograd functions
 // that call them are Python (python/kdnn/).
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
@@ -18,6 +18,7 @@ namespace nb = nanobind;
 namespace kdnn_python {
 void bind_sinkhorn(nb::module_& m);
 void bind_attention(nb::module_& m);
+void bind_mha(nb::module_& m);
 void bind_mamba2(nb::module_& m);
 }  // namespace kdnn_python
 
@@ -43,5 +44,6 @@ NB_MODULE(_kdnn, m) {
 
   kdnn_python::bind_sinkhorn(m);
   kdnn_python::bind_attention(m);
+  kdnn_python::bind_mha(m);
   kdnn_python::bind_mamba2(m);
 }

@@ -41,6 +41,13 @@ inline const char* device_name(std::int32_t device_type) {
   }
 }
 
+template <class T>
+constexpr const char* dtype_name() {
+  if constexpr (std::is_same_v<T, float>) return "float32";
+  if constexpr (std::is_same_v<T, double>) return "float64";
+  return "int32";
+}
+
 /// The DLPack device type of memory in `MemorySpace`: the host's, or (a
 /// CUDA build's device memory) the GPU's.
 template <class MemorySpace>
@@ -66,8 +73,7 @@ ViewType view_of(const Array& a, const char* name) {
     kdnn::fail(name, " has ", a.ndim(), " dimensions, expected ", rank);
   }
   if (a.dtype() != nb::dtype<T>()) {
-    kdnn::fail(name, " has another dtype than the call's first tensor, expected ",
-               std::is_same_v<T, float> ? "float32" : "float64", " (as the first)");
+    kdnn::fail(name, " has the wrong dtype, expected ", dtype_name<T>());
   }
   if (a.device_type() != device) {
     kdnn::fail(name, " is on ", device_name(a.device_type()), ", expected ", device_name(device),

@@ -1,0 +1,109 @@
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+"""kdnn.multi_head_attention: the whole multi-head attention layer (the
+eigenMHA / cuDNN scope) as one autograd function, and kdnn.nn.MultiheadAttention."""
+import math
+
+import torch
+from torch.autograd.function import once_differentiable
+
+from . import _kdnn
+from ._tensors import Error, Operands, require, stream_of
+
+ALGOS = ("fused", "unfused")
+PARAMS = {"w_q": "[H*D, Eq]", "w_k": "[H*D, Ek]", "w_v": "[H*Dv, Ev]", "w_o": "[Eo, H*Dv]",
+          "b_q": "[H*D]", "b_k": "[H*D]", "b_v": "[H*Dv]", "b_o": "[Eo]"}
+
+
+class _MultiHeadAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, config, sizes, q, k, v, residual, *params):
+        reserve = q.new_empty(sizes[0])  # kept for the backward
+        out = q.new_empty(q.shape[0], q.shape[1], params[3].shape[0])
+        _kdnn.mha_forward(q, k, v, residual, _kdnn.MhaParams(*params), out, reserve,
+                          q.new_empty(sizes[1]), config, stream_of(q))
+        ctx.save_for_backward(q, k, v, reserve, *params)
+        ctx.config, ctx.sizes, ctx.has_residual = config, sizes, residual is not None
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dout):
+        q, k, v, reserve, *params = ctx.saved_tensors
+        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        dres = torch.empty_like(dout) if ctx.has_residual else None
+        grads = [None if p is None else torch.empty_like(p) for p in params]
+        _kdnn.mha_backward(dout.contiguous(), dq, dk, dv, dres, q, k, v, _kdnn.MhaParams(*params),
+                           _kdnn.MhaParams(*grads), reserve, q.new_empty(ctx.sizes[1]),
+                           ctx.config, stream_of(q))
+        return (None, None, dq, dk, dv, dres, *grads)
+
+
+def _lengths(t, name, count, device):
+    """An optional integer vector as the int32 tensor kdnn reads."""
+    if t is None:
+        return None
+    t = torch.as_tensor(t, device=device)
+    if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
+        raise Error(f"multi_head_attention: {name} has dtype {t.dtype}, expected integers")
+    require(t.dim() == 1 and t.shape[0] == count,
+            f"multi_head_attention: {name} has shape {list(t.shape)}, expected [{count}]")
+    return t.to(torch.int32).contiguous()
+
+
+def multi_head_attention(query, key, value, w_q, w_k, w_v, w_o, b_q=None, b_k=None, b_v=None,
+                         b_o=None, *, heads, residual=None, causal=False, window=None,
+                         seq_lengths=None, scale=None, dropout_p=0.0, seed=None, offset=0,
+                         algo="fused"):
+    """The multi-head attention layer, batch first:
+
+        Q = query w_q^T + b_q,  K = key w_k^T + b_k,  V = value w_v^T + b_v
+        head h: softmax(scale Q_h K_h^T, masked) V_h, heads side by side
+        out = A w_o^T + b_o (+ residual)
+
+    query [B, S, Eq], key [B, Sk, Ek], value [B, Sk, Ev]; weights as
+    nn.Linear's: w_q [H*D, Eq], w_k [H*D, Ek], w_v [H*Dv, Ev], w_o [Eo, H*Dv],
+    biases [H*D], [H*D], [H*Dv], [Eo] (each optional). Masks: causal (key
+    j <= query i), window = (lo, hi) integer vectors [S] (query i sees keys
+    lo[i] <= j < hi[i], cuDNN's windows), seq_lengths = (seq_q, seq_k)
+    integer vectors [B] (queries i >= seq_q[b] are padding: their output and
+    gradients are zero; keys j >= seq_k[b] are not seen). A query that sees
+    no key outputs b_o (+ residual). scale: default 1/sqrt(D). Dropout on the
+    probabilities as kdnn.flash_attention's. algo: "fused" (flash attention,
+    O(S) memory) or "unfused" (keeps the probabilities [B, H, S, Sk]).
+    Returns out [B, S, Eo].
+    """
+    check = Operands("multi_head_attention")
+    query = check(query, "query", 3, "[B, S, Eq]")
+    key = check(key, "key", 3, "[B, Sk, Ek]")
+    value = check(value, "value", 3, "[B, Sk, Ev]")
+    residual = check(residual, "residual", 3, "[B, S, Eo]")
+    params = [check(p, name, 2 if name.startswith("w") else 1, layout)
+              for p, (name, layout) in zip((w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o), PARAMS.items())]
+    require(isinstance(heads, int) and heads >= 1,
+            f"multi_head_attention: heads={heads!r}, expected an int >= 1")
+    require(algo in ALGOS, f"multi_head_attention: algo={algo!r}, expected one of {ALGOS}")
+    require(0.0 <= dropout_p < 1.0,
+            f"multi_head_attention: dropout_p={dropout_p!r}, expected in [0, 1)")
+    require(scale is None or math.isfinite(scale),
+            f"multi_head_attention: scale={scale!r}, expected a finite number or None")
+    B, S, _ = query.shape
+    Sk = key.shape[1]
+    wq, wk, wv, wo = params[:4]
+    require(wq.shape[0] % heads == 0 and wv.shape[0] % heads == 0,
+            f"multi_head_attention: w_q has {wq.shape[0]} rows and w_v {wv.shape[0]}, expected "
+            f"multiples of heads={heads}")
+    if seed is None:
+        seed = int(torch.randint(0, 2**62, (), dtype=torch.int64)) if dropout_p > 0 else 0
+    c = _kdnn.MhaConfig()
+    c.heads, c.scale, c.dropout_p, c.seed, c.offset = heads, scale, float(dropout_p), seed, offset
+    c.unfused, c.causal = algo == "unfused", bool(causal)
+    if window is not None:
+        c.lo_win = _lengths(window[0], "window[0]", S, query.device)
+        c.hi_win = _lengths(window[1], "window[1]", S, query.device)
+    if seq_lengths is not None:
+        c.seq_q = _lengths(seq_lengths[0], "seq_lengths[0]", B, query.device)
+        c.seq_k = _lengths(seq_lengths[1], "seq_lengths[1]", B, query.device)
+    sizes = _kdnn.mha_buffer_sizes(B, S, Sk, query.shape[2], key.shape[2], value.shape[2], heads,
+                                   wq.shape[0] // heads, wv.shape[0] // heads, wo.shape[0],
+                                   c.unfused)
+    return _MultiHeadAttention.apply(c, sizes, query, key, value, residual, *params)

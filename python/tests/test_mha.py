@@ -1,0 +1,119 @@
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+"""kdnn.multi_head_attention and kdnn.nn.MultiheadAttention against the
+layer written with torch.nn.functional (kdnn_reference.mha) and against
+torch.nn.MultiheadAttention: outputs and every gradient, across masks,
+sequence lengths, dropout and both algorithms; gradcheck in float64."""
+import pytest
+import torch
+from conftest import DTYPES, TOLERANCE
+from kdnn_reference import mha as reference
+from kdnn_reference import philox
+
+import kdnn
+
+PARAMS = ("w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o")
+
+
+def layer(dtype, B=2, S=7, Sk=9, Eq=6, Ek=5, Ev=4, H=2, D=3, Dv=4, Eo=5, biases=True,
+          residual=False):
+    def leaf(*shape, fan_in=1):  # weights scaled as nn.Linear's
+        return (torch.randn(*shape, dtype=dtype) / fan_in**0.5).requires_grad_(True)
+    t = {"q": leaf(B, S, Eq), "k": leaf(B, Sk, Ek), "v": leaf(B, Sk, Ev),
+         "residual": leaf(B, S, Eo) if residual else None,
+         "w_q": leaf(H * D, Eq, fan_in=Eq), "w_k": leaf(H * D, Ek, fan_in=Ek),
+         "w_v": leaf(H * Dv, Ev, fan_in=Ev), "w_o": leaf(Eo, H * Dv, fan_in=H * Dv)}
+    for name, n in (("b_q", H * D), ("b_k", H * D), ("b_v", H * Dv), ("b_o", Eo)):
+        t[name] = leaf(n) if biases else None
+    return t, H
+
+
+def run(t, H, **kw):
+    return kdnn.multi_head_attention(t["q"], t["k"], t["v"], *(t[p] for p in PARAMS), heads=H,
+                                     residual=t["residual"], **kw)
+
+
+def leaves(t):
+    return [x for x in t.values() if x is not None]
+
+
+def in_double(t):
+    """The same tensors in float64, as new leaves: the reference's inputs."""
+    return {n: None if x is None else x.detach().double().requires_grad_(True) for n, x in t.items()}
+
+
+CASES = [
+    dict(),
+    dict(causal=True),
+    dict(window=([0, 0, 1, 2, 9, 3, 0], [3, 4, 5, 6, 9, 9, 9])),  # query 4 sees no key
+    dict(seq_lengths=([7, 4], [9, 2]), residual=True),
+    dict(causal=True, algo="unfused", residual=True),
+    dict(biases=False),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: ",".join(c) or "plain")
+def test_layer_matches_the_reference(dtype, case):
+    case = dict(case)
+    t, H = layer(dtype, biases=case.pop("biases", True), residual=case.pop("residual", False))
+    B, S, Sk = t["q"].shape[0], t["q"].shape[1], t["k"].shape[1]
+    lo, hi = case.get("window", (None, None))
+    lens_q, lens_k = case.get("seq_lengths", (None, None))
+    mask = reference.visible(B, S, Sk, case.get("causal", False), lo, hi, lens_q, lens_k)
+    out = run(t, H, **case)
+    t64 = in_double(t)  # the reference in float64, kdnn in `dtype`
+    want = reference.forward(t64, H, mask, lens_q=lens_q)
+    torch.testing.assert_close(out, want.to(dtype), **TOLERANCE[dtype])
+    dout = torch.randn_like(out)
+    for got, expected in zip(torch.autograd.grad(out, leaves(t), dout),
+                             torch.autograd.grad(want, leaves(t64), dout.double())):
+        torch.testing.assert_close(got, expected.to(dtype), **TOLERANCE[dtype])
+
+
+@pytest.mark.parametrize("algo", ["fused", "unfused"])
+def test_dropout_is_kdnns_philox_mask(algo):
+    t, H = layer(torch.float64)
+    p, seed, offset = 0.25, 99 + (3 << 32), 7
+    out = run(t, H, dropout_p=p, seed=seed, offset=offset, algo=algo)
+    keep = torch.from_numpy(philox.dropout_keep((2, H, 7, 9), p, seed, offset))
+    want = reference.forward(t, H, reference.visible(2, 7, 9), keep=keep, p=p)
+    torch.testing.assert_close(out, want)
+
+
+def test_gradcheck():
+    t, H = layer(torch.float64, B=1, S=3, Sk=4, Eq=3, Ek=2, Ev=3, D=2, Dv=2, Eo=3, residual=True)
+    names = [name for name, x in t.items() if x is not None]
+
+    def f(*xs):
+        return run(dict(t, **dict(zip(names, xs))), H, causal=True)
+    assert torch.autograd.gradcheck(f, [t[n] for n in names])
+
+
+def test_module_is_torch_multihead_attention():
+    E, H = 8, 2
+    ours = kdnn.nn.MultiheadAttention(E, H, dtype=torch.float64)
+    theirs = torch.nn.MultiheadAttention(E, H, batch_first=True, dtype=torch.float64)
+    with torch.no_grad():
+        theirs.in_proj_weight.copy_(torch.cat([ours.w_q, ours.w_k, ours.w_v]))
+        torch.nn.init.normal_(ours.b_q), torch.nn.init.normal_(ours.b_o)
+        theirs.in_proj_bias.copy_(torch.cat([ours.b_q, ours.b_k, ours.b_v]))
+        theirs.out_proj.weight.copy_(ours.w_o)
+        theirs.out_proj.bias.copy_(ours.b_o)
+    x = torch.randn(3, 5, E, dtype=torch.float64)
+    causal = torch.ones(5, 5, dtype=torch.bool).triu(1)  # True: not allowed
+    want, _ = theirs(x, x, x, attn_mask=causal, need_weights=False)
+    torch.testing.assert_close(ours(x, causal=True), want)
+
+
+def test_bad_input():
+    t, H = layer(torch.float32)
+    with pytest.raises(kdnn.Error, match=r"heads=0, expected an int >= 1"):
+        run(t, 0)
+    with pytest.raises(kdnn.Error, match=r"w_q has 6 rows and w_v 8, expected multiples of heads=4"):
+        run(t, 4)
+    with pytest.raises(kdnn.Error, match=r"seq_lengths\[0\] has shape \[3\], expected \[2\]"):
+        run(t, H, seq_lengths=([1, 2, 3], [1, 2]))
+    with pytest.raises(kdnn.Error, match=r"mask.seq_q\[1\]=8, expected a value in \[0, 7\]"):
+        run(t, H, seq_lengths=([1, 8], [1, 2]))
+    with pytest.raises(kdnn.Error, match=r"algo='flash', expected one of"):
+        run(t, H, algo="flash")
