@@ -4,7 +4,9 @@
 #
 #   KDNN_MPI_ENVIRONMENT  the environment of every launch: Open MPI may run as
 #                         root and with more ranks than cores, and each rank
-#                         uses one OpenMP thread (a CMake list of NAME=VALUE)
+#                         uses one OpenMP thread (a CMake list of NAME=VALUE,
+#                         read from cmake/mpi-test-environment, which
+#                         scripts/check-python.sh reads too)
 #   kdnn_mpi_command(<out> RANKS <n> COMMAND <program> [<arg>...])
 #                         sets <out> to the command line (a list) that runs
 #                         <program> on <n> ranks in that environment
@@ -14,8 +16,7 @@
 #                         when kdnn is built without MPI
 include_guard(GLOBAL)
 
-set(KDNN_MPI_ENVIRONMENT OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-    OMPI_MCA_rmaps_base_oversubscribe=1 OMP_NUM_THREADS=1)
+file(STRINGS "${CMAKE_CURRENT_LIST_DIR}/mpi-test-environment" KDNN_MPI_ENVIRONMENT)
 
 function(kdnn_mpi_command out)
   cmake_parse_arguments(PARSE_ARGV 1 arg "" "RANKS" "COMMAND")

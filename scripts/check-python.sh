@@ -2,7 +2,9 @@
 # SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 # The Python package's check: installs it (pip install ., which builds the
 # extension from this CMake project) into a virtual environment that sees
-# the system's PyTorch, runs its pytest suite and trains the example model.
+# the system's PyTorch, runs its pytest suite (the context-parallel tests on
+# 1 and 2 MPI ranks when kdnn has MPI and mpi4py is there) and trains the
+# example model.
 #
 #   bash scripts/check-python.sh [pip install option...]
 #
@@ -23,4 +25,14 @@ fi
 }
 "$venv/bin/pip" install --quiet --disable-pip-version-check "$@" ".[test]"
 "$venv/bin/python" -m pytest -q python/tests
+if "$venv/bin/python" -c "import mpi4py, kdnn; assert kdnn.cp.available" 2>/dev/null; then
+  mapfile -t mpi_environment < cmake/mpi-test-environment  # as ctest's MPI tests
+  for ranks in 1 2; do
+    echo "check-python: context-parallel tests on $ranks rank(s)"
+    env "${mpi_environment[@]}" timeout 600 mpiexec -n "$ranks" "$venv/bin/python" -m pytest -q \
+      --color=no -p no:cacheprovider python/tests/mpi
+  done
+else
+  echo "check-python: no context-parallel tests (kdnn without MPI, or no mpi4py)"
+fi
 "$venv/bin/python" python/examples/train_hybrid.py --steps 300

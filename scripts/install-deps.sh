@@ -19,7 +19,7 @@ packages=(
   libcli11-dev  # the kdnn tool's option parsing
   clang-format-14  # scripts/check-format.sh
   clang-tidy-14  # scripts/check-tidy.sh
-  python3-dev python3-venv python3-pip python3-torch python3-numpy  # the Python package
+  python3-dev python3-venv python3-pip python3-torch python3-numpy python3-mpi4py  # Python package
 )
 
 missing=()

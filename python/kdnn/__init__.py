@@ -8,6 +8,7 @@
     kdnn.dt_softplus(dt, dt_bias, dt_limit)              Mamba-2's step sizes
     kdnn.ssd(x, dt, A, B, C, chunk_size, D, ...)         Mamba-2's SSD scan
     kdnn.nn                                              modules
+    kdnn.cp                                              context parallel (MPI)
 
 Tensors are float32 or float64, on the CPU (and on CUDA GPUs with a CUDA
 build); contiguous ones are used in place, without a copy. Bad input raises
@@ -26,11 +27,11 @@ from .attention import flash_attention
 from .mamba2 import causal_conv1d, dt_softplus, ssd
 from .mha import multi_head_attention
 from .sinkhorn import sinkhorn
-from . import nn
+from . import cp, nn
 
 __version__ = _kdnn.version
 backend = _kdnn.backend()
 atexit.register(_kdnn.finalize)
 
 __all__ = ["Error", "sinkhorn", "flash_attention", "multi_head_attention", "causal_conv1d",
-           "dt_softplus", "ssd", "nn", "backend"]
+           "dt_softplus", "ssd", "cp", "nn", "backend"]

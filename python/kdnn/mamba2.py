@@ -97,14 +97,21 @@ def dt_softplus(dt, dt_bias, dt_limit=(0.0, math.inf)):
 
 
 class _Ssd(torch.autograd.Function):
+    """The SSD on one rank (comm None) or, over the communicator with Fortran
+    handle comm, on this rank's steps (kdnn.cp.ssd)."""
+
     @staticmethod
-    def forward(ctx, x, dt, A, B, C, D, initial_states, chunk):
+    def forward(ctx, x, dt, A, B, C, D, initial_states, chunk, comm):
         b, _, h, p = x.shape
         y = torch.empty_like(x)
         final = x.new_empty(b, h, p, B.shape[-1])
-        _kdnn.ssd_forward(x, dt, A, B, C, D, initial_states, y, final, chunk, stream_of(x))
+        args = (x, dt, A, B, C, D, initial_states, y, final, chunk)
+        if comm is None:
+            _kdnn.ssd_forward(*args, stream_of(x))
+        else:
+            _kdnn.cp_ssd_forward(*args, comm, stream_of(x))
         ctx.save_for_backward(x, dt, A, B, C, D, initial_states)
-        ctx.chunk = chunk
+        ctx.chunk, ctx.comm = chunk, comm
         ctx.set_materialize_grads(False)
         return y, final
 
@@ -116,9 +123,29 @@ class _Ssd(torch.autograd.Function):
         dx, ddt, dA = torch.empty_like(x), torch.empty_like(dt), torch.empty_like(A)
         dB, dC = torch.empty_like(B), torch.empty_like(C)
         dD, dinit = _new(D, D), _new(init, init)
-        _kdnn.ssd_backward(x, dt, A, B, C, D, init, dy, contiguous(dfinal), dx, ddt, dA, dB, dC, dD,
-                           dinit, ctx.chunk, stream_of(x))
-        return dx, ddt, dA, dB, dC, dD, dinit, None
+        args = (x, dt, A, B, C, D, init, dy, contiguous(dfinal), dx, ddt, dA, dB, dC, dD, dinit,
+                ctx.chunk)
+        if ctx.comm is None:
+            _kdnn.ssd_backward(*args, stream_of(x))
+        else:
+            _kdnn.cp_ssd_backward(*args, ctx.comm, stream_of(x))
+        return dx, ddt, dA, dB, dC, dD, dinit, None, None
+
+
+def ssd_operands(op, x, dt, A, B, C, chunk_size, D, initial_states, steps="L"):
+    """The SSD's arguments checked (and made contiguous) for operator `op`;
+    `steps` names the sequence dimension in messages."""
+    check = Operands(op)
+    x = check(x, "x", 4, f"[B, {steps}, H, P]")
+    dt = check(dt, "dt", 3, f"[B, {steps}, H]")
+    A = check(A, "A", 1, "[H]")
+    B = check(B, "B", 4, f"[B, {steps}, G, N]")
+    C = check(C, "C", 4, f"[B, {steps}, G, N]")
+    D = check(D, "D", 1, "[H]")
+    initial_states = check(initial_states, "initial_states", 4, "[B, H, P, N]")
+    require(isinstance(chunk_size, int) and chunk_size >= 1,
+            f"{op}: chunk_size={chunk_size!r}, expected an int >= 1")
+    return x, dt, A, B, C, D, initial_states
 
 
 def ssd(x, dt, A, B, C, chunk_size, D=None, initial_states=None, return_final_states=False):
@@ -134,15 +161,6 @@ def ssd(x, dt, A, B, C, chunk_size, D=None, initial_states=None, return_final_st
     [B, H, P, N]. A negative or non-finite dt or a positive A is a
     kdnn.Error naming the first one.
     """
-    check = Operands("ssd")
-    x = check(x, "x", 4, "[B, L, H, P]")
-    dt = check(dt, "dt", 3, "[B, L, H]")
-    A = check(A, "A", 1, "[H]")
-    B = check(B, "B", 4, "[B, L, G, N]")
-    C = check(C, "C", 4, "[B, L, G, N]")
-    D = check(D, "D", 1, "[H]")
-    initial_states = check(initial_states, "initial_states", 4, "[B, H, P, N]")
-    require(isinstance(chunk_size, int) and chunk_size >= 1,
-            f"ssd: chunk_size={chunk_size!r}, expected an int >= 1")
-    y, final = _Ssd.apply(x, dt, A, B, C, D, initial_states, chunk_size)
+    args = ssd_operands("ssd", x, dt, A, B, C, chunk_size, D, initial_states)
+    y, final = _Ssd.apply(*args, chunk_size, None)
     return (y, final) if return_final_states else y

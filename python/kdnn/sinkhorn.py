@@ -6,7 +6,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from . import _kdnn
-from ._tensors import Error, Operands, require, stream_of
+from ._tensors import Operands, require, stream_of
 
 ORDERS = ("columns_first", "rows_first")
 BACKWARDS = ("implicit", "unrolled", "block")

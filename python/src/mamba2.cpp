@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "kdnn/ssm/ssm.hpp"
+#include "ssd_arguments.hpp"
 #include "tensors.hpp"
 
 namespace kdnn_python {
@@ -17,11 +18,6 @@ namespace ssm = kdnn::ssm;
 using namespace nb::literals;
 
 namespace {
-
-template <class T, class Space>
-using In3 = kdnn::Tensor3<const T, Space>;
-template <class T, class Space>
-using In4 = kdnn::Tensor4<const T, Space>;
 
 void conv_forward(const Array& x, const Array& w, const Optional& bias, const Optional& init,
                   const Array& y, const Optional& final_state, bool silu, std::uintptr_t stream) {
@@ -88,26 +84,13 @@ void dt_backward(const Array& dt, const Array& bias, const Array& dout, const Ar
   });
 }
 
-/// The Python API checks A <= 0 and dt >= 0 (finite): a bad value is an
-/// error naming it, not a NaN.
-ssm::SsdOptions ssd_options(int chunk) { return ssm::SsdOptions{chunk, true, true}; }
-
 void ssd_forward(const Array& x, const Array& dt, const Array& A, const Array& B, const Array& C,
                  const Optional& D, const Optional& init, const Array& y,
                  const Optional& final_state, int chunk, std::uintptr_t stream) {
   dispatch(x, "ssd: x", stream, [&](auto space, auto zero) {
     using Space = decltype(space);
     using T = decltype(zero);
-    ssm::SsdForward<T, Space> f;
-    f.x = view_of<In4<T, Space>>(x, "ssd: x");
-    f.dt = view_of<In3<T, Space>>(dt, "ssd: dt");
-    f.A = view_of<kdnn::Vector<const T, Space>>(A, "ssd: A");
-    f.B = view_of<In4<T, Space>>(B, "ssd: B");
-    f.C = view_of<In4<T, Space>>(C, "ssd: C");
-    f.D = view_of<kdnn::Vector<const T, Space>>(D, "ssd: D");
-    f.initial_state = view_of<In4<T, Space>>(init, "ssd: initial_states");
-    f.y = view_of<kdnn::Tensor4<T, Space>>(y, "ssd: out");
-    f.final_state = view_of<kdnn::Tensor4<T, Space>>(final_state, "ssd: final_states");
+    const auto f = ssd_forward_arguments<T, Space>("ssd", x, dt, A, B, C, D, init, y, final_state);
     ssm::ssd_forward(space, f, ssd_options(chunk));
   });
 }
@@ -120,23 +103,8 @@ void ssd_backward(const Array& x, const Array& dt, const Array& A, const Array& 
   dispatch(x, "ssd backward: x", stream, [&](auto space, auto zero) {
     using Space = decltype(space);
     using T = decltype(zero);
-    ssm::SsdBackward<T, Space> g;
-    g.x = view_of<In4<T, Space>>(x, "ssd backward: x");
-    g.dt = view_of<In3<T, Space>>(dt, "ssd backward: dt");
-    g.A = view_of<kdnn::Vector<const T, Space>>(A, "ssd backward: A");
-    g.B = view_of<In4<T, Space>>(B, "ssd backward: B");
-    g.C = view_of<In4<T, Space>>(C, "ssd backward: C");
-    g.D = view_of<kdnn::Vector<const T, Space>>(D, "ssd backward: D");
-    g.initial_state = view_of<In4<T, Space>>(init, "ssd backward: initial_states");
-    g.dy = view_of<In4<T, Space>>(dy, "ssd backward: grad");
-    g.dfinal_state = view_of<In4<T, Space>>(dfinal, "ssd backward: grad of final_states");
-    g.dx = view_of<kdnn::Tensor4<T, Space>>(dx, "ssd backward: dx");
-    g.ddt = view_of<kdnn::Tensor3<T, Space>>(ddt, "ssd backward: ddt");
-    g.dA = view_of<kdnn::Vector<T, Space>>(dA, "ssd backward: dA");
-    g.dB = view_of<kdnn::Tensor4<T, Space>>(dB, "ssd backward: dB");
-    g.dC = view_of<kdnn::Tensor4<T, Space>>(dC, "ssd backward: dC");
-    g.dD = view_of<kdnn::Vector<T, Space>>(dD, "ssd backward: dD");
-    g.dinitial_state = view_of<kdnn::Tensor4<T, Space>>(dinit, "ssd backward: dinitial_states");
+    const auto g = ssd_backward_arguments<T, Space>("ssd", x, dt, A, B, C, D, init, dy, dfinal, dx,
+                                                    ddt, dA, dB, dC, dD, dinit);
     ssm::ssd_backward(space, g, ssd_options(chunk));
   });
 }

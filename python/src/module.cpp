@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // The extension module kdnn._kdnn: Kokkos' lifetime, kdnn::Error as the
 // Python exception kdnn.Error (a ValueError), and the operator families'
-// bindings (sinkhorn.cpp, attention.cpp, mha.cpp, mamba2.cpp). The autograd functions
+// bindings (sinkhorn.cpp, attention.cpp, mha.cpp, mamba2.cpp, and cp.cpp with
+// MPI). The autograd functions
 // that call them are Python (python/kdnn/).
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
@@ -20,6 +21,9 @@ void bind_sinkhorn(nb::module_& m);
 void bind_attention(nb::module_& m);
 void bind_mha(nb::module_& m);
 void bind_mamba2(nb::module_& m);
+#ifdef KDNN_ENABLE_MPI
+void bind_cp(nb::module_& m);
+#endif
 }  // namespace kdnn_python
 
 NB_MODULE(_kdnn, m) {
@@ -46,4 +50,10 @@ NB_MODULE(_kdnn, m) {
   kdnn_python::bind_attention(m);
   kdnn_python::bind_mha(m);
   kdnn_python::bind_mamba2(m);
+#ifdef KDNN_ENABLE_MPI
+  kdnn_python::bind_cp(m);
+  m.attr("has_cp") = true;
+#else
+  m.attr("has_cp") = false;
+#endif
 }

@@ -15,6 +15,7 @@
 #include <Kokkos_Core.hpp>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <type_traits>
 #include <utility>
 
@@ -65,7 +66,7 @@ ViewType view_with_extents(typename ViewType::pointer_type data, const Array& a,
 /// The View of type `ViewType` (LayoutRight, of an execution space) over
 /// `a`'s memory, after checking its rank, dtype and device.
 template <class ViewType>
-ViewType view_of(const Array& a, const char* name) {
+ViewType view_of(const Array& a, const std::string& name) {
   constexpr std::int32_t device = device_of<typename ViewType::memory_space>();
   using T = typename ViewType::non_const_value_type;
   constexpr std::size_t rank = ViewType::rank;
@@ -85,7 +86,7 @@ ViewType view_of(const Array& a, const char* name) {
 
 /// An empty View for None, else view_of.
 template <class ViewType>
-ViewType view_of(const Optional& a, const char* name) {
+ViewType view_of(const Optional& a, const std::string& name) {
   return a ? view_of<ViewType>(*a, name) : ViewType();
 }
 
@@ -128,5 +129,10 @@ void dispatch(const Array& first, const char* name, std::uintptr_t stream, F&& f
 #endif
              " (the devices this kdnn was built for)");
 }
+
+template <class T, class Space>
+using In3 = kdnn::Tensor3<const T, Space>;
+template <class T, class Space>
+using In4 = kdnn::Tensor4<const T, Space>;
 
 }  // namespace kdnn_python

@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from conftest import DTYPES, TOLERANCE
+from tolerances import DTYPES, TOLERANCE
 from kdnn_reference import philox
 
 import kdnn

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import DTYPES, TOLERANCE
+from tolerances import DTYPES, TOLERANCE
 from kdnn_reference import ssd as ssd_reference
 
 import kdnn

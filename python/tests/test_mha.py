@@ -5,7 +5,7 @@ torch.nn.MultiheadAttention: outputs and every gradient, across masks,
 sequence lengths, dropout and both algorithms; gradcheck in float64."""
 import pytest
 import torch
-from conftest import DTYPES, TOLERANCE
+from tolerances import DTYPES, TOLERANCE
 from kdnn_reference import mha as reference
 from kdnn_reference import philox
 

@@ -1,0 +1,94 @@
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+"""kdnn.cp: Mamba-2's conv1d + dt softplus and SSD with the sequence split
+across the ranks of an MPI communicator (mpi4py), differentiable.
+
+Each rank passes its own consecutive steps (rank 0 the first; any split,
+ranks with no steps included) and gets its own steps of the result, equal to
+the single-rank operators' on the whole sequence. The conv's K - 1 halo
+steps and the SSD's states travel between the ranks inside the calls, in
+the forward and in the backward. Gradients: those of a rank's inputs are the
+gradients of the sum of every rank's loss (what the single-rank backward
+gives for those steps); those of the parameters (weight, bias, dt_bias, A,
+D) are this rank's partial sums: add them over the communicator (e.g.
+comm.Allreduce), as for data parallelism. Every call is collective: all
+ranks call it, in the same order. Needs kdnn built with MPI (kdnn.cp.available).
+"""
+import math
+
+import torch
+from torch.autograd.function import once_differentiable
+
+from . import _kdnn
+from ._tensors import Error, Operands, require, stream_of
+from .mamba2 import _Ssd, ssd_operands
+
+available = _kdnn.has_cp
+
+
+def _handle(comm):
+    """The communicator's Fortran handle (mpi4py's Comm.py2f())."""
+    if not available:
+        raise Error("kdnn.cp: this kdnn was built without MPI (install an MPI and mpi4py, then "
+                    "reinstall kdnn)")
+    if not hasattr(comm, "py2f"):
+        raise Error(f"kdnn.cp: comm is a {type(comm).__name__}, expected an mpi4py communicator")
+    return comm.py2f()
+
+
+class _ConvDt(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, dt, dt_bias, config, comm):
+        B, _, C = x.shape
+        y, dt_out = torch.empty_like(x), torch.empty_like(dt)
+        halo = x.new_empty(B, weight.shape[1] - 1, C)  # the K - 1 steps before this rank's
+        _kdnn.cp_conv_dt_forward(x, weight, bias, dt, dt_bias, y, halo, dt_out, *config, comm,
+                                 stream_of(x))
+        ctx.save_for_backward(x, weight, bias, halo, dt, dt_bias)
+        ctx.config, ctx.comm = config, comm
+        ctx.set_materialize_grads(True)
+        return y, dt_out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dy, ddt_out):
+        x, weight, bias, halo, dt, dt_bias = ctx.saved_tensors
+        dx, dw, ddt, ddt_bias = (torch.empty_like(t) for t in (x, weight, dt, dt_bias))
+        dbias = None if bias is None else torch.empty_like(bias)
+        _kdnn.cp_conv_dt_backward(x, weight, bias, halo, dy.contiguous(), dx, dw, dbias, dt, dt_bias,
+                                  ddt_out.contiguous(), ddt, ddt_bias, *ctx.config, ctx.comm,
+                                  stream_of(x))
+        return dx, dw, dbias, ddt, ddt_bias, None, None
+
+
+def conv_dt(x, weight, dt, dt_bias, comm, bias=None, activation="silu", dt_limit=(0.0, math.inf)):
+    """This rank's steps of kdnn.causal_conv1d(x, weight, bias, activation)
+    and kdnn.dt_softplus(dt, dt_bias, dt_limit) on a sequence split across
+    `comm`: x [B, L_r, C], weight [C, K], dt [B, L_r, H], dt_bias [H].
+    Returns (y [B, L_r, C], dt_out [B, L_r, H])."""
+    handle = _handle(comm)
+    check = Operands("cp.conv_dt")
+    x = check(x, "x", 3, "[B, L_r, C]")
+    weight = check(weight, "weight", 2, "[C, K]")
+    dt = check(dt, "dt", 3, "[B, L_r, H]")
+    dt_bias = check(dt_bias, "dt_bias", 1, "[H]")
+    bias = check(bias, "bias", 1, "[C]")
+    require(activation in (None, "silu", "swish"),
+            f"cp.conv_dt: activation={activation!r}, expected None, 'silu' or 'swish'")
+    require(weight.shape[1] >= 1, f"cp.conv_dt: weight has shape {list(weight.shape)}, expected K >= 1")
+    lo, hi = (float(v) for v in dt_limit)
+    require(not math.isnan(lo) and not math.isnan(hi) and lo <= hi,
+            f"cp.conv_dt: dt_limit={tuple(dt_limit)!r}, expected (low, high) with low <= high")
+    return _ConvDt.apply(x, weight, bias, dt, dt_bias, (activation is not None, lo, hi), handle)
+
+
+def ssd(x, dt, A, B, C, chunk_size, comm, D=None, initial_states=None, return_final_states=False):
+    """This rank's steps of kdnn.ssd on a sequence split across `comm`:
+    x [B, L_r, H, P], dt [B, L_r, H], B and C [B, L_r, G, N]; A [H] and D [H]
+    the same on every rank; initial_states [B, H, P, N] the sequence's, given
+    on rank 0 only (None elsewhere). Chunks of chunk_size steps are counted
+    from the sequence's start, as on one rank. With return_final_states, also
+    the state after this rank's steps (the last rank's: the sequence's)."""
+    handle = _handle(comm)
+    args = ssd_operands("cp.ssd", x, dt, A, B, C, chunk_size, D, initial_states, steps="L_r")
+    y, final = _Ssd.apply(*args, chunk_size, handle)
+    return (y, final) if return_final_states else y

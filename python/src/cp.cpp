@@ -1,0 +1,120 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+// kdnn::cp's context-parallel Mamba-2 operators (kdnn.cp): the conv1d + dt
+// softplus with its halo exchange and the SSD with its state passing, each
+// rank holding its own steps, over the MPI communicator whose Fortran handle
+// Python passes (mpi4py's comm.py2f()). Built when kdnn has kdnn::cp.
+#include <mpi.h>
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
+
+#include <cstdint>
+
+#include "kdnn/cp/cp.hpp"
+#include "ssd_arguments.hpp"
+#include "tensors.hpp"
+
+namespace kdnn_python {
+
+namespace ssm = kdnn::ssm;
+namespace cp = kdnn::cp;
+using namespace nb::literals;
+
+namespace {
+
+template <class T, class Space>
+using Vec = kdnn::Vector<T, Space>;
+
+/// The communicator of a Fortran handle (mpi4py: comm.py2f()).
+MPI_Comm comm_of(std::int64_t handle) { return MPI_Comm_f2c(MPI_Fint(handle)); }
+
+cp::ConvDtOptions conv_dt_options(bool silu, double lo, double hi) {
+  return {ssm::CausalConv1dOptions{silu}, ssm::DtSoftplusOptions{lo, hi}};
+}
+
+void conv_dt_forward(const Array& x, const Array& w, const Optional& bias, const Array& dt,
+                     const Array& dt_bias, const Array& y, const Array& halo, const Array& dt_out,
+                     bool silu, double lo, double hi, std::int64_t comm, std::uintptr_t stream) {
+  dispatch(x, "cp.conv_dt: x", stream, [&](auto space, auto zero) {
+    using Space = decltype(space);
+    using T = decltype(zero);
+    cp::ConvDtForward<T, Space> f;
+    f.conv.x = view_of<In3<T, Space>>(x, "cp.conv_dt: x");
+    f.conv.w = view_of<kdnn::Matrix<const T, Space>>(w, "cp.conv_dt: weight");
+    f.conv.bias = view_of<Vec<const T, Space>>(bias, "cp.conv_dt: bias");
+    f.conv.y = view_of<kdnn::Tensor3<T, Space>>(y, "cp.conv_dt: out");
+    f.halo = view_of<kdnn::Tensor3<T, Space>>(halo, "cp.conv_dt: halo");
+    f.dt = view_of<In3<T, Space>>(dt, "cp.conv_dt: dt");
+    f.dt_bias = view_of<Vec<const T, Space>>(dt_bias, "cp.conv_dt: dt_bias");
+    f.dt_out = view_of<kdnn::Tensor3<T, Space>>(dt_out, "cp.conv_dt: dt_out");
+    cp::conv_dt_forward(space, comm_of(comm), f, conv_dt_options(silu, lo, hi));
+  });
+}
+
+void conv_dt_backward(const Array& x, const Array& w, const Optional& bias, const Array& halo,
+                      const Array& dy, const Array& dx, const Array& dw, const Optional& dbias,
+                      const Array& dt, const Array& dt_bias, const Array& ddt_out, const Array& ddt,
+                      const Array& ddt_bias, bool silu, double lo, double hi, std::int64_t comm,
+                      std::uintptr_t stream) {
+  dispatch(x, "cp.conv_dt backward: x", stream, [&](auto space, auto zero) {
+    using Space = decltype(space);
+    using T = decltype(zero);
+    cp::ConvDtBackward<T, Space> b;
+    b.conv.x = view_of<In3<T, Space>>(x, "cp.conv_dt backward: x");
+    b.conv.w = view_of<kdnn::Matrix<const T, Space>>(w, "cp.conv_dt backward: weight");
+    b.conv.bias = view_of<Vec<const T, Space>>(bias, "cp.conv_dt backward: bias");
+    b.conv.initial_state = view_of<In3<T, Space>>(halo, "cp.conv_dt backward: halo");
+    b.conv.dy = view_of<In3<T, Space>>(dy, "cp.conv_dt backward: grad");
+    b.conv.dx = view_of<kdnn::Tensor3<T, Space>>(dx, "cp.conv_dt backward: dx");
+    b.conv.dw = view_of<kdnn::Matrix<T, Space>>(dw, "cp.conv_dt backward: dweight");
+    b.conv.dbias = view_of<Vec<T, Space>>(dbias, "cp.conv_dt backward: dbias");
+    b.dt = view_of<In3<T, Space>>(dt, "cp.conv_dt backward: dt");
+    b.dt_bias = view_of<Vec<const T, Space>>(dt_bias, "cp.conv_dt backward: dt_bias");
+    b.ddt_out = view_of<In3<T, Space>>(ddt_out, "cp.conv_dt backward: grad of dt_out");
+    b.ddt = view_of<kdnn::Tensor3<T, Space>>(ddt, "cp.conv_dt backward: ddt");
+    b.ddt_bias = view_of<Vec<T, Space>>(ddt_bias, "cp.conv_dt backward: ddt_bias");
+    cp::conv_dt_backward(space, comm_of(comm), b, conv_dt_options(silu, lo, hi));
+  });
+}
+
+void ssd_forward(const Array& x, const Array& dt, const Array& A, const Array& B, const Array& C,
+                 const Optional& D, const Optional& init, const Array& y, const Array& final_state,
+                 int chunk, std::int64_t comm, std::uintptr_t stream) {
+  dispatch(x, "cp.ssd: x", stream, [&](auto space, auto zero) {
+    using Space = decltype(space);
+    using T = decltype(zero);
+    const auto f =
+        ssd_forward_arguments<T, Space>("cp.ssd", x, dt, A, B, C, D, init, y, final_state);
+    cp::ssd_forward(space, comm_of(comm), f, ssd_options(chunk));
+  });
+}
+
+void ssd_backward(const Array& x, const Array& dt, const Array& A, const Array& B, const Array& C,
+                  const Optional& D, const Optional& init, const Array& dy, const Optional& dfinal,
+                  const Array& dx, const Array& ddt, const Array& dA, const Array& dB,
+                  const Array& dC, const Optional& dD, const Optional& dinit, int chunk,
+                  std::int64_t comm, std::uintptr_t stream) {
+  dispatch(x, "cp.ssd backward: x", stream, [&](auto space, auto zero) {
+    using Space = decltype(space);
+    using T = decltype(zero);
+    const auto g = ssd_backward_arguments<T, Space>("cp.ssd", x, dt, A, B, C, D, init, dy, dfinal,
+                                                    dx, ddt, dA, dB, dC, dD, dinit);
+    cp::ssd_backward(space, comm_of(comm), g, ssd_options(chunk));
+  });
+}
+
+}  // namespace
+
+void bind_cp(nb::module_& m) {
+  m.def("cp_conv_dt_forward", &conv_dt_forward, "x"_a, "w"_a, "bias"_a.none(), "dt"_a, "dt_bias"_a,
+        "y"_a, "halo"_a, "dt_out"_a, "silu"_a, "dt_min"_a, "dt_max"_a, "comm"_a, "stream"_a);
+  m.def("cp_conv_dt_backward", &conv_dt_backward, "x"_a, "w"_a, "bias"_a.none(), "halo"_a, "dy"_a,
+        "dx"_a, "dw"_a, "dbias"_a.none(), "dt"_a, "dt_bias"_a, "ddt_out"_a, "ddt"_a, "ddt_bias"_a,
+        "silu"_a, "dt_min"_a, "dt_max"_a, "comm"_a, "stream"_a);
+  m.def("cp_ssd_forward", &ssd_forward, "x"_a, "dt"_a, "A"_a, "B"_a, "C"_a, "D"_a.none(),
+        "init"_a.none(), "y"_a, "final_state"_a, "chunk"_a, "comm"_a, "stream"_a);
+  m.def("cp_ssd_backward", &ssd_backward, "x"_a, "dt"_a, "A"_a, "B"_a, "C"_a, "D"_a.none(),
+        "init"_a.none(), "dy"_a, "dfinal"_a.none(), "dx"_a, "ddt"_a, "dA"_a, "dB"_a, "dC"_a,
+        "dD"_a.none(), "dinit"_a.none(), "chunk"_a, "comm"_a, "stream"_a);
+}
+
+}  // namespace kdnn_python

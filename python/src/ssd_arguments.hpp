@@ -1,0 +1,64 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+#pragma once
+// The SSD's argument structs from Python's arrays, for the single-rank
+// operators (mamba2.cpp) and the context-parallel ones (cp.cpp); `op` names
+// the operator in messages.
+#include <string>
+
+#include "kdnn/ssm/ssd.hpp"
+#include "tensors.hpp"
+
+namespace kdnn_python {
+
+/// The Python API checks A <= 0 and dt >= 0 (finite): a bad value is an
+/// error naming it, not a NaN.
+inline kdnn::ssm::SsdOptions ssd_options(int chunk) { return {chunk, true, true}; }
+
+template <class T, class Space>
+kdnn::ssm::SsdForward<T, Space> ssd_forward_arguments(const std::string& op, const Array& x,
+                                                      const Array& dt, const Array& A,
+                                                      const Array& B, const Array& C,
+                                                      const Optional& D, const Optional& init,
+                                                      const Array& y, const Optional& final_state) {
+  const std::string at = op + ": ";
+  kdnn::ssm::SsdForward<T, Space> f;
+  f.x = view_of<In4<T, Space>>(x, at + "x");
+  f.dt = view_of<In3<T, Space>>(dt, at + "dt");
+  f.A = view_of<kdnn::Vector<const T, Space>>(A, at + "A");
+  f.B = view_of<In4<T, Space>>(B, at + "B");
+  f.C = view_of<In4<T, Space>>(C, at + "C");
+  f.D = view_of<kdnn::Vector<const T, Space>>(D, at + "D");
+  f.initial_state = view_of<In4<T, Space>>(init, at + "initial_states");
+  f.y = view_of<kdnn::Tensor4<T, Space>>(y, at + "out");
+  f.final_state = view_of<kdnn::Tensor4<T, Space>>(final_state, at + "final_states");
+  return f;
+}
+
+template <class T, class Space>
+kdnn::ssm::SsdBackward<T, Space> ssd_backward_arguments(
+    const std::string& op, const Array& x, const Array& dt, const Array& A, const Array& B,
+    const Array& C, const Optional& D, const Optional& init, const Array& dy,
+    const Optional& dfinal, const Array& dx, const Array& ddt, const Array& dA, const Array& dB,
+    const Array& dC, const Optional& dD, const Optional& dinit) {
+  const std::string at = op + " backward: ";
+  kdnn::ssm::SsdBackward<T, Space> g;
+  g.x = view_of<In4<T, Space>>(x, at + "x");
+  g.dt = view_of<In3<T, Space>>(dt, at + "dt");
+  g.A = view_of<kdnn::Vector<const T, Space>>(A, at + "A");
+  g.B = view_of<In4<T, Space>>(B, at + "B");
+  g.C = view_of<In4<T, Space>>(C, at + "C");
+  g.D = view_of<kdnn::Vector<const T, Space>>(D, at + "D");
+  g.initial_state = view_of<In4<T, Space>>(init, at + "initial_states");
+  g.dy = view_of<In4<T, Space>>(dy, at + "grad");
+  g.dfinal_state = view_of<In4<T, Space>>(dfinal, at + "grad of final_states");
+  g.dx = view_of<kdnn::Tensor4<T, Space>>(dx, at + "dx");
+  g.ddt = view_of<kdnn::Tensor3<T, Space>>(ddt, at + "ddt");
+  g.dA = view_of<kdnn::Vector<T, Space>>(dA, at + "dA");
+  g.dB = view_of<kdnn::Tensor4<T, Space>>(dB, at + "dB");
+  g.dC = view_of<kdnn::Tensor4<T, Space>>(dC, at + "dC");
+  g.dD = view_of<kdnn::Vector<T, Space>>(dD, at + "dD");
+  g.dinitial_state = view_of<kdnn::Tensor4<T, Space>>(dinit, at + "dinitial_states");
+  return g;
+}
+
+}  // namespace kdnn_python
