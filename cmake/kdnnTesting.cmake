@@ -16,7 +16,7 @@
 #                         when kdnn is built without MPI
 include_guard(GLOBAL)
 
-file(STRINGS "${CMAKE_CURRENT_LIST_DIR}/mpi-test-environment" KDNN_MPI_ENVIRONMENT)
+file(STRINGS "${CMAKE_CURRENT_LIST_DIR}/mpi-test-environment" KDNN_MPI_ENVIRONMENT REGEX "^[A-Za-z_]")
 
 function(kdnn_mpi_command out)
   cmake_parse_arguments(PARSE_ARGV 1 arg "" "RANKS" "COMMAND")

@@ -124,3 +124,23 @@ def test_comm_must_be_a_communicator():
     with pytest.raises(kdnn.Error, match="comm is a int, expected an mpi4py communicator"):
         kdnn.cp.ssd(torch.randn(1, 4, 2, 3), torch.ones(1, 4, 2), -torch.ones(2),
                     torch.randn(1, 4, 1, 2), torch.randn(1, 4, 1, 2), 4, 0)
+
+
+@pytest.mark.skipif(size != 1, reason="a rank's Jacobian is its own only on one rank")
+def test_gradcheck_on_one_rank():
+    # On more ranks a rank's input gradients include the other ranks'
+    # losses, so gradcheck's per-rank Jacobian does not apply; the tests
+    # above compare with the single-rank operators, which pass gradcheck.
+    f64 = dict(dtype=torch.float64, requires_grad=True)
+    x, w, b = torch.randn(2, 7, 3, **f64), torch.randn(3, 4, **f64), torch.randn(3, **f64)
+    dt, dtb = torch.randn(2, 7, 2, **f64), torch.randn(2, **f64)
+    assert torch.autograd.gradcheck(lambda *a: kdnn.cp.conv_dt(*a[:4], comm, bias=a[4]),
+                                    (x, w, dt, dtb, b))
+    xs = torch.randn(1, 6, 2, 2, **f64)
+    dts = F.softplus(torch.randn(1, 6, 2, dtype=torch.float64)).requires_grad_(True)
+    A = (-torch.rand(2, dtype=torch.float64) - 0.1).requires_grad_(True)
+    B, C = torch.randn(1, 6, 1, 3, **f64), torch.randn(1, 6, 1, 3, **f64)
+    D, s0 = torch.randn(2, **f64), torch.randn(1, 2, 2, 3, **f64)
+    assert torch.autograd.gradcheck(
+        lambda *a: kdnn.cp.ssd(*a[:5], 4, comm, D=a[5], initial_states=a[6],
+                               return_final_states=True), (xs, dts, A, B, C, D, s0))
