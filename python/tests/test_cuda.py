@@ -1,0 +1,71 @@
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+"""CUDA tensors (a CUDA build of kdnn with a CUDA PyTorch): every operator
+on the GPU, on PyTorch's current stream, against the same operator on the
+CPU (which the other tests check against PyTorch's formulations). Skipped
+elsewhere."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import kdnn
+from kdnn._tensors import DEVICES
+
+pytestmark = pytest.mark.skipif(not (torch.cuda.is_available() and "cuda" in DEVICES),
+                                reason="needs a CUDA build of kdnn and a GPU")
+
+# The GPU forms sum in other orders than the host forms.
+CLOSE = {torch.float32: dict(rtol=1e-4, atol=1e-5), torch.float64: dict(rtol=1e-9, atol=1e-11)}
+
+
+def on_both(fn, *inputs):
+    """(outputs and input gradients on the CPU, the same on the GPU) for
+    fn(*inputs) with a random output gradient; None inputs stay None."""
+    results = []
+    for device in ("cpu", "cuda"):
+        xs = [None if x is None else x.detach().to(device).requires_grad_(x.is_floating_point())
+              for x in inputs]
+        out = fn(*xs)
+        outs = out if isinstance(out, tuple) else (out,)
+        torch.manual_seed(5)
+        grads = [torch.randn(o.shape, dtype=o.dtype).to(device) for o in outs]
+        leaves = [x for x in xs if x is not None and x.requires_grad]
+        got = torch.autograd.grad(outs, leaves, grads)
+        results.append([t.cpu() for t in (*outs, *got)])
+    return results
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_every_operator_on_the_gpu_matches_the_cpu(dtype):
+    f = dict(dtype=dtype)
+    cases = [
+        (lambda x: kdnn.sinkhorn(x, 20, backward="unrolled"), torch.randn(64, 8, 8, **f)),
+        (lambda q, k, v: kdnn.flash_attention(q, k, v, causal=True),
+         torch.randn(2, 4, 100, 64, **f), torch.randn(2, 4, 90, 64, **f),
+         torch.randn(2, 4, 90, 64, **f)),
+        (lambda x, w, b: kdnn.causal_conv1d(x, w, b, "silu"), torch.randn(2, 300, 64, **f),
+         torch.randn(64, 4, **f), torch.randn(64, **f)),
+        (lambda d, b: kdnn.dt_softplus(d, b), torch.randn(2, 50, 8, **f), torch.randn(8, **f)),
+        (lambda x, dt, A, B, C: kdnn.ssd(x, dt, A, B, C, 64), torch.randn(2, 200, 4, 16, **f),
+         F.softplus(torch.randn(2, 200, 4, **f)), -torch.rand(4, **f), torch.randn(2, 200, 1, 16, **f),
+         torch.randn(2, 200, 1, 16, **f)),
+    ]
+    for fn, *inputs in cases:
+        cpu, gpu = on_both(fn, *inputs)
+        for a, b in zip(cpu, gpu):
+            torch.testing.assert_close(b, a, **CLOSE[dtype])
+
+
+def test_a_side_stream_is_used():
+    q = torch.randn(1, 2, 64, 64, device="cuda")
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        out = kdnn.flash_attention(q, q, q)
+    stream.synchronize()
+    torch.testing.assert_close(out.cpu(), kdnn.flash_attention(q.cpu(), q.cpu(), q.cpu()),
+                               rtol=1e-4, atol=1e-5)
+
+
+def test_tensors_on_two_devices_are_an_error():
+    q = torch.randn(1, 2, 8, 16, device="cuda")
+    with pytest.raises(kdnn.Error, match=r"flash_attention: k is on cpu, expected cuda:0"):
+        kdnn.flash_attention(q, q.cpu(), q)
