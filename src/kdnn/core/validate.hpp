@@ -59,10 +59,9 @@ MemoryRange memory_of(const char* name, const View& view) {
   return {name, begin, begin + view.span() * sizeof(typename View::value_type)};
 }
 
-/// Requires every output to share no memory with any input or with another
-/// output (memory_of each argument).
-inline void disjoint(const char* op, const std::vector<MemoryRange>& outputs,
-                     const std::vector<MemoryRange>& inputs) {
+namespace detail {
+template <class Outputs, class Inputs>
+void disjoint_ranges(const char* op, const Outputs& outputs, const Inputs& inputs) {
   for (auto o = outputs.begin(); o != outputs.end(); ++o) {
     for (const MemoryRange& in : inputs) {
       if (o->overlaps(in)) {
@@ -76,6 +75,20 @@ inline void disjoint(const char* op, const std::vector<MemoryRange>& outputs,
       }
     }
   }
+}
+}  // namespace detail
+
+/// Requires every output to share no memory with any input or with another
+/// output (memory_of each argument). Braced lists bind to initializer_list
+/// parameters (nvcc 11 turns a one-element braced list for a std::vector
+/// parameter into its element); a std::vector of inputs is accepted too.
+inline void disjoint(const char* op, std::initializer_list<MemoryRange> outputs,
+                     std::initializer_list<MemoryRange> inputs) {
+  detail::disjoint_ranges(op, outputs, inputs);
+}
+inline void disjoint(const char* op, std::initializer_list<MemoryRange> outputs,
+                     const std::vector<MemoryRange>& inputs) {
+  detail::disjoint_ranges(op, outputs, inputs);
 }
 
 /// Requires that `out` does not share memory with `in` (outputs are written
