@@ -2,8 +2,11 @@
 """kdnn.cp on any number of ranks: each rank's steps of the outputs and of
 the input gradients equal the single-rank operators' on the whole sequence,
 and the parameter gradients summed over the ranks equal theirs, for even,
-uneven and empty-rank splits; a bad argument on one rank is the same
-kdnn.Error on every rank."""
+uneven and empty-rank splits; gradcheck of the whole sequence's function
+(every rank's steps gathered) on every rank at once; a bad argument on one
+rank is the same kdnn.Error on every rank."""
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -126,21 +129,66 @@ def test_comm_must_be_a_communicator():
                     torch.randn(1, 4, 1, 2), torch.randn(1, 4, 1, 2), 4, 0)
 
 
-@pytest.mark.skipif(size != 1, reason="a rank's Jacobian is its own only on one rank")
-def test_gradcheck_on_one_rank():
-    # On more ranks a rank's input gradients include the other ranks'
-    # losses, so gradcheck's per-rank Jacobian does not apply; the tests
-    # above compare with the single-rank operators, which pass gradcheck.
+class _AllgatherSteps(torch.autograd.Function):
+    """Every rank's [B, n_r, ...] into the whole [B, L, ...] on every rank
+    (ranks in order); its backward keeps this rank's steps."""
+
+    @staticmethod
+    def forward(ctx, part, counts):
+        first = sum(counts[:rank])
+        ctx.steps = slice(first, first + counts[rank])
+        mine = part.transpose(0, 1).contiguous()  # [n_r, B, ...]: a rank's block is contiguous
+        per_step = mine[0].numel() if mine.shape[0] else math.prod(mine.shape[1:])
+        whole = part.new_empty((sum(counts),) + tuple(mine.shape[1:]))
+        comm.Allgatherv(mine.numpy(), [whole.numpy(), [c * per_step for c in counts]])
+        return whole.transpose(0, 1).contiguous()
+
+    @staticmethod
+    def backward(ctx, g):
+        return g[:, ctx.steps].contiguous(), None
+
+
+class _SumGradientOverRanks(torch.autograd.Function):
+    """The identity; its backward sums the gradient over the ranks."""
+
+    @staticmethod
+    def forward(ctx, t):
+        return t.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        return summed(g)
+
+
+def whole_sequence(op, inputs, per_step, counts):
+    """op on this rank's steps of replicated whole-sequence inputs, its
+    outputs gathered: a function of the whole inputs to the whole outputs,
+    the same on every rank, whose gradient is checked against finite
+    differences on every rank at once (every call collective, in step)."""
+    first = sum(counts[:rank])
+    mine = slice(first, first + counts[rank])
+    xs = [_SumGradientOverRanks.apply(t) for t in inputs]
+    xs = [t[:, mine] if step else t for t, step in zip(xs, per_step)]
+    out = op(*xs)
+    outs = out if isinstance(out, tuple) else (out,)
+    return tuple(_AllgatherSteps.apply(o, counts) for o in outs)
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_gradcheck_of_the_whole_sequence(pattern):
+    L = 7
+    counts = comm.allgather(split(L, pattern)[1])
     f64 = dict(dtype=torch.float64, requires_grad=True)
-    x, w, b = torch.randn(2, 7, 3, **f64), torch.randn(3, 4, **f64), torch.randn(3, **f64)
-    dt, dtb = torch.randn(2, 7, 2, **f64), torch.randn(2, **f64)
-    assert torch.autograd.gradcheck(lambda *a: kdnn.cp.conv_dt(*a[:4], comm, bias=a[4]),
-                                    (x, w, dt, dtb, b))
-    xs = torch.randn(1, 6, 2, 2, **f64)
-    dts = F.softplus(torch.randn(1, 6, 2, dtype=torch.float64)).requires_grad_(True)
-    A = (-torch.rand(2, dtype=torch.float64) - 0.1).requires_grad_(True)
-    B, C = torch.randn(1, 6, 1, 3, **f64), torch.randn(1, 6, 1, 3, **f64)
-    D, s0 = torch.randn(2, **f64), torch.randn(1, 2, 2, 3, **f64)
+    torch.manual_seed(3)
+    conv = [torch.randn(1, L, 2, **f64), torch.randn(2, 3, **f64), torch.randn(1, L, 1, **f64),
+            torch.randn(1, **f64), torch.randn(2, **f64)]
     assert torch.autograd.gradcheck(
-        lambda *a: kdnn.cp.ssd(*a[:5], 4, comm, D=a[5], initial_states=a[6],
-                               return_final_states=True), (xs, dts, A, B, C, D, s0))
+        lambda *a: whole_sequence(lambda x, w, dt, dtb, b: kdnn.cp.conv_dt(x, w, dt, dtb, comm, bias=b),
+                                  a, (True, False, True, False, False), counts), conv)
+    ssd = [torch.randn(1, L, 2, 2, **f64),
+           F.softplus(torch.randn(1, L, 2, dtype=torch.float64)).requires_grad_(True),
+           (-torch.rand(2, dtype=torch.float64) - 0.1).requires_grad_(True),
+           torch.randn(1, L, 1, 3, **f64), torch.randn(1, L, 1, 3, **f64), torch.randn(2, **f64)]
+    assert torch.autograd.gradcheck(
+        lambda *a: whole_sequence(lambda x, dt, A, B, C, D: kdnn.cp.ssd(x, dt, A, B, C, 3, comm, D=D),
+                                  a, (True, True, False, True, True, False), counts), ssd)
