@@ -58,6 +58,17 @@ class Operands:
         return t.contiguous()
 
 
+def dropout_options(op, dropout_p, seed, offset):
+    """(p, seed, offset) checked for operator `op`; seed None draws a seed
+    from PyTorch's generator when p > 0 (torch.manual_seed reproduces it)."""
+    require(0.0 <= dropout_p < 1.0, f"{op}: dropout_p={dropout_p!r}, expected in [0, 1)")
+    if seed is None:
+        seed = int(torch.randint(0, 2**62, (), dtype=torch.int64)) if dropout_p > 0 else 0
+    require(0 <= seed < 2**64 and 0 <= offset < 2**64,
+            f"{op}: seed={seed!r}, offset={offset!r}, expected integers in [0, 2^64)")
+    return float(dropout_p), int(seed), int(offset)
+
+
 def require(condition, message):
     if not condition:
         raise Error(message)

@@ -6,7 +6,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from . import _kdnn
-from ._tensors import Operands, require, stream_of
+from ._tensors import Operands, dropout_options, require, stream_of
 
 
 class _FlashAttention(torch.autograd.Function):
@@ -50,10 +50,5 @@ def flash_attention(q, k, v, causal=False, scale=None, dropout_p=0.0, seed=None,
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1]) if q.shape[-1] > 0 else 1.0
     require(math.isfinite(scale), f"flash_attention: scale={scale!r}, expected a finite number")
-    require(0.0 <= dropout_p < 1.0, f"flash_attention: dropout_p={dropout_p!r}, expected in [0, 1)")
-    if seed is None:
-        seed = int(torch.randint(0, 2**62, (), dtype=torch.int64)) if dropout_p > 0 else 0
-    require(0 <= seed < 2**64 and 0 <= offset < 2**64,
-            f"flash_attention: seed={seed!r}, offset={offset!r}, expected integers in [0, 2^64)")
-    return _FlashAttention.apply(q, k, v, bool(causal), float(scale), float(dropout_p), int(seed),
-                                 int(offset))
+    dropout = dropout_options("flash_attention", dropout_p, seed, offset)
+    return _FlashAttention.apply(q, k, v, bool(causal), float(scale), *dropout)

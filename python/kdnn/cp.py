@@ -19,8 +19,8 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from . import _kdnn
-from ._tensors import Error, Operands, require, stream_of
-from .mamba2 import _Ssd, ssd_operands
+from ._tensors import Error, Operands, stream_of
+from .mamba2 import _Ssd, conv_silu, dt_limits, ssd_operands
 
 available = _kdnn.has_cp
 
@@ -72,13 +72,8 @@ def conv_dt(x, weight, dt, dt_bias, comm, bias=None, activation="silu", dt_limit
     dt = check(dt, "dt", 3, "[B, L_r, H]")
     dt_bias = check(dt_bias, "dt_bias", 1, "[H]")
     bias = check(bias, "bias", 1, "[C]")
-    require(activation in (None, "silu", "swish"),
-            f"cp.conv_dt: activation={activation!r}, expected None, 'silu' or 'swish'")
-    require(weight.shape[1] >= 1, f"cp.conv_dt: weight has shape {list(weight.shape)}, expected K >= 1")
-    lo, hi = (float(v) for v in dt_limit)
-    require(not math.isnan(lo) and not math.isnan(hi) and lo <= hi,
-            f"cp.conv_dt: dt_limit={tuple(dt_limit)!r}, expected (low, high) with low <= high")
-    return _ConvDt.apply(x, weight, bias, dt, dt_bias, (activation is not None, lo, hi), handle)
+    config = (conv_silu("cp.conv_dt", weight, activation), *dt_limits("cp.conv_dt", dt_limit))
+    return _ConvDt.apply(x, weight, bias, dt, dt_bias, config, handle)
 
 
 def ssd(x, dt, A, B, C, chunk_size, comm, D=None, initial_states=None, return_final_states=False):

@@ -12,6 +12,23 @@ from ._tensors import Operands, contiguous, require, stream_of
 ACTIVATIONS = (None, "silu", "swish")
 
 
+def conv_silu(op, weight, activation):
+    """Whether the conv of operator `op` applies SiLU, after checking the
+    activation and weight's width K >= 1."""
+    require(activation in ACTIVATIONS,
+            f"{op}: activation={activation!r}, expected one of {ACTIVATIONS}")
+    require(weight.shape[1] >= 1, f"{op}: weight has shape {list(weight.shape)}, expected K >= 1 [C, K]")
+    return activation is not None
+
+
+def dt_limits(op, dt_limit):
+    """(low, high) of dt_limit as floats, checked for operator `op`."""
+    lo, hi = (float(v) for v in dt_limit)
+    require(not math.isnan(lo) and not math.isnan(hi) and lo <= hi,
+            f"{op}: dt_limit={tuple(dt_limit)!r}, expected (low, high) with low <= high")
+    return lo, hi
+
+
 def _new(t, like):
     """An uninitialised tensor like `like`, or None when `t` is None."""
     return None if t is None else torch.empty_like(like)
@@ -57,11 +74,8 @@ def causal_conv1d(x, weight, bias=None, activation=None, initial_state=None,
     weight = check(weight, "weight", 2, "[C, K]")
     bias = check(bias, "bias", 1, "[C]")
     initial_state = check(initial_state, "initial_state", 3, "[B, K-1, C]")
-    require(activation in ACTIVATIONS,
-            f"causal_conv1d: activation={activation!r}, expected one of {ACTIVATIONS}")
-    require(weight.shape[1] >= 1,
-            f"causal_conv1d: weight has shape {list(weight.shape)}, expected K >= 1 [C, K]")
-    y, final = _CausalConv1d.apply(x, weight, bias, initial_state, activation is not None)
+    silu = conv_silu("causal_conv1d", weight, activation)
+    y, final = _CausalConv1d.apply(x, weight, bias, initial_state, silu)
     return (y, final) if return_final_states else y
 
 
@@ -90,10 +104,7 @@ def dt_softplus(dt, dt_bias, dt_limit=(0.0, math.inf)):
     check = Operands("dt_softplus")
     dt = check(dt, "dt", 3, "[B, L, H]")
     dt_bias = check(dt_bias, "dt_bias", 1, "[H]")
-    lo, hi = (float(v) for v in dt_limit)
-    require(not math.isnan(lo) and not math.isnan(hi) and lo <= hi,
-            f"dt_softplus: dt_limit={tuple(dt_limit)!r}, expected (low, high) with low <= high")
-    return _DtSoftplus.apply(dt, dt_bias, lo, hi)
+    return _DtSoftplus.apply(dt, dt_bias, *dt_limits("dt_softplus", dt_limit))
 
 
 class _Ssd(torch.autograd.Function):

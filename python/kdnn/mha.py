@@ -7,7 +7,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from . import _kdnn
-from ._tensors import Error, Operands, require, stream_of
+from ._tensors import Error, Operands, dropout_options, require, stream_of
 
 ALGOS = ("fused", "unfused")
 PARAMS = {"w_q": "[H*D, Eq]", "w_k": "[H*D, Ek]", "w_v": "[H*Dv, Ev]", "w_o": "[Eo, H*Dv]",
@@ -82,8 +82,7 @@ def multi_head_attention(query, key, value, w_q, w_k, w_v, w_o, b_q=None, b_k=No
     require(isinstance(heads, int) and heads >= 1,
             f"multi_head_attention: heads={heads!r}, expected an int >= 1")
     require(algo in ALGOS, f"multi_head_attention: algo={algo!r}, expected one of {ALGOS}")
-    require(0.0 <= dropout_p < 1.0,
-            f"multi_head_attention: dropout_p={dropout_p!r}, expected in [0, 1)")
+    dropout = dropout_options("multi_head_attention", dropout_p, seed, offset)
     require(scale is None or math.isfinite(scale),
             f"multi_head_attention: scale={scale!r}, expected a finite number or None")
     B, S, _ = query.shape
@@ -92,10 +91,9 @@ def multi_head_attention(query, key, value, w_q, w_k, w_v, w_o, b_q=None, b_k=No
     require(wq.shape[0] % heads == 0 and wv.shape[0] % heads == 0,
             f"multi_head_attention: w_q has {wq.shape[0]} rows and w_v {wv.shape[0]}, expected "
             f"multiples of heads={heads}")
-    if seed is None:
-        seed = int(torch.randint(0, 2**62, (), dtype=torch.int64)) if dropout_p > 0 else 0
     c = _kdnn.MhaConfig()
-    c.heads, c.scale, c.dropout_p, c.seed, c.offset = heads, scale, float(dropout_p), seed, offset
+    c.heads, c.scale = heads, scale
+    c.dropout_p, c.seed, c.offset = dropout
     c.unfused, c.causal = algo == "unfused", bool(causal)
     if window is not None:
         c.lo_win = _lengths(window[0], "window[0]", S, query.device)

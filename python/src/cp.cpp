@@ -8,9 +8,10 @@
 #include <nanobind/stl/optional.h>
 
 #include <cstdint>
+#include <optional>
 
 #include "kdnn/cp/cp.hpp"
-#include "ssd_arguments.hpp"
+#include "mamba2_arguments.hpp"
 #include "tensors.hpp"
 
 namespace kdnn_python {
@@ -38,10 +39,8 @@ void conv_dt_forward(const Array& x, const Array& w, const Optional& bias, const
     using Space = decltype(space);
     using T = decltype(zero);
     cp::ConvDtForward<T, Space> f;
-    f.conv.x = view_of<In3<T, Space>>(x, "cp.conv_dt: x");
-    f.conv.w = view_of<kdnn::Matrix<const T, Space>>(w, "cp.conv_dt: weight");
-    f.conv.bias = view_of<Vec<const T, Space>>(bias, "cp.conv_dt: bias");
-    f.conv.y = view_of<kdnn::Tensor3<T, Space>>(y, "cp.conv_dt: out");
+    f.conv =
+        conv_forward_arguments<T, Space>("cp.conv_dt", x, w, bias, std::nullopt, y, std::nullopt);
     f.halo = view_of<kdnn::Tensor3<T, Space>>(halo, "cp.conv_dt: halo");
     f.dt = view_of<In3<T, Space>>(dt, "cp.conv_dt: dt");
     f.dt_bias = view_of<Vec<const T, Space>>(dt_bias, "cp.conv_dt: dt_bias");
@@ -59,14 +58,9 @@ void conv_dt_backward(const Array& x, const Array& w, const Optional& bias, cons
     using Space = decltype(space);
     using T = decltype(zero);
     cp::ConvDtBackward<T, Space> b;
-    b.conv.x = view_of<In3<T, Space>>(x, "cp.conv_dt backward: x");
-    b.conv.w = view_of<kdnn::Matrix<const T, Space>>(w, "cp.conv_dt backward: weight");
-    b.conv.bias = view_of<Vec<const T, Space>>(bias, "cp.conv_dt backward: bias");
-    b.conv.initial_state = view_of<In3<T, Space>>(halo, "cp.conv_dt backward: halo");
-    b.conv.dy = view_of<In3<T, Space>>(dy, "cp.conv_dt backward: grad");
-    b.conv.dx = view_of<kdnn::Tensor3<T, Space>>(dx, "cp.conv_dt backward: dx");
-    b.conv.dw = view_of<kdnn::Matrix<T, Space>>(dw, "cp.conv_dt backward: dweight");
-    b.conv.dbias = view_of<Vec<T, Space>>(dbias, "cp.conv_dt backward: dbias");
+    // The forward's halo is the conv's initial state on this rank.
+    b.conv = conv_backward_arguments<T, Space>("cp.conv_dt", x, w, bias, halo, dy, std::nullopt, dx,
+                                               dw, dbias, std::nullopt);
     b.dt = view_of<In3<T, Space>>(dt, "cp.conv_dt backward: dt");
     b.dt_bias = view_of<Vec<const T, Space>>(dt_bias, "cp.conv_dt backward: dt_bias");
     b.ddt_out = view_of<In3<T, Space>>(ddt_out, "cp.conv_dt backward: grad of dt_out");

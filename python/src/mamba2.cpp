@@ -9,7 +9,7 @@
 #include <cstdint>
 
 #include "kdnn/ssm/ssm.hpp"
-#include "ssd_arguments.hpp"
+#include "mamba2_arguments.hpp"
 #include "tensors.hpp"
 
 namespace kdnn_python {
@@ -24,13 +24,8 @@ void conv_forward(const Array& x, const Array& w, const Optional& bias, const Op
   dispatch(x, "causal_conv1d: x", stream, [&](auto space, auto zero) {
     using Space = decltype(space);
     using T = decltype(zero);
-    ssm::ConvForward<T, Space> f;
-    f.x = view_of<In3<T, Space>>(x, "causal_conv1d: x");
-    f.w = view_of<kdnn::Matrix<const T, Space>>(w, "causal_conv1d: weight");
-    f.bias = view_of<kdnn::Vector<const T, Space>>(bias, "causal_conv1d: bias");
-    f.initial_state = view_of<In3<T, Space>>(init, "causal_conv1d: initial_state");
-    f.y = view_of<kdnn::Tensor3<T, Space>>(y, "causal_conv1d: out");
-    f.final_state = view_of<kdnn::Tensor3<T, Space>>(final_state, "causal_conv1d: final_state");
+    const auto f =
+        conv_forward_arguments<T, Space>("causal_conv1d", x, w, bias, init, y, final_state);
     ssm::causal_conv1d_forward(space, f, {silu});
   });
 }
@@ -41,18 +36,8 @@ void conv_backward(const Array& x, const Array& w, const Optional& bias, const O
   dispatch(x, "causal_conv1d backward: x", stream, [&](auto space, auto zero) {
     using Space = decltype(space);
     using T = decltype(zero);
-    ssm::ConvBackward<T, Space> b;
-    b.x = view_of<In3<T, Space>>(x, "causal_conv1d backward: x");
-    b.w = view_of<kdnn::Matrix<const T, Space>>(w, "causal_conv1d backward: weight");
-    b.bias = view_of<kdnn::Vector<const T, Space>>(bias, "causal_conv1d backward: bias");
-    b.initial_state = view_of<In3<T, Space>>(init, "causal_conv1d backward: initial_state");
-    b.dy = view_of<In3<T, Space>>(dy, "causal_conv1d backward: grad");
-    b.dfinal_state = view_of<In3<T, Space>>(dfinal, "causal_conv1d backward: grad of final_state");
-    b.dx = view_of<kdnn::Tensor3<T, Space>>(dx, "causal_conv1d backward: dx");
-    b.dw = view_of<kdnn::Matrix<T, Space>>(dw, "causal_conv1d backward: dweight");
-    b.dbias = view_of<kdnn::Vector<T, Space>>(dbias, "causal_conv1d backward: dbias");
-    b.dinitial_state =
-        view_of<kdnn::Tensor3<T, Space>>(dinit, "causal_conv1d backward: dinitial_state");
+    const auto b = conv_backward_arguments<T, Space>("causal_conv1d", x, w, bias, init, dy, dfinal,
+                                                     dx, dw, dbias, dinit);
     ssm::causal_conv1d_backward(space, b, {silu});
   });
 }

@@ -62,14 +62,14 @@ struct Params {
     const auto name = [&](const char* p) {
       return kdnn::concat("multi_head_attention: ", what, p);
     };
-    return {view_of<kdnn::Matrix<T, Space>>(w_q, name("w_q").c_str()),
-            view_of<kdnn::Matrix<T, Space>>(w_k, name("w_k").c_str()),
-            view_of<kdnn::Matrix<T, Space>>(w_v, name("w_v").c_str()),
-            view_of<kdnn::Matrix<T, Space>>(w_o, name("w_o").c_str()),
-            view_of<kdnn::Vector<T, Space>>(b_q, name("b_q").c_str()),
-            view_of<kdnn::Vector<T, Space>>(b_k, name("b_k").c_str()),
-            view_of<kdnn::Vector<T, Space>>(b_v, name("b_v").c_str()),
-            view_of<kdnn::Vector<T, Space>>(b_o, name("b_o").c_str())};
+    return {view_of<kdnn::Matrix<T, Space>>(w_q, name("w_q")),
+            view_of<kdnn::Matrix<T, Space>>(w_k, name("w_k")),
+            view_of<kdnn::Matrix<T, Space>>(w_v, name("w_v")),
+            view_of<kdnn::Matrix<T, Space>>(w_o, name("w_o")),
+            view_of<kdnn::Vector<T, Space>>(b_q, name("b_q")),
+            view_of<kdnn::Vector<T, Space>>(b_k, name("b_k")),
+            view_of<kdnn::Vector<T, Space>>(b_v, name("b_v")),
+            view_of<kdnn::Vector<T, Space>>(b_o, name("b_o"))};
   }
 };
 

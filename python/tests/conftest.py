@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 """The installed kdnn package is tested against the repository's pure-PyTorch
 reference formulations (unit_tests/reference/kdnn_reference); the tests' dtypes
-and tolerances are in tolerances.py."""
+and tolerances and the comparison with a reference are in common.py."""
 import pathlib
 import sys
 

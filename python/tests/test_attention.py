@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from tolerances import DTYPES, TOLERANCE
+from common import DTYPES, TOLERANCE, assert_matches
 from kdnn_reference import philox
 
 import kdnn
@@ -41,14 +41,8 @@ SHAPES = [dict(), dict(S=1, Sk=1), dict(S=40, Sk=23, D=16, Dv=8), dict(S=9, Sk=7
 @pytest.mark.parametrize("causal", [False, True])
 def test_forward_and_backward_match_the_reference(dtype, shape, causal):
     q, k, v = inputs(dtype, grad=True, **shape)
-    out = kdnn.flash_attention(q, k, v, causal=causal)
-    do = torch.randn_like(out)
-    grads = torch.autograd.grad(out, (q, k, v), do)
-    want = reference(q, k, v, causal)
-    want_grads = torch.autograd.grad(want, (q, k, v), do)
-    torch.testing.assert_close(out, want, **TOLERANCE[dtype])
-    for got, expected in zip(grads, want_grads):
-        torch.testing.assert_close(got, expected, **TOLERANCE[dtype])
+    assert_matches(kdnn.flash_attention(q, k, v, causal=causal), reference(q, k, v, causal),
+                   (q, k, v), **TOLERANCE[dtype])
 
 
 def test_scale():
@@ -69,12 +63,7 @@ def test_dropout_is_kdnns_philox_mask():
     q, k, v = inputs(torch.float64, S=12, Sk=10, grad=True)
     out = kdnn.flash_attention(q, k, v, dropout_p=p, seed=seed, offset=offset)
     keep = torch.from_numpy(philox.dropout_keep((2, 3, 12, 10), p, seed, offset))
-    want = reference(q, k, v, keep=keep, p=p)
-    torch.testing.assert_close(out, want)
-    do = torch.randn_like(out)
-    for got, expected in zip(torch.autograd.grad(out, (q, k, v), do),
-                             torch.autograd.grad(want, (q, k, v), do)):
-        torch.testing.assert_close(got, expected)
+    assert_matches(out, reference(q, k, v, keep=keep, p=p), (q, k, v))
 
 
 def test_dropout_gradcheck_and_seed_from_torch():

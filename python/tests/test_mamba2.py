@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from tolerances import DTYPES, TOLERANCE
+from common import DTYPES, TOLERANCE, assert_matches
 from kdnn_reference import ssd as ssd_reference
 
 import kdnn
@@ -38,15 +38,8 @@ def test_conv_matches_conv1d(dtype, K, options):
     silu = options.get("silu", False)
     y, fin = kdnn.causal_conv1d(x, w, bias, "silu" if silu else None, init,
                                 return_final_states=True)
-    want, want_fin = conv_reference(x, w, bias, silu, init)
-    torch.testing.assert_close(y, want, **TOLERANCE[dtype])
-    torch.testing.assert_close(fin, want_fin, **TOLERANCE[dtype])
     leaves = [t for t in (x, w, bias, init) if t is not None]
-    dy, dfin = torch.randn_like(y), torch.randn_like(fin)
-    got = torch.autograd.grad((y, fin), leaves, (dy, dfin))
-    expected = torch.autograd.grad((want, want_fin), leaves, (dy, dfin))
-    for a, b in zip(got, expected):
-        torch.testing.assert_close(a, b, **TOLERANCE[dtype])
+    assert_matches((y, fin), conv_reference(x, w, bias, silu, init), leaves, **TOLERANCE[dtype])
 
 
 def test_conv_gradcheck():
@@ -70,12 +63,8 @@ def test_conv_module():
 def test_dt_softplus(dtype, limit):
     dt = (5 * torch.randn(2, 9, 4, dtype=dtype)).requires_grad_(True)
     bias = torch.randn(4, dtype=dtype, requires_grad=True)
-    out = kdnn.dt_softplus(dt, bias, limit)
-    want = F.softplus(dt + bias).clamp(*limit)
-    torch.testing.assert_close(out, want, **TOLERANCE[dtype])
-    g = torch.randn_like(out)
-    for a, b in zip(torch.autograd.grad(out, (dt, bias), g), torch.autograd.grad(want, (dt, bias), g)):
-        torch.testing.assert_close(a, b, **TOLERANCE[dtype])
+    assert_matches(kdnn.dt_softplus(dt, bias, limit), F.softplus(dt + bias).clamp(*limit),
+                   (dt, bias), **TOLERANCE[dtype])
 
 
 def test_dt_softplus_gradcheck():
@@ -102,15 +91,9 @@ def ssd_inputs(dtype, b=2, L=21, h=4, p=3, g=2, n=5, D=True, init=True):
 def test_ssd_matches_the_chunked_formulation(dtype, chunk, optional):
     x, dt, A, B, C, D, s0 = ssd_inputs(dtype, D=optional, init=optional)
     y, fin = kdnn.ssd(x, dt, A, B, C, chunk, D=D, initial_states=s0, return_final_states=True)
-    want, want_fin = ssd_reference.ssd_chunked(x, dt, A, B, C, chunk, D=D, init=s0)
-    torch.testing.assert_close(y, want, **TOLERANCE[dtype])
-    torch.testing.assert_close(fin, want_fin, **TOLERANCE[dtype])
     leaves = [t for t in (x, dt, A, B, C, D, s0) if t is not None]
-    dy, dfin = torch.randn_like(y), torch.randn_like(fin)
-    got = torch.autograd.grad((y, fin), leaves, (dy, dfin))
-    expected = torch.autograd.grad((want, want_fin), leaves, (dy, dfin))
-    for a, b in zip(got, expected):
-        torch.testing.assert_close(a, b, **TOLERANCE[dtype])
+    assert_matches((y, fin), ssd_reference.ssd_chunked(x, dt, A, B, C, chunk, D=D, init=s0), leaves,
+                   **TOLERANCE[dtype])
 
 
 def test_ssd_gradcheck():

@@ -5,7 +5,7 @@ torch.nn.MultiheadAttention: outputs and every gradient, across masks,
 sequence lengths, dropout and both algorithms; gradcheck in float64."""
 import pytest
 import torch
-from tolerances import DTYPES, TOLERANCE
+from common import DTYPES, TOLERANCE, assert_matches
 from kdnn_reference import mha as reference
 from kdnn_reference import philox
 
@@ -60,14 +60,9 @@ def test_layer_matches_the_reference(dtype, case):
     lo, hi = case.get("window", (None, None))
     lens_q, lens_k = case.get("seq_lengths", (None, None))
     mask = reference.visible(B, S, Sk, case.get("causal", False), lo, hi, lens_q, lens_k)
-    out = run(t, H, **case)
     t64 = in_double(t)  # the reference in float64, kdnn in `dtype`
-    want = reference.forward(t64, H, mask, lens_q=lens_q)
-    torch.testing.assert_close(out, want.to(dtype), **TOLERANCE[dtype])
-    dout = torch.randn_like(out)
-    for got, expected in zip(torch.autograd.grad(out, leaves(t), dout),
-                             torch.autograd.grad(want, leaves(t64), dout.double())):
-        torch.testing.assert_close(got, expected.to(dtype), **TOLERANCE[dtype])
+    assert_matches(run(t, H, **case), reference.forward(t64, H, mask, lens_q=lens_q), leaves(t),
+                   leaves(t64), **TOLERANCE[dtype])
 
 
 @pytest.mark.parametrize("algo", ["fused", "unfused"])

@@ -3,7 +3,7 @@
 TransformerEngine's and TileKernels' semantics) and finite differences."""
 import pytest
 import torch
-from tolerances import DTYPES, TOLERANCE
+from common import DTYPES, TOLERANCE
 from kdnn_reference import mhc_peers, sinkhorn as reference
 
 import kdnn

@@ -1,14 +1,53 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
-// The SSD's argument structs from Python's arrays, for the single-rank
-// operators (mamba2.cpp) and the context-parallel ones (cp.cpp); `op` names
-// the operator in messages.
+// The conv's and the SSD's argument structs from Python's arrays, for the
+// single-rank operators (mamba2.cpp) and the context-parallel ones (cp.cpp);
+// `op` names the operator in messages.
 #include <string>
 
+#include "kdnn/ssm/causal_conv1d.hpp"
 #include "kdnn/ssm/ssd.hpp"
 #include "tensors.hpp"
 
 namespace kdnn_python {
+
+template <class T, class Space>
+kdnn::ssm::ConvForward<T, Space> conv_forward_arguments(const std::string& op, const Array& x,
+                                                        const Array& w, const Optional& bias,
+                                                        const Optional& init, const Array& y,
+                                                        const Optional& final_state) {
+  const std::string at = op + ": ";
+  kdnn::ssm::ConvForward<T, Space> f;
+  f.x = view_of<In3<T, Space>>(x, at + "x");
+  f.w = view_of<kdnn::Matrix<const T, Space>>(w, at + "weight");
+  f.bias = view_of<kdnn::Vector<const T, Space>>(bias, at + "bias");
+  f.initial_state = view_of<In3<T, Space>>(init, at + "initial_state");
+  f.y = view_of<kdnn::Tensor3<T, Space>>(y, at + "out");
+  f.final_state = view_of<kdnn::Tensor3<T, Space>>(final_state, at + "final_state");
+  return f;
+}
+
+template <class T, class Space>
+kdnn::ssm::ConvBackward<T, Space> conv_backward_arguments(const std::string& op, const Array& x,
+                                                          const Array& w, const Optional& bias,
+                                                          const Optional& init, const Array& dy,
+                                                          const Optional& dfinal, const Array& dx,
+                                                          const Array& dw, const Optional& dbias,
+                                                          const Optional& dinit) {
+  const std::string at = op + " backward: ";
+  kdnn::ssm::ConvBackward<T, Space> b;
+  b.x = view_of<In3<T, Space>>(x, at + "x");
+  b.w = view_of<kdnn::Matrix<const T, Space>>(w, at + "weight");
+  b.bias = view_of<kdnn::Vector<const T, Space>>(bias, at + "bias");
+  b.initial_state = view_of<In3<T, Space>>(init, at + "initial_state");
+  b.dy = view_of<In3<T, Space>>(dy, at + "grad");
+  b.dfinal_state = view_of<In3<T, Space>>(dfinal, at + "grad of final_state");
+  b.dx = view_of<kdnn::Tensor3<T, Space>>(dx, at + "dx");
+  b.dw = view_of<kdnn::Matrix<T, Space>>(dw, at + "dweight");
+  b.dbias = view_of<kdnn::Vector<T, Space>>(dbias, at + "dbias");
+  b.dinitial_state = view_of<kdnn::Tensor3<T, Space>>(dinit, at + "dinitial_state");
+  return b;
+}
 
 /// The Python API checks A <= 0 and dt >= 0 (finite): a bad value is an
 /// error naming it, not a NaN.
