@@ -71,6 +71,20 @@ inline std::vector<std::int64_t> split_lengths(std::vector<std::int64_t> lengths
   return lengths;
 }
 
+/// The number of ranks of `comm`.
+inline int size_of(MPI_Comm comm) {
+  int size = 1;
+  MPI_Comm_size(comm, &size);
+  return size;
+}
+
+/// This process' rank in `comm`.
+inline int rank_in(MPI_Comm comm) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  return rank;
+}
+
 /// What rank 0 read, and what every rank knows of it.
 template <class Header, class Inputs>
 struct Loaded {
@@ -95,9 +109,7 @@ auto load_on_rank0(MPI_Comm comm, const std::string& out, const std::vector<std:
   static_assert(std::is_trivially_copyable_v<Header> && sizeof(Header) % sizeof(std::int64_t) == 0,
                 "the header is broadcast as an array of std::int64_t");
   using Inputs = std::invoke_result_t<Read, Header&>;
-  int rank = 0, ranks = 1;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &ranks);
+  const int rank = rank_in(comm), ranks = size_of(comm);
   Loaded<Header, Inputs> loaded;
   cp::agree(comm, [&] {
     if (rank != 0) return;
@@ -110,20 +122,6 @@ auto load_on_rank0(MPI_Comm comm, const std::string& out, const std::vector<std:
   cp::agree(comm,
             [&] { loaded.lengths = split_lengths(counts, loaded.header.L, ranks, lengths_of); });
   return loaded;
-}
-
-/// The number of ranks of `comm`.
-inline int size_of(MPI_Comm comm) {
-  int size = 1;
-  MPI_Comm_size(comm, &size);
-  return size;
-}
-
-/// This process' rank in `comm`.
-inline int rank_in(MPI_Comm comm) {
-  int rank = 0;
-  MPI_Comm_rank(comm, &rank);
-  return rank;
 }
 
 /// B sequences of L steps split across the ranks of `comm`, rank r holding
