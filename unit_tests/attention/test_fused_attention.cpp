@@ -74,7 +74,7 @@ std::vector<FusedCase> fused_cases() {
       // whole (no mask applied) mix with masked ones in one head.
       {"causal, several blocks", 1, 2, 150, 150, 16, 16, true, {}, {}, {}, {}, 0},
       {"key lengths, several blocks", 2, 1, 140, 140, 16, 16, false, {}, {}, {}, {140, 100}, 0},
-      // Head sizes of the forward's GPU form (D = Dv in {32, 64, 128, 256}).
+      // Head sizes of the GPU forms (D and Dv each in {32, 64, 128, 256}).
       {"D = 32, causal, several blocks", 1, 2, 150, 140, 32, 32, true, {}, {}, {}, {}, 0},
       {"D = 64, lengths, an entry without keys",
        3,
@@ -104,6 +104,22 @@ std::vector<FusedCase> fused_cases() {
        0.3},
       {"D = 256, causal, S > Sk", 1, 1, 40, 20, 256, 256, true, {}, {}, {}, {}, 0},
       {"D = 32, one query and one key, dropout", 2, 1, 1, 1, 32, 32, false, {}, {}, {}, {}, 0.5},
+      // GPU forms with D != Dv: values wider and narrower than the keys.
+      {"D = 32, Dv = 128, causal, S > Sk", 1, 2, 70, 45, 32, 128, true, {}, {}, {}, {}, 0},
+      {"D = 128, Dv = 64, lengths, dropout",
+       2,
+       1,
+       40,
+       50,
+       128,
+       64,
+       false,
+       {},
+       {},
+       {40, 17},
+       {50, 23},
+       0.2},
+      {"D = 64, Dv = 256, several blocks", 1, 1, 100, 70, 64, 256, false, {}, {}, {}, {}, 0},
   };
 }
 
@@ -166,8 +182,8 @@ using Types = ::testing::Types<float, double>;
 TYPED_TEST_SUITE(FusedAttention, Types);
 
 // Both forms of the forward (KernelShape::host, and ::gpu: the GPU form for
-// D = Dv in {32, 64, 128, 256}, the host kernel under a GPU launch for other
-// sizes) against the unfused path.
+// D and Dv in {32, 64, 128, 256}, the host kernel under a GPU launch for
+// other sizes) against the unfused path.
 TYPED_TEST(FusedAttention, ForwardMatchesTheUnfusedPath) {
   using T = TypeParam;
   unsigned seed = 1;
@@ -227,45 +243,60 @@ TYPED_TEST(FusedAttention, ForwardMatchesTheUnfusedPath) {
 
 // The GPU forms run where the launch asks for it (always with
 // KernelShape::gpu, on a GPU backend with automatic) for their head sizes
-// only, and their team scratch fits a CUDA team's 48 KiB of level 0 for
-// every one of them, so on a GPU they never take a team workspace.
+// only (D and Dv each compiled), and their team scratch fits a CUDA team's
+// 48 KiB of level 0 for every pair of them, so on a GPU they never take a
+// team workspace.
 TEST(FusedAttentionGpuForm, RunsForTheCompiledHeadSizesWithinOnChipScratch) {
   const bool gpu = !kdnn::impl::BackendTraits<Space>::is_host;
+  const auto compiled = [](int d) { return d == 32 || d == 64 || d == 128 || d == 256; };
   at::FusedAttentionOptions opts;
   for (int D : {16, 32, 48, 64, 128, 256, 512}) {
-    const bool compiled = D == 32 || D == 64 || D == 128 || D == 256;
-    opts.launch.shape = kdnn::KernelShape::gpu;
-    EXPECT_EQ(at::impl::forward_gpu_shape<Space>(opts, D, D), compiled) << "D=" << D;
-    EXPECT_FALSE(at::impl::forward_gpu_shape<Space>(opts, D, D / 2)) << "D=" << D;
-    opts.launch.shape = kdnn::KernelShape::automatic;
-    EXPECT_EQ(at::impl::forward_gpu_shape<Space>(opts, D, D), compiled && gpu) << "D=" << D;
-    opts.launch.shape = kdnn::KernelShape::host;
-    EXPECT_FALSE(at::impl::forward_gpu_shape<Space>(opts, D, D)) << "D=" << D;
-  }
-  for (int D : {32, 64, 128, 256}) {  // the backward's: double D = 256 keeps the host form
-    opts.launch.shape = kdnn::KernelShape::gpu;
-    EXPECT_TRUE((at::impl::backward_gpu_shape<Space, float>(opts, D, D))) << "D=" << D;
-    EXPECT_EQ((at::impl::backward_gpu_shape<Space, double>(opts, D, D)), D != 256) << "D=" << D;
-    EXPECT_FALSE((at::impl::backward_gpu_shape<Space, float>(opts, D, D / 2))) << "D=" << D;
-    opts.launch.shape = kdnn::KernelShape::host;
-    EXPECT_FALSE((at::impl::backward_gpu_shape<Space, float>(opts, D, D))) << "D=" << D;
+    for (int Dv : {8, 32, 64, 96, 128, 256}) {
+      const std::string pair = "D=" + std::to_string(D) + ", Dv=" + std::to_string(Dv);
+      const bool both = compiled(D) && compiled(Dv);
+      opts.launch.shape = kdnn::KernelShape::gpu;
+      EXPECT_EQ(at::impl::forward_gpu_shape<Space>(opts, D, Dv), both) << pair;
+      EXPECT_EQ((at::impl::backward_gpu_shape<Space, float>(opts, D, Dv)), both) << pair;
+      // The backward in double: not where either head is 256 (off-chip).
+      EXPECT_EQ((at::impl::backward_gpu_shape<Space, double>(opts, D, Dv)),
+                both && D != 256 && Dv != 256)
+          << pair;
+      opts.launch.shape = kdnn::KernelShape::automatic;
+      EXPECT_EQ(at::impl::forward_gpu_shape<Space>(opts, D, Dv), both && gpu) << pair;
+      opts.launch.shape = kdnn::KernelShape::host;
+      EXPECT_FALSE(at::impl::forward_gpu_shape<Space>(opts, D, Dv)) << pair;
+      EXPECT_FALSE((at::impl::backward_gpu_shape<Space, float>(opts, D, Dv))) << pair;
+    }
   }
   const std::size_t level0 = 48 * 1024 - kdnn::impl::kScratchAlign;
-  const auto check = [&](auto size) {
-    constexpr int D = decltype(size)::value;
-    EXPECT_LE((at::impl::FusedForwardGpuKernel<Space, float, D>::scratch_bytes()), level0);
-    EXPECT_LE((at::impl::FusedForwardGpuKernel<Space, double, D>::scratch_bytes()), level0);
-    EXPECT_LE((at::impl::FusedBackwardKVGpuKernel<Space, float, D>::scratch_bytes()), level0);
-    EXPECT_LE((at::impl::FusedBackwardQGpuKernel<Space, float, D>::scratch_bytes()), level0);
-    if constexpr (D != 256) {
-      EXPECT_LE((at::impl::FusedBackwardKVGpuKernel<Space, double, D>::scratch_bytes()), level0);
-      EXPECT_LE((at::impl::FusedBackwardQGpuKernel<Space, double, D>::scratch_bytes()), level0);
+  const auto check = [&](auto d, auto dv) {
+    constexpr int D = decltype(d)::value, Dv = decltype(dv)::value;
+    SCOPED_TRACE("D=" + std::to_string(D) + ", Dv=" + std::to_string(Dv));
+    EXPECT_LE((at::impl::FusedForwardGpuKernel<Space, float, D, Dv>::scratch_bytes()), level0);
+    EXPECT_LE((at::impl::FusedForwardGpuKernel<Space, double, D, Dv>::scratch_bytes()), level0);
+    EXPECT_LE((at::impl::FusedBackwardKVGpuKernel<Space, float, D, Dv>::scratch_bytes()), level0);
+    EXPECT_LE((at::impl::FusedBackwardQGpuKernel<Space, float, D, Dv>::scratch_bytes()), level0);
+    if constexpr (D != 256 && Dv != 256) {
+      EXPECT_LE((at::impl::FusedBackwardKVGpuKernel<Space, double, D, Dv>::scratch_bytes()),
+                level0);
+      EXPECT_LE((at::impl::FusedBackwardQGpuKernel<Space, double, D, Dv>::scratch_bytes()), level0);
     }
   };
-  for (int D : {32, 64, 128, 256}) at::impl::dispatch_head_size(D, check);
+  int pairs = 0;
+  for (int D : {32, 64, 128, 256}) {
+    for (int Dv : {32, 64, 128, 256}) {
+      at::impl::dispatch_head_sizes(D, Dv, [&](auto d, auto dv) {
+        EXPECT_EQ(decltype(d)::value, D);
+        EXPECT_EQ(decltype(dv)::value, Dv);
+        check(d, dv);
+        ++pairs;
+      });
+    }
+  }
+  EXPECT_EQ(pairs, 16);
 }
 
-// Both forms (KernelShape::host, and ::gpu: the GPU forms for D = Dv in
+// Both forms (KernelShape::host, and ::gpu: the GPU forms for D and Dv in
 // their head sizes, the host kernels under a GPU launch for other sizes),
 // each schedule, against the unfused chain and bitwise run to run.
 TYPED_TEST(FusedAttention, BackwardMatchesTheUnfusedPathAndIsReproducible) {
@@ -486,7 +517,7 @@ TEST(FusedAttentionAccuracy, Float32WithinThreeTimesAReorderedFloat32Reference) 
                    {"dq", &Float32Run::dq},
                    {"dk", &Float32Run::dk},
                    {"dv", &Float32Run::dv}};
-    // Both forms (the forward's GPU form for D = Dv in {32, 64, 128, 256}).
+    // Both forms (the GPU forms for D and Dv in {32, 64, 128, 256}).
     for (const auto shape : {kdnn::KernelShape::host, kdnn::KernelShape::gpu}) {
       const Float32Run fused = run_case<float>(c, q, k, v, g, true, shape);
       for (const auto& out : outputs) {

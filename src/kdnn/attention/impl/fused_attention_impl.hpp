@@ -49,21 +49,23 @@ inline DropoutMask dropout_mask(const DropoutOptions& opts) {
 }
 
 /// Whether the forward runs its GPU form (fused_forward_gpu_kernel.hpp):
-/// the launch asks for it (KernelShape) and D = Dv is a compiled head size.
+/// the launch asks for it (KernelShape) and D and Dv are compiled head sizes.
 template <class ExecSpace>
 bool forward_gpu_shape(const FusedAttentionOptions& opts, int D, int Dv) {
-  return kdnn::impl::use_gpu_shape<ExecSpace>(opts.launch.shape) && D == Dv && flash_head_size(D);
+  return kdnn::impl::use_gpu_shape<ExecSpace>(opts.launch.shape) && flash_head_size(D) &&
+         flash_head_size(Dv);
 }
 
 /// Whether the backward runs its GPU form (fused_backward_gpu_kernels.hpp):
-/// the launch asks for it and D = Dv is one of its head sizes for T.
+/// the launch asks for it and D, Dv are among its head sizes for T.
 template <class ExecSpace, class T>
 bool backward_gpu_shape(const FusedAttentionOptions& opts, int D, int Dv) {
-  return kdnn::impl::use_gpu_shape<ExecSpace>(opts.launch.shape) && D == Dv &&
-         flash_backward_head_size<T>(D);
+  return kdnn::impl::use_gpu_shape<ExecSpace>(opts.launch.shape) &&
+         flash_backward_head_sizes<T>(D, Dv);
 }
 
-/// Calls run(std::integral_constant<int, D>) for the compiled head size D.
+/// Calls run(std::integral_constant<int, d>) for a compiled head size d
+/// (flash_head_size; any other d runs 256).
 template <class Run>
 void dispatch_head_size(int d, const Run& run) {
   switch (d) {
@@ -80,6 +82,13 @@ void dispatch_head_size(int d, const Run& run) {
       run(std::integral_constant<int, 256>{});
       break;
   }
+}
+
+/// Calls run(D, DV), two std::integral_constant<int, …>, for the compiled
+/// head sizes D and Dv: the GPU forms' dispatch table, 16 pairs.
+template <class Run>
+void dispatch_head_sizes(int D, int Dv, const Run& run) {
+  dispatch_head_size(D, [&](auto hd) { dispatch_head_size(Dv, [&](auto hdv) { run(hd, hdv); }); });
 }
 
 /// The kernels index with int: every extent, and the teams of each launch
@@ -100,10 +109,10 @@ void check_fused_sizes(const char* op, const FusedAttentionOptions& opts, std::s
   int bq = 1, bk = 1;
   fused_block_sizes<ExecSpace>(int(S), int(Sk), int(D), int(Dv), bq, bk);
   if (forward_gpu_shape<ExecSpace>(opts, int(D), int(Dv))) {  // their blocks may be smaller
-    dispatch_head_size(int(D), [&](auto size) {
-      constexpr int HD = decltype(size)::value;
-      bq = std::min({bq, FlashShape<T, HD>::BQ, FlashBackwardShape<T, HD>::BR});
-      bk = std::min(bk, FlashBackwardShape<T, HD>::BR);
+    dispatch_head_sizes(int(D), int(Dv), [&](auto hd, auto hdv) {
+      constexpr int HD = decltype(hd)::value, HDV = decltype(hdv)::value;
+      bq = std::min({bq, FlashShape<T, HD, HDV>::BQ, FlashBackwardShape<T, HD, HDV>::BR});
+      bk = std::min(bk, FlashBackwardShape<T, HD, HDV>::BR);
     });
   }
   const std::size_t heads = B * H;  // < 2^62
@@ -159,20 +168,12 @@ kdnn::impl::TeamPlan<ExecSpace> plan_fused(const char* op, const ExecSpace& spac
           " keys with D=" + std::to_string(D) + ", Dv=" + std::to_string(Dv));
 }
 
-/// The launch plan of the forward's GPU form over `league` query blocks: a
-/// team of Kernel::NT threads on a GPU (one thread on a host, which plays
-/// them in turn), no vector lanes; launch.team_size and vector_length do not
-/// apply to it.
+/// The launch plan of a GPU form over `league` blocks (plan_register_team).
 template <class ExecSpace, class Kernel>
 kdnn::impl::TeamPlan<ExecSpace> plan_fused_gpu(const char* op, const ExecSpace& space, int league,
                                                const FusedAttentionOptions& opts) {
-  kdnn::impl::check_launch_request(op, opts.launch);
-  Launch request;
-  request.team_size = kdnn::impl::BackendTraits<ExecSpace>::is_gpu ? Kernel::NT : 1;
-  request.vector_length = 1;
-  request.shape = opts.launch.shape;
-  return kdnn::impl::plan_team<ExecSpace, Kernel>(
-      op, space, league, request, 1, Kernel::scratch_bytes(),
+  return kdnn::impl::plan_register_team<ExecSpace, Kernel>(
+      op, space, league, opts.launch, Kernel::scratch_bytes(),
       "blocks of " + std::to_string(Kernel::BQ) + " queries and " + std::to_string(Kernel::BK) +
           " keys (GPU form)");
 }
@@ -197,19 +198,19 @@ void check_fused_launch(const char* op, const ExecSpace& space, int B, int H, in
   fused_block_sizes<ExecSpace>(S, Sk, D, Dv, bq, bk);
   if (!backward) {
     if (S > 0 && forward_gpu_shape<ExecSpace>(opts, D, Dv)) {
-      dispatch_head_size(D, [&](auto size) {
-        plan_fused_gpu<ExecSpace, FusedForwardGpuKernel<ExecSpace, T, decltype(size)::value>>(
-            op, space, 1, opts);
+      dispatch_head_sizes(D, Dv, [&](auto hd, auto hdv) {
+        plan_fused_gpu<ExecSpace, FusedForwardGpuKernel<ExecSpace, T, decltype(hd)::value,
+                                                        decltype(hdv)::value>>(op, space, 1, opts);
       });
     } else if (S > 0) {
       plan_fused<ExecSpace, FusedForwardKernel<ExecSpace, T>>(op, space, 1, opts, bq, bk, D, Dv);
     }
   } else if (backward_gpu_shape<ExecSpace, T>(opts, D, Dv)) {
-    dispatch_head_size(D, [&](auto size) {
-      constexpr int HD = decltype(size)::value;
-      if constexpr (flash_backward_head_size<T>(HD)) {
-        using KV = FusedBackwardKVGpuKernel<ExecSpace, T, HD>;
-        using Q = FusedBackwardQGpuKernel<ExecSpace, T, HD>;
+    dispatch_head_sizes(D, Dv, [&](auto hd, auto hdv) {
+      constexpr int HD = decltype(hd)::value, HDV = decltype(hdv)::value;
+      if constexpr (flash_backward_head_sizes<T>(HD, HDV)) {
+        using KV = FusedBackwardKVGpuKernel<ExecSpace, T, HD, HDV>;
+        using Q = FusedBackwardQGpuKernel<ExecSpace, T, HD, HDV>;
         if (Sk > 0) plan_fused_gpu<ExecSpace, KV>(op, space, 1, opts);
         if (S > 0) plan_fused_gpu<ExecSpace, Q>(op, space, 1, opts);
       }
@@ -250,13 +251,14 @@ void fused_attention_forward(const ExecSpace& space, const Tensor4<const T, Exec
   data.dropout = dropout_mask(opts.dropout);
 
   if (forward_gpu_shape<ExecSpace>(opts, D, Dv)) {
-    dispatch_head_size(D, [&](auto size) {
-      using Gpu = FusedForwardGpuKernel<ExecSpace, T, decltype(size)::value>;
+    dispatch_head_sizes(D, Dv, [&](auto hd, auto hdv) {
+      using Gpu = FusedForwardGpuKernel<ExecSpace, T, decltype(hd)::value, decltype(hdv)::value>;
       Gpu kernel;
       static_cast<FusedForwardData<ExecSpace, T>&>(kernel) = data;
       const auto plan =
           plan_fused_gpu<ExecSpace, Gpu>(op, space, B * H * ((S + Gpu::BQ - 1) / Gpu::BQ), opts);
-      plan.launch("kdnn::attention::fused_attention_forward[gpu D=" + std::to_string(D) + "]",
+      plan.launch("kdnn::attention::fused_attention_forward[gpu D=" + std::to_string(D) +
+                      ", Dv=" + std::to_string(Dv) + "]",
                   space, kernel);
     });
     return;
@@ -324,13 +326,14 @@ void fused_attention_backward(
   fused_block_sizes<ExecSpace>(S, Sk, D, Dv, data.bq, data.bk);
 
   if (backward_gpu_shape<ExecSpace, T>(opts, D, Dv)) {
-    dispatch_head_size(D, [&](auto size) {
-      constexpr int HD = decltype(size)::value;
-      if constexpr (flash_backward_head_size<T>(HD)) {
-        data.bq = data.bk = FlashBackwardShape<T, HD>::BR;
-        const std::string tag = "[gpu D=" + std::to_string(HD) + "]";
+    dispatch_head_sizes(D, Dv, [&](auto hd, auto hdv) {
+      constexpr int HD = decltype(hd)::value, HDV = decltype(hdv)::value;
+      if constexpr (flash_backward_head_sizes<T>(HD, HDV)) {
+        data.bq = data.bk = FlashBackwardShape<T, HD, HDV>::BR;
+        const std::string tag =
+            "[gpu D=" + std::to_string(HD) + ", Dv=" + std::to_string(HDV) + "]";
         if (Sk > 0) {
-          using KV = FusedBackwardKVGpuKernel<ExecSpace, T, HD>;
+          using KV = FusedBackwardKVGpuKernel<ExecSpace, T, HD, HDV>;
           KV kv;
           static_cast<FusedBackwardData<ExecSpace, T>&>(kv) = data;
           kv.dk = dk, kv.dv = dv;
@@ -339,7 +342,7 @@ void fused_attention_backward(
           plan.launch("kdnn::attention::fused_backward_kv" + tag, space, kv);
         }
         if (S > 0) {
-          using Q = FusedBackwardQGpuKernel<ExecSpace, T, HD>;
+          using Q = FusedBackwardQGpuKernel<ExecSpace, T, HD, HDV>;
           Q qk;
           static_cast<FusedBackwardData<ExecSpace, T>&>(qk) = data;
           qk.dq = dq;

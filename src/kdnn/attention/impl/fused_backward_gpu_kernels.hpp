@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // The fused attention backward, GPU shape (kdnn::KernelShape::gpu), for a
-// compile-time head size D = Dv (flash_backward_head_size): FlashAttention-2's
+// compile-time pair of head sizes D and DV (flash_backward_head_sizes):
+// FlashAttention-2's
 // backward on SIMT threads, in the two kernels of the host form's
 // per_key_block schedule (fused_backward_kernels.hpp, whose formulas and
 // FusedBackwardData::grads it uses):
@@ -17,17 +18,19 @@
 // walk; per streamed tile it computes an RM × RN micro-tile of the scores
 // and of dO·Vᵀ (the tile's items c·RN …), turns them into Pd and dS' with
 // grads() and puts them in scratch, from where every thread takes the rows
-// it needs for its gradient columns. The [rows, D] tiles in scratch (K, V,
-// scale·Q, dO) have a row stride of D + 1, so that a thread walking a row
+// it needs for its gradient columns (dQ and dK: DC = D / 8 of them, dV:
+// DVC = DV / 8). The tiles in scratch, [rows, D] (K, scale·Q) and
+// [rows, DV] (V, dO), have a row stride of D + 1 and DV + 1, so that a thread walking a row
 // and the threads reading one column of several rows both hit distinct
 // banks. Every product is register_tile_product: team_gemm's summation
 // order, so the recomputed scores are bitwise the forward's (both forms'),
 // which a huge |scale| needs, and the gradients agree with the host form's
 // to rounding (their tiles sum other ranges of queries and keys).
 //
-// Sizes: BR = BC = 32 (float) or 16 (double) for D <= 64, 16 or 8 for
-// D = 128, and 8 for float D = 256 (double D = 256 would not fit on-chip and
-// keeps the host form), so that a team's scratch stays within 48 KiB.
+// Sizes, by the wider head W = max(D, DV): BR = BC = 32 (float) or 16
+// (double) for W <= 64, 16 or 8 for W = 128, and 8 for float W = 256
+// (double W = 256 would not fit on-chip and keeps the host form), so that a
+// team's scratch stays within 48 KiB.
 #include <Kokkos_Core.hpp>
 #include <cstdint>
 
@@ -40,43 +43,47 @@
 
 namespace kdnn::attention::impl {
 
-/// The head sizes of the backward's GPU form for T (D = Dv).
+/// The head sizes of the backward's GPU form for T.
 template <class T>
-KOKKOS_INLINE_FUNCTION constexpr bool flash_backward_head_size(int d) {
-  return flash_head_size(d) && !(sizeof(T) > 4 && d == 256);
+KOKKOS_INLINE_FUNCTION constexpr bool flash_backward_head_sizes(int d, int dv) {
+  return flash_head_size(d) && flash_head_size(dv) && !(sizeof(T) > 4 && (d == 256 || dv == 256));
 }
 
 /// Block sizes and thread grid of the backward's GPU form (see above).
-template <class T, int D>
+template <class T, int D, int DV>
 struct FlashBackwardShape {
   static constexpr bool wide = sizeof(T) > 4;
-  static constexpr int BR = D <= 64 ? (wide ? 16 : 32) : D == 128 ? (wide ? 8 : 16) : 8;
+  static constexpr int W = D > DV ? D : DV;
+  static constexpr int BR = W <= 64 ? (wide ? 16 : 32) : W == 128 ? (wide ? 8 : 16) : 8;
   static constexpr int BC = BR;  ///< items per streamed tile
   static constexpr int RM = BR >= 32 ? BR / 16 : 1;
-  static constexpr int RG = BR / RM;  ///< row groups
-  static constexpr int CG = 8;        ///< column groups
-  static constexpr int RN = BC / CG;  ///< streamed items per thread
-  static constexpr int NT = RG * CG;  ///< threads per team
-  static constexpr int DC = D / CG;   ///< gradient columns per thread
-  static constexpr int LD = D + 1;    ///< row stride of [rows, D] tiles
-  static constexpr int LDT = BC + 1;  ///< row stride of the pair tiles
-  static_assert(BR % RM == 0 && BC % CG == 0 && D % CG == 0, "FlashBackwardShape");
+  static constexpr int RG = BR / RM;   ///< row groups
+  static constexpr int CG = 8;         ///< column groups
+  static constexpr int RN = BC / CG;   ///< streamed items per thread
+  static constexpr int NT = RG * CG;   ///< threads per team
+  static constexpr int DC = D / CG;    ///< dQ or dK columns per thread
+  static constexpr int DVC = DV / CG;  ///< dV columns per thread
+  static constexpr int LD = D + 1;     ///< row stride of [rows, D] tiles
+  static constexpr int LDV = DV + 1;   ///< row stride of [rows, DV] tiles
+  static constexpr int LDT = BC + 1;   ///< row stride of the pair tiles
+  static_assert(BR % RM == 0 && BC % CG == 0 && D % CG == 0 && DV % CG == 0, "FlashBackwardShape");
 };
 
 /// What both GPU backward kernels share: the shape, the scratch layout, the
 /// launch body, tile loads and the pairs' gradients. Derived provides
 /// `one_block(team, item, scratch)`.
-template <class Derived, class ExecSpace, class T, int D>
+template <class Derived, class ExecSpace, class T, int D, int DV>
 struct FlashBackwardBase : FusedBackwardData<ExecSpace, T> {
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
-  using Shape = FlashBackwardShape<T, D>;
+  using Shape = FlashBackwardShape<T, D, DV>;
   static constexpr int BR = Shape::BR, BC = Shape::BC, RM = Shape::RM, RN = Shape::RN,
-                       CG = Shape::CG, NT = Shape::NT, DC = Shape::DC, LD = Shape::LD,
-                       LDT = Shape::LDT;
+                       CG = Shape::CG, NT = Shape::NT, DC = Shape::DC, DVC = Shape::DVC,
+                       LD = Shape::LD, LDV = Shape::LDV, LDT = Shape::LDT;
   static constexpr bool kPrivate = kdnn::impl::BackendTraits<ExecSpace>::is_gpu;
 
-  /// The team's [BR, LD] tiles `own_a`, `own_b` (K and V, or scale·Q and
-  /// dO), the streamed tile's `str_a`, `str_b` (scale·Q and dO, or K and V),
+  /// The team's tiles `own_a` [BR, LD] and `own_b` [BR, LDV] (K and V, or
+  /// scale·Q and dO), the streamed tile's `str_a` [BC, LD] and `str_b`
+  /// [BC, LDV] (scale·Q and dO, or K and V),
   /// the [BR, LDT] pair tiles Pd (for dV only) and dS', and the data of the
   /// BR = BC query rows in play (ranges of visible keys, lse, δ).
   struct Work {
@@ -86,9 +93,9 @@ struct FlashBackwardBase : FusedBackwardData<ExecSpace, T> {
   static KOKKOS_INLINE_FUNCTION Work carve(kdnn::impl::ScratchCarver& s) {
     Work w;
     w.own_a = s.take<T>(BR * LD);
-    w.own_b = s.take<T>(BR * LD);
+    w.own_b = s.take<T>(BR * LDV);
     w.str_a = s.take<T>(BC * LD);
-    w.str_b = s.take<T>(BC * LD);
+    w.str_b = s.take<T>(BC * LDV);
     w.pd = Derived::kWithPd ? s.take<T>(BR * LDT) : nullptr;
     w.ds = s.take<T>(BR * LDT);
     w.lse = s.take<T>(BC);
@@ -107,14 +114,15 @@ struct FlashBackwardBase : FusedBackwardData<ExecSpace, T> {
     });
   }
 
-  /// Copies `count` rows of a [B, H, rows, D] view (from row i0 of head
-  /// (b, h)) into a [n, LD] scratch tile, times `factor`, pad rows zero.
-  template <class View>
+  /// Copies `count` rows of a [B, H, rows, Width] view (from row i0 of
+  /// head (b, h)) into a [n, Width + 1] scratch tile, times `factor`, pad
+  /// rows zero.
+  template <int Width, class View>
   static KOKKOS_INLINE_FUNCTION void load_tile(const Member& team, const View& view, int b, int h,
                                                int i0, int count, int n, T factor, T* dst) {
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n * D), [&](int e) {
-      const int r = e / D, d = e % D;
-      dst[r * LD + d] = r < count ? factor * view(b, h, i0 + r, d) : T(0);
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n * Width), [&](int e) {
+      const int r = e / Width, d = e % Width;
+      dst[r * (Width + 1) + d] = r < count ? factor * view(b, h, i0 + r, d) : T(0);
     });
   }
 
@@ -127,7 +135,8 @@ struct FlashBackwardBase : FusedBackwardData<ExecSpace, T> {
   /// Pd and dS' of the thread's micro-tile, from its rows `own` (RM, at
   /// `own0` of the tile `own_tile`) and the streamed items (RN, at `str0`
   /// of `str_tile`): the scores from the [rows, LD] tiles of scale·Q and K
-  /// (`own_q` says which side holds the queries), dO·Vᵀ from dO and V.
+  /// (either side may hold the queries), dO·Vᵀ from dO and V ([rows, LDV]
+  /// tiles).
   /// put(i, j, pd, ds) receives each pair's values; `query(i, j)` and
   /// `key(i, j)` give the pair's absolute query row within the tile's
   /// per-query data (lse, δ, ranges: index into `first`…) and key index.
@@ -140,7 +149,7 @@ struct FlashBackwardBase : FusedBackwardData<ExecSpace, T> {
     const int S = int(this->q.extent(2)), Sk = int(this->k.extent(2));
     T s[RM * RN], dp[RM * RN];
     kdnn::impl::register_tile_product<RM, RN, D>(own_a, 1, LD, str_a, 1, LD, s);
-    kdnn::impl::register_tile_product<RM, RN, D>(own_b, 1, LD, str_b, 1, LD, dp);
+    kdnn::impl::register_tile_product<RM, RN, DV>(own_b, 1, LDV, str_b, 1, LDV, dp);
     const std::uint64_t base = std::uint64_t(bh) * S * Sk;
     KDNN_IMPL_UNROLL
     for (int i = 0; i < RM; ++i) {
@@ -160,17 +169,19 @@ struct FlashBackwardBase : FusedBackwardData<ExecSpace, T> {
 };
 
 /// dK and dV: one team per (b, h, block of BR keys).
-template <class ExecSpace, class T, int D>
+template <class ExecSpace, class T, int D, int DV>
 struct FusedBackwardKVGpuKernel
-    : FlashBackwardBase<FusedBackwardKVGpuKernel<ExecSpace, T, D>, ExecSpace, T, D> {
-  using Base = FlashBackwardBase<FusedBackwardKVGpuKernel, ExecSpace, T, D>;
+    : FlashBackwardBase<FusedBackwardKVGpuKernel<ExecSpace, T, D, DV>, ExecSpace, T, D, DV> {
+  using Base = FlashBackwardBase<FusedBackwardKVGpuKernel, ExecSpace, T, D, DV>;
   using typename Base::Work;
   static constexpr bool kWithPd = true;
   using Base::BC;
   using Base::BR;
   using Base::DC;
+  using Base::DVC;
   using Base::LD;
   using Base::LDT;
+  using Base::LDV;
   using Base::NT;
   using Base::RM;
   using Base::RN;
@@ -186,13 +197,13 @@ struct FusedBackwardKVGpuKernel
     const int cols = Sk - j0 < BR ? Sk - j0 : BR;
     kdnn::impl::ScratchCarver carver(scratch);
     const Work w = Base::carve(carver);
-    kdnn::impl::ThreadRegisters<T, NT, 2 * RM * DC, Base::kPrivate> grad;  // dK, then dV
+    kdnn::impl::ThreadRegisters<T, NT, RM*(DC + DVC), Base::kPrivate> grad;  // dK, then dV
 
-    Base::load_tile(team, this->k, b, h, j0, cols, BR, T(1), w.own_a);
-    Base::load_tile(team, this->v, b, h, j0, cols, BR, T(1), w.own_b);
+    Base::template load_tile<D>(team, this->k, b, h, j0, cols, BR, T(1), w.own_a);
+    Base::template load_tile<DV>(team, this->v, b, h, j0, cols, BR, T(1), w.own_b);
     Base::threads(team, [&](int t) {
       KDNN_IMPL_UNROLL
-      for (int e = 0; e < 2 * RM * DC; ++e) grad(t)[e] = T(0);
+      for (int e = 0; e < RM * (DC + DVC); ++e) grad(t)[e] = T(0);
     });
     for (int i0 = 0; i0 < S; i0 += BC) {
       const int rows = S - i0 < BC ? S - i0 : BC;
@@ -200,14 +211,14 @@ struct FusedBackwardKVGpuKernel
       int any = 0;
       this->load_rows(team, b, h, i0, rows, w.first, w.last, w.lse, w.delta, j0, j0 + cols, any);
       if (!any) continue;  // no query of the tile sees these keys
-      Base::load_tile(team, this->q, b, h, i0, rows, BC, this->scale, w.str_a);
-      Base::load_tile(team, this->dout, b, h, i0, rows, BC, T(1), w.str_b);
+      Base::template load_tile<D>(team, this->q, b, h, i0, rows, BC, this->scale, w.str_a);
+      Base::template load_tile<DV>(team, this->dout, b, h, i0, rows, BC, T(1), w.str_b);
       team.team_barrier();
       // Thread (g, c): keys g·RM …, queries c·RN … of the tile.
       Base::threads(team, [&](int t) {
         const int k0 = (t / CG) * RM, r0 = (t % CG) * RN;
         this->pair_grads(
-            w.own_a + k0 * LD, w.str_a + r0 * LD, w.own_b + k0 * LD, w.str_b + r0 * LD, bh, i0,
+            w.own_a + k0 * LD, w.str_a + r0 * LD, w.own_b + k0 * LDV, w.str_b + r0 * LDV, bh, i0,
             w.first, w.last, w.lse, w.delta, [&](int, int j) { return r0 + j; },
             [&](int i, int) { return j0 + k0 + i; },
             [&](int i, int j, T pd, T ds) {
@@ -218,40 +229,41 @@ struct FusedBackwardKVGpuKernel
       team.team_barrier();
       // dV += Pdᵀ·dO and dK += dS'ᵀ·(scale·Q), the thread's keys and columns.
       Base::threads(team, [&](int t) {
-        const int k0 = (t / CG) * RM, d0 = (t % CG) * DC;
-        T tile[RM * DC];
+        const int k0 = (t / CG) * RM, c = t % CG;
         T* dk_t = grad(t);
         T* dv_t = grad(t) + RM * DC;
-        kdnn::impl::register_tile_product<RM, DC, BC>(w.pd + k0 * LDT, 1, LDT, w.str_b + d0, LD, 1,
-                                                      tile);
+        T dv_tile[RM * DVC];
+        kdnn::impl::register_tile_product<RM, DVC, BC>(w.pd + k0 * LDT, 1, LDT, w.str_b + c * DVC,
+                                                       LDV, 1, dv_tile);
         KDNN_IMPL_UNROLL
-        for (int e = 0; e < RM * DC; ++e) dv_t[e] += tile[e];
-        kdnn::impl::register_tile_product<RM, DC, BC>(w.ds + k0 * LDT, 1, LDT, w.str_a + d0, LD, 1,
-                                                      tile);
+        for (int e = 0; e < RM * DVC; ++e) dv_t[e] += dv_tile[e];
+        T dk_tile[RM * DC];
+        kdnn::impl::register_tile_product<RM, DC, BC>(w.ds + k0 * LDT, 1, LDT, w.str_a + c * DC, LD,
+                                                      1, dk_tile);
         KDNN_IMPL_UNROLL
-        for (int e = 0; e < RM * DC; ++e) dk_t[e] += tile[e];
+        for (int e = 0; e < RM * DC; ++e) dk_t[e] += dk_tile[e];
       });
     }
     Base::threads(team, [&](int t) {
-      const int k0 = (t / CG) * RM, d0 = (t % CG) * DC;
+      const int k0 = (t / CG) * RM, c = t % CG;
       KDNN_IMPL_UNROLL
       for (int i = 0; i < RM; ++i) {
         if (k0 + i >= cols) continue;
         KDNN_IMPL_UNROLL
-        for (int j = 0; j < DC; ++j) {
-          dk(b, h, j0 + k0 + i, d0 + j) = grad(t)[i * DC + j];
-          dv(b, h, j0 + k0 + i, d0 + j) = grad(t)[RM * DC + i * DC + j];
-        }
+        for (int j = 0; j < DC; ++j) dk(b, h, j0 + k0 + i, c * DC + j) = grad(t)[i * DC + j];
+        KDNN_IMPL_UNROLL
+        for (int j = 0; j < DVC; ++j)
+          dv(b, h, j0 + k0 + i, c * DVC + j) = grad(t)[RM * DC + i * DVC + j];
       }
     });
   }
 };
 
 /// dQ: one team per (b, h, block of BR queries).
-template <class ExecSpace, class T, int D>
+template <class ExecSpace, class T, int D, int DV>
 struct FusedBackwardQGpuKernel
-    : FlashBackwardBase<FusedBackwardQGpuKernel<ExecSpace, T, D>, ExecSpace, T, D> {
-  using Base = FlashBackwardBase<FusedBackwardQGpuKernel, ExecSpace, T, D>;
+    : FlashBackwardBase<FusedBackwardQGpuKernel<ExecSpace, T, D, DV>, ExecSpace, T, D, DV> {
+  using Base = FlashBackwardBase<FusedBackwardQGpuKernel, ExecSpace, T, D, DV>;
   using typename Base::Work;
   static constexpr bool kWithPd = false;
   using Base::BC;
@@ -259,6 +271,7 @@ struct FusedBackwardQGpuKernel
   using Base::DC;
   using Base::LD;
   using Base::LDT;
+  using Base::LDV;
   using Base::NT;
   using Base::RM;
   using Base::RN;
@@ -278,8 +291,8 @@ struct FusedBackwardQGpuKernel
 
     int any = 0;
     this->load_rows(team, b, h, i0, rows, w.first, w.last, w.lse, w.delta, 0, Sk, any);
-    Base::load_tile(team, this->q, b, h, i0, rows, BR, this->scale, w.own_a);
-    Base::load_tile(team, this->dout, b, h, i0, rows, BR, T(1), w.own_b);
+    Base::template load_tile<D>(team, this->q, b, h, i0, rows, BR, this->scale, w.own_a);
+    Base::template load_tile<DV>(team, this->dout, b, h, i0, rows, BR, T(1), w.own_b);
     Base::threads(team, [&](int t) {
       KDNN_IMPL_UNROLL
       for (int e = 0; e < RM * DC; ++e) grad(t)[e] = T(0);
@@ -288,14 +301,14 @@ struct FusedBackwardQGpuKernel
     for (int j0 = seen.lo / BC * BC; j0 < seen.hi; j0 += BC) {
       const int cols = Sk - j0 < BC ? Sk - j0 : BC;
       team.team_barrier();  // the previous tile is done with
-      Base::load_tile(team, this->k, b, h, j0, cols, BC, T(1), w.str_a);
-      Base::load_tile(team, this->v, b, h, j0, cols, BC, T(1), w.str_b);
+      Base::template load_tile<D>(team, this->k, b, h, j0, cols, BC, T(1), w.str_a);
+      Base::template load_tile<DV>(team, this->v, b, h, j0, cols, BC, T(1), w.str_b);
       team.team_barrier();
       // Thread (g, c): queries g·RM …, keys c·RN … of the tile.
       Base::threads(team, [&](int t) {
         const int r0 = (t / CG) * RM, c0 = (t % CG) * RN;
         this->pair_grads(
-            w.own_a + r0 * LD, w.str_a + c0 * LD, w.own_b + r0 * LD, w.str_b + c0 * LD, bh, i0,
+            w.own_a + r0 * LD, w.str_a + c0 * LD, w.own_b + r0 * LDV, w.str_b + c0 * LDV, bh, i0,
             w.first, w.last, w.lse, w.delta, [&](int i, int) { return r0 + i; },
             [&](int, int j) { return j0 + c0 + j; },
             [&](int i, int j, T, T ds) { w.ds[(r0 + i) * LDT + c0 + j] = ds; });

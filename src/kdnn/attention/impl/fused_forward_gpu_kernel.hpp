@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // The fused attention forward, GPU shape (kdnn::KernelShape::gpu), for a
-// compile-time head size D = Dv in {32, 64, 128, 256}: FlashAttention-2's
+// compile-time pair of head sizes D (queries, keys) and Dv (values) in
+// {32, 64, 128, 256}: FlashAttention-2's
 // forward on SIMT threads. A team owns a block of BQ queries and streams the
 // keys and values through level-0 scratch in tiles of BK; the online softmax
 // is FusedForwardKernel's (fused_forward_kernel.hpp), step for step.
@@ -12,7 +13,7 @@
 //    the D loop reads RM values of Qᵀ and RN of Kᵀ from scratch (contiguous
 //    runs, broadcast to the threads that share them) for RM·RN products;
 //  * a micro-tile of RM × DVC outputs in registers, columns c·DVC …
-//    (DVC = Dv / CG): each key of the tile reads RM probabilities and DVC
+//    (DVC = DV / CG): each key of the tile reads RM probabilities and DVC
 //    values of V for RM·DVC products;
 //  * the running maximum m and sum l of its rows (the CG threads of a row
 //    hold the same values: each combines the same partials in the same
@@ -51,41 +52,42 @@
 
 namespace kdnn::attention::impl {
 
-/// The head sizes the GPU forms are compiled for (D = Dv).
+/// The head sizes the GPU forms are compiled for, each of D and Dv.
 KOKKOS_INLINE_FUNCTION constexpr bool flash_head_size(int d) {
   return d == 32 || d == 64 || d == 128 || d == 256;
 }
 
-/// Block sizes and the thread grid of the GPU form for T and D: BQ queries
-/// per team, BK keys per tile, RM × RN scores per thread. Chosen so that
-/// the team's scratch (Qᵀ, a K or V tile, Pᵀ and the row partials) stays
-/// within a CUDA team's 48 KiB of level 0 and a thread keeps about 32
-/// outputs in registers.
-template <class T, int D>
+/// Block sizes and the thread grid of the GPU form for T, D and DV: BQ
+/// queries per team, BK keys per tile, RM × RN scores per thread. Chosen by
+/// the wider head W = max(D, DV), so that the team's scratch (Qᵀ, a K or V
+/// tile, Pᵀ and the row partials) stays within a CUDA team's 48 KiB of
+/// level 0 and a thread keeps at most about 32 outputs in registers.
+template <class T, int D, int DV>
 struct FlashShape {
   static constexpr bool wide = sizeof(T) > 4;  // double: half the scratch per element
-  static constexpr int BQ = D <= 64    ? (wide ? 32 : 64)
-                            : D == 128 ? (wide ? 16 : 32)
+  static constexpr int W = D > DV ? D : DV;
+  static constexpr int BQ = W <= 64    ? (wide ? 32 : 64)
+                            : W == 128 ? (wide ? 16 : 32)
                                        : (wide ? 8 : 16);
-  static constexpr int BK = D <= 64 ? 32 : D == 128 ? (wide ? 16 : 32) : (wide ? 8 : 16);
+  static constexpr int BK = W <= 64 ? 32 : W == 128 ? (wide ? 16 : 32) : (wide ? 8 : 16);
   static constexpr int RM = BQ >= 32 ? BQ / 16 : 1;
   static constexpr int RN = BK / 8;
-  static constexpr int RG = BQ / RM;  ///< row groups
-  static constexpr int CG = BK / RN;  ///< column groups (8)
-  static constexpr int NT = RG * CG;  ///< threads per team
-  static constexpr int DVC = D / CG;  ///< output columns per thread
-  static_assert(BQ % RM == 0 && BK % RN == 0 && D % CG == 0 && D % kdnn::impl::kGemmKBlock == 0,
+  static constexpr int RG = BQ / RM;   ///< row groups
+  static constexpr int CG = BK / RN;   ///< column groups (8)
+  static constexpr int NT = RG * CG;   ///< threads per team
+  static constexpr int DVC = DV / CG;  ///< output columns per thread
+  static_assert(BQ % RM == 0 && BK % RN == 0 && DV % CG == 0 && D % kdnn::impl::kGemmKBlock == 0,
                 "FlashShape: sizes must divide");
 };
 
-template <class ExecSpace, class T, int D>
+template <class ExecSpace, class T, int D, int DV>
 struct FusedForwardGpuKernel : FusedForwardData<ExecSpace, T> {
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
-  using Shape = FlashShape<T, D>;
+  using Shape = FlashShape<T, D, DV>;
   static constexpr int BQ = Shape::BQ, BK = Shape::BK, RM = Shape::RM, RN = Shape::RN,
                        CG = Shape::CG, NT = Shape::NT, DVC = Shape::DVC;
   static constexpr bool kPrivate = kdnn::impl::BackendTraits<ExecSpace>::is_gpu;
-  using Data = FusedForwardData<ExecSpace, T>;  // D = Dv here
+  using Data = FusedForwardData<ExecSpace, T>;
   using Data::dropout;
   using Data::k;
   using Data::keep_scale;
@@ -99,7 +101,7 @@ struct FusedForwardGpuKernel : FusedForwardData<ExecSpace, T> {
   using Data::work;
 
   /// Qᵀ [D, BQ] (scaled), a K tile transposed (Kᵀ [D, BK]) or a V tile
-  /// ([BK, D]) in one buffer, Pᵀ [BK, BQ], and per row and column group the
+  /// ([BK, DV]) in one buffer, Pᵀ [BK, BQ], and per row and column group the
   /// partial maxima (T) and sums (double) [CG, BQ].
   struct Work {
     T *qt, *kv, *pt, *part_max;
@@ -108,7 +110,7 @@ struct FusedForwardGpuKernel : FusedForwardData<ExecSpace, T> {
   static KOKKOS_INLINE_FUNCTION Work carve(kdnn::impl::ScratchCarver& s) {
     Work w;
     w.qt = s.take<T>(D * BQ);
-    w.kv = s.take<T>(D * BK);
+    w.kv = s.take<T>(Shape::W * BK);
     w.pt = s.take<T>(BK * BQ);
     w.part_max = s.take<T>(CG * BQ);
     w.part_sum = s.take<double>(CG * BQ);
@@ -233,9 +235,9 @@ struct FusedForwardGpuKernel : FusedForwardData<ExecSpace, T> {
         }
       });
       team.team_barrier();  // every thread is done reading Kᵀ
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK * D), [&](int e) {
-        const int c = e / D, d = e % D;
-        w.kv[c * D + d] = c < cols ? v(b, h, j0 + c, d) : T(0);
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK * DV), [&](int e) {
+        const int c = e / DV, d = e % DV;
+        w.kv[c * DV + d] = c < cols ? v(b, h, j0 + c, d) : T(0);
       });
       team.team_barrier();
 
@@ -244,7 +246,7 @@ struct FusedForwardGpuKernel : FusedForwardData<ExecSpace, T> {
         const int r0 = (t / CG) * RM, d0 = (t % CG) * DVC;
         T* out = acc(t);
         T pv[RM * DVC];
-        kdnn::impl::register_tile_product<RM, DVC, BK>(w.pt + r0, BQ, 1, w.kv + d0, D, 1, pv);
+        kdnn::impl::register_tile_product<RM, DVC, BK>(w.pt + r0, BQ, 1, w.kv + d0, DV, 1, pv);
         KDNN_IMPL_UNROLL
         for (int i = 0; i < RM; ++i) {
           const int r = r0 + i;

@@ -182,6 +182,23 @@ TeamPlan<ExecSpace> plan_team(const char* op, const ExecSpace& space, int league
   return plan;
 }
 
+/// The launch plan of a register-tiled GPU form (core/impl/register_tile.hpp)
+/// over `league` teams: Kernel::NT threads per team on a GPU (one thread on
+/// a host, which plays them in turn), no vector lanes, `scratch_bytes` of
+/// scratch; the request's team size and vector length do not apply (they
+/// are checked), its shape does.
+template <class ExecSpace, class Kernel>
+TeamPlan<ExecSpace> plan_register_team(const char* op, const ExecSpace& space, int league,
+                                       const Launch& launch, std::size_t scratch_bytes,
+                                       const std::string& what) {
+  check_launch_request(op, launch);
+  Launch request;
+  request.team_size = BackendTraits<ExecSpace>::is_gpu ? Kernel::NT : 1;
+  request.vector_length = 1;
+  request.shape = launch.shape;
+  return plan_team<ExecSpace, Kernel>(op, space, league, request, 1, scratch_bytes, what);
+}
+
 /// One system per team thread: `batch` independent systems whose inner loops
 /// have `lanes` iterations; `bytes(tile)` is the carved scratch of a team
 /// owning `tile` systems. `what` and `unit` name a system in messages ("n=16",
