@@ -234,16 +234,17 @@ TYPED_TEST(Ssd, BackwardMatchesTheAdjointRecurrence) {
   }
 }
 
-// Chunks whose scratch is past on-chip size (Q = P = N = 64): a GPU launch
-// (forced here) strides a bounded league over them in a team workspace
-// (core/impl/team_work.hpp), team barriers between chunks, while a host
-// launch gives each chunk its team and level-1 scratch. The same kernels:
-// bitwise the same outputs and gradients.
+// Chunks whose scratch is past on-chip size (Q = N = 64, P = 80, not a
+// size of the forward's GPU forms): a GPU launch (forced here) strides a
+// bounded league over them in a team workspace (core/impl/team_work.hpp),
+// team barriers between chunks, while a host launch gives each chunk its
+// team and level-1 scratch. The same kernels: bitwise the same outputs and
+// gradients.
 TYPED_TEST(Ssd, GpuLaunchPastLevelZeroMatchesTheHostLaunch) {
   using T = TypeParam;
-  const Config c{{2, 150, 3, 64, 1, 64}, 64};
+  const Config c{{2, 150, 3, 80, 1, 64}, 64};
   const std::size_t bytes = kdnn::impl::layout_bytes([](kdnn::impl::ScratchCarver& s) {
-    ssm::impl::SsdChunkStateKernel<Space, T>::carve(s, 64, 64, 64);
+    ssm::impl::SsdChunkStateKernel<Space, T>::carve(s, 64, 80, 64);
   });
   ASSERT_GT(bytes, kdnn::impl::scratch_capacity<Space>(0)) << "the case must be past level 0";
   const SsdCase a = make_case(c.s, kAll, 900);
@@ -259,6 +260,118 @@ TYPED_TEST(Ssd, GpuLaunchPastLevelZeroMatchesTheHostLaunch) {
   for (const auto& [name, pair] : grads) EXPECT_EQ(pair.first, pair.second) << name;
   const auto expected = ssm_ref::ssd_forward(a);
   EXPECT_ALLCLOSE(fg.y, expected.y, tol<T>(), sum_tol<T>(c.s.N * 4.0));
+}
+
+// The forward's GPU forms (P, N in {64, 128}, Q <= 256; ssd_gpu_chunks.hpp)
+// run where the launch asks for them, and only there.
+TEST(SsdGpuForm, RunsForItsSizesWithinOnChipScratch) {
+  namespace impl = ssm::impl;
+  const bool gpu = !kdnn::impl::BackendTraits<Space>::is_host;
+  kdnn::Launch launch;
+  for (int P : {32, 64, 80, 128, 256}) {
+    for (int N : {16, 64, 128, 192}) {
+      const bool sizes = (P == 64 || P == 128) && (N == 64 || N == 128);
+      const std::string pair = "P=" + std::to_string(P) + ", N=" + std::to_string(N);
+      launch.shape = kdnn::KernelShape::gpu;
+      EXPECT_EQ(impl::ssd_gpu_form<Space>(launch, 2, 8, 64, 64, P, N, 2), sizes) << pair;
+      EXPECT_EQ(impl::ssd_gpu_form<Space>(launch, 2, 8, 64, 256, P, N, 8), sizes) << pair;
+      EXPECT_FALSE(impl::ssd_gpu_form<Space>(launch, 2, 8, 64, 257, P, N, 9)) << pair;
+      // Teams past 2^31 − 1: the host form (which the checks bound) runs.
+      EXPECT_FALSE(impl::ssd_gpu_form<Space>(launch, 1 << 16, 1 << 10, 8, 64, P, N, 4)) << pair;
+      launch.shape = kdnn::KernelShape::automatic;
+      EXPECT_EQ(impl::ssd_gpu_form<Space>(launch, 2, 8, 64, 64, P, N, 2), sizes && gpu) << pair;
+      launch.shape = kdnn::KernelShape::host;
+      EXPECT_FALSE(impl::ssd_gpu_form<Space>(launch, 2, 8, 64, 64, P, N, 2)) << pair;
+    }
+  }
+  const std::size_t level0 = 48 * 1024 - kdnn::impl::kScratchAlign;
+  const auto bytes = [](auto carve) { return kdnn::impl::layout_bytes(carve); };
+  int pairs = 0;
+  for (int P : {64, 128}) {
+    for (int N : {64, 128}) {
+      impl::dispatch_ssd_sizes(P, N, [&](auto p, auto n) {
+        constexpr int Pc = decltype(p)::value, Nc = decltype(n)::value;
+        EXPECT_EQ(Pc, P);
+        EXPECT_EQ(Nc, N);
+        ++pairs;
+        const auto check = [&](auto type) {
+          using T = decltype(type);
+          const int Q = impl::kSsdGpuMaxChunk;
+          EXPECT_LE(bytes([&](kdnn::impl::ScratchCarver& s) {
+                      impl::SsdChunkStateGpuKernel<Space, T, Pc, Nc>::carve(s, Q);
+                    }),
+                    level0)
+              << "P=" << P << " N=" << N;
+          EXPECT_LE(bytes([&](kdnn::impl::ScratchCarver& s) {
+                      impl::SsdChunkOutputGpuKernel<Space, T, Pc, Nc>::carve(s, Q);
+                    }),
+                    level0)
+              << "P=" << P << " N=" << N;
+        };
+        check(float());
+        check(double());
+      });
+    }
+  }
+  EXPECT_EQ(pairs, 4);
+}
+
+// The forward's GPU forms against its host forms and the float64
+// recurrence: P and N of each compiled size, chunks of one and of several
+// row blocks, a Q that is not a multiple of the blocks, a short last chunk,
+// G < H, D and the initial state; and the output kernel's halves (Y_diag +
+// D·x, then Y_off added, as the context-parallel forward runs them) against
+// the whole; the backward under the same launch against the recurrence.
+// The two forms sum in other orders: agreement to rounding.
+TYPED_TEST(Ssd, GpuFormsOfTheForwardMatchTheHostForms) {
+  using T = TypeParam;
+  namespace impl = ssm::impl;
+  const Config configs[] = {{{2, 150, 4, 64, 2, 64}, 64},
+                            {{1, 100, 2, 128, 1, 64}, 48},
+                            {{1, 70, 2, 64, 2, 128}, 128},
+                            {{1, 45, 1, 128, 1, 128}, 32},
+                            {{1, 300, 2, 64, 1, 64}, 256}};
+  unsigned seed = 2300;
+  for (const Config& c : configs) {
+    SCOPED_TRACE(describe(c, kD | kInit));
+    const auto& s = c.s;
+    const SsdCase a = make_case(s, kD | kInit, seed += 10);
+    const auto gpu = kdnn::KernelShape::gpu;
+    const auto fg = run_forward<T>(a, c.chunk, gpu);
+    const auto fh = run_forward<T>(a, c.chunk, kdnn::KernelShape::host);
+    const auto expected = ssm_ref::ssd_forward(a);
+    const double atol = sum_tol<T>(s.N * 4.0);
+    EXPECT_ALLCLOSE(fg.y, expected.y, tol<T>(), atol);
+    EXPECT_ALLCLOSE(fg.final_state, expected.final_state, tol<T>(), atol);
+    // y sums Q·N + N·P products of a few units each.
+    const double t = 4 * std::numeric_limits<T>::epsilon() * std::sqrt(double(c.chunk + s.P) * s.N);
+    EXPECT_ALLCLOSE(fg.y, fh.y, t, t);
+    EXPECT_ALLCLOSE(fg.final_state, fh.final_state, t, t);
+
+    SsdViews<T> v(a);
+    DeviceView<T****> y("y", s.B, s.L, s.H, s.P);
+    ssm::SsdForward<T, Space> f;
+    v.set_inputs(f);
+    f.y = y;
+    const ssm::SsdOptions opts = options(c.chunk, gpu);
+    impl::ChunkStates<T, Space> states;
+    impl::ChunkDecays<T, Space> decay;
+    impl::chunk_states<Space, T>("test", Space(), f, opts, states, decay);
+    impl::state_pass(Space(), states, decay, f.initial_state, kdnn::Tensor4<T, Space>());
+    impl::chunk_output("test", Space(), f, opts, states, true, false);
+    impl::chunk_output("test", Space(), f, opts, states, false, true);
+    EXPECT_ALLCLOSE(to_host(y), fg.y, t, t);
+
+    // The backward under a GPU launch recomputes the states by the GPU form.
+    const auto bg = run_backward<T>(a, c.chunk, gpu);
+    const auto eb = ssm_ref::ssd_backward(a);
+    const double step = sum_tol<T>(4.0 * s.P * s.N);
+    EXPECT_ALLCLOSE(bg.dx, eb.dx, tol<T>(), step);
+    EXPECT_ALLCLOSE(bg.ddt, eb.ddt, tol<T>(), step);
+    EXPECT_ALLCLOSE(bg.dB, eb.dB, tol<T>(), step * s.H);
+    EXPECT_ALLCLOSE(bg.dC, eb.dC, tol<T>(), step * s.H);
+    EXPECT_ALLCLOSE(bg.dA, eb.dA, tol<T>(), sum_tol<T>(4.0 * s.P * s.N * s.B * s.L));
+  }
 }
 
 // The fused backward (ssm::ssd_backward) against the two halves the

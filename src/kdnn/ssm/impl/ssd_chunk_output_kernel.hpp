@@ -6,18 +6,25 @@
 
 namespace kdnn::ssm::impl {
 
-/// y at the chunk's steps: with `diag`, y = Y_diag + D·x (overwritten);
-/// with `off`, Y_off = e_i·C_i·H_cᵀ from states(b, h, c) (the state entering
-/// the chunk) is added — to Y_diag, or to y as it is when `diag` is off.
+/// What the output kernel's forms (this and SsdChunkOutputGpuKernel) write
+/// at the chunk's steps: with `diag`, y = Y_diag + D·x (overwritten); with
+/// `off`, Y_off = e_i·C_i·H_cᵀ from states(b, h, c) (the state entering the
+/// chunk) is added — to Y_diag, or to y as it is when `diag` is off.
+template <class ExecSpace, class T>
+struct SsdOutputData {
+  Vector<const T, ExecSpace> D;            ///< [H] or empty
+  ChunkStates<const T, ExecSpace> states;  ///< [B, H, ≥chunks, N·P] (off)
+  Tensor4<T, ExecSpace> y;                 ///< [B, L, H, P]
+  bool diag = true, off = true, has_d = false;
+};
+
+/// The output kernel, host form.
 template <class ExecSpace, class T>
 struct SsdChunkOutputKernel : SsdChunks<ExecSpace, T> {
   using Chunk = typename SsdChunks<ExecSpace, T>::Chunk;
   using Base = SsdChunks<ExecSpace, T>;
   using typename Base::Member;
-  Vector<const T, ExecSpace> D;            ///< [H] or empty
-  ChunkStates<const T, ExecSpace> states;  ///< [B, H, ≥chunks, N·P] (off)
-  Tensor4<T, ExecSpace> y;                 ///< [B, L, H, P]
-  bool diag = true, off = true, has_d = false;
+  SsdOutputData<ExecSpace, T> out;
 
   struct Work {
     typename Base::Decays d;
@@ -38,20 +45,21 @@ struct SsdChunkOutputKernel : SsdChunks<ExecSpace, T> {
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
     this->for_each_chunk(team, [&](const Chunk& k, kdnn::impl::ScratchCarver& scratch) {
-      one_chunk(team, k, carve(scratch, this->Qp, this->Pp, this->Np, diag, off));
+      one_chunk(team, k, carve(scratch, this->Qp, this->Pp, this->Np, out.diag, out.off));
     });
   }
 
   /// Chunk k, in the team's scratch w.
   KOKKOS_INLINE_FUNCTION void one_chunk(const Member& team, const Chunk& k, const Work& w) const {
     const int Qp = this->Qp, Pp = this->Pp, Np = this->Np;
+    const bool diag = out.diag, off = out.off;
     this->load_decays(team, k, w.d);
     this->load_bc(team, k, this->Cm, w.c);
     if (diag) {
       this->load_b_t(team, k, w.bt);
       this->load_x(team, k, w.d.dtv, w.xt);
     }
-    if (off) this->load_state(team, k, states, k.c, false, w.ht);
+    if (off) this->load_state(team, k, out.states, k.c, false, w.ht);
     team.team_barrier();
     if (off) Base::gemm(team, Qp, Pp, Np, Base::GemmA::rows(w.c, Np), w.ht, Pp, w.y, Pp, false);
     if (diag) {
@@ -79,15 +87,15 @@ struct SsdChunkOutputKernel : SsdChunks<ExecSpace, T> {
     }
     team.team_barrier();
     const int P = this->P();
-    const T dh = has_d ? D(k.h) : T(0);
+    const T dh = out.has_d ? out.D(k.h) : T(0);
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, k.n), [&](int i) {
-      T* out = &y(k.b, k.t0 + i, k.h, 0);
+      T* yt = &out.y(k.b, k.t0 + i, k.h, 0);
       const T* yr = w.y + i * Pp;
       if (diag) {
         const T* xr = &this->x(k.b, k.t0 + i, k.h, 0);
-        Base::vec(team, P, [&](int p) { out[p] = yr[p] + dh * xr[p]; });
+        Base::vec(team, P, [&](int p) { yt[p] = yr[p] + dh * xr[p]; });
       } else {
-        Base::vec(team, P, [&](int p) { out[p] += yr[p]; });
+        Base::vec(team, P, [&](int p) { yt[p] += yr[p]; });
       }
     });
   }

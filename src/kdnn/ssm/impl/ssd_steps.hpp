@@ -28,7 +28,9 @@
 #include "kdnn/core/validate.hpp"
 #include "kdnn/ssm/impl/ssd_backward_kernel.hpp"
 #include "kdnn/ssm/impl/ssd_chunk_dstate_kernel.hpp"
+#include "kdnn/ssm/impl/ssd_chunk_output_gpu_kernel.hpp"
 #include "kdnn/ssm/impl/ssd_chunk_output_kernel.hpp"
+#include "kdnn/ssm/impl/ssd_chunk_state_gpu_kernel.hpp"
 #include "kdnn/ssm/impl/ssd_chunk_state_kernel.hpp"
 #include "kdnn/ssm/impl/ssd_diag_backward_kernel.hpp"
 #include "kdnn/ssm/impl/ssd_state_backward_kernel.hpp"
@@ -66,6 +68,35 @@ void launch_chunks(const char* op, const ExecSpace& space, Kernel kernel, const 
   plan.launch(label, space, kernel);
 }
 
+/// Plans and launches the GPU form of a chunk kernel (ssd_gpu_chunks.hpp):
+/// kernel.blocks teams of Kernel::NT threads per chunk.
+template <class ExecSpace, class Kernel>
+void launch_gpu_chunks(const char* op, const ExecSpace& space, Kernel kernel, const char* label) {
+  if (kernel.teams() == 0) return;
+  const std::size_t bytes =
+      kdnn::impl::layout_bytes([&](kdnn::impl::ScratchCarver& s) { Kernel::carve(s, kernel.Q); });
+  const auto plan = kdnn::impl::plan_register_team<ExecSpace, Kernel>(
+      op, space, int(kernel.teams()), kernel.launch, bytes,
+      "a chunk of Q=" + std::to_string(kernel.Q) + " steps (GPU form)");
+  plan.launch(label, space, kernel);
+}
+
+/// Runs run(P, N) (integral constants) and returns true when the chunk
+/// kernels of a's sizes run their GPU forms with `blocks(BR)` row blocks of
+/// BR per chunk.
+template <class ExecSpace, class T, class Args, class Blocks, class Run>
+bool gpu_chunk_form(const Args& a, const SsdOptions& opts, int Q, int chunks, const Blocks& blocks,
+                    const Run& run) {
+  const int P = int(a.x.extent(3)), N = int(a.B.extent(3));
+  const int br = SsdGpuShape<T, 64, 64>::BR;  // the same for every P, N
+  if (!ssd_gpu_form<ExecSpace>(opts.launch, a.x.extent(0), a.x.extent(2), chunks, Q, P, N,
+                               blocks(br, N))) {
+    return false;
+  }
+  dispatch_ssd_sizes(P, N, run);
+  return true;
+}
+
 /// states(b, h, c) = S_c and decay(b, h, c) = exp(cum_last) for every chunk
 /// (states has chunks + 1 rows; the last is left for the state pass).
 template <class ExecSpace, class T, class Args>
@@ -82,6 +113,18 @@ void chunk_states(const char* op, const ExecSpace& space, const Args& a, const S
       k.chunks);
   k.states = states;
   k.decay = decay;
+  const auto gpu = [&](auto p, auto n) {
+    SsdChunkStateGpuKernel<ExecSpace, T, decltype(p)::value, decltype(n)::value> g;
+    set_ssd_inputs<ExecSpace, T>(g, a, opts);
+    g.blocks = decltype(g)::kBlocks;
+    g.states = states;
+    g.decay = decay;
+    launch_gpu_chunks(op, space, g, "kdnn::ssm::ssd_chunk_states[gpu]");
+  };
+  if (gpu_chunk_form<ExecSpace, T>(
+          a, opts, k.Q, k.chunks, [](int br, int n) { return n / br; }, gpu)) {
+    return;
+  }
   launch_chunks(
       op, space, k, [&](kdnn::impl::ScratchCarver& s) { decltype(k)::carve(s, k.Qp, k.Pp, k.Np); },
       "kdnn::ssm::ssd_chunk_states");
@@ -188,14 +231,28 @@ template <class ExecSpace, class T>
 void chunk_output(const char* op, const ExecSpace& space, const SsdForward<T, ExecSpace>& a,
                   const SsdOptions& opts, const ChunkStates<T, ExecSpace>& states, bool diag,
                   bool off) {
+  SsdOutputData<ExecSpace, T> out;
+  out.D = a.D;
+  out.has_d = validate::given(a.D);
+  out.states = states;
+  out.y = a.y;
+  out.diag = diag;
+  out.off = off;
   SsdChunkOutputKernel<ExecSpace, T> k;
   set_ssd_inputs<ExecSpace, T>(k, a, opts);
-  k.D = a.D;
-  k.has_d = validate::given(a.D);
-  k.states = states;
-  k.y = a.y;
-  k.diag = diag;
-  k.off = off;
+  k.out = out;
+  const int Q = k.Q;
+  const auto gpu = [&](auto p, auto n) {
+    SsdChunkOutputGpuKernel<ExecSpace, T, decltype(p)::value, decltype(n)::value> g;
+    set_ssd_inputs<ExecSpace, T>(g, a, opts);
+    g.blocks = (Q + decltype(g)::BR - 1) / decltype(g)::BR;
+    g.out = out;
+    launch_gpu_chunks(op, space, g, "kdnn::ssm::ssd_chunk_output[gpu]");
+  };
+  if (gpu_chunk_form<ExecSpace, T>(
+          a, opts, Q, k.chunks, [Q](int br, int) { return (Q + br - 1) / br; }, gpu)) {
+    return;
+  }
   launch_chunks(
       op, space, k,
       [&](kdnn::impl::ScratchCarver& s) { decltype(k)::carve(s, k.Qp, k.Pp, k.Np, diag, off); },

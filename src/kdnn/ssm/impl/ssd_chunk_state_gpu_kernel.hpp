@@ -1,0 +1,100 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+#pragma once
+// The SSD forward's first kernel, GPU form (ssd_gpu_chunks.hpp): each
+// chunk's state from a zero state, S_c[n, p] = Σ_j B_j[n]·dend_j·dt_j·x_j[p],
+// as SsdChunkStateKernel (ssd_chunk_state_kernel.hpp) computes it.
+//
+// A team owns BR rows n of one chunk's state and walks the chunk's steps in
+// tiles of BK: per tile a B tile [BK, BR] (steps × the team's n) and
+// Xs = dend·dt·x [BK, P] in scratch, and each thread adds its RM × PC block
+// of Bᵀ·Xs to its registers.
+#include "kdnn/ssm/impl/ssd_gpu_chunks.hpp"
+
+namespace kdnn::ssm::impl {
+
+template <class ExecSpace, class T, int P, int N>
+struct SsdChunkStateGpuKernel : SsdGpuChunks<ExecSpace, T, P, N> {
+  using Base = SsdGpuChunks<ExecSpace, T, P, N>;
+  using Chunk = typename Base::Chunk;
+  using Base::BK;
+  using Base::BR;
+  using Base::CG;
+  using Base::LDR;
+  using Base::NT;
+  using Base::PC;
+  using Base::RM;
+  using typename Base::Member;
+  ChunkStates<T, ExecSpace> states;  ///< [B, H, ≥chunks, N·P]
+  Kokkos::View<T***, Kokkos::LayoutRight, typename ExecSpace::memory_space>
+      decay;  ///< [B, H, chunks]
+
+  static constexpr int kBlocks = N / BR;  ///< row blocks per chunk
+
+  struct Work {
+    double* cum;  ///< [pad(Q)]
+    T *bt, *xs;   ///< B tile [BK, LDR], Xs tile [BK, P]
+  };
+  static KOKKOS_INLINE_FUNCTION Work carve(kdnn::impl::ScratchCarver& s, int Q) {
+    Work w;
+    w.cum = s.take<double>(Base::Shape::pad(Q));
+    w.bt = s.take<T>(BK * LDR);
+    w.xs = s.take<T>(BK * P);
+    return w;
+  }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    this->work.for_each(team, [&](int item, void* scratch) { one_block(team, item, scratch); });
+  }
+
+  KOKKOS_INLINE_FUNCTION void one_block(const Member& team, int item, void* scratch) const {
+    int block = 0;
+    const Chunk k = this->chunk_of(item, block);
+    const int n0 = block * BR;
+    kdnn::impl::ScratchCarver carver(scratch);
+    const Work w = carve(carver, this->Q);
+    const int span = Base::Shape::pad(k.n);
+    this->scan_decays(team, k, span, w.cum);
+    kdnn::impl::ThreadRegisters<T, NT, RM * PC, Base::kPrivate> acc;
+    Base::threads(team, [&](int t) {
+      KDNN_IMPL_UNROLL
+      for (int e = 0; e < RM * PC; ++e) acc(t)[e] = T(0);
+    });
+    team.team_barrier();
+    const double last = w.cum[span - 1];
+    for (int j0 = 0; j0 < k.n; j0 += BK) {
+      const int cols = k.n - j0 < BK ? k.n - j0 : BK;
+      if (j0 > 0) team.team_barrier();  // the previous tile is done with
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK * BR), [&](int e) {
+        const int s = e / BR, r = e % BR;
+        w.bt[s * LDR + r] = s < cols ? this->Bm(k.b, k.t0 + j0 + s, k.g, n0 + r) : T(0);
+      });
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK * P), [&](int e) {
+        const int s = e / P, p = e % P;
+        T v = T(0);
+        if (s < cols) {
+          const int i = j0 + s;
+          const T f = compat::exp(T(last - w.cum[i])) * this->dt(k.b, k.t0 + i, k.h);
+          v = f * this->x(k.b, k.t0 + i, k.h, p);
+        }
+        w.xs[s * P + p] = v;
+      });
+      team.team_barrier();
+      Base::threads(
+          team, [&](int t) { Base::add_product(w.bt + (t / CG) * RM, LDR, w.xs, t % CG, acc(t)); });
+    }
+    Base::threads(team, [&](int t) {
+      const int r0 = (t / CG) * RM, c = t % CG;
+      KDNN_IMPL_UNROLL
+      for (int i = 0; i < RM; ++i) {
+        T* out = &states(k.b, k.h, k.c, (n0 + r0 + i) * P);
+        KDNN_IMPL_UNROLL
+        for (int j = 0; j < PC; ++j) out[c + CG * j] = acc(t)[i * PC + j];
+      }
+    });
+    if (block == 0) {
+      Kokkos::single(Kokkos::PerTeam(team), [&]() { decay(k.b, k.h, k.c) = compat::exp(T(last)); });
+    }
+  }
+};
+
+}  // namespace kdnn::ssm::impl

@@ -1,0 +1,138 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+#pragma once
+// The GPU forms of the SSD's chunk kernels (kdnn::KernelShape::gpu) for
+// compile-time P and N in {64, 128}: what they share. Notation as in
+// ssd_chunks.hpp.
+//
+// A team owns a block of BR rows of one chunk's result (BR steps of its
+// output, or BR rows n of its state) and streams the operands it needs
+// through level-0 scratch in tiles of BK items. Its NT = 128 threads form a
+// grid of RG = 16 row groups × CG = 8 column groups; thread (g, c) keeps the
+// RM rows g·RM … of the block and the PC = P / 8 columns c, c + 8, … in
+// registers for the whole walk (interleaved columns: the 8 column groups
+// read 8 consecutive words of a tile row, distinct banks, and write 8
+// consecutive values of a result row). Tiles whose rows are read down a
+// column have a row stride of BR + 1 or BK + 1 words, so that the threads
+// that fill them along a source row (coalesced global reads) hit distinct
+// banks. The chunk's cumulative log-decays are a team scan into scratch.
+// Every sum is in a fixed order, no atomics; the products sum over other
+// blocks than team_gemm, so these forms agree with the host forms to
+// rounding, not bitwise.
+//
+// Scratch per team, at most (float: BR = BK = 32; double: 16): cum (8·Q
+// bytes, Q ≤ kSsdGpuMaxChunk) and three tiles of at most N·(BK + 1) values:
+// 40 KiB in float and double at P = N = 128, Q = 256, within the 48 KiB a
+// CUDA team gets on-chip (tested).
+#include <Kokkos_Core.hpp>
+#include <climits>
+#include <type_traits>
+
+#include "kdnn/core/impl/backend_traits.hpp"
+#include "kdnn/core/impl/register_tile.hpp"
+#include "kdnn/core/impl/unroll.hpp"
+#include "kdnn/ssm/impl/ssd_chunks.hpp"
+
+namespace kdnn::ssm::impl {
+
+/// The head sizes P and state sizes N the GPU forms are compiled for.
+KOKKOS_INLINE_FUNCTION constexpr bool ssd_gpu_size(int d) { return d == 64 || d == 128; }
+
+/// The longest chunk the GPU forms take (its cumulative decays in scratch).
+constexpr int kSsdGpuMaxChunk = 256;
+
+/// Block sizes and the thread grid of the GPU forms (see above).
+template <class T, int P, int N>
+struct SsdGpuShape {
+  static constexpr int BR = sizeof(T) > 4 ? 16 : 32;  ///< result rows per team
+  static constexpr int BK = BR;                       ///< items per streamed tile
+  static constexpr int RM = BR / 16;                  ///< result rows per thread
+  static constexpr int RG = BR / RM;                  ///< row groups (16)
+  static constexpr int CG = 8;                        ///< column groups
+  static constexpr int NT = RG * CG;                  ///< threads per team
+  static constexpr int RN = BK / CG;                  ///< streamed items per thread
+  static constexpr int PC = P / CG;                   ///< result columns per thread
+  static constexpr int LDR = BR + 1;                  ///< row stride of [·, BR] tiles
+  static constexpr int LDK = BK + 1;                  ///< row stride of [·, BK] tiles
+  static_assert(N % BR == 0 && P % CG == 0 && N % kdnn::impl::kGemmKBlock == 0, "SsdGpuShape");
+  /// n rounded up to a multiple of BK.
+  KOKKOS_INLINE_FUNCTION static constexpr int pad(int n) { return (n + BK - 1) / BK * BK; }
+};
+
+/// Calls run(P, N), two std::integral_constant<int, …>, for compiled sizes.
+template <class Run>
+void dispatch_ssd_sizes(int P, int N, const Run& run) {
+  const auto size = [](int d, const auto& f) {
+    if (d == 64) {
+      f(std::integral_constant<int, 64>{});
+    } else {
+      f(std::integral_constant<int, 128>{});
+    }
+  };
+  size(P, [&](auto p) { size(N, [&](auto n) { run(p, n); }); });
+}
+
+/// Whether a chunk kernel runs its GPU form: the launch asks for it, P and
+/// N are compiled sizes, the chunk fits kSsdGpuMaxChunk, and its teams
+/// (`blocks` per chunk) number below 2^31 (else the host form runs).
+template <class ExecSpace>
+bool ssd_gpu_form(const Launch& launch, long long B, long long H, long long chunks, int Q, int P,
+                  int N, int blocks) {
+  return kdnn::impl::use_gpu_shape<ExecSpace>(launch.shape) && ssd_gpu_size(P) && ssd_gpu_size(N) &&
+         Q <= kSsdGpuMaxChunk && B * H * chunks * blocks <= INT_MAX;
+}
+
+/// What both GPU chunk kernels share: the shape, the work items (chunk and
+/// row block), the team's threads and the decays' scan.
+template <class ExecSpace, class T, int P, int N>
+struct SsdGpuChunks : SsdChunks<ExecSpace, T> {
+  using Base = SsdChunks<ExecSpace, T>;
+  using Chunk = typename Base::Chunk;
+  using typename Base::Member;
+  using Shape = SsdGpuShape<T, P, N>;
+  static constexpr int BR = Shape::BR, BK = Shape::BK, RM = Shape::RM, CG = Shape::CG,
+                       NT = Shape::NT, RN = Shape::RN, PC = Shape::PC, LDR = Shape::LDR,
+                       LDK = Shape::LDK;
+  static constexpr bool kPrivate = kdnn::impl::BackendTraits<ExecSpace>::is_gpu;
+  int blocks = 1;  ///< row blocks per chunk
+
+  long long teams() const { return (long long)Base::league() * blocks; }
+
+  /// The chunk and the row block of work item `item`.
+  KOKKOS_INLINE_FUNCTION Chunk chunk_of(int item, int& block) const {
+    block = item % blocks;
+    return this->chunk(item / blocks);
+  }
+
+  /// The team's threads, each once (on a host, one after another).
+  template <class F>
+  static KOKKOS_INLINE_FUNCTION void threads(const Member& team, const F& f) {
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, NT), f);
+  }
+
+  /// cum[i] = Σ_{k ≤ i} log_decay(dt_k) in double for i < count (steps past
+  /// the chunk add 0, so they repeat its last value), ready after the
+  /// caller's next barrier.
+  KOKKOS_INLINE_FUNCTION void scan_decays(const Member& team, const Chunk& k, int count,
+                                          double* cum) const {
+    const double a = double(this->A(k.h));
+    Kokkos::parallel_scan(Kokkos::TeamThreadRange(team, count),
+                          [&](int i, double& partial, const bool final) {
+                            if (i < k.n)
+                              partial += Base::log_decay(this->dt(k.b, k.t0 + i, k.h), a);
+                            if (final) cum[i] = partial;
+                          });
+  }
+
+  /// tile[i·PC + j] += Σ_{s<BK} a[s·a_k + i]·rows[s·P + c + CG·j]: the
+  /// thread's RM × PC block (rows at `a`, column group c) of a product whose
+  /// right operand is a [BK, P] tile.
+  static KOKKOS_FORCEINLINE_FUNCTION void add_product(const T* a, int a_k, const T* rows, int c,
+                                                      T* acc) {
+    T part[RM * PC];
+    kdnn::impl::register_tile_product<RM, PC, BK>(a, a_k, 1, rows + c, P, CG, part);
+    KDNN_IMPL_UNROLL
+    for (int e = 0; e < RM * PC; ++e) acc[e] += part[e];
+  }
+};
+
+}  // namespace kdnn::ssm::impl
