@@ -32,6 +32,7 @@
 // (double W = 256 would not fit on-chip and keeps the host form), so that a
 // team's scratch stays within 48 KiB.
 #include <Kokkos_Core.hpp>
+#include <algorithm>
 #include <cstdint>
 
 #include "kdnn/attention/impl/fused_backward_kernels.hpp"
@@ -53,7 +54,7 @@ KOKKOS_INLINE_FUNCTION constexpr bool flash_backward_head_sizes(int d, int dv) {
 template <class T, int D, int DV>
 struct FlashBackwardShape {
   static constexpr bool wide = sizeof(T) > 4;
-  static constexpr int W = D > DV ? D : DV;
+  static constexpr int W = std::max(D, DV);
   static constexpr int BR = W <= 64 ? (wide ? 16 : 32) : W == 128 ? (wide ? 8 : 16) : 8;
   static constexpr int BC = BR;  ///< items per streamed tile
   static constexpr int RM = BR >= 32 ? BR / 16 : 1;

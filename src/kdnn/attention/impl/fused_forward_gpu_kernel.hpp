@@ -36,6 +36,7 @@
 // another, so their registers are kept side by side (ThreadRegisters,
 // core/impl/register_tile.hpp, as the products of the micro-tiles).
 #include <Kokkos_Core.hpp>
+#include <algorithm>
 #include <cstdint>
 
 #include "kdnn/attention/impl/fused_forward_kernel.hpp"
@@ -65,7 +66,7 @@ KOKKOS_INLINE_FUNCTION constexpr bool flash_head_size(int d) {
 template <class T, int D, int DV>
 struct FlashShape {
   static constexpr bool wide = sizeof(T) > 4;  // double: half the scratch per element
-  static constexpr int W = D > DV ? D : DV;
+  static constexpr int W = std::max(D, DV);
   static constexpr int BQ = W <= 64    ? (wide ? 32 : 64)
                             : W == 128 ? (wide ? 16 : 32)
                                        : (wide ? 8 : 16);
