@@ -8,6 +8,7 @@
 // (Y_diag, the summary, exp(cumsum)); bad arguments.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <limits>
@@ -262,8 +263,8 @@ TYPED_TEST(Ssd, GpuLaunchPastLevelZeroMatchesTheHostLaunch) {
   EXPECT_ALLCLOSE(fg.y, expected.y, tol<T>(), sum_tol<T>(c.s.N * 4.0));
 }
 
-// The forward's GPU forms (P, N in {64, 128}, Q <= 256; ssd_gpu_chunks.hpp)
-// run where the launch asks for them, and only there.
+// The GPU forms of the chunk kernels (P, N in {64, 128}, Q <= 256;
+// ssd_gpu_chunks.hpp) run where the launch asks for them, and only there.
 TEST(SsdGpuForm, RunsForItsSizesWithinOnChipScratch) {
   namespace impl = ssm::impl;
   const bool gpu = !kdnn::impl::BackendTraits<Space>::is_host;
@@ -316,14 +317,16 @@ TEST(SsdGpuForm, RunsForItsSizesWithinOnChipScratch) {
   EXPECT_EQ(pairs, 4);
 }
 
-// The forward's GPU forms against its host forms and the float64
+// The GPU forms (the forward's, and the backward's chunk-dstate kernel)
+// against the host forms and the float64
 // recurrence: P and N of each compiled size, chunks of one and of several
 // row blocks, a Q that is not a multiple of the blocks, a short last chunk,
 // G < H, D and the initial state; and the output kernel's halves (Y_diag +
 // D·x, then Y_off added, as the context-parallel forward runs them) against
-// the whole; the backward under the same launch against the recurrence.
+// the whole; the backward under the same launch against the host launch
+// and the adjoint recurrence.
 // The two forms sum in other orders: agreement to rounding.
-TYPED_TEST(Ssd, GpuFormsOfTheForwardMatchTheHostForms) {
+TYPED_TEST(Ssd, GpuFormsMatchTheHostForms) {
   using T = TypeParam;
   namespace impl = ssm::impl;
   const Config configs[] = {{{2, 150, 4, 64, 2, 64}, 64},
@@ -362,8 +365,23 @@ TYPED_TEST(Ssd, GpuFormsOfTheForwardMatchTheHostForms) {
     impl::chunk_output("test", Space(), f, opts, states, false, true);
     EXPECT_ALLCLOSE(to_host(y), fg.y, t, t);
 
-    // The backward under a GPU launch recomputes the states by the GPU form.
+    // The backward under a GPU launch: the states and the gradients each
+    // chunk sends to its entering state by the GPU forms.
     const auto bg = run_backward<T>(a, c.chunk, gpu);
+    const auto bh = run_backward<T>(a, c.chunk, kdnn::KernelShape::host);
+    for (const auto& [name, pair] : std::vector<std::pair<const char*, std::pair<Vec, Vec>>>{
+             {"dx", {bg.dx, bh.dx}},
+             {"ddt", {bg.ddt, bh.ddt}},
+             {"dB", {bg.dB, bh.dB}},
+             {"dC", {bg.dC, bh.dC}},
+             {"dinit", {bg.dinit, bh.dinit}}}) {
+      double worst = 0, scale = 0;
+      for (std::size_t i = 0; i < pair.first.size(); ++i) {
+        worst = std::max(worst, std::abs(pair.first[i] - pair.second[i]));
+        scale = std::max(scale, std::abs(pair.second[i]));
+      }
+      EXPECT_LE(worst, t * std::max(1.0, scale)) << name;
+    }
     const auto eb = ssm_ref::ssd_backward(a);
     const double step = sum_tol<T>(4.0 * s.P * s.N);
     EXPECT_ALLCLOSE(bg.dx, eb.dx, tol<T>(), step);

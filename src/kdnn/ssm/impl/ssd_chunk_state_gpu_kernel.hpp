@@ -1,13 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
-// The SSD forward's first kernel, GPU form (ssd_gpu_chunks.hpp): each
-// chunk's state from a zero state, S_c[n, p] = Σ_j B_j[n]·dend_j·dt_j·x_j[p],
-// as SsdChunkStateKernel (ssd_chunk_state_kernel.hpp) computes it.
+// The chunk sums of outer products, GPU form (ssd_gpu_chunks.hpp), of the
+// forward's first kernel and the backward's:
+//  * each chunk's state from a zero state, S_c[n, p] = Σ_j B_j[n]·dend_j·
+//    dt_j·x_j[p] (SsdChunkStateKernel, ssd_chunk_state_kernel.hpp), and its
+//    total decay;
+//  * with `gradient`, the gradient its Y_off sends to the state entering it,
+//    dS_c[n, p] = Σ_j C_j[n]·e_j·dy_j[p] (SsdChunkDstateKernel,
+//    ssd_chunk_dstate_kernel.hpp).
 //
-// A team owns BR rows n of one chunk's state and walks the chunk's steps in
-// tiles of BK: per tile a B tile [BK, BR] (steps × the team's n) and
-// Xs = dend·dt·x [BK, P] in scratch, and each thread adds its RM × PC block
-// of Bᵀ·Xs to its registers.
+// A team owns BR rows n of one chunk's result and walks the chunk's steps in
+// tiles of BK: per tile a B (or C) tile [BK, BR] (steps × the team's n) and
+// the scaled rows of x (or dy) [BK, P] in scratch, and each thread adds its
+// RM × PC block of their product to its registers.
 #include "kdnn/ssm/impl/ssd_gpu_chunks.hpp"
 
 namespace kdnn::ssm::impl {
@@ -24,15 +29,17 @@ struct SsdChunkStateGpuKernel : SsdGpuChunks<ExecSpace, T, P, N> {
   using Base::PC;
   using Base::RM;
   using typename Base::Member;
-  ChunkStates<T, ExecSpace> states;  ///< [B, H, ≥chunks, N·P]
+  ChunkStates<T, ExecSpace> states;  ///< [B, H, ≥chunks, N·P]: S_c, or dS_c
   Kokkos::View<T***, Kokkos::LayoutRight, typename ExecSpace::memory_space>
-      decay;  ///< [B, H, chunks]
+      decay;                       ///< [B, H, chunks] (not with `gradient`)
+  Tensor4<const T, ExecSpace> dy;  ///< [B, L, H, P] (with `gradient`)
+  bool gradient = false;           ///< dS_c instead of S_c
 
   static constexpr int kBlocks = N / BR;  ///< row blocks per chunk
 
   struct Work {
     double* cum;  ///< [pad(Q)]
-    T *bt, *xs;   ///< B tile [BK, LDR], Xs tile [BK, P]
+    T *bt, *xs;   ///< B or C tile [BK, LDR], scaled x or dy tile [BK, P]
   };
   static KOKKOS_INLINE_FUNCTION Work carve(kdnn::impl::ScratchCarver& s, int Q) {
     Work w;
@@ -61,20 +68,24 @@ struct SsdChunkStateGpuKernel : SsdGpuChunks<ExecSpace, T, P, N> {
     });
     team.team_barrier();
     const double last = w.cum[span - 1];
+    const auto& bc = gradient ? this->Cm : this->Bm;
+    const auto& rows = gradient ? dy : this->x;
     for (int j0 = 0; j0 < k.n; j0 += BK) {
       const int cols = k.n - j0 < BK ? k.n - j0 : BK;
       if (j0 > 0) team.team_barrier();  // the previous tile is done with
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK * BR), [&](int e) {
         const int s = e / BR, r = e % BR;
-        w.bt[s * LDR + r] = s < cols ? this->Bm(k.b, k.t0 + j0 + s, k.g, n0 + r) : T(0);
+        w.bt[s * LDR + r] = s < cols ? bc(k.b, k.t0 + j0 + s, k.g, n0 + r) : T(0);
       });
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK * P), [&](int e) {
         const int s = e / P, p = e % P;
         T v = T(0);
         if (s < cols) {
           const int i = j0 + s;
-          const T f = compat::exp(T(last - w.cum[i])) * this->dt(k.b, k.t0 + i, k.h);
-          v = f * this->x(k.b, k.t0 + i, k.h, p);
+          // dend_i·dt_i (as the host form rounds it), or e_i.
+          const T f = gradient ? compat::exp(T(w.cum[i]))
+                               : compat::exp(T(last - w.cum[i])) * this->dt(k.b, k.t0 + i, k.h);
+          v = f * rows(k.b, k.t0 + i, k.h, p);
         }
         w.xs[s * P + p] = v;
       });
@@ -91,7 +102,7 @@ struct SsdChunkStateGpuKernel : SsdGpuChunks<ExecSpace, T, P, N> {
         for (int j = 0; j < PC; ++j) out[c + CG * j] = acc(t)[i * PC + j];
       }
     });
-    if (block == 0) {
+    if (block == 0 && !gradient) {
       Kokkos::single(Kokkos::PerTeam(team), [&]() { decay(k.b, k.h, k.c) = compat::exp(T(last)); });
     }
   }

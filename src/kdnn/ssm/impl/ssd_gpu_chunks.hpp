@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
-// The GPU forms of the SSD's chunk kernels (kdnn::KernelShape::gpu) for
+// The GPU forms of the SSD's chunk kernels (kdnn::KernelShape::gpu: the
+// forward's two, ssd_chunk_state_gpu_kernel.hpp and
+// ssd_chunk_output_gpu_kernel.hpp, and the backward's chunk dstates) for
 // compile-time P and N in {64, 128}: what they share. Notation as in
 // ssd_chunks.hpp.
 //

@@ -415,6 +415,19 @@ void chunk_dstates(const char* op, const ExecSpace& space, const SsdBackward<T, 
       Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("kdnn::ssm::ssd_dstates")),
       a.x.extent(0), a.x.extent(2), k.chunks, std::size_t(k.P()) * k.N());
   k.dstates = dstates;
+  const auto gpu = [&](auto p, auto n) {
+    SsdChunkStateGpuKernel<ExecSpace, T, decltype(p)::value, decltype(n)::value> g;
+    set_ssd_inputs<ExecSpace, T>(g, a, opts);
+    g.blocks = decltype(g)::kBlocks;
+    g.states = dstates;
+    g.dy = a.dy;
+    g.gradient = true;
+    launch_gpu_chunks(op, space, g, "kdnn::ssm::ssd_chunk_dstates[gpu]");
+  };
+  if (gpu_chunk_form<ExecSpace, T>(
+          a, opts, k.Q, k.chunks, [](int br, int n) { return n / br; }, gpu)) {
+    return;
+  }
   launch_chunks(
       op, space, k, [&](kdnn::impl::ScratchCarver& s) { decltype(k)::carve(s, k.Qp, k.Pp, k.Np); },
       "kdnn::ssm::ssd_chunk_dstates");
