@@ -32,7 +32,11 @@
 #                     (default KDNN_CUDA13_ROOT)
 #   KDNN_CUDA_ARCH    nvcc architecture (default sm_90, matching HOPPER90)
 #   KDNN_HOST_CXX     host compiler of nvcc (default g++)
-#   KDNN_KOKKOS46_WORK_DIR  work directory (default .deps/work-kokkos46-cuda13)
+#   KDNN_KOKKOS46_WORK_DIR  work directory (default .deps/work-kokkos46-cuda13,
+#                     or .deps/work-kokkos46-cuda13-pic with KDNN_KOKKOS46_PIC)
+#   KDNN_KOKKOS46_PIC 1: position-independent code, for a shared library
+#                     such as the Python extension (then PREFIX defaults to
+#                     .deps/kokkos46-cuda13-pic)
 #   CMAKE_BUILD_PARALLEL_LEVEL  build jobs (CMake's own variable)
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -43,9 +47,12 @@ if [[ $# -lt 2 || $# -gt 3 ]]; then
 fi
 kokkos_src=$(cd "$1" && pwd)
 kernels_src=$(cd "$2" && pwd)
-prefix=${3:-$repo/.deps/kokkos46-cuda13}
+pic=${KDNN_KOKKOS46_PIC:-0}
+[[ $pic == 0 || $pic == 1 ]] || { echo "$me: KDNN_KOKKOS46_PIC=$pic, expected 0 or 1" >&2; exit 2; }
+suffix=$([[ $pic == 1 ]] && echo -pic || true)
+prefix=${3:-$repo/.deps/kokkos46-cuda13$suffix}
 prefix=$(realpath -m "$prefix")
-work=${KDNN_KOKKOS46_WORK_DIR:-$repo/.deps/work-kokkos46-cuda13}
+work=${KDNN_KOKKOS46_WORK_DIR:-$repo/.deps/work-kokkos46-cuda13$suffix}
 cuda=${KDNN_CUDA13_ROOT:-/usr/local/cuda-13.0}
 cublas=${KDNN_CUBLAS_ROOT:-$cuda}
 arch=${KDNN_CUDA_ARCH:-sm_90}
@@ -122,6 +129,7 @@ cuda_pins=(
   -DCUDAToolkit_ROOT="$cuda"
   -DCUDA_cudart_LIBRARY="$cuda/lib64/libcudart_static.a"
   -DCUDA_cuda_driver_LIBRARY="$cuda/lib64/stubs/libcuda.so"
+  -DCMAKE_POSITION_INDEPENDENT_CODE=$([[ $pic == 1 ]] && echo ON || echo OFF)
 )
 
 # 4. Kokkos: CUDA + Serial, Hopper.

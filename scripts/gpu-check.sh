@@ -21,7 +21,11 @@
 # KDNN_COMMIT names the commit when the copy has no git history.
 # KDNN_GPU_BENCH="sinkhorn fused-attention attention ssm-conv ssd" (the default)
 # picks the benchmark families and their order; KDNN_GPU_TESTS="unit host cli
-# examples" (the default; set and empty: none) the test steps; KDNN_{SINKHORN,FUSED,MHA,SSM_CONV}_SIZES
+# examples python" (the default; set and empty: none) the test steps ("python":
+# the Python package's tests, python/tests, with the build's extension
+# module, python/_kdnn*.so, when the build has one: a CUDA build configured
+# with kdnn_ENABLE_PYTHON=ON for this node's Python; see docs/python.md);
+# KDNN_{SINKHORN,FUSED,MHA,SSM_CONV}_SIZES
 # replace a family's default sizes, KDNN_UNIT_TIMEOUT the unit tests' limit (s).
 # A cuda13 build's cuBLAS is the system's libcublas.so.13 or, where there is
 # none, the one PyTorch's CUDA wheels carry; device.txt records which.
@@ -65,7 +69,7 @@ fi
 { echo "cuBLAS as loaded:"
   ldd "$build/unit_tests/kdnn_unit_tests" | grep -iE 'cublas|cudart' || echo "  (not linked)"
 } | tee -a "$out/device.txt"
-tests=${KDNN_GPU_TESTS-unit host cli examples}  # set and empty: no test step
+tests=${KDNN_GPU_TESTS-unit host cli examples python}  # set and empty: no test step
 if [[ " $tests " == *" unit "* ]]; then
   echo "== unit tests"
   timeout "${KDNN_UNIT_TIMEOUT:-300}" "$build/unit_tests/kdnn_unit_tests" \
@@ -91,6 +95,20 @@ if [[ " $tests " == *" examples "* ]]; then
   echo "== example: one attention layer trained by SGD"
   timeout 60 "$build/examples/mha_training" > "$out/mha_training.log" 2>&1 || status=1
   tail -n 2 "$out/mha_training.log"
+fi
+if [[ " $tests " == *" python "* ]]; then
+  module=$(compgen -G "$build/python/_kdnn*.so" | head -n 1)
+  if [[ -z $module ]]; then
+    echo "== Python tests: skipped ($build/python has no _kdnn module)"
+  else
+    echo "== Python tests (python/tests, CUDA tensors included) with $(basename "$module")"
+    package=$(mktemp -d)
+    cp -r python/kdnn "$package/" && cp "$module" "$package/kdnn/"
+    PYTHONPATH="$package" timeout 600 "$python" -m pytest -q -p no:cacheprovider python/tests \
+      --ignore=python/tests/mpi > "$out/python_tests.log" 2>&1 || status=1
+    tail -n 5 "$out/python_tests.log"
+    rm -rf "$package"
+  fi
 fi
 bench=${KDNN_GPU_BENCH-sinkhorn fused-attention attention ssm-conv ssd}  # empty: none
 bench_ssd() {

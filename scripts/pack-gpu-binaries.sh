@@ -4,7 +4,8 @@
 # build into one compressed tarball, for a GPU node that gets the repository
 # but not the build tree (object files make build/cuda* too large to copy):
 #   scripts/pack-gpu-binaries.sh BUILD_DIR TARBALL
-# The tarball holds BUILD_DIR's unit tests, examples, benchmarks and
+# The tarball holds BUILD_DIR's unit tests, examples, benchmarks, Python
+# extension module (python/_kdnn*.so, if the build has one) and
 # include/kdnn/config.hpp in the build's layout (stripped of host symbols;
 # the GPU code is kept), and in lib/ the shared libraries they need that a
 # GPU node with only the CUDA driver and toolkit may lack (Google
@@ -21,6 +22,10 @@ for dir in unit_tests examples perf_tests; do
 done
 mkdir -p "$stage/include/kdnn" "$stage/lib"
 cp "$build/include/kdnn/config.hpp" "$stage/include/kdnn/"
+if compgen -G "$build/python/_kdnn*.so" > /dev/null; then
+  mkdir -p "$stage/python"
+  cp "$build"/python/_kdnn*.so "$stage/python/"
+fi
 find "$stage" -type f -perm -u+x -exec strip --strip-unneeded {} \;
 # Shared libraries outside the C/C++ runtime, the CUDA driver and cuBLAS.
 find "$stage" -type f -perm -u+x -exec ldd {} \; 2>/dev/null |
