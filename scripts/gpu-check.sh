@@ -22,7 +22,8 @@
 # KDNN_GPU_BENCH="sinkhorn fused-attention attention ssm-conv ssd" (the default)
 # picks the benchmark families and their order; KDNN_GPU_TESTS="unit host cli
 # examples python" (the default; set and empty: none) the test steps ("python":
-# the Python package's tests, python/tests, with the build's extension
+# the Python package's tests, python/tests, and the example model's training
+# on the GPU with kdnn's and PyTorch's operators, with the build's extension
 # module, python/_kdnn*.so, when the build has one: a CUDA build configured
 # with kdnn_ENABLE_PYTHON=ON for this node's Python; see docs/python.md);
 # KDNN_{SINKHORN,FUSED,MHA,SSM_CONV}_SIZES
@@ -107,6 +108,15 @@ if [[ " $tests " == *" python "* ]]; then
     PYTHONPATH="$package" timeout 600 "$python" -m pytest -q -p no:cacheprovider python/tests \
       --ignore=python/tests/mpi > "$out/python_tests.log" 2>&1 || status=1
     tail -n 5 "$out/python_tests.log"
+    # The example model's training step on this GPU, kdnn's operators and
+    # PyTorch's (as perf_tests/results/cpu-python.md on the CPU).
+    for length in 64 256 1024; do
+      for ops in kdnn torch; do
+        PYTHONPATH="$package" timeout 300 "$python" python/examples/train_hybrid.py --device cuda \
+          --ops "$ops" --length "$length" --steps 100 >> "$out/python_example.log" 2>&1 || status=1
+      done
+    done
+    grep -E 'ops=|per step' "$out/python_example.log"
     rm -rf "$package"
   fi
 fi

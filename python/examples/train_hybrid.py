@@ -9,11 +9,15 @@ model learns to reproduce a teacher of the same shape with other random
 weights (so the loss can fall towards zero), by Adam on an MSE loss.
 
     python train_hybrid.py [--steps 300] [--ops kdnn|torch] [--dtype float32|float64]
+                           [--device cpu|cuda]
 
 --ops torch runs the same model on PyTorch's own formulations (an autograd
 Sinkhorn loop, softmax attention or F.scaled_dot_product_attention, F.conv1d,
 the chunked SSD) for comparison. Prints the loss as it falls and the time per
-step; exits 1 unless the loss fell below a tenth of its start.
+step and how much the peak memory grew while training (the process's
+resident memory on the CPU, PyTorch's allocated device memory with
+--device cuda, which needs a CUDA build of kdnn); exits 1 unless the loss
+fell below a tenth of its start.
 """
 import argparse
 import math
@@ -136,8 +140,11 @@ def main():
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--length", type=int, default=64)
     parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda with a CUDA build of kdnn")
     a = parser.parse_args()
-    kw = {"dtype": getattr(torch, a.dtype)}
+    device = torch.device(a.device)
+    cuda = device.type == "cuda"
+    kw = {"dtype": getattr(torch, a.dtype), "device": device}
     ops = KdnnOps if a.ops == "kdnn" else TorchOps
     torch.manual_seed(0)
     teacher = Model(ops=TorchOps, **kw)
@@ -147,9 +154,14 @@ def main():
         target = torch.cat([teacher(x[i:i + 1]) for i in range(a.batch)])
     optimizer = torch.optim.Adam(model.parameters(), lr=a.lr)
     print(f"hybrid model (mHC Sinkhorn, attention, Mamba-2 conv + SSD), ops={a.ops}, {a.dtype}, "
-          f"B={a.batch} L={a.length}, kdnn backend {kdnn.backend}")
+          f"B={a.batch} L={a.length}, on {device}, kdnn backend {kdnn.backend}")
     first = loss = None
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    if cuda:
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_allocated(device) / 2**20
+    else:
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     start = time.perf_counter()
     for step in range(a.steps + 1):
         loss = F.mse_loss(model(x), target)
@@ -162,10 +174,15 @@ def main():
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
+    if cuda:
+        torch.cuda.synchronize(device)
     seconds = time.perf_counter() - start
-    grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
-    print(f"  {1e3 * seconds / max(a.steps, 1):.2f} ms per step; peak memory grew {grown:.0f} MiB "
-          "while training")
+    if cuda:
+        grown = torch.cuda.max_memory_allocated(device) / 2**20 - before
+    else:
+        grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - before
+    print(f"  {1e3 * seconds / max(a.steps, 1):.2f} ms per step; peak {'device ' if cuda else ''}"
+          f"memory grew {grown:.0f} MiB while training")
     if not loss.item() < first / 10:
         print("train_hybrid: the loss did not fall below a tenth of its start", file=sys.stderr)
         return 1
