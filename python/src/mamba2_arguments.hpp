@@ -11,6 +11,29 @@
 
 namespace kdnn_python {
 
+/// The conv's inputs, shared by its forward and backward argument structs.
+template <class T, class Space, class Args>
+void set_conv_inputs(Args& a, const std::string& at, const Array& x, const Array& w,
+                     const Optional& bias, const Optional& init) {
+  a.x = view_of<In3<T, Space>>(x, at + "x");
+  a.w = view_of<kdnn::Matrix<const T, Space>>(w, at + "weight");
+  a.bias = view_of<kdnn::Vector<const T, Space>>(bias, at + "bias");
+  a.initial_state = view_of<In3<T, Space>>(init, at + "initial_state");
+}
+
+/// The SSD's inputs, shared by its forward and backward argument structs.
+template <class T, class Space, class Args>
+void set_ssd_inputs(Args& a, const std::string& at, const Array& x, const Array& dt, const Array& A,
+                    const Array& B, const Array& C, const Optional& D, const Optional& init) {
+  a.x = view_of<In4<T, Space>>(x, at + "x");
+  a.dt = view_of<In3<T, Space>>(dt, at + "dt");
+  a.A = view_of<kdnn::Vector<const T, Space>>(A, at + "A");
+  a.B = view_of<In4<T, Space>>(B, at + "B");
+  a.C = view_of<In4<T, Space>>(C, at + "C");
+  a.D = view_of<kdnn::Vector<const T, Space>>(D, at + "D");
+  a.initial_state = view_of<In4<T, Space>>(init, at + "initial_states");
+}
+
 template <class T, class Space>
 kdnn::ssm::ConvForward<T, Space> conv_forward_arguments(const std::string& op, const Array& x,
                                                         const Array& w, const Optional& bias,
@@ -18,10 +41,7 @@ kdnn::ssm::ConvForward<T, Space> conv_forward_arguments(const std::string& op, c
                                                         const Optional& final_state) {
   const std::string at = op + ": ";
   kdnn::ssm::ConvForward<T, Space> f;
-  f.x = view_of<In3<T, Space>>(x, at + "x");
-  f.w = view_of<kdnn::Matrix<const T, Space>>(w, at + "weight");
-  f.bias = view_of<kdnn::Vector<const T, Space>>(bias, at + "bias");
-  f.initial_state = view_of<In3<T, Space>>(init, at + "initial_state");
+  set_conv_inputs<T, Space>(f, at, x, w, bias, init);
   f.y = view_of<kdnn::Tensor3<T, Space>>(y, at + "out");
   f.final_state = view_of<kdnn::Tensor3<T, Space>>(final_state, at + "final_state");
   return f;
@@ -36,10 +56,7 @@ kdnn::ssm::ConvBackward<T, Space> conv_backward_arguments(const std::string& op,
                                                           const Optional& dinit) {
   const std::string at = op + " backward: ";
   kdnn::ssm::ConvBackward<T, Space> b;
-  b.x = view_of<In3<T, Space>>(x, at + "x");
-  b.w = view_of<kdnn::Matrix<const T, Space>>(w, at + "weight");
-  b.bias = view_of<kdnn::Vector<const T, Space>>(bias, at + "bias");
-  b.initial_state = view_of<In3<T, Space>>(init, at + "initial_state");
+  set_conv_inputs<T, Space>(b, at, x, w, bias, init);
   b.dy = view_of<In3<T, Space>>(dy, at + "grad");
   b.dfinal_state = view_of<In3<T, Space>>(dfinal, at + "grad of final_state");
   b.dx = view_of<kdnn::Tensor3<T, Space>>(dx, at + "dx");
@@ -61,13 +78,7 @@ kdnn::ssm::SsdForward<T, Space> ssd_forward_arguments(const std::string& op, con
                                                       const Array& y, const Optional& final_state) {
   const std::string at = op + ": ";
   kdnn::ssm::SsdForward<T, Space> f;
-  f.x = view_of<In4<T, Space>>(x, at + "x");
-  f.dt = view_of<In3<T, Space>>(dt, at + "dt");
-  f.A = view_of<kdnn::Vector<const T, Space>>(A, at + "A");
-  f.B = view_of<In4<T, Space>>(B, at + "B");
-  f.C = view_of<In4<T, Space>>(C, at + "C");
-  f.D = view_of<kdnn::Vector<const T, Space>>(D, at + "D");
-  f.initial_state = view_of<In4<T, Space>>(init, at + "initial_states");
+  set_ssd_inputs<T, Space>(f, at, x, dt, A, B, C, D, init);
   f.y = view_of<kdnn::Tensor4<T, Space>>(y, at + "out");
   f.final_state = view_of<kdnn::Tensor4<T, Space>>(final_state, at + "final_states");
   return f;
@@ -81,13 +92,7 @@ kdnn::ssm::SsdBackward<T, Space> ssd_backward_arguments(
     const Array& dC, const Optional& dD, const Optional& dinit) {
   const std::string at = op + " backward: ";
   kdnn::ssm::SsdBackward<T, Space> g;
-  g.x = view_of<In4<T, Space>>(x, at + "x");
-  g.dt = view_of<In3<T, Space>>(dt, at + "dt");
-  g.A = view_of<kdnn::Vector<const T, Space>>(A, at + "A");
-  g.B = view_of<In4<T, Space>>(B, at + "B");
-  g.C = view_of<In4<T, Space>>(C, at + "C");
-  g.D = view_of<kdnn::Vector<const T, Space>>(D, at + "D");
-  g.initial_state = view_of<In4<T, Space>>(init, at + "initial_states");
+  set_ssd_inputs<T, Space>(g, at, x, dt, A, B, C, D, init);
   g.dy = view_of<In4<T, Space>>(dy, at + "grad");
   g.dfinal_state = view_of<In4<T, Space>>(dfinal, at + "grad of final_states");
   g.dx = view_of<kdnn::Tensor4<T, Space>>(dx, at + "dx");

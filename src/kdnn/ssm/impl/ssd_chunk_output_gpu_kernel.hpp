@@ -18,8 +18,9 @@
 namespace kdnn::ssm::impl {
 
 template <class ExecSpace, class T, int P, int N>
-struct SsdChunkOutputGpuKernel : SsdGpuChunks<ExecSpace, T, P, N> {
-  using Base = SsdGpuChunks<ExecSpace, T, P, N>;
+struct SsdChunkOutputGpuKernel
+    : SsdGpuChunks<SsdChunkOutputGpuKernel<ExecSpace, T, P, N>, ExecSpace, T, P, N> {
+  using Base = SsdGpuChunks<SsdChunkOutputGpuKernel, ExecSpace, T, P, N>;
   using Chunk = typename Base::Chunk;
   using Base::BK;
   using Base::BR;
@@ -46,10 +47,6 @@ struct SsdChunkOutputGpuKernel : SsdGpuChunks<ExecSpace, T, P, N> {
     w.tile = s.take<T>(N * LDK > BK * P ? N * LDK : BK * P);
     w.wt = s.take<T>(BK * LDR);
     return w;
-  }
-
-  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
-    this->work.for_each(team, [&](int item, void* scratch) { one_block(team, item, scratch); });
   }
 
   KOKKOS_INLINE_FUNCTION void one_block(const Member& team, int item, void* scratch) const {

@@ -18,8 +18,9 @@
 namespace kdnn::ssm::impl {
 
 template <class ExecSpace, class T, int P, int N>
-struct SsdChunkStateGpuKernel : SsdGpuChunks<ExecSpace, T, P, N> {
-  using Base = SsdGpuChunks<ExecSpace, T, P, N>;
+struct SsdChunkStateGpuKernel
+    : SsdGpuChunks<SsdChunkStateGpuKernel<ExecSpace, T, P, N>, ExecSpace, T, P, N> {
+  using Base = SsdGpuChunks<SsdChunkStateGpuKernel, ExecSpace, T, P, N>;
   using Chunk = typename Base::Chunk;
   using Base::BK;
   using Base::BR;
@@ -47,10 +48,6 @@ struct SsdChunkStateGpuKernel : SsdGpuChunks<ExecSpace, T, P, N> {
     w.bt = s.take<T>(BK * LDR);
     w.xs = s.take<T>(BK * P);
     return w;
-  }
-
-  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
-    this->work.for_each(team, [&](int item, void* scratch) { one_block(team, item, scratch); });
   }
 
   KOKKOS_INLINE_FUNCTION void one_block(const Member& team, int item, void* scratch) const {

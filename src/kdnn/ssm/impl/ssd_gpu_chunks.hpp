@@ -42,19 +42,23 @@ KOKKOS_INLINE_FUNCTION constexpr bool ssd_gpu_size(int d) { return d == 64 || d 
 /// The longest chunk the GPU forms take (its cumulative decays in scratch).
 constexpr int kSsdGpuMaxChunk = 256;
 
+/// Result rows per team of the GPU forms (the same for every P and N).
+template <class T>
+constexpr int kSsdGpuRows = sizeof(T) > 4 ? 16 : 32;
+
 /// Block sizes and the thread grid of the GPU forms (see above).
 template <class T, int P, int N>
 struct SsdGpuShape {
-  static constexpr int BR = sizeof(T) > 4 ? 16 : 32;  ///< result rows per team
-  static constexpr int BK = BR;                       ///< items per streamed tile
-  static constexpr int RM = BR / 16;                  ///< result rows per thread
-  static constexpr int RG = BR / RM;                  ///< row groups (16)
-  static constexpr int CG = 8;                        ///< column groups
-  static constexpr int NT = RG * CG;                  ///< threads per team
-  static constexpr int RN = BK / CG;                  ///< streamed items per thread
-  static constexpr int PC = P / CG;                   ///< result columns per thread
-  static constexpr int LDR = BR + 1;                  ///< row stride of [·, BR] tiles
-  static constexpr int LDK = BK + 1;                  ///< row stride of [·, BK] tiles
+  static constexpr int BR = kSsdGpuRows<T>;  ///< result rows per team
+  static constexpr int BK = BR;              ///< items per streamed tile
+  static constexpr int RM = BR / 16;         ///< result rows per thread
+  static constexpr int RG = BR / RM;         ///< row groups (16)
+  static constexpr int CG = 8;               ///< column groups
+  static constexpr int NT = RG * CG;         ///< threads per team
+  static constexpr int RN = BK / CG;         ///< streamed items per thread
+  static constexpr int PC = P / CG;          ///< result columns per thread
+  static constexpr int LDR = BR + 1;         ///< row stride of [·, BR] tiles
+  static constexpr int LDK = BK + 1;         ///< row stride of [·, BK] tiles
   static_assert(N % BR == 0 && P % CG == 0 && N % kdnn::impl::kGemmKBlock == 0, "SsdGpuShape");
   /// n rounded up to a multiple of BK.
   KOKKOS_INLINE_FUNCTION static constexpr int pad(int n) { return (n + BK - 1) / BK * BK; }
@@ -83,9 +87,10 @@ bool ssd_gpu_form(const Launch& launch, long long B, long long H, long long chun
          Q <= kSsdGpuMaxChunk && B * H * chunks * blocks <= INT_MAX;
 }
 
-/// What both GPU chunk kernels share: the shape, the work items (chunk and
-/// row block), the team's threads and the decays' scan.
-template <class ExecSpace, class T, int P, int N>
+/// What both GPU chunk kernels share: the shape, the launch body, the work
+/// items (chunk and row block), the team's threads and the decays' scan.
+/// Derived provides `one_block(team, item, scratch)`.
+template <class Derived, class ExecSpace, class T, int P, int N>
 struct SsdGpuChunks : SsdChunks<ExecSpace, T> {
   using Base = SsdChunks<ExecSpace, T>;
   using Chunk = typename Base::Chunk;
@@ -98,6 +103,12 @@ struct SsdGpuChunks : SsdChunks<ExecSpace, T> {
   int blocks = 1;  ///< row blocks per chunk
 
   long long teams() const { return (long long)Base::league() * blocks; }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    this->work.for_each(team, [&](int item, void* scratch) {
+      static_cast<const Derived&>(*this).one_block(team, item, scratch);
+    });
+  }
 
   /// The chunk and the row block of work item `item`.
   KOKKOS_INLINE_FUNCTION Chunk chunk_of(int item, int& block) const {

@@ -82,15 +82,14 @@ void launch_gpu_chunks(const char* op, const ExecSpace& space, Kernel kernel, co
 }
 
 /// Runs run(P, N) (integral constants) and returns true when the chunk
-/// kernels of a's sizes run their GPU forms with `blocks(BR)` row blocks of
-/// BR per chunk.
-template <class ExecSpace, class T, class Args, class Blocks, class Run>
-bool gpu_chunk_form(const Args& a, const SsdOptions& opts, int Q, int chunks, const Blocks& blocks,
+/// kernels of a's sizes run their GPU forms with `blocks` row blocks per
+/// chunk.
+template <class ExecSpace, class Args, class Run>
+bool gpu_chunk_form(const Args& a, const SsdOptions& opts, int Q, int chunks, int blocks,
                     const Run& run) {
   const int P = int(a.x.extent(3)), N = int(a.B.extent(3));
-  const int br = SsdGpuShape<T, 64, 64>::BR;  // the same for every P, N
   if (!ssd_gpu_form<ExecSpace>(opts.launch, a.x.extent(0), a.x.extent(2), chunks, Q, P, N,
-                               blocks(br, N))) {
+                               blocks)) {
     return false;
   }
   dispatch_ssd_sizes(P, N, run);
@@ -121,8 +120,7 @@ void chunk_states(const char* op, const ExecSpace& space, const Args& a, const S
     g.decay = decay;
     launch_gpu_chunks(op, space, g, "kdnn::ssm::ssd_chunk_states[gpu]");
   };
-  if (gpu_chunk_form<ExecSpace, T>(
-          a, opts, k.Q, k.chunks, [](int br, int n) { return n / br; }, gpu)) {
+  if (gpu_chunk_form<ExecSpace>(a, opts, k.Q, k.chunks, k.N() / kSsdGpuRows<T>, gpu)) {
     return;
   }
   launch_chunks(
@@ -241,16 +239,15 @@ void chunk_output(const char* op, const ExecSpace& space, const SsdForward<T, Ex
   SsdChunkOutputKernel<ExecSpace, T> k;
   set_ssd_inputs<ExecSpace, T>(k, a, opts);
   k.out = out;
-  const int Q = k.Q;
+  const int Q = k.Q, blocks = (Q + kSsdGpuRows<T> - 1) / kSsdGpuRows<T>;
   const auto gpu = [&](auto p, auto n) {
     SsdChunkOutputGpuKernel<ExecSpace, T, decltype(p)::value, decltype(n)::value> g;
     set_ssd_inputs<ExecSpace, T>(g, a, opts);
-    g.blocks = (Q + decltype(g)::BR - 1) / decltype(g)::BR;
+    g.blocks = blocks;
     g.out = out;
     launch_gpu_chunks(op, space, g, "kdnn::ssm::ssd_chunk_output[gpu]");
   };
-  if (gpu_chunk_form<ExecSpace, T>(
-          a, opts, Q, k.chunks, [Q](int br, int) { return (Q + br - 1) / br; }, gpu)) {
+  if (gpu_chunk_form<ExecSpace>(a, opts, Q, k.chunks, blocks, gpu)) {
     return;
   }
   launch_chunks(
@@ -424,8 +421,7 @@ void chunk_dstates(const char* op, const ExecSpace& space, const SsdBackward<T, 
     g.gradient = true;
     launch_gpu_chunks(op, space, g, "kdnn::ssm::ssd_chunk_dstates[gpu]");
   };
-  if (gpu_chunk_form<ExecSpace, T>(
-          a, opts, k.Q, k.chunks, [](int br, int n) { return n / br; }, gpu)) {
+  if (gpu_chunk_form<ExecSpace>(a, opts, k.Q, k.chunks, k.N() / kSsdGpuRows<T>, gpu)) {
     return;
   }
   launch_chunks(
