@@ -14,8 +14,13 @@ PyTorch runs on --torch-threads threads (default 2).
 
   python perf_tests/compare_ssd.py --bench build/serial/perf_tests/kdnn_perf_ssd
   python perf_tests/compare_ssd.py --device cuda --bench build/cuda/perf_tests/kdnn_perf_ssd
+
+With --mamba-root, also mamba's own Triton kernels (mamba_chunk_scan_combined,
+perf_tests/mamba_triton.py) on the same inputs, in a second table; with
+--accuracy, each implementation's error against float64 at the first size.
 """
 import argparse
+import functools
 import os
 import statistics
 import sys
@@ -27,6 +32,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)  # gbench
 sys.path.insert(0, os.path.join(HERE, "..", "unit_tests", "reference"))  # kdnn_reference
 from gbench import median_runs  # noqa: E402
+import mamba_triton  # noqa: E402
 import result_rows  # noqa: E402
 from kdnn_reference.ssd import ssd_chunked  # noqa: E402
 
@@ -38,34 +44,81 @@ def sync(device):
         torch.cuda.synchronize()
 
 
-def torch_times(size, device, repetitions):
-    """Median ms of the forward and the backward."""
+def inputs(size, device, dtype=torch.float32):
+    """x, dt, A, B, C, D (leaves requiring grad) and dy of one size, the
+    same values on every device and in every dtype."""
     B, L, H, P, N, Q = size
     g = torch.Generator(device="cpu").manual_seed(0)
 
     def make(lo, hi, *shape):
-        return (lo + (hi - lo) * torch.rand(*shape, generator=g)).to(device).requires_grad_()
+        t = lo + (hi - lo) * torch.rand(*shape, generator=g, dtype=torch.float64)
+        return t.to(device=device, dtype=dtype).requires_grad_()
 
     x, Bm, Cm = make(-1, 1, B, L, H, P), make(-1, 1, B, L, 1, N), make(-1, 1, B, L, 1, N)
     dt, A, D = make(0.001, 0.1, B, L, H), make(-8, -1, H), make(-1, 1, H)
-    dy = torch.rand(B, L, H, P, generator=g).to(device)
+    dy = torch.rand(B, L, H, P, generator=g, dtype=torch.float64).to(device=device, dtype=dtype)
+    return (x, dt, A, Bm, Cm, D), dy
+
+
+def run(ssd, size, operands, dy):
+    """y and the gradients (dx, ddt, dA, dB, dC, dD) of one forward and backward."""
+    x, dt, A, Bm, Cm, D = operands
+    y, _ = ssd(x, dt, A, Bm, Cm, size[5], D)
+    y.backward(dy)
+    grads = [t.grad for t in operands]
+    for t in operands:
+        t.grad = None
+    return y.detach(), grads
+
+
+def timed(ssd, size, device, repetitions):
+    """Median ms of the forward and the backward of `ssd` (ssd_chunked's
+    arguments and result)."""
+    operands, dy = inputs(size, device)
+    x, dt, A, Bm, Cm, D = operands
     times = {p: [] for p in PHASES}
     for rep in range(repetitions + 1):  # the first is a warm-up
         sync(device)
         t0 = time.perf_counter()
-        y, _ = ssd_chunked(x, dt, A, Bm, Cm, Q, D)
+        y, _ = ssd(x, dt, A, Bm, Cm, size[5], D)
         sync(device)
         t1 = time.perf_counter()
         y.backward(dy)
         sync(device)
         t2 = time.perf_counter()
         del y
-        for t in (x, Bm, Cm, dt, A, D):
+        for t in operands:
             t.grad = None
         if rep > 0:
             times["forward"].append((t1 - t0) * 1e3)
             times["backward"].append((t2 - t1) * 1e3)
     return {p: statistics.median(t) for p, t in times.items()}
+
+
+def accuracy(size, device, implementations):
+    """Prints each float32 implementation's largest error, relative to the
+    largest magnitude, in y and in the gradients, against the same
+    formulation in float64 (equal to the recurrence to rounding)."""
+    operands, dy = inputs(size, device, torch.float64)
+    y64, grads64 = run(ssd_chunked, size, operands, dy)
+    print(f"\nAccuracy at (B, L, H, P, N, Q) = {size}, float32 against float64 "
+          "(max |error| / max |reference|):\n")
+    print("| implementation | y | dx | ddt | dA | dB | dC | dD |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, ssd in implementations.items():
+        operands, dy = inputs(size, device)
+        y, grads = run(ssd, size, operands, dy)
+        ey, egrads = mamba_triton.relative_errors(y, grads, y64, grads64)
+        print(f"| {name} | " + " | ".join(f"{e:.1e}" for e in [ey] + egrads) + " |")
+
+
+def kdnn_module_ssd():
+    """kdnn.ssd in ssd_chunked's form, or None where the package is not importable."""
+    try:
+        import kdnn
+    except ImportError:
+        return None
+    return lambda x, dt, A, Bm, Cm, Q, D: (kdnn.ssd(x, dt, A, Bm, Cm, Q, D=D), None)
 
 
 def main():
@@ -77,6 +130,11 @@ def main():
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--torch-threads", type=int, default=2)
     ap.add_argument("--json", help="also write the rows in result_rows.py's form here")
+    ap.add_argument("--mamba-root", help="a state-spaces/mamba checkout: also time its Triton "
+                    "mamba_chunk_scan_combined (CUDA) on the same inputs")
+    ap.add_argument("--accuracy", action="store_true",
+                    help="also print each implementation's error against float64 at the "
+                    "first size (kdnn's through the kdnn package, where importable)")
     args = ap.parse_args()
     torch.set_num_threads(args.torch_threads)
 
@@ -91,7 +149,7 @@ def main():
     print("|---|---|---|---|---|---|---|---|")
     rows = []
     for size in sizes:
-        times = torch_times(size, args.device, args.repetitions)
+        times = timed(ssd_chunked, size, args.device, args.repetitions)
         for phase in PHASES:
             ms, c = kdnn[(phase, size)]
             print(f"| {phase} | {', '.join(map(str, size))} | {ms:.1f} | {c['GFLOP/s']:.2f} "
@@ -99,6 +157,26 @@ def main():
                   f"| {int(c['state_bytes_r4'])} | {int(c['a2a_bytes_r4'])} |")
             rows.append(result_rows.row("ssd", phase, size, ms, "chunked PyTorch",
                                         times[phase]))
+    implementations = {"PyTorch chunked": ssd_chunked}
+    if args.mamba_root:
+        combined = mamba_triton.load(args.mamba_root)
+        mamba = functools.partial(mamba_triton.ssd, combined)
+        implementations["mamba Triton"] = mamba
+        print("\n| phase | B, L, H, P, N, Q | kdnn ms | mamba Triton ms | mamba / kdnn |")
+        print("|---|---|---|---|---|")
+        for size in sizes:
+            times = timed(mamba, size, args.device, args.repetitions)
+            for phase in PHASES:
+                ms = kdnn[(phase, size)][0]
+                print(f"| {phase} | {', '.join(map(str, size))} | {ms:.2f} | {times[phase]:.2f} "
+                      f"| {times[phase] / ms:.2f}x |")
+                rows.append(result_rows.row("ssd", phase, size, ms, "mamba Triton",
+                                            times[phase]))
+    if args.accuracy and sizes:
+        module = kdnn_module_ssd()
+        if module is not None:
+            implementations["kdnn"] = module
+        accuracy(sizes[0], args.device, implementations)
     result_rows.write(args.json, rows)
 
 

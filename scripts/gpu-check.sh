@@ -26,7 +26,9 @@
 # on the GPU with kdnn's and PyTorch's operators, with the build's extension
 # module, python/_kdnn*.so, when the build has one: a CUDA build configured
 # with kdnn_ENABLE_PYTHON=ON for this node's Python; see docs/python.md);
-# KDNN_{SINKHORN,FUSED,MHA,SSM_CONV}_SIZES
+# KDNN_MAMBA_ROOT (a state-spaces/mamba checkout; PyTorch, Triton, einops
+# and packaging importable) adds mamba's Triton SSD to the SSD comparison;
+# KDNN_{SINKHORN,FUSED,MHA,SSM_CONV,SSD}_SIZES
 # replace a family's default sizes, KDNN_UNIT_TIMEOUT the unit tests' limit (s).
 # A cuda13 build's cuBLAS is the system's libcublas.so.13 or, where there is
 # none, the one PyTorch's CUDA wheels carry; device.txt records which.
@@ -97,14 +99,20 @@ if [[ " $tests " == *" examples "* ]]; then
   timeout 60 "$build/examples/mha_training" > "$out/mha_training.log" 2>&1 || status=1
   tail -n 2 "$out/mha_training.log"
 fi
+# The build's Python module, as the package python/kdnn beside it (for the
+# python step and the SSD accuracy table), when the build has one.
+package=
+module=$(compgen -G "$build/python/_kdnn*.so" | head -n 1)
+if [[ -n $module ]]; then
+  package=$(mktemp -d)
+  trap 'rm -rf "$package"' EXIT
+  cp -r python/kdnn "$package/" && cp "$module" "$package/kdnn/"
+fi
 if [[ " $tests " == *" python "* ]]; then
-  module=$(compgen -G "$build/python/_kdnn*.so" | head -n 1)
-  if [[ -z $module ]]; then
+  if [[ -z $package ]]; then
     echo "== Python tests: skipped ($build/python has no _kdnn module)"
   else
     echo "== Python tests (python/tests, CUDA tensors included) with $(basename "$module")"
-    package=$(mktemp -d)
-    cp -r python/kdnn "$package/" && cp "$module" "$package/kdnn/"
     PYTHONPATH="$package" timeout 600 "$python" -m pytest -q -p no:cacheprovider python/tests \
       --ignore=python/tests/mpi > "$out/python_tests.log" 2>&1 || status=1
     tail -n 5 "$out/python_tests.log"
@@ -117,15 +125,17 @@ if [[ " $tests " == *" python "* ]]; then
       done
     done
     grep -E 'ops=|per step' "$out/python_example.log"
-    rm -rf "$package"
   fi
 fi
 bench=${KDNN_GPU_BENCH-sinkhorn fused-attention attention ssm-conv ssd}  # empty: none
 bench_ssd() {
   echo "== SSD benchmarks (kdnn, the chunked PyTorch formulation float32 on this GPU)"
-  timeout 300 "$python" perf_tests/compare_ssd.py --device cuda \
-    --bench "$build/perf_tests/kdnn_perf_ssd" --json "$out/rows_ssd.json" \
-    | tee "$out/ssd_table.md" || status=1
+  local mamba=()
+  [[ -n ${KDNN_MAMBA_ROOT:-} ]] && mamba=(--mamba-root "$KDNN_MAMBA_ROOT")
+  PYTHONPATH="$package${PYTHONPATH:+:$PYTHONPATH}" timeout 420 "$python" perf_tests/compare_ssd.py \
+    --device cuda --bench "$build/perf_tests/kdnn_perf_ssd" "${mamba[@]}" --accuracy \
+    --sizes "${KDNN_SSD_SIZES:-2x4096x8x64x64x64,2x4096x8x64x64x128,2x16384x8x64x64x64,8x4096x32x64x128x64}" \
+    --json "$out/rows_ssd.json" | tee "$out/ssd_table.md" || status=1
 }
 bench_ssm_conv() {
   echo "== causal conv1d + SiLU benchmarks (kdnn, PyTorch float32 on this GPU)"
