@@ -112,20 +112,24 @@ struct SsdChunks {
   }
 
   /// Fills `d`: cum and dtv are ready on return, e and dend after the
-  /// caller's next team barrier. cum is an inclusive scan over the team's
-  /// threads (in step order on a host, where a team is one thread).
+  /// caller's next team barrier. cum is one thread's loop in step order:
+  /// these kernels launch with vector lanes, and Kokkos' team scan on CUDA
+  /// (TeamThreadRange parallel_scan) assumes a team without them (its
+  /// intra-block scan requires blockDim.x == 1; with lanes the partial sums
+  /// race, as measured on an H200). The GPU forms, which launch without
+  /// lanes, scan (SsdGpuChunks::scan_decays).
   KOKKOS_INLINE_FUNCTION void load_decays(const Member& team, const Chunk& k,
                                           const Decays& d) const {
-    const double a = double(A(k.h));
-    Kokkos::parallel_scan(Kokkos::TeamThreadRange(team, Qp),
-                          [&](int i, double& partial, const bool final) {
-                            const T v = i < k.n ? dt(k.b, k.t0 + i, k.h) : T(0);
-                            partial += log_decay(v, a);
-                            if (final) {
-                              d.dtv[i] = v;
-                              d.cum[i] = partial;
-                            }
-                          });
+    Kokkos::single(Kokkos::PerTeam(team), [&]() {
+      const double a = double(A(k.h));
+      double partial = 0;
+      for (int i = 0; i < Qp; ++i) {
+        const T v = i < k.n ? dt(k.b, k.t0 + i, k.h) : T(0);
+        partial += log_decay(v, a);
+        d.dtv[i] = v;
+        d.cum[i] = partial;
+      }
+    });
     team.team_barrier();
     Kokkos::parallel_for(Kokkos::TeamVectorRange(team, Qp), [&](int i) {
       d.e[i] = compat::exp(T(d.cum[i]));

@@ -1,0 +1,128 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+// Each step of the chunked SSD's backward (ssm/impl/ssd_steps.hpp) on the
+// default execution space against the same step on the host execution
+// space, in double, so that a device build names the first step that
+// differs (a host build runs the same space twice: run-to-run equality).
+// Both launch shapes; P = 8 (host forms only) and P = N = 64 (the GPU forms
+// under a GPU launch).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "allclose.hpp"
+#include "kdnn/ssm/ssd.hpp"
+#include "random.hpp"
+#include "ssd_reference.hpp"
+#include "views.hpp"
+
+namespace {
+
+using namespace kdnn_test;
+namespace ssm = kdnn::ssm;
+namespace impl = kdnn::ssm::impl;
+
+using Steps = std::vector<std::pair<std::string, std::vector<double>>>;
+
+template <class ExecSpace, class DataType, class... Extents>
+Kokkos::View<DataType, Kokkos::LayoutRight, typename ExecSpace::memory_space> make_view(
+    const std::vector<double>& values, Extents... extents) {
+  Kokkos::View<DataType, Kokkos::LayoutRight, typename ExecSpace::memory_space> v(
+      "v", std::size_t(extents)...);
+  auto h = Kokkos::create_mirror_view(v);
+  for (std::size_t k = 0; k < values.size(); ++k) h.data()[k] = values[k];
+  Kokkos::deep_copy(v, h);
+  return v;
+}
+
+/// The outputs of every backward step on ExecSpace, in order.
+template <class ExecSpace>
+Steps run_steps(const ssm_ref::SsdCase& a, int chunk, kdnn::KernelShape shape) {
+  using T = double;
+  const auto& s = a.s;
+  const char* op = "test";
+  const ExecSpace space;
+  ssm::SsdBackward<T, ExecSpace> args;
+  args.x = make_view<ExecSpace, T****>(a.x, s.B, s.L, s.H, s.P);
+  args.dt = make_view<ExecSpace, T***>(a.dt, s.B, s.L, s.H);
+  args.A = make_view<ExecSpace, T*>(a.A, s.H);
+  args.B = make_view<ExecSpace, T****>(a.Bm, s.B, s.L, s.G, s.N);
+  args.C = make_view<ExecSpace, T****>(a.Cm, s.B, s.L, s.G, s.N);
+  args.dy = make_view<ExecSpace, T****>(a.dy, s.B, s.L, s.H, s.P);
+  const auto dx = make_view<ExecSpace, T****>({}, s.B, s.L, s.H, s.P);
+  const auto ddt = make_view<ExecSpace, T***>({}, s.B, s.L, s.H);
+  const auto dA = make_view<ExecSpace, T*>({}, s.H);
+  const auto dB = make_view<ExecSpace, T****>({}, s.B, s.L, s.G, s.N);
+  const auto dC = make_view<ExecSpace, T****>({}, s.B, s.L, s.G, s.N);
+  args.dx = dx;
+  args.ddt = ddt;
+  args.dA = dA;
+  args.dB = dB;
+  args.dC = dC;
+  ssm::SsdOptions opts;
+  opts.chunk = chunk;
+  opts.launch.shape = shape;
+  Steps out;
+  impl::ChunkStates<T, ExecSpace> states, dstates;
+  impl::ChunkDecays<T, ExecSpace> decay;
+  impl::chunk_states<ExecSpace, T>(op, space, args, opts, states, decay);
+  out.emplace_back("decay", to_host(decay));  // (states' last row is the state pass's)
+  impl::state_pass(space, states, decay, args.initial_state, kdnn::Tensor4<T, ExecSpace>());
+  out.emplace_back("state_pass", to_host(states));
+  impl::chunk_dstates(op, space, args, opts, dstates);
+  out.emplace_back("chunk_dstates", to_host(dstates));
+  impl::reverse_state_pass(space, dstates, decay, args.dfinal_state, kdnn::Tensor4<T, ExecSpace>(),
+                           s.P);
+  out.emplace_back("reverse_state_pass", to_host(dstates));
+  const auto g = impl::gradient_buffers(args);
+  impl::diag_backward(op, space, args, opts, g);
+  space.fence();
+  out.emplace_back("diag dx", to_host(g.dx));
+  out.emplace_back("diag dB", to_host(g.dBh));
+  out.emplace_back("diag dC", to_host(g.dCh));
+  out.emplace_back("diag da", to_host(g.da_diag));
+  impl::state_backward(op, space, args, opts, states, dstates, g);
+  out.emplace_back("state dx", to_host(dx));
+  out.emplace_back("state ddt", to_host(ddt));
+  out.emplace_back("state dA", to_host(dA));
+  out.emplace_back("state dB", to_host(dB));
+  out.emplace_back("state dC", to_host(dC));
+  impl::fused_backward(op, space, args, opts, states, dstates, impl::gradient_buffers(args, false));
+  out.emplace_back("fused dx", to_host(dx));
+  out.emplace_back("fused ddt", to_host(ddt));
+  out.emplace_back("fused dA", to_host(dA));
+  out.emplace_back("fused dB", to_host(dB));
+  out.emplace_back("fused dC", to_host(dC));
+  return out;
+}
+
+TEST(SsdSteps, EachStepOnTheDefaultSpaceMatchesTheHostSpace) {
+  const struct {
+    ssm_ref::SsdShape s;
+    int chunk;
+  } configs[] = {{{2, 37, 4, 8, 2, 8}, 8}, {{1, 150, 2, 64, 1, 64}, 64}};
+  for (const auto& c : configs) {
+    ssm_ref::SsdCase a;
+    a.s = c.s;
+    const auto& s = c.s;
+    a.x = normal(std::size_t(s.B) * s.L * s.H * s.P, 1);
+    a.dt = uniform(std::size_t(s.B) * s.L * s.H, 0.05, 0.6, 2);
+    a.A = uniform(s.H, -1.5, -0.2, 3);
+    a.Bm = normal(std::size_t(s.B) * s.L * s.G * s.N, 4);
+    a.Cm = normal(std::size_t(s.B) * s.L * s.G * s.N, 5);
+    a.dy = normal(std::size_t(s.B) * s.L * s.H * s.P, 6);
+    for (const auto shape : {kdnn::KernelShape::host, kdnn::KernelShape::gpu}) {
+      const auto device = run_steps<Space>(a, c.chunk, shape);
+      const auto host = run_steps<Kokkos::DefaultHostExecutionSpace>(a, c.chunk, shape);
+      ASSERT_EQ(device.size(), host.size());
+      for (std::size_t i = 0; i < device.size(); ++i) {
+        SCOPED_TRACE(device[i].first + (shape == kdnn::KernelShape::gpu ? " gpu" : " host") +
+                     " P=" + std::to_string(s.P));
+        EXPECT_ALLCLOSE(device[i].second, host[i].second, 1e-10, 1e-10);
+      }
+    }
+  }
+}
+
+}  // namespace
