@@ -308,6 +308,25 @@ TEST(SsdGpuForm, RunsForItsSizesWithinOnChipScratch) {
                     }),
                     level0)
               << "P=" << P << " N=" << N;
+          // The backward's.
+          using G = impl::SsdGradient;
+          const std::size_t backward[] = {
+              bytes([&](kdnn::impl::ScratchCarver& s) {
+                impl::SsdGradientGpuKernel<Space, T, Pc, Nc, G::dx>::carve(s, Q);
+              }),
+              bytes([&](kdnn::impl::ScratchCarver& s) {
+                impl::SsdGradientGpuKernel<Space, T, Pc, Nc, G::dB>::carve(s, Q);
+              }),
+              bytes([&](kdnn::impl::ScratchCarver& s) {
+                impl::SsdGradientGpuKernel<Space, T, Pc, Nc, G::dC>::carve(s, Q);
+              }),
+              bytes([&](kdnn::impl::ScratchCarver& s) {
+                impl::SsdDaDiagGpuKernel<Space, T, Pc, Nc>::carve(s, Q);
+              }),
+              bytes([&](kdnn::impl::ScratchCarver& s) {
+                impl::SsdBackwardFinishGpuKernel<Space, T, Pc, Nc>::carve(s, Q);
+              })};
+          for (const std::size_t b : backward) EXPECT_LE(b, level0) << "P=" << P << " N=" << N;
         };
         check(float());
         check(double());
@@ -317,9 +336,8 @@ TEST(SsdGpuForm, RunsForItsSizesWithinOnChipScratch) {
   EXPECT_EQ(pairs, 4);
 }
 
-// The GPU forms (the forward's, and the backward's chunk-dstate kernel)
-// against the host forms and the float64
-// recurrence: P and N of each compiled size, chunks of one and of several
+// The GPU forms (the forward's and the backward's) against the host forms
+// and the float64 recurrence: P and N of each compiled size, chunks of one and of several
 // row blocks, a Q that is not a multiple of the blocks, a short last chunk,
 // G < H, D and the initial state; and the output kernel's halves (Y_diag +
 // D·x, then Y_off added, as the context-parallel forward runs them) against
@@ -365,8 +383,7 @@ TYPED_TEST(Ssd, GpuFormsMatchTheHostForms) {
     impl::chunk_output("test", Space(), f, opts, states, false, true);
     EXPECT_ALLCLOSE(to_host(y), fg.y, t, t);
 
-    // The backward under a GPU launch: the states and the gradients each
-    // chunk sends to its entering state by the GPU forms.
+    // The backward under a GPU launch: every chunk kernel's GPU form.
     const auto bg = run_backward<T>(a, c.chunk, gpu);
     const auto bh = run_backward<T>(a, c.chunk, kdnn::KernelShape::host);
     for (const auto& [name, pair] : std::vector<std::pair<const char*, std::pair<Vec, Vec>>>{
@@ -374,6 +391,8 @@ TYPED_TEST(Ssd, GpuFormsMatchTheHostForms) {
              {"ddt", {bg.ddt, bh.ddt}},
              {"dB", {bg.dB, bh.dB}},
              {"dC", {bg.dC, bh.dC}},
+             {"dA", {bg.dA, bh.dA}},
+             {"dD", {bg.dD, bh.dD}},
              {"dinit", {bg.dinit, bh.dinit}}}) {
       double worst = 0, scale = 0;
       for (std::size_t i = 0; i < pair.first.size(); ++i) {

@@ -42,7 +42,7 @@ struct SsdOptions {
   bool check_dt = false;  ///< refuse a negative or non-finite dt (a device reduction)
   /// Launch shape of the chunk kernels; only `shape` applies: KernelShape::gpu
   /// launches them as on a GPU anywhere: the GPU forms of the forward's and
-  /// the backward's first chunk kernels for P, N in {64, 128} and Q <= 256
+  /// the backward's chunk kernels for P, N in {64, 128} and Q <= 256
   /// (equal to the host forms to rounding), else the
   /// host kernels with a bounded team workspace for scratch past on-chip
   /// size (the same results).

@@ -17,6 +17,15 @@ struct SsdGradients {
   Kokkos::View<double***, Kokkos::LayoutRight, typename ExecSpace::memory_space> da_diag;
 };
 
+/// What the GPU forms' gradient kernels (ssd_gradient_gpu_kernel.hpp) hand
+/// the finishing kernel per step, [B, H, L] each: the state terms of da
+/// (row_a: dend·X̃·(B·dHᵀ); dcum: e·C·(dY·H)), Σ_p x·dX̃ (sx) and Σ_p dy·x (sd).
+template <class ExecSpace>
+struct SsdStepSums {
+  using Steps = Kokkos::View<double***, Kokkos::LayoutRight, typename ExecSpace::memory_space>;
+  Steps row_a, dcum, sx, sd;
+};
+
 /// The Y_diag half of the backward as SsdDiagBackwardKernel stored it in g,
 /// for the chunk of batch entry b, head h starting at step t0; i is a step
 /// of the chunk.

@@ -12,6 +12,13 @@
 //              state_backward (after the states and their gradients are
 //              complete)
 //
+// Where the sizes have GPU forms (ssd_gpu_chunks.hpp) and the launch asks
+// for them, the backward's are split otherwise than the host forms:
+// diag_backward computes da_diag alone (ssd_da_diag_gpu_kernel.hpp), and
+// state_backward the gradients dX̃, dB and dC whole, each a kernel
+// (ssd_gradient_gpu_kernel.hpp), then da, ddt and the parameter sums
+// (ssd_backward_finish_gpu_kernel.hpp); fused_backward runs the two.
+//
 // Chunk states travel between the steps in ChunkStates [B, H, chunks (+1),
 // N·P] (element n·P + p of a chunk state is s[p, n]) and the chunks' total
 // decays in ChunkDecays [B, H, chunks]. A context-parallel caller corrects
@@ -26,13 +33,16 @@
 #include "kdnn/core/impl/block_sums.hpp"
 #include "kdnn/core/impl/team_plan.hpp"
 #include "kdnn/core/validate.hpp"
+#include "kdnn/ssm/impl/ssd_backward_finish_gpu_kernel.hpp"
 #include "kdnn/ssm/impl/ssd_backward_kernel.hpp"
 #include "kdnn/ssm/impl/ssd_chunk_dstate_kernel.hpp"
 #include "kdnn/ssm/impl/ssd_chunk_output_gpu_kernel.hpp"
 #include "kdnn/ssm/impl/ssd_chunk_output_kernel.hpp"
 #include "kdnn/ssm/impl/ssd_chunk_state_gpu_kernel.hpp"
 #include "kdnn/ssm/impl/ssd_chunk_state_kernel.hpp"
+#include "kdnn/ssm/impl/ssd_da_diag_gpu_kernel.hpp"
 #include "kdnn/ssm/impl/ssd_diag_backward_kernel.hpp"
+#include "kdnn/ssm/impl/ssd_gradient_gpu_kernel.hpp"
 #include "kdnn/ssm/impl/ssd_state_backward_kernel.hpp"
 #include "kdnn/ssm/ssd.hpp"
 
@@ -94,6 +104,22 @@ bool gpu_chunk_form(const Args& a, const SsdOptions& opts, int Q, int chunks, in
   }
   dispatch_ssd_sizes(P, N, run);
   return true;
+}
+
+/// Row blocks per chunk of the GPU forms whose teams own kSsdGpuRows<T>
+/// steps of a chunk of Q.
+template <class T>
+int gpu_row_blocks(int Q) {
+  return (Q + kSsdGpuRows<T> - 1) / kSsdGpuRows<T>;
+}
+
+/// As gpu_chunk_form, for the backward's kernels (the same answer in its
+/// two halves).
+template <class ExecSpace, class T, class Run>
+bool gpu_backward_form(const SsdBackward<T, ExecSpace>& a, const SsdOptions& opts, const Run& run) {
+  SsdChunks<ExecSpace, T> sizes;
+  set_ssd_inputs<ExecSpace, T>(sizes, a, opts);
+  return gpu_chunk_form<ExecSpace>(a, opts, sizes.Q, sizes.chunks, gpu_row_blocks<T>(sizes.Q), run);
 }
 
 /// states(b, h, c) = S_c and decay(b, h, c) = exp(cum_last) for every chunk
@@ -239,7 +265,7 @@ void chunk_output(const char* op, const ExecSpace& space, const SsdForward<T, Ex
   SsdChunkOutputKernel<ExecSpace, T> k;
   set_ssd_inputs<ExecSpace, T>(k, a, opts);
   k.out = out;
-  const int Q = k.Q, blocks = (Q + kSsdGpuRows<T> - 1) / kSsdGpuRows<T>;
+  const int Q = k.Q, blocks = gpu_row_blocks<T>(Q);
   const auto gpu = [&](auto p, auto n) {
     SsdChunkOutputGpuKernel<ExecSpace, T, decltype(p)::value, decltype(n)::value> g;
     set_ssd_inputs<ExecSpace, T>(g, a, opts);
@@ -312,10 +338,19 @@ SsdDiagBackwardKernel<ExecSpace, T> diag_backward_kernel(const SsdBackward<T, Ex
   return k;
 }
 
-/// The backward of Y_diag (needs no state): the first half of the backward.
+/// The backward of Y_diag (needs no state): the first half of the backward
+/// (of the GPU forms: da_diag alone).
 template <class ExecSpace, class T>
 void diag_backward(const char* op, const ExecSpace& space, const SsdBackward<T, ExecSpace>& a,
                    const SsdOptions& opts, const SsdGradients<ExecSpace, T>& g) {
+  const auto gpu = [&](auto p, auto n) {
+    SsdDaDiagGpuKernel<ExecSpace, T, decltype(p)::value, decltype(n)::value> k;
+    set_ssd_inputs<ExecSpace, T>(k, a, opts);
+    k.dy = a.dy;
+    k.da_diag = g.da_diag;
+    launch_gpu_chunks(op, space, k, "kdnn::ssm::ssd_da_diag[gpu]");
+  };
+  if (gpu_backward_form(a, opts, gpu)) return;
   const auto k = diag_backward_kernel(a, opts, g);
   launch_chunks(
       op, space, k, [&](kdnn::impl::ScratchCarver& s) { decltype(k)::carve(s, k.Qp, k.Pp, k.Np); },
@@ -373,6 +408,53 @@ void finish_backward(const ExecSpace& space, const SsdBackward<T, ExecSpace>& a,
   }
 }
 
+/// The GPU forms of the second half (see the top of this file): dX̃ (into
+/// dx), dB, dC, then da, ddt and the per-chunk sums (returned).
+template <class ExecSpace, class T, int P, int N>
+Matrix<double, ExecSpace> gpu_state_backward(const char* op, const ExecSpace& space,
+                                             const SsdBackward<T, ExecSpace>& a,
+                                             const SsdOptions& opts,
+                                             const ChunkStates<T, ExecSpace>& states,
+                                             const ChunkStates<T, ExecSpace>& dstates,
+                                             const SsdGradients<ExecSpace, T>& g) {
+  const int B = int(a.x.extent(0)), L = int(a.x.extent(1)), H = int(a.x.extent(2));
+  const auto steps = [&](const char* label) {
+    return typename SsdStepSums<ExecSpace>::Steps(
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), B, H, L);
+  };
+  SsdStepSums<ExecSpace> sums{steps("kdnn::ssm::ssd_row_a"), steps("kdnn::ssm::ssd_dcum"),
+                              steps("kdnn::ssm::ssd_sx"), steps("kdnn::ssm::ssd_sd")};
+  const auto gradient = [&](auto which, const char* label) {
+    SsdGradientGpuKernel<ExecSpace, T, P, N, decltype(which)::value> k;
+    set_ssd_inputs<ExecSpace, T>(k, a, opts);
+    k.blocks = gpu_row_blocks<T>(k.Q);
+    k.dy = a.dy;
+    k.D = a.D;
+    k.has_d = validate::given(a.D);
+    k.states = states;
+    k.dstates = dstates;
+    k.g = g;
+    k.sums = sums;
+    launch_gpu_chunks(op, space, k, label);
+  };
+  using Which = SsdGradient;
+  gradient(std::integral_constant<Which, Which::dx>{}, "kdnn::ssm::ssd_dx[gpu]");
+  gradient(std::integral_constant<Which, Which::dB>{}, "kdnn::ssm::ssd_dB[gpu]");
+  gradient(std::integral_constant<Which, Which::dC>{}, "kdnn::ssm::ssd_dC[gpu]");
+  SsdBackwardFinishGpuKernel<ExecSpace, T, P, N> f;
+  set_ssd_inputs<ExecSpace, T>(f, a, opts);
+  f.states = states;
+  f.dstates = dstates;
+  f.da_diag = g.da_diag;
+  f.sums = sums;
+  f.ddt = a.ddt;
+  f.partial = Matrix<double, ExecSpace>(
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("kdnn::ssm::ssd_param_sums")),
+      std::size_t(B) * f.chunks, 2 * std::size_t(H));
+  launch_gpu_chunks(op, space, f, "kdnn::ssm::ssd_backward_finish[gpu]");
+  return f.partial;
+}
+
 /// The second half, given H_c in `states` and dH_{c+1} in `dstates` (after
 /// both state passes) and the first half in g: the state kernel, then dA, dD
 /// and the sums over a group's heads.
@@ -380,6 +462,12 @@ template <class ExecSpace, class T>
 void state_backward(const char* op, const ExecSpace& space, const SsdBackward<T, ExecSpace>& a,
                     const SsdOptions& opts, const ChunkStates<T, ExecSpace>& states,
                     const ChunkStates<T, ExecSpace>& dstates, const SsdGradients<ExecSpace, T>& g) {
+  const auto gpu = [&](auto p, auto n) {
+    const auto partial = gpu_state_backward<ExecSpace, T, decltype(p)::value, decltype(n)::value>(
+        op, space, a, opts, states, dstates, g);
+    finish_backward(space, a, partial, g);
+  };
+  if (gpu_backward_form(a, opts, gpu)) return;
   const auto k =
       state_backward_kernel<SsdStateBackwardKernel<ExecSpace, T>>(a, opts, states, dstates, g);
   launch_chunks(
@@ -388,11 +476,19 @@ void state_backward(const char* op, const ExecSpace& space, const SsdBackward<T,
   finish_backward(space, a, k.partial, g);
 }
 
-/// Both halves in one kernel (SsdBackwardKernel), after both state passes.
+/// Both halves in one kernel (SsdBackwardKernel), after both state passes;
+/// of the GPU forms, the two halves (g's da_diag given or not).
 template <class ExecSpace, class T>
 void fused_backward(const char* op, const ExecSpace& space, const SsdBackward<T, ExecSpace>& a,
                     const SsdOptions& opts, const ChunkStates<T, ExecSpace>& states,
                     const ChunkStates<T, ExecSpace>& dstates, const SsdGradients<ExecSpace, T>& g) {
+  if (gpu_backward_form(a, opts, [](auto, auto) {})) {
+    auto halves = g;
+    if (halves.da_diag.extent(0) == 0) halves.da_diag = gradient_buffers(a).da_diag;
+    diag_backward(op, space, a, opts, halves);
+    state_backward(op, space, a, opts, states, dstates, halves);
+    return;
+  }
   auto k = state_backward_kernel<SsdBackwardKernel<ExecSpace, T>>(a, opts, states, dstates, g);
   k.diag = diag_backward_kernel(a, opts, g);
   launch_chunks(
