@@ -114,10 +114,9 @@ struct SsdChunks {
   /// Fills `d`: cum and dtv are ready on return, e and dend after the
   /// caller's next team barrier. cum is one thread's loop in step order:
   /// these kernels launch with vector lanes, and Kokkos' team scan on CUDA
-  /// (TeamThreadRange parallel_scan) assumes a team without them (its
-  /// intra-block scan requires blockDim.x == 1; with lanes the partial sums
-  /// race, as measured on an H200). The GPU forms, which launch without
-  /// lanes, scan (SsdGpuChunks::scan_decays).
+  /// (TeamThreadRange parallel_scan, through cuda_intra_block_reduce_scan)
+  /// is written for blocks whose x extent is 1, a team without lanes. The
+  /// GPU forms, which launch without lanes, scan (SsdGpuChunks::scan_decays).
   KOKKOS_INLINE_FUNCTION void load_decays(const Member& team, const Chunk& k,
                                           const Decays& d) const {
     Kokkos::single(Kokkos::PerTeam(team), [&]() {
