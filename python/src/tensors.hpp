@@ -14,6 +14,8 @@
 
 #include <Kokkos_Core.hpp>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -90,6 +92,24 @@ ViewType view_of(const Optional& a, const std::string& name) {
   return a ? view_of<ViewType>(*a, name) : ViewType();
 }
 
+#ifdef KOKKOS_ENABLE_CUDA
+/// The Kokkos::Cuda instance on `stream`, made by the first call on that
+/// stream and reused by the later ones. Making an instance allocates its
+/// reduction scratch and lock array (cudaMalloc, cudaMemset) and destroying
+/// it frees them (cudaFree): per call, that would synchronise PyTorch's
+/// queue at every kdnn operator. The instances are never destroyed (the
+/// process's end releases their memory): PyTorch may have destroyed a side
+/// stream by then, and an instance's destruction uses its stream.
+inline Kokkos::Cuda cuda_space(cudaStream_t stream) {
+  static std::mutex lock;
+  static auto* const spaces = new std::map<cudaStream_t, Kokkos::Cuda>();  // never freed
+  const std::lock_guard<std::mutex> guard(lock);
+  auto it = spaces->find(stream);
+  if (it == spaces->end()) it = spaces->emplace(stream, Kokkos::Cuda(stream)).first;
+  return it->second;
+}
+#endif
+
 /// Runs `f(space, T{})` on the execution space of `first`'s device with T its
 /// scalar type (float or double): the host space for CPU arrays (then fenced,
 /// so the results are there when Python reads them) and, in a CUDA build, a
@@ -117,7 +137,7 @@ void dispatch(const Array& first, const char* name, std::uintptr_t stream, F&& f
   }
 #ifdef KOKKOS_ENABLE_CUDA
   if (first.device_type() == nb::device::cuda::value) {
-    on_dtype(Kokkos::Cuda(reinterpret_cast<cudaStream_t>(stream)));
+    on_dtype(cuda_space(reinterpret_cast<cudaStream_t>(stream)));
     return;
   }
 #endif

@@ -24,6 +24,8 @@
 // (row_a), Σ_p x·dX̃ (sx) and Σ_p dy·x (sd); with dC, C·(dY·H) scaled (dcum).
 // Their sums over a row's columns are taken in a fixed order (the column
 // groups' partial sums in scratch, added by one thread), no atomics.
+#include <type_traits>
+
 #include "kdnn/ssm/impl/ssd_gpu_chunks.hpp"
 #include "kdnn/ssm/impl/ssd_gradients.hpp"
 
@@ -48,10 +50,13 @@ struct SsdGradientGpuKernel
   using typename Base::Member;
   static constexpr bool kDx = Which == SsdGradient::dx;
   static constexpr bool kUpper = Which != SsdGradient::dC;  ///< partner steps s ≥ r
-  static constexpr int KI = kDx ? N : P;                    ///< the row operand's size
-  static constexpr int KO = kDx ? P : N;                    ///< result columns
-  static constexpr int OC = KO / CG;                        ///< result columns per thread
-  static constexpr int LDO = KO + 1;                        ///< row stride of [BK, KO] tiles
+  template <int IfDx, int Else>
+  using Pick =
+      std::conditional_t<kDx, std::integral_constant<int, IfDx>, std::integral_constant<int, Else>>;
+  static constexpr int KI = Pick<N, P>::value;  ///< the row operand's size
+  static constexpr int KO = Pick<P, N>::value;  ///< result columns
+  static constexpr int OC = KO / CG;            ///< result columns per thread
+  static constexpr int LDO = KO + 1;            ///< row stride of [BK, KO] tiles
 
   Tensor4<const T, ExecSpace> dy;           ///< [B, L, H, P]
   Vector<const T, ExecSpace> D;             ///< [H] or empty (dx)
