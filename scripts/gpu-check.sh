@@ -21,7 +21,10 @@
 # KDNN_COMMIT names the commit when the copy has no git history.
 # KDNN_GPU_BENCH="sinkhorn fused-attention attention ssm-conv ssd" (the default)
 # picks the benchmark families and their order; KDNN_GPU_TESTS="unit host cli
-# examples python" (the default; set and empty: none) the test steps ("python":
+# examples python cp" (the default; set and empty: none) the test steps ("cp":
+# the context-parallel tests and the Mamba-2 block example on 2 ranks sharing
+# the GPU, for a build with kdnn::cp, with the mpiexec of KDNN_MPI_RUNTIME, an
+# Open MPI packed by scripts/pack-mpi-runtime.sh, or else of the PATH; "python":
 # the Python package's tests, python/tests, and the example model's training
 # on the GPU with kdnn's and PyTorch's operators, with the build's extension
 # module, python/_kdnn*.so, when the build has one: a CUDA build configured
@@ -38,7 +41,7 @@ out=${1:?usage: scripts/gpu-check.sh OUT_DIR}
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${KDNN_CUDA_BUILD:-$repo/build/cuda}
 mkdir -p "$out"
-cd "$repo"
+cd "$repo" || exit 2
 export LD_LIBRARY_PATH="$build/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export KDNN_TEST_DATA_DIR="$repo/unit_tests/data" KDNN_CLI_PATH="$build/examples/kdnn"
 python=${PYTHON:-python3}
@@ -72,7 +75,7 @@ fi
 { echo "cuBLAS as loaded:"
   ldd "$build/unit_tests/kdnn_unit_tests" | grep -iE 'cublas|cudart' || echo "  (not linked)"
 } | tee -a "$out/device.txt"
-tests=${KDNN_GPU_TESTS-unit host cli examples python}  # set and empty: no test step
+tests=${KDNN_GPU_TESTS-unit host cli examples python cp}  # set and empty: no test step
 if [[ " $tests " == *" unit "* ]]; then
   echo "== unit tests"
   timeout "${KDNN_UNIT_TIMEOUT:-300}" "$build/unit_tests/kdnn_unit_tests" \
@@ -125,6 +128,28 @@ if [[ " $tests " == *" python "* ]]; then
       done
     done
     grep -E 'ops=|per step' "$out/python_example.log"
+  fi
+fi
+if [[ " $tests " == *" cp "* ]]; then
+  cp_tests="$build/unit_tests/kdnn_cp_tests"
+  runtime=${KDNN_MPI_RUNTIME:-}
+  mpiexec=$([[ -n $runtime ]] && echo "$runtime/bin/mpiexec" || command -v mpiexec || true)
+  if [[ ! -x $cp_tests ]]; then
+    echo "== context-parallel tests: skipped (the build has no kdnn::cp: kdnn_ENABLE_MPI=ON and an MPI)"
+  elif [[ -z $mpiexec ]]; then
+    echo "== context-parallel tests: skipped (no mpiexec here; KDNN_MPI_RUNTIME: scripts/pack-mpi-runtime.sh)"
+  else
+    echo "== context-parallel tests and examples/mamba2_cp_block, 2 ranks sharing this GPU"
+    # The tests' MPI environment, and a packed Open MPI's own paths.
+    mapfile -t mpi_env < <(grep -E '^[A-Za-z_]' cmake/mpi-test-environment)
+    [[ -n $runtime ]] && mpi_env+=("OPAL_PREFIX=$runtime"
+      "PMIX_MCA_mca_base_component_path=$runtime/pmix/lib/pmix"
+      "LD_LIBRARY_PATH=$runtime/lib:$LD_LIBRARY_PATH")
+    env "${mpi_env[@]}" timeout 300 "$mpiexec" -n 2 "$cp_tests" --gtest_color=no > "$out/cp_tests.log" 2>&1 || status=1
+    grep -E '^\[  (FAILED|PASSED) ' "$out/cp_tests.log" | head -n 20
+    env "${mpi_env[@]}" timeout 120 "$mpiexec" -n 2 "$build/examples/mamba2_cp_block" 4099 2 4 64 64 64 \
+      > "$out/mamba2_cp_block.log" 2>&1 || status=1
+    tail -n 3 "$out/mamba2_cp_block.log"
   fi
 fi
 bench=${KDNN_GPU_BENCH-sinkhorn fused-attention attention ssm-conv ssd}  # empty: none
