@@ -116,7 +116,8 @@ if [[ " $tests " == *" python "* ]]; then
     echo "== Python tests: skipped ($build/python has no _kdnn module)"
   else
     echo "== Python tests (python/tests, CUDA tensors included) with $(basename "$module")"
-    PYTHONPATH="$package" timeout 600 "$python" -m pytest -q -p no:cacheprovider python/tests \
+    # --capture=sys: what C++ writes to stderr before an abort reaches the log.
+    PYTHONPATH="$package" timeout 600 "$python" -m pytest -q -p no:cacheprovider --capture=sys python/tests \
       --ignore=python/tests/mpi > "$out/python_tests.log" 2>&1 || status=1
     tail -n 5 "$out/python_tests.log"
     # The example model's training step on this GPU, kdnn's operators and
