@@ -81,7 +81,8 @@ struct Result {
 /// and its gradient, the last rank d(final state); every rank asks for its
 /// final state.
 template <class T>
-Result run(const SsdCase& a, int first, int n, int chunk, MPI_Comm comm) {
+Result run(const SsdCase& a, int first, int n, int chunk, MPI_Comm comm,
+           kdnn::KernelShape shape = kdnn::KernelShape::automatic) {
   const bool single = comm == MPI_COMM_NULL;
   const int rank = single ? 0 : comm_rank(), last = single ? 0 : comm_size() - 1;
   const auto& s = a.s;
@@ -113,13 +114,16 @@ Result run(const SsdCase& a, int first, int n, int chunk, MPI_Comm comm) {
   g.x = x, g.dt = dt, g.A = A, g.B = Bm, g.C = Cm, g.D = D, g.initial_state = init;
   g.dy = dy, g.dfinal_state = dfinal;
   g.dx = dx, g.ddt = ddt, g.dA = dA, g.dB = dB, g.dC = dC, g.dD = dD, g.dinitial_state = dinit;
+  ssm::SsdOptions opts;
+  opts.chunk = chunk;
+  opts.launch.shape = shape;
   Result r;
   if (single) {
-    ssm::ssd_forward(Space(), f, {chunk});
-    ssm::ssd_backward(Space(), g, {chunk});
+    ssm::ssd_forward(Space(), f, opts);
+    ssm::ssd_backward(Space(), g, opts);
   } else {
-    r.forward = cp::ssd_forward(Space(), comm, f, {chunk});
-    r.backward = cp::ssd_backward(Space(), comm, g, {chunk});
+    r.forward = cp::ssd_forward(Space(), comm, f, opts);
+    r.backward = cp::ssd_backward(Space(), comm, g, opts);
     cp::allreduce_sum(comm, dA);
     if (!a.D.empty()) cp::allreduce_sum(comm, dD);
   }
@@ -144,10 +148,11 @@ Vec state_at(const SsdCase& a, int end) {
   return out;
 }
 
-void expect_equal_to_single_rank(const SsdCase& a, int chunk) {
+void expect_equal_to_single_rank(const SsdCase& a, int chunk,
+                                 kdnn::KernelShape shape = kdnn::KernelShape::automatic) {
   const int R = comm_size(), rank = comm_rank();
   const auto& s = a.s;
-  const Result whole = run<double>(a, 0, s.L, chunk, MPI_COMM_NULL);
+  const Result whole = run<double>(a, 0, s.L, chunk, MPI_COMM_NULL, shape);
   // Short ranks hold less than a chunk; uneven ones more than one.
   for (const auto& lengths : kdnn_test::rank_splits(R, s.L, chunk > 1 ? chunk - 1 : 1, chunk)) {
     const int first = std::accumulate(lengths.begin(), lengths.begin() + rank, 0);
@@ -156,7 +161,7 @@ void expect_equal_to_single_rank(const SsdCase& a, int chunk) {
     for (int l : lengths) text += std::to_string(l) + " ";
     SCOPED_TRACE("Q=" + std::to_string(chunk) + " L=" + std::to_string(s.L) + " split " + text +
                  "rank " + std::to_string(rank));
-    const Result part = run<double>(a, first, n, chunk, MPI_COMM_WORLD);
+    const Result part = run<double>(a, first, n, chunk, MPI_COMM_WORLD, shape);
     const double tol = 1e-12;
     const int HP = s.H * s.P, GN = s.G * s.N;
     EXPECT_ALLCLOSE(part.y, slice(whole.y, s.B, s.L, HP, first, n), tol, tol);
@@ -184,6 +189,14 @@ TEST(CpSsd, EqualsSingleRankForEverySplit) {
   expect_equal_to_single_rank(make_problem({1, 37, 2, 4, 1, 4}, false, false, false), 8);
   expect_equal_to_single_rank(make_problem({1, 23, 3, 3, 3, 2}, true, false, true), 64);
   expect_equal_to_single_rank(make_problem({2, 0, 2, 3, 1, 2}, true, true, true), 4);  // no steps
+}
+
+// The GPU forms (P = N = 64, ssm/impl/ssd_gpu_chunks.hpp) under a GPU launch
+// on every rank and on one: the backward's da_diag kernel runs before the
+// states are exchanged, its gradient kernels after.
+TEST(CpSsd, GpuFormsEqualSingleRankForEverySplit) {
+  expect_equal_to_single_rank(make_problem({1, 150, 2, 64, 1, 64}, true, true, true), 64,
+                              kdnn::KernelShape::gpu);
 }
 
 TEST(CpSsd, BytesSentDoNotDependOnTheLength) {

@@ -78,9 +78,12 @@ Steps run_steps(const ssm_ref::SsdCase& a, int chunk, kdnn::KernelShape shape) {
   const auto g = impl::gradient_buffers(args);
   impl::diag_backward(op, space, args, opts, g);
   space.fence();
-  out.emplace_back("diag dx", to_host(g.dx));
-  out.emplace_back("diag dB", to_host(g.dBh));
-  out.emplace_back("diag dC", to_host(g.dCh));
+  // The GPU forms' first half is da_diag alone (ssd_steps.hpp).
+  if (!impl::gpu_backward_form(args, opts, [](auto, auto) {})) {
+    out.emplace_back("diag dx", to_host(g.dx));
+    out.emplace_back("diag dB", to_host(g.dBh));
+    out.emplace_back("diag dC", to_host(g.dCh));
+  }
   out.emplace_back("diag da", to_host(g.da_diag));
   impl::state_backward(op, space, args, opts, states, dstates, g);
   out.emplace_back("state dx", to_host(dx));

@@ -139,7 +139,7 @@ struct SsdGradientGpuKernel
     state_term(team, k, w, acc);
     if constexpr (Which != SsdGradient::dB) {
       // X̃·(B·dHᵀ) or C·(dY·H) of each row, before the scale.
-      row_sums(team, w, acc, [&](int r, int o) -> T {
+      row_sums(team, w, acc, rows, [&](int r, int o) -> T {
         if constexpr (kDx) {
           return xt(k, r_begin + r, o);
         } else {
@@ -295,17 +295,20 @@ struct SsdGradientGpuKernel
   }
 
   /// Each thread's partial Σ_o acc·y(r, o) over its columns into
-  /// w.wt[r·CG + c] (a barrier must follow).
+  /// w.wt[r·CG + c] for the block's rows r < rows (y is read only there; a
+  /// barrier must follow).
   template <class Acc, class Y>
-  KOKKOS_INLINE_FUNCTION void row_sums(const Member& team, const Work& w, Acc& acc,
+  KOKKOS_INLINE_FUNCTION void row_sums(const Member& team, const Work& w, Acc& acc, int rows,
                                        const Y& y) const {
     Base::threads(team, [&](int t) {
       const int r0 = (t / CG) * RM, c = t % CG;
       KDNN_IMPL_UNROLL
       for (int i = 0; i < RM; ++i) {
         T part = 0;
-        KDNN_IMPL_UNROLL
-        for (int j = 0; j < OC; ++j) part += acc(t)[i * OC + j] * y(r0 + i, c + CG * j);
+        if (r0 + i < rows) {
+          KDNN_IMPL_UNROLL
+          for (int j = 0; j < OC; ++j) part += acc(t)[i * OC + j] * y(r0 + i, c + CG * j);
+        }
         w.wt[(r0 + i) * CG + c] = part;
       }
     });
