@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 # One-call Nsight Compute profile of the GPU forms' kernels at the sizes of
-# the issues' targets, for a GPU machine with the repository, a CUDA build
+# the issues' targets (Sinkhorn, fused attention, the causal conv, the SSD), for a GPU machine with the repository, a CUDA build
 # (as for scripts/gpu-check.sh) and Nsight Compute (`ncu`):
 #   scripts/gpu-profile.sh OUT_DIR
 # For each kernel it writes OUT_DIR/ncu_<name>.csv (ncu --csv --page details)
@@ -45,5 +45,13 @@ profile fused_backward 'FusedBackward(KV|Q)GpuKernel' 2 "$fused" --kdnn_sizes=1x
   --benchmark_filter='sdpa_f32/fused_backward/'
 profile ssm_conv_forward ConvForwardKernel 1 "$build/perf_tests/kdnn_perf_ssm_conv" \
   --kdnn_sizes=4x8192x4096x4 --benchmark_filter='ssm_conv_f32/forward/'
+# The SSD's GPU forms at the size where the forward trails mamba's Triton
+# kernels: the forward's two chunk kernels; the backward's seven (chunk
+# states and dstates, da_diag, dX̃, dB, dC, the finish).
+ssd=$build/perf_tests/kdnn_perf_ssd
+profile ssd_forward 'SsdChunk(State|Output)GpuKernel' 2 "$ssd" --kdnn_sizes=2x16384x8x64x64x64 \
+  --benchmark_filter='ssd_f32/forward/'
+profile ssd_backward 'Ssd(ChunkState|DaDiag|Gradient|BackwardFinish)GpuKernel' 7 "$ssd" \
+  --kdnn_sizes=2x16384x8x64x64x64 --benchmark_filter='ssd_f32/backward/'
 python3 "$repo/perf_tests/ncu_summary.py" "$out"/ncu_*.csv | tee "$out/ncu_summary.md" || status=1
 exit $status
