@@ -26,21 +26,29 @@ using Space = Kokkos::DefaultExecutionSpace;
 template <class DataType>
 using DeviceView = Kokkos::View<DataType, Kokkos::LayoutRight, Space::memory_space>;
 
-/// A View with the given extents holding `values` (row-major), converted to
-/// its value type.
-template <class DataType, class... Extents>
-DeviceView<DataType> to_device(const std::vector<double>& values, Extents... extents) {
-  DeviceView<DataType> view("kdnn_test::to_device", std::size_t(extents)...);
+/// A LayoutRight View in MemorySpace with the given extents holding
+/// `values` (row-major), converted to its value type.
+template <class DataType, class MemorySpace, class... Extents>
+Kokkos::View<DataType, Kokkos::LayoutRight, MemorySpace> to_view(const std::vector<double>& values,
+                                                                 Extents... extents) {
+  using View = Kokkos::View<DataType, Kokkos::LayoutRight, MemorySpace>;
+  View view("kdnn_test::to_view", std::size_t(extents)...);
   if (values.size() != view.size()) {
-    throw std::invalid_argument("to_device: " + std::to_string(values.size()) +
+    throw std::invalid_argument("to_view: " + std::to_string(values.size()) +
                                 " values for a view of " + std::to_string(view.size()));
   }
   auto host = Kokkos::create_mirror_view(view);
   for (std::size_t k = 0; k < values.size(); ++k) {
-    host.data()[k] = typename DeviceView<DataType>::value_type(values[k]);
+    host.data()[k] = typename View::value_type(values[k]);
   }
   Kokkos::deep_copy(view, host);
   return view;
+}
+
+/// The same on the default space.
+template <class DataType, class... Extents>
+DeviceView<DataType> to_device(const std::vector<double>& values, Extents... extents) {
+  return to_view<DataType, Space::memory_space>(values, extents...);
 }
 
 /// The elements of a contiguous View (any rank, any memory space), row-major,

@@ -25,17 +25,6 @@ namespace impl = kdnn::ssm::impl;
 
 using Steps = std::vector<std::pair<std::string, std::vector<double>>>;
 
-template <class ExecSpace, class DataType, class... Extents>
-Kokkos::View<DataType, Kokkos::LayoutRight, typename ExecSpace::memory_space> make_view(
-    const std::vector<double>& values, Extents... extents) {
-  Kokkos::View<DataType, Kokkos::LayoutRight, typename ExecSpace::memory_space> v(
-      "v", std::size_t(extents)...);
-  auto h = Kokkos::create_mirror_view(v);
-  for (std::size_t k = 0; k < values.size(); ++k) h.data()[k] = values[k];
-  Kokkos::deep_copy(v, h);
-  return v;
-}
-
 /// The outputs of every backward step on ExecSpace, in order.
 template <class ExecSpace>
 Steps run_steps(const ssm_ref::SsdCase& a, int chunk, kdnn::KernelShape shape) {
@@ -44,17 +33,21 @@ Steps run_steps(const ssm_ref::SsdCase& a, int chunk, kdnn::KernelShape shape) {
   const char* op = "test";
   const ExecSpace space;
   ssm::SsdBackward<T, ExecSpace> args;
-  args.x = make_view<ExecSpace, T****>(a.x, s.B, s.L, s.H, s.P);
-  args.dt = make_view<ExecSpace, T***>(a.dt, s.B, s.L, s.H);
-  args.A = make_view<ExecSpace, T*>(a.A, s.H);
-  args.B = make_view<ExecSpace, T****>(a.Bm, s.B, s.L, s.G, s.N);
-  args.C = make_view<ExecSpace, T****>(a.Cm, s.B, s.L, s.G, s.N);
-  args.dy = make_view<ExecSpace, T****>(a.dy, s.B, s.L, s.H, s.P);
-  const auto dx = make_view<ExecSpace, T****>({}, s.B, s.L, s.H, s.P);
-  const auto ddt = make_view<ExecSpace, T***>({}, s.B, s.L, s.H);
-  const auto dA = make_view<ExecSpace, T*>({}, s.H);
-  const auto dB = make_view<ExecSpace, T****>({}, s.B, s.L, s.G, s.N);
-  const auto dC = make_view<ExecSpace, T****>({}, s.B, s.L, s.G, s.N);
+  using Memory = typename ExecSpace::memory_space;
+  const auto in4 = [&](const std::vector<double>& v, int d1, int d2, int d3) {
+    return to_view<T****, Memory>(v, s.B, d1, d2, d3);
+  };
+  args.x = in4(a.x, s.L, s.H, s.P);
+  args.dt = to_view<T***, Memory>(a.dt, s.B, s.L, s.H);
+  args.A = to_view<T*, Memory>(a.A, s.H);
+  args.B = in4(a.Bm, s.L, s.G, s.N);
+  args.C = in4(a.Cm, s.L, s.G, s.N);
+  args.dy = in4(a.dy, s.L, s.H, s.P);
+  using Out4 = kdnn::Tensor4<T, ExecSpace>;
+  const Out4 dx("dx", s.B, s.L, s.H, s.P), dB("dB", s.B, s.L, s.G, s.N),
+      dC("dC", s.B, s.L, s.G, s.N);
+  const kdnn::Tensor3<T, ExecSpace> ddt("ddt", s.B, s.L, s.H);
+  const kdnn::Vector<T, ExecSpace> dA("dA", s.H);
   args.dx = dx;
   args.ddt = ddt;
   args.dA = dA;

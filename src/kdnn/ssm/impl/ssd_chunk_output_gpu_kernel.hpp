@@ -30,7 +30,6 @@ struct SsdChunkOutputGpuKernel
   using Base::NT;
   using Base::PC;
   using Base::RM;
-  using Base::RN;
   using typename Base::Member;
   SsdOutputData<ExecSpace, T> out;
 
@@ -101,18 +100,7 @@ struct SsdChunkOutputGpuKernel
         });
         team.team_barrier();
         Base::threads(team, [&](int t) {
-          const int r0 = (t / CG) * RM, c0 = (t % CG) * RN;
-          T cb[RM * RN];
-          kdnn::impl::register_tile_product<RM, RN, N>(w.ct + r0, LDR, 1, w.tile + c0, LDK, 1, cb);
-          KDNN_IMPL_UNROLL
-          for (int i = 0; i < RM; ++i) {
-            KDNN_IMPL_UNROLL
-            for (int j = 0; j < RN; ++j) {
-              const int si = i0 + r0 + i, sj = j0 + c0 + j;
-              w.wt[(c0 + j) * LDR + r0 + i] =
-                  Base::masked(si, sj, k.n, cb[i * RN + j] * Base::decay_mask(w.cum, si, sj, k.n));
-            }
-          }
+          Base::template decay_weights<N, false>(t, w.ct, w.tile, w.cum, i0, j0, k.n, w.wt);
         });
         team.team_barrier();  // every thread is done reading Bᵀ
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK * P), [&](int e) {

@@ -136,15 +136,41 @@ struct SsdGpuChunks : SsdChunks<ExecSpace, T> {
                           });
   }
 
-  /// tile[i·PC + j] += Σ_{s<BK} a[s·a_k + i]·rows[s·P + c + CG·j]: the
-  /// thread's RM × PC block (rows at `a`, column group c) of a product whose
-  /// right operand is a [BK, P] tile.
+  /// acc[i·C + j] += Σ_{s<BK} a[s·a_k + i]·rows[s·LD + c + CG·j]: the
+  /// thread's RM × C block (rows at `a`, column group c) of a product whose
+  /// right operand is a [BK, ·] tile of row stride LD (by default [BK, P]).
+  template <int C = PC, int LD = P>
   static KOKKOS_FORCEINLINE_FUNCTION void add_product(const T* a, int a_k, const T* rows, int c,
                                                       T* acc) {
-    T part[RM * PC];
-    kdnn::impl::register_tile_product<RM, PC, BK>(a, a_k, 1, rows + c, P, CG, part);
+    T part[RM * C];
+    kdnn::impl::register_tile_product<RM, C, BK>(a, a_k, 1, rows + c, LD, CG, part);
     KDNN_IMPL_UNROLL
-    for (int e = 0; e < RM * PC; ++e) acc[e] += part[e];
+    for (int e = 0; e < RM * C; ++e) acc[e] += part[e];
+  }
+
+  /// Thread t's RM × RN micro-tile of the decay-weighted products of a
+  /// block's rows and a tile's steps, transposed into wt [BK, LDR]:
+  /// wt[s·LDR + r] = (U_r·V_s)·m, U and V given k-major (Uᵀ [K, LDR] at
+  /// `rows`, Vᵀ [K, LDK] at `cols`), r counted from r_first and s from
+  /// s_first in the chunk of n steps; m = m_rs (r the later step), or m_sr
+  /// with `Upper`, and 0 outside the causal triangle and the chunk.
+  template <int K, bool Upper>
+  static KOKKOS_FORCEINLINE_FUNCTION void decay_weights(int t, const T* rows, const T* cols,
+                                                        const double* cum, int r_first, int s_first,
+                                                        int n, T* wt) {
+    const int r0 = (t / CG) * RM, c0 = (t % CG) * RN;
+    T uv[RM * RN];
+    kdnn::impl::register_tile_product<RM, RN, K>(rows + r0, LDR, 1, cols + c0, LDK, 1, uv);
+    KDNN_IMPL_UNROLL
+    for (int i = 0; i < RM; ++i) {
+      KDNN_IMPL_UNROLL
+      for (int j = 0; j < RN; ++j) {
+        const int r = r_first + r0 + i, s = s_first + c0 + j;
+        const int later = Upper ? s : r, earlier = Upper ? r : s;
+        wt[(c0 + j) * LDR + r0 + i] = Base::masked(
+            later, earlier, n, uv[i * RN + j] * Base::decay_mask(cum, later, earlier, n));
+      }
+    }
   }
 };
 

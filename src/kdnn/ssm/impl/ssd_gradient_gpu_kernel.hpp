@@ -46,7 +46,6 @@ struct SsdGradientGpuKernel
   using Base::LDR;
   using Base::NT;
   using Base::RM;
-  using Base::RN;
   using typename Base::Member;
   static constexpr bool kDx = Which == SsdGradient::dx;
   static constexpr bool kUpper = Which != SsdGradient::dC;  ///< partner steps s ≥ r
@@ -194,7 +193,8 @@ struct SsdGradientGpuKernel
       });
       team.team_barrier();
       Base::threads(team, [&](int t) {
-        add_product(w.ut + q0 * LDR + (t / CG) * RM, w.tile, t % CG, acc(t));
+        Base::template add_product<OC, LDO>(w.ut + q0 * LDR + (t / CG) * RM, LDR, w.tile, t % CG,
+                                            acc(t));
       });
     }
   }
@@ -213,20 +213,7 @@ struct SsdGradientGpuKernel
       });
       team.team_barrier();
       Base::threads(team, [&](int t) {
-        const int r0 = (t / CG) * RM, c0 = (t % CG) * RN;
-        T uu[RM * RN];
-        kdnn::impl::register_tile_product<RM, RN, KI>(w.ut + r0, LDR, 1, w.tile + c0, LDK, 1, uu);
-        KDNN_IMPL_UNROLL
-        for (int i = 0; i < RM; ++i) {
-          KDNN_IMPL_UNROLL
-          for (int j = 0; j < RN; ++j) {
-            const int r = r_begin + r0 + i, s = s0 + c0 + j;
-            // m_ij with i the later step: (s, r) above the diagonal.
-            const int later = kUpper ? s : r, earlier = kUpper ? r : s;
-            w.wt[(c0 + j) * LDR + r0 + i] = Base::masked(
-                later, earlier, k.n, uu[i * RN + j] * Base::decay_mask(w.cum, later, earlier, k.n));
-          }
-        }
+        Base::template decay_weights<KI, kUpper>(t, w.ut, w.tile, w.cum, r_begin, s0, k.n, w.wt);
       });
       team.team_barrier();  // every thread is done reading U'ᵀ
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK * KO), [&](int e) {
@@ -234,8 +221,9 @@ struct SsdGradientGpuKernel
         w.tile[s * LDO + o] = s < cols ? right(k, s0 + s, o) : T(0);
       });
       team.team_barrier();
-      Base::threads(team,
-                    [&](int t) { add_product(w.wt + (t / CG) * RM, w.tile, t % CG, acc(t)); });
+      Base::threads(team, [&](int t) {
+        Base::template add_product<OC, LDO>(w.wt + (t / CG) * RM, LDR, w.tile, t % CG, acc(t));
+      });
     }
     team.team_barrier();  // Wᵀ is free for the row sums
   }
@@ -318,15 +306,6 @@ struct SsdGradientGpuKernel
     T s = 0;
     for (int c = 0; c < CG; ++c) s += partials[r * CG + c];
     return double(s);
-  }
-
-  /// acc += Σ_{s<BK} a[s·LDR + i]·z[s·LDO + c + CG·j]: the thread's RM × OC
-  /// block (rows at `a`, column group c) of a product with a [BK, KO] tile.
-  static KOKKOS_FORCEINLINE_FUNCTION void add_product(const T* a, const T* z, int c, T* acc) {
-    T part[RM * OC];
-    kdnn::impl::register_tile_product<RM, OC, BK>(a, LDR, 1, z + c, LDO, CG, part);
-    KDNN_IMPL_UNROLL
-    for (int e = 0; e < RM * OC; ++e) acc[e] += part[e];
   }
 };
 

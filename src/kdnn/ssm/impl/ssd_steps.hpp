@@ -357,6 +357,15 @@ void diag_backward(const char* op, const ExecSpace& space, const SsdBackward<T, 
       "kdnn::ssm::ssd_diag_backward");
 }
 
+/// The per-chunk sums the backward's last kernel leaves for dA and dD
+/// (finish_backward): [B·chunks, 2H], Σ dt·da and Σ dy·x.
+template <class ExecSpace, class T>
+Matrix<double, ExecSpace> param_sums(const SsdBackward<T, ExecSpace>& a, int chunks) {
+  return Matrix<double, ExecSpace>(
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("kdnn::ssm::ssd_param_sums")),
+      a.x.extent(0) * std::size_t(chunks), 2 * std::size_t(a.x.extent(2)));
+}
+
 /// The state half's kernel (or the fused kernel, Kernel) on a's inputs,
 /// given H_c in `states` and dH_{c+1} in `dstates`, writing into g.
 template <class Kernel, class ExecSpace, class T>
@@ -373,9 +382,7 @@ Kernel state_backward_kernel(const SsdBackward<T, ExecSpace>& a, const SsdOption
   k.dstates = dstates;
   k.g = g;
   k.ddt = a.ddt;
-  k.partial = Matrix<double, ExecSpace>(
-      Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("kdnn::ssm::ssd_param_sums")),
-      a.x.extent(0) * std::size_t(k.chunks), 2 * std::size_t(a.x.extent(2)));
+  k.partial = param_sums(a, k.chunks);
   return k;
 }
 
@@ -448,9 +455,7 @@ Matrix<double, ExecSpace> gpu_state_backward(const char* op, const ExecSpace& sp
   f.da_diag = g.da_diag;
   f.sums = sums;
   f.ddt = a.ddt;
-  f.partial = Matrix<double, ExecSpace>(
-      Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("kdnn::ssm::ssd_param_sums")),
-      std::size_t(B) * f.chunks, 2 * std::size_t(H));
+  f.partial = param_sums(a, f.chunks);
   launch_gpu_chunks(op, space, f, "kdnn::ssm::ssd_backward_finish[gpu]");
   return f.partial;
 }
