@@ -13,6 +13,7 @@
 
 #include "kdnn/attention/types.hpp"
 #include "kdnn/core/impl/eti.hpp"
+#include "kdnn/core/impl/space_lock.hpp"
 #include "kdnn/core/impl/view_checks.hpp"
 
 #define KDNN_BATCHED_GEMM_OPERATORS(PREFIX, ExecSpace, T)                                        \
@@ -38,6 +39,7 @@ template <class ExecSpace, class AView, class BView, class CView>
 void batched_gemm(const ExecSpace& space, Op op_a, Op op_b, Op op_c,
                   typename CView::const_value_type alpha, const AView& A, const BView& B,
                   typename CView::const_value_type beta, const CView& C) {
+  const kdnn::impl::SpaceLock exclusive(space);
   KDNN_CHECK_VIEW(ExecSpace, AView, 4, "[B, H, rows, cols]", "attention::batched_gemm: A");
   KDNN_CHECK_VIEW(ExecSpace, BView, 4, "[B, H, rows, cols]", "attention::batched_gemm: B");
   KDNN_CHECK_VIEW(ExecSpace, CView, 4, "[B, H, rows, cols]", "attention::batched_gemm: C");
@@ -57,6 +59,7 @@ void batched_gemm_backward(const ExecSpace& space, Op op_a, Op op_b, Op op_c,
                            typename DAView::const_value_type alpha, const AView& A, const BView& B,
                            typename DAView::const_value_type beta, const DCView& dC,
                            const DAView& dA, const DBView& dB, const DCInView& dC_in) {
+  const kdnn::impl::SpaceLock exclusive(space);
 #define KDNN_IMPL_SHAPE "[B, H, rows, cols]"
   KDNN_CHECK_VIEW(ExecSpace, AView, 4, KDNN_IMPL_SHAPE, "attention::batched_gemm_backward: A");
   KDNN_CHECK_VIEW(ExecSpace, BView, 4, KDNN_IMPL_SHAPE, "attention::batched_gemm_backward: B");

@@ -17,6 +17,7 @@
 
 #include "kdnn/attention/types.hpp"
 #include "kdnn/core/impl/eti.hpp"
+#include "kdnn/core/impl/space_lock.hpp"
 #include "kdnn/core/impl/view_checks.hpp"
 
 namespace kdnn::attention {
@@ -47,6 +48,7 @@ KDNN_ETI_FOR_EACH(KDNN_DROPOUT_EXTERN)
 template <class ExecSpace, class XView, class YView>
 void dropout_forward(const ExecSpace& space, const XView& x, const YView& y,
                      const DropoutOptions& opts) {
+  const kdnn::impl::SpaceLock exclusive(space);
   KDNN_CHECK_VIEW(ExecSpace, XView, 4, "[B, H, rows, cols]", "attention::dropout_forward: x");
   KDNN_CHECK_VIEW(ExecSpace, YView, 4, "[B, H, rows, cols]", "attention::dropout_forward: y");
   KDNN_CHECK_OUTPUT(YView, "attention::dropout_forward: y");
@@ -60,6 +62,7 @@ void dropout_forward(const ExecSpace& space, const XView& x, const YView& y,
 template <class ExecSpace, class DYView, class DXView>
 void dropout_backward(const ExecSpace& space, const DYView& dy, const DXView& dx,
                       const DropoutOptions& opts) {
+  const kdnn::impl::SpaceLock exclusive(space);
   KDNN_CHECK_VIEW(ExecSpace, DYView, 4, "[B, H, rows, cols]", "attention::dropout_backward: dy");
   KDNN_CHECK_VIEW(ExecSpace, DXView, 4, "[B, H, rows, cols]", "attention::dropout_backward: dx");
   KDNN_CHECK_OUTPUT(DXView, "attention::dropout_backward: dx");

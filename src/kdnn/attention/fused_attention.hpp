@@ -14,6 +14,7 @@
 #include "kdnn/attention/softmax.hpp"
 #include "kdnn/attention/types.hpp"
 #include "kdnn/core/impl/eti.hpp"
+#include "kdnn/core/impl/space_lock.hpp"
 #include "kdnn/core/impl/view_checks.hpp"
 #include "kdnn/core/launch.hpp"
 
@@ -75,6 +76,7 @@ void fused_attention_forward(const ExecSpace& space, const QView& q, const KView
                              const OView& o, const LView& lse,
                              const FusedAttentionOptions& opts = {},
                              const AttentionMask<ExecSpace>& mask = {}) {
+  const kdnn::impl::SpaceLock exclusive(space);
   KDNN_CHECK_VIEW(ExecSpace, QView, 4, "[B, H, S, D]", "attention::fused_attention_forward: q");
   KDNN_CHECK_VIEW(ExecSpace, KView, 4, "[B, H, Sk, D]", "attention::fused_attention_forward: k");
   KDNN_CHECK_VIEW(ExecSpace, VView, 4, "[B, H, Sk, Dv]", "attention::fused_attention_forward: v");
@@ -104,6 +106,7 @@ void fused_attention_backward(const ExecSpace& space, const QView& q, const KVie
                               const DQView& dq, const DKView& dk, const DVView& dv,
                               const DeltaView& delta, const FusedAttentionOptions& opts = {},
                               const AttentionMask<ExecSpace>& mask = {}) {
+  const kdnn::impl::SpaceLock exclusive(space);
 #define KDNN_IMPL_ARG(name) "attention::fused_attention_backward: " name
   KDNN_CHECK_VIEW(ExecSpace, QView, 4, "[B, H, S, D]", KDNN_IMPL_ARG("q"));
   KDNN_CHECK_VIEW(ExecSpace, KView, 4, "[B, H, Sk, D]", KDNN_IMPL_ARG("k"));
@@ -142,6 +145,7 @@ void fused_attention_backward(const ExecSpace& space, const QView& q, const KVie
                               const DQView& dq, const DKView& dk, const DVView& dv,
                               const FusedAttentionOptions& opts = {},
                               const AttentionMask<ExecSpace>& mask = {}) {
+  const kdnn::impl::SpaceLock exclusive(space);
   using T = typename DQView::non_const_value_type;
   fused_attention_backward(space, q, k, v, o, lse, dout, dq, dk, dv, Tensor3<T, ExecSpace>(), opts,
                            mask);

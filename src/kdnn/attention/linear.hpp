@@ -9,6 +9,7 @@
 
 #include "kdnn/attention/types.hpp"
 #include "kdnn/core/impl/eti.hpp"
+#include "kdnn/core/impl/space_lock.hpp"
 #include "kdnn/core/impl/view_checks.hpp"
 
 #define KDNN_LINEAR_OPERATORS(PREFIX, ExecSpace, T)                                                \
@@ -34,6 +35,7 @@ KDNN_ETI_FOR_EACH(KDNN_LINEAR_EXTERN)
 template <class ExecSpace, class XView, class WView, class BView, class YView>
 void linear_forward(const ExecSpace& space, const XView& x, const WView& W, const BView& b,
                     const YView& y) {
+  const kdnn::impl::SpaceLock exclusive(space);
   KDNN_CHECK_VIEW(ExecSpace, XView, 3, "[B, S, in]", "attention::linear_forward: x");
   KDNN_CHECK_VIEW(ExecSpace, WView, 2, "[out, in]", "attention::linear_forward: W");
   KDNN_CHECK_VIEW(ExecSpace, BView, 1, "[out]", "attention::linear_forward: b");
@@ -55,6 +57,7 @@ template <class ExecSpace, class XView, class WView, class DYView, class DXView,
 void linear_backward(const ExecSpace& space, const XView& x, const WView& W, const DYView& dy,
                      const DXView& dx, const DWView& dW, const DBView& db,
                      WgradMode mode = WgradMode::set) {
+  const kdnn::impl::SpaceLock exclusive(space);
   KDNN_CHECK_VIEW(ExecSpace, XView, 3, "[B, S, in]", "attention::linear_backward: x");
   KDNN_CHECK_VIEW(ExecSpace, WView, 2, "[out, in]", "attention::linear_backward: W");
   KDNN_CHECK_VIEW(ExecSpace, DYView, 3, "[B, S, out]", "attention::linear_backward: dy");

@@ -52,6 +52,7 @@
 #include "kdnn/attention/softmax.hpp"
 #include "kdnn/attention/types.hpp"
 #include "kdnn/core/impl/eti.hpp"
+#include "kdnn/core/impl/space_lock.hpp"
 
 namespace kdnn::attention {
 
@@ -151,6 +152,7 @@ void mha_forward(const ExecSpace& space, const MhaOptions& opts,
                  const impl::NoDeduce<Tensor3<T, ExecSpace>>& out,
                  const impl::NoDeduce<Vector<T, ExecSpace>>& reserve,
                  const impl::NoDeduce<Vector<T, ExecSpace>>& workspace) {
+  const kdnn::impl::SpaceLock exclusive(space);
   impl::mha_forward<ExecSpace, T>(space, opts, mask, weights.as_const(), q, k, v, residual, out,
                                   reserve, workspace);
 }
@@ -168,6 +170,7 @@ void mha_backward_data(const ExecSpace& space, const MhaOptions& opts,
                        const impl::NoDeduce<Tensor3<T, ExecSpace>>& dresidual,
                        const impl::NoDeduce<Vector<T, ExecSpace>>& reserve,
                        const impl::NoDeduce<Vector<T, ExecSpace>>& workspace) {
+  const kdnn::impl::SpaceLock exclusive(space);
   impl::mha_backward_data<ExecSpace, T>(space, opts, mask, weights.as_const(), dout, dq, dk, dv,
                                         dresidual, reserve, workspace);
 }
@@ -184,6 +187,7 @@ void mha_backward_weights(const ExecSpace& space, const MhaOptions& opts,
                           const impl::NoDeduce<Tensor3<const T, ExecSpace>>& v,
                           const impl::NoDeduce<MhaParams<T, ExecSpace>>& grads, WgradMode mode,
                           const impl::NoDeduce<Vector<T, ExecSpace>>& reserve) {
+  const kdnn::impl::SpaceLock exclusive(space);
   impl::mha_backward_weights<ExecSpace, T>(space, opts, weights.as_const(), q, k, v, grads, mode,
                                            reserve);
 }

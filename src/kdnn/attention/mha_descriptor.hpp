@@ -22,6 +22,7 @@
 #include <cstdint>
 
 #include "kdnn/attention/mha.hpp"
+#include "kdnn/core/impl/space_lock.hpp"
 
 namespace kdnn::attention {
 
@@ -151,6 +152,7 @@ void multi_head_attn_forward(const ExecSpace& space, const AttnDescriptor& desc,
                              const impl::NoDeduce<Vector<const T, ExecSpace>>& weights,
                              const impl::NoDeduce<Vector<T, ExecSpace>>& workspace,
                              const impl::NoDeduce<Vector<T, ExecSpace>>& reserve) {
+  const kdnn::impl::SpaceLock exclusive(space);
   constexpr const char* op = "attention::multi_head_attn_forward";
   impl::validate_descriptor(op, desc);
   impl::check_weights(op, "weights", desc, weights);
@@ -175,6 +177,7 @@ void multi_head_attn_backward_data(const ExecSpace& space, const AttnDescriptor&
                                    const impl::NoDeduce<Vector<const T, ExecSpace>>& weights,
                                    const impl::NoDeduce<Vector<T, ExecSpace>>& workspace,
                                    const impl::NoDeduce<Vector<T, ExecSpace>>& reserve) {
+  const kdnn::impl::SpaceLock exclusive(space);
   constexpr const char* op = "attention::multi_head_attn_backward_data";
   impl::validate_descriptor(op, desc);
   impl::check_weights(op, "weights", desc, weights);
@@ -196,6 +199,7 @@ void multi_head_attn_backward_weights(const ExecSpace& space, const AttnDescript
                                       const impl::NoDeduce<Vector<const T, ExecSpace>>& weights,
                                       const Vector<T, ExecSpace>& dweights,
                                       const impl::NoDeduce<Vector<T, ExecSpace>>& reserve) {
+  const kdnn::impl::SpaceLock exclusive(space);
   constexpr const char* op = "attention::multi_head_attn_backward_weights";
   impl::validate_descriptor(op, desc);
   impl::check_weights(op, "weights", desc, weights);

@@ -8,6 +8,7 @@
 
 #include "kdnn/attention/types.hpp"
 #include "kdnn/core/impl/eti.hpp"
+#include "kdnn/core/impl/space_lock.hpp"
 #include "kdnn/core/impl/view_checks.hpp"
 
 #define KDNN_MSE_LOSS_OPERATORS(PREFIX, ExecSpace, T)                                             \
@@ -29,6 +30,7 @@ KDNN_ETI_FOR_EACH(KDNN_MSE_LOSS_EXTERN)
 /// The loss, summed in double. Blocks until it is computed on `space`.
 template <class ExecSpace, class OView, class TView>
 double mse_loss(const ExecSpace& space, const OView& output, const TView& target) {
+  const kdnn::impl::SpaceLock exclusive(space);
   KDNN_CHECK_VIEW(ExecSpace, OView, 3, "[B, S, E]", "attention::mse_loss: output");
   KDNN_CHECK_VIEW(ExecSpace, TView, 3, "[B, S, E]", "attention::mse_loss: target");
   KDNN_CHECK_SAME_TYPE(OView, TView, "attention::mse_loss: output and target");
@@ -40,6 +42,7 @@ double mse_loss(const ExecSpace& space, const OView& output, const TView& target
 template <class ExecSpace, class OView, class TView, class DView>
 void mse_loss_backward(const ExecSpace& space, const OView& output, const TView& target,
                        const DView& d_output, double scale = 1.0) {
+  const kdnn::impl::SpaceLock exclusive(space);
   KDNN_CHECK_VIEW(ExecSpace, OView, 3, "[B, S, E]", "attention::mse_loss_backward: output");
   KDNN_CHECK_VIEW(ExecSpace, TView, 3, "[B, S, E]", "attention::mse_loss_backward: target");
   KDNN_CHECK_VIEW(ExecSpace, DView, 3, "[B, S, E]", "attention::mse_loss_backward: d_output");

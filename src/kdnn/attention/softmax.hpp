@@ -18,6 +18,7 @@
 
 #include "kdnn/attention/types.hpp"
 #include "kdnn/core/impl/eti.hpp"
+#include "kdnn/core/impl/space_lock.hpp"
 #include "kdnn/core/impl/view_checks.hpp"
 
 namespace kdnn::attention {
@@ -73,6 +74,7 @@ KDNN_ETI_FOR_EACH(KDNN_SOFTMAX_EXTERN)
 template <class ExecSpace, class XView, class YView>
 void softmax_forward(const ExecSpace& space, const XView& x, const YView& y,
                      const SoftmaxOptions& opts = {}, const AttentionMask<ExecSpace>& mask = {}) {
+  const kdnn::impl::SpaceLock exclusive(space);
   KDNN_CHECK_VIEW(ExecSpace, XView, 4, "[B, H, S, Sk]", "attention::softmax_forward: x");
   KDNN_CHECK_VIEW(ExecSpace, YView, 4, "[B, H, S, Sk]", "attention::softmax_forward: y");
   KDNN_CHECK_OUTPUT(YView, "attention::softmax_forward: y");
@@ -85,6 +87,7 @@ void softmax_forward(const ExecSpace& space, const XView& x, const YView& y,
 template <class ExecSpace, class YView, class DYView, class DXView>
 void softmax_backward(const ExecSpace& space, const YView& y, const DYView& dy, const DXView& dx,
                       const SoftmaxOptions& opts = {}, const AttentionMask<ExecSpace>& mask = {}) {
+  const kdnn::impl::SpaceLock exclusive(space);
   KDNN_CHECK_VIEW(ExecSpace, YView, 4, "[B, H, S, Sk]", "attention::softmax_backward: y");
   KDNN_CHECK_VIEW(ExecSpace, DYView, 4, "[B, H, S, Sk]", "attention::softmax_backward: dy");
   KDNN_CHECK_VIEW(ExecSpace, DXView, 4, "[B, H, S, Sk]", "attention::softmax_backward: dx");

@@ -38,6 +38,7 @@
 #include <Kokkos_Core.hpp>
 
 #include "kdnn/core/impl/eti.hpp"
+#include "kdnn/core/impl/space_lock.hpp"
 #include "kdnn/core/impl/view_checks.hpp"
 #include "kdnn/core/launch.hpp"
 #include "kdnn/sinkhorn/report.hpp"
@@ -146,6 +147,7 @@ KDNN_ETI_FOR_EACH(KDNN_SINKHORN_EXTERN)
 template <class ExecSpace, class XView, class RView>
 void forward(const ExecSpace& space, const XView& X, const RView& R,
              const ForwardOptions& opts = {}, const Report<ExecSpace>& report = {}) {
+  const kdnn::impl::SpaceLock exclusive(space);
   KDNN_CHECK_VIEW(ExecSpace, XView, 3, "[B, n, n]", "sinkhorn::forward: X");
   KDNN_CHECK_VIEW(ExecSpace, RView, 3, "[B, n, n]", "sinkhorn::forward: R");
   KDNN_CHECK_OUTPUT(RView, "sinkhorn::forward: R");
@@ -169,6 +171,7 @@ void forward(const ExecSpace& space, const XView& X, const RView& R,
 template <class ExecSpace, class RView, class GView, class DXView>
 void backward(const ExecSpace& space, const RView& R, const GView& G, const DXView& dX,
               const BackwardOptions& opts = {}, const Report<ExecSpace>& report = {}) {
+  const kdnn::impl::SpaceLock exclusive(space);
   KDNN_SINKHORN_CHECK_BACKWARD_VIEWS("sinkhorn::backward", RView, "R");
   using T = typename DXView::non_const_value_type;
   impl::backward<ExecSpace, T>(space, R, G, dX, opts, report);
@@ -180,6 +183,7 @@ void backward(const ExecSpace& space, const RView& R, const GView& G, const DXVi
 template <class ExecSpace, class XView, class GView, class DXView>
 void backward_unrolled(const ExecSpace& space, const XView& X, const GView& G, const DXView& dX,
                        const ForwardOptions& opts = {}) {
+  const kdnn::impl::SpaceLock exclusive(space);
   KDNN_SINKHORN_CHECK_BACKWARD_VIEWS("sinkhorn::backward_unrolled", XView, "X");
   using T = typename DXView::non_const_value_type;
   impl::backward_unrolled<ExecSpace, T>(space, X, G, dX, opts);

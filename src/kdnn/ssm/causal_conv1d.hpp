@@ -19,6 +19,7 @@
 #include <Kokkos_Core.hpp>
 
 #include "kdnn/core/impl/eti.hpp"
+#include "kdnn/core/impl/space_lock.hpp"
 #include "kdnn/core/launch.hpp"
 #include "kdnn/core/tensor.hpp"
 
@@ -86,6 +87,7 @@ KDNN_ETI_FOR_EACH(KDNN_CAUSAL_CONV1D_EXTERN)
 template <class ExecSpace, class T>
 void causal_conv1d_forward(const ExecSpace& space, const ConvForward<T, ExecSpace>& args,
                            const CausalConv1dOptions& opts = {}) {
+  const kdnn::impl::SpaceLock exclusive(space);
   impl::causal_conv1d_forward<ExecSpace, T>(space, args, opts);
 }
 
@@ -94,6 +96,7 @@ void causal_conv1d_forward(const ExecSpace& space, const ConvForward<T, ExecSpac
 template <class ExecSpace, class T>
 void causal_conv1d_backward(const ExecSpace& space, const ConvBackward<T, ExecSpace>& args,
                             const CausalConv1dOptions& opts = {}) {
+  const kdnn::impl::SpaceLock exclusive(space);
   impl::causal_conv1d_backward<ExecSpace, T>(space, args, opts);
 }
 

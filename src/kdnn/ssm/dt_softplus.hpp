@@ -13,6 +13,7 @@
 #include <limits>
 
 #include "kdnn/core/impl/eti.hpp"
+#include "kdnn/core/impl/space_lock.hpp"
 #include "kdnn/core/tensor.hpp"
 
 namespace kdnn::ssm {
@@ -49,6 +50,7 @@ KDNN_ETI_FOR_EACH(KDNN_DT_SOFTPLUS_EXTERN)
 template <class ExecSpace, class DtView, class BiasView, class OutView>
 void dt_softplus_forward(const ExecSpace& space, const DtView& dt, const BiasView& dt_bias,
                          const OutView& dt_out, const DtSoftplusOptions& opts = {}) {
+  const kdnn::impl::SpaceLock exclusive(space);
   using T = typename OutView::non_const_value_type;
   impl::dt_softplus_forward<ExecSpace, T>(space, dt, dt_bias, dt_out, opts);
 }
@@ -59,6 +61,7 @@ template <class ExecSpace, class DtView, class BiasView, class GView, class DVie
 void dt_softplus_backward(const ExecSpace& space, const DtView& dt, const BiasView& dt_bias,
                           const GView& ddt_out, const DView& ddt, const DBView& ddt_bias,
                           const DtSoftplusOptions& opts = {}) {
+  const kdnn::impl::SpaceLock exclusive(space);
   using T = typename DView::non_const_value_type;
   impl::dt_softplus_backward<ExecSpace, T>(space, dt, dt_bias, ddt_out, ddt, ddt_bias, opts);
 }

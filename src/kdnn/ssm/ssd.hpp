@@ -31,6 +31,7 @@
 #include <Kokkos_Core.hpp>
 
 #include "kdnn/core/impl/eti.hpp"
+#include "kdnn/core/impl/space_lock.hpp"
 #include "kdnn/core/launch.hpp"
 #include "kdnn/core/tensor.hpp"
 
@@ -124,6 +125,7 @@ KDNN_ETI_FOR_EACH(KDNN_SSD_EXTERN)
 template <class ExecSpace, class T>
 void ssd_forward(const ExecSpace& space, const SsdForward<T, ExecSpace>& args,
                  const SsdOptions& opts = {}) {
+  const kdnn::impl::SpaceLock exclusive(space);
   impl::ssd_forward<ExecSpace, T>(space, args, opts);
 }
 
@@ -133,6 +135,7 @@ void ssd_forward(const ExecSpace& space, const SsdForward<T, ExecSpace>& args,
 template <class ExecSpace, class T>
 void ssd_backward(const ExecSpace& space, const SsdBackward<T, ExecSpace>& args,
                   const SsdOptions& opts = {}) {
+  const kdnn::impl::SpaceLock exclusive(space);
   impl::ssd_backward<ExecSpace, T>(space, args, opts);
 }
 
@@ -140,6 +143,7 @@ void ssd_backward(const ExecSpace& space, const SsdBackward<T, ExecSpace>& args,
 template <class ExecSpace, class T>
 void ssd_summary(const ExecSpace& space, const SsdSummary<T, ExecSpace>& args,
                  const SsdOptions& opts = {}) {
+  const kdnn::impl::SpaceLock exclusive(space);
   impl::ssd_summary<ExecSpace, T>(space, args, opts);
 }
 
@@ -149,6 +153,7 @@ void ssd_summary(const ExecSpace& space, const SsdSummary<T, ExecSpace>& args,
 template <class ExecSpace, class T>
 void ssd_diag(const ExecSpace& space, const SsdForward<T, ExecSpace>& args,
               const SsdOptions& opts = {}) {
+  const kdnn::impl::SpaceLock exclusive(space);
   impl::ssd_diag<ExecSpace, T>(space, args, opts);
 }
 
@@ -159,6 +164,7 @@ template <class ExecSpace, class T>
 void ssd_decay_cumsum(const ExecSpace& space, const Tensor3<const T, ExecSpace>& dt,
                       const Vector<const T, ExecSpace>& A, const Tensor4<T, ExecSpace>& out,
                       const SsdOptions& opts = {}) {
+  const kdnn::impl::SpaceLock exclusive(space);
   impl::ssd_decay_cumsum<ExecSpace, T>(space, dt, A, out, opts);
 }
 

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "kdnn/core/impl/space_lock.hpp"
 #include "kdnn/core/validate.hpp"
 #include "kdnn/cp/agree.hpp"
 #include "kdnn/cp/impl/mpi_memory.hpp"
@@ -122,10 +123,11 @@ struct Exchange {
                 tag, comm, &requests.back());
     }
   }
-  void wait(const ExecSpace& space, HaloStats& stats, double posted) {
+  void wait(const ExecSpace& space, HaloStats& stats, double posted, kdnn::impl::SpaceLock& lock) {
     space.fence();  // the compute launched while the messages were in flight
     const double before = MPI_Wtime();
-    MPI_Waitall(int(requests.size()), requests.data(), MPI_STATUSES_IGNORE);
+    lock.released_while(
+        [&] { MPI_Waitall(int(requests.size()), requests.data(), MPI_STATUSES_IGNORE); });
     stats.overlapped_seconds = before - posted;
     stats.waited_seconds = MPI_Wtime() - before;
     recv_buf.from_mpi(space);
@@ -191,6 +193,7 @@ HaloStats conv_dt_forward(const ExecSpace& space, MPI_Comm comm,
   const bool has_init = validate::given(a.conv.initial_state);
   fields.push_back({"initial_state", has_init, Field::rank0_only});
   const auto all = gather_signature(comm, op, fields);
+  kdnn::impl::SpaceLock exclusive(space);  // after the collective checks
   const bool rank0_init = all[0].back() != 0;
 
   const int B = int(a.conv.x.extent(0)), L = int(a.conv.x.extent(1));
@@ -226,7 +229,7 @@ HaloStats conv_dt_forward(const ExecSpace& space, MPI_Comm comm,
   local.initial_state = a.halo;
   const int interior = K - 1 < L ? K - 1 : L;
   ssm::impl::conv_forward_steps(space, local, opts.conv, interior, L);
-  ex.wait(space, stats, posted);
+  ex.wait(space, stats, posted, exclusive);
 
   for (std::size_t i = 0; i < ex.recvs.size(); ++i) {  // steps p → halo row p − (begin − K + 1)
     unpack(space, ex.recv_buf.device, ex.recv_at[i], B, int(ex.recvs[i].steps()), C, a.halo,
@@ -262,6 +265,7 @@ HaloStats conv_dt_backward(const ExecSpace& space, MPI_Comm comm,
   fields.push_back({"dbias given", validate::given(a.conv.dbias)});
   fields.push_back({"dinitial_state", has_dinit, Field::rank0_only});
   const auto all = gather_signature(comm, op, fields);
+  kdnn::impl::SpaceLock exclusive(space);  // after the collective checks
   const bool rank0_dinit = all[0].back() != 0;
 
   const int B = int(a.conv.x.extent(0)), L = int(a.conv.x.extent(1));
@@ -292,7 +296,7 @@ HaloStats conv_dt_backward(const ExecSpace& space, MPI_Comm comm,
   ssm::impl::dt_softplus_backward<ExecSpace, T>(space, a.dt, a.dt_bias, a.ddt_out, a.ddt,
                                                 a.ddt_bias, opts.dt);
   if (has_dinit) Kokkos::deep_copy(space, a.conv.dinitial_state, dhalo);
-  ex.wait(space, stats, posted);
+  ex.wait(space, stats, posted, exclusive);
 
   // Each received piece adds into the steps it came from, in rank order.
   for (std::size_t i = 0; i < ex.recvs.size(); ++i) {

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kdnn/core/impl/space_lock.hpp"
 #include "kdnn/core/validate.hpp"
 #include "kdnn/cp/agree.hpp"
 #include "kdnn/cp/impl/mpi_memory.hpp"
@@ -80,10 +81,10 @@ struct SummaryExchange {
                    int(layout.size()), mpi_type<T>(), comm, &request);
     posted = MPI_Wtime();
   }
-  void wait(const ExecSpace& space, StateStats& stats) {
+  void wait(const ExecSpace& space, StateStats& stats, kdnn::impl::SpaceLock& lock) {
     space.fence();  // the compute launched while the summaries were in flight
     const double before = MPI_Wtime();
-    MPI_Wait(&request, MPI_STATUS_IGNORE);
+    lock.released_while([&] { MPI_Wait(&request, MPI_STATUS_IGNORE); });
     stats.overlapped_seconds = before - posted;
     stats.waited_seconds = MPI_Wtime() - before;
     all.from_mpi(space);
@@ -193,6 +194,7 @@ StateStats ssd_forward(const ExecSpace& space, MPI_Comm comm,
     check_summary_size(op, layout);
   });
   gather_signature(comm, op, ssd_fields<T>(a, opts));
+  kdnn::impl::SpaceLock exclusive(space);  // after the collective checks
 
   ssm::impl::ChunkStates<T, ExecSpace> states;
   ssm::impl::ChunkDecays<T, ExecSpace> decay;
@@ -204,7 +206,7 @@ StateStats ssd_forward(const ExecSpace& space, MPI_Comm comm,
 
   ssm::impl::chunk_output(op, space, a, opts, states, true, false);  // Y_diag + D·x
   StateStats stats;
-  ex.wait(space, stats);
+  ex.wait(space, stats, exclusive);
   correct_states(space, layout, rank, ex.all.device, states, decay, a.final_state);
   ssm::impl::chunk_output(op, space, a, opts, states, false, true);  // + Y_off
   return stats;
@@ -226,6 +228,7 @@ StateStats ssd_backward(const ExecSpace& space, MPI_Comm comm,
   fields.insert(fields.end() - 1,
                 Field{"dinitial_state", validate::given(a.dinitial_state), Field::rank0_only});
   gather_signature(comm, op, fields);
+  kdnn::impl::SpaceLock exclusive(space);  // after the collective checks
 
   // The forward's chunk states and this rank's reverse pass, from its own
   // d(final state): H_c, dH_{c+1} and dS_r as if the other ranks were not there.
@@ -244,7 +247,7 @@ StateStats ssd_backward(const ExecSpace& space, MPI_Comm comm,
   const auto g = ssm::impl::gradient_buffers(a);
   ssm::impl::diag_backward(op, space, a, opts, g);
   StateStats stats;
-  ex.wait(space, stats);
+  ex.wait(space, stats, exclusive);
   correct_states(space, layout, rank, ex.all.device, states, decay, Tensor4<T, ExecSpace>());
   correct_dstates(space, layout, rank, ranks, ex.all.device, dstates, decay, a.dinitial_state);
   ssm::impl::state_backward(op, space, a, opts, states, dstates, g);
