@@ -322,7 +322,13 @@ TYPED_TEST(SinkhornGpuShape, UnrolledBackwardMatchesReferenceAndHostShape) {
             }
             const double gpu_error = rel_error(gpu, ref), host_error = rel_error(host, ref);
             EXPECT_LT(gpu_error, tol<T>(1e-13, 2e-6));
-            EXPECT_LE(gpu_error, 3 * host_error + unit) << "host form's error " << host_error;
+            // No less accurate than the host form, up to what the float64
+            // reference can tell: its own rounding over `iters` iterations
+            // (in double, a host form that happens to land within 0.4 ulp
+            // of it left no room for the GPU form's 2.4 ulp at n = 2).
+            const double reference_floor = iters * std::numeric_limits<double>::epsilon();
+            EXPECT_LE(gpu_error, 3 * host_error + unit + reference_floor)
+                << "host form's error " << host_error;
           }
         }
       }
