@@ -1,21 +1,24 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
-"""Time kdnn's fused and unfused scaled-dot-product attention
-(perf_tests/bench_fused_attention.cpp) and PyTorch's
-F.scaled_dot_product_attention (float32, autograd for the backward) at the
-same sizes in one run, and print one markdown table: phase, size, time,
-GFLOP/s (4·B·H·S·Sk·D forward, 2.5 times that backward) and peak memory of
-each, and the ratio PyTorch / kdnn fused (> 1: kdnn faster). Up to
---f64-max-seq (default 2048) a second table times kdnn's fused attention in
-float64 against PyTorch's float64 SDPA.
+"""Time kdnn's fused scaled-dot-product attention (kdnn.flash_attention,
+through the kdnn package where it is importable) and PyTorch's
+F.scaled_dot_product_attention (float32, autograd for the backward) on the
+same inputs in one process, and print one markdown table: phase, size,
+kdnn's device and call times and its C++ benchmark time
+(perf_tests/bench_fused_attention.cpp) as a cross-check, the unfused path's
+benchmark time, PyTorch's device and call times, the ratio PyTorch / kdnn by
+device time (> 1: kdnn faster; device_timing.py says how each is measured),
+GFLOP/s from the device times (4·B·H·S·Sk·D forward, 2.5 times that
+backward) and peak memory. fwd+bwd is the sum of the two phases. Up to
+--f64-max-seq (default 2048) a second table does the same in float64.
 
-Peak memory: kdnn's is the most Kokkos held during the phase (inputs,
-outputs, what the forward keeps, the phase's allocations); PyTorch's is the
-growth of the process's peak resident memory from just before the inputs
-exist to the end of one forward (forward) or forward + backward (backward)
-(Linux's VmHWM, reset first), measured in a fresh process per size and
-phase (on a GPU: torch.cuda.max_memory_allocated). PyTorch runs on
---torch-threads threads (default 2).
+Peak memory: kdnn's is the most Kokkos held during the phase in the C++
+benchmark (inputs, outputs, what the forward keeps, the phase's
+allocations); PyTorch's is the growth of the process's peak resident memory
+from just before the inputs exist to the end of one forward (forward) or
+forward + backward (backward) (Linux's VmHWM, reset first), measured in a
+fresh process per size and phase (on a GPU: torch.cuda.max_memory_allocated).
+PyTorch runs on --torch-threads threads (default 2).
 
   python perf_tests/compare_fused_attention.py --bench build/serial/perf_tests/kdnn_perf_fused_attention
   python perf_tests/compare_fused_attention.py --device cuda --bench build/cuda/perf_tests/kdnn_perf_fused_attention
@@ -23,19 +26,19 @@ phase (on a GPU: torch.cuda.max_memory_allocated). PyTorch runs on
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from device_timing import Times, forward_backward, kdnn_package, method_line  # noqa: E402
 from gbench import median_runs  # noqa: E402
 import result_rows  # noqa: E402
 
 PHASES = ("forward", "backward")
+ROWS = PHASES + ("fwd+bwd",)  # the training step the targets name: forward + backward
 
 
 def parse_sizes(text):
@@ -47,36 +50,38 @@ def flops(phase, B, H, S, Sk, D):
 
 
 def inputs(size, device, dtype=torch.float32):
+    """q, k, v (leaves requiring grad) and dout of one size, the same values
+    on every call."""
     B, H, S, Sk, D = size
-    g = torch.Generator(device="cpu").manual_seed(0)
-    make = lambda *shape: torch.randn(*shape, generator=g, dtype=dtype).to(  # noqa: E731
-        device).requires_grad_()
-    return (make(B, H, S, D), make(B, H, Sk, D), make(B, H, Sk, D),
-            torch.randn(B, H, S, D, dtype=dtype).to(device))
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    make = lambda *shape: torch.randn(*shape, generator=gen, dtype=dtype).to(device)  # noqa: E731
+    return (make(B, H, S, D).requires_grad_(), make(B, H, Sk, D).requires_grad_(),
+            make(B, H, Sk, D).requires_grad_(), make(B, H, S, D))
 
 
-def sync(device):
-    if device == "cuda":
-        torch.cuda.synchronize()
+def timed(attention, size, device, repeats, dtype=torch.float32):
+    """device_timing.Times of the forward and of the backward of
+    attention(q, k, v), each phase alone, and their sum (fwd+bwd)."""
+    q, k, v, dout = inputs(size, device, dtype)
+    times = forward_backward(device, repeats, lambda: attention(q, k, v), dout, (q, k, v))
+    times["fwd+bwd"] = Times(*(f + b for f, b in zip(times["forward"], times["backward"])))
+    return times
 
 
-def torch_times(size, device, repetitions, dtype=torch.float32):
-    q, k, v, g = inputs(size, device, dtype)
-    times = {p: [] for p in PHASES}
-    for rep in range(repetitions + 1):  # the first is a warm-up
-        sync(device)
-        t0 = time.perf_counter()
-        o = F.scaled_dot_product_attention(q, k, v)
-        sync(device)
-        t1 = time.perf_counter()
-        o.backward(g)
-        sync(device)
-        t2 = time.perf_counter()
-        q.grad = k.grad = v.grad = None
-        if rep > 0:
-            times["forward"].append((t1 - t0) * 1e3)
-            times["backward"].append((t2 - t1) * 1e3)
-    return {p: statistics.median(t) for p, t in times.items()}
+def kdnn_attention(kdnn):
+    """kdnn.flash_attention as SDPA's call (None without the package)."""
+    if kdnn is None:
+        return None
+    return lambda q, k, v: kdnn.flash_attention(q, k, v, causal=False, scale=q.shape[-1] ** -0.5)
+
+
+def device_ms(t):
+    """The device time of a Times; a single time (kdnn's bench time) as it is."""
+    return t.device_ms if isinstance(t, Times) else t
+
+
+def call_cell(t):
+    return f"{t.call_ms:.3f}" if isinstance(t, Times) else "-"
 
 
 def torch_peak_mib(size, phase, device):
@@ -93,8 +98,8 @@ def torch_peak_mib(size, phase, device):
     o = F.scaled_dot_product_attention(q, k, v)
     if phase == "backward":
         o.backward(g)
-    sync(device)
     if device == "cuda":
+        torch.cuda.synchronize()
         return (torch.cuda.max_memory_allocated() - base) / 2**20
     return (resident_kib("VmHWM") - base) / 1024
 
@@ -112,7 +117,10 @@ def main():
                     help="skip kdnn's unfused path above this S (its [B,H,S,Sk] tensors)")
     ap.add_argument("--f64-max-seq", type=int, default=2048,
                     help="time the float64 fused attention (kdnn and PyTorch) up to this S")
-    ap.add_argument("--repetitions", type=int, default=5)
+    ap.add_argument("--repetitions", type=int, default=5,
+                    help="of the C++ benchmark (its median; 1 above S·Sk = 2048²)")
+    ap.add_argument("--repeats", type=int, default=10,
+                    help="timed runs of each Python-side implementation (median; at least 10)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--torch-threads", type=int, default=2)
     ap.add_argument("--json", help="also write the rows in result_rows.py's form here")
@@ -125,7 +133,7 @@ def main():
         return
 
     sizes = parse_sizes(args.sizes)
-    kdnn = {}
+    bench = {}
     for size in sizes:
         arg = "--kdnn_sizes=" + "x".join(map(str, size))
         wanted = ["sdpa_f32/fused"]
@@ -140,71 +148,74 @@ def main():
             path, phase = parts[1].split("_")
             if parts[0] == "sdpa_f64":
                 path += "64"
-            kdnn[(path, phase, size)] = result
+            bench[(path, phase, size)] = result
+        for path in {p for p, _, s in bench if s == size}:
+            (f_ms, f_c), (b_ms, b_c) = (bench[(path, p, size)] for p in PHASES)
+            bench[(path, "fwd+bwd", size)] = (f_ms + b_ms, {
+                "peak_MiB": max(f_c["peak_MiB"], b_c["peak_MiB"])})
+    module = kdnn_attention(kdnn_package())
+    print(method_line(module, "PyTorch", "the unfused path"))
+    gf = lambda phase, size, ms: flops(phase, *size) / (ms * 1e-3) / 1e9  # noqa: E731
+    print("| phase | B, H, S, Sk, D | kdnn device | kdnn call | kdnn bench | unfused bench "
+          "| PyTorch device | PyTorch call | PyTorch / kdnn | kdnn GFLOP/s | PyTorch GFLOP/s "
+          "| kdnn MiB | unfused MiB | PyTorch MiB |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     rows = []
     for size in sizes:
-        reps = args.repetitions if size[2] * size[3] <= 2048 * 2048 else 1
-        times = torch_times(size, args.device, reps)
-        for phase in PHASES:
-            peak = json.loads(subprocess.run(
-                [sys.executable, __file__, "--bench", args.bench, "--device", args.device,
-                 "--torch-threads", str(args.torch_threads),
-                 "--peak-of", "x".join(map(str, size)) + ":" + phase],
-                check=True, capture_output=True, text=True).stdout)
-            rows.append((phase, size, kdnn.get(("fused", phase, size)),
-                         kdnn.get(("unfused", phase, size)), times[phase], peak))
-        # The training step the targets name: forward + backward.
-        fwd, bwd = rows[-2], rows[-1]
-        both = lambda a, b: None if a is None else (  # noqa: E731
-            a[0] + b[0], {"peak_MiB": max(a[1]["peak_MiB"], b[1]["peak_MiB"])})
-        rows.append(("fwd+bwd", size, both(fwd[2], bwd[2]), both(fwd[3], bwd[3]),
-                     fwd[4] + bwd[4], max(fwd[5], bwd[5])))
-
-    gf = lambda phase, size, ms: flops(phase, *size) / (ms * 1e-3) / 1e9  # noqa: E731
-    print("| phase | B, H, S, Sk, D | fused ms | unfused ms | PyTorch ms | PyTorch / fused "
-          "| fused GFLOP/s | PyTorch GFLOP/s | fused MiB | unfused MiB | PyTorch MiB |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for phase, size, fused, unfused, torch_ms, peak in rows:
-        f_ms, f_c = fused
-        u = f"{unfused[0]:.1f}" if unfused else "-"
-        u_mib = f"{unfused[1]['peak_MiB']:.0f}" if unfused else "-"
-        print(f"| {phase} | {', '.join(map(str, size))} | {f_ms:.1f} | {u} | {torch_ms:.1f} "
-              f"| {torch_ms / f_ms:.2f}x | {gf(phase, size, f_ms):.1f} "
-              f"| {gf(phase, size, torch_ms):.1f} | {f_c['peak_MiB']:.0f} | {u_mib} | {peak:.0f} |")
-    json_rows = []
-    for phase, size, fused, unfused, torch_ms, _ in rows:
-        json_rows.append(result_rows.row("attention", "fused " + phase, size, fused[0],
-                                         "PyTorch SDPA float32", torch_ms))
-        if unfused:
-            json_rows.append(result_rows.row("attention", "unfused " + phase, size, unfused[0],
-                                             "PyTorch SDPA float32", torch_ms))
-        host_form = kdnn.get(("fusedhost", phase, size))
-        if host_form:  # the host form pinned (on a GPU: the kernels before the GPU forms)
-            json_rows.append(result_rows.row("attention", "fused host-form " + phase, size,
-                                             host_form[0], "PyTorch SDPA float32", torch_ms))
+        reference = timed(F.scaled_dot_product_attention, size, args.device, args.repeats)
+        kdnn = timed(module, size, args.device, args.repeats) if module else None
+        peak = {phase: json.loads(subprocess.run(
+            [sys.executable, __file__, "--bench", args.bench, "--device", args.device,
+             "--torch-threads", str(args.torch_threads),
+             "--peak-of", "x".join(map(str, size)) + ":" + phase],
+            check=True, capture_output=True, text=True).stdout) for phase in PHASES}
+        peak["fwd+bwd"] = max(peak.values())
+        for phase in ROWS:
+            bench_ms, c = bench[("fused", phase, size)]
+            mine, ref = kdnn[phase] if kdnn else bench_ms, reference[phase]
+            ms = device_ms(mine)
+            unfused = bench.get(("unfused", phase, size))
+            u_ms = f"{unfused[0]:.3f}" if unfused else "-"
+            u_mib = f"{unfused[1]['peak_MiB']:.0f}" if unfused else "-"
+            print(f"| {phase} | {', '.join(map(str, size))} | {ms:.3f} | {call_cell(mine)} "
+                  f"| {bench_ms:.3f} | {u_ms} | {ref.device_ms:.3f} | {ref.call_ms:.3f} "
+                  f"| {ref.device_ms / ms:.2f}x | {gf(phase, size, ms):.1f} "
+                  f"| {gf(phase, size, ref.device_ms):.1f} | {c['peak_MiB']:.0f} | {u_mib} "
+                  f"| {peak[phase]:.0f} |")
+            rows.append(result_rows.row("attention", "fused " + phase, size, mine,
+                                        "PyTorch SDPA float32", ref, bench_ms=bench_ms))
+            if unfused:
+                rows.append(result_rows.row("attention", "unfused " + phase, size, unfused[0],
+                                            "PyTorch SDPA float32", ref, bench_ms=unfused[0]))
+            host_form = bench.get(("fusedhost", phase, size))
+            if host_form:  # the host form pinned (on a GPU: the kernels before the GPU forms)
+                rows.append(result_rows.row("attention", "fused host-form " + phase, size,
+                                            host_form[0], "PyTorch SDPA float32", ref,
+                                            bench_ms=host_form[0]))
 
     # float64: kdnn's fused attention against PyTorch's float64 SDPA.
-    rows64 = []
-    for size in sizes:
-        if size[2] > args.f64_max_seq or ("fused64", "forward", size) not in kdnn:
-            continue
-        times = torch_times(size, args.device, args.repetitions, torch.float64)
-        for phase in PHASES:
-            rows64.append((phase, size, kdnn[("fused64", phase, size)][0], times[phase]))
-        fwd, bwd = rows64[-2], rows64[-1]
-        rows64.append(("fwd+bwd", size, fwd[2] + bwd[2], fwd[3] + bwd[3]))
-    if rows64:
+    sizes64 = [s for s in sizes if s[2] <= args.f64_max_seq and ("fused64", "forward", s) in bench]
+    if sizes64:
         print("\nfloat64:\n")
-        print("| phase | B, H, S, Sk, D | fused ms | PyTorch ms | PyTorch / fused "
-              "| fused GFLOP/s | PyTorch GFLOP/s |")
-        print("|---|---|---|---|---|---|---|")
-    for phase, size, f_ms, torch_ms in rows64:
-        print(f"| {phase} | {', '.join(map(str, size))} | {f_ms:.2f} | {torch_ms:.2f} "
-              f"| {torch_ms / f_ms:.2f}x | {gf(phase, size, f_ms):.1f} "
-              f"| {gf(phase, size, torch_ms):.1f} |")
-        json_rows.append(result_rows.row("attention", "fused float64 " + phase, size, f_ms,
-                                         "PyTorch SDPA float64", torch_ms, dtype="float64"))
-    result_rows.write(args.json, json_rows)
+        print("| phase | B, H, S, Sk, D | kdnn device | kdnn call | kdnn bench | PyTorch device "
+              "| PyTorch call | PyTorch / kdnn | kdnn GFLOP/s | PyTorch GFLOP/s |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
+    for size in sizes64:
+        reference = timed(F.scaled_dot_product_attention, size, args.device, args.repeats,
+                          torch.float64)
+        kdnn = timed(module, size, args.device, args.repeats, torch.float64) if module else None
+        for phase in ROWS:
+            bench_ms = bench[("fused64", phase, size)][0]
+            mine, ref = kdnn[phase] if kdnn else bench_ms, reference[phase]
+            ms = device_ms(mine)
+            print(f"| {phase} | {', '.join(map(str, size))} | {ms:.3f} | {call_cell(mine)} "
+                  f"| {bench_ms:.3f} | {ref.device_ms:.3f} | {ref.call_ms:.3f} "
+                  f"| {ref.device_ms / ms:.2f}x | {gf(phase, size, ms):.1f} "
+                  f"| {gf(phase, size, ref.device_ms):.1f} |")
+            rows.append(result_rows.row("attention", "fused float64 " + phase, size, mine,
+                                        "PyTorch SDPA float64", ref, dtype="float64",
+                                        bench_ms=bench_ms))
+    result_rows.write(args.json, rows)
 
 
 if __name__ == "__main__":

@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
-"""Time kdnn's SSD chunked scan (perf_tests/bench_ssd.cpp) and PyTorch's
-chunked formulation of it (kdnn_reference.ssd.ssd_chunked, after Mamba-2's
-minimal SSD) at the same sizes in one run, and print one markdown table:
-phase, size, kdnn time and GFLOP/s, PyTorch time and the ratio
-PyTorch / kdnn (> 1: kdnn faster), and the bytes a rank sends with the
-sequence split over 4 ranks (kdnn's state passing) against re-sharding by
-heads with all-to-alls.
+"""Time kdnn's SSD chunked scan and PyTorch's chunked formulation of it
+(kdnn_reference.ssd.ssd_chunked, after Mamba-2's minimal SSD) at the same
+sizes in one process, and print one markdown table: phase, size, kdnn's
+device and call times (through the kdnn package where it is importable) and
+its C++ benchmark time (perf_tests/bench_ssd.cpp) as a cross-check, GFLOP/s,
+the reference's device and call times and the ratio reference / kdnn by
+device time (> 1: kdnn faster; device_timing.py says how each is measured),
+and the bytes a rank sends with the sequence split over 4 ranks (kdnn's
+state passing) against re-sharding by heads with all-to-alls.
 
-float32, one group (G = 1), D given, no initial state; PyTorch's backward is
+float32, one group (G = 1), D given, no initial state; the backward is
 autograd's y.backward(dy) giving dx, ddt, dA, dB, dC and dD, timed alone.
 PyTorch runs on --torch-threads threads (default 2).
 
@@ -16,32 +18,26 @@ PyTorch runs on --torch-threads threads (default 2).
   python perf_tests/compare_ssd.py --device cuda --bench build/cuda/perf_tests/kdnn_perf_ssd
 
 With --mamba-root, also mamba's own Triton kernels (mamba_chunk_scan_combined,
-perf_tests/mamba_triton.py) on the same inputs, in a second table; with
+perf_tests/mamba_triton.py) on the same inputs, as further reference rows; with
 --accuracy, each implementation's error against float64 at the first size.
 """
 import argparse
 import functools
 import os
-import statistics
 import sys
-import time
 
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)  # gbench
 sys.path.insert(0, os.path.join(HERE, "..", "unit_tests", "reference"))  # kdnn_reference
+from device_timing import forward_backward, kdnn_package, method_line  # noqa: E402
 from gbench import median_runs  # noqa: E402
 import mamba_triton  # noqa: E402
 import result_rows  # noqa: E402
 from kdnn_reference.ssd import ssd_chunked  # noqa: E402
 
 PHASES = ("forward", "backward")
-
-
-def sync(device):
-    if device == "cuda":
-        torch.cuda.synchronize()
 
 
 def inputs(size, device, dtype=torch.float32):
@@ -71,28 +67,13 @@ def run(ssd, size, operands, dy):
     return y.detach(), grads
 
 
-def timed(ssd, size, device, repetitions):
-    """Median ms of the forward and the backward of `ssd` (ssd_chunked's
-    arguments and result)."""
+def timed(ssd, size, device, repeats):
+    """device_timing.Times of the forward and of the backward of `ssd`
+    (ssd_chunked's arguments and result), each phase alone."""
     operands, dy = inputs(size, device)
     x, dt, A, Bm, Cm, D = operands
-    times = {p: [] for p in PHASES}
-    for rep in range(repetitions + 1):  # the first is a warm-up
-        sync(device)
-        t0 = time.perf_counter()
-        y, _ = ssd(x, dt, A, Bm, Cm, size[5], D)
-        sync(device)
-        t1 = time.perf_counter()
-        y.backward(dy)
-        sync(device)
-        t2 = time.perf_counter()
-        del y
-        for t in operands:
-            t.grad = None
-        if rep > 0:
-            times["forward"].append((t1 - t0) * 1e3)
-            times["backward"].append((t2 - t1) * 1e3)
-    return {p: statistics.median(t) for p, t in times.items()}
+    return forward_backward(device, repeats, lambda: ssd(x, dt, A, Bm, Cm, size[5], D)[0], dy,
+                            operands)
 
 
 def accuracy(size, device, implementations):
@@ -112,11 +93,9 @@ def accuracy(size, device, implementations):
         print(f"| {name} | " + " | ".join(f"{e:.1e}" for e in [ey] + egrads) + " |")
 
 
-def kdnn_module_ssd():
-    """kdnn.ssd in ssd_chunked's form, or None where the package is not importable."""
-    try:
-        import kdnn
-    except ImportError:
+def kdnn_ssd(kdnn):
+    """kdnn.ssd in ssd_chunked's form (None without the package)."""
+    if kdnn is None:
         return None
     return lambda x, dt, A, Bm, Cm, Q, D: (kdnn.ssd(x, dt, A, Bm, Cm, Q, D=D), None)
 
@@ -126,7 +105,10 @@ def main():
     ap.add_argument("--bench", required=True, help="kdnn_perf_ssd")
     ap.add_argument("--sizes", default="2x4096x8x64x64x64,2x16384x8x64x64x64",
                     help="BxLxHxPxNxQ,...")
-    ap.add_argument("--repetitions", type=int, default=3)
+    ap.add_argument("--repetitions", type=int, default=3,
+                    help="of the C++ benchmark (its median)")
+    ap.add_argument("--repeats", type=int, default=10,
+                    help="timed runs of each Python-side implementation (median; at least 10)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--torch-threads", type=int, default=2)
     ap.add_argument("--json", help="also write the rows in result_rows.py's form here")
@@ -139,41 +121,40 @@ def main():
     torch.set_num_threads(args.torch_threads)
 
     sizes = [tuple(int(v) for v in s.split("x")) for s in args.sizes.split(",") if s]
-    kdnn = {}
+    bench = {}
     for size in sizes:
         arg = "--kdnn_sizes=" + "x".join(map(str, size))
         for parts, result in median_runs(args.bench, [arg], args.repetitions).items():
-            kdnn[(parts[1], size)] = result  # ssd_f32/<phase>/B/L/H/P/N/Q/real_time
-    print("| phase | B, L, H, P, N, Q | kdnn ms | kdnn GFLOP/s | PyTorch ms | PyTorch / kdnn "
-          "| state bytes / rank (R=4) | all-to-all bytes / rank (R=4) |")
-    print("|---|---|---|---|---|---|---|---|")
-    rows = []
-    for size in sizes:
-        times = timed(ssd_chunked, size, args.device, args.repetitions)
-        for phase in PHASES:
-            ms, c = kdnn[(phase, size)]
-            print(f"| {phase} | {', '.join(map(str, size))} | {ms:.1f} | {c['GFLOP/s']:.2f} "
-                  f"| {times[phase]:.1f} | {times[phase] / ms:.2f}x "
-                  f"| {int(c['state_bytes_r4'])} | {int(c['a2a_bytes_r4'])} |")
-            rows.append(result_rows.row("ssd", phase, size, ms, "chunked PyTorch",
-                                        times[phase]))
+            bench[(parts[1], size)] = result  # ssd_f32/<phase>/B/L/H/P/N/Q/real_time
+    module = kdnn_ssd(kdnn_package())
     implementations = {"PyTorch chunked": ssd_chunked}
     if args.mamba_root:
         combined = mamba_triton.load(args.mamba_root)
-        mamba = functools.partial(mamba_triton.ssd, combined)
-        implementations["mamba Triton"] = mamba
-        print("\n| phase | B, L, H, P, N, Q | kdnn ms | mamba Triton ms | mamba / kdnn |")
-        print("|---|---|---|---|---|")
-        for size in sizes:
-            times = timed(mamba, size, args.device, args.repetitions)
+        implementations["mamba Triton"] = functools.partial(mamba_triton.ssd, combined)
+    print(method_line(module))
+    print("| phase | B, L, H, P, N, Q | kdnn device | kdnn call | kdnn bench | kdnn GFLOP/s "
+          "| reference | reference device | reference call | reference / kdnn "
+          "| state bytes / rank (R=4) | all-to-all bytes / rank (R=4) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    rows = []
+    for size in sizes:
+        kdnn = timed(module, size, args.device, args.repeats) if module else None
+        for name, ssd in implementations.items():
+            times = timed(ssd, size, args.device, args.repeats)
             for phase in PHASES:
-                ms = kdnn[(phase, size)][0]
-                print(f"| {phase} | {', '.join(map(str, size))} | {ms:.2f} | {times[phase]:.2f} "
-                      f"| {times[phase] / ms:.2f}x |")
-                rows.append(result_rows.row("ssd", phase, size, ms, "mamba Triton",
-                                            times[phase]))
+                bench_ms, c = bench[(phase, size)]
+                mine = kdnn[phase] if kdnn else bench_ms
+                mine_device = mine.device_ms if kdnn else bench_ms
+                call = f"{mine.call_ms:.3f}" if kdnn else "-"
+                flops = c["GFLOP/s"] * bench_ms / mine_device
+                print(f"| {phase} | {', '.join(map(str, size))} | {mine_device:.3f} | {call} "
+                      f"| {bench_ms:.3f} | {flops:.1f} | {name} | {times[phase].device_ms:.3f} "
+                      f"| {times[phase].call_ms:.3f} "
+                      f"| {times[phase].device_ms / mine_device:.2f}x "
+                      f"| {int(c['state_bytes_r4'])} | {int(c['a2a_bytes_r4'])} |")
+                rows.append(result_rows.row("ssd", phase, size, mine, name, times[phase],
+                                            bench_ms=bench_ms))
     if args.accuracy and sizes:
-        module = kdnn_module_ssd()
         if module is not None:
             implementations["kdnn"] = module
         accuracy(sizes[0], args.device, implementations)

@@ -21,6 +21,17 @@ class ResultRows(unittest.TestCase):
         self.assertAlmostEqual(r["fraction_of_copy"], 0.75)
         self.assertEqual(set(r), set(result_rows.FIELDS))
 
+    def test_device_and_call_times(self):
+        import device_timing
+        r = result_rows.row("ssd", "forward", (2, 4096), device_timing.Times(1.0, 1.5),
+                            "mamba Triton", device_timing.Times(2.0, 4.0), bench_ms=0.9)
+        self.assertEqual((r["kdnn_ms"], r["kdnn_call_ms"]), (1.0, 1.5))
+        self.assertEqual((r["reference_ms"], r["reference_call_ms"]), (2.0, 4.0))
+        self.assertEqual((r["timing"], r["kdnn_bench_ms"]), ("device+call", 0.9))
+        single = result_rows.row("ssd", "forward", (2, 4096), 1.0, "x",
+                                 device_timing.Times(2.0, 4.0))
+        self.assertEqual((single["timing"], single["kdnn_call_ms"]), ("single", None))
+
     def test_compute_bound_rows_have_no_fraction(self):
         r = result_rows.row("attention", "fused forward", (1, 8, 2048, 2048, 64), 1.0,
                             "PyTorch SDPA float32", 0.5)

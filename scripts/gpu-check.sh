@@ -15,9 +15,10 @@
 # perf_tests/compare_ssd.py (Mamba-2's SSD against the chunked PyTorch
 # formulation; ssd_table.md), and writes the logs and tables to OUT_DIR, and
 # every family's rows in one machine-readable list, OUT_DIR/results.json
-# (perf_tests/collect_results.py: family, op, size, dtype, kdnn_ms, reference,
-# reference_ms, copy_gbps, fraction_of_copy, date, commit, kokkos_version,
-# device), to be committed as perf_tests/results/h100.json beside h100.md.
+# (perf_tests/collect_results.py: perf_tests/result_rows.py's fields, device
+# and call times among them, with date, commit, kokkos_version and device),
+# to be committed as perf_tests/results/h100.json beside h100.md.
+# scripts/gpu-window.sh runs this after a smoke stage, within one time limit.
 # KDNN_COMMIT names the commit when the copy has no git history.
 # KDNN_GPU_BENCH="sinkhorn fused-attention attention ssm-conv ssd" (the default)
 # picks the benchmark families and their order; KDNN_GPU_TESTS="unit host cli
