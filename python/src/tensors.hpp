@@ -93,19 +93,51 @@ ViewType view_of(const Optional& a, const std::string& name) {
 }
 
 #ifdef KOKKOS_ENABLE_CUDA
-/// The Kokkos::Cuda instance on `stream`, made by the first call on that
-/// stream and reused by the later ones. Making an instance allocates its
-/// reduction scratch and lock array (cudaMalloc, cudaMemset) and destroying
-/// it frees them (cudaFree): per call, that would synchronise PyTorch's
-/// queue at every kdnn operator. The instances are never destroyed (the
-/// process's end releases their memory): PyTorch may have destroyed a side
-/// stream by then, and an instance's destruction uses its stream.
-inline Kokkos::Cuda cuda_space(cudaStream_t stream) {
+/// Makes GPU `device` the calling thread's CUDA device for its lifetime, and
+/// the previous one again after. The thread may be one PyTorch started (the
+/// autograd engine's thread per device) or the user's, with no CUDA context
+/// current: Kokkos' instance constructor asks the driver for the stream's
+/// context (for stream 0, the current one) and aborts the process when there
+/// is none; cudaSetDevice makes the device's primary context, the one
+/// PyTorch uses, current.
+class CurrentDevice {
+ public:
+  explicit CurrentDevice(int device) {
+    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
+    const cudaError_t made = cudaSetDevice(device);
+    if (made != cudaSuccess) {
+      kdnn::fail("cuda:", device,
+                 " could not be made the calling thread's device: ", cudaGetErrorString(made));
+    }
+  }
+  ~CurrentDevice() {
+    if (previous_ >= 0) (void)cudaSetDevice(previous_);
+  }
+  CurrentDevice(const CurrentDevice&) = delete;
+  CurrentDevice& operator=(const CurrentDevice&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
+/// The Kokkos::Cuda instance on `stream` of GPU `device` (current on the
+/// calling thread: CurrentDevice), made by the first call on that pair and
+/// reused by the later ones. Keyed by device too: stream 0 is the same handle
+/// on every GPU. Making an instance allocates its reduction scratch and lock
+/// array (cudaMalloc, cudaMemset) and destroying it frees them (cudaFree):
+/// per call, that would synchronise PyTorch's queue at every kdnn operator.
+/// The instances are never destroyed (the process's end releases their
+/// memory): PyTorch may have destroyed a side stream by then, and an
+/// instance's destruction uses its stream. Threads that share an instance
+/// take turns in kdnn's calls (core/impl/space_lock.hpp).
+inline Kokkos::Cuda cuda_space(int device, cudaStream_t stream) {
   static std::mutex lock;
-  static auto* const spaces = new std::map<cudaStream_t, Kokkos::Cuda>();  // never freed
+  using Key = std::pair<int, cudaStream_t>;
+  static auto* const spaces = new std::map<Key, Kokkos::Cuda>();  // never freed
   const std::lock_guard<std::mutex> guard(lock);
-  auto it = spaces->find(stream);
-  if (it == spaces->end()) it = spaces->emplace(stream, Kokkos::Cuda(stream)).first;
+  const Key key{device, stream};
+  auto it = spaces->find(key);
+  if (it == spaces->end()) it = spaces->emplace(key, Kokkos::Cuda(stream)).first;
   return it->second;
 }
 #endif
@@ -114,7 +146,7 @@ inline Kokkos::Cuda cuda_space(cudaStream_t stream) {
 /// scalar type (float or double): the host space for CPU arrays (then fenced,
 /// so the results are there when Python reads them) and, in a CUDA build, a
 /// Kokkos::Cuda instance on the stream `stream` (PyTorch's current stream)
-/// for CUDA arrays, ordered on that stream as PyTorch's own kernels. The GIL
+/// of `first`'s GPU for CUDA arrays, ordered on that stream as PyTorch's own kernels. The GIL
 /// is released meanwhile.
 template <class F>
 void dispatch(const Array& first, const char* name, std::uintptr_t stream, F&& f) {
@@ -137,7 +169,9 @@ void dispatch(const Array& first, const char* name, std::uintptr_t stream, F&& f
   }
 #ifdef KOKKOS_ENABLE_CUDA
   if (first.device_type() == nb::device::cuda::value) {
-    on_dtype(cuda_space(reinterpret_cast<cudaStream_t>(stream)));
+    const int device = int(first.device_id());
+    const CurrentDevice current(device);
+    on_dtype(cuda_space(device, reinterpret_cast<cudaStream_t>(stream)));
     return;
   }
 #endif
