@@ -33,7 +33,8 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from device_timing import Times, forward_backward, kdnn_package, method_line  # noqa: E402
+from device_timing import (  # noqa: E402
+    Times, call_cell, device_and_call, forward_backward, kdnn_package, method_line)
 from gbench import median_runs  # noqa: E402
 import result_rows  # noqa: E402
 
@@ -73,15 +74,6 @@ def kdnn_attention(kdnn):
     if kdnn is None:
         return None
     return lambda q, k, v: kdnn.flash_attention(q, k, v, causal=False, scale=q.shape[-1] ** -0.5)
-
-
-def device_ms(t):
-    """The device time of a Times; a single time (kdnn's bench time) as it is."""
-    return t.device_ms if isinstance(t, Times) else t
-
-
-def call_cell(t):
-    return f"{t.call_ms:.3f}" if isinstance(t, Times) else "-"
 
 
 def torch_peak_mib(size, phase, device):
@@ -173,7 +165,7 @@ def main():
         for phase in ROWS:
             bench_ms, c = bench[("fused", phase, size)]
             mine, ref = kdnn[phase] if kdnn else bench_ms, reference[phase]
-            ms = device_ms(mine)
+            ms = device_and_call(mine)[0]
             unfused = bench.get(("unfused", phase, size))
             u_ms = f"{unfused[0]:.3f}" if unfused else "-"
             u_mib = f"{unfused[1]['peak_MiB']:.0f}" if unfused else "-"
@@ -207,7 +199,7 @@ def main():
         for phase in ROWS:
             bench_ms = bench[("fused64", phase, size)][0]
             mine, ref = kdnn[phase] if kdnn else bench_ms, reference[phase]
-            ms = device_ms(mine)
+            ms = device_and_call(mine)[0]
             print(f"| {phase} | {', '.join(map(str, size))} | {ms:.3f} | {call_cell(mine)} "
                   f"| {bench_ms:.3f} | {ref.device_ms:.3f} | {ref.call_ms:.3f} "
                   f"| {ref.device_ms / ms:.2f}x | {gf(phase, size, ms):.1f} "

@@ -25,7 +25,8 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from device_timing import PhaseTimer, kdnn_package, method_line  # noqa: E402
+from device_timing import (  # noqa: E402
+    PhaseTimer, call_cell, device_and_call, kdnn_package, method_line)
 from gbench import median_times_ms  # noqa: E402
 import result_rows  # noqa: E402
 
@@ -134,9 +135,9 @@ def main():
             flops = forward_flops(*size) * {"forward": 1, "backward": 2, "step": 3}[p]
             bench_ms, ref = bench[(p, size)], reference[p]
             mine = kdnn[p] if kdnn else bench_ms
-            ms = mine.device_ms if kdnn else bench_ms
-            call = f"{mine.call_ms:.3f}" if kdnn else "-"
-            print(f"| {p} | {', '.join(map(str, size))} | {ms:.3f} | {call} | {bench_ms:.3f} "
+            ms = device_and_call(mine)[0]
+            print(f"| {p} | {', '.join(map(str, size))} | {ms:.3f} | {call_cell(mine)} "
+                  f"| {bench_ms:.3f} "
                   f"| {flops / ms * 1e-6:.1f} | {ref.device_ms:.3f} | {ref.call_ms:.3f} "
                   f"| {ref.device_ms / ms:.2f}x | {flops / ref.device_ms * 1e-6:.1f} |")
             rows.append(result_rows.row("mha", p, size, mine, "PyTorch float32", ref,

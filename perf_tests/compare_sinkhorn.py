@@ -32,7 +32,8 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)  # sinkhorn_torch, sinkhorn_triton, gbench
 sys.path.insert(0, os.path.join(HERE, "..", "unit_tests", "reference"))  # kdnn_reference
-from device_timing import PhaseTimer, Times, kdnn_package, method_line  # noqa: E402
+from device_timing import (  # noqa: E402
+    PhaseTimer, call_cell, device_and_call, kdnn_package, method_line)
 from gbench import median_times_ms  # noqa: E402
 import result_rows  # noqa: E402
 import sinkhorn_torch  # noqa: E402
@@ -145,12 +146,12 @@ def main():
                 continue
             bench_ms, r = bench[(op, size)], ref[ref_name]
             kd = mine.get(op, bench_ms)
-            ms = kd.device_ms if isinstance(kd, Times) else bench_ms
-            call = f"{kd.call_ms:.3f}" if isinstance(kd, Times) else "-"
+            ms = device_and_call(kd)[0]
             traffic = (2 if op.startswith("forward") else 3) * batch * n * n * 4
             gbs = traffic / (ms * 1e-3) / 1e9
-            emit(f"| {op} | {batch}, {n}, {iters} | {ms:.3f} | {call} | {bench_ms:.3f} "
-                 f"| {ref_name} | {r.device_ms:.3f} | {r.call_ms:.3f} | {r.device_ms / ms:.2f}x "
+            emit(f"| {op} | {batch}, {n}, {iters} | {ms:.3f} | {call_cell(kd)} "
+                 f"| {bench_ms:.3f} | {ref_name} | {r.device_ms:.3f} | {r.call_ms:.3f} "
+                 f"| {r.device_ms / ms:.2f}x "
                  f"| {gbs:.1f} |" + (f" {100 * gbs / copy_gbs:.0f}% |" if copy_gbs else ""))
             rows.append(result_rows.row("sinkhorn", op, size, kd, ref_name, r,
                                         traffic_bytes=traffic, copy_gbps=copy_gbs,

@@ -31,7 +31,8 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)  # gbench
 sys.path.insert(0, os.path.join(HERE, "..", "unit_tests", "reference"))  # kdnn_reference
-from device_timing import forward_backward, kdnn_package, method_line  # noqa: E402
+from device_timing import (  # noqa: E402
+    call_cell, device_and_call, forward_backward, kdnn_package, method_line)
 from gbench import median_runs  # noqa: E402
 import mamba_triton  # noqa: E402
 import result_rows  # noqa: E402
@@ -144,11 +145,11 @@ def main():
             for phase in PHASES:
                 bench_ms, c = bench[(phase, size)]
                 mine = kdnn[phase] if kdnn else bench_ms
-                mine_device = mine.device_ms if kdnn else bench_ms
-                call = f"{mine.call_ms:.3f}" if kdnn else "-"
+                mine_device = device_and_call(mine)[0]
                 flops = c["GFLOP/s"] * bench_ms / mine_device
-                print(f"| {phase} | {', '.join(map(str, size))} | {mine_device:.3f} | {call} "
-                      f"| {bench_ms:.3f} | {flops:.1f} | {name} | {times[phase].device_ms:.3f} "
+                print(f"| {phase} | {', '.join(map(str, size))} | {mine_device:.3f} "
+                      f"| {call_cell(mine)} | {bench_ms:.3f} | {flops:.1f} | {name} "
+                      f"| {times[phase].device_ms:.3f} "
                       f"| {times[phase].call_ms:.3f} "
                       f"| {times[phase].device_ms / mine_device:.2f}x "
                       f"| {int(c['state_bytes_r4'])} | {int(c['a2a_bytes_r4'])} |")

@@ -40,7 +40,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from device_timing import (  # noqa: E402
-    PhaseTimer, Times, forward_backward, kdnn_package, method_line)
+    PhaseTimer, call_cell, device_and_call, forward_backward, kdnn_package, method_line)
 from gbench import median_runs  # noqa: E402
 import result_rows  # noqa: E402
 
@@ -123,11 +123,10 @@ def main():
             bench_ms, counters = bench[(phase, size)]
             mine = kdnn.get(phase, bench_ms)
             ref = reference[phase.replace("_tiled", "")]
-            ms = mine.device_ms if isinstance(mine, Times) else bench_ms
-            call = f"{mine.call_ms:.3f}" if isinstance(mine, Times) else "-"
+            ms = device_and_call(mine)[0]
             gbs = counters["bytes"] / (ms * 1e-3) / 1e9
-            print(f"| {phase} | {', '.join(map(str, size))} | {ms:.3f} | {call} | {bench_ms:.3f} "
-                  f"| {gbs:.2f} | {gbs / copy_gbs:.3f} | {ref.device_ms:.3f} "
+            print(f"| {phase} | {', '.join(map(str, size))} | {ms:.3f} | {call_cell(mine)} "
+                  f"| {bench_ms:.3f} | {gbs:.2f} | {gbs / copy_gbs:.3f} | {ref.device_ms:.3f} "
                   f"| {ref.call_ms:.3f} | {ref.device_ms / ms:.2f}x |")
             rows.append(result_rows.row(
                 "ssm-conv", phase, size, mine,

@@ -108,6 +108,20 @@ class PhaseTimer:
         return self._cycles_per_ms
 
 
+def device_and_call(t):
+    """(device ms, call ms or None) of a Times, or of one time in ms (kdnn's
+    C++ benchmark time where the package is not importable; None stays None)."""
+    if t is None or isinstance(t, (int, float)):
+        return t, None
+    return t.device_ms, t.call_ms
+
+
+def call_cell(t):
+    """A table cell for t's call time: "-" where t is one time."""
+    call = device_and_call(t)[1]
+    return "-" if call is None else f"{call:.3f}"
+
+
 def forward_backward(device, repeats, forward, grad, leaves):
     """{"forward": Times, "backward": Times} of `forward()` (returning one
     tensor) and of that output's backward with gradient `grad`, each phase

@@ -14,15 +14,10 @@ its call time empty and makes `timing` "single". kdnn_bench_ms is the Google
 Benchmark time of the C++ call, kept beside as a cross-check."""
 import json
 
+from device_timing import device_and_call
+
 FIELDS = ("family", "op", "size", "dtype", "kdnn_ms", "reference", "reference_ms", "timing",
           "kdnn_call_ms", "reference_call_ms", "kdnn_bench_ms", "copy_gbps", "fraction_of_copy")
-
-
-def _device_and_call(t):
-    """(device ms, call ms or None) of a device_timing.Times or of one number."""
-    if t is None or isinstance(t, (int, float)):
-        return t, None
-    return t.device_ms, t.call_ms
 
 
 def row(family, op, size, kdnn, reference, reference_time, dtype="float32",
@@ -31,8 +26,8 @@ def row(family, op, size, kdnn, reference, reference_time, dtype="float32",
     numbers of ms); `traffic_bytes` (the bytes the operator must move at
     least) and `copy_gbps` (the same device's copy bandwidth, bytes read +
     written per second / 1e9) give fraction_of_copy when both are known."""
-    kdnn_ms, kdnn_call_ms = _device_and_call(kdnn)
-    reference_ms, reference_call_ms = _device_and_call(reference_time)
+    kdnn_ms, kdnn_call_ms = device_and_call(kdnn)
+    reference_ms, reference_call_ms = device_and_call(reference_time)
     fraction = None
     if traffic_bytes is not None and copy_gbps and kdnn_ms:
         fraction = traffic_bytes / (kdnn_ms * 1e-3) / 1e9 / copy_gbps
