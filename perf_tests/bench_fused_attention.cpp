@@ -70,7 +70,7 @@ void run(benchmark::State& state, Path path, Phase phase) {
   at::Tensor3<T, Space> lse("lse", B, H, S);
   at::FusedAttentionOptions opts;
   opts.scale = 1 / std::sqrt(double(D));
-  if (path == Path::fused_host) opts.launch.shape = kdnn::KernelShape::host;
+  if (path == Path::fused_host) opts.launch.form = kdnn::KernelForm::host;
   const at::SoftmaxOptions softmax{at::SoftmaxMode::accurate, opts.scale};
   View4 scores, P, dP;
   if (path == Path::unfused) {

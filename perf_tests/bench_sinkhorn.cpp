@@ -7,10 +7,10 @@
 //   unrolled:           read X and G, write dX  3 B n² sizeof(T)
 // The PyTorch formulation is timed by sinkhorn_torch.py; compare_sinkhorn.py
 // runs both and prints the ratios. forward_host and forward_gpu,
-// implicit_host, block_host and unrolled_host pin the kernel shape
-// (kdnn::KernelShape; forward, implicit, block and unrolled are the
-// automatic one: on a GPU, the GPU shape for n in {2, 4, 8, 16, 32}), so one
-// run times both shapes.
+// implicit_host, block_host and unrolled_host pin the kernel form
+// (kdnn::KernelForm; forward, implicit, block and unrolled are the
+// automatic one: on a GPU, the GPU form for n in {2, 4, 8, 16, 32}), so one
+// run times both forms.
 // Sizes: --kdnn_sizes=BxNxITERS,... (default
 // 4096x16x100,10001x4x48).
 #include <cstdio>
@@ -66,12 +66,12 @@ void run(benchmark::State& state, Op op) {
   sk::forward(space, X, R, {iters});
   sk::BackwardOptions opts;
   opts.method = op == Op::block || op == Op::block_host ? sk::Method::block : sk::Method::implicit;
-  if (op == Op::implicit_host || op == Op::block_host) opts.launch.shape = kdnn::KernelShape::host;
+  if (op == Op::implicit_host || op == Op::block_host) opts.launch.form = kdnn::KernelForm::host;
   sk::ForwardOptions fwd{iters};
   if (op == Op::forward_host || op == Op::unrolled_host) {
-    fwd.launch.shape = kdnn::KernelShape::host;
+    fwd.launch.form = kdnn::KernelForm::host;
   }
-  if (op == Op::forward_gpu) fwd.launch.shape = kdnn::KernelShape::gpu;
+  if (op == Op::forward_gpu) fwd.launch.form = kdnn::KernelForm::gpu;
   sk::Report<Space> report;
   report.iterations = Kokkos::View<int*, Space::memory_space>("cg", batch);
   space.fence();

@@ -7,7 +7,7 @@
 //   copy:     Kokkos::deep_copy of a View of B·L·C floats into another, the
 //             copy bandwidth of this machine in this run, for reference
 // and, on a GPU, forward_tiled and backward_tiled: the same with
-// launch.shape = host, the tiled kernels (team scratch) instead of the
+// launch.form = host, the tiled kernels (team scratch) instead of the
 // register windows, so that one run compares both forms.
 // Each reports `bytes`, the bytes it must move at least once, and GB/s
 // (bytes / time, 1e9 bytes):
@@ -67,7 +67,7 @@ void run(benchmark::State& state, Op op) {
     ssm::CausalConv1dOptions opts;
     opts.silu = true;
     if (op == Op::forward_tiled || op == Op::backward_tiled) {
-      opts.launch.shape = kdnn::KernelShape::host;
+      opts.launch.form = kdnn::KernelForm::host;
       op = op == Op::forward_tiled ? Op::forward : Op::backward;
     }
     if (op == Op::forward) {

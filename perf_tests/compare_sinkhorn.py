@@ -17,7 +17,7 @@ dst.copy_(src), timed the same way).
 Pairs (float32): kdnn forward (no autograd) vs torch forward loop (no_grad);
 kdnn implicit / block / unrolled backward (r.backward(g), each alone) vs torch
 autograd backward; kdnn implicit vs the torch implicit-CG formulation and
-(GPU) the Triton kernel. The *_host ops pin the host kernel shape; the
+(GPU) the Triton kernel. The *_host ops pin the host kernel form; the
 package does not expose them, so they have the benchmark's time alone.
 GB/s counts the bytes an operation must move once: forward reads X and writes
 R; the backwards read two inputs and write dX.
@@ -40,8 +40,8 @@ import sinkhorn_torch  # noqa: E402
 from kdnn_reference import sinkhorn  # noqa: E402
 
 # kdnn's ops with the reference each is compared with; the *_host ops pin the
-# host kernel shape (on a GPU the plain ops run the GPU shape), so that one
-# run times both shapes against the same reference.
+# host kernel form (on a GPU the plain ops run the GPU form), so that one
+# run times both forms against the same reference.
 PAIRS = [("forward", "torch forward"), ("forward_host", "torch forward"),
          ("implicit", "torch autograd_backward"), ("block", "torch autograd_backward"),
          ("block_host", "torch autograd_backward"), ("unrolled", "torch autograd_backward"),

@@ -28,7 +28,7 @@ threads (default 2).
   python perf_tests/compare_ssm_conv.py --device cuda --bench build/cuda/perf_tests/kdnn_perf_ssm_conv
 
 On a GPU the benchmark also times the tiled form (forward_tiled,
-backward_tiled: launch.shape = host); those rows follow with the benchmark's
+backward_tiled: launch.form = host); those rows follow with the benchmark's
 time alone, against the same PyTorch times.
 """
 import argparse

@@ -181,7 +181,7 @@ class FusedAttention : public ::testing::Test {};
 using Types = ::testing::Types<float, double>;
 TYPED_TEST_SUITE(FusedAttention, Types);
 
-// Both forms of the forward (KernelShape::host, and ::gpu: the GPU form for
+// Both forms of the forward (KernelForm::host, and ::gpu: the GPU form for
 // D and Dv in {32, 64, 128, 256}, the host kernel under a GPU launch for
 // other sizes) against the unfused path.
 TYPED_TEST(FusedAttention, ForwardMatchesTheUnfusedPath) {
@@ -194,13 +194,13 @@ TYPED_TEST(FusedAttention, ForwardMatchesTheUnfusedPath) {
         to_device<T****>(normal(std::size_t(c.B) * c.H * c.Sk * c.D, seed++), c.B, c.H, c.Sk, c.D);
     const auto v = to_device<T****>(normal(std::size_t(c.B) * c.H * c.Sk * c.Dv, seed++), c.B, c.H,
                                     c.Sk, c.Dv);
-    for (const auto shape : {kdnn::KernelShape::host, kdnn::KernelShape::gpu}) {
-      SCOPED_TRACE(std::string(c.name) + (shape == kdnn::KernelShape::gpu ? ", GPU form" : ""));
+    for (const auto form : {kdnn::KernelForm::host, kdnn::KernelForm::gpu}) {
+      SCOPED_TRACE(std::string(c.name) + (form == kdnn::KernelForm::gpu ? ", GPU form" : ""));
       const at::AttentionMask<Space> mask = mask_of(c);
       at::FusedAttentionOptions opts;
       opts.scale = 1 / std::sqrt(double(c.D));
       opts.dropout = {c.p, 77, 5};
-      opts.launch.shape = shape;
+      opts.launch.form = form;
       DeviceView<T****> o("o", c.B, c.H, c.S, c.Dv);
       DeviceView<T***> lse("lse", c.B, c.H, c.S);
       at::fused_attention_forward(Space(), q, k, v, o, lse, opts, mask);
@@ -242,7 +242,7 @@ TYPED_TEST(FusedAttention, ForwardMatchesTheUnfusedPath) {
 }
 
 // The GPU forms run where the launch asks for it (always with
-// KernelShape::gpu, on a GPU backend with automatic) for their head sizes
+// KernelForm::gpu, on a GPU backend with automatic) for their head sizes
 // only (D and Dv each compiled), and their team scratch fits a CUDA team's
 // 48 KiB of level 0 for every pair of them, so on a GPU they never take a
 // team workspace.
@@ -254,18 +254,18 @@ TEST(FusedAttentionGpuForm, RunsForTheCompiledHeadSizesWithinOnChipScratch) {
     for (int Dv : {8, 32, 64, 96, 128, 256}) {
       const std::string pair = "D=" + std::to_string(D) + ", Dv=" + std::to_string(Dv);
       const bool both = compiled(D) && compiled(Dv);
-      opts.launch.shape = kdnn::KernelShape::gpu;
-      EXPECT_EQ(at::impl::forward_gpu_shape<Space>(opts, D, Dv), both) << pair;
-      EXPECT_EQ((at::impl::backward_gpu_shape<Space, float>(opts, D, Dv)), both) << pair;
+      opts.launch.form = kdnn::KernelForm::gpu;
+      EXPECT_EQ(at::impl::forward_gpu_form<Space>(opts, D, Dv), both) << pair;
+      EXPECT_EQ((at::impl::backward_gpu_form<Space, float>(opts, D, Dv)), both) << pair;
       // The backward in double: not where either head is 256 (off-chip).
-      EXPECT_EQ((at::impl::backward_gpu_shape<Space, double>(opts, D, Dv)),
+      EXPECT_EQ((at::impl::backward_gpu_form<Space, double>(opts, D, Dv)),
                 both && D != 256 && Dv != 256)
           << pair;
-      opts.launch.shape = kdnn::KernelShape::automatic;
-      EXPECT_EQ(at::impl::forward_gpu_shape<Space>(opts, D, Dv), both && gpu) << pair;
-      opts.launch.shape = kdnn::KernelShape::host;
-      EXPECT_FALSE(at::impl::forward_gpu_shape<Space>(opts, D, Dv)) << pair;
-      EXPECT_FALSE((at::impl::backward_gpu_shape<Space, float>(opts, D, Dv))) << pair;
+      opts.launch.form = kdnn::KernelForm::automatic;
+      EXPECT_EQ(at::impl::forward_gpu_form<Space>(opts, D, Dv), both && gpu) << pair;
+      opts.launch.form = kdnn::KernelForm::host;
+      EXPECT_FALSE(at::impl::forward_gpu_form<Space>(opts, D, Dv)) << pair;
+      EXPECT_FALSE((at::impl::backward_gpu_form<Space, float>(opts, D, Dv))) << pair;
     }
   }
   const std::size_t level0 = 48 * 1024 - kdnn::impl::kScratchAlign;
@@ -296,7 +296,7 @@ TEST(FusedAttentionGpuForm, RunsForTheCompiledHeadSizesWithinOnChipScratch) {
   EXPECT_EQ(pairs, 16);
 }
 
-// Both forms (KernelShape::host, and ::gpu: the GPU forms for D and Dv in
+// Both forms (KernelForm::host, and ::gpu: the GPU forms for D and Dv in
 // their head sizes, the host kernels under a GPU launch for other sizes),
 // each schedule, against the unfused chain and bitwise run to run.
 TYPED_TEST(FusedAttention, BackwardMatchesTheUnfusedPathAndIsReproducible) {
@@ -312,8 +312,8 @@ TYPED_TEST(FusedAttention, BackwardMatchesTheUnfusedPathAndIsReproducible) {
         dv2("dv2", c.B, c.H, c.Sk, c.Dv);
     unfused_backward(q, k, v, g, opts, mask, dq2, dk2, dv2);
     const double tol = sizeof(T) == 8 ? 1e-12 : 2e-5;
-    for (const auto shape : {kdnn::KernelShape::host, kdnn::KernelShape::gpu}) {
-      opts.launch.shape = shape;
+    for (const auto form : {kdnn::KernelForm::host, kdnn::KernelForm::gpu}) {
+      opts.launch.form = form;
       DeviceView<T****> o("o", c.B, c.H, c.S, c.Dv);
       DeviceView<T***> lse("lse", c.B, c.H, c.S);
       at::fused_attention_forward(Space(), q, k, v, o, lse, opts, mask);
@@ -321,7 +321,7 @@ TYPED_TEST(FusedAttention, BackwardMatchesTheUnfusedPathAndIsReproducible) {
            {at::FusedBackwardSchedule::automatic, at::FusedBackwardSchedule::per_head,
             at::FusedBackwardSchedule::per_key_block}) {
         const std::string name = std::string(c.name) +
-                                 (shape == kdnn::KernelShape::gpu ? ", GPU form" : "") +
+                                 (form == kdnn::KernelForm::gpu ? ", GPU form" : "") +
                                  ", schedule " + std::to_string(int(schedule));
         at::FusedAttentionOptions forced = opts;
         forced.backward = schedule;
@@ -369,8 +369,8 @@ TEST(FusedAttentionHugeScale, BackwardMatchesTheUnfusedPathInDouble) {
       // Either form of the forward: the GPU form's scores are team_gemm's
       // sums (blocks of 16, in order), so the backward's recomputed scores
       // equal them bitwise and one-hot rows have P = 1 exactly.
-      for (const auto shape : {kdnn::KernelShape::host, kdnn::KernelShape::gpu}) {
-        opts.launch.shape = shape;
+      for (const auto form : {kdnn::KernelForm::host, kdnn::KernelForm::gpu}) {
+        opts.launch.form = form;
         at::fused_attention_forward(Space(), q, k, v, o, lse, opts, mask);
         for (const auto schedule :
              {at::FusedBackwardSchedule::per_head, at::FusedBackwardSchedule::per_key_block}) {
@@ -378,7 +378,7 @@ TEST(FusedAttentionHugeScale, BackwardMatchesTheUnfusedPathInDouble) {
           scale_text << scale;
           const std::string name =
               std::string(c.name) + ", scale " + scale_text.str() +
-              (shape == kdnn::KernelShape::gpu ? ", GPU form" : "") +
+              (form == kdnn::KernelForm::gpu ? ", GPU form" : "") +
               (schedule == at::FusedBackwardSchedule::per_head ? ", per_head" : ", per_key_block");
           at::FusedAttentionOptions forced = opts;
           forced.backward = schedule;
@@ -432,19 +432,19 @@ std::vector<double> float_bmm(int heads, int M, int N, int K, const std::vector<
   return C;
 }
 
-/// The case in T: fused (launched with `shape`), or (T = float) the unfused
+/// The case in T: fused (launched with `form`), or (T = float) the unfused
 /// chain with its products by float_bmm and kdnn's softmax and dropout
 /// between them.
 template <class T>
 Float32Run run_case(const FusedCase& c, const std::vector<double>& qv,
                     const std::vector<double>& kv, const std::vector<double>& vv,
                     const std::vector<double>& gv, bool fused,
-                    kdnn::KernelShape shape = kdnn::KernelShape::automatic) {
+                    kdnn::KernelForm form = kdnn::KernelForm::automatic) {
   const at::AttentionMask<Space> mask = mask_of(c);
   at::FusedAttentionOptions opts;
   opts.scale = 1 / std::sqrt(double(c.D));
   opts.dropout = {c.p, 4321, 3};
-  opts.launch.shape = shape;
+  opts.launch.form = form;
   if (fused) {
     const auto q = to_device<T****>(qv, c.B, c.H, c.S, c.D);
     const auto k = to_device<T****>(kv, c.B, c.H, c.Sk, c.D);
@@ -518,13 +518,13 @@ TEST(FusedAttentionAccuracy, Float32WithinThreeTimesAReorderedFloat32Reference) 
                    {"dk", &Float32Run::dk},
                    {"dv", &Float32Run::dv}};
     // Both forms (the GPU forms for D and Dv in {32, 64, 128, 256}).
-    for (const auto shape : {kdnn::KernelShape::host, kdnn::KernelShape::gpu}) {
-      const Float32Run fused = run_case<float>(c, q, k, v, g, true, shape);
+    for (const auto form : {kdnn::KernelForm::host, kdnn::KernelForm::gpu}) {
+      const Float32Run fused = run_case<float>(c, q, k, v, g, true, form);
       for (const auto& out : outputs) {
         const double mine = max_abs_diff(fused.*out.out, truth.*out.out);
         const double other = max_abs_diff(reordered.*out.out, truth.*out.out);
         EXPECT_LE(mine, 3 * other + 1e-7)
-            << out.name << (shape == kdnn::KernelShape::gpu ? " (GPU launch)" : "") << ": fused "
+            << out.name << (form == kdnn::KernelForm::gpu ? " (GPU launch)" : "") << ": fused "
             << mine << ", reordered " << other;
       }
     }
@@ -596,7 +596,7 @@ std::vector<std::vector<double>> fused_outputs(const DeviceView<T****>& q,
   return {to_host(o), to_host(lse), to_host(dq), to_host(dk), to_host(dv)};
 }
 
-// Every launch shape the backend accepts gives bitwise the same results: the
+// Every launch the backend accepts gives bitwise the same results: the
 // GEMM tiles and the per-row sweeps fix every sum's order, not the team.
 TEST(FusedAttentionLaunch, ResultsDoNotDependOnTheLaunchShape) {
   using T = float;
@@ -615,14 +615,14 @@ TEST(FusedAttentionLaunch, ResultsDoNotDependOnTheLaunchShape) {
     opts.launch = launch;
     return fused_outputs<T>(q, k, v, g, opts, mask);
   };
-  std::vector<kdnn::Launch> shapes = {{0, 1, 1}};
+  std::vector<kdnn::Launch> launches = {{0, 1, 1}};
   const bool host = kdnn::impl::BackendTraits<Space>::is_host;
-  if (!host) shapes.push_back({0, 4, 8});
-  if (host && Space().concurrency() >= 2) shapes.push_back({0, 2, 1});
+  if (!host) launches.push_back({0, 4, 8});
+  if (host && Space().concurrency() >= 2) launches.push_back({0, 2, 1});
   for (const auto schedule :
        {at::FusedBackwardSchedule::per_head, at::FusedBackwardSchedule::per_key_block}) {
     const auto reference = run({}, schedule);
-    for (const kdnn::Launch& launch : shapes) {
+    for (const kdnn::Launch& launch : launches) {
       EXPECT_EQ(run(launch, schedule), reference)
           << "team_size=" << launch.team_size << ", vector_length=" << launch.vector_length
           << ", schedule " << int(schedule);
@@ -649,19 +649,19 @@ TEST(FusedAttentionLaunch, GpuLaunchPastLevelZeroMatchesTheDefault) {
     ASSERT_GT(bytes, kdnn::impl::scratch_capacity<Space>(0)) << "the case must be past level 0";
     ASSERT_GT(S, 2 * bq) << "several query blocks per head";
   }
-  const auto run = [&](kdnn::KernelShape shape, at::FusedBackwardSchedule schedule) {
+  const auto run = [&](kdnn::KernelForm form, at::FusedBackwardSchedule schedule) {
     at::FusedAttentionOptions opts;
     opts.backward = schedule;
     opts.scale = 0.2;
-    opts.launch.shape = shape;
+    opts.launch.form = form;
     at::AttentionMask<Space> mask;
     mask.causal = true;
     return fused_outputs<T>(q, k, v, g, opts, mask);
   };
   for (const auto schedule :
        {at::FusedBackwardSchedule::per_head, at::FusedBackwardSchedule::per_key_block}) {
-    const auto gpu = run(kdnn::KernelShape::gpu, schedule);
-    EXPECT_EQ(gpu, run(kdnn::KernelShape::host, schedule)) << "schedule " << int(schedule);
+    const auto gpu = run(kdnn::KernelForm::gpu, schedule);
+    EXPECT_EQ(gpu, run(kdnn::KernelForm::host, schedule)) << "schedule " << int(schedule);
     for (const auto& x : gpu) EXPECT_NE(x, std::vector<double>(x.size(), 0.0));
   }
 }

@@ -37,14 +37,14 @@ TEST(BackendTraits, KeyedOnTheExecutionSpaceNotOnItsMemory) {
 }
 
 TEST(BackendTraits, AutomaticShapeFollowsTheBackend) {
-  using kdnn::KernelShape;
-  using kdnn::impl::use_gpu_shape;
+  using kdnn::KernelForm;
+  using kdnn::impl::use_gpu_form;
   using Host = Kokkos::DefaultHostExecutionSpace;
-  EXPECT_FALSE(use_gpu_shape<Host>(KernelShape::automatic));
-  EXPECT_FALSE(use_gpu_shape<Host>(KernelShape::host));
-  EXPECT_TRUE(use_gpu_shape<Host>(KernelShape::gpu));
-  EXPECT_TRUE(use_gpu_shape<DeviceWithHostReachableMemory>(KernelShape::automatic));
-  EXPECT_FALSE(use_gpu_shape<DeviceWithHostReachableMemory>(KernelShape::host));
+  EXPECT_FALSE(use_gpu_form<Host>(KernelForm::automatic));
+  EXPECT_FALSE(use_gpu_form<Host>(KernelForm::host));
+  EXPECT_TRUE(use_gpu_form<Host>(KernelForm::gpu));
+  EXPECT_TRUE(use_gpu_form<DeviceWithHostReachableMemory>(KernelForm::automatic));
+  EXPECT_FALSE(use_gpu_form<DeviceWithHostReachableMemory>(KernelForm::host));
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // Launch planning: scratch level choice and its limit, vector length and team
-// size checks, for both kernel shapes.
+// size checks, for both kernel forms.
 #include <gtest/gtest.h>
 
 #include <climits>
@@ -32,10 +32,10 @@ TEST(TeamPlan, CooperativeChoosesScratchLevel) {
     EXPECT_EQ(large.level, 1);
   }
   // The limit: level 1's on a host launch, the team workspace's budget on a
-  // GPU launch (every launch on a GPU backend, a GPU shape on a host).
-  for (const auto shape : {kdnn::KernelShape::automatic, kdnn::KernelShape::gpu}) {
+  // GPU launch (every launch on a GPU backend, a GPU form on a host).
+  for (const auto form : {kdnn::KernelForm::automatic, kdnn::KernelForm::gpu}) {
     kdnn::Launch request;
-    request.shape = shape;
+    request.form = form;
     const char* what = nullptr;
     const std::size_t limit =
         kdnn::impl::scratch_limit<Space>(kdnn::impl::is_gpu_launch<Space>(request), what);
@@ -71,9 +71,9 @@ TEST(TeamPlan, WorkspaceSlotsAreBounded) {
   EXPECT_EQ(workspace_slots(INT_MAX, 16, 1, 1LL << 40), int(budget / 16));
 }
 
-kdnn::Launch gpu_shape() {
+kdnn::Launch gpu_launch() {
   kdnn::Launch l;
-  l.shape = kdnn::KernelShape::gpu;
+  l.form = kdnn::KernelForm::gpu;
   return l;
 }
 
@@ -83,11 +83,11 @@ kdnn::Launch gpu_shape() {
 TEST(TeamPlan, GpuLaunchTakesAWorkspacePastLevelZero) {
   const std::size_t max0 = kdnn::impl::scratch_capacity<Space>(0);
   const std::size_t budget = kdnn::impl::kTeamWorkspaceBudget;
-  auto small = kdnn::impl::plan_team<Space, NoOp>("op", Space(), 7, gpu_shape(), 1, 64, "x");
+  auto small = kdnn::impl::plan_team<Space, NoOp>("op", Space(), 7, gpu_launch(), 1, 64, "x");
   EXPECT_EQ(small.level, 0);
   EXPECT_EQ(small.slots, 0);
   auto large =
-      kdnn::impl::plan_team<Space, NoOp>("op", Space(), 1000, gpu_shape(), 1, max0 + 1, "x");
+      kdnn::impl::plan_team<Space, NoOp>("op", Space(), 1000, gpu_launch(), 1, max0 + 1, "x");
   EXPECT_EQ(large.level, 1);
   EXPECT_EQ(large.league, 1000);
   EXPECT_EQ(large.slots, kdnn::impl::workspace_slots(1000, large.slot_stride(),
@@ -96,13 +96,13 @@ TEST(TeamPlan, GpuLaunchTakesAWorkspacePastLevelZero) {
   EXPECT_EQ(large.policy(Space()).league_size(), large.slots);
   EXPECT_EQ(large.policy(Space()).scratch_size(1), 0u);
   EXPECT_EQ(large.slot_stride() % kdnn::impl::kScratchAlign, 0u);
-  EXPECT_KDNN_ERROR((kdnn::impl::plan_team<Space, NoOp>("op", Space(), 1, gpu_shape(), 1,
+  EXPECT_KDNN_ERROR((kdnn::impl::plan_team<Space, NoOp>("op", Space(), 1, gpu_launch(), 1,
                                                         budget + 1, "blocks of 9")),
                     "op: blocks of 9 needs " + std::to_string(budget + 1) +
                         " bytes of team scratch, above the " + std::to_string(budget) +
                         "-byte budget of a GPU launch's team workspace");
   EXPECT_KDNN_ERROR((kdnn::impl::plan_system_tiles<Space, NoOp>(
-                        "op", Space(), 4, 4, gpu_shape(),
+                        "op", Space(), 4, 4, gpu_launch(),
                         [&](int tile) { return tile * (budget + 16); }, "n=4", "matrix")),
                     "op: n=4 needs " + std::to_string(budget + 16) +
                         " bytes of team scratch per matrix, above the " + std::to_string(budget) +
@@ -146,7 +146,7 @@ TEST(TeamPlan, StridedItemsEachRunOnceInTheirOwnScratch) {
     kernel.out = kdnn_test::DeviceView<int*>("out", items);
     kernel.words = int(max0 / sizeof(int)) + 5;  // past level 0
     const auto plan = kdnn::impl::plan_team<Space, FillScratch>("op", Space(), items,
-                                                                gpu ? gpu_shape() : kdnn::Launch{},
+                                                                gpu ? gpu_launch() : kdnn::Launch{},
                                                                 1, kernel.words * sizeof(int), "x");
     EXPECT_EQ(plan.slots > 0, gpu || !kdnn::impl::BackendTraits<Space>::is_host);
     plan.launch("TeamPlan::strided", Space(), kernel);

@@ -82,7 +82,7 @@ struct Result {
 /// final state.
 template <class T>
 Result run(const SsdCase& a, int first, int n, int chunk, MPI_Comm comm,
-           kdnn::KernelShape shape = kdnn::KernelShape::automatic) {
+           kdnn::KernelForm form = kdnn::KernelForm::automatic) {
   const bool single = comm == MPI_COMM_NULL;
   const int rank = single ? 0 : comm_rank(), last = single ? 0 : comm_size() - 1;
   const auto& s = a.s;
@@ -116,7 +116,7 @@ Result run(const SsdCase& a, int first, int n, int chunk, MPI_Comm comm,
   g.dx = dx, g.ddt = ddt, g.dA = dA, g.dB = dB, g.dC = dC, g.dD = dD, g.dinitial_state = dinit;
   ssm::SsdOptions opts;
   opts.chunk = chunk;
-  opts.launch.shape = shape;
+  opts.launch.form = form;
   Result r;
   if (single) {
     ssm::ssd_forward(Space(), f, opts);
@@ -149,10 +149,10 @@ Vec state_at(const SsdCase& a, int end) {
 }
 
 void expect_equal_to_single_rank(const SsdCase& a, int chunk,
-                                 kdnn::KernelShape shape = kdnn::KernelShape::automatic) {
+                                 kdnn::KernelForm form = kdnn::KernelForm::automatic) {
   const int R = comm_size(), rank = comm_rank();
   const auto& s = a.s;
-  const Result whole = run<double>(a, 0, s.L, chunk, MPI_COMM_NULL, shape);
+  const Result whole = run<double>(a, 0, s.L, chunk, MPI_COMM_NULL, form);
   // Short ranks hold less than a chunk; uneven ones more than one.
   for (const auto& lengths : kdnn_test::rank_splits(R, s.L, chunk > 1 ? chunk - 1 : 1, chunk)) {
     const int first = std::accumulate(lengths.begin(), lengths.begin() + rank, 0);
@@ -161,7 +161,7 @@ void expect_equal_to_single_rank(const SsdCase& a, int chunk,
     for (int l : lengths) text += std::to_string(l) + " ";
     SCOPED_TRACE("Q=" + std::to_string(chunk) + " L=" + std::to_string(s.L) + " split " + text +
                  "rank " + std::to_string(rank));
-    const Result part = run<double>(a, first, n, chunk, MPI_COMM_WORLD, shape);
+    const Result part = run<double>(a, first, n, chunk, MPI_COMM_WORLD, form);
     const double tol = 1e-12;
     const int HP = s.H * s.P, GN = s.G * s.N;
     EXPECT_ALLCLOSE(part.y, slice(whole.y, s.B, s.L, HP, first, n), tol, tol);
@@ -196,7 +196,7 @@ TEST(CpSsd, EqualsSingleRankForEverySplit) {
 // states are exchanged, its gradient kernels after.
 TEST(CpSsd, GpuFormsEqualSingleRankForEverySplit) {
   expect_equal_to_single_rank(make_problem({1, 150, 2, 64, 1, 64}, true, true, true), 64,
-                              kdnn::KernelShape::gpu);
+                              kdnn::KernelForm::gpu);
 }
 
 TEST(CpSsd, BytesSentDoNotDependOnTheLength) {

@@ -604,7 +604,7 @@ TEST(Sinkhorn, UnrolledWithEpsMatchesFiniteDifferences) {
   }
 }
 
-// What the launch shape may change (sinkhorn.hpp, Launch): nothing, except
+// What the launch may change (sinkhorn.hpp, Launch): nothing, except
 // that on a GPU the vector length reorders the CG's dot products across lanes.
 TYPED_TEST(SinkhornTyped, ResultsDoNotDependOnLaunchShape) {
   using T = TypeParam;

@@ -62,16 +62,16 @@ struct ConvViews {
   }
 };
 
-ssm::CausalConv1dOptions options(bool silu, kdnn::KernelShape shape) {
+ssm::CausalConv1dOptions options(bool silu, kdnn::KernelForm form) {
   ssm::CausalConv1dOptions o;
   o.silu = silu;
-  o.launch.shape = shape;
+  o.launch.form = form;
   return o;
 }
 
 template <class T>
 ssm_ref::ConvForwardResult run_forward(const ConvCase& a,
-                                       kdnn::KernelShape shape = kdnn::KernelShape::automatic) {
+                                       kdnn::KernelForm form = kdnn::KernelForm::automatic) {
   const auto& s = a.s;
   ConvViews<T> v(a);
   DeviceView<T***> y("y", s.B, s.L, s.C), fin("final", s.B, s.K - 1, s.C);
@@ -82,14 +82,14 @@ ssm_ref::ConvForwardResult run_forward(const ConvCase& a,
   args.initial_state = v.init;
   args.y = y;
   args.final_state = fin;
-  ssm::causal_conv1d_forward(Space(), args, options(a.silu, shape));
+  ssm::causal_conv1d_forward(Space(), args, options(a.silu, form));
   return {to_host(y), to_host(fin)};
 }
 
 template <class T>
 ssm_ref::ConvBackwardResult run_backward(const ConvCase& a, bool want_dbias = true,
                                          bool want_dinit = true,
-                                         kdnn::KernelShape shape = kdnn::KernelShape::automatic) {
+                                         kdnn::KernelForm form = kdnn::KernelForm::automatic) {
   const auto& s = a.s;
   ConvViews<T> v(a);
   DeviceView<T***> dx("dx", s.B, s.L, s.C), dinit;
@@ -109,7 +109,7 @@ ssm_ref::ConvBackwardResult run_backward(const ConvCase& a, bool want_dbias = tr
   args.dw = dw;
   args.dbias = dbias;
   args.dinitial_state = dinit;
-  ssm::causal_conv1d_backward(Space(), args, options(a.silu, shape));
+  ssm::causal_conv1d_backward(Space(), args, options(a.silu, form));
   return {to_host(dx), to_host(dw), want_dbias ? to_host(dbias) : Vec{},
           want_dinit ? to_host(dinit) : Vec{}};
 }
@@ -130,10 +130,10 @@ TYPED_TEST_SUITE(CausalConv1d, Types);
 const ConvShape kShapes[] = {{2, 37, 5, 4},   {1, 150, 3, 1}, {2, 70, 300, 2}, {3, 3, 4, 7},
                              {1, 130, 65, 7}, {2, 0, 3, 4},   {1, 1, 1, 1},    {2, 5, 2, 7},
                              {2, 200, 33, 3}, {1, 2, 3, 3},   {1, 1, 2, 4}};
-const kdnn::KernelShape kForms[] = {kdnn::KernelShape::host, kdnn::KernelShape::gpu};
+const kdnn::KernelForm kForms[] = {kdnn::KernelForm::host, kdnn::KernelForm::gpu};
 
-const char* form_name(kdnn::KernelShape shape) {
-  return shape == kdnn::KernelShape::gpu ? "gpu" : "host";
+const char* form_name(kdnn::KernelForm form) {
+  return form == kdnn::KernelForm::gpu ? "gpu" : "host";
 }
 
 TYPED_TEST(CausalConv1d, ForwardMatchesDoubleLoops) {
@@ -197,7 +197,7 @@ TYPED_TEST(CausalConv1d, RegisterFormMatchesTheTiledForm) {
     for (bool silu : {true, false}) {
       SCOPED_TRACE(::testing::Message() << "K=" << s.K << " silu=" << silu);
       const ConvCase a = make_case(s, kAll, silu, seed += 10);
-      const auto host = kdnn::KernelShape::host, gpu = kdnn::KernelShape::gpu;
+      const auto host = kdnn::KernelForm::host, gpu = kdnn::KernelForm::gpu;
       EXPECT_ALLCLOSE(run_forward<T>(a, gpu).y, run_forward<T>(a, host).y, exact, exact);
       const auto g = run_backward<T>(a, true, true, gpu), h = run_backward<T>(a, true, true, host);
       EXPECT_ALLCLOSE(g.dx, h.dx, exact, exact);

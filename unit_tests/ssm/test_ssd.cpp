@@ -83,16 +83,16 @@ struct SsdViews {
   }
 };
 
-ssm::SsdOptions options(int chunk, kdnn::KernelShape shape) {
+ssm::SsdOptions options(int chunk, kdnn::KernelForm form) {
   ssm::SsdOptions o;
   o.chunk = chunk;
-  o.launch.shape = shape;
+  o.launch.form = form;
   return o;
 }
 
 template <class T>
 ssm_ref::SsdForwardResult run_forward(const SsdCase& a, int chunk,
-                                      kdnn::KernelShape shape = kdnn::KernelShape::automatic) {
+                                      kdnn::KernelForm form = kdnn::KernelForm::automatic) {
   const auto& s = a.s;
   SsdViews<T> v(a);
   DeviceView<T****> y("y", s.B, s.L, s.H, s.P), fin("final", s.B, s.H, s.P, s.N);
@@ -100,7 +100,7 @@ ssm_ref::SsdForwardResult run_forward(const SsdCase& a, int chunk,
   v.set_inputs(args);
   args.y = y;
   args.final_state = fin;
-  ssm::ssd_forward(Space(), args, options(chunk, shape));
+  ssm::ssd_forward(Space(), args, options(chunk, form));
   return {to_host(y), to_host(fin)};
 }
 
@@ -135,7 +135,7 @@ struct BackwardInHalves {
 
 template <class T, class Run = FusedBackward>
 ssm_ref::SsdBackwardResult run_backward(const SsdCase& a, int chunk,
-                                        kdnn::KernelShape shape = kdnn::KernelShape::automatic,
+                                        kdnn::KernelForm form = kdnn::KernelForm::automatic,
                                         const Run& run = Run()) {
   const auto& s = a.s;
   SsdViews<T> v(a);
@@ -156,7 +156,7 @@ ssm_ref::SsdBackwardResult run_backward(const SsdCase& a, int chunk,
   args.dC = dC;
   args.dD = dD;
   args.dinitial_state = dinit;
-  run(args, options(chunk, shape));
+  run(args, options(chunk, form));
   return {to_host(dx), to_host(ddt), to_host(dA),   to_host(dB),
           to_host(dC), to_host(dD),  to_host(dinit)};
 }
@@ -249,7 +249,7 @@ TYPED_TEST(Ssd, GpuLaunchPastLevelZeroMatchesTheHostLaunch) {
   });
   ASSERT_GT(bytes, kdnn::impl::scratch_capacity<Space>(0)) << "the case must be past level 0";
   const SsdCase a = make_case(c.s, kAll, 900);
-  const auto gpu = kdnn::KernelShape::gpu, host = kdnn::KernelShape::host;
+  const auto gpu = kdnn::KernelForm::gpu, host = kdnn::KernelForm::host;
   const auto fg = run_forward<T>(a, c.chunk, gpu), fh = run_forward<T>(a, c.chunk, host);
   EXPECT_EQ(fg.y, fh.y);
   EXPECT_EQ(fg.final_state, fh.final_state);
@@ -273,15 +273,15 @@ TEST(SsdGpuForm, RunsForItsSizesWithinOnChipScratch) {
     for (int N : {16, 64, 128, 192}) {
       const bool sizes = (P == 64 || P == 128) && (N == 64 || N == 128);
       const std::string pair = "P=" + std::to_string(P) + ", N=" + std::to_string(N);
-      launch.shape = kdnn::KernelShape::gpu;
+      launch.form = kdnn::KernelForm::gpu;
       EXPECT_EQ(impl::ssd_gpu_form<Space>(launch, 2, 8, 64, 64, P, N, 2), sizes) << pair;
       EXPECT_EQ(impl::ssd_gpu_form<Space>(launch, 2, 8, 64, 256, P, N, 8), sizes) << pair;
       EXPECT_FALSE(impl::ssd_gpu_form<Space>(launch, 2, 8, 64, 257, P, N, 9)) << pair;
       // Teams past 2^31 − 1: the host form (which the checks bound) runs.
       EXPECT_FALSE(impl::ssd_gpu_form<Space>(launch, 1 << 16, 1 << 10, 8, 64, P, N, 4)) << pair;
-      launch.shape = kdnn::KernelShape::automatic;
+      launch.form = kdnn::KernelForm::automatic;
       EXPECT_EQ(impl::ssd_gpu_form<Space>(launch, 2, 8, 64, 64, P, N, 2), sizes && gpu) << pair;
-      launch.shape = kdnn::KernelShape::host;
+      launch.form = kdnn::KernelForm::host;
       EXPECT_FALSE(impl::ssd_gpu_form<Space>(launch, 2, 8, 64, 64, P, N, 2)) << pair;
     }
   }
@@ -357,9 +357,9 @@ TYPED_TEST(Ssd, GpuFormsMatchTheHostForms) {
     SCOPED_TRACE(describe(c, kD | kInit));
     const auto& s = c.s;
     const SsdCase a = make_case(s, kD | kInit, seed += 10);
-    const auto gpu = kdnn::KernelShape::gpu;
+    const auto gpu = kdnn::KernelForm::gpu;
     const auto fg = run_forward<T>(a, c.chunk, gpu);
-    const auto fh = run_forward<T>(a, c.chunk, kdnn::KernelShape::host);
+    const auto fh = run_forward<T>(a, c.chunk, kdnn::KernelForm::host);
     const auto expected = ssm_ref::ssd_forward(a);
     const double atol = sum_tol<T>(s.N * 4.0);
     EXPECT_ALLCLOSE(fg.y, expected.y, tol<T>(), atol);
@@ -385,7 +385,7 @@ TYPED_TEST(Ssd, GpuFormsMatchTheHostForms) {
 
     // The backward under a GPU launch: every chunk kernel's GPU form.
     const auto bg = run_backward<T>(a, c.chunk, gpu);
-    const auto bh = run_backward<T>(a, c.chunk, kdnn::KernelShape::host);
+    const auto bh = run_backward<T>(a, c.chunk, kdnn::KernelForm::host);
     for (const auto& [name, pair] : std::vector<std::pair<const char*, std::pair<Vec, Vec>>>{
              {"dx", {bg.dx, bh.dx}},
              {"ddt", {bg.ddt, bh.ddt}},
@@ -417,16 +417,16 @@ TYPED_TEST(Ssd, GpuFormsMatchTheHostForms) {
 // the other (the halves read and write dx in place): agreement to a few
 // roundings of a P-term sum, far inside the reference tolerance, for every
 // configuration (G < H included, where dB and dC go through per-head
-// buffers) and both launch shapes.
+// buffers) and both launch forms.
 TYPED_TEST(Ssd, FusedBackwardMatchesTheTwoHalves) {
   using T = TypeParam;
   unsigned seed = 1700;
   for (const Config& c : kConfigs) {
-    for (const auto shape : {kdnn::KernelShape::host, kdnn::KernelShape::gpu}) {
-      SCOPED_TRACE(describe(c, kAll) + (shape == kdnn::KernelShape::gpu ? " gpu" : " host"));
+    for (const auto form : {kdnn::KernelForm::host, kdnn::KernelForm::gpu}) {
+      SCOPED_TRACE(describe(c, kAll) + (form == kdnn::KernelForm::gpu ? " gpu" : " host"));
       const SsdCase a = make_case(c.s, kAll, seed += 10);
-      const auto fused = run_backward<T>(a, c.chunk, shape);
-      const auto halves = run_backward<T>(a, c.chunk, shape, BackwardInHalves());
+      const auto fused = run_backward<T>(a, c.chunk, form);
+      const auto halves = run_backward<T>(a, c.chunk, form, BackwardInHalves());
       const double t = 16.0 * c.s.P * std::numeric_limits<T>::epsilon();
       EXPECT_ALLCLOSE(fused.dx, halves.dx, t, t);
       EXPECT_ALLCLOSE(fused.ddt, halves.ddt, t, t);

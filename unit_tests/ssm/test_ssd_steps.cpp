@@ -3,7 +3,7 @@
 // default execution space against the same step on the host execution
 // space, in double, so that a device build names the first step that
 // differs (a host build runs the same space twice: run-to-run equality).
-// Both launch shapes; P = 8 (host forms only) and P = N = 64 (the GPU forms
+// Both launch forms; P = 8 (host forms only) and P = N = 64 (the GPU forms
 // under a GPU launch).
 #include <gtest/gtest.h>
 
@@ -27,7 +27,7 @@ using Steps = std::vector<std::pair<std::string, std::vector<double>>>;
 
 /// The outputs of every backward step on ExecSpace, in order.
 template <class ExecSpace>
-Steps run_steps(const ssm_ref::SsdCase& a, int chunk, kdnn::KernelShape shape) {
+Steps run_steps(const ssm_ref::SsdCase& a, int chunk, kdnn::KernelForm form) {
   using T = double;
   const auto& s = a.s;
   const char* op = "test";
@@ -55,7 +55,7 @@ Steps run_steps(const ssm_ref::SsdCase& a, int chunk, kdnn::KernelShape shape) {
   args.dC = dC;
   ssm::SsdOptions opts;
   opts.chunk = chunk;
-  opts.launch.shape = shape;
+  opts.launch.form = form;
   Steps out;
   impl::ChunkStates<T, ExecSpace> states, dstates;
   impl::ChunkDecays<T, ExecSpace> decay;
@@ -108,12 +108,12 @@ TEST(SsdSteps, EachStepOnTheDefaultSpaceMatchesTheHostSpace) {
     a.Bm = normal(std::size_t(s.B) * s.L * s.G * s.N, 4);
     a.Cm = normal(std::size_t(s.B) * s.L * s.G * s.N, 5);
     a.dy = normal(std::size_t(s.B) * s.L * s.H * s.P, 6);
-    for (const auto shape : {kdnn::KernelShape::host, kdnn::KernelShape::gpu}) {
-      const auto device = run_steps<Space>(a, c.chunk, shape);
-      const auto host = run_steps<Kokkos::DefaultHostExecutionSpace>(a, c.chunk, shape);
+    for (const auto form : {kdnn::KernelForm::host, kdnn::KernelForm::gpu}) {
+      const auto device = run_steps<Space>(a, c.chunk, form);
+      const auto host = run_steps<Kokkos::DefaultHostExecutionSpace>(a, c.chunk, form);
       ASSERT_EQ(device.size(), host.size());
       for (std::size_t i = 0; i < device.size(); ++i) {
-        SCOPED_TRACE(device[i].first + (shape == kdnn::KernelShape::gpu ? " gpu" : " host") +
+        SCOPED_TRACE(device[i].first + (form == kdnn::KernelForm::gpu ? " gpu" : " host") +
                      " P=" + std::to_string(s.P));
         EXPECT_ALLCLOSE(device[i].second, host[i].second, 1e-10, 1e-10);
       }

@@ -34,9 +34,9 @@ struct FusedAttentionOptions {
   double scale = 1.0;      ///< the scores' scale (finite), e.g. 1/√D
   DropoutOptions dropout;  ///< on the probabilities; p = 0: none
   /// Team size and vector length (0: chosen per backend), and the kernels'
-  /// shape: the forward and the backward have GPU forms for D and Dv each
+  /// form: the forward and the backward have GPU forms for D and Dv each
   /// in {32, 64, 128, 256} (the backward in double up to 128), chosen by
-  /// KernelShape::automatic on a GPU backend or by ::gpu anywhere, which
+  /// KernelForm::automatic on a GPU backend or by ::gpu anywhere, which
   /// pick their own team size and vector length (the backward's form is
   /// the per_key_block split whatever `backward` says).
   Launch launch;

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
-// kdnn::Launch: how a caller may pin the launch shape of an operator's team
-// kernel. Zero everywhere means "chosen per backend and problem size"; the
-// chosen shape only changes speed, never results (each operator documents
-// what it guarantees).
+// kdnn::Launch: how a caller may pin the form and the team sizes of an
+// operator's kernel. Zero and `automatic` everywhere mean "chosen per backend
+// and problem size"; the choice only changes speed, never results (each
+// operator documents what it guarantees).
 
 namespace kdnn {
 
@@ -13,7 +13,7 @@ namespace kdnn {
 /// it on the host). An operator with one form ignores the choice of form,
 /// but `gpu` still launches it as on a GPU: scratch past on-chip size goes to
 /// a bounded team workspace rather than Kokkos' level 1 (see CONTRIBUTING).
-enum class KernelShape {
+enum class KernelForm {
   automatic,  ///< the GPU form on a GPU backend, the host form on a host
   host,       ///< the form written for CPU caches and SIMD
   gpu,        ///< the form written for warps, registers and on-chip scratch
@@ -23,7 +23,7 @@ struct Launch {
   int tile = 0;           ///< systems per team (kernels with one thread per system)
   int team_size = 0;      ///< team threads
   int vector_length = 0;  ///< vector lanes per team thread (a power of two)
-  KernelShape shape = KernelShape::automatic;
+  KernelForm form = KernelForm::automatic;  ///< which form runs
 };
 
 }  // namespace kdnn

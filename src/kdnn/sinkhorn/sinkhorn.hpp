@@ -53,9 +53,9 @@ namespace kdnn::sinkhorn {
 /// implicit and block backwards' CG sums dot products across lanes, so those
 /// agree to rounding (tested).
 ///
-/// launch.shape: the forward and the three backwards have a GPU form for n
-/// in {2, 4, 8, 16, 32} (chosen by KernelShape::automatic on a GPU backend,
-/// or by KernelShape::gpu anywhere; other n run the host form): a matrix per
+/// launch.form: the forward and the three backwards have a GPU form for n
+/// in {2, 4, 8, 16, 32} (chosen by KernelForm::automatic on a GPU backend,
+/// or by KernelForm::gpu anywhere; other n run the host form): a matrix per
 /// n vector lanes, its rows and columns in registers. The forward's and the
 /// implicit and block backwards' GPU forms do the host form's operations in
 /// the same order, so the two are bitwise identical on a host backend and

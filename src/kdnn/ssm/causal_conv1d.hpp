@@ -27,8 +27,8 @@ namespace kdnn::ssm {
 
 struct CausalConv1dOptions {
   bool silu = true;  ///< apply SiLU to the convolution's output
-  /// launch.shape picks the kernels' form: on a GPU (or with
-  /// KernelShape::gpu) a thread per channel and run of steps with the last K
+  /// launch.form picks the kernels' form: on a GPU (or with
+  /// KernelForm::gpu) a thread per channel and run of steps with the last K
   /// inputs in registers, for K ∈ {2, 3, 4}; otherwise tiles of steps and
   /// channels in team scratch (the host form, and any other K), for which
   /// team_size and vector_length are requests as in every team kernel.

@@ -41,7 +41,7 @@ struct SsdOptions {
   int chunk = 64;         ///< Q, steps per chunk (≥ 1); L need not be a multiple
   bool check_a = false;   ///< refuse A with a positive entry (a device reduction and a copy)
   bool check_dt = false;  ///< refuse a negative or non-finite dt (a device reduction)
-  /// Launch shape of the chunk kernels; only `shape` applies: KernelShape::gpu
+  /// The chunk kernels' launch; only `form` applies: KernelForm::gpu
   /// launches them as on a GPU anywhere: the GPU forms of the forward's and
   /// the backward's chunk kernels for P, N in {64, 128} and Q <= 256
   /// (equal to the host forms to rounding), else the

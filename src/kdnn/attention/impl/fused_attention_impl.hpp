@@ -49,46 +49,33 @@ inline DropoutMask dropout_mask(const DropoutOptions& opts) {
 }
 
 /// Whether the forward runs its GPU form (fused_forward_gpu_kernel.hpp):
-/// the launch asks for it (KernelShape) and D and Dv are compiled head sizes.
+/// the launch asks for it (KernelForm) and D and Dv are among its head sizes.
 template <class ExecSpace>
-bool forward_gpu_shape(const FusedAttentionOptions& opts, int D, int Dv) {
-  return kdnn::impl::use_gpu_shape<ExecSpace>(opts.launch.shape) && flash_head_size(D) &&
-         flash_head_size(Dv);
+bool forward_gpu_form(const FusedAttentionOptions& opts, int D, int Dv) {
+  return kdnn::impl::use_gpu_form<ExecSpace>(opts.launch.form) && FlashHeadSizes::contains(D) &&
+         FlashHeadSizes::contains(Dv);
 }
 
 /// Whether the backward runs its GPU form (fused_backward_gpu_kernels.hpp):
 /// the launch asks for it and D, Dv are among its head sizes for T.
 template <class ExecSpace, class T>
-bool backward_gpu_shape(const FusedAttentionOptions& opts, int D, int Dv) {
-  return kdnn::impl::use_gpu_shape<ExecSpace>(opts.launch.shape) &&
-         flash_backward_head_sizes<T>(D, Dv);
+bool backward_gpu_form(const FusedAttentionOptions& opts, int D, int Dv) {
+  return kdnn::impl::use_gpu_form<ExecSpace>(opts.launch.form) &&
+         FlashBackwardHeadSizes<T>::contains(D) && FlashBackwardHeadSizes<T>::contains(Dv);
 }
 
-/// Calls run(std::integral_constant<int, d>) for a compiled head size d
-/// (flash_head_size; any other d runs 256).
+/// Calls run(D, DV), two std::integral_constant<int, …>, when the forward's
+/// GPU form is compiled for D and Dv; says whether it did.
 template <class Run>
-void dispatch_head_size(int d, const Run& run) {
-  switch (d) {
-    case 32:
-      run(std::integral_constant<int, 32>{});
-      break;
-    case 64:
-      run(std::integral_constant<int, 64>{});
-      break;
-    case 128:
-      run(std::integral_constant<int, 128>{});
-      break;
-    default:
-      run(std::integral_constant<int, 256>{});
-      break;
-  }
+bool dispatch_head_sizes(int D, int Dv, const Run& run) {
+  return kdnn::impl::dispatch_sizes<FlashHeadSizes, FlashHeadSizes>(D, Dv, run);
 }
 
-/// Calls run(D, DV), two std::integral_constant<int, …>, for the compiled
-/// head sizes D and Dv: the GPU forms' dispatch table, 16 pairs.
-template <class Run>
-void dispatch_head_sizes(int D, int Dv, const Run& run) {
-  dispatch_head_size(D, [&](auto hd) { dispatch_head_size(Dv, [&](auto hdv) { run(hd, hdv); }); });
+/// As dispatch_head_sizes, for the backward's GPU form for T.
+template <class T, class Run>
+bool dispatch_backward_head_sizes(int D, int Dv, const Run& run) {
+  return kdnn::impl::dispatch_sizes<FlashBackwardHeadSizes<T>, FlashBackwardHeadSizes<T>>(D, Dv,
+                                                                                          run);
 }
 
 /// The kernels index with int: every extent, and the teams of each launch
@@ -108,11 +95,16 @@ void check_fused_sizes(const char* op, const FusedAttentionOptions& opts, std::s
   }
   int bq = 1, bk = 1;
   fused_block_sizes<ExecSpace>(int(S), int(Sk), int(D), int(Dv), bq, bk);
-  if (forward_gpu_shape<ExecSpace>(opts, int(D), int(Dv))) {  // their blocks may be smaller
+  if (forward_gpu_form<ExecSpace>(opts, int(D), int(Dv))) {  // their blocks may be smaller
     dispatch_head_sizes(int(D), int(Dv), [&](auto hd, auto hdv) {
-      constexpr int HD = decltype(hd)::value, HDV = decltype(hdv)::value;
-      bq = std::min({bq, FlashShape<T, HD, HDV>::BQ, FlashBackwardShape<T, HD, HDV>::BR});
-      bk = std::min(bk, FlashBackwardShape<T, HD, HDV>::BR);
+      bq = std::min(bq, FlashShape<T, decltype(hd)::value, decltype(hdv)::value>::BQ);
+    });
+  }
+  if (backward_gpu_form<ExecSpace, T>(opts, int(D), int(Dv))) {
+    dispatch_backward_head_sizes<T>(int(D), int(Dv), [&](auto hd, auto hdv) {
+      constexpr int BR = FlashBackwardShape<T, decltype(hd)::value, decltype(hdv)::value>::BR;
+      bq = std::min(bq, BR);
+      bk = std::min(bk, BR);
     });
   }
   const std::size_t heads = B * H;  // < 2^62
@@ -197,7 +189,7 @@ void check_fused_launch(const char* op, const ExecSpace& space, int B, int H, in
   int bq = 1, bk = 1;
   fused_block_sizes<ExecSpace>(S, Sk, D, Dv, bq, bk);
   if (!backward) {
-    if (S > 0 && forward_gpu_shape<ExecSpace>(opts, D, Dv)) {
+    if (S > 0 && forward_gpu_form<ExecSpace>(opts, D, Dv)) {
       dispatch_head_sizes(D, Dv, [&](auto hd, auto hdv) {
         plan_fused_gpu<ExecSpace, FusedForwardGpuKernel<ExecSpace, T, decltype(hd)::value,
                                                         decltype(hdv)::value>>(op, space, 1, opts);
@@ -205,15 +197,13 @@ void check_fused_launch(const char* op, const ExecSpace& space, int B, int H, in
     } else if (S > 0) {
       plan_fused<ExecSpace, FusedForwardKernel<ExecSpace, T>>(op, space, 1, opts, bq, bk, D, Dv);
     }
-  } else if (backward_gpu_shape<ExecSpace, T>(opts, D, Dv)) {
-    dispatch_head_sizes(D, Dv, [&](auto hd, auto hdv) {
+  } else if (backward_gpu_form<ExecSpace, T>(opts, D, Dv)) {
+    dispatch_backward_head_sizes<T>(D, Dv, [&](auto hd, auto hdv) {
       constexpr int HD = decltype(hd)::value, HDV = decltype(hdv)::value;
-      if constexpr (flash_backward_head_sizes<T>(HD, HDV)) {
-        using KV = FusedBackwardKVGpuKernel<ExecSpace, T, HD, HDV>;
-        using Q = FusedBackwardQGpuKernel<ExecSpace, T, HD, HDV>;
-        if (Sk > 0) plan_fused_gpu<ExecSpace, KV>(op, space, 1, opts);
-        if (S > 0) plan_fused_gpu<ExecSpace, Q>(op, space, 1, opts);
-      }
+      using KV = FusedBackwardKVGpuKernel<ExecSpace, T, HD, HDV>;
+      using Q = FusedBackwardQGpuKernel<ExecSpace, T, HD, HDV>;
+      if (Sk > 0) plan_fused_gpu<ExecSpace, KV>(op, space, 1, opts);
+      if (S > 0) plan_fused_gpu<ExecSpace, Q>(op, space, 1, opts);
     });
   } else if (backward_per_head(space, B, H, opts)) {
     plan_fused<ExecSpace, FusedBackwardKVKernel<ExecSpace, T>>(op, space, 1, opts, bq, bk, D, Dv);
@@ -250,7 +240,7 @@ void fused_attention_forward(const ExecSpace& space, const Tensor4<const T, Exec
   data.neg_inf = -std::numeric_limits<T>::infinity();
   data.dropout = dropout_mask(opts.dropout);
 
-  if (forward_gpu_shape<ExecSpace>(opts, D, Dv)) {
+  if (forward_gpu_form<ExecSpace>(opts, D, Dv)) {
     dispatch_head_sizes(D, Dv, [&](auto hd, auto hdv) {
       using Gpu = FusedForwardGpuKernel<ExecSpace, T, decltype(hd)::value, decltype(hdv)::value>;
       Gpu kernel;
@@ -325,31 +315,28 @@ void fused_attention_backward(
   data.keep_scale = T(1.0 / (1.0 - opts.dropout.p));
   fused_block_sizes<ExecSpace>(S, Sk, D, Dv, data.bq, data.bk);
 
-  if (backward_gpu_shape<ExecSpace, T>(opts, D, Dv)) {
-    dispatch_head_sizes(D, Dv, [&](auto hd, auto hdv) {
+  if (backward_gpu_form<ExecSpace, T>(opts, D, Dv)) {
+    dispatch_backward_head_sizes<T>(D, Dv, [&](auto hd, auto hdv) {
       constexpr int HD = decltype(hd)::value, HDV = decltype(hdv)::value;
-      if constexpr (flash_backward_head_sizes<T>(HD, HDV)) {
-        data.bq = data.bk = FlashBackwardShape<T, HD, HDV>::BR;
-        const std::string tag =
-            "[gpu D=" + std::to_string(HD) + ", Dv=" + std::to_string(HDV) + "]";
-        if (Sk > 0) {
-          using KV = FusedBackwardKVGpuKernel<ExecSpace, T, HD, HDV>;
-          KV kv;
-          static_cast<FusedBackwardData<ExecSpace, T>&>(kv) = data;
-          kv.dk = dk, kv.dv = dv;
-          const auto plan =
-              plan_fused_gpu<ExecSpace, KV>(op, space, B * H * ((Sk + KV::BK - 1) / KV::BK), opts);
-          plan.launch("kdnn::attention::fused_backward_kv" + tag, space, kv);
-        }
-        if (S > 0) {
-          using Q = FusedBackwardQGpuKernel<ExecSpace, T, HD, HDV>;
-          Q qk;
-          static_cast<FusedBackwardData<ExecSpace, T>&>(qk) = data;
-          qk.dq = dq;
-          const auto plan =
-              plan_fused_gpu<ExecSpace, Q>(op, space, B * H * ((S + Q::BQ - 1) / Q::BQ), opts);
-          plan.launch("kdnn::attention::fused_backward_q" + tag, space, qk);
-        }
+      data.bq = data.bk = FlashBackwardShape<T, HD, HDV>::BR;
+      const std::string tag = "[gpu D=" + std::to_string(HD) + ", Dv=" + std::to_string(HDV) + "]";
+      if (Sk > 0) {
+        using KV = FusedBackwardKVGpuKernel<ExecSpace, T, HD, HDV>;
+        KV kv;
+        static_cast<FusedBackwardData<ExecSpace, T>&>(kv) = data;
+        kv.dk = dk, kv.dv = dv;
+        const auto plan =
+            plan_fused_gpu<ExecSpace, KV>(op, space, B * H * ((Sk + KV::BK - 1) / KV::BK), opts);
+        plan.launch("kdnn::attention::fused_backward_kv" + tag, space, kv);
+      }
+      if (S > 0) {
+        using Q = FusedBackwardQGpuKernel<ExecSpace, T, HD, HDV>;
+        Q qk;
+        static_cast<FusedBackwardData<ExecSpace, T>&>(qk) = data;
+        qk.dq = dq;
+        const auto plan =
+            plan_fused_gpu<ExecSpace, Q>(op, space, B * H * ((S + Q::BQ - 1) / Q::BQ), opts);
+        plan.launch("kdnn::attention::fused_backward_q" + tag, space, qk);
       }
     });
     return;

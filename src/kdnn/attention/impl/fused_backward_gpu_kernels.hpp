@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
-// The fused attention backward, GPU shape (kdnn::KernelShape::gpu), for a
+// The fused attention backward, GPU form (kdnn::KernelForm::gpu), for a
 // compile-time pair of head sizes D and DV (flash_backward_head_sizes):
 // FlashAttention-2's
 // backward on SIMT threads, in the two kernels of the host form's
@@ -34,21 +34,24 @@
 #include <Kokkos_Core.hpp>
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
-#include "kdnn/attention/impl/fused_backward_kernels.hpp"
+#include "kdnn/attention/impl/fused_backward_data.hpp"
 #include "kdnn/attention/impl/fused_forward_gpu_kernel.hpp"
 #include "kdnn/core/impl/backend_traits.hpp"
+#include "kdnn/core/impl/compiled_sizes.hpp"
+#include "kdnn/core/impl/register_team.hpp"
 #include "kdnn/core/impl/register_tile.hpp"
 #include "kdnn/core/impl/scratch_layout.hpp"
 #include "kdnn/core/impl/unroll.hpp"
 
 namespace kdnn::attention::impl {
 
-/// The head sizes of the backward's GPU form for T.
+/// The head sizes the backward's GPU form is compiled for, each of D and Dv:
+/// the forward's, but for double not 256 (its tiles would pass the scratch).
 template <class T>
-KOKKOS_INLINE_FUNCTION constexpr bool flash_backward_head_sizes(int d, int dv) {
-  return flash_head_size(d) && flash_head_size(dv) && !(sizeof(T) > 4 && (d == 256 || dv == 256));
-}
+using FlashBackwardHeadSizes =
+    std::conditional_t<(sizeof(T) > 4), kdnn::impl::CompiledSizes<32, 64, 128>, FlashHeadSizes>;
 
 /// Block sizes and thread grid of the backward's GPU form (see above).
 template <class T, int D, int DV>
@@ -70,17 +73,21 @@ struct FlashBackwardShape {
   static_assert(BR % RM == 0 && BC % CG == 0 && D % CG == 0 && DV % CG == 0, "FlashBackwardShape");
 };
 
-/// What both GPU backward kernels share: the shape, the scratch layout, the
-/// launch body, tile loads and the pairs' gradients. Derived provides
-/// `one_block(team, item, scratch)`.
+/// What both GPU backward kernels share: the shape, the scratch layout, tile
+/// loads and the pairs' gradients (the team and its launch body:
+/// RegisterTeam). Derived provides `one_block(team, item, scratch)`.
 template <class Derived, class ExecSpace, class T, int D, int DV>
-struct FlashBackwardBase : FusedBackwardData<ExecSpace, T> {
-  using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+struct FlashBackwardBase
+    : FusedBackwardData<ExecSpace, T>,
+      kdnn::impl::RegisterTeam<Derived, ExecSpace, FlashBackwardShape<T, D, DV>::NT> {
   using Shape = FlashBackwardShape<T, D, DV>;
+  using Team = kdnn::impl::RegisterTeam<Derived, ExecSpace, Shape::NT>;
+  using Team::kPrivate;
+  using Team::threads;
+  using typename Team::Member;
   static constexpr int BR = Shape::BR, BC = Shape::BC, RM = Shape::RM, RN = Shape::RN,
                        CG = Shape::CG, NT = Shape::NT, DC = Shape::DC, DVC = Shape::DVC,
                        LD = Shape::LD, LDV = Shape::LDV, LDT = Shape::LDT;
-  static constexpr bool kPrivate = kdnn::impl::BackendTraits<ExecSpace>::is_gpu;
 
   /// The team's tiles `own_a` [BR, LD] and `own_b` [BR, LDV] (K and V, or
   /// scale·Q and dO), the streamed tile's `str_a` [BC, LD] and `str_b`
@@ -105,15 +112,6 @@ struct FlashBackwardBase : FusedBackwardData<ExecSpace, T> {
     w.last = s.take<int>(BC);
     return w;
   }
-  static std::size_t scratch_bytes() {
-    return kdnn::impl::layout_bytes([](kdnn::impl::ScratchCarver& s) { carve(s); });
-  }
-
-  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
-    this->work.for_each(team, [&](int item, void* scratch) {
-      static_cast<const Derived&>(*this).one_block(team, item, scratch);
-    });
-  }
 
   /// Copies `count` rows of a [B, H, rows, Width] view (from row i0 of
   /// head (b, h)) into a [n, Width + 1] scratch tile, times `factor`, pad
@@ -125,12 +123,6 @@ struct FlashBackwardBase : FusedBackwardData<ExecSpace, T> {
       const int r = e / Width, d = e % Width;
       dst[r * (Width + 1) + d] = r < count ? factor * view(b, h, i0 + r, d) : T(0);
     });
-  }
-
-  /// The team's threads, each once (on a host, one after another).
-  template <class F>
-  static KOKKOS_INLINE_FUNCTION void threads(const Member& team, const F& f) {
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, NT), f);
   }
 
   /// Pd and dS' of the thread's micro-tile, from its rows `own` (RM, at

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kdnn/attention/impl/fused_backward_data.hpp"
 #include "kdnn/attention/impl/fused_forward_kernel.hpp"
 #include "kdnn/core/impl/team_tile_copy.hpp"
 #include "kdnn/core/impl/team_work.hpp"
@@ -42,94 +43,6 @@ struct PairTiles {
   }
   KOKKOS_FORCEINLINE_FUNCTION T& dp(int r, int c) const {
     return dpd[Transposed ? c * ld + r : r * ld + c];
-  }
-};
-
-/// What both backward kernels read, and the gradients of one (query, key)
-/// pair.
-template <class ExecSpace, class T>
-struct FusedBackwardData {
-  using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
-  using Tile = kdnn::impl::GemmTile<ExecSpace, T>;
-  Tensor4<const T, ExecSpace> q, k, v, dout;  ///< [B,H,S,D], [B,H,Sk,D], [B,H,Sk,Dv], [B,H,S,Dv]
-  Tensor3<const T, ExecSpace> lse, delta;     ///< [B, H, S]
-  VisibleKeys<ExecSpace> visible;
-  DropoutMask dropout;
-  T scale = 1, keep_scale = 1;
-  int bq = 1, bk = 1;         ///< multiples of Tile::align
-  kdnn::impl::TeamWork work;  ///< set by the launch
-
-  /// Pd and dS' (dS without the scale) of a pair from its score
-  /// s = (scale·q)·k and dPd = dO·v: P is 0 where the pair is hidden
-  /// (whatever lse is), `keep` is dropout's test.
-  KOKKOS_FORCEINLINE_FUNCTION void grads(T s, T dpd, bool seen, bool keep, T row_lse, T row_delta,
-                                         T& pd, T& ds) const {
-    const T e = kdnn::impl::exp_vectorisable(s - row_lse);
-    const T p = seen ? e : T(0);
-    const T kept = keep ? keep_scale : T(0);
-    pd = p * kept;
-    // Where a row's probability is all at this key (p rounds to 1), δ =
-    // Σ_j P_ij dP_ij is this key's dP up to terms below p's rounding, so
-    // dS' = 0. Computed, δ = dO·O and dPd·kept come from different sums
-    // (which a compiler may also contract into FMAs differently), and their
-    // rounding difference would survive, multiplied by the scale in dQ, dK.
-    ds = p == T(1) ? T(0) : p * (dpd * kept - row_delta);
-  }
-
-  /// Calls grads for every (row, column) pair of a tile through `sweep`
-  /// (team_sweep with the tile's loop order), with dropout's test only
-  /// when dropout is on and the mask's only when the tile is not
-  /// `unmasked` (every pair seen). at(r, c) gives the pair's s and dPd by
-  /// reference, which it overwrites with Pd and dS.
-  template <class Sweep, class At>
-  KOKKOS_INLINE_FUNCTION void tile_grads(const Sweep& sweep, int bh, int i0, int j0, bool unmasked,
-                                         const int* first, const int* last, const T* row_lse,
-                                         const T* row_delta, const At& at) const {
-    const int S = int(q.extent(2)), Sk = int(k.extent(2));
-    const auto one = [&](int r, int c, bool keep, auto all_seen) {
-      const int j = j0 + c;
-      T& s = at.s(r, c);
-      T& dp = at.dp(r, c);
-      T pd, ds;
-      const bool seen = decltype(all_seen)::value || ((j >= first[r]) & (j < last[r]));
-      grads(s, dp, seen, keep, row_lse[r], row_delta[r], pd, ds);
-      s = pd;
-      dp = ds;
-    };
-    const auto each = [&](auto all_seen) {
-      if (dropout.active) {
-        const std::uint64_t base = std::uint64_t(bh) * S * Sk;
-        sweep([&](int r, int c) {
-          one(r, c, dropout.keep(base + std::uint64_t(i0 + r) * Sk + (j0 + c)), all_seen);
-        });
-      } else {
-        sweep([&](int r, int c) { one(r, c, true, all_seen); });
-      }
-    };
-    if (unmasked) {
-      each(std::true_type{});
-    } else {
-      each(std::false_type{});
-    }
-  }
-
-  /// The rows [i0, i0 + rows) of a query tile: their visible keys (none for
-  /// pad rows), lse and δ; returns through `any` whether a row sees a key of
-  /// [j_lo, j_hi).
-  KOKKOS_INLINE_FUNCTION void load_rows(const Member& team, int b, int h, int i0, int rows,
-                                        int* first, int* last, T* row_lse, T* row_delta, int j_lo,
-                                        int j_hi, int& any) const {
-    Kokkos::parallel_reduce(
-        Kokkos::TeamVectorRange(team, bq),
-        [&](int r, int& seen) {
-          int f = 0, e = 0;
-          if (r < rows) visible.range(b, i0 + r, f, e);
-          first[r] = f, last[r] = e;
-          row_lse[r] = r < rows ? lse(b, h, i0 + r) : T(0);
-          row_delta[r] = r < rows ? delta(b, h, i0 + r) : T(0);
-          if ((f > j_lo ? f : j_lo) < (e < j_hi ? e : j_hi)) seen = 1;
-        },
-        Kokkos::Max<int>(any));
   }
 };
 

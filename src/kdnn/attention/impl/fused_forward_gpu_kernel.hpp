@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
-// The fused attention forward, GPU shape (kdnn::KernelShape::gpu), for a
+// The fused attention forward, GPU form (kdnn::KernelForm::gpu), for a
 // compile-time pair of head sizes D (queries, keys) and Dv (values) in
 // {32, 64, 128, 256}: FlashAttention-2's
 // forward on SIMT threads. A team owns a block of BQ queries and streams the
@@ -39,12 +39,14 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "kdnn/attention/impl/fused_forward_kernel.hpp"
+#include "kdnn/attention/impl/fused_forward_data.hpp"
 #include "kdnn/attention/impl/visible_keys.hpp"
 #include "kdnn/attention/types.hpp"
 #include "kdnn/core/compat.hpp"
 #include "kdnn/core/impl/backend_traits.hpp"
+#include "kdnn/core/impl/compiled_sizes.hpp"
 #include "kdnn/core/impl/exp_vectorisable.hpp"
+#include "kdnn/core/impl/register_team.hpp"
 #include "kdnn/core/impl/register_tile.hpp"
 #include "kdnn/core/impl/scratch_layout.hpp"
 #include "kdnn/core/impl/team_gemm.hpp"
@@ -53,10 +55,8 @@
 
 namespace kdnn::attention::impl {
 
-/// The head sizes the GPU forms are compiled for, each of D and Dv.
-KOKKOS_INLINE_FUNCTION constexpr bool flash_head_size(int d) {
-  return d == 32 || d == 64 || d == 128 || d == 256;
-}
+/// The head sizes the forward's GPU form is compiled for, each of D and Dv.
+using FlashHeadSizes = kdnn::impl::CompiledSizes<32, 64, 128, 256>;
 
 /// Block sizes and the thread grid of the GPU form for T, D and DV: BQ
 /// queries per team, BK keys per tile, RM × RN scores per thread. Chosen by
@@ -82,12 +82,16 @@ struct FlashShape {
 };
 
 template <class ExecSpace, class T, int D, int DV>
-struct FusedForwardGpuKernel : FusedForwardData<ExecSpace, T> {
-  using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+struct FusedForwardGpuKernel : FusedForwardData<ExecSpace, T>,
+                               kdnn::impl::RegisterTeam<FusedForwardGpuKernel<ExecSpace, T, D, DV>,
+                                                        ExecSpace, FlashShape<T, D, DV>::NT> {
   using Shape = FlashShape<T, D, DV>;
+  using Team = kdnn::impl::RegisterTeam<FusedForwardGpuKernel, ExecSpace, Shape::NT>;
+  using Team::kPrivate;
+  using Team::threads;
+  using typename Team::Member;
   static constexpr int BQ = Shape::BQ, BK = Shape::BK, RM = Shape::RM, RN = Shape::RN,
                        CG = Shape::CG, NT = Shape::NT, DVC = Shape::DVC;
-  static constexpr bool kPrivate = kdnn::impl::BackendTraits<ExecSpace>::is_gpu;
   using Data = FusedForwardData<ExecSpace, T>;
   using Data::dropout;
   using Data::k;
@@ -116,19 +120,6 @@ struct FusedForwardGpuKernel : FusedForwardData<ExecSpace, T> {
     w.part_max = s.take<T>(CG * BQ);
     w.part_sum = s.take<double>(CG * BQ);
     return w;
-  }
-  static std::size_t scratch_bytes() {
-    return kdnn::impl::layout_bytes([](kdnn::impl::ScratchCarver& s) { carve(s); });
-  }
-
-  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
-    work.for_each(team, [&](int item, void* scratch) { one_block(team, item, scratch); });
-  }
-
-  /// The team's threads, each once (on a host, one after another).
-  template <class F>
-  static KOKKOS_INLINE_FUNCTION void threads(const Member& team, const F& f) {
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, NT), f);
   }
 
   KOKKOS_INLINE_FUNCTION void one_block(const Member& team, int item, void* scratch) const {

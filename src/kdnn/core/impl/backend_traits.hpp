@@ -7,9 +7,9 @@
 // still run on warps, so it must not take host tiles or host loops.
 //
 // The host backends are listed (Serial, OpenMP, Threads, HPX); every other
-// execution space is treated as a GPU. A GPU shape is portable Kokkos code,
+// execution space is treated as a GPU. A GPU form is portable Kokkos code,
 // so an unlisted host backend would get correct results from it, only
-// slowly, whereas a host shape on a GPU would be wrong (a plain loop run by
+// slowly, whereas a host form on a GPU would be wrong (a plain loop run by
 // every lane of a warp).
 #include <Kokkos_Core.hpp>
 #include <type_traits>
@@ -55,11 +55,11 @@ struct BackendTraits {
   }
 };
 
-/// Whether a launch runs an operator's GPU form on ExecSpace (KernelShape).
+/// Whether a launch runs an operator's GPU form on ExecSpace (KernelForm).
 template <class ExecSpace>
-constexpr bool use_gpu_shape(KernelShape shape) {
-  return shape == KernelShape::gpu ||
-         (shape == KernelShape::automatic && BackendTraits<ExecSpace>::is_gpu);
+constexpr bool use_gpu_form(KernelForm form) {
+  return form == KernelForm::gpu ||
+         (form == KernelForm::automatic && BackendTraits<ExecSpace>::is_gpu);
 }
 
 }  // namespace kdnn::impl

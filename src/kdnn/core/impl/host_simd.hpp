@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // Host SIMD, in one place: GCC and Clang vector extensions and loop pragmas,
-// used by the host shapes of kdnn's kernels (a GPU shape never sees them).
+// used by the host forms of kdnn's kernels (a GPU form never sees them).
 //
 //  * KDNN_IMPL_HOST_SIMD is 1 where vector extensions exist (GCC or Clang,
 //    a host compilation pass), else 0; code under it has a plain fallback.

@@ -4,7 +4,7 @@
 // 3", SC 2011; the generator of Random123, cuRAND's philox4_32_10 and
 // PyTorch's CUDA dropout): a counter-based generator, so the random words of
 // element k are a pure function of (key, counter) — the same on every backend,
-// launch shape and thread count, and recomputable in a backward instead of
+// kernel form, team size and thread count, and recomputable in a backward instead of
 // stored.
 #include <cstdint>
 

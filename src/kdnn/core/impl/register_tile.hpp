@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
-// Per-thread register tiles of GPU-shaped team kernels: a thread's M × N
+// Per-thread register tiles of the GPU forms' team kernels: a thread's M × N
 // block of a product C = Aᵀ·B over K, with every size a compile-time
 // constant so that the tile and its operands stay in registers, and its
 // state kept across a team's barriers.

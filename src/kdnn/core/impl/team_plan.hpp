@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
-// Launch planning for team kernels, for the two shapes kdnn's kernels take:
+// Launch planning for team kernels, for the two kinds of team kdnn's kernels use:
 //
 //  * cooperative (plan_team): the whole team works on one block (a query
 //    block of fused attention, an SSD chunk) and synchronises with team
@@ -15,7 +15,7 @@
 // most its maximum, team size at most team_size_max for the kernel — and put
 // the scratch on level 0 (fast, on-chip) when it fits. When it does not: on a
 // host, level 1 (host memory, up to the backend's limit); for a GPU launch
-// (any launch on a GPU backend, or KernelShape::gpu anywhere), a bounded
+// (any launch on a GPU backend, or KernelForm::gpu anywhere), a bounded
 // team workspace (team_work.hpp) of at most kTeamWorkspaceBudget bytes,
 // never a Kokkos level-1 pool. Past a limit they throw kdnn::Error naming the
 // operation and the limit. Kernels run through TeamPlan::launch and take
@@ -115,12 +115,12 @@ int choose_team_size(const char* op, const ExecSpace& space, const TeamPlan<Exec
 }
 
 /// Whether a launch is bounded as on a GPU (a team workspace past level 0):
-/// every launch on a GPU backend, whatever shape it asks for (Kokkos' level-1
-/// pool is the backend's, not the shape's), and a GPU shape on a host, so that
+/// every launch on a GPU backend, whatever form it asks for (Kokkos' level-1
+/// pool is the backend's, not the form's), and a GPU form on a host, so that
 /// the host tests run the same launch.
 template <class ExecSpace>
 bool is_gpu_launch(const Launch& request) {
-  return BackendTraits<ExecSpace>::is_gpu || request.shape == KernelShape::gpu;
+  return BackendTraits<ExecSpace>::is_gpu || request.form == KernelForm::gpu;
 }
 
 /// The most scratch a team may have on this launch, and what that limit is
@@ -153,7 +153,7 @@ void bound_workspace(TeamPlan<ExecSpace>& plan, const ExecSpace& space) {
 
 /// Cooperative kernels: `league` blocks, each with `scratch_bytes` of carved
 /// scratch. The request's team size (0 = the backend's recommendation for
-/// Kernel), vector length (0 = `default_vector_length`) and shape are used;
+/// Kernel), vector length (0 = `default_vector_length`) and form are used;
 /// its tile has no meaning here. Throws kdnn::Error when the scratch exceeds
 /// its limit (scratch_limit; `what` names the problem size in the message).
 template <class ExecSpace, class Kernel>
@@ -186,7 +186,7 @@ TeamPlan<ExecSpace> plan_team(const char* op, const ExecSpace& space, int league
 /// over `league` teams: Kernel::NT threads per team on a GPU (one thread on
 /// a host, which plays them in turn), no vector lanes, `scratch_bytes` of
 /// scratch; the request's team size and vector length do not apply (they
-/// are checked), its shape does.
+/// are checked), its form does.
 template <class ExecSpace, class Kernel>
 TeamPlan<ExecSpace> plan_register_team(const char* op, const ExecSpace& space, int league,
                                        const Launch& launch, std::size_t scratch_bytes,
@@ -195,7 +195,7 @@ TeamPlan<ExecSpace> plan_register_team(const char* op, const ExecSpace& space, i
   Launch request;
   request.team_size = BackendTraits<ExecSpace>::is_gpu ? Kernel::NT : 1;
   request.vector_length = 1;
-  request.shape = launch.shape;
+  request.form = launch.form;
   return plan_team<ExecSpace, Kernel>(op, space, league, request, 1, scratch_bytes, what);
 }
 

@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
-// Sinkhorn implicit and block backwards, GPU shape (kdnn::KernelShape::gpu),
+// Sinkhorn implicit and block backwards, GPU form (kdnn::KernelForm::gpu),
 // for a compile-time n = N in {2, 4, 8, 16, 32}; the systems and the method
 // are CGBackwardKernel's (cg_backward_kernel.hpp). Lane k of a matrix keeps
 // row k and column k of R in registers, so that both products of a CG step,
 // Rp (lane i: row i · p) and Rᵀq (lane j: column j · q), are lane-local dot
 // products over a vector every lane reads from scratch. The CG itself is the
-// host shape's projected_cg on the same scratch vectors.
+// host form's projected_cg on the same scratch vectors.
 //
 // Loads and stores are by columns (lane j reads column j of R and G and
 // writes column j of dX: the N lanes touch one row's N consecutive elements
@@ -16,13 +16,13 @@
 //
 // Numerics are CGBackwardKernel's, operation for operation: the same sums
 // (every dot product in index order, as col_dot sums), the same CG, the same
-// report. On a host the two shapes give bitwise identical dX and reports; a
+// report. On a host the two forms give bitwise identical dX and reports; a
 // GPU compiler may contract (FMA) the two kernels' sums differently, so there
 // they agree to rounding, and CG, which amplifies rounding by the system's
 // conditioning, to its tolerance.
 #include "kdnn/core/impl/projected_cg.hpp"
 #include "kdnn/core/impl/scratch_layout.hpp"
-#include "kdnn/sinkhorn/impl/cg_backward_kernel.hpp"
+#include "kdnn/sinkhorn/impl/cg_backward_data.hpp"
 #include "kdnn/sinkhorn/impl/gpu_matrix_kernel.hpp"
 #include "kdnn/sinkhorn/impl/marginal_error.hpp"
 #include "kdnn/sinkhorn/sinkhorn.hpp"

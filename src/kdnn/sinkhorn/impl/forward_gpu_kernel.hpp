@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
-// Sinkhorn forward, GPU shape (kdnn::KernelShape::gpu), for a compile-time
+// Sinkhorn forward, GPU form (kdnn::KernelForm::gpu), for a compile-time
 // n = N in {2, 4, 8, 16, 32}: each matrix is owned by the N vector lanes of
 // one team thread, several matrices per team (a team is a few warps). Lane k
 // keeps row k of P and column k of P (Pᵀ's row k) in registers, so that both
@@ -14,7 +14,7 @@
 // the whole vector back (a broadcast read). That is N stores and N loads per
 // matrix per half-iteration, against N·(log₂N + 1) shuffles for the same
 // all-gather through Kokkos' vector reductions, and it keeps every sum in the
-// order of the host shape. Cross-lane reductions remain only for the tol
+// order of the host form. Cross-lane reductions remain only for the tol
 // check and the report's marginal error (maxima, through lane_nan_max: warp
 // shuffles on CUDA).
 //
@@ -28,7 +28,7 @@
 // Numerics are those of ForwardKernel, operation for operation: the first
 // iteration in double through first_column / first_row (first_iteration.hpp),
 // then R = diag(u) P diag(v) with P in T, the same sums in the same order, the
-// same rescaled() and the same marginal_error(). On one backend the two shapes
+// same rescaled() and the same marginal_error(). On one backend the two forms
 // therefore give bitwise identical R and reports, as long as the compiler
 // contracts (FMA) both the same way; the host build has no contraction (no
 // FMA in the baseline ISA), a GPU compiler contracts by default, so there the
@@ -41,7 +41,7 @@
 #include "kdnn/core/impl/unroll.hpp"
 #include "kdnn/core/nan_max.hpp"
 #include "kdnn/sinkhorn/impl/first_iteration.hpp"
-#include "kdnn/sinkhorn/impl/forward_kernel.hpp"
+#include "kdnn/sinkhorn/impl/forward_data.hpp"
 #include "kdnn/sinkhorn/impl/gpu_matrix_kernel.hpp"
 #include "kdnn/sinkhorn/impl/marginal_error.hpp"
 #include "kdnn/sinkhorn/impl/rescale.hpp"

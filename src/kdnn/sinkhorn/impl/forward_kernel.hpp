@@ -17,23 +17,12 @@
 #include "kdnn/core/impl/col_dot.hpp"
 #include "kdnn/core/nan_max.hpp"
 #include "kdnn/sinkhorn/impl/first_iteration.hpp"
+#include "kdnn/sinkhorn/impl/forward_data.hpp"
 #include "kdnn/sinkhorn/impl/launch.hpp"
 #include "kdnn/sinkhorn/impl/marginal_error.hpp"
 #include "kdnn/sinkhorn/impl/rescale.hpp"
 
 namespace kdnn::sinkhorn::impl {
-
-/// What both shapes of the forward take: the operands, the report's views
-/// and the iteration's settings.
-template <class ExecSpace, class T>
-struct ForwardData {
-  Batch<const T, ExecSpace> X;
-  Batch<T, ExecSpace> R;
-  Kokkos::View<int*, typename ExecSpace::memory_space> iters_out;
-  Kokkos::View<double*, typename ExecSpace::memory_space> error_out;
-  int iters = 1;
-  double tol = 0, eps = 0;
-};
 
 template <class ExecSpace, class T>
 struct ForwardKernel : PerMatrixKernel<ForwardKernel<ExecSpace, T>, ExecSpace>,

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
-// The launch of Sinkhorn's GPU-shaped kernels (KernelShape::gpu), for a
+// The launch of Sinkhorn's GPU forms (KernelForm::gpu), for a
 // compile-time n = N in {2, 4, 8, 16, 32}: each matrix is owned by the N
 // vector lanes of one team thread, lane k keeping row k and column k of the
 // matrix in registers (LaneRegisters), and a team holds several matrices
@@ -20,6 +20,7 @@
 #include "kdnn/core/compat.hpp"
 #include "kdnn/core/error.hpp"
 #include "kdnn/core/impl/backend_traits.hpp"
+#include "kdnn/core/impl/compiled_sizes.hpp"
 #include "kdnn/core/impl/scratch_layout.hpp"
 #include "kdnn/core/impl/team_plan.hpp"
 #include "kdnn/core/impl/unroll.hpp"
@@ -28,10 +29,8 @@
 
 namespace kdnn::sinkhorn::impl {
 
-/// The sizes the GPU-shaped kernels are compiled for.
-KOKKOS_INLINE_FUNCTION constexpr bool gpu_matrix_size(int n) {
-  return n == 2 || n == 4 || n == 8 || n == 16 || n == 32;
-}
+/// The matrix sizes n the GPU forms are compiled for.
+using GpuMatrixSizes = kdnn::impl::CompiledSizes<2, 4, 8, 16, 32>;
 
 /// M values of T per vector lane, for `Lanes` lanes: one lane's own values
 /// if lanes have private registers (a GPU backend), else every lane's side by
@@ -51,7 +50,7 @@ KOKKOS_FORCEINLINE_FUNCTION T lane_dot(const T* a, const T* y) {
   return s;
 }
 
-/// Base of the GPU-shaped kernels: Derived provides its per-matrix scratch
+/// Base of the GPU forms: Derived provides its per-matrix scratch
 /// layout, `Work carve(ScratchCarver&) const` (or static), and
 /// `void one_matrix(const Member&, int b, const Work&) const`, run by the N
 /// lanes of one team thread.
@@ -78,7 +77,7 @@ struct GpuMatrixKernel {
   /// registers need), 1 on a host; a team of 128 / N matrices (four warps),
   /// fewer if their scratch does not fit on-chip. launch.team_size, if set,
   /// is the number of matrices per team; launch.tile and
-  /// launch.vector_length do not apply to this shape, but a vector length no
+  /// launch.vector_length do not apply to this form, but a vector length no
   /// launch could take (not a power of two, above the backend's) is an error
   /// here as in the host form.
   void run(const char* op, const ExecSpace& space, const Launch& request) const {

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
-// Sinkhorn's launch shape: one team thread per matrix, a tile of matrices per
+// Sinkhorn's host-form launch: one team thread per matrix, a tile of matrices per
 // team (kdnn::impl::plan_system_tiles), each matrix's working set carved out
 // of team scratch by its kernel's layout function.
 #include <string>

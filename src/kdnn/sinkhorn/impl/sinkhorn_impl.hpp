@@ -83,35 +83,18 @@ void forward_gpu(const char* op, const ExecSpace& space, const ForwardKernel<Exe
   g.run(op, space, launch);
 }
 
-/// The GPU shape for n = N in {2, 4, 8, 16, 32}: calls
-/// run(std::integral_constant<int, N>) where the launch asks for that shape
-/// (kdnn::impl::use_gpu_shape) and the backend has N vector lanes, and says
+/// The GPU form for n = N in GpuMatrixSizes: calls
+/// run(std::integral_constant<int, N>) where the launch asks for that form
+/// (kdnn::impl::use_gpu_form) and the backend has N vector lanes, and says
 /// whether it did.
 template <class ExecSpace, class Run>
-bool run_gpu_shape(const Launch& launch, int n, const Run& run) {
-  if (!kdnn::impl::use_gpu_shape<ExecSpace>(launch.shape) || !gpu_matrix_size(n)) return false;
+bool run_gpu_form(const Launch& launch, int n, const Run& run) {
+  if (!kdnn::impl::use_gpu_form<ExecSpace>(launch.form)) return false;
   if (kdnn::impl::BackendTraits<ExecSpace>::is_gpu &&
       n > Kokkos::TeamPolicy<ExecSpace>::vector_length_max()) {
     return false;
   }
-  switch (n) {
-    case 2:
-      run(std::integral_constant<int, 2>{});
-      break;
-    case 4:
-      run(std::integral_constant<int, 4>{});
-      break;
-    case 8:
-      run(std::integral_constant<int, 8>{});
-      break;
-    case 16:
-      run(std::integral_constant<int, 16>{});
-      break;
-    default:
-      run(std::integral_constant<int, 32>{});
-      break;
-  }
-  return true;
+  return GpuMatrixSizes::dispatch(n, run);
 }
 
 /// Runs the GPU form of the implicit or block backward
@@ -171,7 +154,7 @@ void forward(const ExecSpace& space, const Batch<const T, ExecSpace>& X,
   const auto gpu = [&](auto size) {
     forward_gpu<decltype(size)::value>(op, space, k, opts.launch);
   };
-  if (run_gpu_shape<ExecSpace>(opts.launch, n, gpu)) return;
+  if (run_gpu_form<ExecSpace>(opts.launch, n, gpu)) return;
   k.run(op, space, n, opts.launch);
 }
 
@@ -218,7 +201,7 @@ void backward(const ExecSpace& space, const Batch<const T, ExecSpace>& R,
   const auto gpu = [&](auto size) {
     backward_gpu<decltype(size)::value>(op, space, k, opts.launch);
   };
-  if (run_gpu_shape<ExecSpace>(opts.launch, n, gpu)) return;
+  if (run_gpu_form<ExecSpace>(opts.launch, n, gpu)) return;
   k.run(op, space, block ? 2 * n : n, opts.launch);
 }
 
@@ -255,7 +238,7 @@ void backward_unrolled(const ExecSpace& space, const Batch<const T, ExecSpace>& 
   const auto gpu = [&](auto size) {
     ran = backward_unrolled_gpu<decltype(size)::value>(op, space, k, opts.launch);
   };
-  run_gpu_shape<ExecSpace>(opts.launch, n, gpu);
+  run_gpu_form<ExecSpace>(opts.launch, n, gpu);
   if (ran) return;
   k.run(op, space, n, opts.launch);
 }

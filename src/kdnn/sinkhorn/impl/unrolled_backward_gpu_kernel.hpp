@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
-// Sinkhorn unrolled backward, GPU shape (kdnn::KernelShape::gpu), for a
+// Sinkhorn unrolled backward, GPU form (kdnn::KernelForm::gpu), for a
 // compile-time n = N in {2, 4, 8, 16, 32}; the recurrences are
 // UnrolledBackwardKernel's (unrolled_backward_kernel.hpp). Lane k of a matrix
 // keeps row k and column k of P in registers, as the GPU forward does, so
@@ -41,7 +41,7 @@
 #include "kdnn/sinkhorn/impl/first_iteration.hpp"
 #include "kdnn/sinkhorn/impl/gpu_matrix_kernel.hpp"
 #include "kdnn/sinkhorn/impl/rescale.hpp"
-#include "kdnn/sinkhorn/impl/unrolled_backward_kernel.hpp"
+#include "kdnn/sinkhorn/impl/unrolled_backward_data.hpp"
 
 namespace kdnn::sinkhorn::impl {
 

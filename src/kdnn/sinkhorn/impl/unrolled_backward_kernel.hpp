@@ -33,18 +33,9 @@
 #include "kdnn/sinkhorn/impl/first_iteration.hpp"
 #include "kdnn/sinkhorn/impl/launch.hpp"
 #include "kdnn/sinkhorn/impl/rescale.hpp"
+#include "kdnn/sinkhorn/impl/unrolled_backward_data.hpp"
 
 namespace kdnn::sinkhorn::impl {
-
-/// What both shapes of the unrolled backward take: the operands and the
-/// forward's settings.
-template <class ExecSpace, class T>
-struct UnrolledBackwardData {
-  Batch<const T, ExecSpace> X, G;
-  Batch<T, ExecSpace> dX;
-  int iters = 1;
-  double eps = 0;
-};
 
 template <class ExecSpace, class T>
 struct UnrolledBackwardKernel : PerMatrixKernel<UnrolledBackwardKernel<ExecSpace, T>, ExecSpace>,

@@ -9,6 +9,7 @@
 #include "kdnn/core/error.hpp"
 #include "kdnn/core/impl/backend_traits.hpp"
 #include "kdnn/core/impl/block_sums.hpp"
+#include "kdnn/core/impl/compiled_sizes.hpp"
 #include "kdnn/core/impl/team_plan.hpp"
 #include "kdnn/core/validate.hpp"
 #include "kdnn/ssm/causal_conv1d.hpp"
@@ -46,24 +47,14 @@ void launch_conv(const char* op, const ExecSpace& space, Kernel kernel, const La
   plan.launch(label, space, kernel);
 }
 
+/// The filter widths K the register kernels (the GPU form) are compiled for.
+using RegisterWidths = kdnn::impl::CompiledSizes<2, 3, 4>;
+
 /// Runs `run(std::integral_constant<int, K>{})` and returns true when the
-/// launch asks for the GPU form and K is one of the register kernels' widths.
+/// launch asks for the GPU form and K is one of RegisterWidths.
 template <class ExecSpace, class Run>
 bool register_width(const CausalConv1dOptions& opts, int K, const Run& run) {
-  if (!kdnn::impl::use_gpu_shape<ExecSpace>(opts.launch.shape)) return false;
-  switch (K) {
-    case 2:
-      run(std::integral_constant<int, 2>{});
-      return true;
-    case 3:
-      run(std::integral_constant<int, 3>{});
-      return true;
-    case 4:
-      run(std::integral_constant<int, 4>{});
-      return true;
-    default:
-      return false;
-  }
+  return kdnn::impl::use_gpu_form<ExecSpace>(opts.launch.form) && RegisterWidths::dispatch(K, run);
 }
 
 /// Steps per thread of a register kernel: 64 (K − 1 halo loads per 64

@@ -18,26 +18,9 @@
 #include "kdnn/core/impl/team_work.hpp"
 #include "kdnn/core/impl/vector_for.hpp"
 #include "kdnn/core/tensor.hpp"
+#include "kdnn/ssm/impl/causal_conv1d_inputs.hpp"
 
 namespace kdnn::ssm::impl {
-
-/// SiLU(z) = z·σ(z), and its derivative σ(z)·(1 + z·(1 − σ(z))).
-template <class T>
-KOKKOS_FORCEINLINE_FUNCTION T sigmoid(T z) {
-  return T(1) / (T(1) + kdnn::impl::exp_vectorisable(-z));
-}
-
-/// The arguments of every conv kernel (the tiled ones here, the register
-/// ones in causal_conv1d_register_kernels.hpp).
-template <class ExecSpace, class T>
-struct ConvInputs {
-  Tensor3<const T, ExecSpace> x;     ///< [B, L, C]
-  Matrix<const T, ExecSpace> w;      ///< [C, K]
-  Vector<const T, ExecSpace> bias;   ///< [C] or empty
-  Tensor3<const T, ExecSpace> init;  ///< [B, K−1, C] or empty (zeros)
-  bool has_bias = false, has_init = false, silu = true;
-  int first = 0, last = 0;  ///< the launch's steps [first, last)
-};
 
 /// What both tiled conv kernels share: the tiling and the scratch loads.
 template <class ExecSpace, class T>

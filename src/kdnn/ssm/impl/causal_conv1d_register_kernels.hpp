@@ -11,7 +11,7 @@
 #include <Kokkos_Core.hpp>
 
 #include "kdnn/core/tensor.hpp"
-#include "kdnn/ssm/impl/causal_conv1d_kernels.hpp"
+#include "kdnn/ssm/impl/causal_conv1d_inputs.hpp"
 
 namespace kdnn::ssm::impl {
 

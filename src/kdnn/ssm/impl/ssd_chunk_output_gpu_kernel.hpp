@@ -12,8 +12,8 @@
 //    each thread's RM × RN micro-tile of C·Bᵀ times the decays m_ij (0
 //    above the diagonal and past the chunk) to Wᵀ [BK, BR], then the tile's
 //    X̃ = dt·x [BK, P] and y += W·X̃.
-#include "kdnn/ssm/impl/ssd_chunk_output_kernel.hpp"
 #include "kdnn/ssm/impl/ssd_gpu_chunks.hpp"
+#include "kdnn/ssm/impl/ssd_output_data.hpp"
 
 namespace kdnn::ssm::impl {
 

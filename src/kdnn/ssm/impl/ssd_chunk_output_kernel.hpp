@@ -3,20 +3,9 @@
 // The SSD forward's output kernel: Y_diag and Y_off at a chunk's steps
 // (notation: ssd_chunks.hpp).
 #include "kdnn/ssm/impl/ssd_chunks.hpp"
+#include "kdnn/ssm/impl/ssd_output_data.hpp"
 
 namespace kdnn::ssm::impl {
-
-/// What the output kernel's forms (this and SsdChunkOutputGpuKernel) write
-/// at the chunk's steps: with `diag`, y = Y_diag + D·x (overwritten); with
-/// `off`, Y_off = e_i·C_i·H_cᵀ from states(b, h, c) (the state entering the
-/// chunk) is added — to Y_diag, or to y as it is when `diag` is off.
-template <class ExecSpace, class T>
-struct SsdOutputData {
-  Vector<const T, ExecSpace> D;            ///< [H] or empty
-  ChunkStates<const T, ExecSpace> states;  ///< [B, H, ≥chunks, N·P] (off)
-  Tensor4<T, ExecSpace> y;                 ///< [B, L, H, P]
-  bool diag = true, off = true, has_d = false;
-};
 
 /// The output kernel, host form.
 template <class ExecSpace, class T>

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
-// The GPU forms of the SSD's chunk kernels (kdnn::KernelShape::gpu: the
+// The GPU forms of the SSD's chunk kernels (kdnn::KernelForm::gpu: the
 // forward's two, ssd_chunk_state_gpu_kernel.hpp and
 // ssd_chunk_output_gpu_kernel.hpp, and the backward's chunk dstates) for
 // compile-time P and N in {64, 128}: what they share. Notation as in
@@ -30,6 +30,8 @@
 #include <type_traits>
 
 #include "kdnn/core/impl/backend_traits.hpp"
+#include "kdnn/core/impl/compiled_sizes.hpp"
+#include "kdnn/core/impl/register_team.hpp"
 #include "kdnn/core/impl/register_tile.hpp"
 #include "kdnn/core/impl/unroll.hpp"
 #include "kdnn/ssm/impl/ssd_chunks.hpp"
@@ -37,7 +39,7 @@
 namespace kdnn::ssm::impl {
 
 /// The head sizes P and state sizes N the GPU forms are compiled for.
-KOKKOS_INLINE_FUNCTION constexpr bool ssd_gpu_size(int d) { return d == 64 || d == 128; }
+using SsdGpuSizes = kdnn::impl::CompiledSizes<64, 128>;
 
 /// The longest chunk the GPU forms take (its cumulative decays in scratch).
 constexpr int kSsdGpuMaxChunk = 256;
@@ -64,17 +66,11 @@ struct SsdGpuShape {
   KOKKOS_INLINE_FUNCTION static constexpr int pad(int n) { return (n + BK - 1) / BK * BK; }
 };
 
-/// Calls run(P, N), two std::integral_constant<int, …>, for compiled sizes.
+/// Calls run(P, N), two std::integral_constant<int, …>, when P and N are
+/// among SsdGpuSizes; says whether it did.
 template <class Run>
-void dispatch_ssd_sizes(int P, int N, const Run& run) {
-  const auto size = [](int d, const auto& f) {
-    if (d == 64) {
-      f(std::integral_constant<int, 64>{});
-    } else {
-      f(std::integral_constant<int, 128>{});
-    }
-  };
-  size(P, [&](auto p) { size(N, [&](auto n) { run(p, n); }); });
+bool dispatch_ssd_sizes(int P, int N, const Run& run) {
+  return kdnn::impl::dispatch_sizes<SsdGpuSizes, SsdGpuSizes>(P, N, run);
 }
 
 /// Whether a chunk kernel runs its GPU form: the launch asks for it, P and
@@ -83,43 +79,35 @@ void dispatch_ssd_sizes(int P, int N, const Run& run) {
 template <class ExecSpace>
 bool ssd_gpu_form(const Launch& launch, long long B, long long H, long long chunks, int Q, int P,
                   int N, int blocks) {
-  return kdnn::impl::use_gpu_shape<ExecSpace>(launch.shape) && ssd_gpu_size(P) && ssd_gpu_size(N) &&
-         Q <= kSsdGpuMaxChunk && B * H * chunks * blocks <= INT_MAX;
+  return kdnn::impl::use_gpu_form<ExecSpace>(launch.form) && SsdGpuSizes::contains(P) &&
+         SsdGpuSizes::contains(N) && Q <= kSsdGpuMaxChunk && B * H * chunks * blocks <= INT_MAX;
 }
 
-/// What both GPU chunk kernels share: the shape, the launch body, the work
-/// items (chunk and row block), the team's threads and the decays' scan.
-/// Derived provides `one_block(team, item, scratch)`.
+/// What every GPU chunk kernel shares: the shape, the work items (chunk and
+/// row block) and the decays' scan (the team and its launch body:
+/// RegisterTeam). Derived provides `one_block(team, item, scratch)` and
+/// `carve(s, Q)`.
 template <class Derived, class ExecSpace, class T, int P, int N>
-struct SsdGpuChunks : SsdChunks<ExecSpace, T> {
+struct SsdGpuChunks : SsdChunks<ExecSpace, T>,
+                      kdnn::impl::RegisterTeam<Derived, ExecSpace, SsdGpuShape<T, P, N>::NT> {
   using Base = SsdChunks<ExecSpace, T>;
-  using Chunk = typename Base::Chunk;
-  using typename Base::Member;
   using Shape = SsdGpuShape<T, P, N>;
+  using Team = kdnn::impl::RegisterTeam<Derived, ExecSpace, Shape::NT>;
+  using Chunk = typename Base::Chunk;
+  using Team::kPrivate;
+  using Team::threads;
+  using typename Base::Member;
   static constexpr int BR = Shape::BR, BK = Shape::BK, RM = Shape::RM, CG = Shape::CG,
                        NT = Shape::NT, RN = Shape::RN, PC = Shape::PC, LDR = Shape::LDR,
                        LDK = Shape::LDK;
-  static constexpr bool kPrivate = kdnn::impl::BackendTraits<ExecSpace>::is_gpu;
   int blocks = 1;  ///< row blocks per chunk
 
   long long teams() const { return (long long)Base::league() * blocks; }
-
-  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
-    this->work.for_each(team, [&](int item, void* scratch) {
-      static_cast<const Derived&>(*this).one_block(team, item, scratch);
-    });
-  }
 
   /// The chunk and the row block of work item `item`.
   KOKKOS_INLINE_FUNCTION Chunk chunk_of(int item, int& block) const {
     block = item % blocks;
     return this->chunk(item / blocks);
-  }
-
-  /// The team's threads, each once (on a host, one after another).
-  template <class F>
-  static KOKKOS_INLINE_FUNCTION void threads(const Member& team, const F& f) {
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, NT), f);
   }
 
   /// cum[i] = Σ_{k ≤ i} log_decay(dt_k) in double for i < count (steps past

@@ -83,8 +83,7 @@ void launch_chunks(const char* op, const ExecSpace& space, Kernel kernel, const 
 template <class ExecSpace, class Kernel>
 void launch_gpu_chunks(const char* op, const ExecSpace& space, Kernel kernel, const char* label) {
   if (kernel.teams() == 0) return;
-  const std::size_t bytes =
-      kdnn::impl::layout_bytes([&](kdnn::impl::ScratchCarver& s) { Kernel::carve(s, kernel.Q); });
+  const std::size_t bytes = Kernel::scratch_bytes(kernel.Q);
   const auto plan = kdnn::impl::plan_register_team<ExecSpace, Kernel>(
       op, space, int(kernel.teams()), kernel.launch, bytes,
       "a chunk of Q=" + std::to_string(kernel.Q) + " steps (GPU form)");

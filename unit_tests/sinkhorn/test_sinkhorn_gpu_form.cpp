@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
-// The GPU shape of the Sinkhorn operators (launch.shape = KernelShape::gpu:
+// The GPU form of the Sinkhorn operators (launch.form = KernelForm::gpu:
 // forward_gpu_kernel.hpp, cg_backward_gpu_kernel.hpp,
-// unrolled_backward_gpu_kernel.hpp) against the host shape, on whatever backend the
+// unrolled_backward_gpu_kernel.hpp) against the host form, on whatever backend the
 // tests run on (on a host, the GPU form runs as plain loops).
 //
 // What is bitwise and what is to rounding: the two forms do the same
@@ -34,9 +34,9 @@ constexpr bool kHost = kdnn::impl::BackendTraits<Space>::is_host;
 const bool kBitwise = kHost && !kdnn_test::host_contracts();
 
 template <class T>
-class SinkhornGpuShape : public ::testing::Test {};
+class SinkhornGpuForm : public ::testing::Test {};
 using Types = ::testing::Types<float, double>;
-TYPED_TEST_SUITE(SinkhornGpuShape, Types);
+TYPED_TEST_SUITE(SinkhornGpuForm, Types);
 
 struct Outcome {
   std::vector<double> R, iterations, marginal_error;
@@ -44,8 +44,8 @@ struct Outcome {
 
 template <class T>
 Outcome run(const std::vector<double>& x, int batch, int n, sk::ForwardOptions o,
-            kdnn::KernelShape shape) {
-  o.launch.shape = shape;
+            kdnn::KernelForm form) {
+  o.launch.form = form;
   auto X = batch_of<T>(x, batch, n);
   Batch<T> R("R", batch, n, n);
   const auto report = Report::allocate(batch);
@@ -91,7 +91,7 @@ void expect_same(const Outcome& gpu, const Outcome& host) {
   }
 }
 
-TYPED_TEST(SinkhornGpuShape, MatchesHostShape) {
+TYPED_TEST(SinkhornGpuForm, MatchesHostForm) {
   using T = TypeParam;
   unsigned seed = 1;
   for (int n : {1, 2, 3, 4, 8, 16, 32}) {
@@ -104,8 +104,8 @@ TYPED_TEST(SinkhornGpuShape, MatchesHostShape) {
             SCOPED_TRACE("n=" + std::to_string(n) + " batch=" + std::to_string(batch) +
                          " rows_first=" + std::to_string(order == sk::Order::rows_first) +
                          " eps=" + std::to_string(eps) + " tol=" + std::to_string(tol));
-            expect_same<T>(run<T>(x, batch, n, o, kdnn::KernelShape::gpu),
-                           run<T>(x, batch, n, o, kdnn::KernelShape::host));
+            expect_same<T>(run<T>(x, batch, n, o, kdnn::KernelForm::gpu),
+                           run<T>(x, batch, n, o, kdnn::KernelForm::host));
           }
         }
       }
@@ -116,7 +116,7 @@ TYPED_TEST(SinkhornGpuShape, MatchesHostShape) {
 // Partial −inf masks (a masked entry in most rows, no row or column fully
 // masked) and huge entries, ±1e30 (finite in float), which send rows through
 // the first iteration's log-domain path.
-TYPED_TEST(SinkhornGpuShape, MasksAndHugeValuesMatchHostShape) {
+TYPED_TEST(SinkhornGpuForm, MasksAndHugeValuesMatchHostForm) {
   using T = TypeParam;
   const double inf = std::numeric_limits<double>::infinity();
   for (int n : {2, 4, 8, 16, 32}) {
@@ -133,18 +133,18 @@ TYPED_TEST(SinkhornGpuShape, MasksAndHugeValuesMatchHostShape) {
       for (double eps : {0.0, 0.01}) {
         sk::ForwardOptions o{15, 0.0, order, eps};
         SCOPED_TRACE("n=" + std::to_string(n) + " eps=" + std::to_string(eps));
-        const Outcome host = run<T>(x, batch, n, o, kdnn::KernelShape::host);
+        const Outcome host = run<T>(x, batch, n, o, kdnn::KernelForm::host);
         for (double v : host.R) ASSERT_TRUE(std::isfinite(v));
-        expect_same<T>(run<T>(x, batch, n, o, kdnn::KernelShape::gpu), host);
+        expect_same<T>(run<T>(x, batch, n, o, kdnn::KernelForm::gpu), host);
       }
     }
   }
 }
 
 // The GPU forms run for n in {2, 4, 8, 16, 32} only, with that n compiled;
-// other n (and the automatic shape on a host) take the generic kernels,
+// other n (and the automatic form on a host) take the generic kernels,
 // still correct.
-TYPED_TEST(SinkhornGpuShape, DispatchesOnlyTheCompiledSizes) {
+TYPED_TEST(SinkhornGpuForm, DispatchesOnlyTheCompiledSizes) {
   using T = TypeParam;
   for (int n : {1, 2, 3, 4, 5, 8, 16, 31, 32}) {
     const int batch = 3, iters = 20;
@@ -152,19 +152,19 @@ TYPED_TEST(SinkhornGpuShape, DispatchesOnlyTheCompiledSizes) {
     auto X = batch_of<T>(x, batch, n);
     Batch<T> R("R", batch, n, n);
     sk::ForwardOptions o{iters};
-    o.launch.shape = kdnn::KernelShape::gpu;
+    o.launch.form = kdnn::KernelForm::gpu;
     const auto gpu_ran = [&] {  // the dispatch every operator's GPU form goes through
       int ran = 0;
-      const bool said = sk::impl::run_gpu_shape<Space>(
+      const bool said = sk::impl::run_gpu_form<Space>(
           o.launch, n, [&](auto size) { ran = decltype(size)::value; });
       EXPECT_EQ(ran, said ? n : 0);
       return said;
     };
     const bool compiled = n == 2 || n == 4 || n == 8 || n == 16 || n == 32;
     EXPECT_EQ(gpu_ran(), compiled) << "n=" << n;
-    o.launch.shape = kdnn::KernelShape::automatic;
+    o.launch.form = kdnn::KernelForm::automatic;
     EXPECT_EQ(gpu_ran(), compiled && !kHost) << "n=" << n;
-    o.launch.shape = kdnn::KernelShape::gpu;
+    o.launch.form = kdnn::KernelForm::gpu;
     sk::forward(Space(), X, R, o);
     expect_plain_formula(to_host(R), x, batch, n, iters, tol<T>(1e-13, 2e-6));
   }
@@ -176,9 +176,9 @@ struct BackwardOutcome {
 
 template <class T>
 BackwardOutcome run_backward(const Batch<T>& R, const std::vector<double>& g, sk::BackwardOptions o,
-                             kdnn::KernelShape shape) {
+                             kdnn::KernelForm form) {
   const int batch = int(R.extent(0)), n = int(R.extent(1));
-  o.launch.shape = shape;
+  o.launch.form = form;
   const auto G = batch_of<T>(g, batch, n);
   Batch<T> dX("dX", batch, n, n);
   const auto report = Report::allocate(batch);
@@ -192,7 +192,7 @@ BackwardOutcome run_backward(const Batch<T>& R, const std::vector<double>& g, sk
 // order, see the file comment); on a GPU, where the compiler may contract
 // the two differently and CG amplifies that by the system's conditioning, to
 // the solver's tolerance.
-TYPED_TEST(SinkhornGpuShape, BackwardMatchesHostShape) {
+TYPED_TEST(SinkhornGpuForm, BackwardMatchesHostForm) {
   using T = TypeParam;
   unsigned seed = 500;
   for (int n : {1, 2, 3, 4, 8, 16, 32}) {
@@ -210,8 +210,8 @@ TYPED_TEST(SinkhornGpuShape, BackwardMatchesHostShape) {
           SCOPED_TRACE("n=" + std::to_string(n) + " batch=" + std::to_string(batch) +
                        " block=" + std::to_string(method == sk::Method::block) +
                        " unit=" + std::to_string(marginals == sk::Marginals::unit));
-          const auto gpu = run_backward<T>(R, g, o, kdnn::KernelShape::gpu);
-          const auto host = run_backward<T>(R, g, o, kdnn::KernelShape::host);
+          const auto gpu = run_backward<T>(R, g, o, kdnn::KernelForm::gpu);
+          const auto host = run_backward<T>(R, g, o, kdnn::KernelForm::host);
           if (kBitwise) {
             EXPECT_TRUE(same_bits(gpu.dX, host.dX));
             EXPECT_EQ(gpu.iterations, host.iterations);
@@ -234,41 +234,41 @@ TYPED_TEST(SinkhornGpuShape, BackwardMatchesHostShape) {
 // The GPU form picks its own vector length and tile; a team size beyond the
 // backend's limit is still a kdnn::Error, and so is a vector length that no
 // launch could take; valid requests change nothing.
-TEST(SinkhornGpuShape, LaunchRequests) {
+TEST(SinkhornGpuForm, LaunchRequests) {
   const int n = 8, batch = 9;
   const auto x = uniform(std::size_t(batch) * n * n, 0.0, 4.0, 3);
   sk::ForwardOptions o{10};
-  const Outcome ref = run<double>(x, batch, n, o, kdnn::KernelShape::gpu);
+  const Outcome ref = run<double>(x, batch, n, o, kdnn::KernelForm::gpu);
   o.launch.team_size = 1;
   o.launch.vector_length = 4;
   o.launch.tile = 3;
-  const Outcome got = run<double>(x, batch, n, o, kdnn::KernelShape::gpu);
+  const Outcome got = run<double>(x, batch, n, o, kdnn::KernelForm::gpu);
   EXPECT_TRUE(same_bits(got.R, ref.R));
   o.launch.team_size = 100000;
-  EXPECT_KDNN_ERROR(run<double>(x, batch, n, o, kdnn::KernelShape::gpu),
+  EXPECT_KDNN_ERROR(run<double>(x, batch, n, o, kdnn::KernelForm::gpu),
                     "launch.team_size=100000, expected at most");
   o.launch.team_size = -1;
-  EXPECT_KDNN_ERROR(run<double>(x, batch, n, o, kdnn::KernelShape::gpu),
+  EXPECT_KDNN_ERROR(run<double>(x, batch, n, o, kdnn::KernelForm::gpu),
                     "launch.team_size=-1, expected >= 0");
   o.launch.team_size = 0;
   o.launch.vector_length = 3;
-  EXPECT_KDNN_ERROR(run<double>(x, batch, n, o, kdnn::KernelShape::gpu),
+  EXPECT_KDNN_ERROR(run<double>(x, batch, n, o, kdnn::KernelForm::gpu),
                     "launch.vector_length=3, expected a power of two");
   sk::BackwardOptions b;
   b.launch.vector_length = 3;
-  b.launch.shape = kdnn::KernelShape::gpu;
+  b.launch.form = kdnn::KernelForm::gpu;
   Batch<double> R("R", batch, n, n), G("G", batch, n, n), dX("dX", batch, n, n);
   EXPECT_KDNN_ERROR(sk::backward(Space(), R, G, dX, b),
                     "launch.vector_length=3, expected a power of two");
-  o.launch.shape = kdnn::KernelShape::gpu;
+  o.launch.form = kdnn::KernelForm::gpu;
   EXPECT_KDNN_ERROR(sk::backward_unrolled(Space(), R, G, dX, o),
                     "launch.vector_length=3, expected a power of two");
 }
 
 template <class T>
 std::vector<double> run_unrolled(const std::vector<double>& x, const std::vector<double>& g,
-                                 int batch, int n, sk::ForwardOptions o, kdnn::KernelShape shape) {
-  o.launch.shape = shape;
+                                 int batch, int n, sk::ForwardOptions o, kdnn::KernelForm form) {
+  o.launch.form = form;
   Batch<T> dX("dX", batch, n, n);
   sk::backward_unrolled(Space(), batch_of<T>(x, batch, n), batch_of<T>(g, batch, n), dX, o);
   return to_host(dX);
@@ -282,7 +282,7 @@ std::vector<double> run_unrolled(const std::vector<double>& x, const std::vector
 // per batch: the error against the reference within a bound, and within 3×
 // the host form's error (flash attention's rule for a kernel that reorders a
 // reference's sums; measured here: at most 1.5× in float, 1.2× in double).
-TYPED_TEST(SinkhornGpuShape, UnrolledBackwardMatchesReferenceAndHostShape) {
+TYPED_TEST(SinkhornGpuForm, UnrolledBackwardMatchesReferenceAndHostForm) {
   using T = TypeParam;
   const double unit = std::numeric_limits<T>::epsilon();
   unsigned seed = 900;
@@ -298,8 +298,8 @@ TYPED_TEST(SinkhornGpuShape, UnrolledBackwardMatchesReferenceAndHostShape) {
                          " rows_first=" + std::to_string(order == sk::Order::rows_first) +
                          " eps=" + std::to_string(eps));
             const sk::ForwardOptions o{iters, 0.0, order, eps};
-            const auto gpu = run_unrolled<T>(x, g, batch, n, o, kdnn::KernelShape::gpu);
-            const auto host = run_unrolled<T>(x, g, batch, n, o, kdnn::KernelShape::host);
+            const auto gpu = run_unrolled<T>(x, g, batch, n, o, kdnn::KernelForm::gpu);
+            const auto host = run_unrolled<T>(x, g, batch, n, o, kdnn::KernelForm::host);
             if (iters == 1 && kBitwise) {
               EXPECT_TRUE(same_bits(gpu, host));
             }
@@ -338,7 +338,7 @@ TYPED_TEST(SinkhornGpuShape, UnrolledBackwardMatchesReferenceAndHostShape) {
 
 // The GPU form keeps every iteration's scaling vectors on-chip; past that
 // (here 2 × 400 × 32 doubles) the host form runs, with its results.
-TEST(SinkhornGpuShape, UnrolledBackwardHistoryPastOnChipRunsTheHostForm) {
+TEST(SinkhornGpuForm, UnrolledBackwardHistoryPastOnChipRunsTheHostForm) {
   const int n = 32, batch = 3;
   sk::impl::UnrolledBackwardGpuKernel<Space, double, 32> k;
   k.iters = 20;
@@ -348,25 +348,25 @@ TEST(SinkhornGpuShape, UnrolledBackwardHistoryPastOnChipRunsTheHostForm) {
   const auto x = uniform(std::size_t(batch) * n * n, -2.0, 2.0, 41);
   const auto g = uniform(std::size_t(batch) * n * n, -1.0, 1.0, 42);
   const sk::ForwardOptions o{400};
-  EXPECT_TRUE(same_bits(run_unrolled<double>(x, g, batch, n, o, kdnn::KernelShape::gpu),
-                        run_unrolled<double>(x, g, batch, n, o, kdnn::KernelShape::host)));
+  EXPECT_TRUE(same_bits(run_unrolled<double>(x, g, batch, n, o, kdnn::KernelForm::gpu),
+                        run_unrolled<double>(x, g, batch, n, o, kdnn::KernelForm::host)));
 }
 
 /// Forward R and the implicit, block and unrolled dX of one batch, every
-/// operator launched with `shape`.
+/// operator launched with `form`.
 std::vector<std::vector<double>> all_operators(const std::vector<double>& x,
                                                const std::vector<double>& g, int batch, int n,
-                                               kdnn::KernelShape shape) {
+                                               kdnn::KernelForm form) {
   using T = double;
   sk::ForwardOptions fo{20, 0.0, sk::Order::columns_first, 0.01};
-  fo.launch.shape = shape;
+  fo.launch.form = form;
   const auto X = batch_of<T>(x, batch, n);
   const auto G = batch_of<T>(g, batch, n);
   Batch<T> R("R", batch, n, n), implicit("implicit", batch, n, n), block("block", batch, n, n),
       unrolled("unrolled", batch, n, n);
   sk::forward(Space(), X, R, fo);
   sk::BackwardOptions bo;
-  bo.launch.shape = shape;
+  bo.launch.form = form;
   sk::backward(Space(), R, G, implicit, bo);
   bo.method = sk::Method::block;
   sk::backward(Space(), R, G, block, bo);
@@ -385,8 +385,8 @@ TEST(SinkhornGpuLaunch, PastLevelZeroEveryOperatorMatchesTheHostLaunch) {
     SCOPED_TRACE("batch=" + std::to_string(batch));
     const auto x = uniform(std::size_t(batch) * n * n, -2.0, 2.0, 71 + batch);
     const auto g = uniform(std::size_t(batch) * n * n, -1.0, 1.0, 81 + batch);
-    const auto gpu = all_operators(x, g, batch, n, kdnn::KernelShape::gpu);
-    const auto host = all_operators(x, g, batch, n, kdnn::KernelShape::host);
+    const auto gpu = all_operators(x, g, batch, n, kdnn::KernelForm::gpu);
+    const auto host = all_operators(x, g, batch, n, kdnn::KernelForm::host);
     for (std::size_t k = 0; k < gpu.size(); ++k) {
       EXPECT_TRUE(same_bits(gpu[k], host[k])) << "operator " << k;
       EXPECT_NE(gpu[k], std::vector<double>(gpu[k].size(), 0.0)) << "operator " << k;

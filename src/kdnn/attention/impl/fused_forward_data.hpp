@@ -1,0 +1,44 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+#pragma once
+// What both forms of the fused attention forward take (the host form,
+// fused_forward_kernel.hpp, and the GPU form, fused_forward_gpu_kernel.hpp):
+// the operands, the mask, dropout's keep test and the scales.
+#include <Kokkos_Core.hpp>
+#include <cstdint>
+
+#include "kdnn/attention/impl/visible_keys.hpp"
+#include "kdnn/attention/types.hpp"
+#include "kdnn/core/impl/philox.hpp"
+#include "kdnn/core/impl/team_work.hpp"
+
+namespace kdnn::attention::impl {
+
+/// Dropout's keep test for element k of [B, H, S, Sk] (dropout.hpp's rule).
+struct DropoutMask {
+  std::uint32_t threshold = 0, key0 = 0, key1 = 0, off0 = 0, off1 = 0;
+  bool active = false;
+
+  KOKKOS_INLINE_FUNCTION bool keep(std::uint64_t k) const {
+    if (!active) return true;
+    const std::uint64_t g = k / 4;
+    const kdnn::impl::Philox4x32 words = kdnn::impl::philox4x32_10(
+        {{std::uint32_t(g), std::uint32_t(g >> 32), off0, off1}}, key0, key1);
+    return words.v[k % 4] >= threshold;
+  }
+};
+
+/// What both forms of the forward take: the operands, the mask, dropout and
+/// the scales, and the team work items (set by the launch).
+template <class ExecSpace, class T>
+struct FusedForwardData {
+  Tensor4<const T, ExecSpace> q, k, v;  ///< [B, H, S, D], [B, H, Sk, D], [B, H, Sk, Dv]
+  Tensor4<T, ExecSpace> o;              ///< [B, H, S, Dv]
+  Tensor3<T, ExecSpace> lse;            ///< [B, H, S]
+  VisibleKeys<ExecSpace> visible;
+  DropoutMask dropout;
+  T scale = 1, keep_scale = 1;
+  T neg_inf = 0;              ///< −infinity (set on the host)
+  kdnn::impl::TeamWork work;  ///< set by the launch
+};
+
+}  // namespace kdnn::attention::impl
