@@ -7,8 +7,8 @@
 #
 #   scripts/gpu-window.sh OUT_DIR
 #
-# 1. smoke (at most KDNN_SMOKE_LIMIT s, default 60): the device, one unit
-#    test per family (Sinkhorn, fused attention, the attention layer, the
+# 1. smoke (at most KDNN_SMOKE_LIMIT s, default 60): the device, the tensor
+#    cores' products against their emulation, one unit test per family (Sinkhorn, fused attention, the attention layer, the
 #    causal conv, the SSD forward and backward) and the concurrent-calls
 #    tests on the GPU, and, when the build has the Python module, one kdnn
 #    call made first from a new thread and a backward on autograd's thread.
@@ -59,7 +59,10 @@ smoke() {
   echo "| smoke step | result | time |"
   echo "|---|---|---|"
 } > "$summary"
-families='SinkhornTyped/0.ForwardMatchesPlainFormula:FusedAttention/0.BackwardMatchesTheUnfusedPathAndIsReproducible'
+# First the tensor cores against their emulation (mma.sync and the quad
+# shuffles, then the forward built on them), then one test per family.
+families='TeamMma.*:TeamQuads.*:FusedAttentionMma.*'
+families+=':SinkhornTyped/0.ForwardMatchesPlainFormula:FusedAttention/0.BackwardMatchesTheUnfusedPathAndIsReproducible'
 families+=':Mha/0.ForwardMatchesTheDoubleReference:CausalConv1d/0.BackwardMatchesDoubleLoops'
 families+=':Ssd/0.ForwardMatchesTheRecurrence:Ssd/0.BackwardMatchesTheAdjointRecurrence'
 families+=':ConcurrentCalls/*'

@@ -17,6 +17,7 @@
 
 #include "allclose.hpp"
 #include "expect_error.hpp"
+#include "fused_case.hpp"
 #include "kdnn/attention/batched_gemm.hpp"
 #include "kdnn/attention/fused_attention.hpp"
 #include "kdnn/attention/impl/fused_attention_impl.hpp"
@@ -27,14 +28,6 @@ namespace {
 
 using namespace kdnn_test;
 namespace at = kdnn::attention;
-
-struct FusedCase {
-  const char* name;
-  int B, H, S, Sk, D, Dv;
-  bool causal;
-  std::vector<int> lo, hi, seq_q, seq_k;
-  double p;
-};
 
 std::vector<FusedCase> fused_cases() {
   return {
@@ -121,20 +114,6 @@ std::vector<FusedCase> fused_cases() {
        0.2},
       {"D = 64, Dv = 256, several blocks", 1, 1, 100, 70, 64, 256, false, {}, {}, {}, {}, 0},
   };
-}
-
-DeviceView<int*> ints(const std::vector<int>& x) {
-  std::vector<double> d(x.begin(), x.end());
-  return x.empty() ? DeviceView<int*>() : to_device<int*>(d, x.size());
-}
-
-/// The case's mask.
-at::AttentionMask<Space> mask_of(const FusedCase& c) {
-  at::AttentionMask<Space> mask;
-  mask.causal = c.causal;
-  mask.lo_win = ints(c.lo), mask.hi_win = ints(c.hi);
-  mask.seq_q = ints(c.seq_q), mask.seq_k = ints(c.seq_k);
-  return mask;
 }
 
 /// Random q, k, v and dO (g) of a case on the device, from seeds seed,

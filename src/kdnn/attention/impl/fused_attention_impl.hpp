@@ -13,6 +13,7 @@
 #include "kdnn/attention/impl/fused_backward_kernels.hpp"
 #include "kdnn/attention/impl/fused_forward_gpu_kernel.hpp"
 #include "kdnn/attention/impl/fused_forward_kernel.hpp"
+#include "kdnn/attention/impl/fused_forward_mma_kernel.hpp"
 #include "kdnn/attention/impl/visible_keys.hpp"
 #include "kdnn/core/impl/backend_traits.hpp"
 #include "kdnn/core/impl/team_plan.hpp"
@@ -215,6 +216,46 @@ void check_fused_launch(const char* op, const ExecSpace& space, int B, int H, in
   }
 }
 
+/// Checks the forward's arguments (and the mask where `mask_check` says)
+/// and gathers what every form of it takes.
+template <class ExecSpace, class T>
+FusedForwardData<ExecSpace, T> forward_data(
+    const char* op, const Tensor4<const T, ExecSpace>& q, const Tensor4<const T, ExecSpace>& k,
+    const Tensor4<const T, ExecSpace>& v, const Tensor4<T, ExecSpace>& o,
+    const Tensor3<T, ExecSpace>& lse, const FusedAttentionOptions& opts,
+    const AttentionMask<ExecSpace>& mask, MaskCheck mask_check) {
+  validate_fused<ExecSpace, T>(op, opts, q, k, v, "o", Tensor4<const T, ExecSpace>(o), "lse",
+                               Tensor3<const T, ExecSpace>(lse));
+  using validate::memory_of;
+  validate::disjoint(op, {memory_of("o", o), memory_of("lse", lse)},
+                     {memory_of("q", q), memory_of("k", k), memory_of("v", v)});
+  if (mask_check == MaskCheck::here) {
+    check_mask(op, mask, q.extent(0), q.extent(2), k.extent(2));
+  }
+  FusedForwardData<ExecSpace, T> data;
+  data.q = q, data.k = k, data.v = v, data.o = o, data.lse = lse;
+  data.visible = VisibleKeys<ExecSpace>(mask, int(k.extent(2)));
+  data.scale = T(opts.scale);
+  data.keep_scale = T(1.0 / (1.0 - opts.dropout.p));
+  data.neg_inf = -std::numeric_limits<T>::infinity();
+  data.dropout = dropout_mask(opts.dropout);
+  return data;
+}
+
+/// Launches a register-tiled form of the forward (GPU or tensor-core) with
+/// `data`, one team per Kernel::BQ queries of a head.
+template <class Kernel, class ExecSpace, class T>
+void launch_forward_team(const char* op, const ExecSpace& space,
+                         const FusedForwardData<ExecSpace, T>& data,
+                         const FusedAttentionOptions& opts, const std::string& label) {
+  const int B = int(data.q.extent(0)), H = int(data.q.extent(1)), S = int(data.q.extent(2));
+  Kernel kernel;
+  static_cast<FusedForwardData<ExecSpace, T>&>(kernel) = data;
+  const auto plan = plan_fused_gpu<ExecSpace, Kernel>(
+      op, space, B * H * ((S + Kernel::BQ - 1) / Kernel::BQ), opts);
+  plan.launch(label, space, kernel);
+}
+
 template <class ExecSpace, class T>
 void fused_attention_forward(const ExecSpace& space, const Tensor4<const T, ExecSpace>& q,
                              const Tensor4<const T, ExecSpace>& k,
@@ -222,34 +263,18 @@ void fused_attention_forward(const ExecSpace& space, const Tensor4<const T, Exec
                              const Tensor3<T, ExecSpace>& lse, const FusedAttentionOptions& opts,
                              const AttentionMask<ExecSpace>& mask, MaskCheck mask_check) {
   constexpr const char* op = "attention::fused_attention_forward";
-  validate_fused<ExecSpace, T>(op, opts, q, k, v, "o", Tensor4<const T, ExecSpace>(o), "lse",
-                               Tensor3<const T, ExecSpace>(lse));
-  using validate::memory_of;
-  validate::disjoint(op, {memory_of("o", o), memory_of("lse", lse)},
-                     {memory_of("q", q), memory_of("k", k), memory_of("v", v)});
+  const auto data = forward_data<ExecSpace, T>(op, q, k, v, o, lse, opts, mask, mask_check);
   const int B = int(q.extent(0)), H = int(q.extent(1)), S = int(q.extent(2)), Sk = int(k.extent(2)),
             D = int(q.extent(3)), Dv = int(v.extent(3));
-  if (mask_check == MaskCheck::here) check_mask(op, mask, B, S, Sk);
   if (B == 0 || H == 0 || S == 0) return;
-
-  FusedForwardData<ExecSpace, T> data;
-  data.q = q, data.k = k, data.v = v, data.o = o, data.lse = lse;
-  data.visible = VisibleKeys<ExecSpace>(mask, Sk);
-  data.scale = T(opts.scale);
-  data.keep_scale = T(1.0 / (1.0 - opts.dropout.p));
-  data.neg_inf = -std::numeric_limits<T>::infinity();
-  data.dropout = dropout_mask(opts.dropout);
 
   if (forward_gpu_form<ExecSpace>(opts, D, Dv)) {
     dispatch_head_sizes(D, Dv, [&](auto hd, auto hdv) {
-      using Gpu = FusedForwardGpuKernel<ExecSpace, T, decltype(hd)::value, decltype(hdv)::value>;
-      Gpu kernel;
-      static_cast<FusedForwardData<ExecSpace, T>&>(kernel) = data;
-      const auto plan =
-          plan_fused_gpu<ExecSpace, Gpu>(op, space, B * H * ((S + Gpu::BQ - 1) / Gpu::BQ), opts);
-      plan.launch("kdnn::attention::fused_attention_forward[gpu D=" + std::to_string(D) +
-                      ", Dv=" + std::to_string(Dv) + "]",
-                  space, kernel);
+      launch_forward_team<
+          FusedForwardGpuKernel<ExecSpace, T, decltype(hd)::value, decltype(hdv)::value>>(
+          op, space, data, opts,
+          "kdnn::attention::fused_attention_forward[gpu D=" + std::to_string(D) +
+              ", Dv=" + std::to_string(Dv) + "]");
     });
     return;
   }
@@ -261,6 +286,31 @@ void fused_attention_forward(const ExecSpace& space, const Tensor4<const T, Exec
   const auto plan = plan_fused<ExecSpace, Kernel>(
       op, space, B * H * ((S + kernel.bq - 1) / kernel.bq), opts, kernel.bq, kernel.bk, D, Dv);
   plan.launch("kdnn::attention::fused_attention_forward", space, kernel);
+}
+
+/// The forward's tensor-core form (fused_forward_mma_kernel.hpp) with
+/// precision P, for D and Dv in MmaHeadSizes (false, nothing run, for
+/// others). Not chosen by any KernelForm yet: a backward that recomputes
+/// its scores bitwise must come with it (the backward's huge-scale
+/// guarantee rests on that); the tests call it.
+template <class ExecSpace, class T, kdnn::impl::MmaPrecision P>
+bool fused_attention_forward_mma(const ExecSpace& space, const Tensor4<const T, ExecSpace>& q,
+                                 const Tensor4<const T, ExecSpace>& k,
+                                 const Tensor4<const T, ExecSpace>& v,
+                                 const Tensor4<T, ExecSpace>& o, const Tensor3<T, ExecSpace>& lse,
+                                 const FusedAttentionOptions& opts,
+                                 const AttentionMask<ExecSpace>& mask) {
+  constexpr const char* op = "attention::fused_attention_forward";
+  const auto data = forward_data<ExecSpace, T>(op, q, k, v, o, lse, opts, mask, MaskCheck::here);
+  const int D = int(q.extent(3)), Dv = int(v.extent(3));
+  return kdnn::impl::dispatch_sizes<MmaHeadSizes, MmaHeadSizes>(D, Dv, [&](auto hd, auto hdv) {
+    if (q.extent(0) == 0 || q.extent(1) == 0 || q.extent(2) == 0) return;
+    launch_forward_team<
+        FusedForwardMmaKernel<ExecSpace, T, decltype(hd)::value, decltype(hdv)::value, P>>(
+        op, space, data, opts,
+        "kdnn::attention::fused_attention_forward[tensor cores D=" + std::to_string(D) +
+            ", Dv=" + std::to_string(Dv) + "]");
+  });
 }
 
 template <class ExecSpace, class T>

@@ -1,0 +1,128 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+#pragma once
+// Tensor-core products in a register-tiled team kernel (register_team.hpp):
+// a team of NT threads is NT / 32 warps, and team_mma runs one warp-level
+// product per warp on fragments its threads hold or load. On a
+// GPU each lane issues mma.sync with its own registers
+// (warp_mma_device.hpp); on a host the team's one thread plays each warp's
+// 32 lanes through the emulation (warp_mma_emulated.hpp), reading the same
+// registers through the same fragment maps. Kernel code around it (which
+// element goes into which register, where the results are stored) is
+// therefore the same on every backend and tested on the CPU.
+//
+// Precision for float (double is always FP64 on the tensor cores):
+//   full: 3×TF32 (tf32.hpp), three products per step, float32 accuracy;
+//   tf32: one product of the operands rounded to TF32, about 10 bits
+//         (PyTorch's allow_tf32); a caller's explicit choice, never a default.
+#include <Kokkos_Core.hpp>
+#include <type_traits>
+
+#include "kdnn/core/impl/tf32.hpp"
+#include "kdnn/core/impl/unroll.hpp"
+#include "kdnn/core/impl/warp_mma_device.hpp"
+#include "kdnn/core/impl/warp_mma_emulated.hpp"
+#include "kdnn/core/impl/warp_mma_fragments.hpp"
+
+namespace kdnn::impl {
+
+/// How a float product runs on tensor cores (above).
+enum class MmaPrecision { full, tf32 };
+
+/// One lane's c += a·b of Shape with precision P, on the device (every
+/// lane of the warp together): the lane's registers of A, B and C.
+template <class Shape, MmaPrecision P, class T>
+KOKKOS_FORCEINLINE_FUNCTION void lane_mma(const T (&a)[Shape::a_regs], const T (&b)[Shape::b_regs],
+                                          T (&cr)[Shape::c_regs]) {
+  T ar[Shape::a_regs], br[Shape::b_regs];
+  if constexpr (sizeof(T) > 4) {
+    device_mma(Shape{}, a, b, cr);
+  } else if constexpr (P == MmaPrecision::tf32) {
+    KDNN_IMPL_UNROLL
+    for (int r = 0; r < Shape::a_regs; ++r) ar[r] = tf32_rounded(a[r]);
+    KDNN_IMPL_UNROLL
+    for (int r = 0; r < Shape::b_regs; ++r) br[r] = tf32_rounded(b[r]);
+    device_mma(Shape{}, ar, br, cr);
+  } else {
+    // The small terms first, then big·big (CUTLASS's order).
+    T as[Shape::a_regs], bs[Shape::b_regs];
+    KDNN_IMPL_UNROLL
+    for (int r = 0; r < Shape::a_regs; ++r) {
+      const Tf32Split s = tf32_split(a[r]);
+      ar[r] = s.big, as[r] = s.small;
+    }
+    KDNN_IMPL_UNROLL
+    for (int r = 0; r < Shape::b_regs; ++r) {
+      const Tf32Split s = tf32_split(b[r]);
+      br[r] = s.big, bs[r] = s.small;
+    }
+    device_mma(Shape{}, as, br, cr);
+    device_mma(Shape{}, ar, bs, cr);
+    device_mma(Shape{}, ar, br, cr);
+  }
+}
+
+/// lane_mma for a whole warp on the host: a(lane, r), b(lane, r) and
+/// c(lane, r) give lane `lane`'s registers; the same steps, each product
+/// emulated.
+template <class Shape, MmaPrecision P, class A, class B, class C>
+KOKKOS_INLINE_FUNCTION void emulated_warp_mma(const A& a, const B& b, const C& c) {
+  using T = typename Shape::value_type;
+  if constexpr (sizeof(T) > 4) {
+    emulated_mma<Shape>(a, b, c);
+  } else if constexpr (P == MmaPrecision::tf32) {
+    emulated_mma<Shape>([&](int l, int r) { return tf32_rounded(a(l, r)); },
+                        [&](int l, int r) { return tf32_rounded(b(l, r)); }, c);
+  } else {
+    const auto big = [](const auto& x) {
+      return [&x](int l, int r) { return tf32_split(x(l, r)).big; };
+    };
+    const auto small = [](const auto& x) {
+      return [&x](int l, int r) { return tf32_split(x(l, r)).small; };
+    };
+    emulated_mma<Shape>(small(a), big(b), c);
+    emulated_mma<Shape>(big(a), small(b), c);
+    emulated_mma<Shape>(big(a), big(b), c);
+  }
+}
+
+/// Thread t's registers x(t)[x0 + r] as an operand of team_mma.
+template <class Registers>
+KOKKOS_INLINE_FUNCTION auto registers_at(Registers& x, int x0) {
+  return [&x, x0 ](int t, int r) -> auto& { return x(t)[x0 + r]; };
+}
+
+/// For each warp w of a team of NT threads: C_w += A_w·B_w, one product of
+/// Shape with precision P, where a(t, r), b(t, r) give thread
+/// t = 32·w + lane's register r of A and B (values: from registers, or
+/// loaded from scratch where the fragment is needed) and c(t, r) its
+/// register r of C (a reference). Private: the team's threads have their
+/// own registers (a GPU backend). Call it where every thread of the team
+/// would (it is a team-wide step, like threads()).
+template <class Shape, MmaPrecision P, int NT, bool Private, class Member, class A, class B,
+          class C>
+KOKKOS_INLINE_FUNCTION void team_mma(const Member& team, const A& a, const B& b, const C& c) {
+  static_assert(NT % 32 == 0, "team_mma: a team of whole warps");
+  using T = typename Shape::value_type;
+  if constexpr (Private) {
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, NT), [&](int t) {
+      T ar[Shape::a_regs], br[Shape::b_regs], cr[Shape::c_regs];
+      KDNN_IMPL_UNROLL
+      for (int r = 0; r < Shape::a_regs; ++r) ar[r] = a(t, r);
+      KDNN_IMPL_UNROLL
+      for (int r = 0; r < Shape::b_regs; ++r) br[r] = b(t, r);
+      KDNN_IMPL_UNROLL
+      for (int r = 0; r < Shape::c_regs; ++r) cr[r] = c(t, r);
+      lane_mma<Shape, P>(ar, br, cr);
+      KDNN_IMPL_UNROLL
+      for (int r = 0; r < Shape::c_regs; ++r) c(t, r) = cr[r];
+    });
+  } else {
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, NT / 32), [&](int w) {
+      emulated_warp_mma<Shape, P>([&](int l, int r) { return a(32 * w + l, r); },
+                                  [&](int l, int r) { return b(32 * w + l, r); },
+                                  [&](int l, int r) -> T& { return c(32 * w + l, r); });
+    });
+  }
+}
+
+}  // namespace kdnn::impl

@@ -1,0 +1,36 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+#pragma once
+// A fused attention test case (sizes, mask, dropout) and its mask on the
+// tests' execution space, shared by every form's tests.
+#include <vector>
+
+#include "kdnn/attention/softmax.hpp"
+#include "views.hpp"
+
+namespace kdnn_test {
+
+/// Sizes, the mask (empty vectors: none) and the dropout probability.
+struct FusedCase {
+  const char* name;
+  int B, H, S, Sk, D, Dv;
+  bool causal;
+  std::vector<int> lo, hi, seq_q, seq_k;
+  double p;
+};
+
+/// A vector of ints on the device (an empty View for an empty vector).
+inline DeviceView<int*> ints(const std::vector<int>& x) {
+  std::vector<double> d(x.begin(), x.end());
+  return x.empty() ? DeviceView<int*>() : to_device<int*>(d, x.size());
+}
+
+/// The case's mask.
+inline kdnn::attention::AttentionMask<Space> mask_of(const FusedCase& c) {
+  kdnn::attention::AttentionMask<Space> mask;
+  mask.causal = c.causal;
+  mask.lo_win = ints(c.lo), mask.hi_win = ints(c.hi);
+  mask.seq_q = ints(c.seq_q), mask.seq_k = ints(c.seq_k);
+  return mask;
+}
+
+}  // namespace kdnn_test
