@@ -10,7 +10,11 @@ benchmark time, PyTorch's device and call times, the ratio PyTorch / kdnn by
 device time (> 1: kdnn faster; device_timing.py says how each is measured),
 GFLOP/s from the device times (4·B·H·S·Sk·D forward, 2.5 times that
 backward) and peak memory. fwd+bwd is the sum of the two phases. Up to
---f64-max-seq (default 2048) a second table does the same in float64.
+--f64-max-seq (default 2048) a second table does the same in float64. A
+third table is the single-pass TF32 choice: kdnn with allow_tf32=True beside
+PyTorch with torch.backends.cuda.matmul.allow_tf32 = True (fwd+bwd device
+times), and each side's largest error in o against float64, with and
+without it.
 
 Peak memory: kdnn's is the most Kokkos held during the phase in the C++
 benchmark (inputs, outputs, what the forward keeps, the phase's
@@ -69,11 +73,43 @@ def timed(attention, size, device, repeats, dtype=torch.float32):
     return times
 
 
-def kdnn_attention(kdnn):
+def kdnn_attention(kdnn, allow_tf32=False):
     """kdnn.flash_attention as SDPA's call (None without the package)."""
     if kdnn is None:
         return None
-    return lambda q, k, v: kdnn.flash_attention(q, k, v, causal=False, scale=q.shape[-1] ** -0.5)
+    return lambda q, k, v: kdnn.flash_attention(q, k, v, causal=False, scale=q.shape[-1] ** -0.5,
+                                                allow_tf32=allow_tf32)
+
+
+def tf32_table(kdnn, sizes, device, repeats, rows):
+    """The single-pass TF32 rows (see above); nothing without the package."""
+    if kdnn is None:
+        return
+    print("\nsingle-pass TF32 (kdnn allow_tf32=True; PyTorch matmul.allow_tf32 = True):\n")
+    print("| B, H, S, Sk, D | kdnn fwd+bwd device | PyTorch fwd+bwd device | PyTorch / kdnn "
+          "| kdnn error | kdnn 3xTF32 error | PyTorch error | PyTorch default error |")
+    print("|---|---|---|---|---|---|---|---|")
+    cuda = torch.backends.cuda.matmul
+    default = cuda.allow_tf32
+    for size in sizes:
+        q, k, v, _ = (x.detach() for x in inputs(size, device))
+        exact = F.scaled_dot_product_attention(q.double(), k.double(), v.double())
+        error = lambda attention: (attention(q, k, v).double() - exact).abs().max().item()  # noqa: E731
+        mine_default = error(kdnn_attention(kdnn))
+        ref_default = error(F.scaled_dot_product_attention)
+        try:
+            cuda.allow_tf32 = True
+            mine = timed(kdnn_attention(kdnn, True), size, device, repeats)["fwd+bwd"]
+            ref = timed(F.scaled_dot_product_attention, size, device, repeats)["fwd+bwd"]
+            mine_error = error(kdnn_attention(kdnn, True))
+            ref_error = error(F.scaled_dot_product_attention)
+        finally:
+            cuda.allow_tf32 = default
+        print(f"| {', '.join(map(str, size))} | {mine.device_ms:.3f} | {ref.device_ms:.3f} "
+              f"| {ref.device_ms / mine.device_ms:.2f}x | {mine_error:.2e} | {mine_default:.2e} "
+              f"| {ref_error:.2e} | {ref_default:.2e} |")
+        rows.append(result_rows.row("attention", "fused tf32 fwd+bwd", size, mine,
+                                    "PyTorch SDPA float32 allow_tf32", ref))
 
 
 def torch_peak_mib(size, phase, device):
@@ -207,6 +243,7 @@ def main():
             rows.append(result_rows.row("attention", "fused float64 " + phase, size, mine,
                                         "PyTorch SDPA float64", ref, dtype="float64",
                                         bench_ms=bench_ms))
+    tf32_table(kdnn_package(), sizes, args.device, args.repeats, rows)
     result_rows.write(args.json, rows)
 
 

@@ -11,11 +11,11 @@ from ._tensors import Operands, dropout_options, require, stream_of
 
 class _FlashAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, causal, scale, dropout_p, seed, offset):
+    def forward(ctx, q, k, v, causal, scale, dropout_p, seed, offset, allow_tf32):
         B, H, S, _ = q.shape
         o = q.new_empty(B, H, S, v.shape[-1])
         lse = q.new_empty(B, H, S)  # the rows' log-sum-exp, for the backward
-        config = (scale, causal, dropout_p, seed, offset)
+        config = (scale, causal, dropout_p, seed, offset, allow_tf32)
         _kdnn.flash_attention_forward(q, k, v, o, lse, *config, stream_of(q))
         ctx.save_for_backward(q, k, v, o, lse)
         ctx.config = config
@@ -28,10 +28,11 @@ class _FlashAttention(torch.autograd.Function):
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         _kdnn.flash_attention_backward(q, k, v, o, lse, do.contiguous(), dq, dk, dv, *ctx.config,
                                        stream_of(q))
-        return dq, dk, dv, None, None, None, None, None
+        return dq, dk, dv, None, None, None, None, None, None
 
 
-def flash_attention(q, k, v, causal=False, scale=None, dropout_p=0.0, seed=None, offset=0):
+def flash_attention(q, k, v, causal=False, scale=None, dropout_p=0.0, seed=None, offset=0,
+                    allow_tf32=False):
     """softmax(scale * q k^T, masked) v, fused: the scores never reach memory
     (O(S) memory), as F.scaled_dot_product_attention.
 
@@ -42,6 +43,10 @@ def flash_attention(q, k, v, causal=False, scale=None, dropout_p=0.0, seed=None,
     function of (seed, offset, element), so the backward needs no stored
     mask. seed=None draws one from PyTorch's generator (torch.manual_seed
     makes it reproducible); pass seed and a fresh offset per call to choose.
+    allow_tf32: on a GPU with tensor cores, float32 products in one TF32 pass
+    (about 10 mantissa bits, as torch.backends.cuda.matmul.allow_tf32)
+    instead of three (float32 accuracy, the default); nothing changes
+    elsewhere or in float64.
     """
     check = Operands("flash_attention")
     q = check(q, "q", 4, "[B, H, S, D]")
@@ -51,4 +56,6 @@ def flash_attention(q, k, v, causal=False, scale=None, dropout_p=0.0, seed=None,
         scale = 1.0 / math.sqrt(q.shape[-1]) if q.shape[-1] > 0 else 1.0
     require(math.isfinite(scale), f"flash_attention: scale={scale!r}, expected a finite number")
     dropout = dropout_options("flash_attention", dropout_p, seed, offset)
-    return _FlashAttention.apply(q, k, v, bool(causal), float(scale), *dropout)
+    require(isinstance(allow_tf32, bool),
+            f"flash_attention: allow_tf32={allow_tf32!r}, expected True or False")
+    return _FlashAttention.apply(q, k, v, bool(causal), float(scale), *dropout, allow_tf32)

@@ -16,9 +16,10 @@ using namespace nb::literals;
 namespace {
 
 at::FusedAttentionOptions options(double scale, double dropout_p, std::uint64_t seed,
-                                  std::uint64_t offset) {
+                                  std::uint64_t offset, bool allow_tf32) {
   at::FusedAttentionOptions o;
   o.scale = scale;
+  o.launch.allow_tf32 = allow_tf32;
   o.dropout.p = dropout_p;
   o.dropout.seed = seed;
   o.dropout.offset = offset;
@@ -27,7 +28,7 @@ at::FusedAttentionOptions options(double scale, double dropout_p, std::uint64_t 
 
 void forward(const Array& q, const Array& k, const Array& v, const Array& o, const Array& lse,
              double scale, bool causal, double dropout_p, std::uint64_t seed, std::uint64_t offset,
-             std::uintptr_t stream) {
+             bool allow_tf32, std::uintptr_t stream) {
   dispatch(q, "flash_attention: q", stream, [&](auto space, auto zero) {
     using Space = decltype(space);
     using T = decltype(zero);
@@ -39,14 +40,14 @@ void forward(const Array& q, const Array& k, const Array& v, const Array& o, con
                                 view_of<In>(v, "flash_attention: v"),
                                 view_of<kdnn::Tensor4<T, Space>>(o, "flash_attention: out"),
                                 view_of<kdnn::Tensor3<T, Space>>(lse, "flash_attention: lse"),
-                                options(scale, dropout_p, seed, offset), mask);
+                                options(scale, dropout_p, seed, offset, allow_tf32), mask);
   });
 }
 
 void backward(const Array& q, const Array& k, const Array& v, const Array& o, const Array& lse,
               const Array& dout, const Array& dq, const Array& dk, const Array& dv, double scale,
               bool causal, double dropout_p, std::uint64_t seed, std::uint64_t offset,
-              std::uintptr_t stream) {
+              bool allow_tf32, std::uintptr_t stream) {
   dispatch(q, "flash_attention backward: q", stream, [&](auto space, auto zero) {
     using Space = decltype(space);
     using T = decltype(zero);
@@ -63,8 +64,8 @@ void backward(const Array& q, const Array& k, const Array& v, const Array& o, co
         view_of<In>(dout, "flash_attention backward: grad"),
         view_of<Out>(dq, "flash_attention backward: dq"),
         view_of<Out>(dk, "flash_attention backward: dk"),
-        view_of<Out>(dv, "flash_attention backward: dv"), options(scale, dropout_p, seed, offset),
-        mask);
+        view_of<Out>(dv, "flash_attention backward: dv"),
+        options(scale, dropout_p, seed, offset, allow_tf32), mask);
   });
 }
 
@@ -72,10 +73,10 @@ void backward(const Array& q, const Array& k, const Array& v, const Array& o, co
 
 void bind_attention(nb::module_& m) {
   m.def("flash_attention_forward", &forward, "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a, "scale"_a,
-        "causal"_a, "dropout_p"_a, "seed"_a, "offset"_a, "stream"_a);
+        "causal"_a, "dropout_p"_a, "seed"_a, "offset"_a, "allow_tf32"_a, "stream"_a);
   m.def("flash_attention_backward", &backward, "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a, "dout"_a,
         "dq"_a, "dk"_a, "dv"_a, "scale"_a, "causal"_a, "dropout_p"_a, "seed"_a, "offset"_a,
-        "stream"_a);
+        "allow_tf32"_a, "stream"_a);
 }
 
 }  // namespace kdnn_python

@@ -10,6 +10,7 @@ from common import DTYPES, TOLERANCE, assert_matches
 from kdnn_reference import philox
 
 import kdnn
+from kdnn._tensors import DEVICES
 
 
 def reference(q, k, v, causal=False, scale=None, keep=None, p=0.0):
@@ -83,3 +84,19 @@ def test_empty_batch():
     out = kdnn.flash_attention(q, k, v)
     out.sum().backward()
     assert out.shape == (0, 3, 17, 32) and q.grad.shape == q.shape
+
+
+@pytest.mark.parametrize("device",
+                         [d for d in DEVICES if d == "cpu" or torch.cuda.is_available()])
+def test_allow_tf32_stays_within_one_tf32_pass_and_is_a_bool(device):
+    # One TF32 pass keeps about 10 mantissa bits of each product (a GPU
+    # with tensor cores; elsewhere nothing changes); the default keeps
+    # float32's.
+    torch.manual_seed(3)
+    q, k, v = (x.to(device) for x in inputs(torch.float32, S=70, Sk=90, D=64, Dv=64))
+    expected = reference(q.double(), k.double(), v.double()).float()
+    torch.testing.assert_close(kdnn.flash_attention(q, k, v, allow_tf32=True), expected,
+                               rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(kdnn.flash_attention(q, k, v), expected, rtol=1e-5, atol=1e-5)
+    with pytest.raises(kdnn.Error, match=r"flash_attention: allow_tf32=1, expected True or False"):
+        kdnn.flash_attention(q, k, v, allow_tf32=1)

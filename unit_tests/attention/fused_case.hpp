@@ -2,9 +2,11 @@
 #pragma once
 // A fused attention test case (sizes, mask, dropout) and its mask on the
 // tests' execution space, shared by every form's tests.
+#include <string>
 #include <vector>
 
 #include "kdnn/attention/softmax.hpp"
+#include "kdnn/core/launch.hpp"
 #include "views.hpp"
 
 namespace kdnn_test {
@@ -31,6 +33,26 @@ inline kdnn::attention::AttentionMask<Space> mask_of(const FusedCase& c) {
   mask.lo_win = ints(c.lo), mask.hi_win = ints(c.hi);
   mask.seq_q = ints(c.seq_q), mask.seq_k = ints(c.seq_k);
   return mask;
+}
+
+/// What a test case's name says of the form it pinned ("" for the host
+/// form).
+inline std::string form_suffix(kdnn::KernelForm form) {
+  switch (form) {
+    case kdnn::KernelForm::gpu:
+      return ", GPU form";
+    case kdnn::KernelForm::tensor_cores:
+      return ", tensor-core form";
+    default:
+      return "";
+  }
+}
+
+/// The forms the fused attention's tests pin: the host form, the GPU form
+/// and the tensor-core form (each where compiled for the case's head
+/// sizes, the next form down elsewhere).
+inline std::vector<kdnn::KernelForm> fused_forms() {
+  return {kdnn::KernelForm::host, kdnn::KernelForm::gpu, kdnn::KernelForm::tensor_cores};
 }
 
 }  // namespace kdnn_test

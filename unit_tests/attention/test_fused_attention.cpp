@@ -160,9 +160,10 @@ class FusedAttention : public ::testing::Test {};
 using Types = ::testing::Types<float, double>;
 TYPED_TEST_SUITE(FusedAttention, Types);
 
-// Both forms of the forward (KernelForm::host, and ::gpu: the GPU form for
-// D and Dv in {32, 64, 128, 256}, the host kernel under a GPU launch for
-// other sizes) against the unfused path.
+// Each form of the forward (KernelForm::host; ::gpu: the GPU form for D and
+// Dv in {32, 64, 128, 256}, the host kernel under a GPU launch for other
+// sizes; ::tensor_cores: its form for D and Dv in {32, 64, 128}, the GPU
+// form's choice for others) against the unfused path.
 TYPED_TEST(FusedAttention, ForwardMatchesTheUnfusedPath) {
   using T = TypeParam;
   unsigned seed = 1;
@@ -173,8 +174,8 @@ TYPED_TEST(FusedAttention, ForwardMatchesTheUnfusedPath) {
         to_device<T****>(normal(std::size_t(c.B) * c.H * c.Sk * c.D, seed++), c.B, c.H, c.Sk, c.D);
     const auto v = to_device<T****>(normal(std::size_t(c.B) * c.H * c.Sk * c.Dv, seed++), c.B, c.H,
                                     c.Sk, c.Dv);
-    for (const auto form : {kdnn::KernelForm::host, kdnn::KernelForm::gpu}) {
-      SCOPED_TRACE(std::string(c.name) + (form == kdnn::KernelForm::gpu ? ", GPU form" : ""));
+    for (const auto form : fused_forms()) {
+      SCOPED_TRACE(std::string(c.name) + form_suffix(form));
       const at::AttentionMask<Space> mask = mask_of(c);
       at::FusedAttentionOptions opts;
       opts.scale = 1 / std::sqrt(double(c.D));
@@ -220,31 +221,48 @@ TYPED_TEST(FusedAttention, ForwardMatchesTheUnfusedPath) {
   }
 }
 
-// The GPU forms run where the launch asks for it (always with
+// The GPU forms run where the launch asks for them (always with
 // KernelForm::gpu, on a GPU backend with automatic) for their head sizes
-// only (D and Dv each compiled), and their team scratch fits a CUDA team's
-// 48 KiB of level 0 for every pair of them, so on a GPU they never take a
-// team workspace.
+// only (D and Dv each compiled); the tensor-core forms where asked for, or
+// automatically on a device that has tensor cores, for D and Dv each in
+// {32, 64, 128}, the GPU forms' choice for other sizes. Their team scratch
+// fits a CUDA team's 48 KiB of level 0 for every pair of them, so on a GPU
+// they never take a team workspace.
 TEST(FusedAttentionGpuForm, RunsForTheCompiledHeadSizesWithinOnChipScratch) {
+  using kdnn::KernelForm;
   const bool gpu = !kdnn::impl::BackendTraits<Space>::is_host;
+  const bool tensor_cores = kdnn::impl::has_tensor_cores(Space());
   const auto compiled = [](int d) { return d == 32 || d == 64 || d == 128 || d == 256; };
+  const auto mma = [](int d) { return d == 32 || d == 64 || d == 128; };
   at::FusedAttentionOptions opts;
   for (int D : {16, 32, 48, 64, 128, 256, 512}) {
     for (int Dv : {8, 32, 64, 96, 128, 256}) {
       const std::string pair = "D=" + std::to_string(D) + ", Dv=" + std::to_string(Dv);
       const bool both = compiled(D) && compiled(Dv);
-      opts.launch.form = kdnn::KernelForm::gpu;
-      EXPECT_EQ(at::impl::forward_gpu_form<Space>(opts, D, Dv), both) << pair;
-      EXPECT_EQ((at::impl::backward_gpu_form<Space, float>(opts, D, Dv)), both) << pair;
+      const bool both_mma = mma(D) && mma(Dv);
+      const KernelForm gpu_or_host = both ? KernelForm::gpu : KernelForm::host;
+      const KernelForm backward_double =
+          both && D != 256 && Dv != 256 ? KernelForm::gpu : KernelForm::host;
+      const auto forward = [&] { return at::impl::forward_form(Space(), opts, D, Dv); };
+      const auto backward = [&](auto t) {
+        return at::impl::backward_form<Space, decltype(t)>(Space(), opts, D, Dv);
+      };
+      opts.launch.form = KernelForm::gpu;
+      EXPECT_EQ(forward(), gpu_or_host) << pair;
+      EXPECT_EQ(backward(0.0f), gpu_or_host) << pair;
       // The backward in double: not where either head is 256 (off-chip).
-      EXPECT_EQ((at::impl::backward_gpu_form<Space, double>(opts, D, Dv)),
-                both && D != 256 && Dv != 256)
+      EXPECT_EQ(backward(0.0), backward_double) << pair;
+      opts.launch.form = KernelForm::tensor_cores;
+      EXPECT_EQ(forward(), both_mma ? KernelForm::tensor_cores : gpu_or_host) << pair;
+      EXPECT_EQ(backward(0.0), both_mma ? KernelForm::tensor_cores : backward_double) << pair;
+      opts.launch.form = KernelForm::automatic;
+      EXPECT_EQ(forward(), both_mma && tensor_cores ? KernelForm::tensor_cores
+                           : gpu                    ? gpu_or_host
+                                                    : KernelForm::host)
           << pair;
-      opts.launch.form = kdnn::KernelForm::automatic;
-      EXPECT_EQ(at::impl::forward_gpu_form<Space>(opts, D, Dv), both && gpu) << pair;
-      opts.launch.form = kdnn::KernelForm::host;
-      EXPECT_FALSE(at::impl::forward_gpu_form<Space>(opts, D, Dv)) << pair;
-      EXPECT_FALSE((at::impl::backward_gpu_form<Space, float>(opts, D, Dv))) << pair;
+      opts.launch.form = KernelForm::host;
+      EXPECT_EQ(forward(), KernelForm::host) << pair;
+      EXPECT_EQ(backward(0.0f), KernelForm::host) << pair;
     }
   }
   const std::size_t level0 = 48 * 1024 - kdnn::impl::kScratchAlign;
@@ -273,11 +291,40 @@ TEST(FusedAttentionGpuForm, RunsForTheCompiledHeadSizesWithinOnChipScratch) {
     }
   }
   EXPECT_EQ(pairs, 16);
+
+  // The tensor-core forms, within the 40,936 bytes of level 0 that Kokkos
+  // 4.6 lets a CUDA team use.
+  int mma_pairs = 0;
+  for (int D : {32, 64, 128}) {
+    for (int Dv : {32, 64, 128}) {
+      kdnn::impl::dispatch_sizes<at::impl::MmaHeadSizes, at::impl::MmaHeadSizes>(
+          D, Dv, [&](auto d, auto dv) {
+            constexpr int HD = decltype(d)::value, HDV = decltype(dv)::value;
+            constexpr auto full = kdnn::impl::MmaPrecision::full;
+            SCOPED_TRACE("D=" + std::to_string(HD) + ", Dv=" + std::to_string(HDV));
+            const auto fits = [](std::size_t bytes) { return bytes <= 40936; };
+            EXPECT_TRUE(fits(
+                at::impl::FusedForwardMmaKernel<Space, float, HD, HDV, full>::scratch_bytes()));
+            EXPECT_TRUE(fits(
+                at::impl::FusedForwardMmaKernel<Space, double, HD, HDV, full>::scratch_bytes()));
+            EXPECT_TRUE(fits(
+                at::impl::FusedBackwardKVMmaKernel<Space, float, HD, HDV, full>::scratch_bytes()));
+            EXPECT_TRUE(fits(
+                at::impl::FusedBackwardKVMmaKernel<Space, double, HD, HDV, full>::scratch_bytes()));
+            EXPECT_TRUE(fits(
+                at::impl::FusedBackwardQMmaKernel<Space, float, HD, HDV, full>::scratch_bytes()));
+            EXPECT_TRUE(fits(
+                at::impl::FusedBackwardQMmaKernel<Space, double, HD, HDV, full>::scratch_bytes()));
+            ++mma_pairs;
+          });
+    }
+  }
+  EXPECT_EQ(mma_pairs, 9);
 }
 
-// Both forms (KernelForm::host, and ::gpu: the GPU forms for D and Dv in
-// their head sizes, the host kernels under a GPU launch for other sizes),
-// each schedule, against the unfused chain and bitwise run to run.
+// Each form (KernelForm::host, ::gpu and ::tensor_cores, each for the head
+// sizes it has, the next form down for others), each schedule, against the
+// unfused chain and bitwise run to run.
 TYPED_TEST(FusedAttention, BackwardMatchesTheUnfusedPathAndIsReproducible) {
   using T = TypeParam;
   unsigned seed = 100;
@@ -291,7 +338,7 @@ TYPED_TEST(FusedAttention, BackwardMatchesTheUnfusedPathAndIsReproducible) {
         dv2("dv2", c.B, c.H, c.Sk, c.Dv);
     unfused_backward(q, k, v, g, opts, mask, dq2, dk2, dv2);
     const double tol = sizeof(T) == 8 ? 1e-12 : 2e-5;
-    for (const auto form : {kdnn::KernelForm::host, kdnn::KernelForm::gpu}) {
+    for (const auto form : fused_forms()) {
       opts.launch.form = form;
       DeviceView<T****> o("o", c.B, c.H, c.S, c.Dv);
       DeviceView<T***> lse("lse", c.B, c.H, c.S);
@@ -299,9 +346,8 @@ TYPED_TEST(FusedAttention, BackwardMatchesTheUnfusedPathAndIsReproducible) {
       for (const auto schedule :
            {at::FusedBackwardSchedule::automatic, at::FusedBackwardSchedule::per_head,
             at::FusedBackwardSchedule::per_key_block}) {
-        const std::string name = std::string(c.name) +
-                                 (form == kdnn::KernelForm::gpu ? ", GPU form" : "") +
-                                 ", schedule " + std::to_string(int(schedule));
+        const std::string name =
+            std::string(c.name) + form_suffix(form) + ", schedule " + std::to_string(int(schedule));
         at::FusedAttentionOptions forced = opts;
         forced.backward = schedule;
         DeviceView<T****> dq("dq", c.B, c.H, c.S, c.D), dk("dk", c.B, c.H, c.Sk, c.D),
@@ -345,10 +391,12 @@ TEST(FusedAttentionHugeScale, BackwardMatchesTheUnfusedPathInDouble) {
           dk2("dk2", c.B, c.H, c.Sk, c.D), dv2("dv2", c.B, c.H, c.Sk, c.Dv);
       DeviceView<T***> lse("lse", c.B, c.H, c.S);
       unfused_backward(q, k, v, g, opts, mask, dq2, dk2, dv2);
-      // Either form of the forward: the GPU form's scores are team_gemm's
-      // sums (blocks of 16, in order), so the backward's recomputed scores
-      // equal them bitwise and one-hot rows have P = 1 exactly.
-      for (const auto form : {kdnn::KernelForm::host, kdnn::KernelForm::gpu}) {
+      // Every form of the forward: the GPU form's scores are team_gemm's
+      // sums (blocks of 16, in order), the tensor-core form's its
+      // fragments' (which its backward recomputes as S and as Sᵀ), so the
+      // backward's recomputed scores equal them bitwise and one-hot rows
+      // have P = 1 exactly.
+      for (const auto form : fused_forms()) {
         opts.launch.form = form;
         at::fused_attention_forward(Space(), q, k, v, o, lse, opts, mask);
         for (const auto schedule :
@@ -356,8 +404,7 @@ TEST(FusedAttentionHugeScale, BackwardMatchesTheUnfusedPathInDouble) {
           std::ostringstream scale_text;
           scale_text << scale;
           const std::string name =
-              std::string(c.name) + ", scale " + scale_text.str() +
-              (form == kdnn::KernelForm::gpu ? ", GPU form" : "") +
+              std::string(c.name) + ", scale " + scale_text.str() + form_suffix(form) +
               (schedule == at::FusedBackwardSchedule::per_head ? ", per_head" : ", per_key_block");
           at::FusedAttentionOptions forced = opts;
           forced.backward = schedule;

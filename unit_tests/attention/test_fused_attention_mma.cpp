@@ -1,16 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
-// The fused attention forward's tensor-core form
-// (impl/fused_forward_mma_kernel.hpp; on the CPU its products emulated):
-// every mask, window, sequence length and dropout, D != Dv, S and Sk not
-// multiples of the blocks. float with 3×TF32 keeps float32 accuracy (within
-// 3 times the error of the host form's float32, against float64); one TF32
-// pass is coarser and says so; double equals the double host form to
-// rounding. lse likewise.
+// The fused attention's tensor-core forms (KernelForm::tensor_cores:
+// impl/fused_forward_mma_kernel.hpp, impl/fused_backward_mma_kernels.hpp;
+// on the CPU their products emulated): every mask, window, sequence length
+// and dropout, D != Dv, S and Sk not multiples of the blocks. float with
+// 3×TF32 keeps float32 accuracy (within 3 times the error of the host
+// form's float32, against float64) in O, lse, dQ, dK and dV; one TF32 pass
+// (allow_tf32) is coarser and says so; double equals the double host form
+// to rounding.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "fused_case.hpp"
@@ -22,7 +24,6 @@ namespace {
 
 using namespace kdnn_test;
 namespace at = kdnn::attention;
-using kdnn::impl::MmaPrecision;
 
 std::vector<FusedCase> mma_cases() {
   return {
@@ -72,7 +73,7 @@ std::vector<FusedCase> mma_cases() {
 }
 
 struct Inputs {
-  std::vector<double> q, k, v;
+  std::vector<double> q, k, v, g;  // g: dO
 };
 
 /// Normal inputs rounded to float, so that every type reads the same values.
@@ -83,11 +84,12 @@ Inputs inputs(const FusedCase& c, unsigned seed) {
     return x;
   };
   const std::size_t nq = std::size_t(c.B) * c.H * c.S, nk = std::size_t(c.B) * c.H * c.Sk;
-  return {rounded(nq * c.D, seed), rounded(nk * c.D, seed + 1), rounded(nk * c.Dv, seed + 2)};
+  return {rounded(nq * c.D, seed), rounded(nk * c.D, seed + 1), rounded(nk * c.Dv, seed + 2),
+          rounded(nq * c.Dv, seed + 3)};
 }
 
-struct Forward {
-  std::vector<double> o, lse;
+struct Result {
+  std::vector<double> o, lse, dq, dk, dv;
 };
 
 at::FusedAttentionOptions options(const FusedCase& c) {
@@ -97,29 +99,25 @@ at::FusedAttentionOptions options(const FusedCase& c) {
   return opts;
 }
 
-/// The forward in T: the host form, or the tensor-core form with P.
+/// The forward and the backward in T by the host forms, or the tensor-core
+/// forms (one TF32 pass where `tf32`).
 template <class T>
-Forward run(const FusedCase& c, const Inputs& in, bool mma, MmaPrecision P = MmaPrecision::full) {
+Result run(const FusedCase& c, const Inputs& in, bool mma, bool tf32 = false, double scale = 0) {
   const auto q = to_device<T****>(in.q, c.B, c.H, c.S, c.D);
   const auto k = to_device<T****>(in.k, c.B, c.H, c.Sk, c.D);
   const auto v = to_device<T****>(in.v, c.B, c.H, c.Sk, c.Dv);
-  DeviceView<T****> o("o", c.B, c.H, c.S, c.Dv);
+  const auto g = to_device<T****>(in.g, c.B, c.H, c.S, c.Dv);
+  DeviceView<T****> o("o", c.B, c.H, c.S, c.Dv), dq("dq", c.B, c.H, c.S, c.D),
+      dk("dk", c.B, c.H, c.Sk, c.D), dv("dv", c.B, c.H, c.Sk, c.Dv);
   DeviceView<T***> lse("lse", c.B, c.H, c.S);
   at::FusedAttentionOptions opts = options(c);
+  if (scale != 0) opts.scale = scale;
+  opts.launch.form = mma ? kdnn::KernelForm::tensor_cores : kdnn::KernelForm::host;
+  opts.launch.allow_tf32 = tf32;
   const at::AttentionMask<Space> mask = mask_of(c);
-  if (!mma) {
-    opts.launch.form = kdnn::KernelForm::host;
-    at::fused_attention_forward(Space(), q, k, v, o, lse, opts, mask);
-  } else if (P == MmaPrecision::full) {
-    EXPECT_TRUE((at::impl::fused_attention_forward_mma<Space, T, MmaPrecision::full>(
-        Space(), q, k, v, o, lse, opts, mask)));
-  } else if constexpr (sizeof(T) == 4) {
-    EXPECT_TRUE((at::impl::fused_attention_forward_mma<Space, T, MmaPrecision::tf32>(
-        Space(), q, k, v, o, lse, opts, mask)));
-  } else {
-    ADD_FAILURE() << "a single TF32 pass is a float precision";
-  }
-  return {to_host(o), to_host(lse)};
+  at::fused_attention_forward(Space(), q, k, v, o, lse, opts, mask);
+  at::fused_attention_backward(Space(), q, k, v, o, lse, g, dq, dk, dv, opts, mask);
+  return {to_host(o), to_host(lse), to_host(dq), to_host(dk), to_host(dv)};
 }
 
 /// The largest |a − b| over finite pairs; a pair where one side is not
@@ -139,20 +137,30 @@ TEST(FusedAttentionMma, Float32WithThreeTf32KeepsFloat32Accuracy) {
     SCOPED_TRACE(c.name);
     const Inputs in = inputs(c, seed);
     seed += 3;
-    const Forward truth = run<double>(c, in, false);
-    const Forward host = run<float>(c, in, false);
-    const Forward full = run<float>(c, in, true, MmaPrecision::full);
-    const Forward tf32 = run<float>(c, in, true, MmaPrecision::tf32);
-    const double host_o = max_diff(host.o, truth.o), host_lse = max_diff(host.lse, truth.lse);
-    EXPECT_LE(max_diff(full.o, truth.o), 3 * host_o + 1e-7) << "host form's " << host_o;
-    EXPECT_LE(max_diff(full.lse, truth.lse), 3 * host_lse + 1e-7) << "host form's " << host_lse;
+    const Result truth = run<double>(c, in, false);
+    const Result host = run<float>(c, in, false);
+    const Result full = run<float>(c, in, true);
+    const Result tf32 = run<float>(c, in, true, true);
+    for (const auto& [name, got, float32, exact] :
+         {std::tuple{"o", &full.o, &host.o, &truth.o},
+          std::tuple{"lse", &full.lse, &host.lse, &truth.lse},
+          std::tuple{"dq", &full.dq, &host.dq, &truth.dq},
+          std::tuple{"dk", &full.dk, &host.dk, &truth.dk},
+          std::tuple{"dv", &full.dv, &host.dv, &truth.dv}}) {
+      const double host_error = max_diff(*float32, *exact);
+      EXPECT_LE(max_diff(*got, *exact), 3 * host_error + 1e-7)
+          << name << "; the host form's " << host_error;
+    }
     // One TF32 pass: about 10 bits per product; coarser than 3×TF32
     // wherever there is a product to round.
     const double tf32_o = max_diff(tf32.o, truth.o);
     EXPECT_LE(tf32_o, 1e-2);
     EXPECT_LE(max_diff(tf32.lse, truth.lse), 1e-2);
+    EXPECT_LE(max_diff(tf32.dk, truth.dk), 1e-2);
+    EXPECT_LE(max_diff(tf32.dv, truth.dv), 1e-2);
     if (c.S * c.Sk > 1) {
       EXPECT_GT(tf32_o, 4 * max_diff(full.o, truth.o));
+      EXPECT_GT(max_diff(tf32.dk, truth.dk), 4 * max_diff(full.dk, truth.dk));
     }
   }
 }
@@ -163,10 +171,13 @@ TEST(FusedAttentionMma, Float64EqualsTheHostFormToRounding) {
     SCOPED_TRACE(c.name);
     const Inputs in = inputs(c, seed);
     seed += 3;
-    const Forward host = run<double>(c, in, false);
-    const Forward mma = run<double>(c, in, true);
+    const Result host = run<double>(c, in, false);
+    const Result mma = run<double>(c, in, true);
     EXPECT_LE(max_diff(mma.o, host.o), 1e-13);
     EXPECT_LE(max_diff(mma.lse, host.lse), 1e-13);
+    EXPECT_LE(max_diff(mma.dq, host.dq), 1e-12);
+    EXPECT_LE(max_diff(mma.dk, host.dk), 1e-12);
+    EXPECT_LE(max_diff(mma.dv, host.dv), 1e-12);
   }
 }
 
@@ -177,16 +188,9 @@ TEST(FusedAttentionMma, HugeScalesGiveOneHotRows) {
   const Inputs in = inputs(c, 77);
   for (const double scale : {1e3, 1e6}) {
     SCOPED_TRACE(scale);
-    at::FusedAttentionOptions opts = options(c);
-    opts.scale = scale;
-    const auto q = to_device<float****>(in.q, c.B, c.H, c.S, c.D);
-    const auto k = to_device<float****>(in.k, c.B, c.H, c.Sk, c.D);
-    const auto v = to_device<float****>(in.v, c.B, c.H, c.Sk, c.Dv);
-    DeviceView<float****> o("o", c.B, c.H, c.S, c.Dv);
-    DeviceView<float***> lse("lse", c.B, c.H, c.S);
-    ASSERT_TRUE((at::impl::fused_attention_forward_mma<Space, float, MmaPrecision::full>(
-        Space(), q, k, v, o, lse, opts, {})));
-    const auto ho = to_host(o), hl = to_host(lse);
+    const Result r = run<float>(c, in, true, false, scale);
+    const auto& ho = r.o;
+    const auto& hl = r.lse;
     int checked = 0;
     for (int bh = 0; bh < c.B * c.H; ++bh) {
       for (int i = 0; i < c.S; ++i) {
@@ -220,13 +224,52 @@ TEST(FusedAttentionMma, HugeScalesGiveOneHotRows) {
   }
 }
 
-TEST(FusedAttentionMma, RunsOnlyForItsHeadSizes) {
-  DeviceView<float****> q("q", 1, 1, 4, 16), k("k", 1, 1, 4, 16), v("v", 1, 1, 4, 16),
-      o("o", 1, 1, 4, 16);
-  DeviceView<float***> lse("lse", 1, 1, 4);
-  EXPECT_FALSE((at::impl::fused_attention_forward_mma<Space, float, MmaPrecision::full>(
-      Space(), q, k, v, o, lse, {}, {})));
-  EXPECT_EQ(to_host(lse), std::vector<double>(4, 0.0));  // nothing written
+// Both kernels of the backward recompute the forward's scores bitwise (dQ's
+// as S, dK and dV's as Sᵀ = K·Qᵀ in the transposed order): where a huge
+// scale makes a row one-hot, P is exactly 1 at its key and 0 elsewhere, so
+// the row's dQ is exactly 0 and it adds nothing to dK (a score one rounding
+// off would give P = e^{±scale·ulp} and gradients of order scale).
+TEST(FusedAttentionMma, HugeScalesGiveZeroGradientsOnOneHotRows) {
+  const FusedCase c{"huge scale", 2, 1, 40, 50, 32, 32, true, {}, {}, {}, {}, 0};
+  const Inputs in = inputs(c, 91);
+  for (const bool tf32 : {false, true}) {
+    for (const double scale : {1e4, 1e8}) {
+      SCOPED_TRACE(std::to_string(scale) + (tf32 ? ", one TF32 pass" : ", 3xTF32"));
+      const Result f = run<float>(c, in, true, tf32, scale);
+      // Rows (of q) and keys (of k) whose gradient is not all zero.
+      const auto nonzero_rows = [](const std::vector<double>& x, int rows, int D) {
+        int n = 0;
+        for (int r = 0; r < rows; ++r) {
+          n += std::any_of(x.begin() + std::size_t(r) * D, x.begin() + std::size_t(r + 1) * D,
+                           [](double y) { return y != 0; });
+        }
+        return n;
+      };
+      // Row 0 of each head sees one key only: dQ = 0 anyway.
+      const int live_rows = nonzero_rows(f.dq, c.B * c.H * c.S, c.D);
+      // Every row but those whose top two scores are within e^-88 of a tie
+      // (at most two here), and each of those reaches two keys.
+      EXPECT_LE(live_rows, 2);
+      EXPECT_LE(nonzero_rows(f.dk, c.B * c.H * c.Sk, c.D), 2 * live_rows);
+    }
+  }
+}
+
+TEST(FusedAttentionMma, OtherHeadSizesRunTheGpuForm) {
+  const FusedCase c{"D = 16", 1, 2, 20, 30, 16, 16, false, {}, {}, {}, {}, 0};
+  const Inputs in = inputs(c, 5);
+  const auto run_form = [&](kdnn::KernelForm form) {
+    const auto q = to_device<float****>(in.q, c.B, c.H, c.S, c.D);
+    const auto k = to_device<float****>(in.k, c.B, c.H, c.Sk, c.D);
+    const auto v = to_device<float****>(in.v, c.B, c.H, c.Sk, c.Dv);
+    DeviceView<float****> o("o", c.B, c.H, c.S, c.Dv);
+    DeviceView<float***> lse("lse", c.B, c.H, c.S);
+    at::FusedAttentionOptions opts = options(c);
+    opts.launch.form = form;
+    at::fused_attention_forward(Space(), q, k, v, o, lse, opts, mask_of(c));
+    return to_host(o);
+  };
+  EXPECT_EQ(run_form(kdnn::KernelForm::tensor_cores), run_form(kdnn::KernelForm::gpu));
 }
 
 }  // namespace

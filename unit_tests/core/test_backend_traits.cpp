@@ -45,6 +45,35 @@ TEST(BackendTraits, AutomaticShapeFollowsTheBackend) {
   EXPECT_TRUE(use_gpu_form<Host>(KernelForm::gpu));
   EXPECT_TRUE(use_gpu_form<DeviceWithHostReachableMemory>(KernelForm::automatic));
   EXPECT_FALSE(use_gpu_form<DeviceWithHostReachableMemory>(KernelForm::host));
+  // An operator without a tensor-core form runs its GPU form for it.
+  EXPECT_TRUE(use_gpu_form<Host>(KernelForm::tensor_cores));
+}
+
+// chosen_form: what an operator with host, GPU and tensor-core forms runs,
+// given which of the last two it has for the sizes at hand. A host never
+// takes tensor cores by itself (it has none); asked for them, it runs the
+// form, emulated, where it exists, and the next form down elsewhere.
+TEST(BackendTraits, ChosenFormFallsBackToTheFormsAnOperatorHas) {
+  using kdnn::KernelForm;
+  using kdnn::impl::chosen_form;
+  using Host = Kokkos::DefaultHostExecutionSpace;
+  const Host host;
+  EXPECT_FALSE(kdnn::impl::has_tensor_cores(host));
+  EXPECT_EQ(chosen_form(host, KernelForm::automatic, true, true), KernelForm::host);
+  EXPECT_EQ(chosen_form(host, KernelForm::host, true, true), KernelForm::host);
+  EXPECT_EQ(chosen_form(host, KernelForm::gpu, true, true), KernelForm::gpu);
+  EXPECT_EQ(chosen_form(host, KernelForm::gpu, false, true), KernelForm::host);
+  EXPECT_EQ(chosen_form(host, KernelForm::tensor_cores, true, true), KernelForm::tensor_cores);
+  EXPECT_EQ(chosen_form(host, KernelForm::tensor_cores, true, false), KernelForm::gpu);
+  EXPECT_EQ(chosen_form(host, KernelForm::tensor_cores, false, false), KernelForm::host);
+#if defined(KOKKOS_ENABLE_CUDA)
+  // On a GPU: tensor cores where the device has them, else the GPU form.
+  const Kokkos::Cuda cuda;
+  EXPECT_EQ(chosen_form(cuda, KernelForm::automatic, true, true),
+            kdnn::impl::has_tensor_cores(cuda) ? KernelForm::tensor_cores : KernelForm::gpu);
+  EXPECT_EQ(chosen_form(cuda, KernelForm::automatic, true, false), KernelForm::gpu);
+  EXPECT_EQ(chosen_form(cuda, KernelForm::automatic, false, false), KernelForm::host);
+#endif
 }
 
 }  // namespace

@@ -28,7 +28,7 @@ constexpr int kWarps = 4, kTiles = 4;
 
 /// C += A·B by one team of kWarps warps; warp w owns rows [w·M, (w + 1)·M)
 /// and kTiles N-column tiles beside each other.
-template <class ExecSpace, class Shape, ki::MmaPrecision P>
+template <class ExecSpace, class Shape, ki::MmaPrecision P, ki::MmaOrder O = ki::MmaOrder::plain>
 struct TeamProduct {
   using T = typename Shape::value_type;
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
@@ -71,9 +71,9 @@ struct TeamProduct {
         }
       });
       for (int j = 0; j < kTiles; ++j) {
-        ki::team_mma<Shape, P, NT, kPrivate>(team, ki::registers_at(a, 0),
-                                             ki::registers_at(b, j * Shape::b_regs),
-                                             ki::registers_at(c, j * Shape::c_regs));
+        ki::team_mma<Shape, P, NT, kPrivate, O>(team, ki::registers_at(a, 0),
+                                                ki::registers_at(b, j * Shape::b_regs),
+                                                ki::registers_at(c, j * Shape::c_regs));
       }
     }
     threads([&](int t) {
@@ -109,9 +109,9 @@ Operands operands(int K, bool integers, unsigned seed) {
 }
 
 /// C + A·B by the team kernel on ExecSpace, row-major.
-template <class ExecSpace, class Shape, ki::MmaPrecision P>
+template <class ExecSpace, class Shape, ki::MmaPrecision P, ki::MmaOrder O = ki::MmaOrder::plain>
 std::vector<double> team_product(const Operands& o) {
-  using Kernel = TeamProduct<ExecSpace, Shape, P>;
+  using Kernel = TeamProduct<ExecSpace, Shape, P, O>;
   using T = typename Shape::value_type;
   using Memory = typename ExecSpace::memory_space;
   Kernel k;
@@ -220,6 +220,73 @@ TEST(TeamMma, RandomProductsStayWithinTheirPrecisionsBounds) {
             f64_bound);
   EXPECT_LE(worst_error(team_product<Host, F64, ki::MmaPrecision::full>(d), exact, scale),
             f64_bound);
+}
+
+/// The operands of Cᵀ + Bᵀ·Aᵀ in a product of o's shape: its first
+/// o.cols rows and columns are the transposed product's, the rest zero.
+Operands transposed(const Operands& o) {
+  Operands t{o.rows,
+             o.cols,
+             o.K,
+             std::vector<double>(o.A.size()),
+             std::vector<double>(o.B.size()),
+             std::vector<double>(o.C.size())};
+  for (int j = 0; j < o.cols; ++j) {
+    for (int k = 0; k < o.K; ++k) {
+      t.A[std::size_t(j) * o.K + k] = o.B[std::size_t(k) * o.cols + j];  // Bᵀ's row j
+      t.B[std::size_t(k) * o.cols + j] = o.A[std::size_t(j) * o.K + k];  // Aᵀ's column j
+    }
+    for (int i = 0; i < o.cols; ++i) {
+      t.C[std::size_t(j) * o.cols + i] = o.C[std::size_t(i) * o.cols + j];
+    }
+  }
+  return t;
+}
+
+/// How many (i, j), i, j < o.cols, of `plain` (C + A·B) differ from
+/// element (j, i) of `swapped` (Cᵀ + Bᵀ·Aᵀ).
+int transpose_mismatches(const Operands& o, const std::vector<double>& plain,
+                         const std::vector<double>& swapped) {
+  int n = 0;
+  for (int i = 0; i < o.cols; ++i) {
+    for (int j = 0; j < o.cols; ++j) {
+      n += plain[std::size_t(i) * o.cols + j] != swapped[std::size_t(j) * o.cols + i];
+    }
+  }
+  return n;
+}
+
+// MmaOrder::transposed makes Cᵀ + Bᵀ·Aᵀ bitwise the transpose of C + A·B
+// (what lets the backward recompute the forward's scores as Sᵀ = K·Qᵀ);
+// with the plain order on both sides 3×TF32 sums the small products in the
+// other order, which random data shows.
+template <class ExecSpace>
+void expect_transposed_order_is_bitwise() {
+  using Tf32 = ki::MmaTf32M16N8K8;
+  using F64 = ki::MmaF64M8N8K4;
+  constexpr auto full = ki::MmaPrecision::full, tf32 = ki::MmaPrecision::tf32;
+  constexpr auto swap = ki::MmaOrder::transposed;
+  const Operands o = operands<Tf32>(64, false, 43);
+  const Operands t = transposed(o);
+  const auto plain = team_product<ExecSpace, Tf32, full>(o);
+  EXPECT_EQ(transpose_mismatches(o, plain, team_product<ExecSpace, Tf32, full, swap>(t)), 0);
+  EXPECT_GT(transpose_mismatches(o, plain, team_product<ExecSpace, Tf32, full>(t)), 0);
+  EXPECT_EQ(transpose_mismatches(o, team_product<ExecSpace, Tf32, tf32>(o),
+                                 team_product<ExecSpace, Tf32, tf32, swap>(t)),
+            0);
+  const Operands d = operands<F64>(64, false, 47);
+  EXPECT_EQ(transpose_mismatches(d, team_product<ExecSpace, F64, full>(d),
+                                 team_product<ExecSpace, F64, full, swap>(transposed(d))),
+            0);
+}
+
+TEST(TeamMma, TransposedOrderGivesTheTransposeBitwise) {
+  {
+    SCOPED_TRACE("device");
+    expect_transposed_order_is_bitwise<Space>();
+  }
+  SCOPED_TRACE("emulation");
+  expect_transposed_order_is_bitwise<Host>();
 }
 
 /// Each thread's R registers reduced over its quad, max and sum.

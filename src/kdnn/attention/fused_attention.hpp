@@ -36,9 +36,13 @@ struct FusedAttentionOptions {
   /// Team size and vector length (0: chosen per backend), and the kernels'
   /// form: the forward and the backward have GPU forms for D and Dv each
   /// in {32, 64, 128, 256} (the backward in double up to 128), chosen by
-  /// KernelForm::automatic on a GPU backend or by ::gpu anywhere, which
-  /// pick their own team size and vector length (the backward's form is
-  /// the per_key_block split whatever `backward` says).
+  /// KernelForm::automatic on a GPU backend or by ::gpu anywhere, and
+  /// tensor-core forms for D and Dv each in {32, 64, 128}, chosen by
+  /// automatic on a CUDA device of compute capability 8.0 or later or by
+  /// ::tensor_cores anywhere (float in 3×TF32, or one TF32 pass with
+  /// `launch.allow_tf32`); both pick their own team size and vector length
+  /// (the backward's form is the per_key_block split whatever `backward`
+  /// says).
   Launch launch;
   FusedBackwardSchedule backward = FusedBackwardSchedule::automatic;  ///< the backward's split
 };

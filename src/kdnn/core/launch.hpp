@@ -17,6 +17,11 @@ enum class KernelForm {
   automatic,  ///< the GPU form on a GPU backend, the host form on a host
   host,       ///< the form written for CPU caches and SIMD
   gpu,        ///< the form written for warps, registers and on-chip scratch
+  /// the GPU form whose products run on tensor cores (mma.sync on CUDA
+  /// devices of compute capability 8.0 and later; emulated, slowly, on a
+  /// host); `automatic` takes it on such a device. An operator without one
+  /// runs its GPU form.
+  tensor_cores,
 };
 
 struct Launch {
@@ -24,6 +29,11 @@ struct Launch {
   int team_size = 0;      ///< team threads
   int vector_length = 0;  ///< vector lanes per team thread (a power of two)
   KernelForm form = KernelForm::automatic;  ///< which form runs
+  /// float products on tensor cores in one TF32 pass (about 10 mantissa
+  /// bits, PyTorch's allow_tf32) instead of three (3×TF32, float32
+  /// accuracy): faster, less accurate, never the default. Ignored in double
+  /// and by forms without tensor cores.
+  bool allow_tf32 = false;
 };
 
 }  // namespace kdnn

@@ -11,6 +11,7 @@
 #include "kdnn/attention/impl/dropout_impl.hpp"
 #include "kdnn/attention/impl/fused_backward_gpu_kernels.hpp"
 #include "kdnn/attention/impl/fused_backward_kernels.hpp"
+#include "kdnn/attention/impl/fused_backward_mma_kernels.hpp"
 #include "kdnn/attention/impl/fused_forward_gpu_kernel.hpp"
 #include "kdnn/attention/impl/fused_forward_kernel.hpp"
 #include "kdnn/attention/impl/fused_forward_mma_kernel.hpp"
@@ -49,20 +50,30 @@ inline DropoutMask dropout_mask(const DropoutOptions& opts) {
   return m;
 }
 
-/// Whether the forward runs its GPU form (fused_forward_gpu_kernel.hpp):
-/// the launch asks for it (KernelForm) and D and Dv are among its head sizes.
-template <class ExecSpace>
-bool forward_gpu_form(const FusedAttentionOptions& opts, int D, int Dv) {
-  return kdnn::impl::use_gpu_form<ExecSpace>(opts.launch.form) && FlashHeadSizes::contains(D) &&
-         FlashHeadSizes::contains(Dv);
+/// Whether the tensor-core forms (fused_forward_mma_kernel.hpp,
+/// fused_backward_mma_kernels.hpp) are compiled for D and Dv.
+inline bool mma_head_sizes(int D, int Dv) {
+  return MmaHeadSizes::contains(D) && MmaHeadSizes::contains(Dv);
 }
 
-/// Whether the backward runs its GPU form (fused_backward_gpu_kernels.hpp):
-/// the launch asks for it and D, Dv are among its head sizes for T.
+/// The form the forward runs (kdnn::impl::chosen_form): its GPU form
+/// (fused_forward_gpu_kernel.hpp) where D and Dv are among its head sizes,
+/// its tensor-core form where they are among MmaHeadSizes.
+template <class ExecSpace>
+KernelForm forward_form(const ExecSpace& space, const FusedAttentionOptions& opts, int D, int Dv) {
+  return kdnn::impl::chosen_form(space, opts.launch.form,
+                                 FlashHeadSizes::contains(D) && FlashHeadSizes::contains(Dv),
+                                 mma_head_sizes(D, Dv));
+}
+
+/// The form the backward runs: as forward_form, with the GPU form's head
+/// sizes for T (fused_backward_gpu_kernels.hpp).
 template <class ExecSpace, class T>
-bool backward_gpu_form(const FusedAttentionOptions& opts, int D, int Dv) {
-  return kdnn::impl::use_gpu_form<ExecSpace>(opts.launch.form) &&
-         FlashBackwardHeadSizes<T>::contains(D) && FlashBackwardHeadSizes<T>::contains(Dv);
+KernelForm backward_form(const ExecSpace& space, const FusedAttentionOptions& opts, int D, int Dv) {
+  return kdnn::impl::chosen_form(
+      space, opts.launch.form,
+      FlashBackwardHeadSizes<T>::contains(D) && FlashBackwardHeadSizes<T>::contains(Dv),
+      mma_head_sizes(D, Dv));
 }
 
 /// Calls run(D, DV), two std::integral_constant<int, …>, when the forward's
@@ -79,12 +90,30 @@ bool dispatch_backward_head_sizes(int D, int Dv, const Run& run) {
                                                                                           run);
 }
 
+/// Calls run(D, DV, P) for the tensor-core forms compiled for D and Dv
+/// (std::integral_constant<int, …> each) with the precision P
+/// (std::integral_constant<MmaPrecision, …>) of T and the launch: one TF32
+/// pass for float where allow_tf32 says so, else full; says whether it did.
+template <class T, class Run>
+bool dispatch_mma(int D, int Dv, const kdnn::Launch& launch, const Run& run) {
+  using kdnn::impl::MmaPrecision;
+  return kdnn::impl::dispatch_sizes<MmaHeadSizes, MmaHeadSizes>(D, Dv, [&](auto hd, auto hdv) {
+    if constexpr (sizeof(T) == 4) {
+      if (launch.allow_tf32) {
+        run(hd, hdv, std::integral_constant<MmaPrecision, MmaPrecision::tf32>{});
+        return;
+      }
+    }
+    run(hd, hdv, std::integral_constant<MmaPrecision, MmaPrecision::full>{});
+  });
+}
+
 /// The kernels index with int: every extent, and the teams of each launch
 /// (B·H·⌈S/bq⌉ query blocks, B·H·⌈Sk/bk⌉ key blocks), counted in 64 bits,
 /// must stay below 2^31.
 template <class ExecSpace, class T>
-void check_fused_sizes(const char* op, const FusedAttentionOptions& opts, std::size_t B,
-                       std::size_t H, std::size_t S, std::size_t Sk, std::size_t D,
+void check_fused_sizes(const char* op, const ExecSpace& space, const FusedAttentionOptions& opts,
+                       std::size_t B, std::size_t H, std::size_t S, std::size_t Sk, std::size_t D,
                        std::size_t Dv) {
   const std::size_t limit = std::size_t(std::numeric_limits<int>::max());
   const auto shape = [&] {
@@ -96,14 +125,23 @@ void check_fused_sizes(const char* op, const FusedAttentionOptions& opts, std::s
   }
   int bq = 1, bk = 1;
   fused_block_sizes<ExecSpace>(int(S), int(Sk), int(D), int(Dv), bq, bk);
-  if (forward_gpu_form<ExecSpace>(opts, int(D), int(Dv))) {  // their blocks may be smaller
+  // The other forms' blocks may be smaller.
+  if (forward_form(space, opts, int(D), int(Dv)) == KernelForm::gpu) {
     dispatch_head_sizes(int(D), int(Dv), [&](auto hd, auto hdv) {
       bq = std::min(bq, FlashShape<T, decltype(hd)::value, decltype(hdv)::value>::BQ);
     });
   }
-  if (backward_gpu_form<ExecSpace, T>(opts, int(D), int(Dv))) {
+  if (backward_form<ExecSpace, T>(space, opts, int(D), int(Dv)) == KernelForm::gpu) {
     dispatch_backward_head_sizes<T>(int(D), int(Dv), [&](auto hd, auto hdv) {
       constexpr int BR = FlashBackwardShape<T, decltype(hd)::value, decltype(hdv)::value>::BR;
+      bq = std::min(bq, BR);
+      bk = std::min(bk, BR);
+    });
+  }
+  if (forward_form(space, opts, int(D), int(Dv)) == KernelForm::tensor_cores) {
+    // Queries per team of the forward and dQ, keys per team of dK and dV.
+    dispatch_mma<T>(int(D), int(Dv), opts.launch, [&](auto hd, auto hdv, auto) {
+      constexpr int BR = FlashMmaShape<T, decltype(hd)::value, decltype(hdv)::value>::BQ;
       bq = std::min(bq, BR);
       bk = std::min(bk, BR);
     });
@@ -119,7 +157,7 @@ void check_fused_sizes(const char* op, const FusedAttentionOptions& opts, std::s
 /// Checks the options and that q, k, v and the [B, H, S, Dv] and [B, H, S]
 /// tensors named in `outs` agree.
 template <class ExecSpace, class T>
-void validate_fused(const char* op, const FusedAttentionOptions& opts,
+void validate_fused(const char* op, const ExecSpace& space, const FusedAttentionOptions& opts,
                     const Tensor4<const T, ExecSpace>& q, const Tensor4<const T, ExecSpace>& k,
                     const Tensor4<const T, ExecSpace>& v, const char* o_name,
                     const Tensor4<const T, ExecSpace>& o, const char* lse_name,
@@ -144,8 +182,8 @@ void validate_fused(const char* op, const FusedAttentionOptions& opts,
   validate::extent(op, o_name, o, 2, q.extent(2), "S, q's extent(2)");
   validate::extent(op, o_name, o, 3, v.extent(3), "Dv, v's extent(3)");
   validate::extent(op, lse_name, lse, 2, q.extent(2), "S, q's extent(2)");
-  check_fused_sizes<ExecSpace, T>(op, opts, q.extent(0), q.extent(1), q.extent(2), k.extent(2),
-                                  q.extent(3), v.extent(3));
+  check_fused_sizes<ExecSpace, T>(op, space, opts, q.extent(0), q.extent(1), q.extent(2),
+                                  k.extent(2), q.extent(3), v.extent(3));
 }
 
 /// The launch plan of one fused kernel over `league` teams.
@@ -179,6 +217,15 @@ bool backward_per_head(const ExecSpace& space, int B, int H, const FusedAttentio
           kdnn::impl::BackendTraits<ExecSpace>::is_host && B * H >= space.concurrency());
 }
 
+/// The launch plans of a register-tiled backward's two kernels (as
+/// launch_backward_teams below makes them), launching nothing.
+template <class KV, class Q, class ExecSpace>
+void plan_backward_teams(const char* op, const ExecSpace& space, int S, int Sk,
+                         const FusedAttentionOptions& opts) {
+  if (Sk > 0) plan_fused_gpu<ExecSpace, KV>(op, space, 1, opts);
+  if (S > 0) plan_fused_gpu<ExecSpace, Q>(op, space, 1, opts);
+}
+
 /// Makes the launch plans the fused forward (or backward) would make for
 /// these sizes, launching nothing: throws what the call would (team scratch
 /// past the backend's limit, a launch the backend refuses). For callers that
@@ -190,29 +237,57 @@ void check_fused_launch(const char* op, const ExecSpace& space, int B, int H, in
   int bq = 1, bk = 1;
   fused_block_sizes<ExecSpace>(S, Sk, D, Dv, bq, bk);
   if (!backward) {
-    if (S > 0 && forward_gpu_form<ExecSpace>(opts, D, Dv)) {
-      dispatch_head_sizes(D, Dv, [&](auto hd, auto hdv) {
-        plan_fused_gpu<ExecSpace, FusedForwardGpuKernel<ExecSpace, T, decltype(hd)::value,
-                                                        decltype(hdv)::value>>(op, space, 1, opts);
-      });
-    } else if (S > 0) {
-      plan_fused<ExecSpace, FusedForwardKernel<ExecSpace, T>>(op, space, 1, opts, bq, bk, D, Dv);
+    if (S == 0) return;
+    switch (forward_form(space, opts, D, Dv)) {
+      case KernelForm::tensor_cores:
+        dispatch_mma<T>(D, Dv, opts.launch, [&](auto hd, auto hdv, auto p) {
+          plan_fused_gpu<ExecSpace,
+                         FusedForwardMmaKernel<ExecSpace, T, decltype(hd)::value,
+                                               decltype(hdv)::value, decltype(p)::value>>(op, space,
+                                                                                          1, opts);
+        });
+        break;
+      case KernelForm::gpu:
+        dispatch_head_sizes(D, Dv, [&](auto hd, auto hdv) {
+          plan_fused_gpu<ExecSpace, FusedForwardGpuKernel<ExecSpace, T, decltype(hd)::value,
+                                                          decltype(hdv)::value>>(op, space, 1,
+                                                                                 opts);
+        });
+        break;
+      default:
+        plan_fused<ExecSpace, FusedForwardKernel<ExecSpace, T>>(op, space, 1, opts, bq, bk, D, Dv);
     }
-  } else if (backward_gpu_form<ExecSpace, T>(opts, D, Dv)) {
-    dispatch_backward_head_sizes<T>(D, Dv, [&](auto hd, auto hdv) {
-      constexpr int HD = decltype(hd)::value, HDV = decltype(hdv)::value;
-      using KV = FusedBackwardKVGpuKernel<ExecSpace, T, HD, HDV>;
-      using Q = FusedBackwardQGpuKernel<ExecSpace, T, HD, HDV>;
-      if (Sk > 0) plan_fused_gpu<ExecSpace, KV>(op, space, 1, opts);
-      if (S > 0) plan_fused_gpu<ExecSpace, Q>(op, space, 1, opts);
-    });
-  } else if (backward_per_head(space, B, H, opts)) {
-    plan_fused<ExecSpace, FusedBackwardKVKernel<ExecSpace, T>>(op, space, 1, opts, bq, bk, D, Dv);
-  } else {
-    if (Sk > 0)
-      plan_fused<ExecSpace, FusedBackwardKVKernel<ExecSpace, T>>(op, space, 1, opts, bq, bk, D, Dv);
-    if (S > 0)
-      plan_fused<ExecSpace, FusedBackwardQKernel<ExecSpace, T>>(op, space, 1, opts, bq, bk, D, Dv);
+    return;
+  }
+  switch (backward_form<ExecSpace, T>(space, opts, D, Dv)) {
+    case KernelForm::tensor_cores:
+      dispatch_mma<T>(D, Dv, opts.launch, [&](auto hd, auto hdv, auto p) {
+        constexpr int HD = decltype(hd)::value, HDV = decltype(hdv)::value;
+        constexpr auto P = decltype(p)::value;
+        plan_backward_teams<FusedBackwardKVMmaKernel<ExecSpace, T, HD, HDV, P>,
+                            FusedBackwardQMmaKernel<ExecSpace, T, HD, HDV, P>>(op, space, S, Sk,
+                                                                               opts);
+      });
+      break;
+    case KernelForm::gpu:
+      dispatch_backward_head_sizes<T>(D, Dv, [&](auto hd, auto hdv) {
+        constexpr int HD = decltype(hd)::value, HDV = decltype(hdv)::value;
+        plan_backward_teams<FusedBackwardKVGpuKernel<ExecSpace, T, HD, HDV>,
+                            FusedBackwardQGpuKernel<ExecSpace, T, HD, HDV>>(op, space, S, Sk, opts);
+      });
+      break;
+    default:
+      if (backward_per_head(space, B, H, opts)) {
+        plan_fused<ExecSpace, FusedBackwardKVKernel<ExecSpace, T>>(op, space, 1, opts, bq, bk, D,
+                                                                   Dv);
+        return;
+      }
+      if (Sk > 0)
+        plan_fused<ExecSpace, FusedBackwardKVKernel<ExecSpace, T>>(op, space, 1, opts, bq, bk, D,
+                                                                   Dv);
+      if (S > 0)
+        plan_fused<ExecSpace, FusedBackwardQKernel<ExecSpace, T>>(op, space, 1, opts, bq, bk, D,
+                                                                  Dv);
   }
 }
 
@@ -220,11 +295,11 @@ void check_fused_launch(const char* op, const ExecSpace& space, int B, int H, in
 /// and gathers what every form of it takes.
 template <class ExecSpace, class T>
 FusedForwardData<ExecSpace, T> forward_data(
-    const char* op, const Tensor4<const T, ExecSpace>& q, const Tensor4<const T, ExecSpace>& k,
-    const Tensor4<const T, ExecSpace>& v, const Tensor4<T, ExecSpace>& o,
-    const Tensor3<T, ExecSpace>& lse, const FusedAttentionOptions& opts,
-    const AttentionMask<ExecSpace>& mask, MaskCheck mask_check) {
-  validate_fused<ExecSpace, T>(op, opts, q, k, v, "o", Tensor4<const T, ExecSpace>(o), "lse",
+    const char* op, const ExecSpace& space, const Tensor4<const T, ExecSpace>& q,
+    const Tensor4<const T, ExecSpace>& k, const Tensor4<const T, ExecSpace>& v,
+    const Tensor4<T, ExecSpace>& o, const Tensor3<T, ExecSpace>& lse,
+    const FusedAttentionOptions& opts, const AttentionMask<ExecSpace>& mask, MaskCheck mask_check) {
+  validate_fused<ExecSpace, T>(op, space, opts, q, k, v, "o", Tensor4<const T, ExecSpace>(o), "lse",
                                Tensor3<const T, ExecSpace>(lse));
   using validate::memory_of;
   validate::disjoint(op, {memory_of("o", o), memory_of("lse", lse)},
@@ -263,20 +338,30 @@ void fused_attention_forward(const ExecSpace& space, const Tensor4<const T, Exec
                              const Tensor3<T, ExecSpace>& lse, const FusedAttentionOptions& opts,
                              const AttentionMask<ExecSpace>& mask, MaskCheck mask_check) {
   constexpr const char* op = "attention::fused_attention_forward";
-  const auto data = forward_data<ExecSpace, T>(op, q, k, v, o, lse, opts, mask, mask_check);
+  const auto data = forward_data<ExecSpace, T>(op, space, q, k, v, o, lse, opts, mask, mask_check);
   const int B = int(q.extent(0)), H = int(q.extent(1)), S = int(q.extent(2)), Sk = int(k.extent(2)),
             D = int(q.extent(3)), Dv = int(v.extent(3));
   if (B == 0 || H == 0 || S == 0) return;
+  const std::string sizes = "D=" + std::to_string(D) + ", Dv=" + std::to_string(Dv) + "]";
 
-  if (forward_gpu_form<ExecSpace>(opts, D, Dv)) {
-    dispatch_head_sizes(D, Dv, [&](auto hd, auto hdv) {
-      launch_forward_team<
-          FusedForwardGpuKernel<ExecSpace, T, decltype(hd)::value, decltype(hdv)::value>>(
-          op, space, data, opts,
-          "kdnn::attention::fused_attention_forward[gpu D=" + std::to_string(D) +
-              ", Dv=" + std::to_string(Dv) + "]");
-    });
-    return;
+  switch (forward_form(space, opts, D, Dv)) {
+    case KernelForm::tensor_cores:
+      dispatch_mma<T>(D, Dv, opts.launch, [&](auto hd, auto hdv, auto p) {
+        launch_forward_team<FusedForwardMmaKernel<ExecSpace, T, decltype(hd)::value,
+                                                  decltype(hdv)::value, decltype(p)::value>>(
+            op, space, data, opts,
+            "kdnn::attention::fused_attention_forward[tensor cores " + sizes);
+      });
+      return;
+    case KernelForm::gpu:
+      dispatch_head_sizes(D, Dv, [&](auto hd, auto hdv) {
+        launch_forward_team<
+            FusedForwardGpuKernel<ExecSpace, T, decltype(hd)::value, decltype(hdv)::value>>(
+            op, space, data, opts, "kdnn::attention::fused_attention_forward[gpu " + sizes);
+      });
+      return;
+    default:
+      break;
   }
 
   using Kernel = FusedForwardKernel<ExecSpace, T>;
@@ -288,29 +373,50 @@ void fused_attention_forward(const ExecSpace& space, const Tensor4<const T, Exec
   plan.launch("kdnn::attention::fused_attention_forward", space, kernel);
 }
 
-/// The forward's tensor-core form (fused_forward_mma_kernel.hpp) with
-/// precision P, for D and Dv in MmaHeadSizes (false, nothing run, for
-/// others). Not chosen by any KernelForm yet: a backward that recomputes
-/// its scores bitwise must come with it (the backward's huge-scale
-/// guarantee rests on that); the tests call it.
-template <class ExecSpace, class T, kdnn::impl::MmaPrecision P>
-bool fused_attention_forward_mma(const ExecSpace& space, const Tensor4<const T, ExecSpace>& q,
-                                 const Tensor4<const T, ExecSpace>& k,
-                                 const Tensor4<const T, ExecSpace>& v,
-                                 const Tensor4<T, ExecSpace>& o, const Tensor3<T, ExecSpace>& lse,
-                                 const FusedAttentionOptions& opts,
-                                 const AttentionMask<ExecSpace>& mask) {
-  constexpr const char* op = "attention::fused_attention_forward";
-  const auto data = forward_data<ExecSpace, T>(op, q, k, v, o, lse, opts, mask, MaskCheck::here);
-  const int D = int(q.extent(3)), Dv = int(v.extent(3));
-  return kdnn::impl::dispatch_sizes<MmaHeadSizes, MmaHeadSizes>(D, Dv, [&](auto hd, auto hdv) {
-    if (q.extent(0) == 0 || q.extent(1) == 0 || q.extent(2) == 0) return;
-    launch_forward_team<
-        FusedForwardMmaKernel<ExecSpace, T, decltype(hd)::value, decltype(hdv)::value, P>>(
-        op, space, data, opts,
-        "kdnn::attention::fused_attention_forward[tensor cores D=" + std::to_string(D) +
-            ", Dv=" + std::to_string(Dv) + "]");
-  });
+/// delta[b, h, i] = dO_i·O_i, the softmax backward's row sums.
+template <class ExecSpace, class T>
+void row_deltas(const ExecSpace& space, const Tensor4<const T, ExecSpace>& dout,
+                const Tensor4<const T, ExecSpace>& o, const Tensor3<T, ExecSpace>& delta) {
+  if (delta.size() == 0) return;
+  const int Dv = int(o.extent(3));
+  Kokkos::parallel_for(
+      "kdnn::attention::fused_delta", Kokkos::RangePolicy<ExecSpace>(space, 0, delta.size()),
+      KOKKOS_LAMBDA(std::size_t row) {
+        // In double, in team_gemm's order: with T = double bitwise the
+        // sum that gives dP at a one-hot row's key (dP − δ = 0 there).
+        delta.data()[row] =
+            T(kdnn::impl::gemm_order_dot<double>(Dv, dout.data() + row * Dv, o.data() + row * Dv));
+      });
+}
+
+/// Launches a register-tiled form of the backward (GPU or tensor-core):
+/// KV, a team per KV::BK keys of a head (dK, dV), and Q, a team per Q::BQ
+/// queries (dQ); KV walks the queries in tiles of KV::BQ.
+template <class KV, class Q, class ExecSpace, class T>
+void launch_backward_teams(const char* op, const ExecSpace& space,
+                           FusedBackwardData<ExecSpace, T> data, const Tensor4<T, ExecSpace>& dq,
+                           const Tensor4<T, ExecSpace>& dk, const Tensor4<T, ExecSpace>& dv,
+                           const FusedAttentionOptions& opts, const std::string& tag) {
+  const int B = int(data.q.extent(0)), H = int(data.q.extent(1)), S = int(data.q.extent(2)),
+            Sk = int(data.k.extent(2));
+  data.bq = KV::BQ;  // the rows load_rows reads
+  data.bk = KV::BK;
+  if (Sk > 0) {
+    KV kv;
+    static_cast<FusedBackwardData<ExecSpace, T>&>(kv) = data;
+    kv.dk = dk, kv.dv = dv;
+    const auto plan =
+        plan_fused_gpu<ExecSpace, KV>(op, space, B * H * ((Sk + KV::BK - 1) / KV::BK), opts);
+    plan.launch("kdnn::attention::fused_backward_kv" + tag, space, kv);
+  }
+  if (S > 0) {
+    Q qk;
+    static_cast<FusedBackwardData<ExecSpace, T>&>(qk) = data;
+    qk.dq = dq;
+    const auto plan =
+        plan_fused_gpu<ExecSpace, Q>(op, space, B * H * ((S + Q::BQ - 1) / Q::BQ), opts);
+    plan.launch("kdnn::attention::fused_backward_q" + tag, space, qk);
+  }
 }
 
 template <class ExecSpace, class T>
@@ -323,7 +429,7 @@ void fused_attention_backward(
     const Tensor3<T, ExecSpace>& delta_workspace, const FusedAttentionOptions& opts,
     const AttentionMask<ExecSpace>& mask, MaskCheck mask_check) {
   constexpr const char* op = "attention::fused_attention_backward";
-  validate_fused<ExecSpace, T>(op, opts, q, k, v, "o", o, "lse", lse);
+  validate_fused<ExecSpace, T>(op, space, opts, q, k, v, "o", o, "lse", lse);
   validate::same_shape(op, "dout", dout, "o", o);
   validate::same_shape(op, "dq", dq, "q", q);
   validate::same_shape(op, "dk", dk, "k", k);
@@ -346,16 +452,7 @@ void fused_attention_backward(
   const Tensor3<T, ExecSpace> delta =
       given_delta ? delta_workspace
                   : Tensor3<T, ExecSpace>("kdnn::attention::fused_delta", B, H, S);
-  if (delta.size() > 0) {
-    Kokkos::parallel_for(
-        "kdnn::attention::fused_delta", Kokkos::RangePolicy<ExecSpace>(space, 0, delta.size()),
-        KOKKOS_LAMBDA(std::size_t row) {
-          // In double, in team_gemm's order: with T = double bitwise the
-          // sum that gives dP at a one-hot row's key (dP − δ = 0 there).
-          delta.data()[row] = T(
-              kdnn::impl::gemm_order_dot<double>(Dv, dout.data() + row * Dv, o.data() + row * Dv));
-        });
-  }
+  row_deltas<ExecSpace, T>(space, dout, o, delta);
 
   FusedBackwardData<ExecSpace, T> data;
   data.q = q, data.k = k, data.v = v, data.dout = dout, data.lse = lse, data.delta = delta;
@@ -364,32 +461,28 @@ void fused_attention_backward(
   data.scale = T(opts.scale);
   data.keep_scale = T(1.0 / (1.0 - opts.dropout.p));
   fused_block_sizes<ExecSpace>(S, Sk, D, Dv, data.bq, data.bk);
+  const std::string sizes = "D=" + std::to_string(D) + ", Dv=" + std::to_string(Dv) + "]";
 
-  if (backward_gpu_form<ExecSpace, T>(opts, D, Dv)) {
-    dispatch_backward_head_sizes<T>(D, Dv, [&](auto hd, auto hdv) {
-      constexpr int HD = decltype(hd)::value, HDV = decltype(hdv)::value;
-      data.bq = data.bk = FlashBackwardShape<T, HD, HDV>::BR;
-      const std::string tag = "[gpu D=" + std::to_string(HD) + ", Dv=" + std::to_string(HDV) + "]";
-      if (Sk > 0) {
-        using KV = FusedBackwardKVGpuKernel<ExecSpace, T, HD, HDV>;
-        KV kv;
-        static_cast<FusedBackwardData<ExecSpace, T>&>(kv) = data;
-        kv.dk = dk, kv.dv = dv;
-        const auto plan =
-            plan_fused_gpu<ExecSpace, KV>(op, space, B * H * ((Sk + KV::BK - 1) / KV::BK), opts);
-        plan.launch("kdnn::attention::fused_backward_kv" + tag, space, kv);
-      }
-      if (S > 0) {
-        using Q = FusedBackwardQGpuKernel<ExecSpace, T, HD, HDV>;
-        Q qk;
-        static_cast<FusedBackwardData<ExecSpace, T>&>(qk) = data;
-        qk.dq = dq;
-        const auto plan =
-            plan_fused_gpu<ExecSpace, Q>(op, space, B * H * ((S + Q::BQ - 1) / Q::BQ), opts);
-        plan.launch("kdnn::attention::fused_backward_q" + tag, space, qk);
-      }
-    });
-    return;
+  switch (backward_form<ExecSpace, T>(space, opts, D, Dv)) {
+    case KernelForm::tensor_cores:
+      dispatch_mma<T>(D, Dv, opts.launch, [&](auto hd, auto hdv, auto p) {
+        constexpr int HD = decltype(hd)::value, HDV = decltype(hdv)::value;
+        constexpr auto P = decltype(p)::value;
+        launch_backward_teams<FusedBackwardKVMmaKernel<ExecSpace, T, HD, HDV, P>,
+                              FusedBackwardQMmaKernel<ExecSpace, T, HD, HDV, P>>(
+            op, space, data, dq, dk, dv, opts, "[tensor cores " + sizes);
+      });
+      return;
+    case KernelForm::gpu:
+      dispatch_backward_head_sizes<T>(D, Dv, [&](auto hd, auto hdv) {
+        constexpr int HD = decltype(hd)::value, HDV = decltype(hdv)::value;
+        launch_backward_teams<FusedBackwardKVGpuKernel<ExecSpace, T, HD, HDV>,
+                              FusedBackwardQGpuKernel<ExecSpace, T, HD, HDV>>(
+            op, space, data, dq, dk, dv, opts, "[gpu " + sizes);
+      });
+      return;
+    default:
+      break;
   }
 
   const bool per_head = backward_per_head(space, B, H, opts);

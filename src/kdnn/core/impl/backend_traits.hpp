@@ -14,6 +14,7 @@
 #include <Kokkos_Core.hpp>
 #include <type_traits>
 
+#include "kdnn/core/impl/tensor_cores.hpp"
 #include "kdnn/core/launch.hpp"
 
 namespace kdnn::impl {
@@ -55,11 +56,29 @@ struct BackendTraits {
   }
 };
 
-/// Whether a launch runs an operator's GPU form on ExecSpace (KernelForm).
+/// Whether a launch runs an operator's GPU form on ExecSpace (KernelForm;
+/// tensor_cores asks for the GPU form where an operator has no tensor-core
+/// form).
 template <class ExecSpace>
 constexpr bool use_gpu_form(KernelForm form) {
-  return form == KernelForm::gpu ||
+  return form == KernelForm::gpu || form == KernelForm::tensor_cores ||
          (form == KernelForm::automatic && BackendTraits<ExecSpace>::is_gpu);
+}
+
+/// The form an operator with a tensor-core form runs on `space` (host, gpu
+/// or tensor_cores), for the launch's `asked` form and the forms it has for
+/// the sizes at hand (`gpu_form`, `tensor_core_form`; the host form always):
+/// tensor cores where asked for, or automatically where the device has them
+/// (has_tensor_cores); else as use_gpu_form says.
+template <class ExecSpace>
+KernelForm chosen_form(const ExecSpace& space, KernelForm asked, bool gpu_form,
+                       bool tensor_core_form) {
+  if (tensor_core_form && (asked == KernelForm::tensor_cores ||
+                           (asked == KernelForm::automatic && BackendTraits<ExecSpace>::is_gpu &&
+                            has_tensor_cores(space)))) {
+    return KernelForm::tensor_cores;
+  }
+  return gpu_form && use_gpu_form<ExecSpace>(asked) ? KernelForm::gpu : KernelForm::host;
 }
 
 }  // namespace kdnn::impl

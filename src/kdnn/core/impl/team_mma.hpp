@@ -14,6 +14,14 @@
 //   full: 3×TF32 (tf32.hpp), three products per step, float32 accuracy;
 //   tf32: one product of the operands rounded to TF32, about 10 bits
 //         (PyTorch's allow_tf32); a caller's explicit choice, never a default.
+//
+// Order: 3×TF32 adds its two small products in an order that depends on
+// which operand is A. A product computed as Cᵀ += Bᵀ·Aᵀ (the backward's
+// Sᵀ = K·Qᵀ beside the forward's S = Q·Kᵀ) runs with MmaOrder::transposed:
+// the same three sums of the same exact partial products in the same order,
+// so its result is bitwise the transpose of the other's (one product's
+// terms a_k·b_k do not depend on which operand is which; neither does the
+// emulation's sum, nor, as the device check tests, the tensor core's).
 #include <Kokkos_Core.hpp>
 #include <type_traits>
 
@@ -28,9 +36,13 @@ namespace kdnn::impl {
 /// How a float product runs on tensor cores (above).
 enum class MmaPrecision { full, tf32 };
 
+/// The order of 3×TF32's small products (above): `plain` small(A)·big(B)
+/// first, as CUTLASS; `transposed` big(A)·small(B) first.
+enum class MmaOrder { plain, transposed };
+
 /// One lane's c += a·b of Shape with precision P, on the device (every
 /// lane of the warp together): the lane's registers of A, B and C.
-template <class Shape, MmaPrecision P, class T>
+template <class Shape, MmaPrecision P, MmaOrder O = MmaOrder::plain, class T>
 KOKKOS_FORCEINLINE_FUNCTION void lane_mma(const T (&a)[Shape::a_regs], const T (&b)[Shape::b_regs],
                                           T (&cr)[Shape::c_regs]) {
   T ar[Shape::a_regs], br[Shape::b_regs];
@@ -55,8 +67,13 @@ KOKKOS_FORCEINLINE_FUNCTION void lane_mma(const T (&a)[Shape::a_regs], const T (
       const Tf32Split s = tf32_split(b[r]);
       br[r] = s.big, bs[r] = s.small;
     }
-    device_mma(Shape{}, as, br, cr);
-    device_mma(Shape{}, ar, bs, cr);
+    if constexpr (O == MmaOrder::plain) {
+      device_mma(Shape{}, as, br, cr);
+      device_mma(Shape{}, ar, bs, cr);
+    } else {
+      device_mma(Shape{}, ar, bs, cr);
+      device_mma(Shape{}, as, br, cr);
+    }
     device_mma(Shape{}, ar, br, cr);
   }
 }
@@ -64,7 +81,7 @@ KOKKOS_FORCEINLINE_FUNCTION void lane_mma(const T (&a)[Shape::a_regs], const T (
 /// lane_mma for a whole warp on the host: a(lane, r), b(lane, r) and
 /// c(lane, r) give lane `lane`'s registers; the same steps, each product
 /// emulated.
-template <class Shape, MmaPrecision P, class A, class B, class C>
+template <class Shape, MmaPrecision P, MmaOrder O = MmaOrder::plain, class A, class B, class C>
 KOKKOS_INLINE_FUNCTION void emulated_warp_mma(const A& a, const B& b, const C& c) {
   using T = typename Shape::value_type;
   if constexpr (sizeof(T) > 4) {
@@ -79,8 +96,13 @@ KOKKOS_INLINE_FUNCTION void emulated_warp_mma(const A& a, const B& b, const C& c
     const auto small = [](const auto& x) {
       return [&x](int l, int r) { return tf32_split(x(l, r)).small; };
     };
-    emulated_mma<Shape>(small(a), big(b), c);
-    emulated_mma<Shape>(big(a), small(b), c);
+    if constexpr (O == MmaOrder::plain) {
+      emulated_mma<Shape>(small(a), big(b), c);
+      emulated_mma<Shape>(big(a), small(b), c);
+    } else {
+      emulated_mma<Shape>(big(a), small(b), c);
+      emulated_mma<Shape>(small(a), big(b), c);
+    }
     emulated_mma<Shape>(big(a), big(b), c);
   }
 }
@@ -97,9 +119,9 @@ KOKKOS_INLINE_FUNCTION auto registers_at(Registers& x, int x0) {
 /// loaded from scratch where the fragment is needed) and c(t, r) its
 /// register r of C (a reference). Private: the team's threads have their
 /// own registers (a GPU backend). Call it where every thread of the team
-/// would (it is a team-wide step, like threads()).
-template <class Shape, MmaPrecision P, int NT, bool Private, class Member, class A, class B,
-          class C>
+/// would (it is a team-wide step, like threads()). O: MmaOrder above.
+template <class Shape, MmaPrecision P, int NT, bool Private, MmaOrder O = MmaOrder::plain,
+          class Member, class A, class B, class C>
 KOKKOS_INLINE_FUNCTION void team_mma(const Member& team, const A& a, const B& b, const C& c) {
   static_assert(NT % 32 == 0, "team_mma: a team of whole warps");
   using T = typename Shape::value_type;
@@ -112,15 +134,15 @@ KOKKOS_INLINE_FUNCTION void team_mma(const Member& team, const A& a, const B& b,
       for (int r = 0; r < Shape::b_regs; ++r) br[r] = b(t, r);
       KDNN_IMPL_UNROLL
       for (int r = 0; r < Shape::c_regs; ++r) cr[r] = c(t, r);
-      lane_mma<Shape, P>(ar, br, cr);
+      lane_mma<Shape, P, O>(ar, br, cr);
       KDNN_IMPL_UNROLL
       for (int r = 0; r < Shape::c_regs; ++r) c(t, r) = cr[r];
     });
   } else {
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, NT / 32), [&](int w) {
-      emulated_warp_mma<Shape, P>([&](int l, int r) { return a(32 * w + l, r); },
-                                  [&](int l, int r) { return b(32 * w + l, r); },
-                                  [&](int l, int r) -> T& { return c(32 * w + l, r); });
+      emulated_warp_mma<Shape, P, O>([&](int l, int r) { return a(32 * w + l, r); },
+                                     [&](int l, int r) { return b(32 * w + l, r); },
+                                     [&](int l, int r) -> T& { return c(32 * w + l, r); });
     });
   }
 }
