@@ -71,8 +71,8 @@ struct FlashMmaTeam
   using Shape = FlashMmaShape<T, D, DV, Tile>;
   using Mma = typename Shape::Mma;
   using Team = kdnn::impl::RegisterTeam<Derived, ExecSpace, Shape::NT>;
-  using typename Team::Member;
   using Team::kPrivate;
+  using typename Team::Member;
   static constexpr int NT = Shape::NT, MT = Shape::MT, WR = Shape::WR, BQ = Shape::BQ,
                        BK = Shape::BK, NK = Shape::NK, KD = Shape::KD, ND = Shape::ND,
                        SL = Shape::SL, RS = Shape::RS, RT = Shape::RT, LDK = Shape::LDK,
@@ -130,8 +130,7 @@ struct FlashMmaTeam
   /// cannot spare the registers).
   template <int Width, bool Resident, class View>
   struct AFragments {
-    mutable kdnn::impl::ThreadRegisters<T, NT, Resident ? MT * (Width / Mma::K) * AR : 1,
-                                        kPrivate>
+    mutable kdnn::impl::ThreadRegisters<T, NT, Resident ? MT*(Width / Mma::K) * AR : 1, kPrivate>
         regs;
     const View& view;
     int b, h, r0, count;
@@ -149,8 +148,9 @@ struct FlashMmaTeam
   };
   /// AFragments of `view`, `factor` and the rows [r0, r0 + count).
   template <int Width, bool Resident, class View>
-  static KOKKOS_INLINE_FUNCTION AFragments<Width, Resident, View> fragments(
-      const View& view, int b, int h, int r0, int count, T factor) {
+  static KOKKOS_INLINE_FUNCTION AFragments<Width, Resident, View> fragments(const View& view, int b,
+                                                                            int h, int r0,
+                                                                            int count, T factor) {
     return {{}, view, b, h, r0, count, factor};
   }
 
@@ -198,8 +198,8 @@ struct FlashMmaTeam
   /// it this way, so that the backward's are bitwise the forward's.
   template <int Width, kdnn::impl::MmaOrder O = kdnn::impl::MmaOrder::plain, class Team_, class A,
             class C>
-  static KOKKOS_INLINE_FUNCTION void tile_rows_product(const Team_& team, const A& a,
-                                                       const T* tile, int ld, C& acc) {
+  static KOKKOS_INLINE_FUNCTION void tile_rows_product(const Team_& team, const A& a, const T* tile,
+                                                       int ld, C& acc) {
     constexpr int KS = Width / Mma::K;
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, NT), [&](int t) {
       KDNN_IMPL_UNROLL

@@ -116,10 +116,9 @@ struct FusedBackwardKVMmaKernel
         Base::template each_accumulator<NK>(t, [&](int e, int, int row, int col) {
           const int key = j0 + row;
           const bool visible = (key >= w.first[col]) & (key < w.last[col]);
-          const bool keep =
-              !this->dropout.active ||
-              this->dropout.keep(std::uint64_t(bh) * S * Sk + std::uint64_t(i0 + col) * Sk +
-                                 std::uint64_t(key));
+          const bool keep = !this->dropout.active ||
+                            this->dropout.keep(std::uint64_t(bh) * S * Sk +
+                                               std::uint64_t(i0 + col) * Sk + std::uint64_t(key));
           T pd, ds;
           this->grads(sacc(t)[e], dpacc(t)[e], visible, keep, w.lse[col], w.delta[col], pd, ds);
           sacc(t)[e] = pd;
@@ -214,10 +213,9 @@ struct FusedBackwardQMmaKernel
         Base::template each_accumulator<NK>(t, [&](int e, int slot, int row, int col) {
           const int key = j0 + col;
           const bool visible = (key >= range(t)[slot]) & (key < range(t)[RT + slot]);
-          const bool keep =
-              !this->dropout.active ||
-              this->dropout.keep(std::uint64_t(bh) * S * Sk + std::uint64_t(i0 + row) * Sk +
-                                 std::uint64_t(key));
+          const bool keep = !this->dropout.active ||
+                            this->dropout.keep(std::uint64_t(bh) * S * Sk +
+                                               std::uint64_t(i0 + row) * Sk + std::uint64_t(key));
           T pd, ds;
           this->grads(sacc(t)[e], dpacc(t)[e], visible, keep, lse_delta(t)[slot],
                       lse_delta(t)[RT + slot], pd, ds);

@@ -11,9 +11,9 @@
 
 namespace kdnn::impl {
 
-#if defined(KOKKOS_ENABLE_CUDA) &&                                                   \
-    (defined(KOKKOS_ARCH_AMPERE80) || defined(KOKKOS_ARCH_AMPERE86) ||               \
-     defined(KOKKOS_ARCH_ADA89) || defined(KOKKOS_ARCH_HOPPER90) ||                  \
+#if defined(KOKKOS_ENABLE_CUDA) &&                                     \
+    (defined(KOKKOS_ARCH_AMPERE80) || defined(KOKKOS_ARCH_AMPERE86) || \
+     defined(KOKKOS_ARCH_ADA89) || defined(KOKKOS_ARCH_HOPPER90) ||    \
      defined(KOKKOS_ARCH_BLACKWELL100) || defined(KOKKOS_ARCH_BLACKWELL120))
 #define KDNN_IMPL_CUDA_TENSOR_CORES 1
 #endif
