@@ -41,7 +41,7 @@ profile sinkhorn_unrolled UnrolledBackwardGpuKernel 1 "$sinkhorn" --kdnn_sizes=6
 fused=$build/perf_tests/kdnn_perf_fused_attention
 profile fused_forward FusedForwardGpuKernel 1 "$fused" --kdnn_sizes=1x8x2048x2048x64 \
   --benchmark_filter='sdpa_f32/fused_forward/'
-profile fused_backward 'FusedBackward(KV|Q)GpuKernel' 2 "$fused" --kdnn_sizes=1x8x2048x2048x64 \
+profile fused_backward 'FusedBackward(KV|Q)?(Gpu|Mma)Kernel' 2 "$fused" --kdnn_sizes=1x8x2048x2048x64 \
   --benchmark_filter='sdpa_f32/fused_backward/'
 profile ssm_conv_forward ConvForwardKernel 1 "$build/perf_tests/kdnn_perf_ssm_conv" \
   --kdnn_sizes=4x8192x4096x4 --benchmark_filter='ssm_conv_f32/forward/'

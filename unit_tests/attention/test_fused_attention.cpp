@@ -308,13 +308,9 @@ TEST(FusedAttentionGpuForm, RunsForTheCompiledHeadSizesWithinOnChipScratch) {
             EXPECT_TRUE(fits(
                 at::impl::FusedForwardMmaKernel<Space, double, HD, HDV, full>::scratch_bytes()));
             EXPECT_TRUE(fits(
-                at::impl::FusedBackwardKVMmaKernel<Space, float, HD, HDV, full>::scratch_bytes()));
+                at::impl::FusedBackwardMmaKernel<Space, float, HD, HDV, full>::scratch_bytes()));
             EXPECT_TRUE(fits(
-                at::impl::FusedBackwardKVMmaKernel<Space, double, HD, HDV, full>::scratch_bytes()));
-            EXPECT_TRUE(fits(
-                at::impl::FusedBackwardQMmaKernel<Space, float, HD, HDV, full>::scratch_bytes()));
-            EXPECT_TRUE(fits(
-                at::impl::FusedBackwardQMmaKernel<Space, double, HD, HDV, full>::scratch_bytes()));
+                at::impl::FusedBackwardMmaKernel<Space, double, HD, HDV, full>::scratch_bytes()));
             ++mma_pairs;
           });
     }

@@ -68,6 +68,21 @@ std::vector<FusedCase> mma_cases() {
        {},
        0},
       {"D = 64, one query and one key, dropout", 2, 1, 1, 1, 64, 64, false, {}, {}, {}, {}, 0.5},
+      // Key blocks between the rows' keys see none of the tile's queries
+      // but lie in the hull whose blocks add to dQ in turn.
+      {"D = 64, windows with a gap between the rows' keys",
+       1,
+       2,
+       4,
+       200,
+       64,
+       64,
+       false,
+       {0, 190, 0, 5},
+       {5, 200, 3, 5},
+       {},
+       {},
+       0},
       {"D = 128, causal, S > Sk", 1, 1, 70, 33, 128, 128, true, {}, {}, {}, {}, 0},
   };
 }

@@ -155,6 +155,42 @@ TEST(TeamPlan, StridedItemsEachRunOnceInTheirOwnScratch) {
   }
 }
 
+/// Each item waits until every lower item has finished, then finishes:
+/// the strictest chain a kernel whose items wait on lower ones can build.
+/// Without claims in order, a team could wait on an item that no running
+/// team holds (a host thread's later chunk, a GPU block started early).
+struct Chain {
+  kdnn_test::DeviceView<int*> order;  ///< the place each item finished in
+  kdnn_test::DeviceView<int> done;
+  kdnn::impl::TeamWork work;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    work.for_each(team, [&](int item, void*) {
+      Kokkos::single(Kokkos::PerTeam(team), [&]() {
+        while (Kokkos::atomic_fetch_add(&done(), 0) < item) {
+        }
+        order(item) = Kokkos::atomic_fetch_add(&done(), 1);
+      });
+    });
+  }
+};
+
+TEST(TeamPlan, ItemsClaimedInOrderMayWaitOnLowerOnes) {
+  for (const bool gpu : {false, true}) {
+    SCOPED_TRACE(gpu ? "GPU launch" : "backend's default");
+    const int items = 1001;
+    Chain kernel;
+    kernel.order = kdnn_test::DeviceView<int*>("order", items);
+    kernel.done = kdnn_test::DeviceView<int>("done");
+    const kdnn_test::DeviceView<int> claims("claims");
+    const auto plan = kdnn::impl::plan_team<Space, Chain>(
+        "op", Space(), items, gpu ? gpu_launch() : kdnn::Launch{}, 1, 64, "x");
+    plan.launch("TeamPlan::chain", Space(), kernel, claims.data());
+    const auto order = kdnn_test::to_host(kernel.order);
+    for (int i = 0; i < items; ++i) ASSERT_EQ(order[i], i) << "item " << i;
+  }
+}
+
 kdnn::Launch with_team_and_vector(int team_size, int vector_length) {
   kdnn::Launch l;
   l.team_size = team_size;

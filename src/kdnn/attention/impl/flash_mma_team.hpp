@@ -124,34 +124,23 @@ struct FlashMmaTeam
   }
 
   /// The A fragments of `factor`·view(b, h, r0 + row, ·) over Width
-  /// columns (a_element) as a product's operand a(t, e): in each thread's
-  /// registers where Resident (load(t) fills them), else read where a
-  /// product asks for them (from L1; where a head is 128 wide a thread
-  /// cannot spare the registers).
-  template <int Width, bool Resident, class View>
+  /// columns (a_element) as a product's operand a(t, e), read where a
+  /// product asks for them (from L1): for operands a thread cannot spare
+  /// the registers to keep (the backward's K, V and Kᵀ).
+  template <int Width, class View>
   struct AFragments {
-    mutable kdnn::impl::ThreadRegisters<T, NT, Resident ? MT*(Width / Mma::K) * AR : 1, kPrivate>
-        regs;
     const View& view;
     int b, h, r0, count;
     T factor;
-    KOKKOS_INLINE_FUNCTION void load(int t) const {
-      if constexpr (Resident) load_a<Width>(t, regs, view, b, h, r0, count, factor);
-    }
     KOKKOS_INLINE_FUNCTION T operator()(int t, int e) const {
-      if constexpr (Resident) {
-        return regs(t)[e];
-      } else {
-        return a_element<Width>(t, e, view, b, h, r0, count, factor);
-      }
+      return a_element<Width>(t, e, view, b, h, r0, count, factor);
     }
   };
   /// AFragments of `view`, `factor` and the rows [r0, r0 + count).
-  template <int Width, bool Resident, class View>
-  static KOKKOS_INLINE_FUNCTION AFragments<Width, Resident, View> fragments(const View& view, int b,
-                                                                            int h, int r0,
-                                                                            int count, T factor) {
-    return {{}, view, b, h, r0, count, factor};
+  template <int Width, class View>
+  static KOKKOS_INLINE_FUNCTION AFragments<Width, View> fragments(const View& view, int b, int h,
+                                                                  int r0, int count, T factor) {
+    return {view, b, h, r0, count, factor};
   }
 
   /// Thread t's A fragments (a_element) into its registers x.

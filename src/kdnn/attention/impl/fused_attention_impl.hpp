@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <limits>
 #include <string>
+#include <type_traits>
 
 #include "kdnn/attention/fused_attention.hpp"
 #include "kdnn/attention/impl/dropout_impl.hpp"
@@ -108,6 +109,60 @@ bool dispatch_mma(int D, int Dv, const kdnn::Launch& launch, const Run& run) {
   });
 }
 
+/// A kernel type as a value, for the visitors below.
+template <class Kernel>
+struct KernelType {
+  using type = Kernel;
+};
+
+/// Calls f(KernelType<K>{}, form's name) with the register-tiled kernel of
+/// the form the forward runs for T, D and Dv; false (calling nothing) where
+/// that is the host form. The one place a forward form meets its kernel.
+template <class ExecSpace, class T, class F>
+bool visit_forward_team(const ExecSpace& space, const FusedAttentionOptions& opts, int D, int Dv,
+                        const F& f) {
+  switch (forward_form(space, opts, D, Dv)) {
+    case KernelForm::tensor_cores:
+      return dispatch_mma<T>(D, Dv, opts.launch, [&](auto hd, auto hdv, auto p) {
+        f(KernelType<FusedForwardMmaKernel<ExecSpace, T, decltype(hd)::value, decltype(hdv)::value,
+                                           decltype(p)::value>>{},
+          "tensor cores");
+      });
+    case KernelForm::gpu:
+      return dispatch_head_sizes(D, Dv, [&](auto hd, auto hdv) {
+        f(KernelType<
+              FusedForwardGpuKernel<ExecSpace, T, decltype(hd)::value, decltype(hdv)::value>>{},
+          "gpu");
+      });
+    default:
+      return false;
+  }
+}
+
+/// As visit_forward_team for the backward: f(KernelType<KV>{},
+/// KernelType<Q>{}, form's name) with its kernels (launch_backward_teams;
+/// Q void where KV adds dQ).
+template <class ExecSpace, class T, class F>
+bool visit_backward_teams(const ExecSpace& space, const FusedAttentionOptions& opts, int D, int Dv,
+                          const F& f) {
+  switch (backward_form<ExecSpace, T>(space, opts, D, Dv)) {
+    case KernelForm::tensor_cores:
+      return dispatch_mma<T>(D, Dv, opts.launch, [&](auto hd, auto hdv, auto p) {
+        f(KernelType<FusedBackwardMmaKernel<ExecSpace, T, decltype(hd)::value, decltype(hdv)::value,
+                                            decltype(p)::value>>{},
+          KernelType<void>{}, "tensor cores");
+      });
+    case KernelForm::gpu:
+      return dispatch_backward_head_sizes<T>(D, Dv, [&](auto hd, auto hdv) {
+        constexpr int HD = decltype(hd)::value, HDV = decltype(hdv)::value;
+        f(KernelType<FusedBackwardKVGpuKernel<ExecSpace, T, HD, HDV>>{},
+          KernelType<FusedBackwardQGpuKernel<ExecSpace, T, HD, HDV>>{}, "gpu");
+      });
+    default:
+      return false;
+  }
+}
+
 /// The kernels index with int: every extent, and the teams of each launch
 /// (B·H·⌈S/bq⌉ query blocks, B·H·⌈Sk/bk⌉ key blocks), counted in 64 bits,
 /// must stay below 2^31.
@@ -126,7 +181,8 @@ void check_fused_sizes(const char* op, const ExecSpace& space, const FusedAttent
   int bq = 1, bk = 1;
   fused_block_sizes<ExecSpace>(int(S), int(Sk), int(D), int(Dv), bq, bk);
   // The other forms' blocks may be smaller.
-  if (forward_form(space, opts, int(D), int(Dv)) == KernelForm::gpu) {
+  const KernelForm forward = forward_form(space, opts, int(D), int(Dv));
+  if (forward == KernelForm::gpu) {
     dispatch_head_sizes(int(D), int(Dv), [&](auto hd, auto hdv) {
       bq = std::min(bq, FlashShape<T, decltype(hd)::value, decltype(hdv)::value>::BQ);
     });
@@ -138,8 +194,8 @@ void check_fused_sizes(const char* op, const ExecSpace& space, const FusedAttent
       bk = std::min(bk, BR);
     });
   }
-  if (forward_form(space, opts, int(D), int(Dv)) == KernelForm::tensor_cores) {
-    // Queries per team of the forward and dQ, keys per team of dK and dV.
+  if (forward == KernelForm::tensor_cores) {
+    // Queries per team of the forward, keys per team of the backward.
     dispatch_mma<T>(int(D), int(Dv), opts.launch, [&](auto hd, auto hdv, auto) {
       constexpr int BR = FlashMmaShape<T, decltype(hd)::value, decltype(hdv)::value>::BQ;
       bq = std::min(bq, BR);
@@ -217,13 +273,15 @@ bool backward_per_head(const ExecSpace& space, int B, int H, const FusedAttentio
           kdnn::impl::BackendTraits<ExecSpace>::is_host && B * H >= space.concurrency());
 }
 
-/// The launch plans of a register-tiled backward's two kernels (as
+/// The launch plans of a register-tiled backward's kernels (as
 /// launch_backward_teams below makes them), launching nothing.
-template <class KV, class Q, class ExecSpace>
+template <class KV, class Q = void, class ExecSpace>
 void plan_backward_teams(const char* op, const ExecSpace& space, int S, int Sk,
                          const FusedAttentionOptions& opts) {
   if (Sk > 0) plan_fused_gpu<ExecSpace, KV>(op, space, 1, opts);
-  if (S > 0) plan_fused_gpu<ExecSpace, Q>(op, space, 1, opts);
+  if constexpr (!std::is_void_v<Q>) {
+    if (S > 0) plan_fused_gpu<ExecSpace, Q>(op, space, 1, opts);
+  }
 }
 
 /// Makes the launch plans the fused forward (or backward) would make for
@@ -238,56 +296,25 @@ void check_fused_launch(const char* op, const ExecSpace& space, int B, int H, in
   fused_block_sizes<ExecSpace>(S, Sk, D, Dv, bq, bk);
   if (!backward) {
     if (S == 0) return;
-    switch (forward_form(space, opts, D, Dv)) {
-      case KernelForm::tensor_cores:
-        dispatch_mma<T>(D, Dv, opts.launch, [&](auto hd, auto hdv, auto p) {
-          plan_fused_gpu<ExecSpace,
-                         FusedForwardMmaKernel<ExecSpace, T, decltype(hd)::value,
-                                               decltype(hdv)::value, decltype(p)::value>>(op, space,
-                                                                                          1, opts);
-        });
-        break;
-      case KernelForm::gpu:
-        dispatch_head_sizes(D, Dv, [&](auto hd, auto hdv) {
-          plan_fused_gpu<ExecSpace, FusedForwardGpuKernel<ExecSpace, T, decltype(hd)::value,
-                                                          decltype(hdv)::value>>(op, space, 1,
-                                                                                 opts);
-        });
-        break;
-      default:
-        plan_fused<ExecSpace, FusedForwardKernel<ExecSpace, T>>(op, space, 1, opts, bq, bk, D, Dv);
+    if (!visit_forward_team<ExecSpace, T>(space, opts, D, Dv, [&](auto kernel, const char*) {
+          plan_fused_gpu<ExecSpace, typename decltype(kernel)::type>(op, space, 1, opts);
+        })) {
+      plan_fused<ExecSpace, FusedForwardKernel<ExecSpace, T>>(op, space, 1, opts, bq, bk, D, Dv);
     }
     return;
   }
-  switch (backward_form<ExecSpace, T>(space, opts, D, Dv)) {
-    case KernelForm::tensor_cores:
-      dispatch_mma<T>(D, Dv, opts.launch, [&](auto hd, auto hdv, auto p) {
-        constexpr int HD = decltype(hd)::value, HDV = decltype(hdv)::value;
-        constexpr auto P = decltype(p)::value;
-        plan_backward_teams<FusedBackwardKVMmaKernel<ExecSpace, T, HD, HDV, P>,
-                            FusedBackwardQMmaKernel<ExecSpace, T, HD, HDV, P>>(op, space, S, Sk,
-                                                                               opts);
-      });
-      break;
-    case KernelForm::gpu:
-      dispatch_backward_head_sizes<T>(D, Dv, [&](auto hd, auto hdv) {
-        constexpr int HD = decltype(hd)::value, HDV = decltype(hdv)::value;
-        plan_backward_teams<FusedBackwardKVGpuKernel<ExecSpace, T, HD, HDV>,
-                            FusedBackwardQGpuKernel<ExecSpace, T, HD, HDV>>(op, space, S, Sk, opts);
-      });
-      break;
-    default:
-      if (backward_per_head(space, B, H, opts)) {
-        plan_fused<ExecSpace, FusedBackwardKVKernel<ExecSpace, T>>(op, space, 1, opts, bq, bk, D,
-                                                                   Dv);
-        return;
-      }
-      if (Sk > 0)
-        plan_fused<ExecSpace, FusedBackwardKVKernel<ExecSpace, T>>(op, space, 1, opts, bq, bk, D,
-                                                                   Dv);
-      if (S > 0)
-        plan_fused<ExecSpace, FusedBackwardQKernel<ExecSpace, T>>(op, space, 1, opts, bq, bk, D,
-                                                                  Dv);
+  if (visit_backward_teams<ExecSpace, T>(space, opts, D, Dv, [&](auto kv, auto q, const char*) {
+        plan_backward_teams<typename decltype(kv)::type, typename decltype(q)::type>(op, space, S,
+                                                                                     Sk, opts);
+      })) {
+    return;
+  }
+  const bool per_head = backward_per_head(space, B, H, opts);  // one kernel
+  if (Sk > 0 || per_head) {
+    plan_fused<ExecSpace, FusedBackwardKVKernel<ExecSpace, T>>(op, space, 1, opts, bq, bk, D, Dv);
+  }
+  if (S > 0 && !per_head) {
+    plan_fused<ExecSpace, FusedBackwardQKernel<ExecSpace, T>>(op, space, 1, opts, bq, bk, D, Dv);
   }
 }
 
@@ -344,24 +371,12 @@ void fused_attention_forward(const ExecSpace& space, const Tensor4<const T, Exec
   if (B == 0 || H == 0 || S == 0) return;
   const std::string sizes = "D=" + std::to_string(D) + ", Dv=" + std::to_string(Dv) + "]";
 
-  switch (forward_form(space, opts, D, Dv)) {
-    case KernelForm::tensor_cores:
-      dispatch_mma<T>(D, Dv, opts.launch, [&](auto hd, auto hdv, auto p) {
-        launch_forward_team<FusedForwardMmaKernel<ExecSpace, T, decltype(hd)::value,
-                                                  decltype(hdv)::value, decltype(p)::value>>(
+  if (visit_forward_team<ExecSpace, T>(space, opts, D, Dv, [&](auto kernel, const char* form) {
+        launch_forward_team<typename decltype(kernel)::type>(
             op, space, data, opts,
-            "kdnn::attention::fused_attention_forward[tensor cores " + sizes);
-      });
-      return;
-    case KernelForm::gpu:
-      dispatch_head_sizes(D, Dv, [&](auto hd, auto hdv) {
-        launch_forward_team<
-            FusedForwardGpuKernel<ExecSpace, T, decltype(hd)::value, decltype(hdv)::value>>(
-            op, space, data, opts, "kdnn::attention::fused_attention_forward[gpu " + sizes);
-      });
-      return;
-    default:
-      break;
+            std::string("kdnn::attention::fused_attention_forward[") + form + " " + sizes);
+      })) {
+    return;
   }
 
   using Kernel = FusedForwardKernel<ExecSpace, T>;
@@ -390,9 +405,10 @@ void row_deltas(const ExecSpace& space, const Tensor4<const T, ExecSpace>& dout,
 }
 
 /// Launches a register-tiled form of the backward (GPU or tensor-core):
-/// KV, a team per KV::BK keys of a head (dK, dV), and Q, a team per Q::BQ
-/// queries (dQ); KV walks the queries in tiles of KV::BQ.
-template <class KV, class Q, class ExecSpace, class T>
+/// KV, a team per KV::BK keys of a head, walking the queries in tiles of
+/// KV::BQ, and Q, a team per Q::BQ queries (dQ); Q void: KV adds dQ too,
+/// tile by tile in turn (fused_backward_mma_kernels.hpp), from zero.
+template <class KV, class Q = void, class ExecSpace, class T>
 void launch_backward_teams(const char* op, const ExecSpace& space,
                            FusedBackwardData<ExecSpace, T> data, const Tensor4<T, ExecSpace>& dq,
                            const Tensor4<T, ExecSpace>& dk, const Tensor4<T, ExecSpace>& dv,
@@ -401,15 +417,29 @@ void launch_backward_teams(const char* op, const ExecSpace& space,
             Sk = int(data.k.extent(2));
   data.bq = KV::BQ;  // the rows load_rows reads
   data.bk = KV::BK;
+  constexpr bool kv_adds_dq = std::is_void_v<Q>;
+  if (kv_adds_dq && Sk == 0) Kokkos::deep_copy(space, dq, T(0));
   if (Sk > 0) {
     KV kv;
     static_cast<FusedBackwardData<ExecSpace, T>&>(kv) = data;
     kv.dk = dk, kv.dv = dv;
-    const auto plan =
-        plan_fused_gpu<ExecSpace, KV>(op, space, B * H * ((Sk + KV::BK - 1) / KV::BK), opts);
-    plan.launch("kdnn::attention::fused_backward_kv" + tag, space, kv);
+    const int items = B * H * ((Sk + KV::BK - 1) / KV::BK);
+    const auto plan = plan_fused_gpu<ExecSpace, KV>(op, space, items, opts);
+    if constexpr (kv_adds_dq) {
+      // One counter for the teams' claims, then one per (b, h, query tile).
+      const Kokkos::View<int*, typename ExecSpace::memory_space> counters(
+          Kokkos::view_alloc(space, std::string("kdnn::attention::fused_backward_turns")),
+          1 + std::size_t(B) * H * ((S + KV::BQ - 1) / KV::BQ));
+      kv.dq = dq;
+      kv.turns = counters.data() + 1;
+      Kokkos::deep_copy(space, dq, T(0));  // the shares are added to it
+      plan.launch("kdnn::attention::fused_backward" + tag, space, kv, counters.data());
+    } else {
+      plan.launch("kdnn::attention::fused_backward_kv" + tag, space, kv);
+    }
   }
-  if (S > 0) {
+  if constexpr (!kv_adds_dq) {
+    if (S == 0) return;
     Q qk;
     static_cast<FusedBackwardData<ExecSpace, T>&>(qk) = data;
     qk.dq = dq;
@@ -463,26 +493,12 @@ void fused_attention_backward(
   fused_block_sizes<ExecSpace>(S, Sk, D, Dv, data.bq, data.bk);
   const std::string sizes = "D=" + std::to_string(D) + ", Dv=" + std::to_string(Dv) + "]";
 
-  switch (backward_form<ExecSpace, T>(space, opts, D, Dv)) {
-    case KernelForm::tensor_cores:
-      dispatch_mma<T>(D, Dv, opts.launch, [&](auto hd, auto hdv, auto p) {
-        constexpr int HD = decltype(hd)::value, HDV = decltype(hdv)::value;
-        constexpr auto P = decltype(p)::value;
-        launch_backward_teams<FusedBackwardKVMmaKernel<ExecSpace, T, HD, HDV, P>,
-                              FusedBackwardQMmaKernel<ExecSpace, T, HD, HDV, P>>(
-            op, space, data, dq, dk, dv, opts, "[tensor cores " + sizes);
-      });
-      return;
-    case KernelForm::gpu:
-      dispatch_backward_head_sizes<T>(D, Dv, [&](auto hd, auto hdv) {
-        constexpr int HD = decltype(hd)::value, HDV = decltype(hdv)::value;
-        launch_backward_teams<FusedBackwardKVGpuKernel<ExecSpace, T, HD, HDV>,
-                              FusedBackwardQGpuKernel<ExecSpace, T, HD, HDV>>(
-            op, space, data, dq, dk, dv, opts, "[gpu " + sizes);
-      });
-      return;
-    default:
-      break;
+  if (visit_backward_teams<ExecSpace, T>(
+          space, opts, D, Dv, [&](auto kv, auto q, const char* form) {
+            launch_backward_teams<typename decltype(kv)::type, typename decltype(q)::type>(
+                op, space, data, dq, dk, dv, opts, std::string("[") + form + " " + sizes);
+          })) {
+    return;
   }
 
   const bool per_head = backward_per_head(space, B, H, opts);

@@ -49,21 +49,43 @@ struct VisibleKeys {
   template <class Member>
   KOKKOS_INLINE_FUNCTION Bounds team_bounds(const Member& team, int b, int i0, int rows) const {
     Bounds out{keys, 0, 0, keys};
-    const auto fold = [&](const auto& update, const auto& reducer) {
-      Kokkos::parallel_reduce(
-          Kokkos::TeamThreadRange(team, rows),
-          [&](int r, int& x) {
-            int f, e;
-            range(b, i0 + r, f, e);
-            update(f, e, x);
-          },
-          reducer);
-    };
-    fold([](int f, int e, int& x) { x = f < e && f < x ? f : x; }, Kokkos::Min<int>(out.lo));
-    fold([](int f, int e, int& x) { x = f < e && e > x ? e : x; }, Kokkos::Max<int>(out.hi));
-    fold([](int f, int, int& x) { x = f > x ? f : x; }, Kokkos::Max<int>(out.common_lo));
-    fold([](int, int e, int& x) { x = e < x ? e : x; }, Kokkos::Min<int>(out.common_hi));
+    hull(team, b, i0, rows, out.lo, out.hi);
+    fold(
+        team, b, i0, rows, [](int f, int, int& x) { x = f > x ? f : x; },
+        Kokkos::Max<int>(out.common_lo));
+    fold(
+        team, b, i0, rows, [](int, int e, int& x) { x = e < x ? e : x; },
+        Kokkos::Min<int>(out.common_hi));
     return out;
+  }
+
+  /// The union [lo, hi) of the key ranges of queries i0 … i0 + rows − 1 of
+  /// batch entry b, as team_bounds (lo > hi when none sees a key).
+  template <class Member>
+  KOKKOS_INLINE_FUNCTION void hull(const Member& team, int b, int i0, int rows, int& lo,
+                                   int& hi) const {
+    lo = keys, hi = 0;
+    fold(
+        team, b, i0, rows, [](int f, int e, int& x) { x = f < e && f < x ? f : x; },
+        Kokkos::Min<int>(lo));
+    fold(
+        team, b, i0, rows, [](int f, int e, int& x) { x = f < e && e > x ? e : x; },
+        Kokkos::Max<int>(hi));
+  }
+
+ private:
+  /// reducer ← update(first, last, x) over the rows' ranges, for a team.
+  template <class Member, class Update, class Reducer>
+  KOKKOS_INLINE_FUNCTION void fold(const Member& team, int b, int i0, int rows,
+                                   const Update& update, const Reducer& reducer) const {
+    Kokkos::parallel_reduce(
+        Kokkos::TeamThreadRange(team, rows),
+        [&](int r, int& x) {
+          int f, e;
+          range(b, i0 + r, f, e);
+          update(f, e, x);
+        },
+        reducer);
   }
 };
 

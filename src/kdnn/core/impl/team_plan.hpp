@@ -54,11 +54,14 @@ struct TeamPlan {
   }
 
   /// Runs `kernel`, whose `work` member (a TeamWork) this sets, over the
-  /// plan. A team workspace is allocated for this launch and freed after it
-  /// (the space is fenced first, so the kernel has finished with it).
+  /// plan; `claims`, where given, a zeroed counter from which teams claim
+  /// their items in order (team_work.hpp). A team workspace is allocated
+  /// for this launch and freed after it (the space is fenced first, so the
+  /// kernel has finished with it).
   template <class Kernel>
-  void launch(const std::string& name, const ExecSpace& space, Kernel kernel) const {
-    kernel.work = TeamWork{league, level, scratch_bytes, nullptr, 0};
+  void launch(const std::string& name, const ExecSpace& space, Kernel kernel,
+              int* claims = nullptr) const {
+    kernel.work = TeamWork{league, level, scratch_bytes, nullptr, 0, claims};
     Kokkos::View<char*, typename ExecSpace::memory_space> workspace;
     if (slots > 0) {
       workspace = decltype(workspace)(

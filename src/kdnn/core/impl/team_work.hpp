@@ -18,6 +18,15 @@
 // items (team r does items r, r + slots, r + 2·slots, ...) in its one slot.
 // Same kernel code, same results; the memory is bounded and known before the
 // launch.
+//
+// Where an item waits on lower items (a sum taken in a fixed order across
+// teams, fused_backward_mma_kernels.hpp), the launch gives `claims`, a
+// counter zeroed before it: each team takes its next item from the counter,
+// so an item is only ever started after every lower one has been started by
+// a team that is running. Whatever order the backend starts teams in (a GPU
+// need not start blocks in index order, a host thread may take a later
+// chunk first), the lowest unfinished item never waits, and waiting cannot
+// deadlock.
 #include <Kokkos_Core.hpp>
 #include <cstddef>
 
@@ -50,6 +59,7 @@ struct TeamWork {
   std::size_t bytes = 0;      ///< carved scratch bytes per team
   char* workspace = nullptr;  ///< else one slot of `stride` bytes per team
   std::size_t stride = 0;
+  int* claims = nullptr;  ///< where set, items are claimed in order from it (above)
 
   /// Calls body(item, scratch) for this team's items, with its scratch
   /// (kScratchAlign-aligned, `bytes` long). Every thread of the team must
@@ -60,11 +70,26 @@ struct TeamWork {
     void* scratch = workspace != nullptr
                         ? static_cast<void*>(workspace + std::size_t(first) * stride)
                         : team_scratch_base(team, level, bytes);
+    if (claims != nullptr) {
+      for (int item = claim(team); item < items; item = claim(team)) body(item, scratch);
+      return;
+    }
     // In 64 bits: item + league_size may pass 2^31 on the last step.
     for (long long item = first; item < items; item += team.league_size()) {
       if (item != first) team.team_barrier();  // the last item is done with the scratch
       body(static_cast<int>(item), scratch);
     }
+  }
+
+ private:
+  /// The team's next item from `claims`, the same on each of its threads
+  /// (the broadcast is a barrier: the last item is done with the scratch).
+  template <class Member>
+  KOKKOS_INLINE_FUNCTION int claim(const Member& team) const {
+    int item = 0;
+    Kokkos::single(
+        Kokkos::PerTeam(team), [&](int& x) { x = Kokkos::atomic_fetch_add(claims, 1); }, item);
+    return item;
   }
 };
 
