@@ -21,6 +21,13 @@ autograd backward; kdnn implicit vs the torch implicit-CG formulation and
 package does not expose them, so they have the benchmark's time alone.
 GB/s counts the bytes an operation must move once: forward reads X and writes
 R; the backwards read two inputs and write dX.
+
+With --te-root (a NVIDIA/TransformerEngine checkout, sinkhorn_te.py) on a
+GPU, a second table sets TransformerEngine's Triton mhc_fused_sinkhorn
+beside kdnn at every size with n = 4, like for like: kdnn's
+order="rows_first", eps=0 forward and its unrolled backward (the gradient of
+the iterations as run, which TransformerEngine's backward computes), with
+each side's largest error against the float64 iterations.
 """
 import argparse
 import json
@@ -88,6 +95,60 @@ def triton_times(x, g, iters, repeats):
     return PhaseTimer(x.device, repeats).run(one_run)["implicit"]
 
 
+def te_table(te, kdnn, x, g, iters, repeats, emit, rows, copy_gbs):
+    """TransformerEngine's forward and backward beside kdnn's rows-first
+    forward and unrolled backward at one size with n = 4; errors against the
+    float64 iterations (rows first, then columns) and their autograd."""
+    import sinkhorn_te
+    x64 = x.double().requires_grad_()
+    r64 = torch.exp(x64)
+    for _ in range(iters):
+        r64 = r64 / r64.sum(-1, keepdim=True)
+        r64 = r64 / r64.sum(-2, keepdim=True)
+    (dx64,) = torch.autograd.grad(r64, x64, g.double())
+    r64 = r64.detach()
+
+    def error(a, b):
+        return (a.double() - b).abs().max().item()
+
+    r_te = sinkhorn_te.forward(te, x, iters)
+    dx_te = sinkhorn_te.backward(te, x, r_te, g, iters)
+    xg = x.detach().requires_grad_()
+    r_kd = kdnn.sinkhorn(xg, iters, order="rows_first", eps=0.0, backward="unrolled")
+    r_kd.backward(g)
+    errors = {"forward": (error(r_kd, r64), error(r_te, r64)),
+              "unrolled": (error(xg.grad, dx64), error(dx_te, dx64))}
+
+    def te_run(phase):
+        with phase("forward"):
+            r = sinkhorn_te.forward(te, x, iters)
+        with phase("unrolled"):
+            sinkhorn_te.backward(te, x, r, g, iters)
+
+    def kdnn_run(phase):
+        with torch.no_grad(), phase("forward"):
+            kdnn.sinkhorn(x, iters, order="rows_first", eps=0.0)
+        r = kdnn.sinkhorn(xg, iters, order="rows_first", eps=0.0, backward="unrolled")
+        with phase("unrolled"):
+            r.backward(g)
+        xg.grad = None
+
+    theirs = PhaseTimer(x.device, repeats).run(te_run)
+    mine = PhaseTimer(x.device, repeats).run(kdnn_run)
+    batch, n = x.shape[0], x.shape[1]
+    for op in ("forward", "unrolled"):
+        kd, r = mine[op], theirs[op]
+        traffic = (2 if op == "forward" else 3) * batch * n * n * 4
+        gbs = traffic / (kd.device_ms * 1e-3) / 1e9
+        emit(f"| {op} | {batch}, {n}, {iters} | {kd.device_ms:.4f} | {kd.call_ms:.3f} "
+             f"| {r.device_ms:.4f} | {r.call_ms:.3f} | {r.device_ms / kd.device_ms:.2f}x "
+             f"| {errors[op][0]:.1e} | {errors[op][1]:.1e} | {gbs:.0f} |")
+        rows.append(result_rows.row("sinkhorn", op + "_rows_first", (batch, n, iters), kd,
+                                    "transformer_engine " + ("forward" if op == "forward"
+                                                             else "backward"), r,
+                                    traffic_bytes=traffic, copy_gbps=copy_gbs))
+
+
 def copy_bandwidth_gbs(repeats):
     """Device-to-device copy of 1 GiB, by device time: bytes read + written per second."""
     src = torch.empty(1 << 28, dtype=torch.float32, device="cuda")
@@ -113,6 +174,8 @@ def main():
                     help="timed runs of each Python-side implementation (median; at least 10)")
     ap.add_argument("--out", help="directory for results.json and table.md")
     ap.add_argument("--json", help="also write the rows in result_rows.py's form here")
+    ap.add_argument("--te-root", help="a NVIDIA/TransformerEngine checkout: its Triton Sinkhorn "
+                    "beside kdnn's at every n = 4 size (GPU, with the kdnn package)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     sizes = [tuple(int(v) for v in s.split("x")) for s in args.sizes.split(",")]
@@ -156,6 +219,19 @@ def main():
             rows.append(result_rows.row("sinkhorn", op, size, kd, ref_name, r,
                                         traffic_bytes=traffic, copy_gbps=copy_gbs,
                                         bench_ms=bench_ms))
+    if args.te_root and args.device == "cuda" and kdnn:
+        import sinkhorn_te
+        te = sinkhorn_te.load(args.te_root)
+        emit("\nTransformerEngine's mhc_fused_sinkhorn (Triton, n = 4) against kdnn's "
+             "order=\"rows_first\", eps=0 forward and unrolled backward; errors: largest "
+             "|difference| from the float64 iterations and their autograd gradient\n")
+        emit("| op | B, n, iters | kdnn device | kdnn call | TE device | TE call | TE / kdnn "
+             "| kdnn error | TE error | kdnn GB/s |")
+        emit("|---|---|---|---|---|---|---|---|---|---|")
+        for batch, n, iters in sizes:
+            if n == sinkhorn_te.N:
+                x, g = sinkhorn_torch.inputs(batch, n, args.device)
+                te_table(te, kdnn, x, g, iters, args.repeats, emit, rows, copy_gbs)
     if args.out:
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "table.md"), "w") as f:

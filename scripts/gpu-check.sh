@@ -32,6 +32,8 @@
 # with kdnn_ENABLE_PYTHON=ON for this node's Python; see docs/python.md);
 # KDNN_MAMBA_ROOT (a state-spaces/mamba checkout; PyTorch, Triton, einops
 # and packaging importable) adds mamba's Triton SSD to the SSD comparison;
+# KDNN_TE_ROOT (a NVIDIA/TransformerEngine checkout; only its Triton mHC
+# kernels are loaded) adds its Sinkhorn at n = 4 to the Sinkhorn comparison;
 # KDNN_{SINKHORN,FUSED,MHA,SSM_CONV,SSD}_SIZES
 # replace a family's default sizes, KDNN_UNIT_TIMEOUT the unit tests' limit (s).
 # A cuda13 build's cuBLAS is the system's libcublas.so.13 or, where there is
@@ -193,6 +195,7 @@ bench_sinkhorn() {
   timeout 420 "$python" perf_tests/compare_sinkhorn.py --device cuda \
     --bench "$build/perf_tests/kdnn_perf_sinkhorn" \
     --sizes "${KDNN_SINKHORN_SIZES:-65536x16x100,65536x4x20,4096x16x100,16384x4x20,10001x4x48}" \
+    ${KDNN_TE_ROOT:+--te-root "$KDNN_TE_ROOT"} \
     --out "$out" --json "$out/rows_sinkhorn.json" || status=1
 }
 # The families run in the order KDNN_GPU_BENCH names them; the rows of those
