@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // The GPU form of the Sinkhorn operators (launch.form = KernelForm::gpu:
-// forward_gpu_kernel.hpp, cg_backward_gpu_kernel.hpp,
-// unrolled_backward_gpu_kernel.hpp) against the host form, on whatever backend the
-// tests run on (on a host, the GPU form runs as plain loops).
+// forward_thread_kernel.hpp for n <= 4, forward_gpu_kernel.hpp,
+// cg_backward_gpu_kernel.hpp, unrolled_backward_gpu_kernel.hpp) against the
+// host form, on whatever backend the tests run on (on a host, the GPU form
+// runs as plain loops).
 //
 // What is bitwise and what is to rounding: the two forms do the same
 // floating-point operations in the same order (the first iteration in double
@@ -119,7 +120,7 @@ TYPED_TEST(SinkhornGpuForm, MatchesHostForm) {
 TYPED_TEST(SinkhornGpuForm, MasksAndHugeValuesMatchHostForm) {
   using T = TypeParam;
   const double inf = std::numeric_limits<double>::infinity();
-  for (int n : {2, 4, 8, 16, 32}) {
+  for (int n : {2, 3, 4, 8, 16, 32}) {
     const int batch = 6;
     auto x = uniform(std::size_t(batch) * n * n, -2.0, 2.0, 100 + n);
     for (int b = 0; b < batch; ++b) {
@@ -168,6 +169,30 @@ TYPED_TEST(SinkhornGpuForm, DispatchesOnlyTheCompiledSizes) {
     sk::forward(Space(), X, R, o);
     expect_plain_formula(to_host(R), x, batch, n, iters, tol<T>(1e-13, 2e-6));
   }
+}
+
+// The forward's thread form (one thread per matrix) runs for n in 1 … 4
+// only, where a GPU form is asked for (or chosen on a GPU); MatchesHostForm
+// and MasksAndHugeValuesMatchHostForm check what it computes.
+TEST(SinkhornGpuForm, ThreadFormRunsForTheSmallSizes) {
+  for (int n : {1, 2, 3, 4, 5, 8}) {
+    for (auto form : {kdnn::KernelForm::gpu, kdnn::KernelForm::automatic, kdnn::KernelForm::host}) {
+      kdnn::Launch launch;
+      launch.form = form;
+      int ran = 0;
+      const bool said = sk::impl::run_thread_form<Space>(
+          "op", launch, n, [&](auto size) { ran = decltype(size)::value; });
+      const bool gpu =
+          form == kdnn::KernelForm::gpu || (form == kdnn::KernelForm::automatic && !kHost);
+      EXPECT_EQ(said, gpu && n <= 4) << "n=" << n << " form=" << int(form);
+      EXPECT_EQ(ran, said ? n : 0);
+    }
+  }
+  kdnn::Launch bad;
+  bad.form = kdnn::KernelForm::gpu;
+  bad.team_size = -1;
+  EXPECT_KDNN_ERROR(sk::impl::run_thread_form<Space>("op", bad, 4, [](auto) {}),
+                    "launch.team_size=-1, expected >= 0");
 }
 
 struct BackwardOutcome {

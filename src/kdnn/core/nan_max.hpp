@@ -38,4 +38,16 @@ KOKKOS_INLINE_FUNCTION double lane_nan_max(const Member& team, int count, const 
   return (max > 0 ? max : 0.0) + nan_sum;
 }
 
+/// lane_nan_max for one thread: the same maximum, the same NaN.
+template <class F>
+KOKKOS_INLINE_FUNCTION double thread_nan_max(int count, const F& f) {
+  double max = 0, nan_sum = 0;
+  for (int k = 0; k < count; ++k) {
+    const double v = f(k);
+    if (v > max) max = v;
+    if (v != v) nan_sum += v;
+  }
+  return max + nan_sum;
+}
+
 }  // namespace kdnn

@@ -10,11 +10,13 @@
 #include <type_traits>
 #include <utility>
 
+#include "kdnn/core/impl/team_plan.hpp"
 #include "kdnn/core/validate.hpp"
 #include "kdnn/sinkhorn/impl/cg_backward_gpu_kernel.hpp"
 #include "kdnn/sinkhorn/impl/cg_backward_kernel.hpp"
 #include "kdnn/sinkhorn/impl/forward_gpu_kernel.hpp"
 #include "kdnn/sinkhorn/impl/forward_kernel.hpp"
+#include "kdnn/sinkhorn/impl/forward_thread_kernel.hpp"
 #include "kdnn/sinkhorn/impl/unrolled_backward_gpu_kernel.hpp"
 #include "kdnn/sinkhorn/impl/unrolled_backward_kernel.hpp"
 #include "kdnn/sinkhorn/sinkhorn.hpp"
@@ -83,18 +85,34 @@ void forward_gpu(const char* op, const ExecSpace& space, const ForwardKernel<Exe
   g.run(op, space, launch);
 }
 
-/// The GPU form for n = N in GpuMatrixSizes: calls
+/// The lane-layout GPU form for n = N in Sizes (GpuMatrixSizes unless an
+/// operator compiles fewer): calls
 /// run(std::integral_constant<int, N>) where the launch asks for that form
 /// (kdnn::impl::use_gpu_form) and the backend has N vector lanes, and says
 /// whether it did.
-template <class ExecSpace, class Run>
+template <class ExecSpace, class Sizes = GpuMatrixSizes, class Run>
 bool run_gpu_form(const Launch& launch, int n, const Run& run) {
   if (!kdnn::impl::use_gpu_form<ExecSpace>(launch.form)) return false;
   if (kdnn::impl::BackendTraits<ExecSpace>::is_gpu &&
       n > Kokkos::TeamPolicy<ExecSpace>::vector_length_max()) {
     return false;
   }
-  return GpuMatrixSizes::dispatch(n, run);
+  return Sizes::dispatch(n, run);
+}
+
+/// The sizes the forward's lane form runs for: the others of
+/// GpuMatrixSizes take its thread form.
+using ForwardLaneSizes = kdnn::impl::CompiledSizes<8, 16, 32>;
+
+/// The thread form for n = N in ThreadMatrixSizes (one thread per matrix):
+/// calls run(std::integral_constant<int, N>) where the launch asks for a
+/// GPU form (kdnn::impl::use_gpu_form), and says whether it did. The
+/// launch's team size, vector length and tile do not apply to it.
+template <class ExecSpace, class Run>
+bool run_thread_form(const char* op, const Launch& launch, int n, const Run& run) {
+  if (!kdnn::impl::use_gpu_form<ExecSpace>(launch.form)) return false;
+  kdnn::impl::check_launch_request(op, launch);
+  return ThreadMatrixSizes::dispatch(n, run);
 }
 
 /// Runs the GPU form of the implicit or block backward
@@ -151,10 +169,18 @@ void forward(const ExecSpace& space, const Batch<const T, ExecSpace>& X,
   k.iters = opts.iters;
   k.tol = opts.tol;
   k.eps = opts.eps;
+  const auto thread = [&](auto size) {
+    ForwardThreadKernel<ExecSpace, T, decltype(size)::value> t;
+    static_cast<ForwardData<ExecSpace, T>&>(t) = k;
+    t.batch = batch;
+    t.transpose = k.transpose;
+    t.run(space);
+  };
+  if (run_thread_form<ExecSpace>(op, opts.launch, n, thread)) return;
   const auto gpu = [&](auto size) {
     forward_gpu<decltype(size)::value>(op, space, k, opts.launch);
   };
-  if (run_gpu_form<ExecSpace>(opts.launch, n, gpu)) return;
+  if (run_gpu_form<ExecSpace, ForwardLaneSizes>(opts.launch, n, gpu)) return;
   k.run(op, space, n, opts.launch);
 }
 
