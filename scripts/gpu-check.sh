@@ -113,6 +113,8 @@ if [[ -n $module ]]; then
   package=$(mktemp -d)
   trap 'rm -rf "$package"' EXIT
   cp -r python/kdnn "$package/" && cp "$module" "$package/kdnn/"
+  # Every comparison times kdnn through this package (device_timing.py).
+  export PYTHONPATH="$package${PYTHONPATH:+:$PYTHONPATH}"
 fi
 if [[ " $tests " == *" python "* ]]; then
   if [[ -z $package ]]; then
@@ -161,7 +163,7 @@ bench_ssd() {
   echo "== SSD benchmarks (kdnn, the chunked PyTorch formulation float32 on this GPU)"
   local mamba=()
   [[ -n ${KDNN_MAMBA_ROOT:-} ]] && mamba=(--mamba-root "$KDNN_MAMBA_ROOT")
-  PYTHONPATH="$package${PYTHONPATH:+:$PYTHONPATH}" timeout 420 "$python" perf_tests/compare_ssd.py \
+  timeout 420 "$python" perf_tests/compare_ssd.py \
     --device cuda --bench "$build/perf_tests/kdnn_perf_ssd" "${mamba[@]}" --accuracy \
     --sizes "${KDNN_SSD_SIZES:-2x4096x8x64x64x64,2x4096x8x64x64x128,2x16384x8x64x64x64,8x4096x32x64x128x64}" \
     --json "$out/rows_ssd.json" | tee "$out/ssd_table.md" || status=1
