@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
-// The GPU form of the Sinkhorn operators (launch.form = KernelForm::gpu:
-// forward_thread_kernel.hpp for n <= 4, forward_gpu_kernel.hpp,
+// The GPU form of the Sinkhorn operators (launch.form = KernelForm::gpu: the
+// thread forms for n <= 4, forward_thread_kernel.hpp and
+// cg_backward_thread_kernel.hpp, the lane forms forward_gpu_kernel.hpp,
 // cg_backward_gpu_kernel.hpp, unrolled_backward_gpu_kernel.hpp) against the
 // host form, on whatever backend the tests run on (on a host, the GPU form
 // runs as plain loops).
@@ -171,9 +172,10 @@ TYPED_TEST(SinkhornGpuForm, DispatchesOnlyTheCompiledSizes) {
   }
 }
 
-// The forward's thread form (one thread per matrix) runs for n in 1 … 4
-// only, where a GPU form is asked for (or chosen on a GPU); MatchesHostForm
-// and MasksAndHugeValuesMatchHostForm check what it computes.
+// The thread forms (one thread per matrix) run for n in 1 … 4 only, where a
+// GPU form is asked for (or chosen on a GPU); MatchesHostForm,
+// MasksAndHugeValuesMatchHostForm and BackwardMatchesHostForm check what
+// they compute.
 TEST(SinkhornGpuForm, ThreadFormRunsForTheSmallSizes) {
   for (int n : {1, 2, 3, 4, 5, 8}) {
     for (auto form : {kdnn::KernelForm::gpu, kdnn::KernelForm::automatic, kdnn::KernelForm::host}) {
@@ -212,8 +214,8 @@ BackwardOutcome run_backward(const Batch<T>& R, const std::vector<double>& g, sk
           to_host(report.residual)};
 }
 
-// The implicit and block backwards' GPU forms (cg_backward_gpu_kernel.hpp)
-// against the host forms: bitwise on a host (the same operations in the same
+// The implicit and block backwards' GPU forms (cg_backward_thread_kernel.hpp
+// for n <= 4, cg_backward_gpu_kernel.hpp) against the host forms: bitwise on a host (the same operations in the same
 // order, see the file comment); on a GPU, where the compiler may contract
 // the two differently and CG amplifies that by the system's conditioning, to
 // the solver's tolerance.

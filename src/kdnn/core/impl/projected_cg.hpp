@@ -1,15 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // Conjugate gradient for one small symmetric positive semi-definite system
-// A x = b, run by one team thread with its vector lanes splitting the
-// vectors. A has the one-dimensional null space span{w}, w_k = +1 for
-// k < split and −1 otherwise (w = 1 for the implicit Sinkhorn system, [1; −1]
-// for the block one). Every residual is projected onto w⊥, where A is
-// positive definite, so rounding cannot feed the null space: plain CG run past
-// convergence there grows errors along w (seen up to 10× in float32, n = 16).
+// A x = b, its vector loops given by `loops` (vector_loops.hpp: one team
+// thread's vector lanes, or one thread alone). A has the one-dimensional null
+// space span{w}, w_k = +1 for k < split and −1 otherwise (w = 1 for the
+// implicit Sinkhorn system, [1; −1] for the block one). Every residual is
+// projected onto w⊥, where A is positive definite, so rounding cannot feed
+// the null space: plain CG run past convergence there grows errors along w
+// (seen up to 10× in float32, n = 16).
 // Stops when ||r|| <= rtol ||b|| (relative, so no bias for small |b|), on a
 // non-positive curvature p·Ap (breakdown at round-off level), or at the cap.
 #include "kdnn/core/compat.hpp"
+#include "kdnn/core/impl/vector_loops.hpp"
 
 namespace kdnn::impl {
 
@@ -19,60 +21,44 @@ struct CGResult {
 };
 
 /// On entry r = b; on exit x holds the solution (x is zeroed here). p and Ap
-/// are work vectors. `apply(p, Ap)` must compute Ap = A p with vector loops.
-/// All vectors have m entries.
-template <class Member, class T, class Apply>
-KOKKOS_INLINE_FUNCTION CGResult projected_cg(const Member& team, int m, int split, double rtol,
+/// are work vectors. `apply(p, Ap)` must compute Ap = A p with the same kind
+/// of loops as `loops`. All vectors have loops.size() entries.
+template <class Loops, class T, class Apply>
+KOKKOS_INLINE_FUNCTION CGResult projected_cg(const Loops& loops, int split, double rtol,
                                              int max_iters, T* x, T* r, T* p, T* Ap,
                                              const Apply& apply) {
-  const auto lanes = Kokkos::ThreadVectorRange(team, m);
+  const int m = loops.size();
   auto sign = [&](int k) { return k < split ? T(1) : T(-1); };
 
   // Project b onto w⊥ (a no-op in exact arithmetic), start from x = 0.
-  T wsum = 0;
-  Kokkos::parallel_reduce(
-      lanes, [&](int k, T& s) { s += sign(k) * r[k]; }, wsum);
-  T rr = 0;
-  Kokkos::parallel_reduce(
-      lanes,
-      [&](int k, T& s) {
-        r[k] -= sign(k) * (wsum / T(m));
-        p[k] = r[k];
-        x[k] = 0;
-        s += r[k] * r[k];
-      },
-      rr);
+  T wsum = loops.template sum<T>([&](int k, T& s) { s += sign(k) * r[k]; });
+  T rr = loops.template sum<T>([&](int k, T& s) {
+    r[k] -= sign(k) * (wsum / T(m));
+    p[k] = r[k];
+    x[k] = 0;
+    s += r[k] * r[k];
+  });
   const T bb = rr;
   const T stop = T(rtol * rtol) * bb;
 
   CGResult result;
   while (rr > stop && result.iterations < max_iters) {
     apply(p, Ap);
-    T pAp = 0;
-    Kokkos::parallel_reduce(
-        lanes, [&](int k, T& s) { s += p[k] * Ap[k]; }, pAp);
+    const T pAp = loops.template sum<T>([&](int k, T& s) { s += p[k] * Ap[k]; });
     if (!(pAp > 0)) break;
     const T alpha = rr / pAp;
-    wsum = 0;
-    Kokkos::parallel_reduce(
-        lanes,
-        [&](int k, T& s) {
-          x[k] += alpha * p[k];
-          r[k] -= alpha * Ap[k];
-          s += sign(k) * r[k];
-        },
-        wsum);
-    T rr_new = 0;
-    Kokkos::parallel_reduce(
-        lanes,
-        [&](int k, T& s) {
-          r[k] -= sign(k) * (wsum / T(m));
-          s += r[k] * r[k];
-        },
-        rr_new);
+    wsum = loops.template sum<T>([&](int k, T& s) {
+      x[k] += alpha * p[k];
+      r[k] -= alpha * Ap[k];
+      s += sign(k) * r[k];
+    });
+    const T rr_new = loops.template sum<T>([&](int k, T& s) {
+      r[k] -= sign(k) * (wsum / T(m));
+      s += r[k] * r[k];
+    });
     const T beta = rr_new / rr;
     rr = rr_new;
-    Kokkos::parallel_for(lanes, [&](int k) { p[k] = r[k] + beta * p[k]; });
+    loops.for_each([&](int k) { p[k] = r[k] + beta * p[k]; });
     ++result.iterations;
   }
   // NaN in b (or A) stays NaN here: it must not read as converged.

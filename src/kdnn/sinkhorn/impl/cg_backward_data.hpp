@@ -38,15 +38,18 @@ struct CGBackwardData {
     w.Ap = s.take<T>(2 * n);
   }
 
-  /// Matrix b's report entries, by one lane.
+  /// Matrix b's report entries.
+  KOKKOS_INLINE_FUNCTION void report(int b, const kdnn::impl::CGResult& cg,
+                                     double marginal_error) const {
+    if (iters_out.extent(0) > 0) iters_out(b) = cg.iterations;
+    if (marginal_error_out.extent(0) > 0) marginal_error_out(b) = marginal_error;
+    if (residual_out.extent(0) > 0) residual_out(b) = cg.relative_residual;
+  }
+  /// The same, by one lane of a team thread.
   template <class Member>
   KOKKOS_INLINE_FUNCTION void report(const Member& team, int b, const kdnn::impl::CGResult& cg,
                                      double marginal_error) const {
-    Kokkos::single(Kokkos::PerThread(team), [&]() {
-      if (iters_out.extent(0) > 0) iters_out(b) = cg.iterations;
-      if (marginal_error_out.extent(0) > 0) marginal_error_out(b) = marginal_error;
-      if (residual_out.extent(0) > 0) residual_out(b) = cg.relative_residual;
-    });
+    Kokkos::single(Kokkos::PerThread(team), [&]() { report(b, cg, marginal_error); });
   }
 };
 

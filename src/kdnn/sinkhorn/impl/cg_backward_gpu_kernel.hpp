@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // Sinkhorn implicit and block backwards, GPU form (kdnn::KernelForm::gpu),
-// for a compile-time n = N in {2, 4, 8, 16, 32}; the systems and the method
+// lane layout, for a compile-time n = N in LaneFormSizes, {8, 16, 32}
+// (smaller n: the thread form, cg_backward_thread_kernel.hpp); the systems and the method
 // are CGBackwardKernel's (cg_backward_kernel.hpp). Lane k of a matrix keeps
 // row k and column k of R in registers, so that both products of a CG step,
 // Rp (lane i: row i · p) and Rᵀq (lane j: column j · q), are lane-local dot
@@ -116,7 +117,7 @@ struct CGBackwardGpuKernel : GpuMatrixKernel<CGBackwardGpuKernel<ExecSpace, T, N
           out[N + k] = c_of(k) * in[N + k] + lane_dot<N>(col(k), in);
         });
       };
-      cg = kdnn::impl::projected_cg(team, 2 * N, N, rtol, max_iters, w.x, w.r, w.p, w.Ap, apply);
+      cg = kdnn::impl::projected_cg(kdnn::impl::LaneLoops<Member>{team, 2 * N}, N, rtol, max_iters, w.x, w.r, w.p, w.Ap, apply);
       Kokkos::parallel_for(lanes, [&](int i) { w.sr[i] = w.x[i]; });  // u
     } else {
       // b = s_c − Rᵀ D_a⁻¹ s_r
@@ -127,7 +128,7 @@ struct CGBackwardGpuKernel : GpuMatrixKernel<CGBackwardGpuKernel<ExecSpace, T, N
         Kokkos::parallel_for(lanes,
                              [&](int j) { out[j] = c_of(j) * in[j] - lane_dot<N>(col(j), w.q); });
       };
-      cg = kdnn::impl::projected_cg(team, N, N, rtol, max_iters, w.x, w.r, w.p, w.Ap, apply);
+      cg = kdnn::impl::projected_cg(kdnn::impl::LaneLoops<Member>{team, N}, N, rtol, max_iters, w.x, w.r, w.p, w.Ap, apply);
       // u = D_a⁻¹ (s_r − R v), written over s_r.
       Kokkos::parallel_for(
           lanes, [&](int i) { w.sr[i] = (w.sr[i] - lane_dot<N>(row(i), w.x)) / a_of(i); });

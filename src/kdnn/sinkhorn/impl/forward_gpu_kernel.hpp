@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // Sinkhorn forward, GPU form (kdnn::KernelForm::gpu), lane layout, for a
-// compile-time n = N in ForwardLaneSizes, {8, 16, 32} (smaller n: the thread
+// compile-time n = N in LaneFormSizes, {8, 16, 32} (smaller n: the thread
 // form, forward_thread_kernel.hpp): each matrix is owned by the N vector lanes of
 // one team thread, several matrices per team (a team is a few warps). Lane k
 // keeps row k of P and column k of P (Pᵀ's row k) in registers, so that both

@@ -1,12 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
-// Sinkhorn forward, thread form, for a compile-time n = N in
-// ThreadMatrixSizes (1 … 4, mHC's sizes): one thread per matrix, all of it
-// in registers. A matrix is 16 values at N = 4, too few to share between
-// lanes (the lane form, forward_gpu_kernel.hpp, spends more on exchanges and
-// reductions than on arithmetic there); consecutive threads take
-// consecutive matrices, so a warp's loads and stores cover one contiguous
-// span of the batch.
+// Sinkhorn forward, thread form (thread_form.hpp), for a compile-time n = N
+// in ThreadMatrixSizes (1 … 4, mHC's sizes): one thread per matrix, all of
+// it in registers; consecutive threads take consecutive matrices, so a
+// warp's loads and stores cover one contiguous span of the batch.
 //
 // Numerics are ForwardKernel's, operation for operation: the first
 // iteration in double through first_column and first_row
@@ -18,7 +15,6 @@
 #include <cstddef>
 
 #include "kdnn/core/compat.hpp"
-#include "kdnn/core/impl/compiled_sizes.hpp"
 #include "kdnn/core/impl/unroll.hpp"
 #include "kdnn/core/nan_max.hpp"
 #include "kdnn/sinkhorn/impl/first_iteration.hpp"
@@ -26,9 +22,6 @@
 #include "kdnn/sinkhorn/impl/rescale.hpp"
 
 namespace kdnn::sinkhorn::impl {
-
-/// The matrix sizes n the thread forms are compiled for.
-using ThreadMatrixSizes = kdnn::impl::CompiledSizes<1, 2, 3, 4>;
 
 template <class ExecSpace, class T, int N>
 struct ForwardThreadKernel : ForwardData<ExecSpace, T> {

@@ -10,13 +10,14 @@
 #include <type_traits>
 #include <utility>
 
-#include "kdnn/core/impl/team_plan.hpp"
 #include "kdnn/core/validate.hpp"
 #include "kdnn/sinkhorn/impl/cg_backward_gpu_kernel.hpp"
 #include "kdnn/sinkhorn/impl/cg_backward_kernel.hpp"
+#include "kdnn/sinkhorn/impl/cg_backward_thread_kernel.hpp"
 #include "kdnn/sinkhorn/impl/forward_gpu_kernel.hpp"
 #include "kdnn/sinkhorn/impl/forward_kernel.hpp"
 #include "kdnn/sinkhorn/impl/forward_thread_kernel.hpp"
+#include "kdnn/sinkhorn/impl/thread_form.hpp"
 #include "kdnn/sinkhorn/impl/unrolled_backward_gpu_kernel.hpp"
 #include "kdnn/sinkhorn/impl/unrolled_backward_kernel.hpp"
 #include "kdnn/sinkhorn/sinkhorn.hpp"
@@ -100,21 +101,6 @@ bool run_gpu_form(const Launch& launch, int n, const Run& run) {
   return Sizes::dispatch(n, run);
 }
 
-/// The sizes the forward's lane form runs for: the others of
-/// GpuMatrixSizes take its thread form.
-using ForwardLaneSizes = kdnn::impl::CompiledSizes<8, 16, 32>;
-
-/// The thread form for n = N in ThreadMatrixSizes (one thread per matrix):
-/// calls run(std::integral_constant<int, N>) where the launch asks for a
-/// GPU form (kdnn::impl::use_gpu_form), and says whether it did. The
-/// launch's team size, vector length and tile do not apply to it.
-template <class ExecSpace, class Run>
-bool run_thread_form(const char* op, const Launch& launch, int n, const Run& run) {
-  if (!kdnn::impl::use_gpu_form<ExecSpace>(launch.form)) return false;
-  kdnn::impl::check_launch_request(op, launch);
-  return ThreadMatrixSizes::dispatch(n, run);
-}
-
 /// Runs the GPU form of the implicit or block backward
 /// (cg_backward_gpu_kernel.hpp) with n = N; `k` is the host form's kernel,
 /// already set up, whose operands and settings it takes.
@@ -180,7 +166,7 @@ void forward(const ExecSpace& space, const Batch<const T, ExecSpace>& X,
   const auto gpu = [&](auto size) {
     forward_gpu<decltype(size)::value>(op, space, k, opts.launch);
   };
-  if (run_gpu_form<ExecSpace, ForwardLaneSizes>(opts.launch, n, gpu)) return;
+  if (run_gpu_form<ExecSpace, LaneFormSizes>(opts.launch, n, gpu)) return;
   k.run(op, space, n, opts.launch);
 }
 
@@ -224,10 +210,17 @@ void backward(const ExecSpace& space, const Batch<const T, ExecSpace>& R,
   k.rtol = opts.rtol > 0 ? opts.rtol : default_rtol<T>();
   k.block = block;
   k.measured = opts.marginals == Marginals::measured;
+  const auto thread = [&](auto size) {
+    CGBackwardThreadKernel<ExecSpace, T, decltype(size)::value> t;
+    static_cast<CGBackwardData<ExecSpace, T>&>(t) = k;
+    t.batch = batch;
+    t.run(space);
+  };
+  if (run_thread_form<ExecSpace>(op, opts.launch, n, thread)) return;
   const auto gpu = [&](auto size) {
     backward_gpu<decltype(size)::value>(op, space, k, opts.launch);
   };
-  if (run_gpu_form<ExecSpace>(opts.launch, n, gpu)) return;
+  if (run_gpu_form<ExecSpace, LaneFormSizes>(opts.launch, n, gpu)) return;
   k.run(op, space, block ? 2 * n : n, opts.launch);
 }
 
