@@ -8,8 +8,9 @@
 #   scripts/gpu-window.sh OUT_DIR
 #
 # 1. smoke (at most KDNN_SMOKE_LIMIT s, default 60): the device, the tensor
-#    cores' products against their emulation, one unit test per family (Sinkhorn, fused attention, the attention layer, the
-#    causal conv, the SSD forward and backward) and the concurrent-calls
+#    cores' products against their emulation, one unit test per family (Sinkhorn
+#    and its GPU forms, fused attention, the attention layer, the causal conv,
+#    the SSD forward and backward) and the concurrent-calls
 #    tests on the GPU, and, when the build has the Python module, one kdnn
 #    call made first from a new thread and a backward on autograd's thread.
 #    A smoke failure is reported and the later steps still run.
@@ -64,7 +65,8 @@ smoke() {
 # dQ turns: a hang here is a deadlock, cut by the step's limit), then the
 # attention built on them, then one test per family.
 families='TeamMma.*:TeamQuads.*:TeamPlan.ItemsClaimedInOrderMayWaitOnLowerOnes:FusedAttentionMma.*'
-families+=':SinkhornTyped/0.ForwardMatchesPlainFormula:FusedAttention/0.BackwardMatchesTheUnfusedPathAndIsReproducible'
+families+=':SinkhornTyped/0.ForwardMatchesPlainFormula:SinkhornGpuForm*'
+families+=':FusedAttention/0.BackwardMatchesTheUnfusedPathAndIsReproducible'
 families+=':Mha/0.ForwardMatchesTheDoubleReference:CausalConv1d/0.BackwardMatchesDoubleLoops'
 families+=':Ssd/0.ForwardMatchesTheRecurrence:Ssd/0.BackwardMatchesTheAdjointRecurrence'
 families+=':ConcurrentCalls/*'
