@@ -195,6 +195,16 @@ TEST(SinkhornGpuForm, ThreadFormRunsForTheSmallSizes) {
   bad.team_size = -1;
   EXPECT_KDNN_ERROR(sk::impl::run_thread_form<Space>("op", bad, 4, [](auto) {}),
                     "launch.team_size=-1, expected >= 0");
+  // Checked as the other forms check them, though the thread form uses
+  // neither: a request is valid or not whichever form runs (on a GPU the
+  // automatic form is this one at n <= 4, on a host the host form).
+  bad.team_size = 100000;
+  EXPECT_KDNN_ERROR(sk::impl::run_thread_form<Space>("op", bad, 4, [](auto) {}),
+                    "launch.team_size=100000, expected at most");
+  bad.team_size = 0;
+  bad.vector_length = 3;
+  EXPECT_KDNN_ERROR(sk::impl::run_thread_form<Space>("op", bad, 4, [](auto) {}),
+                    "launch.vector_length=3, expected a power of two");
 }
 
 struct BackwardOutcome {
@@ -215,8 +225,8 @@ BackwardOutcome run_backward(const Batch<T>& R, const std::vector<double>& g, sk
 }
 
 // The implicit and block backwards' GPU forms (cg_backward_thread_kernel.hpp
-// for n <= 4, cg_backward_gpu_kernel.hpp) against the host forms: bitwise on a host (the same operations in the same
-// order, see the file comment); on a GPU, where the compiler may contract
+// for n <= 4, cg_backward_gpu_kernel.hpp) against the host forms: bitwise on a host (the same
+// operations in the same order, see the file comment); on a GPU, where the compiler may contract
 // the two differently and CG amplifies that by the system's conditioning, to
 // the solver's tolerance.
 TYPED_TEST(SinkhornGpuForm, BackwardMatchesHostForm) {

@@ -117,7 +117,8 @@ struct CGBackwardGpuKernel : GpuMatrixKernel<CGBackwardGpuKernel<ExecSpace, T, N
           out[N + k] = c_of(k) * in[N + k] + lane_dot<N>(col(k), in);
         });
       };
-      cg = kdnn::impl::projected_cg(kdnn::impl::LaneLoops<Member>{team, 2 * N}, N, rtol, max_iters, w.x, w.r, w.p, w.Ap, apply);
+      cg = kdnn::impl::projected_cg(kdnn::impl::LaneLoops<Member>{team, 2 * N}, N, rtol, max_iters,
+                                    w.x, w.r, w.p, w.Ap, apply);
       Kokkos::parallel_for(lanes, [&](int i) { w.sr[i] = w.x[i]; });  // u
     } else {
       // b = s_c − Rᵀ D_a⁻¹ s_r
@@ -128,7 +129,8 @@ struct CGBackwardGpuKernel : GpuMatrixKernel<CGBackwardGpuKernel<ExecSpace, T, N
         Kokkos::parallel_for(lanes,
                              [&](int j) { out[j] = c_of(j) * in[j] - lane_dot<N>(col(j), w.q); });
       };
-      cg = kdnn::impl::projected_cg(kdnn::impl::LaneLoops<Member>{team, N}, N, rtol, max_iters, w.x, w.r, w.p, w.Ap, apply);
+      cg = kdnn::impl::projected_cg(kdnn::impl::LaneLoops<Member>{team, N}, N, rtol, max_iters, w.x,
+                                    w.r, w.p, w.Ap, apply);
       // u = D_a⁻¹ (s_r − R v), written over s_r.
       Kokkos::parallel_for(
           lanes, [&](int i) { w.sr[i] = (w.sr[i] - lane_dot<N>(row(i), w.x)) / a_of(i); });

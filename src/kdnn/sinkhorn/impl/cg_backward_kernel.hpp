@@ -107,7 +107,8 @@ struct CGBackwardKernel : PerMatrixKernel<CGBackwardKernel<ExecSpace, T>, ExecSp
         kdnn::impl::col_dot<ExecSpace>(team, n, Rm, ld, in,
                                        [&](int j, T s) { out[n + j] = c_of(j) * in[n + j] + s; });
       };
-      cg = kdnn::impl::projected_cg(kdnn::impl::LaneLoops<Member>{team, 2 * n}, n, rtol, max_iters, x, r, p, Ap, apply);
+      cg = kdnn::impl::projected_cg(kdnn::impl::LaneLoops<Member>{team, 2 * n}, n, rtol, max_iters,
+                                    x, r, p, Ap, apply);
       Kokkos::parallel_for(lanes, [&](int i) { sr[i] = x[i]; });  // u
     } else {
       // b = s_c − Rᵀ D_a⁻¹ s_r
@@ -119,7 +120,8 @@ struct CGBackwardKernel : PerMatrixKernel<CGBackwardKernel<ExecSpace, T>, ExecSp
         kdnn::impl::col_dot<ExecSpace>(team, n, Rm, ld, q,
                                        [&](int j, T s) { out[j] = c_of(j) * in[j] - s; });
       };
-      cg = kdnn::impl::projected_cg(kdnn::impl::LaneLoops<Member>{team, n}, n, rtol, max_iters, x, r, p, Ap, apply);
+      cg = kdnn::impl::projected_cg(kdnn::impl::LaneLoops<Member>{team, n}, n, rtol, max_iters, x,
+                                    r, p, Ap, apply);
       // u = D_a⁻¹ (s_r − R v), written over s_r.
       kdnn::impl::col_dot<ExecSpace>(team, n, RT, ld, x,
                                      [&](int i, T s) { sr[i] = (sr[i] - s) / a_of(i); });

@@ -104,8 +104,8 @@ struct CGBackwardThreadKernel : CGBackwardData<ExecSpace, T> {
           out[N + k] = c_of(k) * in[N + k] + lane_dot<N>(rt[k], in);
         }
       };
-      cg = kdnn::impl::projected_cg(kdnn::impl::ThreadLoops<M>{}, N, this->rtol, this->max_iters,
-                                    x, res, p, Ap, apply);
+      cg = kdnn::impl::projected_cg(kdnn::impl::ThreadLoops<M>{}, N, this->rtol, this->max_iters, x,
+                                    res, p, Ap, apply);
       KDNN_IMPL_UNROLL
       for (int i = 0; i < N; ++i) {
         u[i] = x[i];
@@ -125,8 +125,8 @@ struct CGBackwardThreadKernel : CGBackwardData<ExecSpace, T> {
         KDNN_IMPL_UNROLL
         for (int j = 0; j < N; ++j) out[j] = c_of(j) * in[j] - lane_dot<N>(rt[j], qa);
       };
-      cg = kdnn::impl::projected_cg(kdnn::impl::ThreadLoops<M>{}, N, this->rtol, this->max_iters,
-                                    x, res, p, Ap, apply);
+      cg = kdnn::impl::projected_cg(kdnn::impl::ThreadLoops<M>{}, N, this->rtol, this->max_iters, x,
+                                    res, p, Ap, apply);
       // u = D_a⁻¹ (s_r − R v)
       KDNN_IMPL_UNROLL
       for (int i = 0; i < N; ++i) {
