@@ -6,6 +6,7 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 import torch
 from kdnn_reference import sinkhorn as reference
 
@@ -34,19 +35,46 @@ def test_a_non_contiguous_tensor_gives_the_same_result():
 
 def peak_growth_mib(code):
     """The growth of the peak resident memory, in MiB, over the part of
-    `code` after its line `start()`, run in a fresh interpreter."""
+    `code` after its line `start()`, run in a fresh interpreter. The peak is
+    reset at start() where the kernel allows it (writing 5 to
+    /proc/self/clear_refs resets VmHWM to the current size); elsewhere the
+    process's lifetime peak is used, which shows growth only if the peak
+    before start() was near the current size: importing a CUDA build of the
+    module can leave a transient peak far above it, and then the test is
+    skipped rather than read as "no growth"."""
     program = textwrap.dedent("""
         import resource, torch, kdnn
+
+        def status_kib(field):
+            with open("/proc/self/status") as f:
+                for line in f:
+                    if line.startswith(field + ":"):
+                        return int(line.split()[1])
+
+        def peak_kib():
+            return status_kib("VmHWM") if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
         def start():
-            global before
-            before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+            global before, hwm
+            try:
+                with open("/proc/self/clear_refs", "w") as f:
+                    f.write("5")
+                hwm = status_kib("VmHWM") <= status_kib("VmRSS") + 1024
+            except OSError:
+                hwm = False
+            before = peak_kib()
+            if before > status_kib("VmRSS") + 16 * 1024:
+                print("unmeasurable")
+                raise SystemExit(0)
     """) + textwrap.dedent(code) + textwrap.dedent("""
-        after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        print((after - before) / 1024)
+        print((peak_kib() - before) / 1024)
     """)
     out = subprocess.run([sys.executable, "-c", program], check=True, capture_output=True,
                          text=True)
-    return float(out.stdout.strip().splitlines()[-1])
+    last = out.stdout.strip().splitlines()[-1]
+    if last == "unmeasurable":
+        pytest.skip("the peak before the call is far above the current size and cannot be reset")
+    return float(last)
 
 
 def test_conv_peak_memory_is_its_output():
