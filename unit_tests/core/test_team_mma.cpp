@@ -257,9 +257,11 @@ int transpose_mismatches(const Operands& o, const std::vector<double>& plain,
 }
 
 // MmaOrder::transposed makes Cᵀ + Bᵀ·Aᵀ bitwise the transpose of C + A·B
-// (what lets the backward recompute the forward's scores as Sᵀ = K·Qᵀ);
-// with the plain order on both sides 3×TF32 sums the small products in the
-// other order, which random data shows.
+// (what lets the backward recompute the forward's scores as Sᵀ = K·Qᵀ).
+// 3×TF32 adds a step's two small products into a zeroed fragment before the
+// big one, so their order moves a step's sum only far below its last bit and
+// the plain order mostly agrees as well; the transposed order makes it exact
+// whatever the hardware's summation.
 template <class ExecSpace>
 void expect_transposed_order_is_bitwise() {
   using Tf32 = ki::MmaTf32M16N8K8;
@@ -270,7 +272,6 @@ void expect_transposed_order_is_bitwise() {
   const Operands t = transposed(o);
   const auto plain = team_product<ExecSpace, Tf32, full>(o);
   EXPECT_EQ(transpose_mismatches(o, plain, team_product<ExecSpace, Tf32, full, swap>(t)), 0);
-  EXPECT_GT(transpose_mismatches(o, plain, team_product<ExecSpace, Tf32, full>(t)), 0);
   EXPECT_EQ(transpose_mismatches(o, team_product<ExecSpace, Tf32, tf32>(o),
                                  team_product<ExecSpace, Tf32, tf32, swap>(t)),
             0);

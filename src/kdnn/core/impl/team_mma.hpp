@@ -11,7 +11,15 @@
 // therefore the same on every backend and tested on the CPU.
 //
 // Precision for float (double is always FP64 on the tensor cores):
-//   full: 3×TF32 (tf32.hpp), three products per step, float32 accuracy;
+//   full: 3×TF32 (tf32.hpp), three products per step, float32 accuracy:
+//         the step's three products go into a zeroed fragment, which is
+//         then added to C by an ordinary float32 add (round to nearest).
+//         A tensor core's own float32 accumulation rounds toward zero, so
+//         adding every product into C directly biases C's rounding errors
+//         and they grow with the number of steps (measured on an H200:
+//         5-9× the error of float32 FMAs in the fused attention, against
+//         the emulation's round-to-nearest sums); through the zeroed
+//         fragment only each step's partial sum is truncated.
 //   tf32: one product of the operands rounded to TF32, about 10 bits
 //         (PyTorch's allow_tf32); a caller's explicit choice, never a default.
 //
@@ -67,14 +75,19 @@ KOKKOS_FORCEINLINE_FUNCTION void lane_mma(const T (&a)[Shape::a_regs], const T (
       const Tf32Split s = tf32_split(b[r]);
       br[r] = s.big, bs[r] = s.small;
     }
+    T step[Shape::c_regs];
+    KDNN_IMPL_UNROLL
+    for (int r = 0; r < Shape::c_regs; ++r) step[r] = T(0);
     if constexpr (O == MmaOrder::plain) {
-      device_mma(Shape{}, as, br, cr);
-      device_mma(Shape{}, ar, bs, cr);
+      device_mma(Shape{}, as, br, step);
+      device_mma(Shape{}, ar, bs, step);
     } else {
-      device_mma(Shape{}, ar, bs, cr);
-      device_mma(Shape{}, as, br, cr);
+      device_mma(Shape{}, ar, bs, step);
+      device_mma(Shape{}, as, br, step);
     }
-    device_mma(Shape{}, ar, br, cr);
+    device_mma(Shape{}, ar, br, step);
+    KDNN_IMPL_UNROLL
+    for (int r = 0; r < Shape::c_regs; ++r) cr[r] += step[r];
   }
 }
 
@@ -96,14 +109,19 @@ KOKKOS_INLINE_FUNCTION void emulated_warp_mma(const A& a, const B& b, const C& c
     const auto small = [](const auto& x) {
       return [&x](int l, int r) { return tf32_split(x(l, r)).small; };
     };
+    T step[32][Shape::c_regs] = {};
+    const auto s = [&step](int l, int r) -> T& { return step[l][r]; };
     if constexpr (O == MmaOrder::plain) {
-      emulated_mma<Shape>(small(a), big(b), c);
-      emulated_mma<Shape>(big(a), small(b), c);
+      emulated_mma<Shape>(small(a), big(b), s);
+      emulated_mma<Shape>(big(a), small(b), s);
     } else {
-      emulated_mma<Shape>(big(a), small(b), c);
-      emulated_mma<Shape>(small(a), big(b), c);
+      emulated_mma<Shape>(big(a), small(b), s);
+      emulated_mma<Shape>(small(a), big(b), s);
     }
-    emulated_mma<Shape>(big(a), big(b), c);
+    emulated_mma<Shape>(big(a), big(b), s);
+    for (int l = 0; l < 32; ++l) {
+      for (int r = 0; r < Shape::c_regs; ++r) c(l, r) += step[l][r];
+    }
   }
 }
 
