@@ -9,7 +9,8 @@
 // runs both and prints the ratios. forward_host and forward_gpu,
 // implicit_host, block_host and unrolled_host pin the kernel form
 // (kdnn::KernelForm; forward, implicit, block and unrolled are the
-// automatic one: on a GPU, the GPU form for n in {2, 4, 8, 16, 32}), so one
+// automatic one: on a GPU, the thread form for n <= 4 and the lane form for
+// n in {8, 16, 32}), so one
 // run times both forms.
 // Sizes: --kdnn_sizes=BxNxITERS,... (default
 // 4096x16x100,10001x4x48).

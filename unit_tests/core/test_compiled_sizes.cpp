@@ -69,8 +69,9 @@ TEST(CompiledSizes, EachFamilysList) {
             (std::vector<int>{32, 64, 128, 256}));
   EXPECT_EQ(dispatched<at::FlashBackwardHeadSizes<double>>(0, 512),
             (std::vector<int>{32, 64, 128}));
-  EXPECT_EQ(dispatched<kdnn::sinkhorn::impl::GpuMatrixSizes>(0, 64),
-            (std::vector<int>{2, 4, 8, 16, 32}));
+  EXPECT_EQ(dispatched<kdnn::sinkhorn::impl::ThreadMatrixSizes>(0, 64),
+            (std::vector<int>{1, 2, 3, 4}));
+  EXPECT_EQ(dispatched<kdnn::sinkhorn::impl::LaneFormSizes>(0, 64), (std::vector<int>{8, 16, 32}));
   EXPECT_EQ(dispatched<kdnn::ssm::impl::SsdGpuSizes>(0, 512), (std::vector<int>{64, 128}));
   EXPECT_EQ(dispatched<kdnn::ssm::impl::RegisterWidths>(0, 16), (std::vector<int>{2, 3, 4}));
 }

@@ -222,6 +222,31 @@ TEST(TeamPlan, CooperativeChecksVectorLengthAndTeamSize) {
   Space().fence();
 }
 
+/// A register-tiled team of 64 threads (core/impl/register_team.hpp).
+struct RegisterTeam {
+  static constexpr int NT = 64;
+  KOKKOS_INLINE_FUNCTION void operator()(const Member&) const {}
+};
+
+// A register-tiled team picks its own team size and vector length, and a
+// request's are still checked as the other forms check them, so that a
+// request is valid or not whichever form runs.
+TEST(TeamPlan, RegisterTeamChecksTheRequestItDoesNotUse) {
+  const auto plan_with = [](const kdnn::Launch& l) {
+    return kdnn::impl::plan_register_team<Space, RegisterTeam>("op", Space(), 3, l, 0, "x");
+  };
+  EXPECT_KDNN_ERROR(plan_with(with_team_and_vector(0, 3)),
+                    "op: launch.vector_length=3, expected a power of two");
+  EXPECT_KDNN_ERROR(plan_with(with_team_and_vector(1 << 20, 0)),
+                    "op: launch.team_size=1048576, expected at most");
+  EXPECT_KDNN_ERROR(plan_with(with_team_and_vector(-1, 0)),
+                    "op: launch.team_size=-1, expected >= 0");
+  const auto plan = plan_with(with_team_and_vector(1, 1));
+  EXPECT_EQ(plan.team_size, kdnn::impl::BackendTraits<Space>::is_gpu ? RegisterTeam::NT : 1);
+  EXPECT_EQ(plan.vector_length, 1);
+  EXPECT_EQ(plan.league, 3);
+}
+
 TEST(TeamPlan, SystemTilesDefaultsPerBackend) {
   kdnn::Launch request;
   auto plan = kdnn::impl::plan_system_tiles<Space, NoOp>(

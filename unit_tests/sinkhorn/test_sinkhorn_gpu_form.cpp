@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // The GPU form of the Sinkhorn operators (launch.form = KernelForm::gpu: the
-// thread forms for n <= 4, forward_thread_kernel.hpp and
-// cg_backward_thread_kernel.hpp, the lane forms forward_gpu_kernel.hpp,
+// thread forms for n <= 4, forward_thread_kernel.hpp,
+// cg_backward_thread_kernel.hpp and unrolled_backward_thread_kernel.hpp, the
+// lane forms forward_gpu_kernel.hpp,
 // cg_backward_gpu_kernel.hpp, unrolled_backward_gpu_kernel.hpp) against the
 // host form, on whatever backend the tests run on (on a host, the GPU form
 // runs as plain loops).
@@ -22,6 +23,7 @@
 
 #include "contraction.hpp"
 #include "kdnn/core/impl/backend_traits.hpp"
+#include "kdnn/sinkhorn/impl/sinkhorn_impl.hpp"
 #include "random.hpp"
 #include "sinkhorn_test_util.hpp"
 
@@ -143,9 +145,9 @@ TYPED_TEST(SinkhornGpuForm, MasksAndHugeValuesMatchHostForm) {
   }
 }
 
-// The GPU forms run for n in {2, 4, 8, 16, 32} only, with that n compiled;
-// other n (and the automatic form on a host) take the generic kernels,
-// still correct.
+// The lane forms run for n in {8, 16, 32} only, with that n compiled (n <= 4
+// takes the thread forms); other n (and the automatic form on a host) take
+// the generic kernels, still correct.
 TYPED_TEST(SinkhornGpuForm, DispatchesOnlyTheCompiledSizes) {
   using T = TypeParam;
   for (int n : {1, 2, 3, 4, 5, 8, 16, 31, 32}) {
@@ -162,7 +164,7 @@ TYPED_TEST(SinkhornGpuForm, DispatchesOnlyTheCompiledSizes) {
       EXPECT_EQ(ran, said ? n : 0);
       return said;
     };
-    const bool compiled = n == 2 || n == 4 || n == 8 || n == 16 || n == 32;
+    const bool compiled = n == 8 || n == 16 || n == 32;
     EXPECT_EQ(gpu_ran(), compiled) << "n=" << n;
     o.launch.form = kdnn::KernelForm::automatic;
     EXPECT_EQ(gpu_ran(), compiled && !kHost) << "n=" << n;
@@ -387,6 +389,92 @@ TEST(SinkhornGpuForm, UnrolledBackwardHistoryPastOnChipRunsTheHostForm) {
   const sk::ForwardOptions o{400};
   EXPECT_TRUE(same_bits(run_unrolled<double>(x, g, batch, n, o, kdnn::KernelForm::gpu),
                         run_unrolled<double>(x, g, batch, n, o, kdnn::KernelForm::host)));
+}
+
+/// dX of the unrolled backward's lane form at n = N, run directly (on a GPU
+/// n <= 4 takes the thread form; the lane form is compiled at 2 and 4 here
+/// to check the thread form's arithmetic against it).
+template <class T, int N>
+std::vector<double> run_lane_unrolled(const std::vector<double>& x, const std::vector<double>& g,
+                                      int batch, const sk::ForwardOptions& o) {
+  sk::impl::UnrolledBackwardGpuKernel<Space, T, N> k;
+  k.X = batch_of<T>(x, batch, N);
+  k.G = batch_of<T>(g, batch, N);
+  Batch<T> dX("dX", batch, N, N);
+  k.dX = dX;
+  k.iters = o.iters;
+  k.eps = o.eps;
+  k.batch = batch;
+  k.transpose = o.order == sk::Order::rows_first;
+  if (batch > 0) k.run("test", Space(), kdnn::Launch{});
+  return to_host(dX);
+}
+
+template <class T, int N>
+void expect_thread_form_is_lane_form() {
+  unsigned seed = 1300 + N;
+  for (int batch : {0, 1, 37}) {
+    const auto x = uniform(std::size_t(batch) * N * N, -2.0, 2.0, seed++);
+    const auto g = uniform(std::size_t(batch) * N * N, -1.0, 1.0, seed++);
+    for (int iters : {1, 2, 20}) {
+      for (auto order : {sk::Order::columns_first, sk::Order::rows_first}) {
+        for (double eps : {0.0, 0.01}) {
+          for (int tile : {0, 3}) {  // 0: the form's own (a warp's matrices on a GPU)
+            SCOPED_TRACE("n=" + std::to_string(N) + " batch=" + std::to_string(batch) +
+                         " iters=" + std::to_string(iters) +
+                         " rows_first=" + std::to_string(order == sk::Order::rows_first) +
+                         " eps=" + std::to_string(eps) + " tile=" + std::to_string(tile));
+            sk::ForwardOptions o{iters, 0.0, order, eps};
+            o.launch.tile = tile;
+            const auto thread = run_unrolled<T>(x, g, batch, N, o, kdnn::KernelForm::gpu);
+            const auto lane = run_lane_unrolled<T, N>(x, g, batch, o);
+            double scale = 0, diff = 0;
+            for (std::size_t k = 0; k < lane.size(); ++k) {
+              scale = std::fmax(scale, std::fabs(lane[k]));
+              diff = std::fmax(diff, std::fabs(thread[k] - lane[k]));
+            }
+            EXPECT_LE(diff, 2 * std::numeric_limits<T>::epsilon() * scale);
+          }
+        }
+      }
+    }
+  }
+}
+
+// The unrolled backward's thread form (unrolled_backward_thread_kernel.hpp)
+// does the lane form's operations in its order, one thread playing the
+// lanes. Asserted to 2 units in the last place of T at the batch's scale,
+// not bitwise: besides contraction, GCC before 13 compiles C++ with
+// -fexcess-precision=fast only, and its vectoriser then may use a value
+// before its rounding to float (GCC 12 -O3 does in the thread form's last
+// step: 1 ulp in a few elements, none at -O2).
+TYPED_TEST(SinkhornGpuForm, UnrolledThreadFormIsTheLaneFormsArithmetic) {
+  expect_thread_form_is_lane_form<TypeParam, 2>();
+  expect_thread_form_is_lane_form<TypeParam, 4>();
+}
+
+// The thread form keeps the history in team scratch, interleaved across a
+// team's matrices: on-chip, or past it (here 2 × 600 × 4 doubles per matrix,
+// 38 KB, above a host's 32 KB on-chip level) in a GPU launch's bounded team
+// workspace, whose teams stride over the tiles. Both against the host form
+// (which sums dP's terms in another order: to its accuracy) and with several
+// matrices per team, bitwise the same as one per team.
+TEST(SinkhornGpuForm, UnrolledThreadFormPastOnChipUsesTheWorkspace) {
+  const int n = 4, batch = 37;
+  const auto x = uniform(std::size_t(batch) * n * n, -2.0, 2.0, 51);
+  const auto g = uniform(std::size_t(batch) * n * n, -1.0, 1.0, 52);
+  for (int iters : {20, 600}) {
+    SCOPED_TRACE("iters=" + std::to_string(iters));
+    sk::ForwardOptions o{iters, 0.0, sk::Order::rows_first, 0.01};
+    const auto host = run_unrolled<double>(x, g, batch, n, o, kdnn::KernelForm::host);
+    o.launch.tile = 1;
+    const auto one = run_unrolled<double>(x, g, batch, n, o, kdnn::KernelForm::gpu);
+    o.launch.tile = 5;
+    const auto five = run_unrolled<double>(x, g, batch, n, o, kdnn::KernelForm::gpu);
+    EXPECT_TRUE(same_bits(one, five));
+    EXPECT_LT(rel_error(one, host), 1e-12);
+    EXPECT_NE(one, std::vector<double>(one.size(), 0.0));
+  }
 }
 
 /// Forward R and the implicit, block and unrolled dX of one batch, every

@@ -53,20 +53,24 @@ namespace kdnn::sinkhorn {
 /// implicit and block backwards' CG sums dot products across lanes, so those
 /// agree to rounding (tested).
 ///
-/// launch.form: the forward and the three backwards have a GPU form for n
-/// in {2, 4, 8, 16, 32} (chosen by KernelForm::automatic on a GPU backend,
-/// or by KernelForm::gpu anywhere; other n run the host form): a matrix per
-/// n vector lanes, its rows and columns in registers. The forward's and the
-/// implicit and block backwards' GPU forms do the host form's operations in
-/// the same order, so the two are bitwise identical on a host backend and
-/// agree to rounding on a GPU, where the compiler may fuse multiply-adds
-/// differently (the backwards: to the CG tolerance, which amplifies rounding
-/// by the system's conditioning; tested). The unrolled backward's GPU form
-/// runs where its 2·iters scaling vectors fit on-chip (else the host form
-/// runs) and sums the gradient's rank-1 terms in double, so it agrees with
-/// the host form to the host form's accuracy, not bitwise (tested).
-/// It picks its own vector length (n) and tile; launch.team_size, if set, is
-/// its number of matrices per team.
+/// launch.form: the forward and the three backwards have GPU forms (chosen
+/// by KernelForm::automatic on a GPU backend, or by KernelForm::gpu
+/// anywhere): for n <= 4 the thread form, one thread per matrix in
+/// registers; for n in {8, 16, 32} the lane form, a matrix per n vector
+/// lanes, each keeping a row and a column; other n run the host form. The
+/// forward's and the implicit and block backwards' GPU forms do the host
+/// form's operations in the same order, so the two are bitwise identical on
+/// a host backend and agree to rounding on a GPU, where the compiler may
+/// fuse multiply-adds differently (the backwards: to the CG tolerance, which
+/// amplifies rounding by the system's conditioning; tested). The unrolled
+/// backward's GPU forms sum the gradient's rank-1 terms in double, so they
+/// agree with the host form to the host form's accuracy, not bitwise
+/// (tested); its lane form runs where its 2·iters scaling vectors fit
+/// on-chip (else the host form runs), its thread form everywhere. The lane
+/// form picks its own vector length (n) and tile, and launch.team_size, if
+/// set, is its number of matrices per team; the thread forms take no vector
+/// length, and only the unrolled one a tile (matrices per team) and team
+/// size. Requests are checked whichever form runs.
 using Launch = kdnn::Launch;
 
 /// Which marginal the first normalisation of an iteration enforces.

@@ -101,6 +101,33 @@ void check_vector_length(const char* op, int vector_length) {
   }
 }
 
+/// A team kernel that does nothing: what the backend allows any team.
+template <class ExecSpace>
+struct EmptyTeamKernel {
+  KOKKOS_INLINE_FUNCTION void operator()(
+      const typename Kokkos::TeamPolicy<ExecSpace>::member_type&) const {}
+};
+
+/// For a form that chooses its own team size and vector length (a
+/// register-tiled team, a thread per system): the request's are still
+/// checked as the other forms check them (not negative, a vector length a
+/// power of two up to the backend's maximum, a team size up to the most
+/// threads any team may have), so that a request is valid or not whichever
+/// form runs.
+template <class ExecSpace>
+void check_launch_limits(const char* op, const Launch& request) {
+  check_launch_request(op, request);
+  if (request.vector_length > 0) check_vector_length<ExecSpace>(op, request.vector_length);
+  if (request.team_size > 0) {
+    const int max = Kokkos::TeamPolicy<ExecSpace>(1, 1).team_size_max(EmptyTeamKernel<ExecSpace>{},
+                                                                      Kokkos::ParallelForTag());
+    if (request.team_size > max) {
+      fail(op, ": launch.team_size=", request.team_size, ", expected at most ", max,
+           " on this backend");
+    }
+  }
+}
+
 /// Team size for `Kernel` with the plan's vector length and scratch: the
 /// request if it is allowed (an error if not), else `fallback(max)`.
 template <class ExecSpace, class Kernel, class Fallback>
@@ -189,12 +216,12 @@ TeamPlan<ExecSpace> plan_team(const char* op, const ExecSpace& space, int league
 /// over `league` teams: Kernel::NT threads per team on a GPU (one thread on
 /// a host, which plays them in turn), no vector lanes, `scratch_bytes` of
 /// scratch; the request's team size and vector length do not apply (they
-/// are checked), its form does.
+/// are checked: check_launch_limits), its form does.
 template <class ExecSpace, class Kernel>
 TeamPlan<ExecSpace> plan_register_team(const char* op, const ExecSpace& space, int league,
                                        const Launch& launch, std::size_t scratch_bytes,
                                        const std::string& what) {
-  check_launch_request(op, launch);
+  check_launch_limits<ExecSpace>(op, launch);
   Launch request;
   request.team_size = BackendTraits<ExecSpace>::is_gpu ? Kernel::NT : 1;
   request.vector_length = 1;

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
-// The launch of Sinkhorn's GPU forms (KernelForm::gpu), for a
-// compile-time n = N in {2, 4, 8, 16, 32}: each matrix is owned by the N
+// The launch of Sinkhorn's lane forms (KernelForm::gpu at n >= 8; the thread
+// forms of thread_form.hpp take n <= 4), for a
+// compile-time n = N in LaneFormSizes: each matrix is owned by the N
 // vector lanes of one team thread, lane k keeping row k and column k of the
 // matrix in registers (LaneRegisters), and a team holds several matrices
 // (four warps' worth), consecutive in the batch so that the lanes' loads and
@@ -29,8 +30,10 @@
 
 namespace kdnn::sinkhorn::impl {
 
-/// The matrix sizes n the GPU forms are compiled for.
-using GpuMatrixSizes = kdnn::impl::CompiledSizes<2, 4, 8, 16, 32>;
+/// The matrix sizes n the lane forms are compiled for; n <= 4 takes the
+/// thread forms (thread_form.hpp), whose matrix is too small to share
+/// between lanes.
+using LaneFormSizes = kdnn::impl::CompiledSizes<8, 16, 32>;
 
 /// M values of T per vector lane, for `Lanes` lanes: one lane's own values
 /// if lanes have private registers (a GPU backend), else every lane's side by

@@ -20,6 +20,7 @@
 #include "kdnn/sinkhorn/impl/thread_form.hpp"
 #include "kdnn/sinkhorn/impl/unrolled_backward_gpu_kernel.hpp"
 #include "kdnn/sinkhorn/impl/unrolled_backward_kernel.hpp"
+#include "kdnn/sinkhorn/impl/unrolled_backward_thread_kernel.hpp"
 #include "kdnn/sinkhorn/sinkhorn.hpp"
 
 namespace kdnn::sinkhorn::impl {
@@ -86,19 +87,18 @@ void forward_gpu(const char* op, const ExecSpace& space, const ForwardKernel<Exe
   g.run(op, space, launch);
 }
 
-/// The lane-layout GPU form for n = N in Sizes (GpuMatrixSizes unless an
-/// operator compiles fewer): calls
+/// The lane-layout GPU form for n = N in LaneFormSizes: calls
 /// run(std::integral_constant<int, N>) where the launch asks for that form
 /// (kdnn::impl::use_gpu_form) and the backend has N vector lanes, and says
 /// whether it did.
-template <class ExecSpace, class Sizes = GpuMatrixSizes, class Run>
+template <class ExecSpace, class Run>
 bool run_gpu_form(const Launch& launch, int n, const Run& run) {
   if (!kdnn::impl::use_gpu_form<ExecSpace>(launch.form)) return false;
   if (kdnn::impl::BackendTraits<ExecSpace>::is_gpu &&
       n > Kokkos::TeamPolicy<ExecSpace>::vector_length_max()) {
     return false;
   }
-  return Sizes::dispatch(n, run);
+  return LaneFormSizes::dispatch(n, run);
 }
 
 /// Runs the GPU form of the implicit or block backward
@@ -166,7 +166,7 @@ void forward(const ExecSpace& space, const Batch<const T, ExecSpace>& X,
   const auto gpu = [&](auto size) {
     forward_gpu<decltype(size)::value>(op, space, k, opts.launch);
   };
-  if (run_gpu_form<ExecSpace, LaneFormSizes>(opts.launch, n, gpu)) return;
+  if (run_gpu_form<ExecSpace>(opts.launch, n, gpu)) return;
   k.run(op, space, n, opts.launch);
 }
 
@@ -220,7 +220,7 @@ void backward(const ExecSpace& space, const Batch<const T, ExecSpace>& R,
   const auto gpu = [&](auto size) {
     backward_gpu<decltype(size)::value>(op, space, k, opts.launch);
   };
-  if (run_gpu_form<ExecSpace, LaneFormSizes>(opts.launch, n, gpu)) return;
+  if (run_gpu_form<ExecSpace>(opts.launch, n, gpu)) return;
   k.run(op, space, block ? 2 * n : n, opts.launch);
 }
 
@@ -253,6 +253,14 @@ void backward_unrolled(const ExecSpace& space, const Batch<const T, ExecSpace>& 
   k.iters = opts.iters;
   k.eps = opts.eps;
   k.transpose = opts.order == Order::rows_first;
+  const auto thread = [&](auto size) {
+    UnrolledBackwardThreadKernel<ExecSpace, T, decltype(size)::value> t;
+    static_cast<UnrolledBackwardData<ExecSpace, T>&>(t) = k;
+    t.batch = batch;
+    t.transpose = k.transpose;
+    t.run(op, space, opts.launch);
+  };
+  if (run_thread_form<ExecSpace>(op, opts.launch, n, thread)) return;
   bool ran = false;
   const auto gpu = [&](auto size) {
     ran = backward_unrolled_gpu<decltype(size)::value>(op, space, k, opts.launch);

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
-// Sinkhorn unrolled backward, GPU form (kdnn::KernelForm::gpu), for a
-// compile-time n = N in {2, 4, 8, 16, 32}; the recurrences are
+// Sinkhorn unrolled backward, lane form (kdnn::KernelForm::gpu), for a
+// compile-time n = N in LaneFormSizes (n <= 4 takes the thread form,
+// unrolled_backward_thread_kernel.hpp); the recurrences are
 // UnrolledBackwardKernel's (unrolled_backward_kernel.hpp). Lane k of a matrix
 // keeps row k and column k of P in registers, as the GPU forward does, so
 // every product of the replay and of the reverse sweep is a lane-local dot
