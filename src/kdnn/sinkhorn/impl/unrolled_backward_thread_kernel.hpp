@@ -52,7 +52,9 @@ struct UnrolledBackwardThreadKernel : UnrolledBackwardData<ExecSpace, T> {
   kdnn::impl::TeamWork work;
 
   /// History values of one matrix: u_0 .. u_{K−1}, then v_0 .. v_{K−1}.
-  static KOKKOS_INLINE_FUNCTION std::size_t history(int iters) { return 2 * std::size_t(iters) * N; }
+  static KOKKOS_INLINE_FUNCTION std::size_t history(int iters) {
+    return 2 * std::size_t(iters) * N;
+  }
   /// What one matrix keeps of the first iteration for its reverse, in
   /// double: P (N² values by rows), then w, the column shifts m_j and
   /// 1 / s_j (N each).
@@ -153,7 +155,8 @@ struct UnrolledBackwardThreadKernel : UnrolledBackwardData<ExecSpace, T> {
         w_at(i) = first_row(
             N, [&](int j) { return compat::exp(double(at<Tr>(x, ldx, i, j)) - shift[j]); },
             [&](int j) { return double(at<Tr>(x, ldx, i, j)); }, [&](int j) { return shift[j]; },
-            [&](int j) { return inv_colsum[j]; }, this->eps, [&](int j, double pij) {
+            [&](int j) { return inv_colsum[j]; }, this->eps,
+            [&](int j, double pij) {
               p1_at(i, j) = pij;
               pt[j][i] = p[i][j] = T(pij);
             });
@@ -271,10 +274,8 @@ struct UnrolledBackwardThreadKernel : UnrolledBackwardData<ExecSpace, T> {
       const double wi = w_at(i);
       KDNN_IMPL_UNROLL
       for (int j = 0; j < N; ++j) {
-        const double S =
-            compat::exp(double(at<Tr>(x, ldx, i, j)) - shift_at(j)) * inv_colsum_at(j);
-        at<Tr>(dx, ldd, i, j) =
-            T((p1_at(i, j) - wi) * (double(dpt[i][j]) - a[i]) - S * bsum[j]);
+        const double S = compat::exp(double(at<Tr>(x, ldx, i, j)) - shift_at(j)) * inv_colsum_at(j);
+        at<Tr>(dx, ldd, i, j) = T((p1_at(i, j) - wi) * (double(dpt[i][j]) - a[i]) - S * bsum[j]);
       }
     }
   }
