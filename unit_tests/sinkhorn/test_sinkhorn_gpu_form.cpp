@@ -391,68 +391,6 @@ TEST(SinkhornGpuForm, UnrolledBackwardHistoryPastOnChipRunsTheHostForm) {
                         run_unrolled<double>(x, g, batch, n, o, kdnn::KernelForm::host)));
 }
 
-/// dX of the unrolled backward's lane form at n = N, run directly (on a GPU
-/// n <= 4 takes the thread form; the lane form is compiled at 2 and 4 here
-/// to check the thread form's arithmetic against it).
-template <class T, int N>
-std::vector<double> run_lane_unrolled(const std::vector<double>& x, const std::vector<double>& g,
-                                      int batch, const sk::ForwardOptions& o) {
-  sk::impl::UnrolledBackwardGpuKernel<Space, T, N> k;
-  k.X = batch_of<T>(x, batch, N);
-  k.G = batch_of<T>(g, batch, N);
-  Batch<T> dX("dX", batch, N, N);
-  k.dX = dX;
-  k.iters = o.iters;
-  k.eps = o.eps;
-  k.batch = batch;
-  k.transpose = o.order == sk::Order::rows_first;
-  if (batch > 0) k.run("test", Space(), kdnn::Launch{});
-  return to_host(dX);
-}
-
-template <class T, int N>
-void expect_thread_form_is_lane_form() {
-  unsigned seed = 1300 + N;
-  for (int batch : {0, 1, 37}) {
-    const auto x = uniform(std::size_t(batch) * N * N, -2.0, 2.0, seed++);
-    const auto g = uniform(std::size_t(batch) * N * N, -1.0, 1.0, seed++);
-    for (int iters : {1, 2, 20}) {
-      for (auto order : {sk::Order::columns_first, sk::Order::rows_first}) {
-        for (double eps : {0.0, 0.01}) {
-          for (int tile : {0, 3}) {  // 0: the form's own (a warp's matrices on a GPU)
-            SCOPED_TRACE("n=" + std::to_string(N) + " batch=" + std::to_string(batch) +
-                         " iters=" + std::to_string(iters) +
-                         " rows_first=" + std::to_string(order == sk::Order::rows_first) +
-                         " eps=" + std::to_string(eps) + " tile=" + std::to_string(tile));
-            sk::ForwardOptions o{iters, 0.0, order, eps};
-            o.launch.tile = tile;
-            const auto thread = run_unrolled<T>(x, g, batch, N, o, kdnn::KernelForm::gpu);
-            const auto lane = run_lane_unrolled<T, N>(x, g, batch, o);
-            double scale = 0, diff = 0;
-            for (std::size_t k = 0; k < lane.size(); ++k) {
-              scale = std::fmax(scale, std::fabs(lane[k]));
-              diff = std::fmax(diff, std::fabs(thread[k] - lane[k]));
-            }
-            EXPECT_LE(diff, 2 * std::numeric_limits<T>::epsilon() * scale);
-          }
-        }
-      }
-    }
-  }
-}
-
-// The unrolled backward's thread form (unrolled_backward_thread_kernel.hpp)
-// does the lane form's operations in its order, one thread playing the
-// lanes. Asserted to 2 units in the last place of T at the batch's scale,
-// not bitwise: besides contraction, GCC before 13 compiles C++ with
-// -fexcess-precision=fast only, and its vectoriser then may use a value
-// before its rounding to float (GCC 12 -O3 does in the thread form's last
-// step: 1 ulp in a few elements, none at -O2).
-TYPED_TEST(SinkhornGpuForm, UnrolledThreadFormIsTheLaneFormsArithmetic) {
-  expect_thread_form_is_lane_form<TypeParam, 2>();
-  expect_thread_form_is_lane_form<TypeParam, 4>();
-}
-
 // The thread form keeps the history in team scratch, interleaved across a
 // team's matrices: on-chip, or past it (here 2 × 600 × 4 doubles per matrix,
 // 38 KB, above a host's 32 KB on-chip level) in a GPU launch's bounded team
