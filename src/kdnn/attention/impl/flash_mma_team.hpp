@@ -17,6 +17,7 @@
 // order.
 #include <Kokkos_Core.hpp>
 #include <algorithm>
+#include <cstdint>
 #include <type_traits>
 
 #include "kdnn/core/impl/compiled_sizes.hpp"
@@ -91,23 +92,44 @@ struct FlashMmaTeam
     return SL == 1 ? (r == 1 ? 2 : r == 2 ? 1 : r) : slice;
   }
 
+  /// Where register e = (mt·Tiles + n)·CR + r of thread t's accumulators of
+  /// Tiles tiles of 8 columns (per m-tile) is: the slot of its row among the
+  /// thread's rows, its block-relative row and its column.
+  struct AccumulatorPlace {
+    int slot, row, col;
+  };
+  template <int Tiles>
+  static KOKKOS_FORCEINLINE_FUNCTION AccumulatorPlace accumulator_place(int t, int e) {
+    const int r = e % CR, n = e / CR % Tiles, mt = e / (CR * Tiles);
+    const kdnn::impl::FragmentIndex c = Mma::c(t % 32, r);
+    return {mt * RS + r / 2, t / 32 * WR + mt * Mma::M + c.row, n * 8 + c.col};
+  }
+
   /// Calls f(e, slot, row, col) for each register e of thread t's
-  /// accumulators of Tiles tiles of 8 columns (per m-tile): the slot of its
-  /// row among the thread's rows, its block-relative row and its column.
+  /// accumulators of Tiles tiles (accumulator_place), unrolled.
   template <int Tiles, class F>
   static KOKKOS_FORCEINLINE_FUNCTION void each_accumulator(int t, const F& f) {
     KDNN_IMPL_UNROLL
-    for (int mt = 0; mt < MT; ++mt) {
-      KDNN_IMPL_UNROLL
-      for (int n = 0; n < Tiles; ++n) {
-        KDNN_IMPL_UNROLL
-        for (int r = 0; r < CR; ++r) {
-          const kdnn::impl::FragmentIndex c = Mma::c(t % 32, r);
-          f((mt * Tiles + n) * CR + r, mt * RS + r / 2, t / 32 * WR + mt * Mma::M + c.row,
-            n * 8 + c.col);
-        }
-      }
+    for (int e = 0; e < MT * Tiles * CR; ++e) {
+      const AccumulatorPlace a = accumulator_place<Tiles>(t, e);
+      f(e, a.slot, a.row, a.col);
     }
+  }
+
+  /// The bits e of thread t's accumulators of Tiles tiles for which
+  /// test(row, col) holds, in a loop that is not unrolled: for a test too
+  /// large to repeat for every register (dropout's Philox rounds), whose
+  /// unrolled copies the compiler would interleave and spill.
+  template <int Tiles, class Test>
+  static KOKKOS_INLINE_FUNCTION std::uint32_t accumulator_bits(int t, const Test& test) {
+    static_assert(MT * Tiles * CR <= 32, "accumulator_bits: at most 32 registers");
+    std::uint32_t bits = 0;
+    KDNN_IMPL_NO_UNROLL
+    for (int e = 0; e < MT * Tiles * CR; ++e) {
+      const AccumulatorPlace a = accumulator_place<Tiles>(t, e);
+      if (test(a.row, a.col)) bits |= std::uint32_t(1) << e;
+    }
+    return bits;
   }
 
   /// Thread t's A register e of `factor`·view(b, h, i0 + row, ·) over Width

@@ -8,7 +8,9 @@
 //
 // A team of four warps owns BQ queries, each warp MT m-tiles of Mma::M rows
 // (one: float 16 rows, BQ = 64; double 8 rows, BQ = 32). The warp keeps its
-// rows' scale·Q fragments in registers for the whole block, and per key
+// rows' scale·Q fragments in registers for the whole block (where they fit
+// beside O's accumulators: kQInRegisters; else it reads them from L1, the
+// same values, for each key tile), and per key
 // tile of BK keys (K and V tiles in level-0 scratch, rows padded by 4 elements so
 // that a fragment's loads fall on distinct banks):
 //  * S = (scale·Q)·Kᵀ into accumulator fragments (BK / 8 tiles of 8 keys);
@@ -52,6 +54,11 @@ struct FusedForwardMmaKernel
   static constexpr int NT = Base::NT, BQ = Base::BQ, BK = Base::BK, NK = Base::NK, KD = Base::KD,
                        ND = Base::ND, RT = Base::RT, LDK = Base::LDK, LDV = Base::LDV,
                        AR = Base::AR, CR = Base::CR, MT = Base::MT;
+  /// Whether a thread keeps its scale·Q fragments in registers through the
+  /// block, or reads them (from L1) for each key tile's product: kept where
+  /// they and the O accumulators leave room (ptxas, sm_90, CUDA 13: with
+  /// D = 128, or double with Dv = 128, holding Q spilled 70-800 bytes).
+  static constexpr bool kQInRegisters = D <= 64 && (sizeof(T) == 4 || DV <= 64);
   using Data = FusedForwardData<ExecSpace, T>;
   using Data::dropout;
   using Data::k;
@@ -77,7 +84,7 @@ struct FusedForwardMmaKernel
     // Per thread, for the whole block: its scale·Q fragments, the visible
     // keys, m, α and l of its rows, and its O accumulators; per key tile its
     // S accumulators and its rows' partial sums.
-    kdnn::impl::ThreadRegisters<T, NT, MT * KD * AR, kPrivate> qf;
+    kdnn::impl::ThreadRegisters<T, NT, kQInRegisters ? MT * KD * AR : 1, kPrivate> qf;
     kdnn::impl::ThreadRegisters<int, NT, 2 * RT, kPrivate> range;  // first, last
     kdnn::impl::ThreadRegisters<T, NT, 2 * RT, kPrivate> m_alpha;  // m, then α
     kdnn::impl::ThreadRegisters<double, NT, 2 * RT, kPrivate> l;   // l, then the tile's sum
@@ -85,7 +92,7 @@ struct FusedForwardMmaKernel
     kdnn::impl::ThreadRegisters<T, NT, MT * ND * CR, kPrivate> oacc;
 
     threads(team, [&](int t) {
-      Base::template load_a<D>(t, qf, q, b, h, i0, rows, scale);
+      if constexpr (kQInRegisters) Base::template load_a<D>(t, qf, q, b, h, i0, rows, scale);
       // Each row once, at its even column of the first tile.
       Base::template each_accumulator<1>(t, [&](int, int slot, int row, int col) {
         if (col % 2 != 0) return;
@@ -114,7 +121,12 @@ struct FusedForwardMmaKernel
       team.team_barrier();
 
       // S = (scale·Q)·Kᵀ; the mask (−inf); the rows' maxima.
-      Base::template tile_rows_product<D>(team, kdnn::impl::registers_at(qf, 0), w.kt, LDK, sacc);
+      if constexpr (kQInRegisters) {
+        Base::template tile_rows_product<D>(team, kdnn::impl::registers_at(qf, 0), w.kt, LDK, sacc);
+      } else {
+        Base::template tile_rows_product<D>(
+            team, Base::template fragments<D>(q, b, h, i0, rows, scale), w.kt, LDK, sacc);
+      }
       threads(team, [&](int t) {
         KDNN_IMPL_UNROLL
         for (int slot = 0; slot < RT; ++slot) m_alpha(t)[RT + slot] = m_alpha(t)[slot];
@@ -139,15 +151,21 @@ struct FusedForwardMmaKernel
           m_alpha(t)[RT + slot] = alpha;
           l(t)[RT + slot] = 0.0;
         }
-        Base::template each_accumulator<NK>(t, [&](int e, int slot, int row, int col) {
-          const int key = j0 + col;
+        const std::uint32_t kept =
+            dropout.active ? Base::template accumulator_bits<NK>(
+                                 t,
+                                 [&](int row, int col) {
+                                   return row >= rows || dropout.keep(std::uint64_t(bh) * S * Sk +
+                                                                      std::uint64_t(i0 + row) * Sk +
+                                                                      std::uint64_t(j0 + col));
+                                 })
+                           : ~std::uint32_t(0);
+        Base::template each_accumulator<NK>(t, [&](int e, int slot, int, int) {
           T& x = sacc(t)[e];
           const T ex = kdnn::impl::exp_vectorisable(x - m_alpha(t)[slot]);  // NaN if x = m' = −inf
           const T p = x == neg_inf ? T(0) : ex;
           l(t)[RT + slot] += double(p);
-          const bool keep =
-              row >= rows || dropout.keep(std::uint64_t(bh) * S * Sk +
-                                          std::uint64_t(i0 + row) * Sk + std::uint64_t(key));
+          const bool keep = (kept >> e) & 1u;
           x = dropout.active ? (keep ? p * keep_scale : T(0)) : p;
         });
       });
