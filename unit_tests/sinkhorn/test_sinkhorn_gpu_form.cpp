@@ -226,11 +226,13 @@ BackwardOutcome run_backward(const Batch<T>& R, const std::vector<double>& g, sk
           to_host(report.residual)};
 }
 
-// The implicit and block backwards' GPU forms (cg_backward_thread_kernel.hpp
-// for n <= 4, cg_backward_gpu_kernel.hpp) against the host forms: bitwise on a host (the same
-// operations in the same order, see the file comment); on a GPU, where the compiler may contract
-// the two differently and CG amplifies that by the system's conditioning, to
-// the solver's tolerance.
+// The implicit and block backwards' GPU forms against the host forms. The
+// thread form (cg_backward_thread_kernel.hpp, n <= 4) computes the same
+// operations in the same order: bitwise on a host; on a GPU, where the
+// compiler may contract the two differently and CG amplifies that by the
+// system's conditioning, to the solver's tolerance. The lane form
+// (cg_backward_gpu_kernel.hpp, n >= 8) sums CG's dot products by butterfly
+// among its lanes: to the solver's tolerance everywhere.
 TYPED_TEST(SinkhornGpuForm, BackwardMatchesHostForm) {
   using T = TypeParam;
   unsigned seed = 500;
@@ -251,7 +253,7 @@ TYPED_TEST(SinkhornGpuForm, BackwardMatchesHostForm) {
                        " unit=" + std::to_string(marginals == sk::Marginals::unit));
           const auto gpu = run_backward<T>(R, g, o, kdnn::KernelForm::gpu);
           const auto host = run_backward<T>(R, g, o, kdnn::KernelForm::host);
-          if (kBitwise) {
+          if (kBitwise && n <= 4) {
             EXPECT_TRUE(same_bits(gpu.dX, host.dX));
             EXPECT_EQ(gpu.iterations, host.iterations);
             EXPECT_TRUE(same_bits(gpu.marginal_error, host.marginal_error));
@@ -263,6 +265,9 @@ TYPED_TEST(SinkhornGpuForm, BackwardMatchesHostForm) {
               diff = std::fmax(diff, std::fabs(gpu.dX[k] - host.dX[k]));
             }
             EXPECT_LE(diff, tol<T>(1e-9, 1e-3) * std::fmax(scale, 1.0));
+          }
+          if (kBitwise && n > 4) {  // the lane form's marginals: the same sums, before CG
+            EXPECT_TRUE(same_bits(gpu.marginal_error, host.marginal_error));
           }
         }
       }

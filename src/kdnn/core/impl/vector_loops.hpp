@@ -1,9 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // The loops of a small vector algorithm (projected_cg.hpp) over its m
-// entries, two ways, so that one algorithm serves both:
+// entries, three ways, so that one algorithm serves all:
 // - LaneLoops: one team thread's vector lanes share the entries (vectors in
 //   team scratch), sums by Kokkos' vector reduction;
+// - ButterflyLoops<L, Private>: the same sharing among exactly L lanes
+//   (the team's vector length), entry k on lane k mod L; each lane sums its
+//   own entries in order, then lane_butterfly_sum (lane_butterfly.hpp) adds
+//   the lanes' sums: the same bits on a GPU (Private: a lane's sum in its
+//   own register, shuffles) and on a host (the L sums side by side);
 // - ThreadLoops<M>: one thread owns all M entries, M known at compile time
 //   and every loop unrolled, so that vectors held in local arrays stay in
 //   registers on a GPU.
@@ -11,6 +16,7 @@
 // host backend), so the two give bitwise the same results there.
 #include <Kokkos_Core.hpp>
 
+#include "kdnn/core/impl/lane_butterfly.hpp"
 #include "kdnn/core/impl/unroll.hpp"
 
 namespace kdnn::impl {
@@ -32,6 +38,32 @@ struct LaneLoops {
     T s = 0;
     Kokkos::parallel_reduce(Kokkos::ThreadVectorRange(team, m), f, s);
     return s;
+  }
+};
+
+template <int L, bool Private, class Member>
+struct ButterflyLoops {
+  static_assert(is_butterfly_width<L>, "ButterflyLoops: L a power of two <= 32");
+  const Member& team;
+  int m;
+
+  KOKKOS_INLINE_FUNCTION int size() const { return m; }
+  template <class F>
+  KOKKOS_INLINE_FUNCTION void for_each(const F& f) const {
+    Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, m), f);
+  }
+  template <class T, class F>
+  KOKKOS_INLINE_FUNCTION T sum(const F& f) const {
+    if constexpr (Private) {
+      T s = 0;  // this lane's: on a GPU lane l runs k = l, l + L, …
+      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, m), [&](int k) { f(k, s); });
+      return lane_butterfly_sum<L>(s);
+    } else {
+      T s[L] = {};
+      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, m), [&](int k) { f(k, s[k % L]); });
+      lane_butterfly_sum<L>(s);
+      return s[0];
+    }
   }
 };
 

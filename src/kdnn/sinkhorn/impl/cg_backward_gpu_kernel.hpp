@@ -7,7 +7,9 @@
 // row k and column k of R in registers, so that both products of a CG step,
 // Rp (lane i: row i · p) and Rᵀq (lane j: column j · q), are lane-local dot
 // products over a vector every lane reads from scratch. The CG itself is the
-// host form's projected_cg on the same scratch vectors.
+// host form's projected_cg on the same scratch vectors, its dot products
+// summed by butterfly among the N lanes (ButterflyLoops, vector_loops.hpp),
+// with no Kokkos vector reduction inside the loop.
 //
 // Loads and stores are by columns (lane j reads column j of R and G and
 // writes column j of dX: the N lanes touch one row's N consecutive elements
@@ -15,12 +17,12 @@
 // not kept: its row sums are taken from the tile, its column sums and dX
 // recompute G_ij R_ij, which is the same value.
 //
-// Numerics are CGBackwardKernel's, operation for operation: the same sums
-// (every dot product in index order, as col_dot sums), the same CG, the same
-// report. On a host the two forms give bitwise identical dX and reports; a
-// GPU compiler may contract (FMA) the two kernels' sums differently, so there
-// they agree to rounding, and CG, which amplifies rounding by the system's
-// conditioning, to its tolerance.
+// Numerics are CGBackwardKernel's but for CG's dot products: the same sums
+// of R and W (every one in index order, as col_dot sums), the same CG steps,
+// the same report; CG's dot products are summed lane by lane and then across
+// the lanes (the same bits on a host and a GPU) where the host form sums in
+// index order. So the two forms agree to rounding, and CG, which amplifies
+// rounding by the system's conditioning, to its tolerance.
 #include "kdnn/core/impl/projected_cg.hpp"
 #include "kdnn/core/impl/scratch_layout.hpp"
 #include "kdnn/sinkhorn/impl/cg_backward_data.hpp"
@@ -37,6 +39,8 @@ struct CGBackwardGpuKernel : GpuMatrixKernel<CGBackwardGpuKernel<ExecSpace, T, N
   using Data = CGBackwardData<ExecSpace, T>;
   using Member = typename Base::Member;
   static constexpr bool kPrivate = Base::kPrivate;
+  /// CG's loops: entry k on lane k mod N, sums by butterfly.
+  using Loops = kdnn::impl::ButterflyLoops<N, kPrivate, Member>;
   static constexpr int kLd = Base::kLd;
   using Data::block;
   using Data::dX;
@@ -117,8 +121,8 @@ struct CGBackwardGpuKernel : GpuMatrixKernel<CGBackwardGpuKernel<ExecSpace, T, N
           out[N + k] = c_of(k) * in[N + k] + lane_dot<N>(col(k), in);
         });
       };
-      cg = kdnn::impl::projected_cg(kdnn::impl::LaneLoops<Member>{team, 2 * N}, N, rtol, max_iters,
-                                    w.x, w.r, w.p, w.Ap, apply);
+      cg = kdnn::impl::projected_cg(Loops{team, 2 * N}, N, rtol, max_iters, w.x, w.r, w.p, w.Ap,
+                                    apply);
       Kokkos::parallel_for(lanes, [&](int i) { w.sr[i] = w.x[i]; });  // u
     } else {
       // b = s_c − Rᵀ D_a⁻¹ s_r
@@ -129,8 +133,7 @@ struct CGBackwardGpuKernel : GpuMatrixKernel<CGBackwardGpuKernel<ExecSpace, T, N
         Kokkos::parallel_for(lanes,
                              [&](int j) { out[j] = c_of(j) * in[j] - lane_dot<N>(col(j), w.q); });
       };
-      cg = kdnn::impl::projected_cg(kdnn::impl::LaneLoops<Member>{team, N}, N, rtol, max_iters, w.x,
-                                    w.r, w.p, w.Ap, apply);
+      cg = kdnn::impl::projected_cg(Loops{team, N}, N, rtol, max_iters, w.x, w.r, w.p, w.Ap, apply);
       // u = D_a⁻¹ (s_r − R v), written over s_r.
       Kokkos::parallel_for(
           lanes, [&](int i) { w.sr[i] = (w.sr[i] - lane_dot<N>(row(i), w.x)) / a_of(i); });

@@ -5,7 +5,9 @@
 // R, W = G∘R, the system's right-hand side and CG's vectors live in local
 // arrays that every loop indexes with compile-time constants (N known, loops
 // unrolled, projected_cg over ThreadLoops), so on a GPU they stay in
-// registers: nothing goes to scratch and no lane waits for another.
+// registers: nothing goes to scratch and no lane waits for another. R, G
+// and dX move whole (matrix_copy.hpp: 16-byte accesses where a matrix is
+// contiguous and aligned).
 //
 // The systems and the method are CGBackwardKernel's (cg_backward_kernel.hpp),
 // operation for operation: the sums of R and W from 0 in index order, every
@@ -19,6 +21,7 @@
 #include <cstddef>
 
 #include "kdnn/core/compat.hpp"
+#include "kdnn/core/impl/matrix_copy.hpp"
 #include "kdnn/core/impl/projected_cg.hpp"
 #include "kdnn/core/impl/unroll.hpp"
 #include "kdnn/core/impl/vector_loops.hpp"
@@ -56,15 +59,17 @@ struct CGBackwardThreadKernel : CGBackwardData<ExecSpace, T> {
     const int ldr = int(this->R.stride(1)), ldg = int(this->G.stride(1));
     const int ldd = int(this->dX.stride(1));
 
-    // R by rows and by columns (the same registers), W = G∘R.
+    // R by rows and by columns (the same registers), W = G∘R (G loaded in
+    // its place).
     T r[N][N], rt[N][N], w[N][N];
+    kdnn::impl::load_matrix<N>(rg, ldr, r);
+    kdnn::impl::load_matrix<N>(gg, ldg, w);
     KDNN_IMPL_UNROLL
     for (int i = 0; i < N; ++i) {
       KDNN_IMPL_UNROLL
       for (int j = 0; j < N; ++j) {
-        r[i][j] = rg[i * ldr + j];
         rt[j][i] = r[i][j];
-        w[i][j] = gg[i * ldg + j] * r[i][j];
+        w[i][j] = w[i][j] * r[i][j];
       }
     }
     // s_r = W1, s_c = Wᵀ1, a = R1, c = Rᵀ1.
@@ -134,12 +139,13 @@ struct CGBackwardThreadKernel : CGBackwardData<ExecSpace, T> {
         v[i] = x[i];
       }
     }
-    // dX = W − (u1ᵀ + 1vᵀ)∘R
+    // dX = W − (u1ᵀ + 1vᵀ)∘R, in W's place.
     KDNN_IMPL_UNROLL
     for (int i = 0; i < N; ++i) {
       KDNN_IMPL_UNROLL
-      for (int j = 0; j < N; ++j) dxg[i * ldd + j] = w[i][j] - (u[i] + v[j]) * r[i][j];
+      for (int j = 0; j < N; ++j) w[i][j] = w[i][j] - (u[i] + v[j]) * r[i][j];
     }
+    kdnn::impl::store_matrix<N>(w, dxg, ldd);
     this->report(b, cg, r_marginal_error);
   }
 };

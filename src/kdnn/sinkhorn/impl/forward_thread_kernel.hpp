@@ -3,7 +3,9 @@
 // Sinkhorn forward, thread form (thread_form.hpp), for a compile-time n = N
 // in ThreadMatrixSizes (1 … 4, mHC's sizes): one thread per matrix, all of
 // it in registers; consecutive threads take consecutive matrices, so a
-// warp's loads and stores cover one contiguous span of the batch.
+// warp's loads and stores cover one contiguous span of the batch, a
+// matrix moving whole (matrix_copy.hpp: 16-byte accesses where it is
+// contiguous and aligned).
 //
 // Numerics are ForwardKernel's, operation for operation: the first
 // iteration in double through first_column and first_row
@@ -15,6 +17,7 @@
 #include <cstddef>
 
 #include "kdnn/core/compat.hpp"
+#include "kdnn/core/impl/matrix_copy.hpp"
 #include "kdnn/core/impl/unroll.hpp"
 #include "kdnn/core/nan_max.hpp"
 #include "kdnn/sinkhorn/impl/first_iteration.hpp"
@@ -42,12 +45,6 @@ struct ForwardThreadKernel : ForwardData<ExecSpace, T> {
     }
   }
 
-  /// Element (i, j) of a matrix with row stride ld, or of its transpose.
-  template <bool Tr, class V>
-  static KOKKOS_FORCEINLINE_FUNCTION V& at(V* p, int ld, int i, int j) {
-    return Tr ? p[j * ld + i] : p[i * ld + j];
-  }
-
   /// Matrix b, columns first on X (or on Xᵀ if Tr: rows first).
   template <bool Tr>
   KOKKOS_INLINE_FUNCTION void oriented(int b) const {
@@ -58,10 +55,14 @@ struct ForwardThreadKernel : ForwardData<ExecSpace, T> {
 
     // Iteration 1, in double; x as T first, as the host form reads it.
     double xd[N][N], p1[N][N], shift[N], inv_colsum[N];
-    KDNN_IMPL_UNROLL
-    for (int i = 0; i < N; ++i) {
+    {
+      T xm[N][N];
+      kdnn::impl::load_matrix<N>(x, ldx, xm);
       KDNN_IMPL_UNROLL
-      for (int j = 0; j < N; ++j) xd[i][j] = double(at<Tr>(x, ldx, i, j));
+      for (int i = 0; i < N; ++i) {
+        KDNN_IMPL_UNROLL
+        for (int j = 0; j < N; ++j) xd[i][j] = double(Tr ? xm[j][i] : xm[i][j]);
+      }
     }
     KDNN_IMPL_UNROLL
     for (int j = 0; j < N; ++j) {
@@ -119,10 +120,14 @@ struct ForwardThreadKernel : ForwardData<ExecSpace, T> {
       for (int i = 0; i < N; ++i) u[i] = rescaled(u[i], row_sum(i), e);
     }
 
-    KDNN_IMPL_UNROLL
-    for (int i = 0; i < N; ++i) {
+    {
+      T rm[N][N];
       KDNN_IMPL_UNROLL
-      for (int j = 0; j < N; ++j) at<Tr>(r, ldr, i, j) = u[i] * p[i][j] * v[j];
+      for (int i = 0; i < N; ++i) {
+        KDNN_IMPL_UNROLL
+        for (int j = 0; j < N; ++j) (Tr ? rm[j][i] : rm[i][j]) = u[i] * p[i][j] * v[j];
+      }
+      kdnn::impl::store_matrix<N>(rm, r, ldr);
     }
     if (this->iters_out.extent(0) == 0 && this->error_out.extent(0) == 0) return;
     // Marginal error: row sums u∘(Pv), then column sums v∘(Pᵀu).

@@ -136,7 +136,6 @@ struct UnrolledBackwardThreadKernel : UnrolledBackwardData<ExecSpace, T> {
     const auto shift_at = [&](int j) -> double& { return first(N * N + N + j); };
     const auto inv_colsum_at = [&](int j) -> double& { return first(N * N + 2 * N + j); };
 
-    // Iteration 1 in double; P = T(P1) by rows and by columns; u_0 = v_0 = 1.
     // Iteration 1 in double (kept in scratch for its reverse); P = T(P1) by
     // rows and by columns; u_0 = v_0 = 1.
     T p[N][N], pt[N][N], u[N], v[N];
