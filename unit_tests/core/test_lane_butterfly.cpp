@@ -98,6 +98,10 @@ struct LoopsSum {
   }
 };
 
+/// The team's vector length: L lanes where they are threads of their own
+/// (a GPU), else 1 (a host plays the lanes in one thread).
+constexpr int vector_length(bool lanes_private, int L) { return lanes_private ? L : 1; }
+
 template <int L, class T>
 void check_loops(unsigned seed) {
   for (int m : {0, 1, L - 1, L, L + 1, 2 * L, 3 * L + 1}) {
@@ -113,7 +117,7 @@ void check_loops(unsigned seed) {
       const auto xd = kdnn_test::to_device<T*>(std::vector<double>(x.begin(), x.end()), m);
       Kokkos::View<T*, Space> out("out", L);
       LoopsSum<T, L> kernel{xd, out};
-      const int vector = LoopsSum<T, L>::kPrivate ? L : 1;
+      const int vector = vector_length(LoopsSum<T, L>::kPrivate, L);
       // Two team threads where the backend allows (Serial has one).
       const int threads = std::min(
           2,
@@ -121,7 +125,7 @@ void check_loops(unsigned seed) {
       Kokkos::parallel_for(Kokkos::TeamPolicy<Space>(1, threads, vector), kernel);
       const auto got = kdnn_test::to_host(out);
       const T want = loops_reference(x, L);
-      for (int l = 0; l < (LoopsSum<T, L>::kPrivate ? L : 1); ++l) {
+      for (int l = 0; l < vector; ++l) {
         EXPECT_EQ(T(got[l]), want) << "lane " << l;  // bitwise
         if (integers) {
           EXPECT_EQ(double(got[l]), exact) << "lane " << l;
