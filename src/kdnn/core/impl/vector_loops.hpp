@@ -42,16 +42,11 @@ struct LaneLoops {
 };
 
 template <int L, bool Private, class Member>
-struct ButterflyLoops {
+struct ButterflyLoops : LaneLoops<Member> {
   static_assert(is_butterfly_width<L>, "ButterflyLoops: L a power of two <= 32");
-  const Member& team;
-  int m;
+  using LaneLoops<Member>::team;
+  using LaneLoops<Member>::m;
 
-  KOKKOS_INLINE_FUNCTION int size() const { return m; }
-  template <class F>
-  KOKKOS_INLINE_FUNCTION void for_each(const F& f) const {
-    Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, m), f);
-  }
   template <class T, class F>
   KOKKOS_INLINE_FUNCTION T sum(const F& f) const {
     if constexpr (Private) {
