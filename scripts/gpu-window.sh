@@ -63,9 +63,11 @@ smoke() {
 # First the tensor cores against their emulation (mma.sync and the quad
 # shuffles), items claimed in order waiting on lower ones (the backward's
 # dQ turns: a hang here is a deadlock, cut by the step's limit), then the
-# attention built on them, then one test per family.
+# attention built on them, the lanes' butterfly shuffles and the 16-byte
+# matrix accesses against their emulation, then one test per family.
 families='TeamMma.*:TeamQuads.*:TeamPlan.ItemsClaimedInOrderMayWaitOnLowerOnes:FusedAttentionMma.*'
-families+=':SinkhornTyped/0.ForwardMatchesPlainFormula:SinkhornGpuForm*'
+families+=':LaneButterfly*:MatrixCopy*'
+families+=':SinkhornTyped/0.ForwardMatchesPlainFormula:SinkhornGpuForm*:SinkhornThreadArithmetic*'
 families+=':FusedAttention/0.BackwardMatchesTheUnfusedPathAndIsReproducible'
 families+=':Mha/0.ForwardMatchesTheDoubleReference:CausalConv1d/0.BackwardMatchesDoubleLoops'
 families+=':Ssd/0.ForwardMatchesTheRecurrence:Ssd/0.BackwardMatchesTheAdjointRecurrence'
