@@ -270,6 +270,32 @@ TEST(FusedAttentionMma, HugeScalesGiveZeroGradientsOnOneHotRows) {
   }
 }
 
+/// each_accumulator's places are accumulator_place's (the rolled map that
+/// dropout's keep bits use), for every thread and register.
+template <class T, int Tiles>
+void expect_one_accumulator_map() {
+  using Team = at::impl::FlashMmaTeam<void, Kokkos::DefaultHostExecutionSpace, T, 64, 64,
+                                      kdnn::impl::MmaPrecision::full>;
+  for (int t = 0; t < Team::NT; ++t) {
+    int count = 0;
+    Team::template each_accumulator<Tiles>(t, [&](int e, int slot, int row, int col) {
+      const auto a = Team::template accumulator_place<Tiles>(t, e);
+      EXPECT_EQ(e, count++);
+      EXPECT_EQ(slot, a.slot) << "t=" << t << " e=" << e;
+      EXPECT_EQ(row, a.row) << "t=" << t << " e=" << e;
+      EXPECT_EQ(col, a.col) << "t=" << t << " e=" << e;
+    });
+    EXPECT_EQ(count, Team::MT * Tiles * Team::CR);
+  }
+}
+
+TEST(FusedAttentionMma, OneMapOfAccumulatorsToRowsAndColumns) {
+  expect_one_accumulator_map<float, 1>();
+  expect_one_accumulator_map<float, 8>();
+  expect_one_accumulator_map<double, 1>();
+  expect_one_accumulator_map<double, 4>();
+}
+
 TEST(FusedAttentionMma, OtherHeadSizesRunTheGpuForm) {
   const FusedCase c{"D = 16", 1, 2, 20, 30, 16, 16, false, {}, {}, {}, {}, 0};
   const Inputs in = inputs(c, 5);
