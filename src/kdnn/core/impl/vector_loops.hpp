@@ -12,8 +12,9 @@
 // - ThreadLoops<M>: one thread owns all M entries, M known at compile time
 //   and every loop unrolled, so that vectors held in local arrays stay in
 //   registers on a GPU.
-// Both sum from 0 in index order where the vector loop is a plain loop (a
-// host backend), so the two give bitwise the same results there.
+// LaneLoops and ThreadLoops sum from 0 in index order where the vector loop
+// is a plain loop (a host backend), so those two give bitwise the same
+// results there; ButterflyLoops sums in its own order on every backend.
 #include <Kokkos_Core.hpp>
 
 #include "kdnn/core/impl/lane_butterfly.hpp"
