@@ -81,20 +81,29 @@ TYPED_TEST(LaneButterfly, HostStepsAreTheRecursiveButterfly) {
 }
 
 /// A team of two threads, each with L vector lanes: thread 0 sums x by
-/// ButterflyLoops<L> and every lane writes the total to out(lane); thread 1
-/// stays idle (the butterfly involves the calling thread's lanes only).
+/// ButterflyLoops<L> (sum) and x and y together (two_sums), and every lane
+/// writes the totals to out(lane, 0 … 2); thread 1 stays idle (the
+/// butterfly involves the calling thread's lanes only).
 template <class T, int L>
 struct LoopsSum {
   using Member = typename Kokkos::TeamPolicy<Space>::member_type;
   static constexpr bool kPrivate = ki::BackendTraits<Space>::is_gpu;
-  Kokkos::View<const T*, Space> x;
-  Kokkos::View<T*, Space> out;
+  Kokkos::View<const T*, Space> x, y;
+  Kokkos::View<T**, Kokkos::LayoutRight, Space> out;
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
     if (team.team_rank() != 0) return;
     const ki::ButterflyLoops<L, kPrivate, Member> loops{team, int(x.extent(0))};
     const T total = loops.template sum<T>([&](int k, T& s) { s += x(k); });
-    Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, L), [&](int l) { out(l) = total; });
+    const auto both = loops.template two_sums<T>([&](int k, T& sx, T& sy) {
+      sx += x(k);
+      sy += y(k);
+    });
+    Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, L), [&](int l) {
+      out(l, 0) = total;
+      out(l, 1) = both.first;
+      out(l, 2) = both.second;
+    });
   }
 };
 
@@ -114,9 +123,12 @@ void check_loops(unsigned seed) {
         x[k] = integers ? T(int(r[k] * 1000)) : T(r[k] * (1 + k % 7));
         exact += double(x[k]);
       }
+      std::vector<T> y(m);
+      for (int k = 0; k < m; ++k) y[k] = T(-3) * x[(k + 1) % m];
       const auto xd = kdnn_test::to_device<T*>(std::vector<double>(x.begin(), x.end()), m);
-      Kokkos::View<T*, Space> out("out", L);
-      LoopsSum<T, L> kernel{xd, out};
+      const auto yd = kdnn_test::to_device<T*>(std::vector<double>(y.begin(), y.end()), m);
+      Kokkos::View<T**, Kokkos::LayoutRight, Space> out("out", L, 3);
+      LoopsSum<T, L> kernel{xd, yd, out};
       const int vector = vector_length(LoopsSum<T, L>::kPrivate, L);
       // Two team threads where the backend allows (Serial has one).
       const int threads = std::min(
@@ -124,18 +136,21 @@ void check_loops(unsigned seed) {
           Kokkos::TeamPolicy<Space>(1, 1, vector).team_size_max(kernel, Kokkos::ParallelForTag()));
       Kokkos::parallel_for(Kokkos::TeamPolicy<Space>(1, threads, vector), kernel);
       const auto got = kdnn_test::to_host(out);
-      const T want = loops_reference(x, L);
-      for (int l = 0; l < vector; ++l) {
-        EXPECT_EQ(T(got[l]), want) << "lane " << l;  // bitwise
+      const T want = loops_reference(x, L), want_y = loops_reference(y, L);
+      for (int l = 0; l < vector; ++l) {  // bitwise
+        EXPECT_EQ(T(got[3 * l]), want) << "sum, lane " << l;
+        EXPECT_EQ(T(got[3 * l + 1]), want) << "two_sums' first, lane " << l;
+        EXPECT_EQ(T(got[3 * l + 2]), want_y) << "two_sums' second, lane " << l;
         if (integers) {
-          EXPECT_EQ(double(got[l]), exact) << "lane " << l;
+          EXPECT_EQ(double(got[3 * l]), exact) << "lane " << l;
+          EXPECT_EQ(double(got[3 * l + 2]), -3 * exact) << "lane " << l;
         }
       }
     }
   }
 }
 
-TYPED_TEST(LaneButterfly, LoopsSumEachLanesEntriesThenTheLanes) {
+TYPED_TEST(LaneButterfly, LoopsSumEachLanesEntriesThenTheLanesOneSumOrTwo) {
   using T = TypeParam;
   check_loops<1, T>(10);
   check_loops<2, T>(20);

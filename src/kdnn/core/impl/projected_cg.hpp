@@ -30,13 +30,32 @@ KOKKOS_INLINE_FUNCTION CGResult projected_cg(const Loops& loops, int split, doub
   const int m = loops.size();
   auto sign = [&](int k) { return k < split ? T(1) : T(-1); };
 
+  // The projection onto w⊥ is folded into the residual's norm: with
+  // σ = Σ_k w_k r_k and c = σ/m, Σ_k (r_k − c w_k)² = Σ_k r_k² − σ c, so one
+  // pass sums w·r and r·r (loops.two_sums: one butterfly round on lanes) and
+  // the projection is applied with the next update of p. The drift along w
+  // is rounding-level, so the subtraction loses nothing until r⊥ is itself
+  // at rounding level (past any useful tolerance); a negative difference
+  // there is zero.
+  auto projected_norm = [&](T sigma, T squares) {
+    const T d = squares - sigma * (sigma / T(m));
+    return d < 0 ? T(0) : d;  // NaN stays NaN
+  };
+  auto sums = [&]() {
+    return loops.template two_sums<T>([&](int k, T& s_w, T& s_r) {
+      s_w += sign(k) * r[k];
+      s_r += r[k] * r[k];
+    });
+  };
+
   // Project b onto w⊥ (a no-op in exact arithmetic), start from x = 0.
-  T wsum = loops.template sum<T>([&](int k, T& s) { s += sign(k) * r[k]; });
-  T rr = loops.template sum<T>([&](int k, T& s) {
-    r[k] -= sign(k) * (wsum / T(m));
+  auto s = sums();
+  T shift = s.first / T(m);
+  T rr = projected_norm(s.first, s.second);
+  loops.for_each([&](int k) {
+    r[k] -= sign(k) * shift;
     p[k] = r[k];
     x[k] = 0;
-    s += r[k] * r[k];
   });
   const T bb = rr;
   const T stop = T(rtol * rtol) * bb;
@@ -44,21 +63,22 @@ KOKKOS_INLINE_FUNCTION CGResult projected_cg(const Loops& loops, int split, doub
   CGResult result;
   while (rr > stop && result.iterations < max_iters) {
     apply(p, Ap);
-    const T pAp = loops.template sum<T>([&](int k, T& s) { s += p[k] * Ap[k]; });
+    const T pAp = loops.template sum<T>([&](int k, T& s_p) { s_p += p[k] * Ap[k]; });
     if (!(pAp > 0)) break;
     const T alpha = rr / pAp;
-    wsum = loops.template sum<T>([&](int k, T& s) {
+    loops.for_each([&](int k) {
       x[k] += alpha * p[k];
       r[k] -= alpha * Ap[k];
-      s += sign(k) * r[k];
     });
-    const T rr_new = loops.template sum<T>([&](int k, T& s) {
-      r[k] -= sign(k) * (wsum / T(m));
-      s += r[k] * r[k];
-    });
+    s = sums();
+    shift = s.first / T(m);
+    const T rr_new = projected_norm(s.first, s.second);
     const T beta = rr_new / rr;
     rr = rr_new;
-    loops.for_each([&](int k) { p[k] = r[k] + beta * p[k]; });
+    loops.for_each([&](int k) {
+      r[k] -= sign(k) * shift;
+      p[k] = r[k] + beta * p[k];
+    });
     ++result.iterations;
   }
   // NaN in b (or A) stays NaN here: it must not read as converged.

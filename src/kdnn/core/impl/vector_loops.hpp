@@ -12,6 +12,8 @@
 // - ThreadLoops<M>: one thread owns all M entries, M known at compile time
 //   and every loop unrolled, so that vectors held in local arrays stay in
 //   registers on a GPU.
+// Each has sum (one sum) and two_sums (two sums of the same entries in one
+// pass where the loops allow it: one butterfly round for both on lanes).
 // LaneLoops and ThreadLoops sum from 0 in index order where the vector loop
 // is a plain loop (a host backend), so those two give bitwise the same
 // results there; ButterflyLoops sums in its own order on every backend.
@@ -21,6 +23,12 @@
 #include "kdnn/core/impl/unroll.hpp"
 
 namespace kdnn::impl {
+
+/// What two_sums returns.
+template <class T>
+struct TwoSums {
+  T first, second;
+};
 
 template <class Member>
 struct LaneLoops {
@@ -39,6 +47,20 @@ struct LaneLoops {
     T s = 0;
     Kokkos::parallel_reduce(Kokkos::ThreadVectorRange(team, m), f, s);
     return s;
+  }
+  /// {Σ_k of what f(k, s0, s1) adds to s0, the same for s1}. f must only
+  /// read: here it runs once per sum (two vector reductions).
+  template <class T, class F>
+  KOKKOS_INLINE_FUNCTION TwoSums<T> two_sums(const F& f) const {
+    const T first = sum<T>([&](int k, T& s) {
+      T unused = 0;
+      f(k, s, unused);
+    });
+    const T second = sum<T>([&](int k, T& s) {
+      T unused = 0;
+      f(k, unused, s);
+    });
+    return {first, second};
   }
 };
 
@@ -61,6 +83,23 @@ struct ButterflyLoops : LaneLoops<Member> {
       return s[0];
     }
   }
+  /// Both sums in one pass over the lane's entries, then both butterflies
+  /// (independent shuffles, which the device overlaps).
+  template <class T, class F>
+  KOKKOS_INLINE_FUNCTION TwoSums<T> two_sums(const F& f) const {
+    if constexpr (Private) {
+      T s0 = 0, s1 = 0;
+      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, m), [&](int k) { f(k, s0, s1); });
+      return {lane_butterfly_sum<L>(s0), lane_butterfly_sum<L>(s1)};
+    } else {
+      T s0[L] = {}, s1[L] = {};
+      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, m),
+                           [&](int k) { f(k, s0[k % L], s1[k % L]); });
+      lane_butterfly_sum<L>(s0);
+      lane_butterfly_sum<L>(s1);
+      return {s0[0], s1[0]};
+    }
+  }
 };
 
 template <int M>
@@ -77,6 +116,13 @@ struct ThreadLoops {
     KDNN_IMPL_UNROLL
     for (int k = 0; k < M; ++k) f(k, s);
     return s;
+  }
+  template <class T, class F>
+  KOKKOS_INLINE_FUNCTION TwoSums<T> two_sums(const F& f) const {
+    T s0 = 0, s1 = 0;
+    KDNN_IMPL_UNROLL
+    for (int k = 0; k < M; ++k) f(k, s0, s1);
+    return {s0, s1};
   }
 };
 

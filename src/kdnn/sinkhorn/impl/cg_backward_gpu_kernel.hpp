@@ -2,27 +2,30 @@
 #pragma once
 // Sinkhorn implicit and block backwards, GPU form (kdnn::KernelForm::gpu),
 // lane layout, for a compile-time n = N in LaneFormSizes, {8, 16, 32}
-// (smaller n: the thread form, cg_backward_thread_kernel.hpp); the systems and the method
-// are CGBackwardKernel's (cg_backward_kernel.hpp). Lane k of a matrix keeps
-// row k and column k of R in registers, so that both products of a CG step,
-// Rp (lane i: row i · p) and Rᵀq (lane j: column j · q), are lane-local dot
-// products over a vector every lane reads from scratch. The CG itself is the
-// host form's projected_cg on the same scratch vectors, its dot products
-// summed by butterfly among the N lanes (ButterflyLoops, vector_loops.hpp),
-// with no Kokkos vector reduction inside the loop.
+// (smaller n: the thread form, cg_backward_thread_kernel.hpp); the systems
+// and the method are CGBackwardKernel's (cg_backward_kernel.hpp). Lane k of a
+// matrix keeps row k and column k of R in registers, so that both products
+// of a CG step, Rp (lane i: row i · p) and Rᵀq (lane j: column j · q), are
+// lane-local dot products over a vector every lane reads from scratch in
+// 16-byte pieces, with independent FMA chains at N >= 16
+// (lane_dot_shared). The CG itself is the host form's projected_cg on the
+// same scratch vectors, its sums by butterfly among the N lanes
+// (ButterflyLoops, vector_loops.hpp): two butterfly rounds per step, no
+// Kokkos vector reduction. D_a⁻¹ is applied as a product with 1/a_i, taken
+// once per matrix.
 //
-// Loads and stores are by columns (lane j reads column j of R and G and
-// writes column j of dX: the N lanes touch one row's N consecutive elements
-// at a time); rows of R reach the lanes through a tile in scratch. W = G∘R is
-// not kept: its row sums are taken from the tile, its column sums and dX
-// recompute G_ij R_ij, which is the same value.
+// Memory: R and G are read once and dX written once, by columns (lane j
+// reads column j and writes column j: the N lanes touch one row's N
+// consecutive elements at a time); rows of R reach the lanes through a tile
+// in scratch, which then holds W = G∘R for its row sums and for dX.
 //
-// Numerics are CGBackwardKernel's but for CG's dot products: the same sums
-// of R and W (every one in index order, as col_dot sums), the same CG steps,
-// the same report; CG's dot products are summed lane by lane and then across
-// the lanes (the same bits on a host and a GPU) where the host form sums in
-// index order. So the two forms agree to rounding, and CG, which amplifies
-// rounding by the system's conditioning, to its tolerance.
+// Numerics: R's and W's sums are the host form's (each in index order, as
+// col_dot sums), so the marginal errors are its bits on a host. CG's dot
+// products are summed lane by lane and then across the lanes (the same bits
+// on a host and a GPU), its products by chains, and D_a⁻¹ by a reciprocal,
+// where the host form sums in index order and divides: the two forms agree
+// to rounding, and CG, which amplifies rounding by the system's
+// conditioning, to its tolerance.
 #include "kdnn/core/impl/projected_cg.hpp"
 #include "kdnn/core/impl/scratch_layout.hpp"
 #include "kdnn/sinkhorn/impl/cg_backward_data.hpp"
@@ -42,6 +45,8 @@ struct CGBackwardGpuKernel : GpuMatrixKernel<CGBackwardGpuKernel<ExecSpace, T, N
   /// CG's loops: entry k on lane k mod N, sums by butterfly.
   using Loops = kdnn::impl::ButterflyLoops<N, kPrivate, Member>;
   static constexpr int kLd = Base::kLd;
+  /// Independent FMA chains per product (lane_dot_shared).
+  static constexpr int kDotChains = N >= 16 ? 4 : 1;
   using Data::block;
   using Data::dX;
   using Data::G;
@@ -70,22 +75,22 @@ struct CGBackwardGpuKernel : GpuMatrixKernel<CGBackwardGpuKernel<ExecSpace, T, N
     const auto lanes = Kokkos::ThreadVectorRange(team, N);
     LaneRegisters<T, N, N, kPrivate> row;  // lane i: R_i·
     LaneRegisters<T, N, N, kPrivate> col;  // lane j: R_·j
+    LaneRegisters<T, N, 1, kPrivate> inv_a;  // lane i: 1 / a_i (1 for unit marginals)
 
-    // Lane j: column j of R, its sum c_j and s_c,j = Σ_i W_ij; R to the tile.
+    // Lane j: column j of R and its sum c_j; R to the tile.
     Kokkos::parallel_for(lanes, [&](int j) {
       T* rc = col(j);
-      T c_j = 0, sc_j = 0;
+      T c_j = 0;
       KDNN_IMPL_UNROLL
       for (int i = 0; i < N; ++i) {
         rc[i] = rg[i * ldr + j];
         w.tile[i * kLd + j] = rc[i];
         c_j += rc[i];
-        sc_j += gg[i * ldg + j] * rc[i];
       }
       w.c[j] = c_j;
-      w.sc[j] = sc_j;
     });
-    // Lane i: row i of R and its sum a_i; then W to the tile.
+    // Lane i: row i of R, its sum a_i and 1 / a_i (the system's only
+    // divisor, taken once).
     Kokkos::parallel_for(lanes, [&](int i) {
       T* rr = row(i);
       T a_i = 0;
@@ -95,11 +100,20 @@ struct CGBackwardGpuKernel : GpuMatrixKernel<CGBackwardGpuKernel<ExecSpace, T, N
         a_i += rr[j];
       }
       w.a[i] = a_i;
+      inv_a(i)[0] = T(1) / (measured ? a_i : T(1));
     });
+    // Lane j: column j of G, the only read of G: W = G∘R over R in the tile,
+    // where dX takes it back at the end, and s_c,j = Σ_i W_ij.
     Kokkos::parallel_for(lanes, [&](int j) {
       const T* rc = col(j);
+      T sc_j = 0;
       KDNN_IMPL_UNROLL
-      for (int i = 0; i < N; ++i) w.tile[i * kLd + j] = gg[i * ldg + j] * rc[i];
+      for (int i = 0; i < N; ++i) {
+        const T w_ij = gg[i * ldg + j] * rc[i];
+        w.tile[i * kLd + j] = w_ij;
+        sc_j += w_ij;
+      }
+      w.sc[j] = sc_j;
     });
     Kokkos::parallel_for(lanes, [&](int i) {
       T sr_i = 0;
@@ -109,6 +123,7 @@ struct CGBackwardGpuKernel : GpuMatrixKernel<CGBackwardGpuKernel<ExecSpace, T, N
     });
     const double r_marginal_error = marginal_error(team, N, w.a, w.c);
     const auto a_of = [&](int i) { return measured ? w.a[i] : T(1); };
+    const auto dot = [](const T* a, const T* y) { return lane_dot_shared<N, kDotChains>(a, y); };
     const auto c_of = [&](int j) { return measured ? w.c[j] : T(1); };
 
     kdnn::impl::CGResult cg;
@@ -117,8 +132,8 @@ struct CGBackwardGpuKernel : GpuMatrixKernel<CGBackwardGpuKernel<ExecSpace, T, N
                            [&](int k) { w.r[k] = k < N ? w.sr[k] : w.sc[k - N]; });
       auto apply = [&](const T* in, T* out) {  // [a∘in_u + R in_v; c∘in_v + Rᵀ in_u]
         Kokkos::parallel_for(lanes, [&](int k) {
-          out[k] = a_of(k) * in[k] + lane_dot<N>(row(k), in + N);
-          out[N + k] = c_of(k) * in[N + k] + lane_dot<N>(col(k), in);
+          out[k] = a_of(k) * in[k] + dot(row(k), in + N);
+          out[N + k] = c_of(k) * in[N + k] + dot(col(k), in);
         });
       };
       cg = kdnn::impl::projected_cg(Loops{team, 2 * N}, N, rtol, max_iters, w.x, w.r, w.p, w.Ap,
@@ -126,28 +141,25 @@ struct CGBackwardGpuKernel : GpuMatrixKernel<CGBackwardGpuKernel<ExecSpace, T, N
       Kokkos::parallel_for(lanes, [&](int i) { w.sr[i] = w.x[i]; });  // u
     } else {
       // b = s_c − Rᵀ D_a⁻¹ s_r
-      Kokkos::parallel_for(lanes, [&](int i) { w.q[i] = w.sr[i] / a_of(i); });
-      Kokkos::parallel_for(lanes, [&](int j) { w.r[j] = w.sc[j] - lane_dot<N>(col(j), w.q); });
+      Kokkos::parallel_for(lanes, [&](int i) { w.q[i] = w.sr[i] * inv_a(i)[0]; });
+      Kokkos::parallel_for(lanes, [&](int j) { w.r[j] = w.sc[j] - dot(col(j), w.q); });
       auto apply = [&](const T* in, T* out) {  // c∘in − Rᵀ D_a⁻¹ R in
-        Kokkos::parallel_for(lanes, [&](int i) { w.q[i] = lane_dot<N>(row(i), in) / a_of(i); });
-        Kokkos::parallel_for(lanes,
-                             [&](int j) { out[j] = c_of(j) * in[j] - lane_dot<N>(col(j), w.q); });
+        Kokkos::parallel_for(lanes, [&](int i) { w.q[i] = dot(row(i), in) * inv_a(i)[0]; });
+        Kokkos::parallel_for(lanes, [&](int j) { out[j] = c_of(j) * in[j] - dot(col(j), w.q); });
       };
       cg = kdnn::impl::projected_cg(Loops{team, N}, N, rtol, max_iters, w.x, w.r, w.p, w.Ap, apply);
       // u = D_a⁻¹ (s_r − R v), written over s_r.
-      Kokkos::parallel_for(
-          lanes, [&](int i) { w.sr[i] = (w.sr[i] - lane_dot<N>(row(i), w.x)) / a_of(i); });
+      Kokkos::parallel_for(lanes,
+                           [&](int i) { w.sr[i] = (w.sr[i] - dot(row(i), w.x)) * inv_a(i)[0]; });
     }
     const T* u = w.sr;
     const T* v = block ? w.x + N : w.x;
-    // dX = W − (u1ᵀ + 1vᵀ)∘R, lane j writing column j.
+    // dX = W − (u1ᵀ + 1vᵀ)∘R, lane j writing column j (W from the tile).
     Kokkos::parallel_for(lanes, [&](int j) {
       const T* rc = col(j);
       const T v_j = v[j];
       KDNN_IMPL_UNROLL
-      for (int i = 0; i < N; ++i) {
-        dxg[i * ldd + j] = gg[i * ldg + j] * rc[i] - (u[i] + v_j) * rc[i];
-      }
+      for (int i = 0; i < N; ++i) dxg[i * ldd + j] = w.tile[i * kLd + j] - (u[i] + v_j) * rc[i];
     });
     this->report(team, b, cg, r_marginal_error);
   }

@@ -115,7 +115,7 @@ struct ForwardGpuKernel : GpuMatrixKernel<ForwardGpuKernel<ExecSpace, T, N>, Exe
     LaneRegisters<T, N, 1, kPrivate> c;  // lane j: c_j
     for (int it = 1; it < iters; ++it) {
       if (tol > 0) {
-        Kokkos::parallel_for(lanes, [&](int j) { c(j)[0] = lane_dot<N>(col(j), w.u); });
+        Kokkos::parallel_for(lanes, [&](int j) { c(j)[0] = lane_dot_shared<N>(col(j), w.u); });
         const double error = lane_nan_max(
             team, N, [&](int j) { return compat::fabs(double(w.v[j] * c(j)[0]) - 1.0); });
         if (error <= tol) {
@@ -125,10 +125,10 @@ struct ForwardGpuKernel : GpuMatrixKernel<ForwardGpuKernel<ExecSpace, T, N>, Exe
         Kokkos::parallel_for(lanes, [&](int j) { w.v[j] = rescaled(w.v[j], c(j)[0], e); });
       } else {
         Kokkos::parallel_for(
-            lanes, [&](int j) { w.v[j] = rescaled(w.v[j], lane_dot<N>(col(j), w.u), e); });
+            lanes, [&](int j) { w.v[j] = rescaled(w.v[j], lane_dot_shared<N>(col(j), w.u), e); });
       }
       Kokkos::parallel_for(lanes,
-                           [&](int i) { w.u[i] = rescaled(w.u[i], lane_dot<N>(row(i), w.v), e); });
+                           [&](int i) { w.u[i] = rescaled(w.u[i], lane_dot_shared<N>(row(i), w.v), e); });
     }
 
     // R = diag(u) P diag(v): lane j writes column j.
@@ -142,8 +142,8 @@ struct ForwardGpuKernel : GpuMatrixKernel<ForwardGpuKernel<ExecSpace, T, N>, Exe
     // Marginal error: row sums u∘(Pv) (lane i) and column sums v∘(Pᵀu)
     // (lane j), laid out in the tile as marginal_error() takes them.
     Kokkos::parallel_for(lanes, [&](int k) {
-      const T rk = w.u[k] * lane_dot<N>(row(k), w.v);
-      const T ck = w.v[k] * lane_dot<N>(col(k), w.u);
+      const T rk = w.u[k] * lane_dot_shared<N>(row(k), w.v);
+      const T ck = w.v[k] * lane_dot_shared<N>(col(k), w.u);
       w.tile[k] = rk;
       w.tile[N + k] = ck;
     });

@@ -22,6 +22,7 @@
 #include "kdnn/core/error.hpp"
 #include "kdnn/core/impl/backend_traits.hpp"
 #include "kdnn/core/impl/compiled_sizes.hpp"
+#include "kdnn/core/impl/lane_dot.hpp"
 #include "kdnn/core/impl/scratch_layout.hpp"
 #include "kdnn/core/impl/team_plan.hpp"
 #include "kdnn/core/impl/unroll.hpp"
@@ -44,14 +45,8 @@ struct LaneRegisters {
   KOKKOS_FORCEINLINE_FUNCTION T* operator()(int lane) { return a[Private ? 0 : lane]; }
 };
 
-/// Σ_k a_k y_k in order, as col_dot_one sums.
-template <int N, class T>
-KOKKOS_FORCEINLINE_FUNCTION T lane_dot(const T* a, const T* y) {
-  T s = a[0] * y[0];
-  KDNN_IMPL_UNROLL
-  for (int k = 1; k < N; ++k) s += a[k] * y[k];
-  return s;
-}
+using kdnn::impl::lane_dot;
+using kdnn::impl::lane_dot_shared;
 
 /// Base of the GPU forms: Derived provides its per-matrix scratch
 /// layout, `Work carve(ScratchCarver&) const` (or static), and

@@ -129,10 +129,10 @@ struct UnrolledBackwardGpuKernel
       const T* u_prev = U + (k - 1) * N;
       T* v_k = V + k * N;
       Kokkos::parallel_for(lanes, [&](int j) {
-        v_k[j] = rescaled(V[(k - 1) * N + j], lane_dot<N>(col(j), u_prev), e);
+        v_k[j] = rescaled(V[(k - 1) * N + j], lane_dot_shared<N>(col(j), u_prev), e);
       });
       Kokkos::parallel_for(
-          lanes, [&](int i) { U[k * N + i] = rescaled(u_prev[i], lane_dot<N>(row(i), v_k), e); });
+          lanes, [&](int i) { U[k * N + i] = rescaled(u_prev[i], lane_dot_shared<N>(row(i), v_k), e); });
     }
 
     // The adjoints at the output, W = G∘P: dv = Wᵀu_{K−1} (lane j reads
@@ -182,7 +182,7 @@ struct UnrolledBackwardGpuKernel
       });
       Kokkos::parallel_for(lanes, [&](int j) {
         T& d = dv(j)[0];
-        d += lane_dot<N>(col(j), w.dr);
+        d += lane_dot_shared<N>(col(j), w.dr);
         w.dc[j] = -d * v_k[j] * v_k[j];
         if (e == 0) {
           d = T(0);
@@ -192,7 +192,7 @@ struct UnrolledBackwardGpuKernel
         }
       });
       Kokkos::parallel_for(lanes, [&](int i) {
-        du(i)[0] += lane_dot<N>(row(i), w.dc);
+        du(i)[0] += lane_dot_shared<N>(row(i), w.dc);
         double* dp = dP(i);
         const double dri = w.dr[i], ui = u_prev[i];
         KDNN_IMPL_UNROLL
