@@ -32,6 +32,7 @@
 #include "kdnn/core/impl/backend_traits.hpp"
 #include "kdnn/core/impl/block_sums.hpp"
 #include "kdnn/core/impl/team_plan.hpp"
+#include "kdnn/core/impl/unroll.hpp"
 #include "kdnn/core/validate.hpp"
 #include "kdnn/ssm/impl/ssd_backward_finish_gpu_kernel.hpp"
 #include "kdnn/ssm/impl/ssd_backward_kernel.hpp"
@@ -153,6 +154,13 @@ void chunk_states(const char* op, const ExecSpace& space, const Args& a, const S
       "kdnn::ssm::ssd_chunk_states");
 }
 
+/// w of a block of width W: W itself where it is 1 (a GPU), so that arrays
+/// of a block's values are indexed by constants and stay in registers.
+template <int W>
+KOKKOS_FORCEINLINE_FUNCTION constexpr int block_width(int w) {
+  return W == 1 ? 1 : w;
+}
+
 /// Runs f(b, h, e0, w) over blocks [e0, e0 + w) of the elements of each
 /// (b, h)'s chunk states (NP of them), w ≤ StateBlock<ExecSpace>::width: on
 /// a host 64, so that each chunk's row of a block is a contiguous vector
@@ -174,6 +182,35 @@ void for_state_blocks(const ExecSpace& space, const char* label, int B, int H, i
       });
 }
 
+/// Chunks whose states a state pass loads together before it stores any of
+/// them. Each pass is in place (chunk c's result overwrites its input), and
+/// to a compiler the store to chunk c may alias the load of the next chunk,
+/// so loaded one at a time every chunk would wait a full memory latency
+/// (about 0.25 ms over 256 chunks on a GPU); loaded ahead, a thread has
+/// kStatePassAhead loads in flight. The arithmetic and its order are
+/// unchanged.
+constexpr int kStatePassAhead = 8;
+
+/// local[u][j] = rows(b, h, c, e0 + j) and d[u] = decay(b, h, c) for the
+/// chunks c = c0 + u·step, u < kStatePassAhead, step +1 towards `end`
+/// (exclusive) if end > c0, else −1; j < w ≤ W.
+template <int W, class T, class States, class Decays>
+KOKKOS_INLINE_FUNCTION void load_ahead(const States& rows, const Decays& decay, int b, int h,
+                                       int c0, int end, int e0, int w,
+                                       T (&local)[kStatePassAhead][W], T (&d)[kStatePassAhead]) {
+  const int step = end > c0 ? 1 : -1;
+  const int n_j = block_width<W>(w);
+  KDNN_IMPL_UNROLL
+  for (int u = 0; u < kStatePassAhead; ++u) {
+    const int c = c0 + u * step;
+    if (step > 0 ? c < end : c > end) {
+      d[u] = decay(b, h, c);
+      const T* row = &rows(b, h, c, e0);
+      for (int j = 0; j < n_j; ++j) local[u][j] = row[j];
+    }
+  }
+}
+
 /// The forward state pass, in place: on entry states(b, h, c) = S_c; on exit
 /// states(b, h, c) = H_c, the state entering chunk c (H_0 = init, zeros when
 /// empty), and states(b, h, chunks) = the final state, also written to
@@ -189,19 +226,25 @@ void state_pass(const ExecSpace& space, const ChunkStates<T, ExecSpace>& states,
   const int P = has_init ? int(init.extent(2)) : has_final ? int(final_state.extent(2)) : 1;
   for_state_blocks(
       space, "kdnn::ssm::ssd_state_pass", int(states.extent(0)), int(states.extent(1)),
-      int(states.extent(3)), KOKKOS_LAMBDA(int b, int h, int e0, int w) {
+      int(states.extent(3)), KOKKOS_LAMBDA(int b, int h, int e0, int w_run) {
+        const int w = block_width<W>(w_run);
         T s[W];
         for (int j = 0; j < w; ++j) {
           const int e = e0 + j;
           s[j] = has_init ? init(b, h, e % P, e / P) : T(0);
         }
-        for (int c = 0; c < chunks; ++c) {
-          T* row = &states(b, h, c, e0);
-          const T d = decay(b, h, c);
-          for (int j = 0; j < w; ++j) {
-            const T local = row[j];
-            row[j] = s[j];
-            s[j] = d * s[j] + local;
+        for (int c0 = 0; c0 < chunks; c0 += kStatePassAhead) {
+          T local[kStatePassAhead][W], d[kStatePassAhead];
+          load_ahead<W>(states, decay, b, h, c0, chunks, e0, w, local, d);
+          KDNN_IMPL_UNROLL
+          for (int u = 0; u < kStatePassAhead; ++u) {
+            if (c0 + u < chunks) {
+              T* row = &states(b, h, c0 + u, e0);
+              for (int j = 0; j < w; ++j) {
+                row[j] = s[j];
+                s[j] = d[u] * s[j] + local[u][j];
+              }
+            }
           }
         }
         T* last = &states(b, h, chunks, e0);
@@ -227,19 +270,25 @@ void reverse_state_pass(const ExecSpace& space, const ChunkStates<T, ExecSpace>&
   if (P == 0) return;
   for_state_blocks(
       space, "kdnn::ssm::ssd_reverse_state_pass", int(dstates.extent(0)), int(dstates.extent(1)),
-      int(dstates.extent(3)), KOKKOS_LAMBDA(int b, int h, int e0, int w) {
+      int(dstates.extent(3)), KOKKOS_LAMBDA(int b, int h, int e0, int w_run) {
+        const int w = block_width<W>(w_run);
         T s[W];
         for (int j = 0; j < w; ++j) {
           const int e = e0 + j;
           s[j] = has_dfinal ? dfinal(b, h, e % P, e / P) : T(0);
         }
-        for (int c = chunks - 1; c >= 0; --c) {
-          T* row = &dstates(b, h, c, e0);
-          const T d = decay(b, h, c);
-          for (int j = 0; j < w; ++j) {
-            const T local = row[j];
-            row[j] = s[j];
-            s[j] = local + d * s[j];
+        for (int c0 = chunks - 1; c0 >= 0; c0 -= kStatePassAhead) {
+          T local[kStatePassAhead][W], d[kStatePassAhead];
+          load_ahead<W>(dstates, decay, b, h, c0, -1, e0, w, local, d);
+          KDNN_IMPL_UNROLL
+          for (int u = 0; u < kStatePassAhead; ++u) {
+            if (c0 - u >= 0) {
+              T* row = &dstates(b, h, c0 - u, e0);
+              for (int j = 0; j < w; ++j) {
+                row[j] = s[j];
+                s[j] = local[u][j] + d[u] * s[j];
+              }
+            }
           }
         }
         if (has_dinit) {
