@@ -9,10 +9,12 @@
 //    dS_c[n, p] = Σ_j C_j[n]·e_j·dy_j[p] (SsdChunkDstateKernel,
 //    ssd_chunk_dstate_kernel.hpp).
 //
-// A team owns BR rows n of one chunk's result and walks the chunk's steps in
-// tiles of BK: per tile a B (or C) tile [BK, BR] (steps × the team's n) and
-// the scaled rows of x (or dy) [BK, P] in scratch, and each thread adds its
-// RM × PC block of their product to its registers.
+// A team owns BR rows n of one chunk's result. It scans the chunk's
+// log-decays and takes each step's factor (dend_j·dt_j, or e_j: one exp per
+// step) into scratch, then walks the chunk's steps in tiles of BK: per tile
+// a B (or C) tile [BK, BR] (steps × the team's n) and the scaled rows of x
+// (or dy) [BK, P] in scratch, and each thread adds its RM × PC block of
+// their product to its registers.
 #include "kdnn/ssm/impl/ssd_gpu_chunks.hpp"
 
 namespace kdnn::ssm::impl {
@@ -39,12 +41,14 @@ struct SsdChunkStateGpuKernel
   static constexpr int kBlocks = N / BR;  ///< row blocks per chunk
 
   struct Work {
-    double* cum;  ///< [pad(Q)]
-    T *bt, *xs;   ///< B or C tile [BK, LDR], scaled x or dy tile [BK, P]
+    double* cum;    ///< [pad(Q)]
+    T* scale;       ///< [pad(Q)]: step i's factor on its row of x or dy
+    T *bt, *xs;     ///< B or C tile [BK, LDR], scaled x or dy tile [BK, P]
   };
   static KOKKOS_INLINE_FUNCTION Work carve(kdnn::impl::ScratchCarver& s, int Q) {
     Work w;
     w.cum = s.take<double>(Base::Shape::pad(Q));
+    w.scale = s.take<T>(Base::Shape::pad(Q));
     w.bt = s.take<T>(BK * LDR);
     w.xs = s.take<T>(BK * P);
     return w;
@@ -65,6 +69,12 @@ struct SsdChunkStateGpuKernel
     });
     team.team_barrier();
     const double last = w.cum[span - 1];
+    // One exp per step: dend_i·dt_i (as the host form rounds it), or e_i.
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, k.n), [&](int i) {
+      w.scale[i] = gradient ? compat::exp(T(w.cum[i]))
+                            : compat::exp(T(last - w.cum[i])) * this->dt(k.b, k.t0 + i, k.h);
+    });
+    team.team_barrier();
     const auto& bc = gradient ? this->Cm : this->Bm;
     const auto& rows = gradient ? dy : this->x;
     for (int j0 = 0; j0 < k.n; j0 += BK) {
@@ -77,13 +87,7 @@ struct SsdChunkStateGpuKernel
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK * P), [&](int e) {
         const int s = e / P, p = e % P;
         T v = T(0);
-        if (s < cols) {
-          const int i = j0 + s;
-          // dend_i·dt_i (as the host form rounds it), or e_i.
-          const T f = gradient ? compat::exp(T(w.cum[i]))
-                               : compat::exp(T(last - w.cum[i])) * this->dt(k.b, k.t0 + i, k.h);
-          v = f * rows(k.b, k.t0 + i, k.h, p);
-        }
+        if (s < cols) v = w.scale[j0 + s] * rows(k.b, k.t0 + j0 + s, k.h, p);
         w.xs[s * P + p] = v;
       });
       team.team_barrier();

@@ -22,9 +22,10 @@
 // rounding, not bitwise.
 //
 // Scratch per team, at most (float: BR = BK = 32; double: 16): cum (8·Q
-// bytes, Q ≤ kSsdGpuMaxChunk) and three tiles of at most N·(BK + 1) values:
-// 40 KiB in float and double at P = N = 128, Q = 256, within the 48 KiB a
-// CUDA team gets on-chip (tested).
+// bytes, Q ≤ kSsdGpuMaxChunk), the chunk-state kernel's step factors (Q
+// values) and three tiles of at most N·(BK + 1) values: under 42 KiB in
+// float and double at P = N = 128, Q = 256, within the 48 KiB a CUDA team
+// gets on-chip (tested).
 #include <Kokkos_Core.hpp>
 #include <climits>
 #include <type_traits>
