@@ -411,6 +411,43 @@ TYPED_TEST(Ssd, GpuFormsMatchTheHostForms) {
   }
 }
 
+// C·Bᵀ once per group (ssd_chunk_scores_gpu_kernel.hpp): heads that share a
+// group read the group's scores, computed by the product the output kernel
+// runs itself when each head has its own group. So two heads sharing one
+// group give bitwise the y of the same two heads with a group each holding
+// copies of that B and C, on every backend: chunks of one and of several row
+// blocks, a short last chunk, D and the initial state.
+TYPED_TEST(Ssd, SharedGroupScoresAreTheHeadsOwnProducts) {
+  using T = TypeParam;
+  const Config configs[] = {{{2, 150, 2, 64, 1, 64}, 64}, {{1, 70, 4, 64, 1, 128}, 128}};
+  unsigned seed = 2500;
+  for (const Config& c : configs) {
+    SCOPED_TRACE(describe(c, kD | kInit));
+    const auto& s = c.s;
+    const SsdCase shared = make_case(s, kD | kInit, seed += 10);
+    SsdCase own = shared;  // G = H, every group a copy of the one
+    own.s.G = s.H;
+    own.Bm.assign(std::size_t(s.B) * s.L * s.H * s.N, 0.0);
+    own.Cm = own.Bm;
+    for (int b = 0; b < s.B; ++b) {
+      for (int t = 0; t < s.L; ++t) {
+        for (int h = 0; h < s.H; ++h) {
+          for (int n = 0; n < s.N; ++n) {
+            const std::size_t from = ((std::size_t(b) * s.L + t) * s.G) * s.N + n;
+            const std::size_t to = ((std::size_t(b) * s.L + t) * s.H + h) * s.N + n;
+            own.Bm[to] = shared.Bm[from];
+            own.Cm[to] = shared.Cm[from];
+          }
+        }
+      }
+    }
+    const auto y_shared = run_forward<T>(shared, c.chunk, kdnn::KernelForm::gpu);
+    const auto y_own = run_forward<T>(own, c.chunk, kdnn::KernelForm::gpu);
+    EXPECT_EQ(y_shared.y, y_own.y);
+    EXPECT_EQ(y_shared.final_state, y_own.final_state);
+  }
+}
+
 // The fused backward (ssm::ssd_backward) against the two halves the
 // context-parallel backward launches: the same terms in the same order,
 // except that a compiler may vectorise a reduction over P in one and not in

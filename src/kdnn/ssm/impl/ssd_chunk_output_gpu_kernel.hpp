@@ -11,7 +11,11 @@
 //  * Y_diag: the chunk's steps j ≤ i0 + BR − 1 in tiles of BK: Bᵀ [N, BK],
 //    each thread's RM × RN micro-tile of C·Bᵀ times the decays m_ij (0
 //    above the diagonal and past the chunk) to Wᵀ [BK, BR], then the tile's
-//    X̃ = dt·x [BK, P] and y += W·X̃.
+//    X̃ = dt·x [BK, P] and y += W·X̃. Given `scores` (C·Bᵀ of the head's
+//    group, computed once for its heads: ssd_chunk_scores_gpu_kernel.hpp),
+//    a thread reads its micro-tile of C·Bᵀ from there instead, the same
+//    values, and Bᵀ is not loaded (nor Cᵀ without Y_off).
+#include "kdnn/ssm/impl/ssd_chunk_scores_gpu_kernel.hpp"
 #include "kdnn/ssm/impl/ssd_gpu_chunks.hpp"
 #include "kdnn/ssm/impl/ssd_output_data.hpp"
 
@@ -30,8 +34,12 @@ struct SsdChunkOutputGpuKernel
   using Base::NT;
   using Base::PC;
   using Base::RM;
+  using Base::RN;
   using typename Base::Member;
   SsdOutputData<ExecSpace, T> out;
+  /// C·Bᵀ per chunk and group (SsdChunkScoresGpuKernel), or empty: computed
+  /// here.
+  ChunkScores<const T, ExecSpace> scores;
 
   struct Work {
     double* cum;  ///< [pad(Q)]
@@ -58,10 +66,13 @@ struct SsdChunkOutputGpuKernel
     const Work w = carve(carver, this->Q);
     const int span = Base::Shape::pad(i0 + rows);  // the steps j ≤ i the block sees
     this->scan_decays(team, k, span, w.cum);
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BR * N), [&](int e) {
-      const int r = e / N, n = e % N;
-      w.ct[n * LDR + r] = r < rows ? this->Cm(k.b, k.t0 + i0 + r, k.g, n) : T(0);
-    });
+    const bool given_scores = scores.extent(0) > 0;
+    if (out.off || !given_scores) {
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BR * N), [&](int e) {
+        const int r = e / N, n = e % N;
+        w.ct[n * LDR + r] = r < rows ? this->Cm(k.b, k.t0 + i0 + r, k.g, n) : T(0);
+      });
+    }
     kdnn::impl::ThreadRegisters<T, NT, RM * PC, Base::kPrivate> acc;
     Base::threads(team, [&](int t) {
       KDNN_IMPL_UNROLL
@@ -94,14 +105,29 @@ struct SsdChunkOutputGpuKernel
       for (int j0 = 0; j0 < i0 + rows; j0 += BK) {
         const int cols = k.n - j0 < BK ? k.n - j0 : BK;
         team.team_barrier();  // Cᵀ and cum are complete, the previous tile done with
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK * N), [&](int e) {
-          const int s = e / N, n = e % N;
-          w.tile[n * LDK + s] = s < cols ? this->Bm(k.b, k.t0 + j0 + s, k.g, n) : T(0);
-        });
-        team.team_barrier();
-        Base::threads(team, [&](int t) {
-          Base::template decay_weights<N, false>(t, w.ct, w.tile, w.cum, i0, j0, k.n, w.wt);
-        });
+        if (given_scores) {
+          const int ld = Base::Shape::pad(this->Q);
+          const T* cb = &scores((k.b * this->chunks + k.c) * int(this->Bm.extent(2)) + k.g, 0);
+          Base::threads(team, [&](int t) {
+            const int r0 = Base::micro_row(t), c0 = Base::micro_col(t);
+            T uv[RM * RN];
+            KDNN_IMPL_UNROLL
+            for (int i = 0; i < RM; ++i) {
+              KDNN_IMPL_UNROLL
+              for (int j = 0; j < RN; ++j) uv[i * RN + j] = cb[(i0 + r0 + i) * ld + j0 + c0 + j];
+            }
+            Base::template weigh<false>(t, uv, w.cum, i0, j0, k.n, w.wt);
+          });
+        } else {
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK * N), [&](int e) {
+            const int s = e / N, n = e % N;
+            w.tile[n * LDK + s] = s < cols ? this->Bm(k.b, k.t0 + j0 + s, k.g, n) : T(0);
+          });
+          team.team_barrier();
+          Base::threads(team, [&](int t) {
+            Base::template decay_weights<N, false>(t, w.ct, w.tile, w.cum, i0, j0, k.n, w.wt);
+          });
+        }
         team.team_barrier();  // every thread is done reading Bᵀ
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK * P), [&](int e) {
           const int s = e / P, p = e % P;

@@ -147,9 +147,29 @@ struct SsdGpuChunks : SsdChunks<ExecSpace, T>,
   static KOKKOS_FORCEINLINE_FUNCTION void decay_weights(int t, const T* rows, const T* cols,
                                                         const double* cum, int r_first, int s_first,
                                                         int n, T* wt) {
-    const int r0 = (t / CG) * RM, c0 = (t % CG) * RN;
     T uv[RM * RN];
+    micro_product<K>(t, rows, cols, uv);
+    weigh<Upper>(t, uv, cum, r_first, s_first, n, wt);
+  }
+
+  /// Thread t's RM × RN micro-tile uv of U·Vᵀ (operands as decay_weights
+  /// takes them): rows r0 … r0 + RM of the block, steps c0 … c0 + RN of the
+  /// tile, (r0, c0) = (micro_row(t), micro_col(t)).
+  template <int K>
+  static KOKKOS_FORCEINLINE_FUNCTION void micro_product(int t, const T* rows, const T* cols,
+                                                        T* uv) {
+    const int r0 = micro_row(t), c0 = micro_col(t);
     kdnn::impl::register_tile_product<RM, RN, K>(rows + r0, LDR, 1, cols + c0, LDK, 1, uv);
+  }
+  static KOKKOS_FORCEINLINE_FUNCTION int micro_row(int t) { return (t / CG) * RM; }
+  static KOKKOS_FORCEINLINE_FUNCTION int micro_col(int t) { return (t % CG) * RN; }
+
+  /// decay_weights' second half: thread t's micro-tile uv of products,
+  /// weighted by the decays and masked, into wt.
+  template <bool Upper>
+  static KOKKOS_FORCEINLINE_FUNCTION void weigh(int t, const T* uv, const double* cum, int r_first,
+                                                int s_first, int n, T* wt) {
+    const int r0 = micro_row(t), c0 = micro_col(t);
     KDNN_IMPL_UNROLL
     for (int i = 0; i < RM; ++i) {
       KDNN_IMPL_UNROLL

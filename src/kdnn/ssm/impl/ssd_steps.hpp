@@ -39,6 +39,7 @@
 #include "kdnn/ssm/impl/ssd_chunk_dstate_kernel.hpp"
 #include "kdnn/ssm/impl/ssd_chunk_output_gpu_kernel.hpp"
 #include "kdnn/ssm/impl/ssd_chunk_output_kernel.hpp"
+#include "kdnn/ssm/impl/ssd_chunk_scores_gpu_kernel.hpp"
 #include "kdnn/ssm/impl/ssd_chunk_state_gpu_kernel.hpp"
 #include "kdnn/ssm/impl/ssd_chunk_state_kernel.hpp"
 #include "kdnn/ssm/impl/ssd_da_diag_gpu_kernel.hpp"
@@ -315,10 +316,23 @@ void chunk_output(const char* op, const ExecSpace& space, const SsdForward<T, Ex
   k.out = out;
   const int Q = k.Q, blocks = gpu_row_blocks<T>(Q);
   const auto gpu = [&](auto p, auto n) {
-    SsdChunkOutputGpuKernel<ExecSpace, T, decltype(p)::value, decltype(n)::value> g;
+    constexpr int Pc = decltype(p)::value, Nc = decltype(n)::value;
+    SsdChunkOutputGpuKernel<ExecSpace, T, Pc, Nc> g;
     set_ssd_inputs<ExecSpace, T>(g, a, opts);
     g.blocks = blocks;
     g.out = out;
+    // Heads that share a group share C·Bᵀ: computed once per group.
+    if (diag && a.x.extent(2) > a.B.extent(2)) {
+      SsdChunkScoresGpuKernel<ExecSpace, T, Pc, Nc> s;
+      set_ssd_inputs<ExecSpace, T>(s, a, opts);
+      s.blocks = blocks;
+      const int ld = SsdGpuShape<T, Pc, Nc>::pad(s.Q);
+      s.scores = ChunkScores<T, ExecSpace>(
+          Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("kdnn::ssm::ssd_scores")),
+          a.x.extent(0) * std::size_t(s.chunks) * a.B.extent(2), std::size_t(ld) * ld);
+      launch_gpu_chunks(op, space, s, "kdnn::ssm::ssd_chunk_scores[gpu]");
+      g.scores = s.scores;
+    }
     launch_gpu_chunks(op, space, g, "kdnn::ssm::ssd_chunk_output[gpu]");
   };
   if (gpu_chunk_form<ExecSpace>(a, opts, Q, k.chunks, blocks, gpu)) {
