@@ -63,14 +63,17 @@ smoke() {
 # First the tensor cores against their emulation (mma.sync and the quad
 # shuffles), items claimed in order waiting on lower ones (the backward's
 # dQ turns: a hang here is a deadlock, cut by the step's limit), then the
-# attention built on them, the lanes' butterfly shuffles and the 16-byte
-# matrix accesses against their emulation, then one test per family.
+# attention built on them, the lanes' butterfly shuffles, the 16-byte
+# matrix accesses and the lanes' 16-byte reads of shared vectors against
+# their emulation, then one test per family (the SSD's with its state pass
+# and its scores shared by a group's heads).
 families='TeamMma.*:TeamQuads.*:TeamPlan.ItemsClaimedInOrderMayWaitOnLowerOnes:FusedAttentionMma.*'
-families+=':LaneButterfly*:MatrixCopy*'
+families+=':LaneButterfly*:MatrixCopy*:LaneDot*:ProjectedCG.*'
 families+=':SinkhornTyped/0.ForwardMatchesPlainFormula:SinkhornGpuForm*:SinkhornThreadArithmetic*'
 families+=':FusedAttention/0.BackwardMatchesTheUnfusedPathAndIsReproducible'
 families+=':Mha/0.ForwardMatchesTheDoubleReference:CausalConv1d/0.BackwardMatchesDoubleLoops'
 families+=':Ssd/0.ForwardMatchesTheRecurrence:Ssd/0.BackwardMatchesTheAdjointRecurrence'
+families+=':SsdStatePass*:Ssd/*.SharedGroupScoresAreTheHeadsOwnProducts:Ssd/*.GpuFormsMatchTheHostForms'
 families+=':ConcurrentCalls/*'
 per_step=$(((smoke_limit + 1) / 2))
 smoke unit-tests "$per_step" "$build/unit_tests/kdnn_unit_tests" --gtest_filter="$families"
