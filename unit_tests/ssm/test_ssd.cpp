@@ -415,8 +415,9 @@ TYPED_TEST(Ssd, GpuFormsMatchTheHostForms) {
 // group read the group's scores, computed by the product the output kernel
 // runs itself when each head has its own group. So two heads sharing one
 // group give bitwise the y of the same two heads with a group each holding
-// copies of that B and C, on every backend: chunks of one and of several row
-// blocks, a short last chunk, D and the initial state.
+// copies of that B and C, on every backend (and the backward's dX̃, which
+// reads the same scores transposed, the same gradients): chunks of one and
+// of several row blocks, a short last chunk, D and the initial state.
 TYPED_TEST(Ssd, SharedGroupScoresAreTheHeadsOwnProducts) {
   using T = TypeParam;
   const Config configs[] = {{{2, 150, 2, 64, 1, 64}, 64}, {{1, 70, 4, 64, 1, 128}, 128}};
@@ -445,6 +446,35 @@ TYPED_TEST(Ssd, SharedGroupScoresAreTheHeadsOwnProducts) {
     const auto y_own = run_forward<T>(own, c.chunk, kdnn::KernelForm::gpu);
     EXPECT_EQ(y_shared.y, y_own.y);
     EXPECT_EQ(y_shared.final_state, y_own.final_state);
+
+    // The backward's dX̃ reads B_j·C_i from the same scores: every gradient
+    // of a head's own inputs bitwise; dB and dC, the group's sums over its
+    // heads, to rounding of those sums.
+    const auto g_shared = run_backward<T>(shared, c.chunk, kdnn::KernelForm::gpu);
+    const auto g_own = run_backward<T>(own, c.chunk, kdnn::KernelForm::gpu);
+    EXPECT_EQ(g_shared.dx, g_own.dx);
+    EXPECT_EQ(g_shared.ddt, g_own.ddt);
+    EXPECT_EQ(g_shared.dA, g_own.dA);
+    EXPECT_EQ(g_shared.dD, g_own.dD);
+    EXPECT_EQ(g_shared.dinit, g_own.dinit);
+    for (const auto& [name, pair] : std::vector<std::pair<const char*, std::pair<Vec, Vec>>>{
+             {"dB", {g_shared.dB, g_own.dB}}, {"dC", {g_shared.dC, g_own.dC}}}) {
+      const Vec& group = pair.first;
+      const Vec& heads = pair.second;
+      ASSERT_EQ(heads.size(), group.size() * s.H) << name;
+      for (std::size_t bt = 0; bt < group.size() / s.N; ++bt) {
+        for (int n = 0; n < s.N; ++n) {
+          double sum = 0, magnitude = 0;
+          for (int h = 0; h < s.H; ++h) {
+            sum += heads[(bt * s.H + h) * s.N + n];
+            magnitude += std::abs(heads[(bt * s.H + h) * s.N + n]);
+          }
+          ASSERT_NEAR(group[bt * s.N + n], sum,
+                      4 * s.H * std::numeric_limits<T>::epsilon() * magnitude)
+              << name << " at " << bt << ", " << n;
+        }
+      }
+    }
   }
 }
 

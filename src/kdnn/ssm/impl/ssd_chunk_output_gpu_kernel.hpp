@@ -34,7 +34,6 @@ struct SsdChunkOutputGpuKernel
   using Base::NT;
   using Base::PC;
   using Base::RM;
-  using Base::RN;
   using typename Base::Member;
   SsdOutputData<ExecSpace, T> out;
   /// C·Bᵀ per chunk and group (SsdChunkScoresGpuKernel), or empty: computed
@@ -106,17 +105,10 @@ struct SsdChunkOutputGpuKernel
         const int cols = k.n - j0 < BK ? k.n - j0 : BK;
         team.team_barrier();  // Cᵀ and cum are complete, the previous tile done with
         if (given_scores) {
-          const int ld = Base::Shape::pad(this->Q);
-          const T* cb = &scores((k.b * this->chunks + k.c) * int(this->Bm.extent(2)) + k.g, 0);
+          const T* cb = &scores(this->scores_row(k.b, k.c, k.g), 0);
           Base::threads(team, [&](int t) {
-            const int r0 = Base::micro_row(t), c0 = Base::micro_col(t);
-            T uv[RM * RN];
-            KDNN_IMPL_UNROLL
-            for (int i = 0; i < RM; ++i) {
-              KDNN_IMPL_UNROLL
-              for (int j = 0; j < RN; ++j) uv[i * RN + j] = cb[(i0 + r0 + i) * ld + j0 + c0 + j];
-            }
-            Base::template weigh<false>(t, uv, w.cum, i0, j0, k.n, w.wt);
+            Base::template stored_weights<false, false>(t, cb, Base::Shape::pad(this->Q), w.cum,
+                                                        i0, j0, k.n, w.wt);
           });
         } else {
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK * N), [&](int e) {

@@ -36,11 +36,6 @@ struct SsdChunkScoresGpuKernel
 
   /// Row stride of a chunk's scores.
   KOKKOS_INLINE_FUNCTION int ld() const { return Base::Shape::pad(this->Q); }
-  /// Row of `scores` for batch entry b, chunk c, group g.
-  KOKKOS_INLINE_FUNCTION int row_of(int b, int c, int g) const {
-    return (b * this->chunks + c) * int(this->Bm.extent(2)) + g;
-  }
-
   /// One team per (b, chunk, g, row block), where SsdGpuChunks has one per
   /// head.
   long long teams() const {
@@ -71,7 +66,7 @@ struct SsdChunkScoresGpuKernel
       const int r = e / N, m = e % N;
       w.ct[m * LDR + r] = r < rows ? this->Cm(b, t0 + i0 + r, g, m) : T(0);
     });
-    T* out = &scores(row_of(b, c, g), 0);
+    T* out = &scores(this->scores_row(b, c, g), 0);
     const int ldo = ld();
     for (int j0 = 0; j0 < i0 + rows; j0 += BK) {
       const int cols = n - j0 < BK ? n - j0 : BK;

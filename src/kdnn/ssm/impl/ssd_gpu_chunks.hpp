@@ -164,6 +164,30 @@ struct SsdGpuChunks : SsdChunks<ExecSpace, T>,
   static KOKKOS_FORCEINLINE_FUNCTION int micro_row(int t) { return (t / CG) * RM; }
   static KOKKOS_FORCEINLINE_FUNCTION int micro_col(int t) { return (t % CG) * RN; }
 
+  /// decay_weights with U_r·V_s read from a chunk's stored scores C·Bᵀ
+  /// (SsdChunkScoresGpuKernel, row stride ld) instead of computed: cb[r][s],
+  /// or cb[s][r] if Transposed (r and s counted in the chunk).
+  template <bool Upper, bool Transposed>
+  static KOKKOS_FORCEINLINE_FUNCTION void stored_weights(int t, const T* cb, int ld,
+                                                         const double* cum, int r_first,
+                                                         int s_first, int n, T* wt) {
+    const int r0 = micro_row(t), c0 = micro_col(t);
+    T uv[RM * RN];
+    KDNN_IMPL_UNROLL
+    for (int i = 0; i < RM; ++i) {
+      KDNN_IMPL_UNROLL
+      for (int j = 0; j < RN; ++j) {
+        const int r = r_first + r0 + i, s = s_first + c0 + j;
+        uv[i * RN + j] = Transposed ? cb[s * ld + r] : cb[r * ld + s];
+      }
+    }
+    weigh<Upper>(t, uv, cum, r_first, s_first, n, wt);
+  }
+  /// The row of stored scores of batch entry b, chunk c, group g.
+  KOKKOS_INLINE_FUNCTION int scores_row(int b, int c, int g) const {
+    return (b * this->chunks + c) * int(this->Bm.extent(2)) + g;
+  }
+
   /// decay_weights' second half: thread t's micro-tile uv of products,
   /// weighted by the decays and masked, into wt.
   template <bool Upper>

@@ -19,13 +19,16 @@
 // RM × KO/8 block of the result in registers: first the state term from S
 // streamed in tiles of BK rows, then per tile of BK partner steps U'ᵀ
 // [KI, BK] → each thread's RM × RN micro-tile of U·U'ᵀ times the decays to
-// Wᵀ [BK, BR], and Z [BK, KO] → the result += W·Z. What the rest of the
+// Wᵀ [BK, BR] (dX̃ where heads share a group: B·Cᵀ read from the group's
+// scores, SsdChunkScoresGpuKernel, the same values transposed), and Z
+// [BK, KO] → the result += W·Z. What the rest of the
 // backward needs per step goes to SsdStepSums: with dX̃, X̃·(B·dHᵀ) scaled
 // (row_a), Σ_p x·dX̃ (sx) and Σ_p dy·x (sd); with dC, C·(dY·H) scaled (dcum).
 // Their sums over a row's columns are taken in a fixed order (the column
 // groups' partial sums in scratch, added by one thread), no atomics.
 #include <type_traits>
 
+#include "kdnn/ssm/impl/ssd_chunk_scores_gpu_kernel.hpp"
 #include "kdnn/ssm/impl/ssd_gpu_chunks.hpp"
 #include "kdnn/ssm/impl/ssd_gradients.hpp"
 
@@ -64,6 +67,9 @@ struct SsdGradientGpuKernel
   ChunkStates<const T, ExecSpace> dstates;  ///< dH_{c+1} (dx, dB)
   SsdGradients<ExecSpace, T> g;             ///< dx, dBh or dCh
   SsdStepSums<ExecSpace> sums;              ///< row_a, sx, sd (dx); dcum (dC)
+  /// (dx) C·Bᵀ per chunk and group (SsdChunkScoresGpuKernel), or empty:
+  /// B_j·C_i computed here.
+  ChunkScores<const T, ExecSpace> scores;
 
   struct Work {
     double* cum;  ///< [pad(Q)]
@@ -207,14 +213,23 @@ struct SsdGradientGpuKernel
     for (int s0 = first; s0 < end; s0 += BK) {
       const int cols = k.n - s0 < BK ? k.n - s0 : BK;
       team.team_barrier();  // Uᵀ, cum and the row sums are done with
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK * KI), [&](int e) {
-        const int s = e / KI, q = e % KI;
-        w.tile[q * LDK + s] = s < cols ? partner(k, s0 + s, q) : T(0);
-      });
-      team.team_barrier();
-      Base::threads(team, [&](int t) {
-        Base::template decay_weights<KI, kUpper>(t, w.ut, w.tile, w.cum, r_begin, s0, k.n, w.wt);
-      });
+      if (kDx && scores.extent(0) > 0) {  // B_j·C_i = CB[i][j], the group's
+        const T* cb = &scores(this->scores_row(k.b, k.c, k.g), 0);
+        Base::threads(team, [&](int t) {
+          Base::template stored_weights<kUpper, true>(t, cb, Base::Shape::pad(this->Q), w.cum,
+                                                      r_begin, s0, k.n, w.wt);
+        });
+      } else {
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK * KI), [&](int e) {
+          const int s = e / KI, q = e % KI;
+          w.tile[q * LDK + s] = s < cols ? partner(k, s0 + s, q) : T(0);
+        });
+        team.team_barrier();
+        Base::threads(team, [&](int t) {
+          Base::template decay_weights<KI, kUpper>(t, w.ut, w.tile, w.cum, r_begin, s0, k.n,
+                                                   w.wt);
+        });
+      }
       team.team_barrier();  // every thread is done reading U'ᵀ
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK * KO), [&](int e) {
         const int s = e / KO, o = e % KO;

@@ -298,6 +298,24 @@ void reverse_state_pass(const ExecSpace& space, const ChunkStates<T, ExecSpace>&
       });
 }
 
+/// C·Bᵀ of every chunk once per group (SsdChunkScoresGpuKernel) where heads
+/// share a group (H > G), for the GPU forms that would otherwise compute it
+/// once per head; else empty.
+template <class ExecSpace, class T, int P, int N, class Args>
+ChunkScores<T, ExecSpace> group_scores(const char* op, const ExecSpace& space, const Args& a,
+                                       const SsdOptions& opts) {
+  if (a.x.extent(2) <= a.B.extent(2)) return {};
+  SsdChunkScoresGpuKernel<ExecSpace, T, P, N> s;
+  set_ssd_inputs<ExecSpace, T>(s, a, opts);
+  s.blocks = gpu_row_blocks<T>(s.Q);
+  const std::size_t ld = SsdGpuShape<T, P, N>::pad(s.Q);
+  s.scores = ChunkScores<T, ExecSpace>(
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("kdnn::ssm::ssd_scores")),
+      a.x.extent(0) * std::size_t(s.chunks) * a.B.extent(2), ld * ld);
+  launch_gpu_chunks(op, space, s, "kdnn::ssm::ssd_chunk_scores[gpu]");
+  return s.scores;
+}
+
 /// The output kernel (Y_diag + D·x with `diag`, + Y_off from `states` with
 /// `off`).
 template <class ExecSpace, class T>
@@ -321,18 +339,7 @@ void chunk_output(const char* op, const ExecSpace& space, const SsdForward<T, Ex
     set_ssd_inputs<ExecSpace, T>(g, a, opts);
     g.blocks = blocks;
     g.out = out;
-    // Heads that share a group share C·Bᵀ: computed once per group.
-    if (diag && a.x.extent(2) > a.B.extent(2)) {
-      SsdChunkScoresGpuKernel<ExecSpace, T, Pc, Nc> s;
-      set_ssd_inputs<ExecSpace, T>(s, a, opts);
-      s.blocks = blocks;
-      const int ld = SsdGpuShape<T, Pc, Nc>::pad(s.Q);
-      s.scores = ChunkScores<T, ExecSpace>(
-          Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("kdnn::ssm::ssd_scores")),
-          a.x.extent(0) * std::size_t(s.chunks) * a.B.extent(2), std::size_t(ld) * ld);
-      launch_gpu_chunks(op, space, s, "kdnn::ssm::ssd_chunk_scores[gpu]");
-      g.scores = s.scores;
-    }
+    if (diag) g.scores = group_scores<ExecSpace, T, Pc, Nc>(op, space, a, opts);
     launch_gpu_chunks(op, space, g, "kdnn::ssm::ssd_chunk_output[gpu]");
   };
   if (gpu_chunk_form<ExecSpace>(a, opts, Q, k.chunks, blocks, gpu)) {
@@ -493,8 +500,10 @@ Matrix<double, ExecSpace> gpu_state_backward(const char* op, const ExecSpace& sp
   };
   SsdStepSums<ExecSpace> sums{steps("kdnn::ssm::ssd_row_a"), steps("kdnn::ssm::ssd_dcum"),
                               steps("kdnn::ssm::ssd_sx"), steps("kdnn::ssm::ssd_sd")};
+  const auto scores = group_scores<ExecSpace, T, P, N>(op, space, a, opts);
   const auto gradient = [&](auto which, const char* label) {
     SsdGradientGpuKernel<ExecSpace, T, P, N, decltype(which)::value> k;
+    if constexpr (decltype(which)::value == SsdGradient::dx) k.scores = scores;
     set_ssd_inputs<ExecSpace, T>(k, a, opts);
     k.blocks = gpu_row_blocks<T>(k.Q);
     k.dy = a.dy;
