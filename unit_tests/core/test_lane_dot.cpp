@@ -86,10 +86,11 @@ void check(unsigned seed) {
   Kokkos::View<T**, Kokkos::LayoutRight, Space> out("out", 4, N);
   const DotKernel<T, N> kernel{a, y, out};
   const bool gpu = ki::BackendTraits<Space>::is_gpu;
-  Kokkos::parallel_for(Kokkos::TeamPolicy<Space>(1, 1, gpu ? N : 1)
-                           .set_scratch_size(0, Kokkos::PerTeam(ki::team_scratch_request(
-                                                    DotKernel<T, N>::scratch_bytes()))),
-                       kernel);
+  Kokkos::parallel_for(
+      Kokkos::TeamPolicy<Space>(1, 1, gpu ? N : 1)
+          .set_scratch_size(
+              0, Kokkos::PerTeam(ki::team_scratch_request(DotKernel<T, N>::scratch_bytes()))),
+      kernel);
   const auto got = kdnn_test::to_host(out);
   std::vector<T> yt(N);
   for (int k = 0; k < N; ++k) yt[k] = T(yv[k]);

@@ -73,8 +73,8 @@ struct CGBackwardGpuKernel : GpuMatrixKernel<CGBackwardGpuKernel<ExecSpace, T, N
     T* dxg = dX.data() + std::size_t(b) * dX.stride(0);
     const int ldr = int(R.stride(1)), ldg = int(G.stride(1)), ldd = int(dX.stride(1));
     const auto lanes = Kokkos::ThreadVectorRange(team, N);
-    LaneRegisters<T, N, N, kPrivate> row;  // lane i: R_i·
-    LaneRegisters<T, N, N, kPrivate> col;  // lane j: R_·j
+    LaneRegisters<T, N, N, kPrivate> row;    // lane i: R_i·
+    LaneRegisters<T, N, N, kPrivate> col;    // lane j: R_·j
     LaneRegisters<T, N, 1, kPrivate> inv_a;  // lane i: 1 / a_i (1 for unit marginals)
 
     // Lane j: column j of R and its sum c_j; R to the tile.

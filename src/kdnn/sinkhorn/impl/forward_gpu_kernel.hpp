@@ -127,8 +127,8 @@ struct ForwardGpuKernel : GpuMatrixKernel<ForwardGpuKernel<ExecSpace, T, N>, Exe
         Kokkos::parallel_for(
             lanes, [&](int j) { w.v[j] = rescaled(w.v[j], lane_dot_shared<N>(col(j), w.u), e); });
       }
-      Kokkos::parallel_for(lanes,
-                           [&](int i) { w.u[i] = rescaled(w.u[i], lane_dot_shared<N>(row(i), w.v), e); });
+      Kokkos::parallel_for(
+          lanes, [&](int i) { w.u[i] = rescaled(w.u[i], lane_dot_shared<N>(row(i), w.v), e); });
     }
 
     // R = diag(u) P diag(v): lane j writes column j.

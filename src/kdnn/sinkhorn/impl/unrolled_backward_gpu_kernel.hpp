@@ -131,8 +131,9 @@ struct UnrolledBackwardGpuKernel
       Kokkos::parallel_for(lanes, [&](int j) {
         v_k[j] = rescaled(V[(k - 1) * N + j], lane_dot_shared<N>(col(j), u_prev), e);
       });
-      Kokkos::parallel_for(
-          lanes, [&](int i) { U[k * N + i] = rescaled(u_prev[i], lane_dot_shared<N>(row(i), v_k), e); });
+      Kokkos::parallel_for(lanes, [&](int i) {
+        U[k * N + i] = rescaled(u_prev[i], lane_dot_shared<N>(row(i), v_k), e);
+      });
     }
 
     // The adjoints at the output, W = G∘P: dv = Wᵀu_{K−1} (lane j reads

@@ -107,8 +107,8 @@ struct SsdChunkOutputGpuKernel
         if (given_scores) {
           const T* cb = &scores(this->scores_row(k.b, k.c, k.g), 0);
           Base::threads(team, [&](int t) {
-            Base::template stored_weights<false, false>(t, cb, Base::Shape::pad(this->Q), w.cum,
-                                                        i0, j0, k.n, w.wt);
+            Base::template stored_weights<false, false>(t, cb, Base::Shape::pad(this->Q), w.cum, i0,
+                                                        j0, k.n, w.wt);
           });
         } else {
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK * N), [&](int e) {

@@ -41,9 +41,9 @@ struct SsdChunkStateGpuKernel
   static constexpr int kBlocks = N / BR;  ///< row blocks per chunk
 
   struct Work {
-    double* cum;    ///< [pad(Q)]
-    T* scale;       ///< [pad(Q)]: step i's factor on its row of x or dy
-    T *bt, *xs;     ///< B or C tile [BK, LDR], scaled x or dy tile [BK, P]
+    double* cum;  ///< [pad(Q)]
+    T* scale;     ///< [pad(Q)]: step i's factor on its row of x or dy
+    T *bt, *xs;   ///< B or C tile [BK, LDR], scaled x or dy tile [BK, P]
   };
   static KOKKOS_INLINE_FUNCTION Work carve(kdnn::impl::ScratchCarver& s, int Q) {
     Work w;

@@ -212,7 +212,7 @@ struct SsdGradientGpuKernel
     const int first = kUpper ? r_begin : 0, end = kUpper ? k.n : r_begin + rows;
     for (int s0 = first; s0 < end; s0 += BK) {
       const int cols = k.n - s0 < BK ? k.n - s0 : BK;
-      team.team_barrier();  // Uᵀ, cum and the row sums are done with
+      team.team_barrier();                // Uᵀ, cum and the row sums are done with
       if (kDx && scores.extent(0) > 0) {  // B_j·C_i = CB[i][j], the group's
         const T* cb = &scores(this->scores_row(k.b, k.c, k.g), 0);
         Base::threads(team, [&](int t) {
@@ -226,8 +226,7 @@ struct SsdGradientGpuKernel
         });
         team.team_barrier();
         Base::threads(team, [&](int t) {
-          Base::template decay_weights<KI, kUpper>(t, w.ut, w.tile, w.cum, r_begin, s0, k.n,
-                                                   w.wt);
+          Base::template decay_weights<KI, kUpper>(t, w.ut, w.tile, w.cum, r_begin, s0, k.n, w.wt);
         });
       }
       team.team_barrier();  // every thread is done reading U'ᵀ
