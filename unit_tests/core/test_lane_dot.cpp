@@ -42,7 +42,7 @@ struct DotKernel {
   Kokkos::View<const T*, Space> y;
   Kokkos::View<T**, Kokkos::LayoutRight, Space> out;
 
-  static std::size_t scratch_bytes() {
+  static KOKKOS_INLINE_FUNCTION std::size_t scratch_bytes() {
     return ki::layout_bytes([](ki::ScratchCarver& s) { s.take<T>(N); });
   }
 
