@@ -50,17 +50,25 @@ struct Solve {
   std::vector<double> x;
 };
 
+/// out = A·in for a dense M×M A (a host and device function, as
+/// projected_cg is).
 template <class T>
-Solve solve(const std::vector<double>& a, const std::vector<double>& b, int split, double rtol) {
-  T x[M], r[M], p[M], ap[M];
-  for (int k = 0; k < M; ++k) r[k] = T(b[k]);
-  const auto apply = [&](const T* in, T* out) {
+struct DenseProduct {
+  const double* a;
+  KOKKOS_INLINE_FUNCTION void operator()(const T* in, T* out) const {
     for (int i = 0; i < M; ++i) {
       T s = 0;
       for (int j = 0; j < M; ++j) s += T(a[i * M + j]) * in[j];
       out[i] = s;
     }
-  };
+  }
+};
+
+template <class T>
+Solve solve(const std::vector<double>& a, const std::vector<double>& b, int split, double rtol) {
+  T x[M], r[M], p[M], ap[M];
+  for (int k = 0; k < M; ++k) r[k] = T(b[k]);
+  const DenseProduct<T> apply{a.data()};
   Solve out;
   out.result = ki::projected_cg(ki::ThreadLoops<M>{}, split, rtol, 100, x, r, p, ap, apply);
   out.x.assign(x, x + M);
