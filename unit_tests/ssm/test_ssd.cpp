@@ -336,6 +336,32 @@ TEST(SsdGpuForm, RunsForItsSizesWithinOnChipScratch) {
   EXPECT_EQ(pairs, 4);
 }
 
+/// A GPU form's forward and backward (f, g) against the float64 recurrence
+/// and its adjoint, to the tolerances of sums of their lengths.
+template <class T>
+void expect_recurrence(const SsdCase& a, const ssm_ref::SsdForwardResult& f,
+                       const ssm_ref::SsdBackwardResult& g) {
+  const auto& s = a.s;
+  const auto expected = ssm_ref::ssd_forward(a);
+  const double atol = sum_tol<T>(s.N * 4.0);
+  EXPECT_ALLCLOSE(f.y, expected.y, tol<T>(), atol);
+  EXPECT_ALLCLOSE(f.final_state, expected.final_state, tol<T>(), atol);
+  const auto eb = ssm_ref::ssd_backward(a);
+  const double step = sum_tol<T>(4.0 * s.P * s.N);
+  EXPECT_ALLCLOSE(g.dx, eb.dx, tol<T>(), step);
+  EXPECT_ALLCLOSE(g.ddt, eb.ddt, tol<T>(), step);
+  EXPECT_ALLCLOSE(g.dB, eb.dB, tol<T>(), step * s.H);
+  EXPECT_ALLCLOSE(g.dC, eb.dC, tol<T>(), step * s.H);
+  EXPECT_ALLCLOSE(g.dA, eb.dA, tol<T>(), sum_tol<T>(4.0 * s.P * s.N * s.B * s.L));
+}
+
+/// The tolerance of two forms of y that sum Q·N + N·P products of a few
+/// units each in other orders.
+template <class T>
+double form_tol(const Config& c) {
+  return 4 * std::numeric_limits<T>::epsilon() * std::sqrt(double(c.chunk + c.s.P) * c.s.N);
+}
+
 // The GPU forms (the forward's and the backward's) against the host forms
 // and the float64 recurrence: P and N of each compiled size, chunks of one and of several
 // row blocks, a Q that is not a multiple of the blocks, a short last chunk,
@@ -360,12 +386,7 @@ TYPED_TEST(Ssd, GpuFormsMatchTheHostForms) {
     const auto gpu = kdnn::KernelForm::gpu;
     const auto fg = run_forward<T>(a, c.chunk, gpu);
     const auto fh = run_forward<T>(a, c.chunk, kdnn::KernelForm::host);
-    const auto expected = ssm_ref::ssd_forward(a);
-    const double atol = sum_tol<T>(s.N * 4.0);
-    EXPECT_ALLCLOSE(fg.y, expected.y, tol<T>(), atol);
-    EXPECT_ALLCLOSE(fg.final_state, expected.final_state, tol<T>(), atol);
-    // y sums Q·N + N·P products of a few units each.
-    const double t = 4 * std::numeric_limits<T>::epsilon() * std::sqrt(double(c.chunk + s.P) * s.N);
+    const double t = form_tol<T>(c);
     EXPECT_ALLCLOSE(fg.y, fh.y, t, t);
     EXPECT_ALLCLOSE(fg.final_state, fh.final_state, t, t);
 
@@ -401,13 +422,7 @@ TYPED_TEST(Ssd, GpuFormsMatchTheHostForms) {
       }
       EXPECT_LE(worst, t * std::max(1.0, scale)) << name;
     }
-    const auto eb = ssm_ref::ssd_backward(a);
-    const double step = sum_tol<T>(4.0 * s.P * s.N);
-    EXPECT_ALLCLOSE(bg.dx, eb.dx, tol<T>(), step);
-    EXPECT_ALLCLOSE(bg.ddt, eb.ddt, tol<T>(), step);
-    EXPECT_ALLCLOSE(bg.dB, eb.dB, tol<T>(), step * s.H);
-    EXPECT_ALLCLOSE(bg.dC, eb.dC, tol<T>(), step * s.H);
-    EXPECT_ALLCLOSE(bg.dA, eb.dA, tol<T>(), sum_tol<T>(4.0 * s.P * s.N * s.B * s.L));
+    expect_recurrence<T>(a, fg, bg);
   }
 }
 
@@ -475,6 +490,105 @@ TYPED_TEST(Ssd, SharedGroupScoresAreTheHeadsOwnProducts) {
         }
       }
     }
+  }
+}
+
+// C·Bᵀ on tensor cores (ssd_chunk_scores_mma_kernel.hpp, emulated on a
+// host): every stored score of the lower triangle against a float64 loop,
+// for one group and two, chunks of one and of several row blocks, a short
+// last chunk. 3×TF32 keeps float32 accuracy (a few ulps of Σ|C||B|); one
+// TF32 pass, the caller's explicit choice, is off by up to 2^-10 of it and
+// is measurably worse (so the option reaches the kernel); double runs FP64.
+template <class T>
+void check_tensor_core_scores(const Config& c, unsigned seed, bool allow_tf32,
+                              double* worst_relative) {
+  namespace impl = ssm::impl;
+  const auto& s = c.s;
+  const SsdCase a = make_case(s, 0, seed);
+  SsdViews<T> v(a);
+  ssm::SsdForward<T, Space> f;
+  v.set_inputs(f);
+  ssm::SsdOptions opts = options(c.chunk, kdnn::KernelForm::tensor_cores);
+  opts.launch.allow_tf32 = allow_tf32;
+  ASSERT_TRUE(impl::ssd_tensor_cores(Space(), opts));
+  const auto stored = impl::group_scores<Space, T, 64, 64>("test", Space(), f, opts);
+  const int Q = std::min(c.chunk, s.L), chunks = (s.L + Q - 1) / Q;
+  const std::size_t ld = impl::scores_ld<T>(Q);
+  ASSERT_EQ(stored.extent(0), std::size_t(s.B) * chunks * s.G);
+  ASSERT_EQ(stored.extent(1), ld * ld);
+  const Vec scores = to_host(stored);
+  double worst = 0;
+  for (int b = 0; b < s.B; ++b) {
+    for (int ch = 0; ch < chunks; ++ch) {
+      for (int g = 0; g < s.G; ++g) {
+        const int row = (b * chunks + ch) * s.G + g, t0 = ch * Q, n = std::min(Q, s.L - t0);
+        for (int i = 0; i < n; ++i) {
+          for (int j = 0; j <= i; ++j) {
+            double cb = 0, magnitude = 0;
+            for (int m = 0; m < s.N; ++m) {
+              const double ci = a.Cm[((std::size_t(b) * s.L + t0 + i) * s.G + g) * s.N + m];
+              const double bj = a.Bm[((std::size_t(b) * s.L + t0 + j) * s.G + g) * s.N + m];
+              // The inputs as T holds them.
+              const double term = double(T(ci)) * double(T(bj));
+              cb += term;
+              magnitude += std::abs(term);
+            }
+            const double err = std::abs(scores[(row * ld + i) * ld + j] - cb) / magnitude;
+            ASSERT_TRUE(std::isfinite(err))
+                << b << ", " << ch << ", " << g << ", " << i << ", " << j;
+            worst = std::max(worst, err);
+          }
+        }
+      }
+    }
+  }
+  *worst_relative = worst;
+}
+
+TYPED_TEST(Ssd, TensorCoreScoresAreCBTransposedPerGroup) {
+  using T = TypeParam;
+  const Config configs[] = {
+      {{1, 150, 2, 64, 1, 64}, 64}, {{2, 100, 4, 64, 2, 64}, 48}, {{1, 200, 2, 64, 2, 64}, 160}};
+  unsigned seed = 2600;
+  for (const Config& c : configs) {
+    SCOPED_TRACE(describe(c, 0));
+    double full = 0;
+    check_tensor_core_scores<T>(c, seed += 10, false, &full);
+    EXPECT_LE(full, 8 * std::numeric_limits<T>::epsilon());
+    if constexpr (sizeof(T) == 4) {
+      double tf32 = 0;
+      check_tensor_core_scores<T>(c, seed, true, &tf32);
+      EXPECT_LE(tf32, std::ldexp(1.0, -10));
+      EXPECT_GT(tf32, 16 * full);
+    }
+  }
+}
+
+// The SSD with its chunk products on tensor cores (KernelForm::tensor_cores,
+// emulated on a host): forward and backward against the float64
+// recurrence, and against the FMA GPU form to rounding (the products sum
+// in another order), with H = G (the scores then computed once per head
+// here, where the FMA form computes them inside its kernels) and H > G.
+TYPED_TEST(Ssd, TensorCoreFormMatchesTheRecurrenceAndTheGpuForm) {
+  using T = TypeParam;
+  const Config configs[] = {
+      {{2, 150, 4, 64, 2, 64}, 64}, {{1, 100, 2, 64, 2, 128}, 48}, {{1, 90, 2, 128, 1, 64}, 256}};
+  unsigned seed = 2700;
+  for (const Config& c : configs) {
+    SCOPED_TRACE(describe(c, kD | kInit));
+    const SsdCase a = make_case(c.s, kD | kInit, seed += 10);
+    const auto tc = kdnn::KernelForm::tensor_cores;
+    const auto ft = run_forward<T>(a, c.chunk, tc);
+    const auto fg = run_forward<T>(a, c.chunk, kdnn::KernelForm::gpu);
+    const auto bt = run_backward<T>(a, c.chunk, tc);
+    const auto bg = run_backward<T>(a, c.chunk, kdnn::KernelForm::gpu);
+    expect_recurrence<T>(a, ft, bt);
+    const double t = form_tol<T>(c);
+    EXPECT_ALLCLOSE(ft.y, fg.y, t, t);
+    EXPECT_EQ(ft.final_state, fg.final_state);  // the chunk states: no scores
+    EXPECT_ALLCLOSE(bt.dx, bg.dx, t, t);
+    EXPECT_EQ(bt.dB, bg.dB);  // dB and dC do not read the scores
+    EXPECT_EQ(bt.dC, bg.dC);
   }
 }
 

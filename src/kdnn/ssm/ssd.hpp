@@ -41,12 +41,15 @@ struct SsdOptions {
   int chunk = 64;         ///< Q, steps per chunk (≥ 1); L need not be a multiple
   bool check_a = false;   ///< refuse A with a positive entry (a device reduction and a copy)
   bool check_dt = false;  ///< refuse a negative or non-finite dt (a device reduction)
-  /// The chunk kernels' launch; only `form` applies: KernelForm::gpu
-  /// launches them as on a GPU anywhere: the GPU forms of the forward's and
-  /// the backward's chunk kernels for P, N in {64, 128} and Q <= 256
-  /// (equal to the host forms to rounding), else the
-  /// host kernels with a bounded team workspace for scratch past on-chip
-  /// size (the same results).
+  /// The chunk kernels' launch; only `form` and `allow_tf32` apply:
+  /// KernelForm::gpu launches them as on a GPU anywhere: the GPU forms of
+  /// the forward's and the backward's chunk kernels for P, N in {64, 128}
+  /// and Q <= 256 (equal to the host forms to rounding), else the host
+  /// kernels with a bounded team workspace for scratch past on-chip size
+  /// (the same results). KernelForm::tensor_cores (automatic on a CUDA
+  /// device of compute capability 8.0 or later) runs the GPU forms with
+  /// C·Bᵀ on tensor cores: 3×TF32 in float (float32 accuracy) unless
+  /// `allow_tf32` asks for one TF32 pass, FP64 in double.
   Launch launch;
 };
 

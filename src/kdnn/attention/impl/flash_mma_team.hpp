@@ -32,18 +32,12 @@ namespace kdnn::attention::impl {
 /// The head sizes the tensor-core form is compiled for, each of D and Dv.
 using MmaHeadSizes = kdnn::impl::CompiledSizes<32, 64, 128>;
 
-/// The tensor-core product of T: m16n8k8 TF32 for float, m8n8k4 FP64 for
-/// double.
-template <class T>
-using AttentionMma =
-    std::conditional_t<(sizeof(T) > 4), kdnn::impl::MmaF64M8N8K4, kdnn::impl::MmaTf32M16N8K8>;
-
 /// Block sizes of the tensor-core form for T, D and DV (see above); Tile,
 /// where given, the rows of the streamed tiles (else the keys per tile the
 /// forward takes).
 template <class T, int D, int DV, int Tile = 0>
 struct FlashMmaShape {
-  using Mma = AttentionMma<T>;
+  using Mma = kdnn::impl::MmaOf<T>;
   static constexpr int NT = 128;  ///< threads: four warps
   /// m-tiles per warp: one (two of FP64's 8 rows spill registers at D = 128).
   static constexpr int MT = 1;
@@ -148,11 +142,8 @@ struct FlashMmaTeam
   template <int Width, class View>
   static KOKKOS_FORCEINLINE_FUNCTION T a_element(int t, int e, const View& view, int b, int h,
                                                  int i0, int rows, T factor) {
-    constexpr int KS = Width / Mma::K;
-    const int mt = e / (KS * AR), ks = e / AR % KS;
-    const kdnn::impl::FragmentIndex f = Mma::a(t % 32, e % AR);
-    const int row = t / 32 * WR + mt * Mma::M + f.row;
-    return row < rows ? factor * view(b, h, i0 + row, ks * Mma::K + f.col) : T(0);
+    const kdnn::impl::FragmentIndex f = kdnn::impl::mma_a_place<Mma, MT, Width>(t, e);
+    return f.row < rows ? factor * view(b, h, i0 + f.row, f.col) : T(0);
   }
 
   /// The A fragments of `factor`·view(b, h, r0 + row, ·) over Width
@@ -221,27 +212,7 @@ struct FlashMmaTeam
             class C>
   static KOKKOS_INLINE_FUNCTION void tile_rows_product(const Team_& team, const A& a, const T* tile,
                                                        int ld, C& acc) {
-    constexpr int KS = Width / Mma::K;
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, NT), [&](int t) {
-      KDNN_IMPL_UNROLL
-      for (int e = 0; e < MT * NK * CR; ++e) acc(t)[e] = T(0);
-    });
-    KDNN_IMPL_UNROLL
-    for (int ks = 0; ks < KS; ++ks) {
-      KDNN_IMPL_UNROLL
-      for (int nk = 0; nk < NK; ++nk) {
-        const auto b = [&](int t, int r) {
-          const kdnn::impl::FragmentIndex e = Mma::b(t % 32, r);
-          return tile[(nk * 8 + e.col) * ld + ks * Mma::K + e.row];
-        };
-        KDNN_IMPL_UNROLL
-        for (int mt = 0; mt < MT; ++mt) {
-          const auto ar = [&](int t, int r) { return a(t, (mt * KS + ks) * AR + r); };
-          kdnn::impl::team_mma<Mma, P, NT, kPrivate, O>(
-              team, ar, b, kdnn::impl::registers_at(acc, (mt * NK + nk) * CR));
-        }
-      }
-    }
+    kdnn::impl::mma_rows_by_tile<Mma, P, NT, kPrivate, MT, NK, Width, O>(team, a, tile, ld, acc);
   }
 
   /// acc += X·tile over the tile's NK·8 rows: X the accumulators `x` (NK

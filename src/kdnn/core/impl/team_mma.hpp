@@ -41,6 +41,11 @@
 
 namespace kdnn::impl {
 
+/// The tensor-core product of T: m16n8k8 TF32 for float, m8n8k4 FP64 for
+/// double.
+template <class T>
+using MmaOf = std::conditional_t<(sizeof(T) > 4), MmaF64M8N8K4, MmaTf32M16N8K8>;
+
 /// How a float product runs on tensor cores (above).
 enum class MmaPrecision { full, tf32 };
 
@@ -162,6 +167,52 @@ KOKKOS_INLINE_FUNCTION void team_mma(const Member& team, const A& a, const B& b,
                                      [&](int l, int r) { return b(32 * w + l, r); },
                                      [&](int l, int r) -> T& { return c(32 * w + l, r); });
     });
+  }
+}
+
+/// Where thread t's A register e of a rows-by-tile product
+/// (mma_rows_by_tile) lies in the team's block of A rows: its row (warp
+/// t / 32 owns MT m-tiles of Mma::M rows) and its column among Width,
+/// e = (mt·KS + ks)·a_regs + r with KS = Width / Mma::K.
+template <class Mma, int MT, int Width>
+KOKKOS_FORCEINLINE_FUNCTION FragmentIndex mma_a_place(int t, int e) {
+  constexpr int KS = Width / Mma::K;
+  const int mt = e / (KS * Mma::a_regs), ks = e / Mma::a_regs % KS;
+  const FragmentIndex f = Mma::a(t % 32, e % Mma::a_regs);
+  return {(t / 32 * MT + mt) * Mma::M + f.row, ks * Mma::K + f.col};
+}
+
+/// acc = A·tileᵀ over Width = KS·Mma::K columns, for each warp of a team of
+/// NT threads: a(t, e) thread t's A register e (as mma_a_place numbers
+/// them), `tile` the [NK·8, ld] scratch rows the product takes (k
+/// contiguous in a row), acc(t) thread t's NK 8-column accumulator tiles per
+/// m-tile, register (mt·NK + nk)·c_regs + r. The sums run over ks in order,
+/// each one team_mma; O: MmaOrder above.
+template <class Mma, MmaPrecision P, int NT, bool Private, int MT, int NK, int Width,
+          MmaOrder O = MmaOrder::plain, class Member, class A, class C>
+KOKKOS_INLINE_FUNCTION void mma_rows_by_tile(const Member& team, const A& a,
+                                             const typename Mma::value_type* tile, int ld, C& acc) {
+  using T = typename Mma::value_type;
+  constexpr int KS = Width / Mma::K, AR = Mma::a_regs, CR = Mma::c_regs;
+  static_assert(Width % Mma::K == 0, "mma_rows_by_tile: whole k-steps");
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, NT), [&](int t) {
+    KDNN_IMPL_UNROLL
+    for (int e = 0; e < MT * NK * CR; ++e) acc(t)[e] = T(0);
+  });
+  KDNN_IMPL_UNROLL
+  for (int ks = 0; ks < KS; ++ks) {
+    KDNN_IMPL_UNROLL
+    for (int nk = 0; nk < NK; ++nk) {
+      const auto b = [&](int t, int r) {
+        const FragmentIndex e = Mma::b(t % 32, r);
+        return tile[(nk * 8 + e.col) * ld + ks * Mma::K + e.row];
+      };
+      KDNN_IMPL_UNROLL
+      for (int mt = 0; mt < MT; ++mt) {
+        const auto ar = [&](int t, int r) { return a(t, (mt * KS + ks) * AR + r); };
+        team_mma<Mma, P, NT, Private, O>(team, ar, b, registers_at(acc, (mt * NK + nk) * CR));
+      }
+    }
   }
 }
 

@@ -67,10 +67,7 @@ struct SsdChunkOutputGpuKernel
     this->scan_decays(team, k, span, w.cum);
     const bool given_scores = scores.extent(0) > 0;
     if (out.off || !given_scores) {
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BR * N), [&](int e) {
-        const int r = e / N, n = e % N;
-        w.ct[n * LDR + r] = r < rows ? this->Cm(k.b, k.t0 + i0 + r, k.g, n) : T(0);
-      });
+      Base::template load_steps_transposed<BR, LDR>(team, this->Cm, k, i0, rows, w.ct);
     }
     kdnn::impl::ThreadRegisters<T, NT, RM * PC, Base::kPrivate> acc;
     Base::threads(team, [&](int t) {
@@ -107,14 +104,11 @@ struct SsdChunkOutputGpuKernel
         if (given_scores) {
           const T* cb = &scores(this->scores_row(k.b, k.c, k.g), 0);
           Base::threads(team, [&](int t) {
-            Base::template stored_weights<false, false>(t, cb, Base::Shape::pad(this->Q), w.cum, i0,
-                                                        j0, k.n, w.wt);
+            Base::template stored_weights<false, false>(t, cb, scores_ld<T>(this->Q), w.cum, i0, j0,
+                                                        k.n, w.wt);
           });
         } else {
-          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK * N), [&](int e) {
-            const int s = e / N, n = e % N;
-            w.tile[n * LDK + s] = s < cols ? this->Bm(k.b, k.t0 + j0 + s, k.g, n) : T(0);
-          });
+          Base::template load_steps_transposed<BK, LDK>(team, this->Bm, k, j0, cols, w.tile);
           team.team_barrier();
           Base::threads(team, [&](int t) {
             Base::template decay_weights<N, false>(t, w.ct, w.tile, w.cum, i0, j0, k.n, w.wt);

@@ -34,8 +34,8 @@ struct SsdChunkScoresGpuKernel
   using typename Base::Member;
   ChunkScores<T, ExecSpace> scores;
 
-  /// Row stride of a chunk's scores.
-  KOKKOS_INLINE_FUNCTION int ld() const { return Base::Shape::pad(this->Q); }
+  /// Row blocks per chunk of Q steps.
+  static int row_blocks(int Q) { return (Q + BR - 1) / BR; }
   /// One team per (b, chunk, g, row block), where SsdGpuChunks has one per
   /// head.
   long long teams() const {
@@ -53,28 +53,19 @@ struct SsdChunkScoresGpuKernel
   }
 
   KOKKOS_INLINE_FUNCTION void one_block(const Member& team, int item, void* scratch) const {
-    const int G = int(this->Bm.extent(2)), L = int(this->x.extent(1));
-    const int block = item % this->blocks, rest = item / this->blocks;
-    const int c = rest % this->chunks, b = rest / this->chunks / G, g = rest / this->chunks % G;
-    const int t0 = c * this->Q, n = L - t0 < this->Q ? L - t0 : this->Q;
-    const int i0 = block * BR;
-    const int rows = n - i0 < BR ? n - i0 : BR;
+    const auto k = this->group_chunk(item / this->blocks);
+    const int i0 = item % this->blocks * BR;
+    const int rows = k.n - i0 < BR ? k.n - i0 : BR;
     if (rows <= 0) return;  // past a short last chunk: the whole team
     kdnn::impl::ScratchCarver carver(scratch);
     const Work w = carve(carver, this->Q);
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BR * N), [&](int e) {
-      const int r = e / N, m = e % N;
-      w.ct[m * LDR + r] = r < rows ? this->Cm(b, t0 + i0 + r, g, m) : T(0);
-    });
-    T* out = &scores(this->scores_row(b, c, g), 0);
-    const int ldo = ld();
+    Base::template load_steps_transposed<BR, LDR>(team, this->Cm, k, i0, rows, w.ct);
+    T* out = &scores(this->scores_row(k.b, k.c, k.g), 0);
+    const int ldo = scores_ld<T>(this->Q);
     for (int j0 = 0; j0 < i0 + rows; j0 += BK) {
-      const int cols = n - j0 < BK ? n - j0 : BK;
+      const int cols = k.n - j0 < BK ? k.n - j0 : BK;
       team.team_barrier();  // Cᵀ is complete, the previous tile done with
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK * N), [&](int e) {
-        const int s = e / N, m = e % N;
-        w.bt[m * LDK + s] = s < cols ? this->Bm(b, t0 + j0 + s, g, m) : T(0);
-      });
+      Base::template load_steps_transposed<BK, LDK>(team, this->Bm, k, j0, cols, w.bt);
       team.team_barrier();
       Base::threads(team, [&](int t) {
         T uv[RM * RN];

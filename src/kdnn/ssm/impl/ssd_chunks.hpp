@@ -75,6 +75,20 @@ struct SsdChunks {
     return {b, h, h / (H / G), c, t0, L - t0 < Q ? L - t0 : Q};
   }
 
+  /// The chunk of a kernel with one work item per (b, g, chunk) (c
+  /// fastest), as chunk() gives it for the group's first head.
+  KOKKOS_INLINE_FUNCTION Chunk group_chunk(int item) const {
+    const int H = int(x.extent(2)), G = int(Bm.extent(2));
+    const int c = item % chunks, bg = item / chunks;
+    return chunk((bg / G * H + bg % G * (H / G)) * chunks + c);
+  }
+
+  /// The row of a chunk's stored scores C·Bᵀ (ChunkScores, one per (b,
+  /// chunk, g)) of batch entry b, chunk c, group g.
+  KOKKOS_INLINE_FUNCTION int scores_row(int b, int c, int g) const {
+    return (b * chunks + c) * int(Bm.extent(2)) + g;
+  }
+
   /// Runs body(k, scratch) for each chunk k of the team's work items, with
   /// the carver of the team's scratch for that item.
   template <class Member, class Body>

@@ -49,6 +49,14 @@ constexpr int kSsdGpuMaxChunk = 256;
 template <class T>
 constexpr int kSsdGpuRows = sizeof(T) > 4 ? 16 : 32;
 
+/// The row stride of a chunk's stored scores C·Bᵀ
+/// (ssd_chunk_scores_gpu_kernel.hpp) for chunks of Q steps: Q rounded up to
+/// whole tiles of the GPU forms (SsdGpuShape::pad).
+template <class T>
+KOKKOS_INLINE_FUNCTION constexpr int scores_ld(int Q) {
+  return (Q + kSsdGpuRows<T> - 1) / kSsdGpuRows<T> * kSsdGpuRows<T>;
+}
+
 /// Block sizes and the thread grid of the GPU forms (see above).
 template <class T, int P, int N>
 struct SsdGpuShape {
@@ -125,6 +133,20 @@ struct SsdGpuChunks : SsdChunks<ExecSpace, T>,
                           });
   }
 
+  /// tile[m·LD + r] = u(b, t0 + r0 + r, g, m) for r < count, 0 for
+  /// count ≤ r < R: R steps of chunk k's B or C ([B, L, G, N]) transposed
+  /// into scratch [N, LD] (LDR for a block's rows, LDK for a tile's steps),
+  /// each step's row read coalesced.
+  template <int R, int LD, class View>
+  static KOKKOS_INLINE_FUNCTION void load_steps_transposed(const Member& team, const View& u,
+                                                           const Chunk& k, int r0, int count,
+                                                           T* tile) {
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, R * N), [&](int e) {
+      const int r = e / N, m = e % N;
+      tile[m * LD + r] = r < count ? u(k.b, k.t0 + r0 + r, k.g, m) : T(0);
+    });
+  }
+
   /// acc[i·C + j] += Σ_{s<BK} a[s·a_k + i]·rows[s·LD + c + CG·j]: the
   /// thread's RM × C block (rows at `a`, column group c) of a product whose
   /// right operand is a [BK, ·] tile of row stride LD (by default [BK, P]).
@@ -182,10 +204,6 @@ struct SsdGpuChunks : SsdChunks<ExecSpace, T>,
       }
     }
     weigh<Upper>(t, uv, cum, r_first, s_first, n, wt);
-  }
-  /// The row of stored scores of batch entry b, chunk c, group g.
-  KOKKOS_INLINE_FUNCTION int scores_row(int b, int c, int g) const {
-    return (b * this->chunks + c) * int(this->Bm.extent(2)) + g;
   }
 
   /// decay_weights' second half: thread t's micro-tile uv of products,

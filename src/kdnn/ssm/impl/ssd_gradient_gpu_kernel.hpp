@@ -216,8 +216,8 @@ struct SsdGradientGpuKernel
       if (kDx && scores.extent(0) > 0) {  // B_j·C_i = CB[i][j], the group's
         const T* cb = &scores(this->scores_row(k.b, k.c, k.g), 0);
         Base::threads(team, [&](int t) {
-          Base::template stored_weights<kUpper, true>(t, cb, Base::Shape::pad(this->Q), w.cum,
-                                                      r_begin, s0, k.n, w.wt);
+          Base::template stored_weights<kUpper, true>(t, cb, scores_ld<T>(this->Q), w.cum, r_begin,
+                                                      s0, k.n, w.wt);
         });
       } else {
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK * KI), [&](int e) {

@@ -40,6 +40,7 @@
 #include "kdnn/ssm/impl/ssd_chunk_output_gpu_kernel.hpp"
 #include "kdnn/ssm/impl/ssd_chunk_output_kernel.hpp"
 #include "kdnn/ssm/impl/ssd_chunk_scores_gpu_kernel.hpp"
+#include "kdnn/ssm/impl/ssd_chunk_scores_mma_kernel.hpp"
 #include "kdnn/ssm/impl/ssd_chunk_state_gpu_kernel.hpp"
 #include "kdnn/ssm/impl/ssd_chunk_state_kernel.hpp"
 #include "kdnn/ssm/impl/ssd_da_diag_gpu_kernel.hpp"
@@ -298,22 +299,54 @@ void reverse_state_pass(const ExecSpace& space, const ChunkStates<T, ExecSpace>&
       });
 }
 
-/// C·Bᵀ of every chunk once per group (SsdChunkScoresGpuKernel) where heads
-/// share a group (H > G), for the GPU forms that would otherwise compute it
-/// once per head; else empty.
+/// Whether the SSD's chunk products run on tensor cores on `space`
+/// (kdnn::impl::chosen_form): where the launch asks for them, or
+/// automatically on a device that has them. Today C·Bᵀ
+/// (ssd_chunk_scores_mma_kernel.hpp); the callers have chosen the GPU forms
+/// (gpu_chunk_form) already.
+template <class ExecSpace>
+bool ssd_tensor_cores(const ExecSpace& space, const SsdOptions& opts) {
+  return kdnn::impl::chosen_form(space, opts.launch.form, true, true) ==
+         kdnn::KernelForm::tensor_cores;
+}
+
+/// C·Bᵀ of every chunk once per group for the GPU forms' output kernel and
+/// dX̃ gradient: on tensor cores (SsdChunkScoresMmaKernel) where
+/// ssd_tensor_cores says so, for every H and G; else with FMAs
+/// (SsdChunkScoresGpuKernel) where heads share a group (H > G), and empty
+/// where they do not (those kernels then compute it themselves).
 template <class ExecSpace, class T, int P, int N, class Args>
 ChunkScores<T, ExecSpace> group_scores(const char* op, const ExecSpace& space, const Args& a,
                                        const SsdOptions& opts) {
-  if (a.x.extent(2) <= a.B.extent(2)) return {};
-  SsdChunkScoresGpuKernel<ExecSpace, T, P, N> s;
-  set_ssd_inputs<ExecSpace, T>(s, a, opts);
-  s.blocks = gpu_row_blocks<T>(s.Q);
-  const std::size_t ld = SsdGpuShape<T, P, N>::pad(s.Q);
-  s.scores = ChunkScores<T, ExecSpace>(
+  const bool mma = ssd_tensor_cores(space, opts);
+  if (!mma && a.x.extent(2) <= a.B.extent(2)) return {};
+  SsdChunks<ExecSpace, T> sizes;
+  set_ssd_inputs<ExecSpace, T>(sizes, a, opts);
+  const std::size_t ld = scores_ld<T>(sizes.Q);
+  ChunkScores<T, ExecSpace> scores(
       Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("kdnn::ssm::ssd_scores")),
-      a.x.extent(0) * std::size_t(s.chunks) * a.B.extent(2), ld * ld);
-  launch_gpu_chunks(op, space, s, "kdnn::ssm::ssd_chunk_scores[gpu]");
-  return s.scores;
+      a.x.extent(0) * std::size_t(sizes.chunks) * a.B.extent(2), ld * ld);
+  const auto launch = [&](auto kernel, const char* label) {
+    set_ssd_inputs<ExecSpace, T>(kernel, a, opts);
+    kernel.scores = scores;
+    kernel.blocks = kernel.row_blocks(kernel.Q);
+    launch_gpu_chunks(op, space, kernel, label);
+  };
+  using kdnn::impl::MmaPrecision;
+  if (!mma) {
+    launch(SsdChunkScoresGpuKernel<ExecSpace, T, P, N>{}, "kdnn::ssm::ssd_chunk_scores[gpu]");
+    return scores;
+  }
+  if constexpr (sizeof(T) == 4) {
+    if (opts.launch.allow_tf32) {
+      launch(SsdChunkScoresMmaKernel<ExecSpace, T, N, MmaPrecision::tf32>{},
+             "kdnn::ssm::ssd_chunk_scores[tensor cores, tf32]");
+      return scores;
+    }
+  }
+  launch(SsdChunkScoresMmaKernel<ExecSpace, T, N, MmaPrecision::full>{},
+         "kdnn::ssm::ssd_chunk_scores[tensor cores]");
+  return scores;
 }
 
 /// The output kernel (Y_diag + D·x with `diag`, + Y_off from `states` with
