@@ -97,15 +97,8 @@ bool dispatch_backward_head_sizes(int D, int Dv, const Run& run) {
 /// pass for float where allow_tf32 says so, else full; says whether it did.
 template <class T, class Run>
 bool dispatch_mma(int D, int Dv, const kdnn::Launch& launch, const Run& run) {
-  using kdnn::impl::MmaPrecision;
   return kdnn::impl::dispatch_sizes<MmaHeadSizes, MmaHeadSizes>(D, Dv, [&](auto hd, auto hdv) {
-    if constexpr (sizeof(T) == 4) {
-      if (launch.allow_tf32) {
-        run(hd, hdv, std::integral_constant<MmaPrecision, MmaPrecision::tf32>{});
-        return;
-      }
-    }
-    run(hd, hdv, std::integral_constant<MmaPrecision, MmaPrecision::full>{});
+    kdnn::impl::with_mma_precision<T>(launch, [&](auto p) { run(hd, hdv, p); });
   });
 }
 

@@ -38,6 +38,7 @@
 #include "kdnn/core/impl/warp_mma_device.hpp"
 #include "kdnn/core/impl/warp_mma_emulated.hpp"
 #include "kdnn/core/impl/warp_mma_fragments.hpp"
+#include "kdnn/core/launch.hpp"
 
 namespace kdnn::impl {
 
@@ -48,6 +49,20 @@ using MmaOf = std::conditional_t<(sizeof(T) > 4), MmaF64M8N8K4, MmaTf32M16N8K8>;
 
 /// How a float product runs on tensor cores (above).
 enum class MmaPrecision { full, tf32 };
+
+/// Calls run(p), p the std::integral_constant<MmaPrecision, …> a launch asks
+/// for in T: one TF32 pass for float where `launch.allow_tf32` says so, else
+/// full (3×TF32 for float, FP64 for double).
+template <class T, class Run>
+void with_mma_precision(const Launch& launch, const Run& run) {
+  if constexpr (sizeof(T) == 4) {
+    if (launch.allow_tf32) {
+      run(std::integral_constant<MmaPrecision, MmaPrecision::tf32>{});
+      return;
+    }
+  }
+  run(std::integral_constant<MmaPrecision, MmaPrecision::full>{});
+}
 
 /// The order of 3×TF32's small products (above): `plain` small(A)·big(B)
 /// first, as CUTLASS; `transposed` big(A)·small(B) first.
@@ -182,38 +197,61 @@ KOKKOS_FORCEINLINE_FUNCTION FragmentIndex mma_a_place(int t, int e) {
   return {(t / 32 * MT + mt) * Mma::M + f.row, ks * Mma::K + f.col};
 }
 
-/// acc = A·tileᵀ over Width = KS·Mma::K columns, for each warp of a team of
-/// NT threads: a(t, e) thread t's A register e (as mma_a_place numbers
-/// them), `tile` the [NK·8, ld] scratch rows the product takes (k
-/// contiguous in a row), acc(t) thread t's NK 8-column accumulator tiles per
-/// m-tile, register (mt·NK + nk)·c_regs + r. The sums run over ks in order,
-/// each one team_mma; O: MmaOrder above.
+/// acc += A·B over Width = KS·Mma::K, for each warp of a team of NT
+/// threads: a(t, e) thread t's A register e (as mma_a_place numbers them),
+/// b(t, ks, nc, r) its B register r of k-step ks and 8-column tile nc, acc(t)
+/// its NC 8-column accumulator tiles per m-tile, register
+/// (mt·NC + nc)·c_regs + r. The sums run over ks in order, each one
+/// team_mma; O: MmaOrder above.
+template <class Mma, MmaPrecision P, int NT, bool Private, int MT, int NC, int Width,
+          MmaOrder O = MmaOrder::plain, class Member, class A, class B, class C>
+KOKKOS_INLINE_FUNCTION void mma_rows_by_cols(const Member& team, const A& a, const B& b, C& acc) {
+  constexpr int KS = Width / Mma::K, AR = Mma::a_regs, CR = Mma::c_regs;
+  static_assert(Width % Mma::K == 0, "mma_rows_by_cols: whole k-steps");
+  KDNN_IMPL_UNROLL
+  for (int ks = 0; ks < KS; ++ks) {
+    KDNN_IMPL_UNROLL
+    for (int nc = 0; nc < NC; ++nc) {
+      const auto br = [&](int t, int r) { return b(t, ks, nc, r); };
+      KDNN_IMPL_UNROLL
+      for (int mt = 0; mt < MT; ++mt) {
+        const auto ar = [&](int t, int r) { return a(t, (mt * KS + ks) * AR + r); };
+        team_mma<Mma, P, NT, Private, O>(team, ar, br, registers_at(acc, (mt * NC + nc) * CR));
+      }
+    }
+  }
+}
+
+/// acc = A·tileᵀ (mma_rows_by_cols from zero), `tile` the [NK·8, ld]
+/// scratch rows the product takes, k contiguous in a row.
 template <class Mma, MmaPrecision P, int NT, bool Private, int MT, int NK, int Width,
           MmaOrder O = MmaOrder::plain, class Member, class A, class C>
 KOKKOS_INLINE_FUNCTION void mma_rows_by_tile(const Member& team, const A& a,
                                              const typename Mma::value_type* tile, int ld, C& acc) {
   using T = typename Mma::value_type;
-  constexpr int KS = Width / Mma::K, AR = Mma::a_regs, CR = Mma::c_regs;
-  static_assert(Width % Mma::K == 0, "mma_rows_by_tile: whole k-steps");
   Kokkos::parallel_for(Kokkos::TeamThreadRange(team, NT), [&](int t) {
     KDNN_IMPL_UNROLL
-    for (int e = 0; e < MT * NK * CR; ++e) acc(t)[e] = T(0);
+    for (int e = 0; e < MT * NK * Mma::c_regs; ++e) acc(t)[e] = T(0);
   });
-  KDNN_IMPL_UNROLL
-  for (int ks = 0; ks < KS; ++ks) {
-    KDNN_IMPL_UNROLL
-    for (int nk = 0; nk < NK; ++nk) {
-      const auto b = [&](int t, int r) {
-        const FragmentIndex e = Mma::b(t % 32, r);
-        return tile[(nk * 8 + e.col) * ld + ks * Mma::K + e.row];
-      };
-      KDNN_IMPL_UNROLL
-      for (int mt = 0; mt < MT; ++mt) {
-        const auto ar = [&](int t, int r) { return a(t, (mt * KS + ks) * AR + r); };
-        team_mma<Mma, P, NT, Private, O>(team, ar, b, registers_at(acc, (mt * NK + nk) * CR));
-      }
-    }
-  }
+  const auto b = [&](int t, int ks, int nk, int r) {
+    const FragmentIndex e = Mma::b(t % 32, r);
+    return tile[(nk * 8 + e.col) * ld + ks * Mma::K + e.row];
+  };
+  mma_rows_by_cols<Mma, P, NT, Private, MT, NK, Width, O>(team, a, b, acc);
+}
+
+/// acc += A·rows (mma_rows_by_cols), `rows` the [Width, ld] scratch tile of
+/// B itself, row k holding the columns contiguously.
+template <class Mma, MmaPrecision P, int NT, bool Private, int MT, int NC, int Width,
+          MmaOrder O = MmaOrder::plain, class Member, class A, class C>
+KOKKOS_INLINE_FUNCTION void mma_add_rows_product(const Member& team, const A& a,
+                                                 const typename Mma::value_type* rows, int ld,
+                                                 C& acc) {
+  const auto b = [&](int t, int ks, int nc, int r) {
+    const FragmentIndex e = Mma::b(t % 32, r);
+    return rows[(ks * Mma::K + e.row) * ld + nc * 8 + e.col];
+  };
+  mma_rows_by_cols<Mma, P, NT, Private, MT, NC, Width, O>(team, a, b, acc);
 }
 
 }  // namespace kdnn::impl

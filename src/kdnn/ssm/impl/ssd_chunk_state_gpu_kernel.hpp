@@ -1,13 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
-// The chunk sums of outer products, GPU form (ssd_gpu_chunks.hpp), of the
-// forward's first kernel and the backward's:
-//  * each chunk's state from a zero state, S_c[n, p] = Σ_j B_j[n]·dend_j·
-//    dt_j·x_j[p] (SsdChunkStateKernel, ssd_chunk_state_kernel.hpp), and its
-//    total decay;
-//  * with `gradient`, the gradient its Y_off sends to the state entering it,
-//    dS_c[n, p] = Σ_j C_j[n]·e_j·dy_j[p] (SsdChunkDstateKernel,
-//    ssd_chunk_dstate_kernel.hpp).
+// The chunk sums of outer products (ssd_chunk_sums.hpp: S_c, or dS_c with
+// `gradient`), FMA GPU form (ssd_gpu_chunks.hpp).
 //
 // A team owns BR rows n of one chunk's result. It scans the chunk's
 // log-decays and takes each step's factor (dend_j·dt_j, or e_j: one exp per
@@ -15,13 +9,15 @@
 // a B (or C) tile [BK, BR] (steps × the team's n) and the scaled rows of x
 // (or dy) [BK, P] in scratch, and each thread adds its RM × PC block of
 // their product to its registers.
+#include "kdnn/ssm/impl/ssd_chunk_sums.hpp"
 #include "kdnn/ssm/impl/ssd_gpu_chunks.hpp"
 
 namespace kdnn::ssm::impl {
 
 template <class ExecSpace, class T, int P, int N>
 struct SsdChunkStateGpuKernel
-    : SsdGpuChunks<SsdChunkStateGpuKernel<ExecSpace, T, P, N>, ExecSpace, T, P, N> {
+    : SsdGpuChunks<SsdChunkStateGpuKernel<ExecSpace, T, P, N>, ExecSpace, T, P, N>,
+      SsdChunkSums<ExecSpace, T> {
   using Base = SsdGpuChunks<SsdChunkStateGpuKernel, ExecSpace, T, P, N>;
   using Chunk = typename Base::Chunk;
   using Base::BK;
@@ -32,11 +28,11 @@ struct SsdChunkStateGpuKernel
   using Base::PC;
   using Base::RM;
   using typename Base::Member;
-  ChunkStates<T, ExecSpace> states;  ///< [B, H, ≥chunks, N·P]: S_c, or dS_c
-  Kokkos::View<T***, Kokkos::LayoutRight, typename ExecSpace::memory_space>
-      decay;                       ///< [B, H, chunks] (not with `gradient`)
-  Tensor4<const T, ExecSpace> dy;  ///< [B, L, H, P] (with `gradient`)
-  bool gradient = false;           ///< dS_c instead of S_c
+  using Sums = SsdChunkSums<ExecSpace, T>;
+  using Sums::decay;
+  using Sums::dy;
+  using Sums::gradient;
+  using Sums::states;
 
   static constexpr int kBlocks = N / BR;  ///< row blocks per chunk
 
@@ -60,21 +56,12 @@ struct SsdChunkStateGpuKernel
     const int n0 = block * BR;
     kdnn::impl::ScratchCarver carver(scratch);
     const Work w = carve(carver, this->Q);
-    const int span = Base::Shape::pad(k.n);
-    this->scan_decays(team, k, span, w.cum);
     kdnn::impl::ThreadRegisters<T, NT, RM * PC, Base::kPrivate> acc;
     Base::threads(team, [&](int t) {
       KDNN_IMPL_UNROLL
       for (int e = 0; e < RM * PC; ++e) acc(t)[e] = T(0);
     });
-    team.team_barrier();
-    const double last = w.cum[span - 1];
-    // One exp per step: dend_i·dt_i (as the host form rounds it), or e_i.
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, k.n), [&](int i) {
-      w.scale[i] = gradient ? compat::exp(T(w.cum[i]))
-                            : compat::exp(T(last - w.cum[i])) * this->dt(k.b, k.t0 + i, k.h);
-    });
-    team.team_barrier();
+    const double last = this->step_factors(team, *this, k, w.cum, w.scale);
     const auto& bc = gradient ? this->Cm : this->Bm;
     const auto& rows = gradient ? dy : this->x;
     for (int j0 = 0; j0 < k.n; j0 += BK) {

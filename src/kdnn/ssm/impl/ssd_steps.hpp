@@ -43,6 +43,7 @@
 #include "kdnn/ssm/impl/ssd_chunk_scores_mma_kernel.hpp"
 #include "kdnn/ssm/impl/ssd_chunk_state_gpu_kernel.hpp"
 #include "kdnn/ssm/impl/ssd_chunk_state_kernel.hpp"
+#include "kdnn/ssm/impl/ssd_chunk_state_mma_kernel.hpp"
 #include "kdnn/ssm/impl/ssd_da_diag_gpu_kernel.hpp"
 #include "kdnn/ssm/impl/ssd_diag_backward_kernel.hpp"
 #include "kdnn/ssm/impl/ssd_gradient_gpu_kernel.hpp"
@@ -124,6 +125,41 @@ bool gpu_backward_form(const SsdBackward<T, ExecSpace>& a, const SsdOptions& opt
   return gpu_chunk_form<ExecSpace>(a, opts, sizes.Q, sizes.chunks, gpu_row_blocks<T>(sizes.Q), run);
 }
 
+/// Whether the SSD's chunk products run on tensor cores on `space`
+/// (kdnn::impl::chosen_form): where the launch asks for them, or
+/// automatically on a device that has them: C·Bᵀ
+/// (ssd_chunk_scores_mma_kernel.hpp) and the chunk sums of outer products
+/// (ssd_chunk_state_mma_kernel.hpp). The callers have chosen the GPU forms
+/// (gpu_chunk_form) already.
+template <class ExecSpace>
+bool ssd_tensor_cores(const ExecSpace& space, const SsdOptions& opts) {
+  return kdnn::impl::chosen_form(space, opts.launch.form, true, true) ==
+         kdnn::KernelForm::tensor_cores;
+}
+
+/// Launches the chunk sums of outer products (ssd_chunk_sums.hpp: S_c, or
+/// dS_c) in a GPU form for P and N: on tensor cores where ssd_tensor_cores
+/// says so, else with FMAs; `sums` their operands, `label` the kernel's
+/// name before its form.
+template <class ExecSpace, class T, int P, int N, class Args>
+void launch_gpu_chunk_sums(const char* op, const ExecSpace& space, const Args& a,
+                           const SsdOptions& opts, const SsdChunkSums<ExecSpace, T>& sums,
+                           const std::string& label) {
+  const auto launch = [&](auto kernel, const char* form) {
+    set_ssd_inputs<ExecSpace, T>(kernel, a, opts);
+    static_cast<SsdChunkSums<ExecSpace, T>&>(kernel) = sums;
+    kernel.blocks = decltype(kernel)::kBlocks;
+    launch_gpu_chunks(op, space, kernel, (label + form).c_str());
+  };
+  if (ssd_tensor_cores(space, opts)) {
+    kdnn::impl::with_mma_precision<T>(opts.launch, [&](auto p) {
+      launch(SsdChunkStateMmaKernel<ExecSpace, T, P, N, decltype(p)::value>{}, "[tensor cores]");
+    });
+  } else {
+    launch(SsdChunkStateGpuKernel<ExecSpace, T, P, N>{}, "[gpu]");
+  }
+}
+
 /// states(b, h, c) = S_c and decay(b, h, c) = exp(cum_last) for every chunk
 /// (states has chunks + 1 rows; the last is left for the state pass).
 template <class ExecSpace, class T, class Args>
@@ -141,12 +177,11 @@ void chunk_states(const char* op, const ExecSpace& space, const Args& a, const S
   k.states = states;
   k.decay = decay;
   const auto gpu = [&](auto p, auto n) {
-    SsdChunkStateGpuKernel<ExecSpace, T, decltype(p)::value, decltype(n)::value> g;
-    set_ssd_inputs<ExecSpace, T>(g, a, opts);
-    g.blocks = decltype(g)::kBlocks;
-    g.states = states;
-    g.decay = decay;
-    launch_gpu_chunks(op, space, g, "kdnn::ssm::ssd_chunk_states[gpu]");
+    SsdChunkSums<ExecSpace, T> sums;
+    sums.states = states;
+    sums.decay = decay;
+    launch_gpu_chunk_sums<ExecSpace, T, decltype(p)::value, decltype(n)::value>(
+        op, space, a, opts, sums, "kdnn::ssm::ssd_chunk_states");
   };
   if (gpu_chunk_form<ExecSpace>(a, opts, k.Q, k.chunks, k.N() / kSsdGpuRows<T>, gpu)) {
     return;
@@ -299,17 +334,6 @@ void reverse_state_pass(const ExecSpace& space, const ChunkStates<T, ExecSpace>&
       });
 }
 
-/// Whether the SSD's chunk products run on tensor cores on `space`
-/// (kdnn::impl::chosen_form): where the launch asks for them, or
-/// automatically on a device that has them. Today C·Bᵀ
-/// (ssd_chunk_scores_mma_kernel.hpp); the callers have chosen the GPU forms
-/// (gpu_chunk_form) already.
-template <class ExecSpace>
-bool ssd_tensor_cores(const ExecSpace& space, const SsdOptions& opts) {
-  return kdnn::impl::chosen_form(space, opts.launch.form, true, true) ==
-         kdnn::KernelForm::tensor_cores;
-}
-
 /// C·Bᵀ of every chunk once per group for the GPU forms' output kernel and
 /// dX̃ gradient: on tensor cores (SsdChunkScoresMmaKernel) where
 /// ssd_tensor_cores says so, for every H and G; else with FMAs
@@ -332,20 +356,14 @@ ChunkScores<T, ExecSpace> group_scores(const char* op, const ExecSpace& space, c
     kernel.blocks = kernel.row_blocks(kernel.Q);
     launch_gpu_chunks(op, space, kernel, label);
   };
-  using kdnn::impl::MmaPrecision;
-  if (!mma) {
+  if (mma) {
+    kdnn::impl::with_mma_precision<T>(opts.launch, [&](auto p) {
+      launch(SsdChunkScoresMmaKernel<ExecSpace, T, N, decltype(p)::value>{},
+             "kdnn::ssm::ssd_chunk_scores[tensor cores]");
+    });
+  } else {
     launch(SsdChunkScoresGpuKernel<ExecSpace, T, P, N>{}, "kdnn::ssm::ssd_chunk_scores[gpu]");
-    return scores;
   }
-  if constexpr (sizeof(T) == 4) {
-    if (opts.launch.allow_tf32) {
-      launch(SsdChunkScoresMmaKernel<ExecSpace, T, N, MmaPrecision::tf32>{},
-             "kdnn::ssm::ssd_chunk_scores[tensor cores, tf32]");
-      return scores;
-    }
-  }
-  launch(SsdChunkScoresMmaKernel<ExecSpace, T, N, MmaPrecision::full>{},
-         "kdnn::ssm::ssd_chunk_scores[tensor cores]");
   return scores;
 }
 
@@ -618,13 +636,12 @@ void chunk_dstates(const char* op, const ExecSpace& space, const SsdBackward<T, 
       a.x.extent(0), a.x.extent(2), k.chunks, std::size_t(k.P()) * k.N());
   k.dstates = dstates;
   const auto gpu = [&](auto p, auto n) {
-    SsdChunkStateGpuKernel<ExecSpace, T, decltype(p)::value, decltype(n)::value> g;
-    set_ssd_inputs<ExecSpace, T>(g, a, opts);
-    g.blocks = decltype(g)::kBlocks;
-    g.states = dstates;
-    g.dy = a.dy;
-    g.gradient = true;
-    launch_gpu_chunks(op, space, g, "kdnn::ssm::ssd_chunk_dstates[gpu]");
+    SsdChunkSums<ExecSpace, T> sums;
+    sums.states = dstates;
+    sums.dy = a.dy;
+    sums.gradient = true;
+    launch_gpu_chunk_sums<ExecSpace, T, decltype(p)::value, decltype(n)::value>(
+        op, space, a, opts, sums, "kdnn::ssm::ssd_chunk_dstates");
   };
   if (gpu_chunk_form<ExecSpace>(a, opts, k.Q, k.chunks, k.N() / kSsdGpuRows<T>, gpu)) {
     return;
