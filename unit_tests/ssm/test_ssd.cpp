@@ -362,6 +362,26 @@ void expect_recurrence(const SsdCase& a, const ssm_ref::SsdForwardResult& f,
   EXPECT_ALLCLOSE(g.dA, eb.dA, tol<T>(), sum_tol<T>(4.0 * s.P * s.N * s.B * s.L));
 }
 
+/// The forward's y with the output kernel's halves run in turn (Y_diag +
+/// D·x, then Y_off added), as the context-parallel forward runs them.
+template <class T>
+Vec output_in_halves(const SsdCase& a, const ssm::SsdOptions& opts) {
+  namespace impl = ssm::impl;
+  const auto& s = a.s;
+  SsdViews<T> v(a);
+  DeviceView<T****> y("y", s.B, s.L, s.H, s.P);
+  ssm::SsdForward<T, Space> f;
+  v.set_inputs(f);
+  f.y = y;
+  impl::ChunkStates<T, Space> states;
+  impl::ChunkDecays<T, Space> decay;
+  impl::chunk_states<Space, T>("test", Space(), f, opts, states, decay);
+  impl::state_pass(Space(), states, decay, f.initial_state, kdnn::Tensor4<T, Space>());
+  impl::chunk_output("test", Space(), f, opts, states, true, false);
+  impl::chunk_output("test", Space(), f, opts, states, false, true);
+  return to_host(y);
+}
+
 /// Two forms' gradients g and h alike to `t` of each gradient's largest
 /// entry (at least 1).
 void expect_same_gradients(const ssm_ref::SsdBackwardResult& g, const ssm_ref::SsdBackwardResult& h,
@@ -418,19 +438,7 @@ TYPED_TEST(Ssd, GpuFormsMatchTheHostForms) {
     EXPECT_ALLCLOSE(fg.y, fh.y, t, t);
     EXPECT_ALLCLOSE(fg.final_state, fh.final_state, t, t);
 
-    SsdViews<T> v(a);
-    DeviceView<T****> y("y", s.B, s.L, s.H, s.P);
-    ssm::SsdForward<T, Space> f;
-    v.set_inputs(f);
-    f.y = y;
-    const ssm::SsdOptions opts = options(c.chunk, gpu);
-    impl::ChunkStates<T, Space> states;
-    impl::ChunkDecays<T, Space> decay;
-    impl::chunk_states<Space, T>("test", Space(), f, opts, states, decay);
-    impl::state_pass(Space(), states, decay, f.initial_state, kdnn::Tensor4<T, Space>());
-    impl::chunk_output("test", Space(), f, opts, states, true, false);
-    impl::chunk_output("test", Space(), f, opts, states, false, true);
-    EXPECT_ALLCLOSE(to_host(y), fg.y, t, t);
+    EXPECT_ALLCLOSE(output_in_halves<T>(a, options(c.chunk, gpu)), fg.y, t, t);
 
     // The backward under a GPU launch: every chunk kernel's GPU form.
     const auto bg = run_backward<T>(a, c.chunk, gpu);
@@ -643,11 +651,15 @@ TYPED_TEST(Ssd, TensorCoreChunkStatesAreTheirSums) {
 // emulated on a host): forward and backward against the float64
 // recurrence, and against the FMA GPU form to rounding (the products sum
 // in another order), with H = G (the scores then computed once per head
-// here, where the FMA form computes them inside its kernels) and H > G.
+// here, where the FMA form computes them inside its kernels) and H > G,
+// P of one column block and of two; the output kernel's halves against the
+// whole.
 TYPED_TEST(Ssd, TensorCoreFormMatchesTheRecurrenceAndTheGpuForm) {
   using T = TypeParam;
-  const Config configs[] = {
-      {{2, 150, 4, 64, 2, 64}, 64}, {{1, 100, 2, 64, 2, 128}, 48}, {{1, 90, 2, 128, 1, 64}, 256}};
+  const Config configs[] = {{{2, 150, 4, 64, 2, 64}, 64},
+                            {{1, 100, 2, 64, 2, 128}, 48},
+                            {{1, 90, 2, 128, 1, 64}, 256},
+                            {{1, 45, 1, 128, 1, 128}, 32}};
   unsigned seed = 2700;
   for (const Config& c : configs) {
     SCOPED_TRACE(describe(c, kD | kInit));
@@ -661,6 +673,7 @@ TYPED_TEST(Ssd, TensorCoreFormMatchesTheRecurrenceAndTheGpuForm) {
     const double t = form_tol<T>(c);
     EXPECT_ALLCLOSE(ft.y, fg.y, t, t);
     EXPECT_ALLCLOSE(ft.final_state, fg.final_state, t, t);
+    EXPECT_ALLCLOSE(output_in_halves<T>(a, options(c.chunk, tc)), ft.y, t, t);
     expect_same_gradients(bt, bg, t);
   }
 }

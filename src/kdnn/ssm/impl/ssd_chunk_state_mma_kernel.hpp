@@ -31,11 +31,11 @@ struct SsdChunkStateMmaKernel
   using Sums = SsdChunkSums<ExecSpace, T>;
   using Chunk = typename Base::Chunk;
   using Mma = kdnn::impl::MmaOf<T>;
-  using typename Base::Member;
   using Sums::decay;
   using Sums::dy;
   using Sums::gradient;
   using Sums::states;
+  using typename Base::Member;
   static constexpr int NT = Base::NT;
   static constexpr int BP = NT / 32 * Mma::M;  ///< p per team: one m-tile per warp
   static constexpr int BN = 64;                ///< n per team
@@ -44,7 +44,7 @@ struct SsdChunkStateMmaKernel
   static constexpr int CR = Mma::c_regs;
   static constexpr int LDX = BP + (sizeof(T) > 4 ? 4 : 8);  ///< row stride of x's tile
   static constexpr int LDB = BN + (sizeof(T) > 4 ? 4 : 8);  ///< row stride of B's tile
-  static constexpr int kBlocks = (P / BP) * (N / BN);      ///< blocks per chunk
+  static constexpr int kBlocks = (P / BP) * (N / BN);       ///< blocks per chunk
   static_assert(P % BP == 0 && N % BN == 0, "SsdChunkStateMmaKernel: whole blocks");
   static_assert(sizeof(T) == 4 || Precision == kdnn::impl::MmaPrecision::full,
                 "SsdChunkStateMmaKernel: a single TF32 pass is a float precision");
@@ -96,8 +96,8 @@ struct SsdChunkStateMmaKernel
         w.bs[s * LDB + n] = s < cols ? bc(k.b, k.t0 + j0 + s, k.g, n0 + n) : T(0);
       });
       team.team_barrier();
-      kdnn::impl::mma_add_rows_product<Mma, Precision, NT, Base::kPrivate, 1, NC, BK>(
-          team, a, w.bs, LDB, acc);
+      kdnn::impl::mma_add_rows_product<Mma, Precision, NT, Base::kPrivate, 1, NC, BK>(team, a, w.bs,
+                                                                                      LDB, acc);
     }
     Base::threads(team, [&](int t) {
       T* out = &states(k.b, k.h, k.c, 0);

@@ -39,6 +39,7 @@
 #include "kdnn/ssm/impl/ssd_chunk_dstate_kernel.hpp"
 #include "kdnn/ssm/impl/ssd_chunk_output_gpu_kernel.hpp"
 #include "kdnn/ssm/impl/ssd_chunk_output_kernel.hpp"
+#include "kdnn/ssm/impl/ssd_chunk_output_mma_kernel.hpp"
 #include "kdnn/ssm/impl/ssd_chunk_scores_gpu_kernel.hpp"
 #include "kdnn/ssm/impl/ssd_chunk_scores_mma_kernel.hpp"
 #include "kdnn/ssm/impl/ssd_chunk_state_gpu_kernel.hpp"
@@ -386,12 +387,22 @@ void chunk_output(const char* op, const ExecSpace& space, const SsdForward<T, Ex
   const int Q = k.Q, blocks = gpu_row_blocks<T>(Q);
   const auto gpu = [&](auto p, auto n) {
     constexpr int Pc = decltype(p)::value, Nc = decltype(n)::value;
-    SsdChunkOutputGpuKernel<ExecSpace, T, Pc, Nc> g;
-    set_ssd_inputs<ExecSpace, T>(g, a, opts);
-    g.blocks = blocks;
-    g.out = out;
-    if (diag) g.scores = group_scores<ExecSpace, T, Pc, Nc>(op, space, a, opts);
-    launch_gpu_chunks(op, space, g, "kdnn::ssm::ssd_chunk_output[gpu]");
+    const auto launch = [&](auto g, int g_blocks, const char* label) {
+      set_ssd_inputs<ExecSpace, T>(g, a, opts);
+      g.blocks = g_blocks;
+      g.out = out;
+      if (diag) g.scores = group_scores<ExecSpace, T, Pc, Nc>(op, space, a, opts);
+      launch_gpu_chunks(op, space, g, label);
+    };
+    if (ssd_tensor_cores(space, opts)) {
+      kdnn::impl::with_mma_precision<T>(opts.launch, [&](auto pr) {
+        using K = SsdChunkOutputMmaKernel<ExecSpace, T, Pc, Nc, decltype(pr)::value>;
+        launch(K{}, K::blocks_per_chunk(Q), "kdnn::ssm::ssd_chunk_output[tensor cores]");
+      });
+    } else {
+      launch(SsdChunkOutputGpuKernel<ExecSpace, T, Pc, Nc>{}, blocks,
+             "kdnn::ssm::ssd_chunk_output[gpu]");
+    }
   };
   if (gpu_chunk_form<ExecSpace>(a, opts, Q, k.chunks, blocks, gpu)) {
     return;
