@@ -85,8 +85,7 @@ struct SsdChunkOutputMmaKernel
     // A tile of BK rows of `source` (row r at source + r·stride, r < count;
     // zeros past it) into w.rows, columns p0 … p0 + BP, row r scaled by
     // factor(r).
-    const auto load_rows = [&](const T* source, std::size_t stride, int count,
-                               const auto& factor) {
+    const auto load_rows = [&](const T* source, std::size_t stride, int count, const auto& factor) {
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK * BP), [&](int e) {
         const int r = e / BP, p = e % BP;
         w.rows[r * LDX + p] = r < count ? factor(r) * source[r * stride + p0 + p] : T(0);
@@ -125,9 +124,8 @@ struct SsdChunkOutputMmaKernel
         team.team_barrier();  // cum is complete, the previous tile done with
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BR * BK), [&](int e) {
           const int r = e / BK, s = e % BK, i = i0 + r, j = j0 + s;
-          w.wt[r * LDW + s] = j <= i && i < k.n
-                                  ? cb[i * ld + j] * Base::decay_mask(w.cum, i, j, k.n)
-                                  : T(0);
+          w.wt[r * LDW + s] =
+              j <= i && i < k.n ? cb[i * ld + j] * Base::decay_mask(w.cum, i, j, k.n) : T(0);
         });
         const int t0 = k.t0 + j0;
         load_rows(&this->x(k.b, t0, k.h, 0), this->x.stride(1), cols,
