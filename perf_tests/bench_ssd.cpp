@@ -17,6 +17,9 @@
 //   a2a_bytes_r4     what re-sharding by heads with all-to-alls would send
 //                    per rank instead, ≈ (R−1)/R²·B·L·(3HP + 2GN + H) values
 //                    at R = 4
+// On a GPU backend each benchmark runs once per form, named by a suffix:
+// /automatic, /gpu (FMAs), /tensor_cores (3×TF32) and /tf32 (tensor cores,
+// one TF32 pass: Launch::allow_tf32); on a host only /automatic.
 // The space is fenced at the end of every timed iteration. compare_ssd.py
 // runs this and PyTorch's chunked formulation at the same sizes.
 #include <benchmark/benchmark.h>
@@ -26,8 +29,10 @@
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "bench_main.hpp"
+#include "kdnn/core/impl/backend_traits.hpp"
 #include "kdnn/ssm/ssd.hpp"
 
 namespace {
@@ -44,7 +49,14 @@ View random_view(const View& v, unsigned seed, T lo = -1, T hi = 1) {
   return v;
 }
 
-void run(benchmark::State& state, bool backward) {
+/// A form the benchmarks run in (see above).
+struct Form {
+  const char* name;
+  kdnn::KernelForm form;
+  bool allow_tf32;
+};
+
+void run(benchmark::State& state, bool backward, Form form) {
   const std::int64_t B = state.range(0), L = state.range(1), H = state.range(2);
   const std::int64_t P = state.range(3), N = state.range(4), Q = state.range(5), G = 1;
   Space space;
@@ -55,7 +67,10 @@ void run(benchmark::State& state, bool backward) {
   const kdnn::Tensor4<T, Space> Bm = random_view(kdnn::Tensor4<T, Space>("B", B, L, G, N), 4);
   const kdnn::Tensor4<T, Space> Cm = random_view(kdnn::Tensor4<T, Space>("C", B, L, G, N), 5);
   const kdnn::Vector<T, Space> D = random_view(kdnn::Vector<T, Space>("D", H), 6);
-  const ssm::SsdOptions opts{int(Q), false};
+  ssm::SsdOptions opts;
+  opts.chunk = int(Q);
+  opts.launch.form = form.form;
+  opts.launch.allow_tf32 = form.allow_tf32;
   const double chunks = double(B) * H * ((L + Q - 1) / Q);
   double flop = 0;
   if (!backward) {
@@ -101,13 +116,22 @@ void run(benchmark::State& state, bool backward) {
 int main(int argc, char** argv) {
   return kdnn_bench::main(
       argc, argv, "2x4096x8x64x64x64,2x16384x8x64x64x64", 6, "BxLxHxPxNxQ", [](const auto& sizes) {
+        std::vector<Form> forms{{"automatic", kdnn::KernelForm::automatic, false}};
+        if (!kdnn::impl::BackendTraits<Space>::is_host) {
+          forms.push_back({"gpu", kdnn::KernelForm::gpu, false});
+          forms.push_back({"tensor_cores", kdnn::KernelForm::tensor_cores, false});
+          forms.push_back({"tf32", kdnn::KernelForm::tensor_cores, true});
+        }
         for (const auto& size : sizes) {
           for (const bool backward : {false, true}) {
-            const std::string name = std::string("ssd_f32/") + (backward ? "backward" : "forward");
-            benchmark::RegisterBenchmark(name.c_str(), run, backward)
-                ->Args(size)
-                ->Unit(benchmark::kMillisecond)
-                ->UseRealTime();
+            for (const Form& form : forms) {
+              const std::string name =
+                  std::string("ssd_f32/") + (backward ? "backward/" : "forward/") + form.name;
+              benchmark::RegisterBenchmark(name.c_str(), run, backward, form)
+                  ->Args(size)
+                  ->Unit(benchmark::kMillisecond)
+                  ->UseRealTime();
+            }
           }
         }
       });

@@ -101,6 +101,20 @@ def kdnn_ssd(kdnn):
     return lambda x, dt, A, Bm, Cm, Q, D: (kdnn.ssd(x, dt, A, Bm, Cm, Q, D=D), None)
 
 
+def print_forms(forms):
+    """The benchmark's time of each kernel form (bench_ssd.cpp: FMAs, tensor
+    cores with 3×TF32, one TF32 pass) where it ran more than one."""
+    names = ["automatic", "gpu", "tensor_cores", "tf32"]
+    if not any(len(by_form) > 1 for by_form in forms.values()):
+        return
+    print("\nkdnn's forms (Google Benchmark, ms, fenced):\n")
+    print("| phase | B, L, H, P, N, Q | " + " | ".join(names) + " |")
+    print("|---|---|" + "---|" * len(names))
+    for (phase, size), by_form in forms.items():
+        cells = [f"{by_form[n][0]:.3f}" if n in by_form else "-" for n in names]
+        print(f"| {phase} | {', '.join(map(str, size))} | " + " | ".join(cells) + " |")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--bench", required=True, help="kdnn_perf_ssd")
@@ -122,11 +136,14 @@ def main():
     torch.set_num_threads(args.torch_threads)
 
     sizes = [tuple(int(v) for v in s.split("x")) for s in args.sizes.split(",") if s]
-    bench = {}
+    bench, forms = {}, {}
     for size in sizes:
         arg = "--kdnn_sizes=" + "x".join(map(str, size))
         for parts, result in median_runs(args.bench, [arg], args.repetitions).items():
-            bench[(parts[1], size)] = result  # ssd_f32/<phase>/B/L/H/P/N/Q/real_time
+            # ssd_f32/<phase>/<form>/B/L/H/P/N/Q/real_time
+            forms.setdefault((parts[1], size), {})[parts[2]] = result
+            if parts[2] == "automatic":
+                bench[(parts[1], size)] = result
     module = kdnn_ssd(kdnn_package())
     implementations = {"PyTorch chunked": ssd_chunked}
     if args.mamba_root:
@@ -155,6 +172,7 @@ def main():
                       f"| {int(c['state_bytes_r4'])} | {int(c['a2a_bytes_r4'])} |")
                 rows.append(result_rows.row("ssd", phase, size, mine, name, times[phase],
                                             bench_ms=bench_ms))
+    print_forms(forms)
     if args.accuracy and sizes:
         if module is not None:
             implementations["kdnn"] = module

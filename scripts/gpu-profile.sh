@@ -47,11 +47,14 @@ profile ssm_conv_forward ConvForwardKernel 1 "$build/perf_tests/kdnn_perf_ssm_co
   --kdnn_sizes=4x8192x4096x4 --benchmark_filter='ssm_conv_f32/forward/'
 # The SSD's GPU forms at the size where the forward trails mamba's Triton
 # kernels: the forward's two chunk kernels; the backward's seven (chunk
-# states and dstates, da_diag, dX̃, dB, dC, the finish).
+# states and dstates, da_diag, dX̃, dB, dC, the finish); the tensor-core
+# form's three forward kernels (scores, chunk states, output).
 ssd=$build/perf_tests/kdnn_perf_ssd
 profile ssd_forward 'SsdChunk(State|Output)GpuKernel' 2 "$ssd" --kdnn_sizes=2x16384x8x64x64x64 \
-  --benchmark_filter='ssd_f32/forward/'
+  --benchmark_filter='ssd_f32/forward/gpu/'
 profile ssd_backward 'Ssd(ChunkState|DaDiag|Gradient|BackwardFinish)GpuKernel' 7 "$ssd" \
-  --kdnn_sizes=2x16384x8x64x64x64 --benchmark_filter='ssd_f32/backward/'
+  --kdnn_sizes=2x16384x8x64x64x64 --benchmark_filter='ssd_f32/backward/gpu/'
+profile ssd_forward_mma 'SsdChunk(Scores|State|Output)MmaKernel' 3 "$ssd" \
+  --kdnn_sizes=2x16384x8x64x64x64 --benchmark_filter='ssd_f32/forward/tensor_cores/'
 python3 "$repo/perf_tests/ncu_summary.py" "$out"/ncu_*.csv | tee "$out/ncu_summary.md" || status=1
 exit $status
