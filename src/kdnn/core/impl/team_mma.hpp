@@ -185,8 +185,8 @@ KOKKOS_INLINE_FUNCTION void team_mma(const Member& team, const A& a, const B& b,
   }
 }
 
-/// Where thread t's A register e of a rows-by-tile product
-/// (mma_rows_by_tile) lies in the team's block of A rows: its row (warp
+/// Where thread t's A register e of a team's product (mma_rows_by_cols)
+/// lies in the team's block of A rows: its row (warp
 /// t / 32 owns MT m-tiles of Mma::M rows) and its column among Width,
 /// e = (mt·KS + ks)·a_regs + r with KS = Width / Mma::K.
 template <class Mma, int MT, int Width>

@@ -129,8 +129,9 @@ bool gpu_backward_form(const SsdBackward<T, ExecSpace>& a, const SsdOptions& opt
 /// Whether the SSD's chunk products run on tensor cores on `space`
 /// (kdnn::impl::chosen_form): where the launch asks for them, or
 /// automatically on a device that has them: C·Bᵀ
-/// (ssd_chunk_scores_mma_kernel.hpp) and the chunk sums of outer products
-/// (ssd_chunk_state_mma_kernel.hpp). The callers have chosen the GPU forms
+/// (ssd_chunk_scores_mma_kernel.hpp), the chunk sums of outer products
+/// (ssd_chunk_state_mma_kernel.hpp) and the forward's output
+/// (ssd_chunk_output_mma_kernel.hpp). The callers have chosen the GPU forms
 /// (gpu_chunk_form) already.
 template <class ExecSpace>
 bool ssd_tensor_cores(const ExecSpace& space, const SsdOptions& opts) {
