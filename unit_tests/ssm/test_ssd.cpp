@@ -647,6 +647,95 @@ TYPED_TEST(Ssd, TensorCoreChunkStatesAreTheirSums) {
       2800, tensor_core_state_error<T>);
 }
 
+/// The backward's dX̃ (ssd_dx_mma_kernel.hpp), through dx = dt·dX̃ (no D),
+/// for gradients dH_{c+1} of the chunk states drawn at random:
+/// dX̃_j[p] = Σ_n B_j[n]·dend_j·dH[n, p] + Σ_{i≥j} (C_i·B_j)·m_ij·dY_i[p].
+template <class T>
+double tensor_core_dx_error(const SsdCase& a, const ssm::SsdForward<T, Space>&,
+                            const ssm::SsdOptions& opts) {
+  namespace impl = ssm::impl;
+  const auto& s = a.s;
+  const ssm_ref::SsdIndex ix{s};
+  const int Q = std::min(opts.chunk, s.L), chunks = (s.L + Q - 1) / Q;
+  const Vec dh = normal(std::size_t(s.B) * s.H * chunks * s.N * s.P, 4242);
+  SsdViews<T> v(a);
+  ssm::SsdBackward<T, Space> args;
+  v.set_inputs(args);
+  args.dy = v.dy;
+  const auto dstates = to_device<T****>(dh, s.B, s.H, chunks, std::size_t(s.N) * s.P);
+  impl::SsdGradients<Space, T> g;
+  g.dx = DeviceView<T****>("dx", s.B, s.L, s.H, s.P);
+  const auto steps = [&] {
+    return typename impl::SsdStepSums<Space>::Steps("sums", s.B, s.H, s.L);
+  };
+  const impl::SsdStepSums<Space> sums{steps(), steps(), steps(), steps()};
+  EXPECT_TRUE(impl::ssd_tensor_cores(Space(), opts));
+  impl::dispatch_ssd_sizes(s.P, s.N, [&](auto p, auto n) {
+    constexpr int Pc = decltype(p)::value, Nc = decltype(n)::value;
+    const auto scores = impl::group_scores<Space, T, Pc, Nc>("test", Space(), args, opts);
+    impl::launch_mma_dx<Space, T, Pc, Nc>("test", Space(), args, opts, dstates, scores, g, sums);
+  });
+  const Vec dx = to_host(g.dx);
+  double worst = 0;
+  for (int b = 0; b < s.B; ++b) {
+    for (int h = 0; h < s.H; ++h) {
+      const double A = double(T(a.A[h]));
+      for (int ch = 0; ch < chunks; ++ch) {
+        const int t0 = ch * Q, n = std::min(Q, s.L - t0);
+        std::vector<double> cum(n);
+        double run = 0;
+        for (int j = 0; j < n; ++j) {
+          run += std::max(double(T(a.dt[ix.dt(b, t0 + j, h)])) * A, -1000.0);
+          cum[j] = run;
+        }
+        const auto in = [](double v) { return double(T(v)); };  // as T holds it
+        const double* dhc = &dh[((std::size_t(b) * s.H + h) * chunks + ch) * s.N * s.P];
+        for (int j = 0; j < n; ++j) {
+          std::vector<double> cb(n, 0.0), cb_magnitude(n, 0.0);  // C_i·B_j
+          for (int i = j; i < n; ++i) {
+            for (int m = 0; m < s.N; ++m) {
+              const double term =
+                  in(a.Cm[ix.bc(b, t0 + i, h, m)]) * in(a.Bm[ix.bc(b, t0 + j, h, m)]);
+              cb[i] += term;
+              cb_magnitude[i] += std::abs(term);
+            }
+          }
+          const double dend = std::exp(cum[n - 1] - cum[j]);
+          const double dtj = in(a.dt[ix.dt(b, t0 + j, h)]);
+          for (int p = 0; p < s.P; ++p) {
+            double sum = 0, magnitude = 0;
+            for (int m = 0; m < s.N; ++m) {
+              const double term = in(a.Bm[ix.bc(b, t0 + j, h, m)]) * dend * in(dhc[m * s.P + p]);
+              sum += term;
+              magnitude += std::abs(term);
+            }
+            for (int i = j; i < n; ++i) {
+              const double m_ij = std::exp(cum[i] - cum[j]);
+              const double dyi = in(a.dy[ix.x(b, t0 + i, h, p)]);
+              sum += cb[i] * m_ij * dyi;
+              magnitude += cb_magnitude[i] * m_ij * std::abs(dyi);
+            }
+            const double got = dx[ix.x(b, t0 + j, h, p)];
+            const double err = std::abs(got - dtj * sum) / (dtj * magnitude);
+            if (!std::isfinite(err)) return err;  // fails the caller's bound
+            worst = std::max(worst, err);
+          }
+        }
+      }
+    }
+  }
+  return worst;
+}
+
+// dX̃ for P and N of each size, one group and two, chunks of one and of
+// several row blocks, a short last chunk.
+TYPED_TEST(Ssd, TensorCoreDxIsItsSums) {
+  using T = TypeParam;
+  expect_tensor_core_accuracy<T>(
+      {{{1, 150, 2, 64, 1, 64}, 64}, {{2, 100, 4, 128, 2, 64}, 48}, {{1, 90, 2, 64, 2, 128}, 256}},
+      2900, tensor_core_dx_error<T>);
+}
+
 // The SSD with its chunk products on tensor cores (KernelForm::tensor_cores,
 // emulated on a host): forward and backward against the float64
 // recurrence, and against the FMA GPU form to rounding (the products sum

@@ -86,10 +86,7 @@ struct SsdChunkOutputMmaKernel
     // zeros past it) into w.rows, columns p0 … p0 + BP, row r scaled by
     // factor(r).
     const auto load_rows = [&](const T* source, std::size_t stride, int count, const auto& factor) {
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK * BP), [&](int e) {
-        const int r = e / BP, p = e % BP;
-        w.rows[r * LDX + p] = r < count ? factor(r) * source[r * stride + p0 + p] : T(0);
-      });
+      Base::template load_rows<BK, BP, LDX>(team, source + p0, stride, count, factor, w.rows);
     };
 
     if (out.off) {  // y = e_i·(C·H_c)_i, H_c's rows n in tiles of BK

@@ -147,6 +147,20 @@ struct SsdGpuChunks : SsdChunks<ExecSpace, T>,
     });
   }
 
+  /// tile[r·LD + c] = factor(r)·source[r·stride + c] for r < count, 0 for
+  /// count ≤ r < R, c < W: R rows of W values (a tile of steps' rows of x or
+  /// dy, or of a state's rows) into scratch as they lie, each row read
+  /// coalesced.
+  template <int R, int W, int LD, class Factor>
+  static KOKKOS_INLINE_FUNCTION void load_rows(const Member& team, const T* source,
+                                               std::size_t stride, int count, const Factor& factor,
+                                               T* tile) {
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, R * W), [&](int e) {
+      const int r = e / W, c = e % W;
+      tile[r * LD + c] = r < count ? factor(r) * source[r * stride + c] : T(0);
+    });
+  }
+
   /// acc[i·C + j] += Σ_{s<BK} a[s·a_k + i]·rows[s·LD + c + CG·j]: the
   /// thread's RM × C block (rows at `a`, column group c) of a product whose
   /// right operand is a [BK, ·] tile of row stride LD (by default [BK, P]).

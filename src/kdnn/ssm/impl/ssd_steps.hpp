@@ -16,7 +16,8 @@
 // for them, the backward's are split otherwise than the host forms:
 // diag_backward computes da_diag alone (ssd_da_diag_gpu_kernel.hpp), and
 // state_backward the gradients dX̃, dB and dC whole, each a kernel
-// (ssd_gradient_gpu_kernel.hpp), then da, ddt and the parameter sums
+// (ssd_gradient_gpu_kernel.hpp; dX̃ on tensor cores: ssd_dx_mma_kernel.hpp),
+// then da, ddt and the parameter sums
 // (ssd_backward_finish_gpu_kernel.hpp); fused_backward runs the two.
 //
 // Chunk states travel between the steps in ChunkStates [B, H, chunks (+1),
@@ -47,6 +48,7 @@
 #include "kdnn/ssm/impl/ssd_chunk_state_mma_kernel.hpp"
 #include "kdnn/ssm/impl/ssd_da_diag_gpu_kernel.hpp"
 #include "kdnn/ssm/impl/ssd_diag_backward_kernel.hpp"
+#include "kdnn/ssm/impl/ssd_dx_mma_kernel.hpp"
 #include "kdnn/ssm/impl/ssd_gradient_gpu_kernel.hpp"
 #include "kdnn/ssm/impl/ssd_state_backward_kernel.hpp"
 #include "kdnn/ssm/ssd.hpp"
@@ -130,8 +132,9 @@ bool gpu_backward_form(const SsdBackward<T, ExecSpace>& a, const SsdOptions& opt
 /// (kdnn::impl::chosen_form): where the launch asks for them, or
 /// automatically on a device that has them: C·Bᵀ
 /// (ssd_chunk_scores_mma_kernel.hpp), the chunk sums of outer products
-/// (ssd_chunk_state_mma_kernel.hpp) and the forward's output
-/// (ssd_chunk_output_mma_kernel.hpp). The callers have chosen the GPU forms
+/// (ssd_chunk_state_mma_kernel.hpp), the forward's output
+/// (ssd_chunk_output_mma_kernel.hpp) and the backward's dX̃
+/// (ssd_dx_mma_kernel.hpp). The callers have chosen the GPU forms
 /// (gpu_chunk_form) already.
 template <class ExecSpace>
 bool ssd_tensor_cores(const ExecSpace& space, const SsdOptions& opts) {
@@ -547,6 +550,29 @@ void finish_backward(const ExecSpace& space, const SsdBackward<T, ExecSpace>& a,
   }
 }
 
+/// The backward's dX̃ on tensor cores (ssd_dx_mma_kernel.hpp): g.dx and the
+/// step sums row_a, sx and sd, from dH_{c+1} in `dstates` and the group's
+/// scores (group_scores).
+template <class ExecSpace, class T, int P, int N>
+void launch_mma_dx(const char* op, const ExecSpace& space, const SsdBackward<T, ExecSpace>& a,
+                   const SsdOptions& opts, const ChunkStates<T, ExecSpace>& dstates,
+                   const ChunkScores<T, ExecSpace>& scores, const SsdGradients<ExecSpace, T>& g,
+                   const SsdStepSums<ExecSpace>& sums) {
+  kdnn::impl::with_mma_precision<T>(opts.launch, [&](auto pr) {
+    SsdDxMmaKernel<ExecSpace, T, P, N, decltype(pr)::value> k;
+    set_ssd_inputs<ExecSpace, T>(k, a, opts);
+    k.blocks = k.blocks_per_chunk(k.Q);
+    k.dy = a.dy;
+    k.D = a.D;
+    k.has_d = validate::given(a.D);
+    k.dstates = dstates;
+    k.g = g;
+    k.sums = sums;
+    k.scores = scores;
+    launch_gpu_chunks(op, space, k, "kdnn::ssm::ssd_dx[tensor cores]");
+  });
+}
+
 /// The GPU forms of the second half (see the top of this file): dX̃ (into
 /// dx), dB, dC, then da, ddt and the per-chunk sums (returned).
 template <class ExecSpace, class T, int P, int N>
@@ -579,7 +605,11 @@ Matrix<double, ExecSpace> gpu_state_backward(const char* op, const ExecSpace& sp
     launch_gpu_chunks(op, space, k, label);
   };
   using Which = SsdGradient;
-  gradient(std::integral_constant<Which, Which::dx>{}, "kdnn::ssm::ssd_dx[gpu]");
+  if (ssd_tensor_cores(space, opts)) {
+    launch_mma_dx<ExecSpace, T, P, N>(op, space, a, opts, dstates, scores, g, sums);
+  } else {
+    gradient(std::integral_constant<Which, Which::dx>{}, "kdnn::ssm::ssd_dx[gpu]");
+  }
   gradient(std::integral_constant<Which, Which::dB>{}, "kdnn::ssm::ssd_dB[gpu]");
   gradient(std::integral_constant<Which, Which::dC>{}, "kdnn::ssm::ssd_dC[gpu]");
   SsdBackwardFinishGpuKernel<ExecSpace, T, P, N> f;
