@@ -48,7 +48,8 @@ profile ssm_conv_forward ConvForwardKernel 1 "$build/perf_tests/kdnn_perf_ssm_co
 # The SSD's GPU forms at the size where the forward trails mamba's Triton
 # kernels: the forward's two chunk kernels; the backward's seven (chunk
 # states and dstates, da_diag, dX̃, dB, dC, the finish); the tensor-core
-# form's three forward kernels (scores, chunk states, output).
+# form's three forward kernels (scores, chunk states, output) and seven of
+# its backward (chunk states and dstates, C·Bᵀ, dX̃, dY·X̃ᵀ, dB, dC).
 ssd=$build/perf_tests/kdnn_perf_ssd
 profile ssd_forward 'SsdChunk(State|Output)GpuKernel' 2 "$ssd" --kdnn_sizes=2x16384x8x64x64x64 \
   --benchmark_filter='ssd_f32/forward/gpu/'
@@ -56,5 +57,7 @@ profile ssd_backward 'Ssd(ChunkState|DaDiag|Gradient|BackwardFinish)GpuKernel' 7
   --kdnn_sizes=2x16384x8x64x64x64 --benchmark_filter='ssd_f32/backward/gpu/'
 profile ssd_forward_mma 'SsdChunk(Scores|State|Output)MmaKernel' 3 "$ssd" \
   --kdnn_sizes=2x16384x8x64x64x64 --benchmark_filter='ssd_f32/forward/tensor_cores/'
+profile ssd_backward_mma 'Ssd(ChunkScores|ChunkState|Gradient)MmaKernel' 7 "$ssd" \
+  --kdnn_sizes=2x16384x8x64x64x64 --benchmark_filter='ssd_f32/backward/tensor_cores/'
 python3 "$repo/perf_tests/ncu_summary.py" "$out"/ncu_*.csv | tee "$out/ncu_summary.md" || status=1
 exit $status

@@ -134,7 +134,7 @@ struct BackwardInHalves {
     impl::chunk_dstates(op, Space(), a, opts, dstates);
     impl::reverse_state_pass(Space(), dstates, decay, a.dfinal_state, a.dinitial_state,
                              int(a.x.extent(3)));
-    const auto g = impl::gradient_buffers(a);
+    auto g = impl::gradient_buffers(a);
     impl::diag_backward(op, Space(), a, opts, g);
     impl::state_backward(op, Space(), a, opts, states, dstates, g);
   }
@@ -647,24 +647,33 @@ TYPED_TEST(Ssd, TensorCoreChunkStatesAreTheirSums) {
       2800, tensor_core_state_error<T>);
 }
 
-/// The backward's dX̃ (ssd_dx_mma_kernel.hpp), through dx = dt·dX̃ (no D),
-/// for gradients dH_{c+1} of the chunk states drawn at random:
-/// dX̃_j[p] = Σ_n B_j[n]·dend_j·dH[n, p] + Σ_{i≥j} (C_i·B_j)·m_ij·dY_i[p].
+/// The backward's gradients on tensor cores (ssd_gradient_mma_kernel.hpp)
+/// for chunk states H_c and their gradients dH_{c+1} drawn at random, dX̃
+/// through dx = dt·dX̃ (no D), dB and dC per head:
+///   dX̃_j[p] = dend_j·Σ_n B_j[n]·dH[n, p] + Σ_{i≥j} (C_i·B_j)·m_ij·dY_i[p]
+///   dB_j[n] = dend_j·Σ_p X̃_j[p]·dH[n, p] + Σ_{i≥j} (dY_i·X̃_j)·m_ij·C_i[n]
+///   dC_i[n] = e_i·Σ_p dY_i[p]·H[n, p]    + Σ_{j≤i} (dY_i·X̃_j)·m_ij·B_j[n]
+/// The worst error of the three.
 template <class T>
-double tensor_core_dx_error(const SsdCase& a, const ssm::SsdForward<T, Space>&,
-                            const ssm::SsdOptions& opts) {
+double tensor_core_gradient_error(const SsdCase& a, const ssm::SsdForward<T, Space>&,
+                                  const ssm::SsdOptions& opts) {
   namespace impl = ssm::impl;
+  using Which = impl::SsdGradient;
   const auto& s = a.s;
   const ssm_ref::SsdIndex ix{s};
   const int Q = std::min(opts.chunk, s.L), chunks = (s.L + Q - 1) / Q;
-  const Vec dh = normal(std::size_t(s.B) * s.H * chunks * s.N * s.P, 4242);
+  const std::size_t state_values = std::size_t(s.B) * s.H * chunks * s.N * s.P;
+  const Vec hs = normal(state_values, 4141), dhs = normal(state_values, 4242);
   SsdViews<T> v(a);
   ssm::SsdBackward<T, Space> args;
   v.set_inputs(args);
   args.dy = v.dy;
-  const auto dstates = to_device<T****>(dh, s.B, s.H, chunks, std::size_t(s.N) * s.P);
+  const auto states = to_device<T****>(hs, s.B, s.H, chunks, std::size_t(s.N) * s.P);
+  const auto dstates = to_device<T****>(dhs, s.B, s.H, chunks, std::size_t(s.N) * s.P);
   impl::SsdGradients<Space, T> g;
   g.dx = DeviceView<T****>("dx", s.B, s.L, s.H, s.P);
+  g.dBh = DeviceView<T****>("dBh", s.B, s.L, s.H, s.N);
+  g.dCh = DeviceView<T****>("dCh", s.B, s.L, s.H, s.N);
   const auto steps = [&] {
     return typename impl::SsdStepSums<Space>::Steps("sums", s.B, s.H, s.L);
   };
@@ -672,11 +681,36 @@ double tensor_core_dx_error(const SsdCase& a, const ssm::SsdForward<T, Space>&,
   EXPECT_TRUE(impl::ssd_tensor_cores(Space(), opts));
   impl::dispatch_ssd_sizes(s.P, s.N, [&](auto p, auto n) {
     constexpr int Pc = decltype(p)::value, Nc = decltype(n)::value;
-    const auto scores = impl::group_scores<Space, T, Pc, Nc>("test", Space(), args, opts);
-    impl::launch_mma_dx<Space, T, Pc, Nc>("test", Space(), args, opts, dstates, scores, g, sums);
+    const auto cb = impl::group_scores<Space, T, Pc, Nc>("test", Space(), args, opts);
+    const auto dy_xt =
+        impl::mma_scores<Space, T, Pc, impl::SsdScores::dy_xt>("test", Space(), args, opts, v.dy);
+    const auto gradient = [&](auto which, const auto& scores) {
+      impl::launch_mma_gradient<Space, T, Pc, Nc, decltype(which)::value>(
+          "test", Space(), args, opts, states, dstates, scores, g, sums);
+    };
+    gradient(std::integral_constant<Which, Which::dx>{}, cb);
+    gradient(std::integral_constant<Which, Which::dB>{}, dy_xt);
+    gradient(std::integral_constant<Which, Which::dC>{}, dy_xt);
   });
-  const Vec dx = to_host(g.dx);
+  const Vec dx = to_host(g.dx), dB = to_host(g.dBh), dC = to_host(g.dCh);
+  const auto in = [](double value) { return double(T(value)); };  // as T holds it
   double worst = 0;
+  // Adds |got − sum| / magnitude to worst.
+  const auto check = [&](double got, double sum, double magnitude) {
+    const double err = std::abs(got - sum) / magnitude;
+    worst = std::isfinite(err) ? std::max(worst, err) : err;
+    return std::isfinite(err);
+  };
+  // u·w of two rows of `count` values, and Σ|u·w|.
+  const auto dot = [](const auto& u, const auto& w, int count, double& magnitude) {
+    double sum = 0;
+    magnitude = 0;
+    for (int q = 0; q < count; ++q) {
+      sum += u(q) * w(q);
+      magnitude += std::abs(u(q) * w(q));
+    }
+    return sum;
+  };
   for (int b = 0; b < s.B; ++b) {
     for (int h = 0; h < s.H; ++h) {
       const double A = double(T(a.A[h]));
@@ -688,37 +722,67 @@ double tensor_core_dx_error(const SsdCase& a, const ssm::SsdForward<T, Space>&,
           run += std::max(double(T(a.dt[ix.dt(b, t0 + j, h)])) * A, -1000.0);
           cum[j] = run;
         }
-        const auto in = [](double v) { return double(T(v)); };  // as T holds it
-        const double* dhc = &dh[((std::size_t(b) * s.H + h) * chunks + ch) * s.N * s.P];
-        for (int j = 0; j < n; ++j) {
-          std::vector<double> cb(n, 0.0), cb_magnitude(n, 0.0);  // C_i·B_j
-          for (int i = j; i < n; ++i) {
-            for (int m = 0; m < s.N; ++m) {
-              const double term =
-                  in(a.Cm[ix.bc(b, t0 + i, h, m)]) * in(a.Bm[ix.bc(b, t0 + j, h, m)]);
-              cb[i] += term;
-              cb_magnitude[i] += std::abs(term);
-            }
+        const std::size_t state0 = ((std::size_t(b) * s.H + h) * chunks + ch) * s.N * s.P;
+        const auto Bv = [&](int j) {
+          return [&, j](int m) { return in(a.Bm[ix.bc(b, t0 + j, h, m)]); };
+        };
+        const auto Cv = [&](int i) {
+          return [&, i](int m) { return in(a.Cm[ix.bc(b, t0 + i, h, m)]); };
+        };
+        const auto dYv = [&](int i) {
+          return [&, i](int p) { return in(a.dy[ix.x(b, t0 + i, h, p)]); };
+        };
+        const auto Xt = [&](int j) {
+          return [&, j](int p) {
+            return in(a.dt[ix.dt(b, t0 + j, h)]) * in(a.x[ix.x(b, t0 + j, h, p)]);
+          };
+        };
+        for (int r = 0; r < n; ++r) {
+          const double dend = std::exp(cum[n - 1] - cum[r]), e = std::exp(cum[r]);
+          const double dtr = in(a.dt[ix.dt(b, t0 + r, h)]);
+          // Per partner step s: C_s·B_r (dX̃), dY_s·X̃_r (dB), dY_r·X̃_s (dC).
+          std::vector<double> cb(n), cb_mag(n), vb(n), vb_mag(n), vc(n), vc_mag(n);
+          for (int q = 0; q < n; ++q) {
+            if (q >= r) cb[q] = dot(Cv(q), Bv(r), s.N, cb_mag[q]);
+            if (q >= r) vb[q] = dot(dYv(q), Xt(r), s.P, vb_mag[q]);
+            if (q <= r) vc[q] = dot(dYv(r), Xt(q), s.P, vc_mag[q]);
           }
-          const double dend = std::exp(cum[n - 1] - cum[j]);
-          const double dtj = in(a.dt[ix.dt(b, t0 + j, h)]);
-          for (int p = 0; p < s.P; ++p) {
-            double sum = 0, magnitude = 0;
-            for (int m = 0; m < s.N; ++m) {
-              const double term = in(a.Bm[ix.bc(b, t0 + j, h, m)]) * dend * in(dhc[m * s.P + p]);
-              sum += term;
-              magnitude += std::abs(term);
+          for (int p = 0; p < s.P; ++p) {  // dX̃
+            double mag = 0;
+            double sum =
+                dend * dot(
+                           Bv(r), [&](int m) { return in(dhs[state0 + m * s.P + p]); }, s.N, mag);
+            mag *= dend;
+            for (int q = r; q < n; ++q) {
+              const double m = std::exp(cum[q] - cum[r]), d = dYv(q)(p);
+              sum += cb[q] * m * d;
+              mag += cb_mag[q] * m * std::abs(d);
             }
-            for (int i = j; i < n; ++i) {
-              const double m_ij = std::exp(cum[i] - cum[j]);
-              const double dyi = in(a.dy[ix.x(b, t0 + i, h, p)]);
-              sum += cb[i] * m_ij * dyi;
-              magnitude += cb_magnitude[i] * m_ij * std::abs(dyi);
+            if (!check(dx[ix.x(b, t0 + r, h, p)], dtr * sum, dtr * mag)) return worst;
+          }
+          const std::size_t row = (std::size_t(b) * s.L + t0 + r) * s.H + h;
+          for (int m = 0; m < s.N; ++m) {
+            double mag_b = 0, mag_c = 0;
+            double sum_b =
+                dend * dot(
+                           Xt(r), [&](int p) { return in(dhs[state0 + m * s.P + p]); }, s.P, mag_b);
+            double sum_c =
+                e * dot(
+                        dYv(r), [&](int p) { return in(hs[state0 + m * s.P + p]); }, s.P, mag_c);
+            mag_b *= dend;
+            mag_c *= e;
+            for (int q = r; q < n; ++q) {  // dB: the later steps
+              const double w = std::exp(cum[q] - cum[r]), c = Cv(q)(m);
+              sum_b += vb[q] * w * c;
+              mag_b += vb_mag[q] * w * std::abs(c);
             }
-            const double got = dx[ix.x(b, t0 + j, h, p)];
-            const double err = std::abs(got - dtj * sum) / (dtj * magnitude);
-            if (!std::isfinite(err)) return err;  // fails the caller's bound
-            worst = std::max(worst, err);
+            for (int q = 0; q <= r; ++q) {  // dC: the earlier steps
+              const double w = std::exp(cum[r] - cum[q]), bq = Bv(q)(m);
+              sum_c += vc[q] * w * bq;
+              mag_c += vc_mag[q] * w * std::abs(bq);
+            }
+            if (!check(dB[row * s.N + m], sum_b, mag_b)) return worst;
+            if (!check(dC[row * s.N + m], sum_c, mag_c)) return worst;
           }
         }
       }
@@ -727,13 +791,13 @@ double tensor_core_dx_error(const SsdCase& a, const ssm::SsdForward<T, Space>&,
   return worst;
 }
 
-// dX̃ for P and N of each size, one group and two, chunks of one and of
-// several row blocks, a short last chunk.
-TYPED_TEST(Ssd, TensorCoreDxIsItsSums) {
+// dX̃, dB and dC for P and N of each size, one group and two, chunks of one
+// and of several row blocks, a short last chunk.
+TYPED_TEST(Ssd, TensorCoreGradientsAreTheirSums) {
   using T = TypeParam;
   expect_tensor_core_accuracy<T>(
       {{{1, 150, 2, 64, 1, 64}, 64}, {{2, 100, 4, 128, 2, 64}, 48}, {{1, 90, 2, 64, 2, 128}, 256}},
-      2900, tensor_core_dx_error<T>);
+      2900, tensor_core_gradient_error<T>);
 }
 
 // The SSD with its chunk products on tensor cores (KernelForm::tensor_cores,

@@ -68,7 +68,7 @@ Steps run_steps(const ssm_ref::SsdCase& a, int chunk, kdnn::KernelForm form) {
   impl::reverse_state_pass(space, dstates, decay, args.dfinal_state, kdnn::Tensor4<T, ExecSpace>(),
                            s.P);
   out.emplace_back("reverse_state_pass", to_host(dstates));
-  const auto g = impl::gradient_buffers(args);
+  auto g = impl::gradient_buffers(args);
   impl::diag_backward(op, space, args, opts, g);
   space.fence();
   // The GPU forms' first half is da_diag alone (ssd_steps.hpp).

@@ -48,8 +48,8 @@ struct SsdOptions {
   /// kernels with a bounded team workspace for scratch past on-chip size
   /// (the same results). KernelForm::tensor_cores (automatic on a CUDA
   /// device of compute capability 8.0 or later) runs the GPU forms with
-  /// C·Bᵀ, the chunk states (and their gradients) and the output's products
-  /// on tensor cores:
+  /// C·Bᵀ, the chunk states (and their gradients), the output's products
+  /// and the backward's dX̃, dB and dC on tensor cores:
   /// 3×TF32 in float (float32 accuracy) unless `allow_tf32` asks for one
   /// TF32 pass, FP64 in double.
   Launch launch;

@@ -244,7 +244,7 @@ StateStats ssd_backward(const ExecSpace& space, MPI_Comm comm,
   pack_summary(space, layout, ex.mine.device, states, decay, dlocal);
   ex.start(space, comm);
 
-  const auto g = ssm::impl::gradient_buffers(a);
+  auto g = ssm::impl::gradient_buffers(a);  // diag_backward adds what state_backward reads
   ssm::impl::diag_backward(op, space, a, opts, g);
   StateStats stats;
   ex.wait(space, stats, exclusive);

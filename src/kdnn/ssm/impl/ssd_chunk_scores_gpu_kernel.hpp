@@ -17,10 +17,6 @@
 
 namespace kdnn::ssm::impl {
 
-/// Per-chunk scores C·Bᵀ of each group: [B·chunks·G, pad(Q)²].
-template <class T, class ExecSpace>
-using ChunkScores = Kokkos::View<T**, Kokkos::LayoutRight, typename ExecSpace::memory_space>;
-
 template <class ExecSpace, class T, int P, int N>
 struct SsdChunkScoresGpuKernel
     : SsdGpuChunks<SsdChunkScoresGpuKernel<ExecSpace, T, P, N>, ExecSpace, T, P, N> {

@@ -32,6 +32,12 @@ namespace kdnn::ssm::impl {
 template <class T, class ExecSpace>
 using ChunkStates = Kokkos::View<T****, Kokkos::LayoutRight, typename ExecSpace::memory_space>;
 
+/// Per-chunk products of the steps with each other: C·Bᵀ of each group
+/// [B·chunks·G, pad(Q)²] (ssd_chunk_scores_gpu_kernel.hpp), or dY·X̃ᵀ of
+/// each head [B·chunks·H, pad(Q)²] (ssd_chunk_scores_mma_kernel.hpp).
+template <class T, class ExecSpace>
+using ChunkScores = Kokkos::View<T**, Kokkos::LayoutRight, typename ExecSpace::memory_space>;
+
 /// What every SSD chunk kernel shares: the inputs, the tiling and the loads.
 template <class ExecSpace, class T>
 struct SsdChunks {
@@ -87,6 +93,18 @@ struct SsdChunks {
   /// chunk, g)) of batch entry b, chunk c, group g.
   KOKKOS_INLINE_FUNCTION int scores_row(int b, int c, int g) const {
     return (b * chunks + c) * int(Bm.extent(2)) + g;
+  }
+
+  /// X̃ = dt·x of chunk k at its step s, element p.
+  KOKKOS_INLINE_FUNCTION T xt(const Chunk& k, int s, int p) const {
+    const int t = k.t0 + s;
+    return dt(k.b, t, k.h) * x(k.b, t, k.h, p);
+  }
+
+  /// The row of a chunk's stored per-head products (ChunkScores, one per
+  /// (b, chunk, h)) of batch entry b, chunk c, head h.
+  KOKKOS_INLINE_FUNCTION int head_scores_row(int b, int c, int h) const {
+    return (b * chunks + c) * int(x.extent(2)) + h;
   }
 
   /// Runs body(k, scratch) for each chunk k of the team's work items, with

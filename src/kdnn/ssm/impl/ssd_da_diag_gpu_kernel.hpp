@@ -42,6 +42,9 @@ struct SsdDaDiagGpuKernel
   Tensor4<const T, ExecSpace> dy;  ///< [B, L, H, P]
   Kokkos::View<double***, Kokkos::LayoutRight, typename ExecSpace::memory_space>
       da_diag;  ///< [B, H, L]
+  /// The tensor-core form's C·Bᵀ per group and dY·X̃ᵀ per head
+  /// (ssd_chunk_scores_mma_kernel.hpp), or empty: computed here.
+  ChunkScores<const T, ExecSpace> cb, dy_xt;
 
   struct Work {
     double *cum, *cs;    ///< [pad(Q)]: decays, CS
@@ -110,6 +113,10 @@ struct SsdDaDiagGpuKernel
   /// R of rows i0 … and columns j0 … into w.r (a barrier follows).
   KOKKOS_INLINE_FUNCTION void tile(const Member& team, const Chunk& k, const Work& w, int i0,
                                    int j0) const {
+    if (cb.extent(0) > 0) {
+      stored_tile(team, k, w, i0, j0);
+      return;
+    }
     constexpr int M = RM * RN;
     kdnn::impl::ThreadRegisters<T, NT, 2 * M, Base::kPrivate> acc;  // C·Bᵀ, then dY·X̃ᵀ
     Base::threads(team, [&](int t) {
@@ -152,6 +159,23 @@ struct SsdDaDiagGpuKernel
           w.r[(r0 + a) * LDK + c0 + b] = Base::masked(i, j, k.n, acc(t)[e] * v);
         }
       }
+    });
+    team.team_barrier();
+  }
+
+  /// tile() from the stored products: the same values, rounded as there
+  /// (R = CB·(V·m)), along the rows of both for coalesced reads.
+  KOKKOS_INLINE_FUNCTION void stored_tile(const Member& team, const Chunk& k, const Work& w, int i0,
+                                          int j0) const {
+    const T* c = &cb(this->scores_row(k.b, k.c, k.g), 0);
+    const T* v = &dy_xt(this->head_scores_row(k.b, k.c, k.h), 0);
+    const int ld = scores_ld<T>(this->Q);
+    team.team_barrier();  // the previous R is done with
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BR * BK), [&](int e) {
+      const int i = i0 + e / BK, j = j0 + e % BK;
+      w.r[(e / BK) * LDK + e % BK] =
+          j <= i && i < k.n ? c[i * ld + j] * (v[i * ld + j] * Base::decay_mask(w.cum, i, j, k.n))
+                            : T(0);
     });
     team.team_barrier();
   }

@@ -49,12 +49,17 @@ constexpr int kSsdGpuMaxChunk = 256;
 template <class T>
 constexpr int kSsdGpuRows = sizeof(T) > 4 ? 16 : 32;
 
-/// The row stride of a chunk's stored scores C·Bᵀ
-/// (ssd_chunk_scores_gpu_kernel.hpp) for chunks of Q steps: Q rounded up to
-/// whole tiles of the GPU forms (SsdGpuShape::pad).
+/// n rounded up to whole blocks of kSsdGpuRows<T>.
+template <class T>
+KOKKOS_INLINE_FUNCTION constexpr int ssd_gpu_pad(int n) {
+  return (n + kSsdGpuRows<T> - 1) / kSsdGpuRows<T> * kSsdGpuRows<T>;
+}
+
+/// The row stride of a chunk's stored products (ChunkScores) for chunks of
+/// Q steps: Q rounded up to whole tiles of the GPU forms.
 template <class T>
 KOKKOS_INLINE_FUNCTION constexpr int scores_ld(int Q) {
-  return (Q + kSsdGpuRows<T> - 1) / kSsdGpuRows<T> * kSsdGpuRows<T>;
+  return ssd_gpu_pad<T>(Q);
 }
 
 /// Block sizes and the thread grid of the GPU forms (see above).
@@ -72,7 +77,7 @@ struct SsdGpuShape {
   static constexpr int LDK = BK + 1;         ///< row stride of [·, BK] tiles
   static_assert(N % BR == 0 && P % CG == 0 && N % kdnn::impl::kGemmKBlock == 0, "SsdGpuShape");
   /// n rounded up to a multiple of BK.
-  KOKKOS_INLINE_FUNCTION static constexpr int pad(int n) { return (n + BK - 1) / BK * BK; }
+  KOKKOS_INLINE_FUNCTION static constexpr int pad(int n) { return ssd_gpu_pad<T>(n); }
 };
 
 /// Calls run(P, N), two std::integral_constant<int, …>, when P and N are

@@ -34,9 +34,6 @@
 
 namespace kdnn::ssm::impl {
 
-/// Which gradient an SsdGradientGpuKernel computes.
-enum class SsdGradient { dx, dB, dC };
-
 template <class ExecSpace, class T, int P, int N, SsdGradient Which>
 struct SsdGradientGpuKernel
     : SsdGpuChunks<SsdGradientGpuKernel<ExecSpace, T, P, N, Which>, ExecSpace, T, P, N> {
@@ -88,15 +85,11 @@ struct SsdGradientGpuKernel
   }
 
   // The operands at chunk step s (chunk-relative), element q or o.
-  KOKKOS_INLINE_FUNCTION T xt(const Chunk& k, int s, int p) const {  // X̃ = dt·x
-    const int t = k.t0 + s;
-    return this->dt(k.b, t, k.h) * this->x(k.b, t, k.h, p);
-  }
   KOKKOS_INLINE_FUNCTION T row_operand(const Chunk& k, int s, int q) const {  // U
     if constexpr (Which == SsdGradient::dx) {
       return this->Bm(k.b, k.t0 + s, k.g, q);
     } else if constexpr (Which == SsdGradient::dB) {
-      return xt(k, s, q);
+      return this->xt(k, s, q);
     } else {
       return dy(k.b, k.t0 + s, k.h, q);
     }
@@ -107,7 +100,7 @@ struct SsdGradientGpuKernel
     } else if constexpr (Which == SsdGradient::dB) {
       return dy(k.b, k.t0 + s, k.h, q);
     } else {
-      return xt(k, s, q);
+      return this->xt(k, s, q);
     }
   }
   KOKKOS_INLINE_FUNCTION T right(const Chunk& k, int s, int o) const {  // Z
@@ -146,7 +139,7 @@ struct SsdGradientGpuKernel
       // X̃·(B·dHᵀ) or C·(dY·H) of each row, before the scale.
       row_sums(team, w, acc, rows, [&](int r, int o) -> T {
         if constexpr (kDx) {
-          return xt(k, r_begin + r, o);
+          return this->xt(k, r_begin + r, o);
         } else {
           return this->Cm(k.b, k.t0 + r_begin + r, k.g, o);
         }

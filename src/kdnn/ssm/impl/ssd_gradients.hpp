@@ -8,14 +8,22 @@ namespace kdnn::ssm::impl {
 
 /// Where the backward kernels put the gradients: dx, per-head dB and dC
 /// ([B, L, H, N]: dB and dC themselves when G = H) and da_diag [B, H, L], the
-/// Y_diag part of the gradient of each step's log-decay a_t = dt_t·A.
+/// Y_diag part of the gradient of each step's log-decay a_t = dt_t·A; and
+/// what the tensor-core form's first half hands its second: each chunk's
+/// C·Bᵀ and dY·X̃ᵀ (empty where not computed yet).
 template <class ExecSpace, class T>
 struct SsdGradients {
   Tensor4<T, ExecSpace> dx;   ///< [B, L, H, P]
   Tensor4<T, ExecSpace> dBh;  ///< [B, L, H, N]
   Tensor4<T, ExecSpace> dCh;  ///< [B, L, H, N]
   Kokkos::View<double***, Kokkos::LayoutRight, typename ExecSpace::memory_space> da_diag;
+  ChunkScores<T, ExecSpace> cb;     ///< C·Bᵀ per chunk and group
+  ChunkScores<T, ExecSpace> dy_xt;  ///< dY·X̃ᵀ per chunk and head
 };
+
+/// Which gradient a GPU form's gradient kernel computes
+/// (ssd_gradient_gpu_kernel.hpp, ssd_gradient_mma_kernel.hpp).
+enum class SsdGradient { dx, dB, dC };
 
 /// What the GPU forms' gradient kernels (ssd_gradient_gpu_kernel.hpp) hand
 /// the finishing kernel per step, [B, H, L] each: the state terms of da

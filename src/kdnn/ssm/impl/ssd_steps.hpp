@@ -14,10 +14,11 @@
 //
 // Where the sizes have GPU forms (ssd_gpu_chunks.hpp) and the launch asks
 // for them, the backward's are split otherwise than the host forms:
-// diag_backward computes da_diag alone (ssd_da_diag_gpu_kernel.hpp), and
-// state_backward the gradients dX̃, dB and dC whole, each a kernel
-// (ssd_gradient_gpu_kernel.hpp; dX̃ on tensor cores: ssd_dx_mma_kernel.hpp),
-// then da, ddt and the parameter sums
+// diag_backward computes da_diag alone (ssd_da_diag_gpu_kernel.hpp; on
+// tensor cores from each chunk's C·Bᵀ and dY·X̃ᵀ, which it computes first
+// and hands on in SsdGradients), and state_backward the gradients dX̃, dB
+// and dC whole, each a kernel (ssd_gradient_gpu_kernel.hpp; on tensor cores
+// ssd_gradient_mma_kernel.hpp), then da, ddt and the parameter sums
 // (ssd_backward_finish_gpu_kernel.hpp); fused_backward runs the two.
 //
 // Chunk states travel between the steps in ChunkStates [B, H, chunks (+1),
@@ -48,8 +49,8 @@
 #include "kdnn/ssm/impl/ssd_chunk_state_mma_kernel.hpp"
 #include "kdnn/ssm/impl/ssd_da_diag_gpu_kernel.hpp"
 #include "kdnn/ssm/impl/ssd_diag_backward_kernel.hpp"
-#include "kdnn/ssm/impl/ssd_dx_mma_kernel.hpp"
 #include "kdnn/ssm/impl/ssd_gradient_gpu_kernel.hpp"
+#include "kdnn/ssm/impl/ssd_gradient_mma_kernel.hpp"
 #include "kdnn/ssm/impl/ssd_state_backward_kernel.hpp"
 #include "kdnn/ssm/ssd.hpp"
 
@@ -133,8 +134,8 @@ bool gpu_backward_form(const SsdBackward<T, ExecSpace>& a, const SsdOptions& opt
 /// automatically on a device that has them: C·Bᵀ
 /// (ssd_chunk_scores_mma_kernel.hpp), the chunk sums of outer products
 /// (ssd_chunk_state_mma_kernel.hpp), the forward's output
-/// (ssd_chunk_output_mma_kernel.hpp) and the backward's dX̃
-/// (ssd_dx_mma_kernel.hpp). The callers have chosen the GPU forms
+/// (ssd_chunk_output_mma_kernel.hpp) and the backward's gradients
+/// (ssd_gradient_mma_kernel.hpp, with dY·X̃ᵀ). The callers have chosen the GPU forms
 /// (gpu_chunk_form) already.
 template <class ExecSpace>
 bool ssd_tensor_cores(const ExecSpace& space, const SsdOptions& opts) {
@@ -339,36 +340,52 @@ void reverse_state_pass(const ExecSpace& space, const ChunkStates<T, ExecSpace>&
       });
 }
 
+/// The products of every chunk's steps with each other on tensor cores
+/// (ssd_chunk_scores_mma_kernel.hpp): C·Bᵀ per group (K = N), or dY·X̃ᵀ
+/// per head (K = P, from `dy`).
+template <class ExecSpace, class T, int K, SsdScores Which, class Args>
+ChunkScores<T, ExecSpace> mma_scores(const char* op, const ExecSpace& space, const Args& a,
+                                     const SsdOptions& opts,
+                                     const Tensor4<const T, ExecSpace>& dy = {}) {
+  ChunkScores<T, ExecSpace> scores;
+  kdnn::impl::with_mma_precision<T>(opts.launch, [&](auto p) {
+    SsdChunkScoresMmaKernel<ExecSpace, T, K, Which, decltype(p)::value> k;
+    set_ssd_inputs<ExecSpace, T>(k, a, opts);
+    k.dy = dy;
+    const std::size_t ld = scores_ld<T>(k.Q);
+    scores = ChunkScores<T, ExecSpace>(
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("kdnn::ssm::ssd_scores")),
+        k.rows(), ld * ld);
+    k.scores = scores;
+    k.blocks = k.row_blocks(k.Q);
+    launch_gpu_chunks(op, space, k,
+                      Which == SsdScores::cb ? "kdnn::ssm::ssd_chunk_scores[tensor cores]"
+                                             : "kdnn::ssm::ssd_dy_xt[tensor cores]");
+  });
+  return scores;
+}
+
 /// C·Bᵀ of every chunk once per group for the GPU forms' output kernel and
-/// dX̃ gradient: on tensor cores (SsdChunkScoresMmaKernel) where
-/// ssd_tensor_cores says so, for every H and G; else with FMAs
-/// (SsdChunkScoresGpuKernel) where heads share a group (H > G), and empty
-/// where they do not (those kernels then compute it themselves).
+/// dX̃ gradient: on tensor cores (mma_scores) where ssd_tensor_cores says
+/// so, for every H and G; else with FMAs (SsdChunkScoresGpuKernel) where
+/// heads share a group (H > G), and empty where they do not (those kernels
+/// then compute it themselves).
 template <class ExecSpace, class T, int P, int N, class Args>
 ChunkScores<T, ExecSpace> group_scores(const char* op, const ExecSpace& space, const Args& a,
                                        const SsdOptions& opts) {
-  const bool mma = ssd_tensor_cores(space, opts);
-  if (!mma && a.x.extent(2) <= a.B.extent(2)) return {};
-  SsdChunks<ExecSpace, T> sizes;
-  set_ssd_inputs<ExecSpace, T>(sizes, a, opts);
-  const std::size_t ld = scores_ld<T>(sizes.Q);
+  if (ssd_tensor_cores(space, opts)) {
+    return mma_scores<ExecSpace, T, N, SsdScores::cb>(op, space, a, opts);
+  }
+  if (a.x.extent(2) <= a.B.extent(2)) return {};
+  SsdChunkScoresGpuKernel<ExecSpace, T, P, N> k;
+  set_ssd_inputs<ExecSpace, T>(k, a, opts);
+  const std::size_t ld = scores_ld<T>(k.Q);
   ChunkScores<T, ExecSpace> scores(
       Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("kdnn::ssm::ssd_scores")),
-      a.x.extent(0) * std::size_t(sizes.chunks) * a.B.extent(2), ld * ld);
-  const auto launch = [&](auto kernel, const char* label) {
-    set_ssd_inputs<ExecSpace, T>(kernel, a, opts);
-    kernel.scores = scores;
-    kernel.blocks = kernel.row_blocks(kernel.Q);
-    launch_gpu_chunks(op, space, kernel, label);
-  };
-  if (mma) {
-    kdnn::impl::with_mma_precision<T>(opts.launch, [&](auto p) {
-      launch(SsdChunkScoresMmaKernel<ExecSpace, T, N, decltype(p)::value>{},
-             "kdnn::ssm::ssd_chunk_scores[tensor cores]");
-    });
-  } else {
-    launch(SsdChunkScoresGpuKernel<ExecSpace, T, P, N>{}, "kdnn::ssm::ssd_chunk_scores[gpu]");
-  }
+      a.x.extent(0) * std::size_t(k.chunks) * a.B.extent(2), ld * ld);
+  k.scores = scores;
+  k.blocks = k.row_blocks(k.Q);
+  launch_gpu_chunks(op, space, k, "kdnn::ssm::ssd_chunk_scores[gpu]");
   return scores;
 }
 
@@ -474,15 +491,23 @@ SsdDiagBackwardKernel<ExecSpace, T> diag_backward_kernel(const SsdBackward<T, Ex
 }
 
 /// The backward of Y_diag (needs no state): the first half of the backward
-/// (of the GPU forms: da_diag alone).
+/// (of the GPU forms: da_diag alone; on tensor cores from each chunk's C·Bᵀ
+/// and dY·X̃ᵀ, which it leaves in g.cb and g.dy_xt for state_backward).
 template <class ExecSpace, class T>
 void diag_backward(const char* op, const ExecSpace& space, const SsdBackward<T, ExecSpace>& a,
-                   const SsdOptions& opts, const SsdGradients<ExecSpace, T>& g) {
+                   const SsdOptions& opts, SsdGradients<ExecSpace, T>& g) {
   const auto gpu = [&](auto p, auto n) {
-    SsdDaDiagGpuKernel<ExecSpace, T, decltype(p)::value, decltype(n)::value> k;
+    constexpr int Pc = decltype(p)::value, Nc = decltype(n)::value;
+    SsdDaDiagGpuKernel<ExecSpace, T, Pc, Nc> k;
     set_ssd_inputs<ExecSpace, T>(k, a, opts);
     k.dy = a.dy;
     k.da_diag = g.da_diag;
+    if (ssd_tensor_cores(space, opts)) {
+      g.cb = group_scores<ExecSpace, T, Pc, Nc>(op, space, a, opts);
+      g.dy_xt = mma_scores<ExecSpace, T, Pc, SsdScores::dy_xt>(op, space, a, opts, a.dy);
+      k.cb = g.cb;
+      k.dy_xt = g.dy_xt;
+    }
     launch_gpu_chunks(op, space, k, "kdnn::ssm::ssd_da_diag[gpu]");
   };
   if (gpu_backward_form(a, opts, gpu)) return;
@@ -550,31 +575,39 @@ void finish_backward(const ExecSpace& space, const SsdBackward<T, ExecSpace>& a,
   }
 }
 
-/// The backward's dX̃ on tensor cores (ssd_dx_mma_kernel.hpp): g.dx and the
-/// step sums row_a, sx and sd, from dH_{c+1} in `dstates` and the group's
-/// scores (group_scores).
-template <class ExecSpace, class T, int P, int N>
-void launch_mma_dx(const char* op, const ExecSpace& space, const SsdBackward<T, ExecSpace>& a,
-                   const SsdOptions& opts, const ChunkStates<T, ExecSpace>& dstates,
-                   const ChunkScores<T, ExecSpace>& scores, const SsdGradients<ExecSpace, T>& g,
-                   const SsdStepSums<ExecSpace>& sums) {
+/// One of the backward's gradients on tensor cores
+/// (ssd_gradient_mma_kernel.hpp): dx with the step sums row_a, sx and sd
+/// (V the group's C·Bᵀ, group_scores), or dB or dC per head (V the head's
+/// dY·X̃ᵀ, mma_scores), dC with dcum; from H_c in `states` and dH_{c+1} in
+/// `dstates`.
+template <class ExecSpace, class T, int P, int N, SsdGradient Which>
+void launch_mma_gradient(const char* op, const ExecSpace& space, const SsdBackward<T, ExecSpace>& a,
+                         const SsdOptions& opts, const ChunkStates<T, ExecSpace>& states,
+                         const ChunkStates<T, ExecSpace>& dstates,
+                         const ChunkScores<T, ExecSpace>& v, const SsdGradients<ExecSpace, T>& g,
+                         const SsdStepSums<ExecSpace>& sums) {
   kdnn::impl::with_mma_precision<T>(opts.launch, [&](auto pr) {
-    SsdDxMmaKernel<ExecSpace, T, P, N, decltype(pr)::value> k;
+    SsdGradientMmaKernel<ExecSpace, T, P, N, Which, decltype(pr)::value> k;
     set_ssd_inputs<ExecSpace, T>(k, a, opts);
     k.blocks = k.blocks_per_chunk(k.Q);
     k.dy = a.dy;
     k.D = a.D;
     k.has_d = validate::given(a.D);
+    k.states = states;
     k.dstates = dstates;
     k.g = g;
     k.sums = sums;
-    k.scores = scores;
-    launch_gpu_chunks(op, space, k, "kdnn::ssm::ssd_dx[tensor cores]");
+    k.scores = v;
+    launch_gpu_chunks(op, space, k,
+                      Which == SsdGradient::dx   ? "kdnn::ssm::ssd_dx[tensor cores]"
+                      : Which == SsdGradient::dB ? "kdnn::ssm::ssd_dB[tensor cores]"
+                                                 : "kdnn::ssm::ssd_dC[tensor cores]");
   });
 }
 
 /// The GPU forms of the second half (see the top of this file): dX̃ (into
-/// dx), dB, dC, then da, ddt and the per-chunk sums (returned).
+/// dx), dB, dC, then da, ddt and the per-chunk sums (returned). On tensor
+/// cores from the products the first half left in g.cb and g.dy_xt.
 template <class ExecSpace, class T, int P, int N>
 Matrix<double, ExecSpace> gpu_state_backward(const char* op, const ExecSpace& space,
                                              const SsdBackward<T, ExecSpace>& a,
@@ -589,7 +622,9 @@ Matrix<double, ExecSpace> gpu_state_backward(const char* op, const ExecSpace& sp
   };
   SsdStepSums<ExecSpace> sums{steps("kdnn::ssm::ssd_row_a"), steps("kdnn::ssm::ssd_dcum"),
                               steps("kdnn::ssm::ssd_sx"), steps("kdnn::ssm::ssd_sd")};
-  const auto scores = group_scores<ExecSpace, T, P, N>(op, space, a, opts);
+  // On tensor cores the first half's products (diag_backward).
+  const bool mma = ssd_tensor_cores(space, opts);
+  const auto scores = mma ? g.cb : group_scores<ExecSpace, T, P, N>(op, space, a, opts);
   const auto gradient = [&](auto which, const char* label) {
     SsdGradientGpuKernel<ExecSpace, T, P, N, decltype(which)::value> k;
     if constexpr (decltype(which)::value == SsdGradient::dx) k.scores = scores;
@@ -605,13 +640,18 @@ Matrix<double, ExecSpace> gpu_state_backward(const char* op, const ExecSpace& sp
     launch_gpu_chunks(op, space, k, label);
   };
   using Which = SsdGradient;
-  if (ssd_tensor_cores(space, opts)) {
-    launch_mma_dx<ExecSpace, T, P, N>(op, space, a, opts, dstates, scores, g, sums);
+  if (mma) {
+    launch_mma_gradient<ExecSpace, T, P, N, Which::dx>(op, space, a, opts, states, dstates, scores,
+                                                       g, sums);
+    launch_mma_gradient<ExecSpace, T, P, N, Which::dB>(op, space, a, opts, states, dstates, g.dy_xt,
+                                                       g, sums);
+    launch_mma_gradient<ExecSpace, T, P, N, Which::dC>(op, space, a, opts, states, dstates, g.dy_xt,
+                                                       g, sums);
   } else {
     gradient(std::integral_constant<Which, Which::dx>{}, "kdnn::ssm::ssd_dx[gpu]");
+    gradient(std::integral_constant<Which, Which::dB>{}, "kdnn::ssm::ssd_dB[gpu]");
+    gradient(std::integral_constant<Which, Which::dC>{}, "kdnn::ssm::ssd_dC[gpu]");
   }
-  gradient(std::integral_constant<Which, Which::dB>{}, "kdnn::ssm::ssd_dB[gpu]");
-  gradient(std::integral_constant<Which, Which::dC>{}, "kdnn::ssm::ssd_dC[gpu]");
   SsdBackwardFinishGpuKernel<ExecSpace, T, P, N> f;
   set_ssd_inputs<ExecSpace, T>(f, a, opts);
   f.states = states;
