@@ -6,6 +6,9 @@ that is not contiguous is made contiguous (one copy) before kdnn sees it,
 a contiguous one is passed as it is (kdnn views its memory). Errors are
 kdnn.Error, a ValueError.
 """
+import numbers
+import operator
+
 import torch
 
 from . import _kdnn
@@ -32,15 +35,19 @@ class Operands:
         self.dtype = None
         self.device = None
 
-    def __call__(self, t, name, dims, layout):
+    def __call__(self, t, name, dims, layout, optional=False):
         """t (a tensor with `dims` dimensions, or at least -dims when dims is
-        negative, described by `layout`, e.g. "[B, L, C]"), contiguous. None
-        stays None."""
-        if t is None:
-            return None
+        negative, described by `layout`, e.g. "[B, L, C]"), contiguous and
+        with its values as they read (PyTorch's lazy negation applied). None
+        stays None where the tensor is optional."""
         where = f"{self.op}: {name}"
+        if t is None and optional:
+            return None
         if not isinstance(t, torch.Tensor):
-            raise Error(f"{where} is a {type(t).__name__}, expected a torch.Tensor {layout}")
+            raise Error(f"{where} is {'None' if t is None else 'a ' + type(t).__name__}, expected "
+                        f"a torch.Tensor {layout}")
+        if t.layout != torch.strided:
+            raise Error(f"{where} has layout {t.layout}, expected torch.strided (a dense tensor)")
         if t.dtype not in FLOATS:
             raise Error(f"{where} has dtype {t.dtype}, expected torch.float32 or torch.float64")
         if t.device.type not in DEVICES:
@@ -55,18 +62,64 @@ class Operands:
         if t.dim() != dims and not (dims < 0 and t.dim() >= -dims):
             count = f"{dims}" if dims >= 0 else f"at least {-dims}"
             raise Error(f"{where} has shape {list(t.shape)}, expected {count} dimensions {layout}")
-        return t.contiguous()
+        return t.resolve_neg().contiguous()
 
 
 def dropout_options(op, dropout_p, seed, offset):
     """(p, seed, offset) checked for operator `op`; seed None draws a seed
     from PyTorch's generator when p > 0 (torch.manual_seed reproduces it)."""
+    dropout_p = number(op, "dropout_p", dropout_p)
     require(0.0 <= dropout_p < 1.0, f"{op}: dropout_p={dropout_p!r}, expected in [0, 1)")
     if seed is None:
         seed = int(torch.randint(0, 2**62, (), dtype=torch.int64)) if dropout_p > 0 else 0
-    require(0 <= seed < 2**64 and 0 <= offset < 2**64,
-            f"{op}: seed={seed!r}, offset={offset!r}, expected integers in [0, 2^64)")
-    return float(dropout_p), int(seed), int(offset)
+    seed = integer(op, "seed", seed, 0, 2**64 - 1)
+    offset = integer(op, "offset", offset, 0, 2**64 - 1)
+    return dropout_p, seed, offset
+
+
+def flag(op, name, value):
+    """A boolean option of operator `op`: True or False, nothing that is
+    merely truthy (a positional 0.1 or the string "false" is an error)."""
+    require(isinstance(value, bool), f"{op}: {name}={value!r}, expected True or False")
+    return value
+
+
+def integer(op, name, value, lo, hi):
+    """An integer option in [lo, hi] (a Python or NumPy integer, or an
+    integer tensor of one element that does not require grad)."""
+    value = _scalar(op, name, value)
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        value = operator.index(value)
+    except TypeError:
+        raise Error(f"{op}: {name}={value!r}, expected an integer in [{lo}, {hi}]") from None
+    require(lo <= value <= hi, f"{op}: {name}={value!r}, expected an integer in [{lo}, {hi}]")
+    return value
+
+
+def number(op, name, value):
+    """A real option as a float (a Python or NumPy number, or a tensor of
+    one element that does not require grad: kdnn does not differentiate its
+    options)."""
+    value = _scalar(op, name, value)
+    if isinstance(value, (bool, str, bytes)) or not isinstance(value, numbers.Real):
+        raise Error(f"{op}: {name}={value!r}, expected a real number")
+    return float(value)
+
+
+def _scalar(op, name, value):
+    """A one-element tensor option as its Python value; one that requires
+    grad is refused (its gradient would be lost)."""
+    if not isinstance(value, torch.Tensor):
+        return value
+    require(value.numel() == 1 and not value.is_complex(),
+            f"{op}: {name} is a tensor of shape {list(value.shape)} and dtype {value.dtype}, "
+            "expected a real scalar")
+    require(not value.requires_grad,
+            f"{op}: {name} is a tensor that requires grad; kdnn does not differentiate {name}: "
+            f"pass {name}.item() (or a detached tensor) to use its value without a gradient")
+    return value.item()
 
 
 def require(condition, message):

@@ -6,7 +6,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from . import _kdnn
-from ._tensors import Operands, dropout_options, require, stream_of
+from ._tensors import Operands, dropout_options, flag, number, require, stream_of
 
 
 class _FlashAttention(torch.autograd.Function):
@@ -52,10 +52,11 @@ def flash_attention(q, k, v, causal=False, scale=None, dropout_p=0.0, seed=None,
     q = check(q, "q", 4, "[B, H, S, D]")
     k = check(k, "k", 4, "[B, H, Sk, D]")
     v = check(v, "v", 4, "[B, H, Sk, Dv]")
+    causal = flag("flash_attention", "causal", causal)
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1]) if q.shape[-1] > 0 else 1.0
+    scale = number("flash_attention", "scale", scale)
     require(math.isfinite(scale), f"flash_attention: scale={scale!r}, expected a finite number")
     dropout = dropout_options("flash_attention", dropout_p, seed, offset)
-    require(isinstance(allow_tf32, bool),
-            f"flash_attention: allow_tf32={allow_tf32!r}, expected True or False")
-    return _FlashAttention.apply(q, k, v, bool(causal), float(scale), *dropout, allow_tf32)
+    allow_tf32 = flag("flash_attention", "allow_tf32", allow_tf32)
+    return _FlashAttention.apply(q, k, v, causal, scale, *dropout, allow_tf32)

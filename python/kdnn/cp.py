@@ -19,7 +19,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from . import _kdnn
-from ._tensors import Error, Operands, stream_of
+from ._tensors import Error, Operands, flag, stream_of
 from .mamba2 import _Ssd, conv_silu, dt_limits, ssd_operands
 
 available = _kdnn.has_cp
@@ -71,7 +71,7 @@ def conv_dt(x, weight, dt, dt_bias, comm, bias=None, activation="silu", dt_limit
     weight = check(weight, "weight", 2, "[C, K]")
     dt = check(dt, "dt", 3, "[B, L_r, H]")
     dt_bias = check(dt_bias, "dt_bias", 1, "[H]")
-    bias = check(bias, "bias", 1, "[C]")
+    bias = check(bias, "bias", 1, "[C]", optional=True)
     config = (conv_silu("cp.conv_dt", weight, activation), *dt_limits("cp.conv_dt", dt_limit))
     return _ConvDt.apply(x, weight, bias, dt, dt_bias, config, handle)
 
@@ -85,5 +85,6 @@ def ssd(x, dt, A, B, C, chunk_size, comm, D=None, initial_states=None, return_fi
     the state after this rank's steps (the last rank's: the sequence's)."""
     handle = _handle(comm)
     args = ssd_operands("cp.ssd", x, dt, A, B, C, chunk_size, D, initial_states, steps="L_r")
-    y, final = _Ssd.apply(*args, chunk_size, handle)
+    return_final_states = flag("cp.ssd", "return_final_states", return_final_states)
+    y, final = _Ssd.apply(*args, handle)
     return (y, final) if return_final_states else y

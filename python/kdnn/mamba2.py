@@ -7,7 +7,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from . import _kdnn
-from ._tensors import Operands, contiguous, require, stream_of
+from ._tensors import Operands, contiguous, flag, integer, number, require, stream_of
 
 ACTIVATIONS = (None, "silu", "swish")
 
@@ -23,7 +23,9 @@ def conv_silu(op, weight, activation):
 
 def dt_limits(op, dt_limit):
     """(low, high) of dt_limit as floats, checked for operator `op`."""
-    lo, hi = (float(v) for v in dt_limit)
+    require(isinstance(dt_limit, (tuple, list)) and len(dt_limit) == 2,
+            f"{op}: dt_limit={dt_limit!r}, expected (low, high)")
+    lo, hi = (number(op, "dt_limit", v) for v in dt_limit)
     require(not math.isnan(lo) and not math.isnan(hi) and lo <= hi,
             f"{op}: dt_limit={tuple(dt_limit)!r}, expected (low, high) with low <= high")
     return lo, hi
@@ -72,9 +74,10 @@ def causal_conv1d(x, weight, bias=None, activation=None, initial_state=None,
     check = Operands("causal_conv1d")
     x = check(x, "x", 3, "[B, L, C]")
     weight = check(weight, "weight", 2, "[C, K]")
-    bias = check(bias, "bias", 1, "[C]")
-    initial_state = check(initial_state, "initial_state", 3, "[B, K-1, C]")
+    bias = check(bias, "bias", 1, "[C]", optional=True)
+    initial_state = check(initial_state, "initial_state", 3, "[B, K-1, C]", optional=True)
     silu = conv_silu("causal_conv1d", weight, activation)
+    return_final_states = flag("causal_conv1d", "return_final_states", return_final_states)
     y, final = _CausalConv1d.apply(x, weight, bias, initial_state, silu)
     return (y, final) if return_final_states else y
 
@@ -152,11 +155,10 @@ def ssd_operands(op, x, dt, A, B, C, chunk_size, D, initial_states, steps="L"):
     A = check(A, "A", 1, "[H]")
     B = check(B, "B", 4, f"[B, {steps}, G, N]")
     C = check(C, "C", 4, f"[B, {steps}, G, N]")
-    D = check(D, "D", 1, "[H]")
-    initial_states = check(initial_states, "initial_states", 4, "[B, H, P, N]")
-    require(isinstance(chunk_size, int) and chunk_size >= 1,
-            f"{op}: chunk_size={chunk_size!r}, expected an int >= 1")
-    return x, dt, A, B, C, D, initial_states
+    D = check(D, "D", 1, "[H]", optional=True)
+    initial_states = check(initial_states, "initial_states", 4, "[B, H, P, N]", optional=True)
+    chunk_size = integer(op, "chunk_size", chunk_size, 1, 2**31 - 1)
+    return x, dt, A, B, C, D, initial_states, chunk_size
 
 
 def ssd(x, dt, A, B, C, chunk_size, D=None, initial_states=None, return_final_states=False):
@@ -173,5 +175,6 @@ def ssd(x, dt, A, B, C, chunk_size, D=None, initial_states=None, return_final_st
     kdnn.Error naming the first one.
     """
     args = ssd_operands("ssd", x, dt, A, B, C, chunk_size, D, initial_states)
-    y, final = _Ssd.apply(*args, chunk_size, None)
+    return_final_states = flag("ssd", "return_final_states", return_final_states)
+    y, final = _Ssd.apply(*args, None)
     return (y, final) if return_final_states else y

@@ -7,7 +7,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from . import _kdnn
-from ._tensors import Error, Operands, dropout_options, require, stream_of
+from ._tensors import Error, Operands, dropout_options, flag, integer, number, require, stream_of
 
 ALGOS = ("fused", "unfused")
 PARAMS = {"w_q": "[H*D, Eq]", "w_k": "[H*D, Ek]", "w_v": "[H*Dv, Ev]", "w_o": "[Eo, H*Dv]",
@@ -39,7 +39,9 @@ class _MultiHeadAttention(torch.autograd.Function):
 
 
 def _lengths(t, name, count, device):
-    """An optional integer vector as the int32 tensor kdnn reads."""
+    """An optional integer vector as the int32 tensor kdnn reads: a copy
+    (editing the caller's tensor after the forward changes nothing), its
+    values checked to fit."""
     if t is None:
         return None
     t = torch.as_tensor(t, device=device)
@@ -47,7 +49,11 @@ def _lengths(t, name, count, device):
         raise Error(f"multi_head_attention: {name} has dtype {t.dtype}, expected integers")
     require(t.dim() == 1 and t.shape[0] == count,
             f"multi_head_attention: {name} has shape {list(t.shape)}, expected [{count}]")
-    return t.to(torch.int32).contiguous()
+    if t.numel() > 0:
+        lo, hi = int(t.min()), int(t.max())
+        require(-2**31 <= lo and hi < 2**31,
+                f"multi_head_attention: {name} holds values in [{lo}, {hi}], expected int32 values")
+    return t.to(torch.int32, copy=True).contiguous()
 
 
 def multi_head_attention(query, key, value, w_q, w_k, w_v, w_o, b_q=None, b_k=None, b_v=None,
@@ -76,13 +82,15 @@ def multi_head_attention(query, key, value, w_q, w_k, w_v, w_o, b_q=None, b_k=No
     query = check(query, "query", 3, "[B, S, Eq]")
     key = check(key, "key", 3, "[B, Sk, Ek]")
     value = check(value, "value", 3, "[B, Sk, Ev]")
-    residual = check(residual, "residual", 3, "[B, S, Eo]")
-    params = [check(p, name, 2 if name.startswith("w") else 1, layout)
+    residual = check(residual, "residual", 3, "[B, S, Eo]", optional=True)
+    params = [check(p, name, 2 if name.startswith("w") else 1, layout,
+                    optional=name.startswith("b"))
               for p, (name, layout) in zip((w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o), PARAMS.items())]
-    require(isinstance(heads, int) and heads >= 1,
-            f"multi_head_attention: heads={heads!r}, expected an int >= 1")
+    heads = integer("multi_head_attention", "heads", heads, 1, 2**31 - 1)
+    causal = flag("multi_head_attention", "causal", causal)
     require(algo in ALGOS, f"multi_head_attention: algo={algo!r}, expected one of {ALGOS}")
     dropout = dropout_options("multi_head_attention", dropout_p, seed, offset)
+    scale = None if scale is None else number("multi_head_attention", "scale", scale)
     require(scale is None or math.isfinite(scale),
             f"multi_head_attention: scale={scale!r}, expected a finite number or None")
     B, S, _ = query.shape
@@ -94,7 +102,7 @@ def multi_head_attention(query, key, value, w_q, w_k, w_v, w_o, b_q=None, b_k=No
     c = _kdnn.MhaConfig()
     c.heads, c.scale = heads, scale
     c.dropout_p, c.seed, c.offset = dropout
-    c.unfused, c.causal = algo == "unfused", bool(causal)
+    c.unfused, c.causal = algo == "unfused", causal
     if window is not None:
         c.lo_win = _lengths(window[0], "window[0]", S, query.device)
         c.hi_win = _lengths(window[1], "window[1]", S, query.device)

@@ -4,6 +4,7 @@ import math
 
 import torch
 
+from ._tensors import integer
 from .mamba2 import causal_conv1d
 from .mha import multi_head_attention
 from .sinkhorn import sinkhorn
@@ -17,6 +18,8 @@ class CausalConv1d(torch.nn.Module):
                  device=None):
         super().__init__()
         kw = {"dtype": dtype, "device": device}
+        channels = integer("nn.CausalConv1d", "channels", channels, 1, 2**31 - 1)
+        kernel_size = integer("nn.CausalConv1d", "kernel_size", kernel_size, 1, 2**31 - 1)
         self.activation = activation
         self.weight = torch.nn.Parameter(torch.empty(channels, kernel_size, **kw))
         self.bias = torch.nn.Parameter(torch.empty(channels, **kw)) if bias else None

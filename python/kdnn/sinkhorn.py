@@ -6,7 +6,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from . import _kdnn
-from ._tensors import Operands, require, stream_of
+from ._tensors import Operands, integer, number, require, stream_of
 
 ORDERS = ("columns_first", "rows_first")
 BACKWARDS = ("implicit", "unrolled", "block")
@@ -55,9 +55,10 @@ def sinkhorn(x, iters=20, order="columns_first", eps=0.0, backward="implicit"):
     x = Operands("sinkhorn")(x, "x", -2, "[..., n, n]")
     require(x.shape[-1] == x.shape[-2],
             f"sinkhorn: x has shape {list(x.shape)}, expected square matrices [..., n, n]")
-    require(isinstance(iters, int) and iters >= 1, f"sinkhorn: iters={iters!r}, expected an int >= 1")
+    iters = integer("sinkhorn", "iters", iters, 1, 2**31 - 1)
     require(order in ORDERS, f"sinkhorn: order={order!r}, expected one of {ORDERS}")
     require(backward in BACKWARDS, f"sinkhorn: backward={backward!r}, expected one of {BACKWARDS}")
+    eps = number("sinkhorn", "eps", eps)
     require(math.isfinite(eps) and 0.0 <= eps <= 1.0, f"sinkhorn: eps={eps!r}, expected in [0, 1]")
     n = x.shape[-1]
     batch = x if x.dim() == 3 else x.reshape(-1, n, n)

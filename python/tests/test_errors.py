@@ -2,6 +2,7 @@
 """Bad input raises kdnn.Error (a ValueError) naming the argument and what
 was expected: never a crash, a NaN or a wrong result."""
 import math
+import re
 
 import pytest
 import torch
@@ -72,7 +73,7 @@ def test_ssd_refuses_a_positive_a():
 
 def test_bad_options():
     x = torch.zeros(2, 3, 3)
-    with raises("sinkhorn: iters=0, expected an int >= 1"):
+    with raises(r"sinkhorn: iters=0, expected an integer in \[1, 2147483647\]"):
         kdnn.sinkhorn(x, iters=0)
     with raises("sinkhorn: order='cols', expected one of"):
         kdnn.sinkhorn(x, order="cols")
@@ -85,9 +86,86 @@ def test_bad_options():
         kdnn.flash_attention(q, q, q, dropout_p=1.0)
     with raises("flash_attention: scale=inf, expected a finite number"):
         kdnn.flash_attention(q, q, q, scale=math.inf)
-    with raises("ssd: chunk_size=0, expected an int >= 1"):
+    with raises(r"ssd: chunk_size=0, expected an integer in \[1, 2147483647\]"):
         kdnn.ssd(*ssd_args(), 0)
     with raises(r"dt_softplus: dt_limit=\(1.0, 0.0\), expected \(low, high\) with low <= high"):
         kdnn.dt_softplus(torch.zeros(1, 2, 3), torch.zeros(3), (1.0, 0.0))
     with raises("causal_conv1d: activation='relu', expected one of"):
         kdnn.causal_conv1d(torch.zeros(1, 2, 3), torch.zeros(3, 2), activation="relu")
+
+
+# Hostile input: options that are merely truthy, out of range, of the wrong
+# type or differentiable; tensors that are None, sparse or lazily negated.
+@pytest.mark.parametrize("value", [0.1, "false", 1, None])
+def test_a_boolean_option_must_be_a_bool(value):
+    q = torch.randn(1, 1, 3, 4)
+    # flash-attn's fourth positional argument is dropout_p: never taken as causal.
+    with raises(re.escape(f"flash_attention: causal={value!r}, expected True or False")):
+        kdnn.flash_attention(q, q, q, value)
+    with raises(re.escape(f"ssd: return_final_states={value!r}, expected True or False")):
+        kdnn.ssd(*ssd_args(), 4, return_final_states=value)
+    with raises(re.escape(f"causal_conv1d: return_final_states={value!r}, expected True or False")):
+        kdnn.causal_conv1d(torch.zeros(1, 2, 3), torch.zeros(3, 2), return_final_states=value)
+
+
+def test_integer_options():
+    np = pytest.importorskip("numpy")
+    x = torch.randn(2, 3, 3)
+    torch.testing.assert_close(kdnn.sinkhorn(x, iters=np.int64(5)), kdnn.sinkhorn(x, iters=5))
+    args = ssd_args()
+    torch.testing.assert_close(kdnn.ssd(*args, np.int32(4)), kdnn.ssd(*args, 4))
+    with raises(r"sinkhorn: iters=2147483648, expected an integer in \[1, 2147483647\]"):
+        kdnn.sinkhorn(x, iters=2**31)
+    with raises(r"ssd: chunk_size=2147483648, expected an integer in \[1, 2147483647\]"):
+        kdnn.ssd(*ssd_args(), 2**31)
+    for value in (5.0, "5", True):
+        with raises(re.escape(f"sinkhorn: iters={value!r}, expected an integer")):
+            kdnn.sinkhorn(x, iters=value)
+    q = torch.zeros(1, 1, 2, 4)
+    with raises(re.escape(f"flash_attention: seed='1', expected an integer in [0, {2**64 - 1}]")):
+        kdnn.flash_attention(q, q, q, dropout_p=0.5, seed="1")
+    with raises(r"nn.CausalConv1d: kernel_size=0, expected an integer in \[1, 2147483647\]"):
+        kdnn.nn.CausalConv1d(5, 0)
+
+
+def test_real_options():
+    x = torch.randn(2, 3, 3)
+    q = torch.randn(1, 1, 3, 4)
+    with raises("sinkhorn: eps='0.1', expected a real number"):
+        kdnn.sinkhorn(x, eps="0.1")
+    with raises("flash_attention: scale='2', expected a real number"):
+        kdnn.flash_attention(q, q, q, scale="2")
+    with raises("flash_attention: dropout_p='0.1', expected a real number"):
+        kdnn.flash_attention(q, q, q, dropout_p="0.1")
+    with raises("dt_softplus: dt_limit='inf', expected a real number"):
+        kdnn.dt_softplus(torch.zeros(1, 2, 3), torch.zeros(3), dt_limit=(0.0, "inf"))
+    with raises(r"dt_softplus: dt_limit=1.0, expected \(low, high\)"):
+        kdnn.dt_softplus(torch.zeros(1, 2, 3), torch.zeros(3), dt_limit=1.0)
+    # A tensor option is its value, unless it requires grad: kdnn would
+    # drop its gradient (a learnable temperature would never train).
+    torch.testing.assert_close(kdnn.flash_attention(q, q, q, scale=torch.tensor(0.5)),
+                               kdnn.flash_attention(q, q, q, scale=0.5))
+    with raises("flash_attention: scale is a tensor that requires grad"):
+        kdnn.flash_attention(q, q, q, scale=torch.tensor(0.5, requires_grad=True))
+    with raises("sinkhorn: eps is a tensor that requires grad"):
+        kdnn.sinkhorn(x, eps=torch.tensor(0.1, requires_grad=True))
+    with raises(r"sinkhorn: eps is a tensor of shape \[2\]"):
+        kdnn.sinkhorn(x, eps=torch.zeros(2))
+
+
+def test_required_and_unusual_tensors():
+    with raises(r"causal_conv1d: weight is None, expected a torch.Tensor \[C, K\]"):
+        kdnn.causal_conv1d(torch.zeros(1, 2, 3), None)
+    x, dt, _, B, C = ssd_args()
+    with raises(r"ssd: A is None, expected a torch.Tensor \[H\]"):
+        kdnn.ssd(x, dt, None, B, C, 4)
+    with raises(r"sinkhorn: x has layout torch.sparse_coo, expected torch.strided"):
+        kdnn.sinkhorn(torch.zeros(2, 3, 3).to_sparse())
+
+
+def test_a_lazily_negated_tensor_is_read_with_its_sign():
+    dt = torch.tensor([[[1 + 2j]]]).conj().imag  # -2, held as 2 with PyTorch's negative bit
+    assert dt.is_neg() and dt.is_contiguous()
+    got = kdnn.dt_softplus(dt, torch.zeros(1))
+    torch.testing.assert_close(got, torch.nn.functional.softplus(torch.full((1, 1, 1), -2.0)))
+    assert dt.is_neg() and float(dt) == -2.0  # the caller's tensor as it was

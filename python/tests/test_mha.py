@@ -102,7 +102,7 @@ def test_module_is_torch_multihead_attention():
 
 def test_bad_input():
     t, H = layer(torch.float32)
-    with pytest.raises(kdnn.Error, match=r"heads=0, expected an int >= 1"):
+    with pytest.raises(kdnn.Error, match=r"heads=0, expected an integer in \[1, 2147483647\]"):
         run(t, 0)
     with pytest.raises(kdnn.Error, match=r"w_q has 6 rows and w_v 8, expected multiples of heads=4"):
         run(t, 4)
@@ -112,3 +112,27 @@ def test_bad_input():
         run(t, H, seq_lengths=([1, 8], [1, 2]))
     with pytest.raises(kdnn.Error, match=r"algo='flash', expected one of"):
         run(t, H, algo="flash")
+
+
+def test_masks_are_checked_and_copied():
+    """An int64 length past int32 is an error (not a wrapped value), and the
+    masks are the values at the call: editing them before the backward
+    changes nothing."""
+    t, H = layer(torch.float64)
+    with pytest.raises(kdnn.Error,
+                       match=r"seq_lengths\[0\] holds values in \[5, 4294967298\], expected int32"):
+        run(t, H, seq_lengths=(torch.tensor([2**32 + 2, 5]), [6, 6]))
+    with pytest.raises(kdnn.Error, match=r"window\[1\] holds values in \[-2147483649, 9\]"):
+        run(t, H, window=([0] * 7, torch.tensor([-2**31 - 1, 9, 9, 9, 9, 9, 9])))
+    seq_q, seq_k = torch.tensor([7, 4], dtype=torch.int32), torch.tensor([9, 2], dtype=torch.int32)
+    g = torch.randn(2, 7, 5, dtype=torch.float64)
+    (run(t, H, seq_lengths=(seq_q, seq_k)) * g).sum().backward()
+    want = [x.grad.clone() for x in leaves(t)]
+    for x in leaves(t):
+        x.grad = None
+    out = run(t, H, seq_lengths=(seq_q, seq_k))
+    seq_q.fill_(1)
+    seq_k.fill_(1)
+    (out * g).sum().backward()
+    for got, expected in zip((x.grad for x in leaves(t)), want):
+        torch.testing.assert_close(got, expected, rtol=0, atol=0)
