@@ -575,6 +575,24 @@ void finish_backward(const ExecSpace& space, const SsdBackward<T, ExecSpace>& a,
   }
 }
 
+/// The inputs every gradient kernel of the GPU forms takes
+/// (SsdGradientGpuKernel, SsdGradientMmaKernel): a's, H_c in `states`,
+/// dH_{c+1} in `dstates`, and where it writes (g, sums).
+template <class Kernel, class ExecSpace, class T>
+void set_gradient_inputs(Kernel& k, const SsdBackward<T, ExecSpace>& a, const SsdOptions& opts,
+                         const ChunkStates<T, ExecSpace>& states,
+                         const ChunkStates<T, ExecSpace>& dstates,
+                         const SsdGradients<ExecSpace, T>& g, const SsdStepSums<ExecSpace>& sums) {
+  set_ssd_inputs<ExecSpace, T>(k, a, opts);
+  k.dy = a.dy;
+  k.D = a.D;
+  k.has_d = validate::given(a.D);
+  k.states = states;
+  k.dstates = dstates;
+  k.g = g;
+  k.sums = sums;
+}
+
 /// One of the backward's gradients on tensor cores
 /// (ssd_gradient_mma_kernel.hpp): dx with the step sums row_a, sx and sd
 /// (V the group's C·Bᵀ, group_scores), or dB or dC per head (V the head's
@@ -588,15 +606,8 @@ void launch_mma_gradient(const char* op, const ExecSpace& space, const SsdBackwa
                          const SsdStepSums<ExecSpace>& sums) {
   kdnn::impl::with_mma_precision<T>(opts.launch, [&](auto pr) {
     SsdGradientMmaKernel<ExecSpace, T, P, N, Which, decltype(pr)::value> k;
-    set_ssd_inputs<ExecSpace, T>(k, a, opts);
+    set_gradient_inputs(k, a, opts, states, dstates, g, sums);
     k.blocks = k.blocks_per_chunk(k.Q);
-    k.dy = a.dy;
-    k.D = a.D;
-    k.has_d = validate::given(a.D);
-    k.states = states;
-    k.dstates = dstates;
-    k.g = g;
-    k.sums = sums;
     k.scores = v;
     launch_gpu_chunks(op, space, k,
                       Which == SsdGradient::dx   ? "kdnn::ssm::ssd_dx[tensor cores]"
@@ -628,15 +639,8 @@ Matrix<double, ExecSpace> gpu_state_backward(const char* op, const ExecSpace& sp
   const auto gradient = [&](auto which, const char* label) {
     SsdGradientGpuKernel<ExecSpace, T, P, N, decltype(which)::value> k;
     if constexpr (decltype(which)::value == SsdGradient::dx) k.scores = scores;
-    set_ssd_inputs<ExecSpace, T>(k, a, opts);
+    set_gradient_inputs(k, a, opts, states, dstates, g, sums);
     k.blocks = gpu_row_blocks<T>(k.Q);
-    k.dy = a.dy;
-    k.D = a.D;
-    k.has_d = validate::given(a.D);
-    k.states = states;
-    k.dstates = dstates;
-    k.g = g;
-    k.sums = sums;
     launch_gpu_chunks(op, space, k, label);
   };
   using Which = SsdGradient;
