@@ -73,9 +73,9 @@ def kdnn_times(kdnn, x, g, iters, repeats):
 
     def one_run(phase):
         with torch.no_grad(), phase("forward"):
-            kdnn.sinkhorn(x, iters)
+            kdnn.sinkhorn(x, iters=iters)
         for method in BACKWARDS:
-            r = kdnn.sinkhorn(xg, iters, backward=method)
+            r = kdnn.sinkhorn(xg, iters=iters, backward=method)
             with phase(method):
                 r.backward(g)
             xg.grad = None
@@ -114,7 +114,7 @@ def te_table(te, kdnn, x, g, iters, repeats, emit, rows, copy_gbs):
     r_te = sinkhorn_te.forward(te, x, iters)
     dx_te = sinkhorn_te.backward(te, x, r_te, g, iters)
     xg = x.detach().requires_grad_()
-    r_kd = kdnn.sinkhorn(xg, iters, order="rows_first", eps=0.0, backward="unrolled")
+    r_kd = kdnn.sinkhorn(xg, iters=iters, order="rows_first", eps=0.0, backward="unrolled")
     r_kd.backward(g)
     errors = {"forward": (error(r_kd, r64), error(r_te, r64)),
               "unrolled": (error(xg.grad, dx64), error(dx_te, dx64))}
@@ -127,8 +127,8 @@ def te_table(te, kdnn, x, g, iters, repeats, emit, rows, copy_gbs):
 
     def kdnn_run(phase):
         with torch.no_grad(), phase("forward"):
-            kdnn.sinkhorn(x, iters, order="rows_first", eps=0.0)
-        r = kdnn.sinkhorn(xg, iters, order="rows_first", eps=0.0, backward="unrolled")
+            kdnn.sinkhorn(x, iters=iters, order="rows_first", eps=0.0)
+        r = kdnn.sinkhorn(xg, iters=iters, order="rows_first", eps=0.0, backward="unrolled")
         with phase("unrolled"):
             r.backward(g)
         xg.grad = None

@@ -98,7 +98,7 @@ def kdnn_ssd(kdnn):
     """kdnn.ssd in ssd_chunked's form (None without the package)."""
     if kdnn is None:
         return None
-    return lambda x, dt, A, Bm, Cm, Q, D: (kdnn.ssd(x, dt, A, Bm, Cm, Q, D=D), None)
+    return lambda x, dt, A, Bm, Cm, Q, D: (kdnn.ssd(x, dt, A, Bm, Cm, D, chunk_size=Q), None)
 
 
 def print_forms(forms):

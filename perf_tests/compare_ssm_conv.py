@@ -84,7 +84,7 @@ def kdnn_conv(kdnn):
     """kdnn.causal_conv1d with SiLU as conv's call (None without the package)."""
     if kdnn is None:
         return None
-    return lambda x, w, bias: kdnn.causal_conv1d(x, w, bias, "silu")
+    return lambda x, w, bias: kdnn.causal_conv1d(x, w, bias, activation="silu")
 
 
 def main():

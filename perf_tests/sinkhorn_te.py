@@ -6,7 +6,7 @@ for perf_tests/compare_sinkhorn.py.
 TransformerEngine's kernels live in transformer_engine/common/triton/mhc.py,
 which needs only Triton; load(root) imports that one file from a checkout
 `root`, without the package (its compiled extensions). Its semantics, which
-kdnn reproduces with kdnn.sinkhorn(x, iters, order="rows_first", eps=0.0):
+kdnn reproduces with kdnn.sinkhorn(x, iters=iters, order="rows_first", eps=0.0):
 n = 4 only, float32, in the log domain, rows normalised first (f), then the
 columns (g), for a fixed number of iterations, output exp(f + x + g). Its
 backward differentiates the iterations as run (the history recomputed), so

@@ -37,11 +37,11 @@ from kdnn_reference.ssd import ssd_chunked  # noqa: E402  (the torch formulation
 
 class KdnnOps:
     """The model's operators from kdnn."""
-    sinkhorn = staticmethod(lambda logits, iters: kdnn.sinkhorn(logits, iters, backward="unrolled"))
+    sinkhorn = staticmethod(lambda logits, iters: kdnn.sinkhorn(logits, iters=iters, backward="unrolled"))
     attention = staticmethod(lambda q, k, v: kdnn.flash_attention(q, k, v, causal=True))
     conv = staticmethod(lambda x, w, b: kdnn.causal_conv1d(x, w, b, activation="silu"))
     dt = staticmethod(kdnn.dt_softplus)
-    ssd = staticmethod(lambda x, dt, A, B, C, chunk, D: kdnn.ssd(x, dt, A, B, C, chunk, D=D))
+    ssd = staticmethod(lambda x, dt, A, B, C, chunk, D: kdnn.ssd(x, dt, A, B, C, D, chunk_size=chunk))
 
 
 class TorchOps:

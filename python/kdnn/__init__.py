@@ -1,18 +1,19 @@
 # SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 """kdnn: Kokkos training operators as PyTorch autograd functions.
 
-    kdnn.sinkhorn(x, iters, order, eps, backward)        mHC Sinkhorn-Knopp
-    kdnn.flash_attention(q, k, v, causal, scale, ...)    fused attention
-    kdnn.multi_head_attention(q, k, v, w_q, ..., heads)  the attention layer
-    kdnn.causal_conv1d(x, weight, bias, activation, ...) Mamba's conv1d
-    kdnn.dt_softplus(dt, dt_bias, dt_limit)              Mamba-2's step sizes
-    kdnn.ssd(x, dt, A, B, C, chunk_size, D, ...)         Mamba-2's SSD scan
-    kdnn.nn                                              modules
-    kdnn.cp                                              context parallel (MPI)
+    kdnn.sinkhorn(x, *, iters, order, eps, backward)          mHC Sinkhorn-Knopp
+    kdnn.flash_attention(q, k, v, *, causal, scale, ...)      fused attention
+    kdnn.multi_head_attention(q, k, v, w_q, ..., *, heads)    the attention layer
+    kdnn.causal_conv1d(x, weight, bias, *, activation, ...)   Mamba's conv1d
+    kdnn.dt_softplus(dt, dt_bias, *, dt_limit)                Mamba-2's step sizes
+    kdnn.ssd(x, dt, A, B, C, D, *, chunk_size, ...)           Mamba-2's SSD scan
+    kdnn.nn                                                   modules
+    kdnn.cp                                                   context parallel (MPI)
 
 Tensors are float32 or float64, on the CPU (and on CUDA GPUs with a CUDA
-build); contiguous ones are used in place, without a copy. Bad input raises
-kdnn.Error (a ValueError) naming the argument. See docs/python.md.
+build); contiguous ones are used in place, without a copy. Tensors are
+positional, options keyword-only. Bad input raises kdnn.Error (a
+ValueError) naming the argument. See docs/python.md.
 """
 import atexit
 

@@ -6,6 +6,7 @@ that is not contiguous is made contiguous (one copy) before kdnn sees it,
 a contiguous one is passed as it is (kdnn views its memory). Errors are
 kdnn.Error, a ValueError.
 """
+import functools
 import numbers
 import operator
 
@@ -125,6 +126,37 @@ def _scalar(op, name, value):
 def require(condition, message):
     if not condition:
         raise Error(message)
+
+
+def first_order(op):
+    """Decorator of the backward of an autograd Function whose gradients
+    kdnn computes, for operator `op`: the backward runs without recording a
+    graph; under create_graph=True its gradients carry an error that a
+    second differentiation through them raises, naming `op` (kdnn has no
+    double backward), rather than PyTorch's "appears to not have been used
+    in the graph" or a silently wrong gradgradcheck."""
+    message = (f"kdnn.{op}: its backward is not differentiable (kdnn has no double backward); "
+               "a gradient through kdnn's gradients, e.g. after create_graph=True, cannot be "
+               "computed").encode()
+
+    def decorate(backward):
+        @functools.wraps(backward)
+        def wrapper(ctx, *grads):
+            with torch.no_grad():
+                outputs = backward(ctx, *grads)
+            if not torch.is_grad_enabled():  # create_graph=False: nothing to guard
+                return outputs
+            # The error's node takes the operator's saved tensors and incoming
+            # gradients too, so that it lies on the path from a gradient back
+            # to the operator's inputs (autograd runs only the nodes on such
+            # paths); its outputs past the gradients are dropped.
+            links = [t for t in (*ctx.saved_tensors, *grads)
+                     if isinstance(t, torch.Tensor) and t.requires_grad]
+            grads_out = [None if g is None else g.detach().requires_grad_() for g in outputs]
+            error = torch._C._functions.DelayedError(message, len(grads_out) + len(links))
+            return tuple(error(*grads_out, *links)[:len(outputs)])
+        return wrapper
+    return decorate
 
 
 def contiguous(t):

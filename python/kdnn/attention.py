@@ -3,10 +3,9 @@
 import math
 
 import torch
-from torch.autograd.function import once_differentiable
 
 from . import _kdnn
-from ._tensors import Operands, dropout_options, flag, number, require, stream_of
+from ._tensors import Operands, dropout_options, first_order, flag, number, require, stream_of
 
 
 class _FlashAttention(torch.autograd.Function):
@@ -22,7 +21,7 @@ class _FlashAttention(torch.autograd.Function):
         return o
 
     @staticmethod
-    @once_differentiable
+    @first_order("flash_attention")
     def backward(ctx, do):
         q, k, v, o, lse = ctx.saved_tensors
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
@@ -31,7 +30,7 @@ class _FlashAttention(torch.autograd.Function):
         return dq, dk, dv, None, None, None, None, None, None
 
 
-def flash_attention(q, k, v, causal=False, scale=None, dropout_p=0.0, seed=None, offset=0,
+def flash_attention(q, k, v, *, causal=False, scale=None, dropout_p=0.0, seed=None, offset=0,
                     allow_tf32=False):
     """softmax(scale * q k^T, masked) v, fused: the scores never reach memory
     (O(S) memory), as F.scaled_dot_product_attention.

@@ -16,10 +16,9 @@ ranks call it, in the same order. Needs kdnn built with MPI (kdnn.cp.available).
 import math
 
 import torch
-from torch.autograd.function import once_differentiable
 
 from . import _kdnn
-from ._tensors import Error, Operands, flag, stream_of
+from ._tensors import Error, Operands, first_order, flag, stream_of
 from .mamba2 import _Ssd, conv_silu, dt_limits, ssd_operands
 
 available = _kdnn.has_cp
@@ -49,7 +48,7 @@ class _ConvDt(torch.autograd.Function):
         return y, dt_out
 
     @staticmethod
-    @once_differentiable
+    @first_order("cp.conv_dt")
     def backward(ctx, dy, ddt_out):
         x, weight, bias, halo, dt, dt_bias = ctx.saved_tensors
         dx, dw, ddt, ddt_bias = (torch.empty_like(t) for t in (x, weight, dt, dt_bias))
@@ -60,7 +59,8 @@ class _ConvDt(torch.autograd.Function):
         return dx, dw, dbias, ddt, ddt_bias, None, None
 
 
-def conv_dt(x, weight, dt, dt_bias, comm, bias=None, activation="silu", dt_limit=(0.0, math.inf)):
+def conv_dt(x, weight, dt, dt_bias, bias=None, *, comm, activation="silu",
+            dt_limit=(0.0, math.inf)):
     """This rank's steps of kdnn.causal_conv1d(x, weight, bias, activation)
     and kdnn.dt_softplus(dt, dt_bias, dt_limit) on a sequence split across
     `comm`: x [B, L_r, C], weight [C, K], dt [B, L_r, H], dt_bias [H].
@@ -76,7 +76,8 @@ def conv_dt(x, weight, dt, dt_bias, comm, bias=None, activation="silu", dt_limit
     return _ConvDt.apply(x, weight, bias, dt, dt_bias, config, handle)
 
 
-def ssd(x, dt, A, B, C, chunk_size, comm, D=None, initial_states=None, return_final_states=False):
+def ssd(x, dt, A, B, C, D=None, initial_states=None, *, chunk_size, comm,
+        return_final_states=False):
     """This rank's steps of kdnn.ssd on a sequence split across `comm`:
     x [B, L_r, H, P], dt [B, L_r, H], B and C [B, L_r, G, N]; A [H] and D [H]
     the same on every rank; initial_states [B, H, P, N] the sequence's, given

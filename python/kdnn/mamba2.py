@@ -4,10 +4,9 @@
 import math
 
 import torch
-from torch.autograd.function import once_differentiable
 
 from . import _kdnn
-from ._tensors import Operands, contiguous, flag, integer, number, require, stream_of
+from ._tensors import Operands, contiguous, first_order, flag, integer, number, require, stream_of
 
 ACTIVATIONS = (None, "silu", "swish")
 
@@ -49,7 +48,7 @@ class _CausalConv1d(torch.autograd.Function):
         return y, final
 
     @staticmethod
-    @once_differentiable
+    @first_order("causal_conv1d")
     def backward(ctx, dy, dfinal):
         x, weight, bias, init = ctx.saved_tensors
         dy = torch.zeros_like(x) if dy is None else dy.contiguous()
@@ -60,7 +59,7 @@ class _CausalConv1d(torch.autograd.Function):
         return dx, dw, dbias, dinit, None
 
 
-def causal_conv1d(x, weight, bias=None, activation=None, initial_state=None,
+def causal_conv1d(x, weight, bias=None, initial_state=None, *, activation=None,
                   return_final_states=False):
     """Mamba's causal depthwise conv1d, channel-last:
     y[b, t, c] = act(bias[c] + sum_k weight[c, k] * x[b, t - K + 1 + k, c]),
@@ -92,7 +91,7 @@ class _DtSoftplus(torch.autograd.Function):
         return out
 
     @staticmethod
-    @once_differentiable
+    @first_order("dt_softplus")
     def backward(ctx, dout):
         dt, dt_bias = ctx.saved_tensors
         ddt, dbias = torch.empty_like(dt), torch.empty_like(dt_bias)
@@ -101,7 +100,7 @@ class _DtSoftplus(torch.autograd.Function):
         return ddt, dbias, None, None
 
 
-def dt_softplus(dt, dt_bias, dt_limit=(0.0, math.inf)):
+def dt_softplus(dt, dt_bias, *, dt_limit=(0.0, math.inf)):
     """Mamba-2's step sizes: clamp(softplus(dt + dt_bias), *dt_limit)
     (softplus linear above 20, as PyTorch). dt [B, L, H], dt_bias [H]."""
     check = Operands("dt_softplus")
@@ -130,7 +129,7 @@ class _Ssd(torch.autograd.Function):
         return y, final
 
     @staticmethod
-    @once_differentiable
+    @first_order("ssd")
     def backward(ctx, dy, dfinal):
         x, dt, A, B, C, D, init = ctx.saved_tensors
         dy = torch.zeros_like(x) if dy is None else dy.contiguous()
@@ -161,7 +160,7 @@ def ssd_operands(op, x, dt, A, B, C, chunk_size, D, initial_states, steps="L"):
     return x, dt, A, B, C, D, initial_states, chunk_size
 
 
-def ssd(x, dt, A, B, C, chunk_size, D=None, initial_states=None, return_final_states=False):
+def ssd(x, dt, A, B, C, D=None, initial_states=None, *, chunk_size, return_final_states=False):
     """Mamba-2's SSD scan, with the arguments of mamba's
     mamba_chunk_scan_combined:
         h_t = exp(dt_t A) h_{t-1} + dt_t x_t B_t^T,   y_t = h_t C_t + D x_t,

@@ -4,14 +4,23 @@ eigenMHA / cuDNN scope) as one autograd function, and kdnn.nn.MultiheadAttention
 import math
 
 import torch
-from torch.autograd.function import once_differentiable
 
 from . import _kdnn
-from ._tensors import Error, Operands, dropout_options, flag, integer, number, require, stream_of
+from ._tensors import Error, Operands, dropout_options, first_order, flag, integer, number, require, stream_of
 
 ALGOS = ("fused", "unfused")
 PARAMS = {"w_q": "[H*D, Eq]", "w_k": "[H*D, Ek]", "w_v": "[H*Dv, Ev]", "w_o": "[Eo, H*Dv]",
           "b_q": "[H*D]", "b_k": "[H*D]", "b_v": "[H*Dv]", "b_o": "[Eo]"}
+
+
+def _config(values):
+    """The call's options as the _kdnn.MhaConfig the bindings read, made
+    afresh for each call: one kept in the autograd graph could outlive the
+    extension module at interpreter exit (nanobind then reports it leaked)."""
+    config = _kdnn.MhaConfig()
+    for name, value in values.items():
+        setattr(config, name, value)
+    return config
 
 
 class _MultiHeadAttention(torch.autograd.Function):
@@ -20,13 +29,13 @@ class _MultiHeadAttention(torch.autograd.Function):
         reserve = q.new_empty(sizes[0])  # kept for the backward
         out = q.new_empty(q.shape[0], q.shape[1], params[3].shape[0])
         _kdnn.mha_forward(q, k, v, residual, _kdnn.MhaParams(*params), out, reserve,
-                          q.new_empty(sizes[1]), config, stream_of(q))
+                          q.new_empty(sizes[1]), _config(config), stream_of(q))
         ctx.save_for_backward(q, k, v, reserve, *params)
         ctx.config, ctx.sizes, ctx.has_residual = config, sizes, residual is not None
         return out
 
     @staticmethod
-    @once_differentiable
+    @first_order("multi_head_attention")
     def backward(ctx, dout):
         q, k, v, reserve, *params = ctx.saved_tensors
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
@@ -34,7 +43,7 @@ class _MultiHeadAttention(torch.autograd.Function):
         grads = [None if p is None else torch.empty_like(p) for p in params]
         _kdnn.mha_backward(dout.contiguous(), dq, dk, dv, dres, q, k, v, _kdnn.MhaParams(*params),
                            _kdnn.MhaParams(*grads), reserve, q.new_empty(ctx.sizes[1]),
-                           ctx.config, stream_of(q))
+                           _config(ctx.config), stream_of(q))
         return (None, None, dq, dk, dv, dres, *grads)
 
 
@@ -99,17 +108,15 @@ def multi_head_attention(query, key, value, w_q, w_k, w_v, w_o, b_q=None, b_k=No
     require(wq.shape[0] % heads == 0 and wv.shape[0] % heads == 0,
             f"multi_head_attention: w_q has {wq.shape[0]} rows and w_v {wv.shape[0]}, expected "
             f"multiples of heads={heads}")
-    c = _kdnn.MhaConfig()
-    c.heads, c.scale = heads, scale
-    c.dropout_p, c.seed, c.offset = dropout
-    c.unfused, c.causal = algo == "unfused", causal
+    c = {"heads": heads, "scale": scale, "dropout_p": dropout[0], "seed": dropout[1],
+         "offset": dropout[2], "unfused": algo == "unfused", "causal": causal}
     if window is not None:
-        c.lo_win = _lengths(window[0], "window[0]", S, query.device)
-        c.hi_win = _lengths(window[1], "window[1]", S, query.device)
+        c["lo_win"] = _lengths(window[0], "window[0]", S, query.device)
+        c["hi_win"] = _lengths(window[1], "window[1]", S, query.device)
     if seq_lengths is not None:
-        c.seq_q = _lengths(seq_lengths[0], "seq_lengths[0]", B, query.device)
-        c.seq_k = _lengths(seq_lengths[1], "seq_lengths[1]", B, query.device)
+        c["seq_q"] = _lengths(seq_lengths[0], "seq_lengths[0]", B, query.device)
+        c["seq_k"] = _lengths(seq_lengths[1], "seq_lengths[1]", B, query.device)
     sizes = _kdnn.mha_buffer_sizes(B, S, Sk, query.shape[2], key.shape[2], value.shape[2], heads,
                                    wq.shape[0] // heads, wv.shape[0] // heads, wo.shape[0],
-                                   c.unfused)
+                                   c["unfused"])
     return _MultiHeadAttention.apply(c, sizes, query, key, value, residual, *params)

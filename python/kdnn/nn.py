@@ -29,7 +29,7 @@ class CausalConv1d(torch.nn.Module):
             torch.nn.init.uniform_(self.bias, -bound, bound)
 
     def forward(self, x, initial_state=None):
-        return causal_conv1d(x, self.weight, self.bias, self.activation, initial_state)
+        return causal_conv1d(x, self.weight, self.bias, initial_state, activation=self.activation)
 
 
 class Sinkhorn(torch.nn.Module):
@@ -41,7 +41,7 @@ class Sinkhorn(torch.nn.Module):
         self.iters, self.order, self.eps, self.backward = iters, order, eps, backward
 
     def forward(self, x):
-        return sinkhorn(x, self.iters, self.order, self.eps, self.backward)
+        return sinkhorn(x, iters=self.iters, order=self.order, eps=self.eps, backward=self.backward)
 
 
 class MultiheadAttention(torch.nn.Module):

@@ -3,10 +3,9 @@
 import math
 
 import torch
-from torch.autograd.function import once_differentiable
 
 from . import _kdnn
-from ._tensors import Operands, integer, number, require, stream_of
+from ._tensors import Operands, first_order, integer, number, require, stream_of
 
 ORDERS = ("columns_first", "rows_first")
 BACKWARDS = ("implicit", "unrolled", "block")
@@ -16,7 +15,9 @@ class _Sinkhorn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, iters, rows_first, eps, method):
         r = torch.empty_like(x)
-        _kdnn.sinkhorn_forward(x, r, iters, rows_first, eps, stream_of(x))
+        # An unrolled backward that cannot run fails here, before the forward.
+        unrolled = method == "unrolled" and ctx.needs_input_grad[0]
+        _kdnn.sinkhorn_forward(x, r, iters, rows_first, eps, unrolled, stream_of(x))
         # The unrolled backward replays the forward from x; the implicit and
         # block ones need only the result.
         ctx.save_for_backward(x if method == "unrolled" else r)
@@ -24,7 +25,7 @@ class _Sinkhorn(torch.autograd.Function):
         return r
 
     @staticmethod
-    @once_differentiable
+    @first_order("sinkhorn")
     def backward(ctx, g):
         (saved,) = ctx.saved_tensors
         iters, rows_first, eps, method = ctx.config
@@ -37,7 +38,7 @@ class _Sinkhorn(torch.autograd.Function):
         return dx, None, None, None, None
 
 
-def sinkhorn(x, iters=20, order="columns_first", eps=0.0, backward="implicit"):
+def sinkhorn(x, *, iters=20, order="columns_first", eps=0.0, backward="implicit"):
     """R = Sinkhorn(exp(x)): `iters` times, divide by the column sums and then
     by the row sums (order="rows_first": rows first, as TransformerEngine and
     TileKernels); eps > 0 is TileKernels' regulariser (a softmax first

@@ -35,12 +35,15 @@ void forward(const Array& q, const Array& k, const Array& v, const Array& o, con
     using In = kdnn::Tensor4<const T, Space>;
     at::AttentionMask<Space> mask;
     mask.causal = causal;
-    at::fused_attention_forward(space, view_of<In>(q, "flash_attention: q"),
-                                view_of<In>(k, "flash_attention: k"),
-                                view_of<In>(v, "flash_attention: v"),
-                                view_of<kdnn::Tensor4<T, Space>>(o, "flash_attention: out"),
-                                view_of<kdnn::Tensor3<T, Space>>(lse, "flash_attention: lse"),
-                                options(scale, dropout_p, seed, offset, allow_tf32), mask);
+    // Scores past T's range are an error, not NaN (the backward takes the
+    // same q, k and scale, so the forward's check covers it).
+    auto opts = options(scale, dropout_p, seed, offset, allow_tf32);
+    opts.check_scores = true;
+    at::fused_attention_forward(
+        space, view_of<In>(q, "flash_attention: q"), view_of<In>(k, "flash_attention: k"),
+        view_of<In>(v, "flash_attention: v"),
+        view_of<kdnn::Tensor4<T, Space>>(o, "flash_attention: out"),
+        view_of<kdnn::Tensor3<T, Space>>(lse, "flash_attention: lse"), opts, mask);
   });
 }
 

@@ -11,8 +11,8 @@
 #include <string>
 
 #include "kdnn/config.hpp"
-#include "kdnn/core/compat.hpp"
 #include "kdnn/core/error.hpp"
+#include "lifetime.hpp"
 
 namespace nb = nanobind;
 
@@ -30,17 +30,12 @@ NB_MODULE(_kdnn, m) {
   m.doc() = "kdnn's operators on DLPack arrays (use the kdnn package, not this module)";
   nb::exception<kdnn::Error>(m, "Error", PyExc_ValueError);
 
-  // Kokkos starts with the module (unless the process started it) and ends
-  // at interpreter exit (kdnn/__init__.py registers finalize with atexit).
-  // Kokkos' environment variables (KOKKOS_NUM_THREADS, ...) apply.
-  static bool started_here = false;
-  if (!Kokkos::is_initialized()) {
-    kdnn::compat::initialize_without_warnings("kdnn", {});
-    started_here = true;
-  }
+  // Kokkos starts with the module and ends at interpreter exit, after the
+  // calls in flight (lifetime.hpp).
+  kdnn_python::Lifetime::instance().start();
   m.def("finalize", [] {
-    if (started_here && Kokkos::is_initialized()) Kokkos::finalize();
-    started_here = false;
+    const nb::gil_scoped_release unlocked;
+    kdnn_python::Lifetime::instance().finish();
   });
   m.def("backend", [] { return std::string(Kokkos::DefaultExecutionSpace::name()); });
   m.def("host_backend", [] { return std::string(Kokkos::DefaultHostExecutionSpace::name()); });

@@ -22,14 +22,18 @@ sk::ForwardOptions forward_options(int iters, bool rows_first, double eps) {
   return f;
 }
 
+/// The forward; with `unrolled_backward` (the caller will differentiate it
+/// in reverse mode) the unrolled backward's launch is checked first, so that
+/// an impossible one fails here rather than after the forward ran.
 void forward(const Array& x, const Array& r, int iters, bool rows_first, double eps,
-             std::uintptr_t stream) {
+             bool unrolled_backward, std::uintptr_t stream) {
   dispatch(x, "sinkhorn: x", stream, [&](auto space, auto zero) {
     using Space = decltype(space);
     using T = decltype(zero);
-    sk::forward(space, view_of<kdnn::Tensor3<const T, Space>>(x, "sinkhorn: x"),
-                view_of<kdnn::Tensor3<T, Space>>(r, "sinkhorn: R"),
-                forward_options(iters, rows_first, eps));
+    const auto in = view_of<kdnn::Tensor3<const T, Space>>(x, "sinkhorn: x");
+    const auto opts = forward_options(iters, rows_first, eps);
+    if (unrolled_backward) sk::check_backward_unrolled(space, in, opts);
+    sk::forward(space, in, view_of<kdnn::Tensor3<T, Space>>(r, "sinkhorn: R"), opts);
   });
 }
 
@@ -60,7 +64,8 @@ void backward_unrolled(const Array& x, const Array& g, const Array& dx, int iter
 }  // namespace
 
 void bind_sinkhorn(nb::module_& m) {
-  m.def("sinkhorn_forward", &forward, "x"_a, "r"_a, "iters"_a, "rows_first"_a, "eps"_a, "stream"_a);
+  m.def("sinkhorn_forward", &forward, "x"_a, "r"_a, "iters"_a, "rows_first"_a, "eps"_a,
+        "unrolled_backward"_a, "stream"_a);
   m.def("sinkhorn_backward", &backward, "r"_a, "g"_a, "dx"_a, "block"_a, "stream"_a);
   m.def("sinkhorn_backward_unrolled", &backward_unrolled, "x"_a, "g"_a, "dx"_a, "iters"_a,
         "rows_first"_a, "eps"_a, "stream"_a);

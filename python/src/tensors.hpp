@@ -23,6 +23,7 @@
 
 #include "kdnn/core/error.hpp"
 #include "kdnn/core/tensor.hpp"
+#include "lifetime.hpp"
 
 namespace kdnn_python {
 
@@ -146,21 +147,23 @@ inline Kokkos::Cuda cuda_space(int device, cudaStream_t stream) {
 /// scalar type (float or double): the host space for CPU arrays (then fenced,
 /// so the results are there when Python reads them) and, in a CUDA build, a
 /// Kokkos::Cuda instance on the stream `stream` (PyTorch's current stream)
-/// of `first`'s GPU for CUDA arrays, ordered on that stream as PyTorch's own kernels. The GIL
-/// is released meanwhile.
+/// of `first`'s GPU for CUDA arrays, ordered on that stream as PyTorch's own
+/// kernels. The GIL is released meanwhile, and Kokkos kept up throughout
+/// (Lifetime::Call, released before the GIL is taken back).
 template <class F>
 void dispatch(const Array& first, const char* name, std::uintptr_t stream, F&& f) {
+  if (first.dtype() != nb::dtype<float>() && first.dtype() != nb::dtype<double>()) {
+    kdnn::fail(name, " has an unsupported dtype, expected float32 or float64");
+  }
+  const nb::gil_scoped_release unlocked;
+  const Lifetime::Call call(name);
   const auto on_dtype = [&](auto space) {
-    nb::gil_scoped_release unlocked;
     if (first.dtype() == nb::dtype<float>()) {
       f(space, float{});
     } else {
       f(space, double{});
     }
   };
-  if (first.dtype() != nb::dtype<float>() && first.dtype() != nb::dtype<double>()) {
-    kdnn::fail(name, " has an unsupported dtype, expected float32 or float64");
-  }
   if (first.device_type() == nb::device::cpu::value) {
     const Kokkos::DefaultHostExecutionSpace host;
     on_dtype(host);

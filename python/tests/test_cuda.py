@@ -38,14 +38,14 @@ def on_both(fn, *inputs):
 def test_every_operator_on_the_gpu_matches_the_cpu(dtype):
     f = dict(dtype=dtype)
     cases = [
-        (lambda x: kdnn.sinkhorn(x, 20, backward="unrolled"), torch.randn(64, 8, 8, **f)),
+        (lambda x: kdnn.sinkhorn(x, iters=20, backward="unrolled"), torch.randn(64, 8, 8, **f)),
         (lambda q, k, v: kdnn.flash_attention(q, k, v, causal=True),
          torch.randn(2, 4, 100, 64, **f), torch.randn(2, 4, 90, 64, **f),
          torch.randn(2, 4, 90, 64, **f)),
-        (lambda x, w, b: kdnn.causal_conv1d(x, w, b, "silu"), torch.randn(2, 300, 64, **f),
+        (lambda x, w, b: kdnn.causal_conv1d(x, w, b, activation="silu"), torch.randn(2, 300, 64, **f),
          torch.randn(64, 4, **f), torch.randn(64, **f)),
         (lambda d, b: kdnn.dt_softplus(d, b), torch.randn(2, 50, 8, **f), torch.randn(8, **f)),
-        (lambda x, dt, A, B, C: kdnn.ssd(x, dt, A, B, C, 64), torch.randn(2, 200, 4, 16, **f),
+        (lambda x, dt, A, B, C: kdnn.ssd(x, dt, A, B, C, chunk_size=64), torch.randn(2, 200, 4, 16, **f),
          F.softplus(torch.randn(2, 200, 4, **f)), -torch.rand(4, **f), torch.randn(2, 200, 1, 16, **f),
          torch.randn(2, 200, 1, 16, **f)),
     ]

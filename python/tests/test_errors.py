@@ -23,7 +23,7 @@ def test_wrong_dtype():
         kdnn.sinkhorn(torch.zeros(2, 3, 3, dtype=torch.float16))
     with raises(r"ssd: dt has dtype torch.float32, expected torch.float64 \(as the first tensor\)"):
         kdnn.ssd(torch.zeros(1, 4, 2, 2, dtype=torch.float64), torch.zeros(1, 4, 2),
-                 torch.zeros(2), torch.zeros(1, 4, 1, 2), torch.zeros(1, 4, 1, 2), 4)
+                 torch.zeros(2), torch.zeros(1, 4, 1, 2), torch.zeros(1, 4, 1, 2), chunk_size=4)
     with raises("causal_conv1d: x is a list, expected a torch.Tensor"):
         kdnn.causal_conv1d([[1.0]], torch.zeros(1, 2))
 
@@ -50,7 +50,7 @@ def test_mismatched_shapes_are_the_cpp_checks():
         kdnn.flash_attention(q, torch.zeros(1, 2, 4, 7), q)
     with raises(r"ssd_forward: B has extent\(2\)=3, expected a number of groups G >= 1 that divides H=4"):
         kdnn.ssd(torch.zeros(1, 5, 4, 2), torch.zeros(1, 5, 4), -torch.ones(4),
-                 torch.zeros(1, 5, 3, 2), torch.zeros(1, 5, 3, 2), 4)
+                 torch.zeros(1, 5, 3, 2), torch.zeros(1, 5, 3, 2), chunk_size=4)
 
 
 def ssd_args(dt_value=0.5, a_value=-1.0):
@@ -63,12 +63,12 @@ def ssd_args(dt_value=0.5, a_value=-1.0):
 @pytest.mark.parametrize("value", [-0.5, math.nan, math.inf])
 def test_ssd_refuses_a_bad_dt_naming_it(value):
     with raises(r"dt\[0, 3, 1\]=.*expected a finite dt >= 0"):
-        kdnn.ssd(*ssd_args(dt_value=value), 4)
+        kdnn.ssd(*ssd_args(dt_value=value), chunk_size=4)
 
 
 def test_ssd_refuses_a_positive_a():
     with raises(r"A\[0\]=0.5, expected A <= 0"):
-        kdnn.ssd(*ssd_args(a_value=0.5), 4)
+        kdnn.ssd(*ssd_args(a_value=0.5), chunk_size=4)
 
 
 def test_bad_options():
@@ -87,9 +87,9 @@ def test_bad_options():
     with raises("flash_attention: scale=inf, expected a finite number"):
         kdnn.flash_attention(q, q, q, scale=math.inf)
     with raises(r"ssd: chunk_size=0, expected an integer in \[1, 2147483647\]"):
-        kdnn.ssd(*ssd_args(), 0)
+        kdnn.ssd(*ssd_args(), chunk_size=0)
     with raises(r"dt_softplus: dt_limit=\(1.0, 0.0\), expected \(low, high\) with low <= high"):
-        kdnn.dt_softplus(torch.zeros(1, 2, 3), torch.zeros(3), (1.0, 0.0))
+        kdnn.dt_softplus(torch.zeros(1, 2, 3), torch.zeros(3), dt_limit=(1.0, 0.0))
     with raises("causal_conv1d: activation='relu', expected one of"):
         kdnn.causal_conv1d(torch.zeros(1, 2, 3), torch.zeros(3, 2), activation="relu")
 
@@ -99,13 +99,35 @@ def test_bad_options():
 @pytest.mark.parametrize("value", [0.1, "false", 1, None])
 def test_a_boolean_option_must_be_a_bool(value):
     q = torch.randn(1, 1, 3, 4)
-    # flash-attn's fourth positional argument is dropout_p: never taken as causal.
     with raises(re.escape(f"flash_attention: causal={value!r}, expected True or False")):
-        kdnn.flash_attention(q, q, q, value)
+        kdnn.flash_attention(q, q, q, causal=value)
     with raises(re.escape(f"ssd: return_final_states={value!r}, expected True or False")):
-        kdnn.ssd(*ssd_args(), 4, return_final_states=value)
+        kdnn.ssd(*ssd_args(), chunk_size=4, return_final_states=value)
     with raises(re.escape(f"causal_conv1d: return_final_states={value!r}, expected True or False")):
         kdnn.causal_conv1d(torch.zeros(1, 2, 3), torch.zeros(3, 2), return_final_states=value)
+
+
+def test_options_are_keyword_only():
+    # Tensors are positional, options keyword-only: flash-attn's fourth
+    # positional argument (dropout_p) or an old positional chunk size is
+    # never taken for another option.
+    q = torch.randn(1, 1, 3, 4)
+    x, dt, A, B, C = ssd_args()
+    calls = [lambda: kdnn.flash_attention(q, q, q, 0.1),
+             lambda: kdnn.sinkhorn(torch.zeros(2, 3, 3), 20),
+             lambda: kdnn.causal_conv1d(torch.zeros(1, 2, 3), torch.zeros(3, 2), None, None, "silu"),
+             lambda: kdnn.dt_softplus(torch.zeros(1, 2, 3), torch.zeros(3), (0.0, 1.0)),
+             lambda: kdnn.ssd(x, dt, A, B, C, None, None, 4)]
+    for call in calls:
+        with pytest.raises(TypeError, match="positional argument"):
+            call()
+    # kdnn's earlier positional chunk size: chunk_size is required by keyword
+    with pytest.raises(TypeError, match="keyword-only argument: 'chunk_size'"):
+        kdnn.ssd(x, dt, A, B, C, 4)
+    with raises(r"ssd: D is a int, expected a torch.Tensor \[H\]"):
+        kdnn.ssd(x, dt, A, B, C, 4, chunk_size=4)
+    with raises(r"causal_conv1d: initial_state is a str, expected a torch.Tensor"):
+        kdnn.causal_conv1d(torch.zeros(1, 2, 3), torch.zeros(3, 2), None, "silu")
 
 
 def test_integer_options():
@@ -113,11 +135,12 @@ def test_integer_options():
     x = torch.randn(2, 3, 3)
     torch.testing.assert_close(kdnn.sinkhorn(x, iters=np.int64(5)), kdnn.sinkhorn(x, iters=5))
     args = ssd_args()
-    torch.testing.assert_close(kdnn.ssd(*args, np.int32(4)), kdnn.ssd(*args, 4))
+    torch.testing.assert_close(kdnn.ssd(*args, chunk_size=np.int32(4)),
+                               kdnn.ssd(*args, chunk_size=4))
     with raises(r"sinkhorn: iters=2147483648, expected an integer in \[1, 2147483647\]"):
         kdnn.sinkhorn(x, iters=2**31)
     with raises(r"ssd: chunk_size=2147483648, expected an integer in \[1, 2147483647\]"):
-        kdnn.ssd(*ssd_args(), 2**31)
+        kdnn.ssd(*ssd_args(), chunk_size=2**31)
     for value in (5.0, "5", True):
         with raises(re.escape(f"sinkhorn: iters={value!r}, expected an integer")):
             kdnn.sinkhorn(x, iters=value)
@@ -158,7 +181,7 @@ def test_required_and_unusual_tensors():
         kdnn.causal_conv1d(torch.zeros(1, 2, 3), None)
     x, dt, _, B, C = ssd_args()
     with raises(r"ssd: A is None, expected a torch.Tensor \[H\]"):
-        kdnn.ssd(x, dt, None, B, C, 4)
+        kdnn.ssd(x, dt, None, B, C, chunk_size=4)
     with raises(r"sinkhorn: x has layout torch.sparse_coo, expected torch.strided"):
         kdnn.sinkhorn(torch.zeros(2, 3, 3).to_sparse())
 
@@ -169,3 +192,48 @@ def test_a_lazily_negated_tensor_is_read_with_its_sign():
     got = kdnn.dt_softplus(dt, torch.zeros(1))
     torch.testing.assert_close(got, torch.nn.functional.softplus(torch.full((1, 1, 1), -2.0)))
     assert dt.is_neg() and float(dt) == -2.0  # the caller's tensor as it was
+
+
+def test_scores_past_float32_are_an_error_not_nan():
+    q = torch.full((1, 1, 4, 4), 3.0)  # every score is 36·scale
+    with raises(r"fused_attention_forward: opts.scale=1e\+37 with max\|q\|=3, max\|k\|=3 and D=4 "
+                r"could take a score past"):
+        kdnn.flash_attention(q, q, q, scale=1e37)
+    out = kdnn.flash_attention(q.double(), q.double(), q.double(), scale=1e37)  # double's range
+    torch.testing.assert_close(out, q.double())
+    bad = q.clone()
+    bad[0, 0, 2, 1] = math.nan
+    with raises("fused_attention_forward: k holds a value that is not finite"):
+        kdnn.flash_attention(q, bad, q)
+
+
+def test_an_unrolled_backward_that_cannot_run_fails_at_the_forward():
+    x = torch.randn(2, 4, 4, dtype=torch.float64)
+    # 10^5 iterations keep 2·4·10^5 scaling values per matrix, past the CPU
+    # backends' team scratch: refused before the forward runs, when x
+    # requires grad; without grad the forward alone is fine.
+    with raises("sinkhorn::backward_unrolled: n=4 needs"):
+        kdnn.sinkhorn(x.clone().requires_grad_(), iters=100000, backward="unrolled")
+    kdnn.sinkhorn(x, iters=100000, backward="unrolled")
+
+
+@pytest.mark.parametrize("op", ["sinkhorn", "flash_attention", "ssd"])
+def test_double_backward_is_a_clear_error(op):
+    torch.manual_seed(0)
+    if op == "sinkhorn":
+        inputs = [torch.randn(2, 3, 3, dtype=torch.float64)]
+        fn = kdnn.sinkhorn
+    elif op == "flash_attention":
+        inputs = [torch.randn(1, 2, 5, 4, dtype=torch.float64) for _ in range(3)]
+        fn = kdnn.flash_attention
+    else:
+        inputs = [t.double() for t in ssd_args()]
+        fn = lambda *a: kdnn.ssd(*a, chunk_size=2)  # noqa: E731
+    inputs = [t.requires_grad_() for t in inputs]
+    out = fn(*inputs)
+    first = torch.autograd.grad((out * out).sum(), inputs[0])[0]
+    # create_graph=True: the same first-order gradient, which carries the error
+    grad = torch.autograd.grad((fn(*inputs) ** 2).sum(), inputs[0], create_graph=True)[0]
+    torch.testing.assert_close(grad, first, rtol=0, atol=0)
+    with pytest.raises(RuntimeError, match=f"kdnn.{op}: its backward is not differentiable"):
+        torch.autograd.grad(grad.sum(), inputs[0])

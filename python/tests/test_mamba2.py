@@ -36,7 +36,7 @@ def test_conv_matches_conv1d(dtype, K, options):
     init = (torch.randn(B, K - 1, C, dtype=dtype, requires_grad=True)
             if options.get("init") else None)
     silu = options.get("silu", False)
-    y, fin = kdnn.causal_conv1d(x, w, bias, "silu" if silu else None, init,
+    y, fin = kdnn.causal_conv1d(x, w, bias, init, activation="silu" if silu else None,
                                 return_final_states=True)
     leaves = [t for t in (x, w, bias, init) if t is not None]
     assert_matches((y, fin), conv_reference(x, w, bias, silu, init), leaves, **TOLERANCE[dtype])
@@ -48,7 +48,7 @@ def test_conv_gradcheck():
     b = torch.randn(3, dtype=torch.float64, requires_grad=True)
     init = torch.randn(2, 3, 3, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(
-        lambda *a: kdnn.causal_conv1d(*a[:3], "silu", a[3], return_final_states=True),
+        lambda *a: kdnn.causal_conv1d(*a, activation="silu", return_final_states=True),
         (x, w, b, init))
 
 
@@ -63,14 +63,14 @@ def test_conv_module():
 def test_dt_softplus(dtype, limit):
     dt = (5 * torch.randn(2, 9, 4, dtype=dtype)).requires_grad_(True)
     bias = torch.randn(4, dtype=dtype, requires_grad=True)
-    assert_matches(kdnn.dt_softplus(dt, bias, limit), F.softplus(dt + bias).clamp(*limit),
+    assert_matches(kdnn.dt_softplus(dt, bias, dt_limit=limit), F.softplus(dt + bias).clamp(*limit),
                    (dt, bias), **TOLERANCE[dtype])
 
 
 def test_dt_softplus_gradcheck():
     dt = torch.randn(2, 5, 3, dtype=torch.float64, requires_grad=True)
     bias = torch.randn(3, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda d, b: kdnn.dt_softplus(d, b, (0.1, 2.0)), (dt, bias))
+    assert torch.autograd.gradcheck(lambda d, b: kdnn.dt_softplus(d, b, dt_limit=(0.1, 2.0)), (dt, bias))
 
 
 def ssd_inputs(dtype, b=2, L=21, h=4, p=3, g=2, n=5, D=True, init=True):
@@ -90,7 +90,7 @@ def ssd_inputs(dtype, b=2, L=21, h=4, p=3, g=2, n=5, D=True, init=True):
 @pytest.mark.parametrize("optional", [False, True])
 def test_ssd_matches_the_chunked_formulation(dtype, chunk, optional):
     x, dt, A, B, C, D, s0 = ssd_inputs(dtype, D=optional, init=optional)
-    y, fin = kdnn.ssd(x, dt, A, B, C, chunk, D=D, initial_states=s0, return_final_states=True)
+    y, fin = kdnn.ssd(x, dt, A, B, C, D, s0, chunk_size=chunk, return_final_states=True)
     leaves = [t for t in (x, dt, A, B, C, D, s0) if t is not None]
     assert_matches((y, fin), ssd_reference.ssd_chunked(x, dt, A, B, C, chunk, D=D, init=s0), leaves,
                    **TOLERANCE[dtype])
@@ -100,12 +100,12 @@ def test_ssd_gradcheck():
     args = ssd_inputs(torch.float64, b=1, L=6, h=2, p=2, g=1, n=3)
     x, dt, A, B, C, D, s0 = args
     assert torch.autograd.gradcheck(
-        lambda *a: kdnn.ssd(*a[:5], 4, D=a[5], initial_states=a[6], return_final_states=True),
+        lambda *a: kdnn.ssd(*a, chunk_size=4, return_final_states=True),
         args)
 
 
 def test_ssd_output_only_and_an_empty_sequence():
     x, dt, A, B, C, D, _ = ssd_inputs(torch.float64, L=0, init=False)
-    y = kdnn.ssd(x, dt, A, B, C, 8, D=D)
+    y = kdnn.ssd(x, dt, A, B, C, D, chunk_size=8)
     y.sum().backward()
     assert y.shape == x.shape and A.grad is not None and torch.all(A.grad == 0)

@@ -78,4 +78,4 @@ def test_empty_batch():
 def test_module():
     m = kdnn.nn.Sinkhorn(iters=20, order="rows_first")
     x = torch.randn(3, 4, 4)
-    torch.testing.assert_close(m(x), kdnn.sinkhorn(x, 20, "rows_first"))
+    torch.testing.assert_close(m(x), kdnn.sinkhorn(x, iters=20, order="rows_first"))

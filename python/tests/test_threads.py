@@ -38,8 +38,8 @@ def cases(dtype):
 
     E, H = 32, 4
     return [
-        ("sinkhorn implicit", lambda x: kdnn.sinkhorn(x, 30), [randn(64, 16, 16)]),
-        ("sinkhorn unrolled", lambda x: kdnn.sinkhorn(x, 10, backward="unrolled"),
+        ("sinkhorn implicit", lambda x: kdnn.sinkhorn(x, iters=30), [randn(64, 16, 16)]),
+        ("sinkhorn unrolled", lambda x: kdnn.sinkhorn(x, iters=10, backward="unrolled"),
          [randn(32, 8, 8)]),
         ("flash_attention", lambda q, k, v: kdnn.flash_attention(q, k, v, causal=True),
          [randn(1, 2, 80, 32), randn(1, 2, 80, 32), randn(1, 2, 80, 32)]),
@@ -47,10 +47,10 @@ def cases(dtype):
          lambda x, wq, wk, wv, wo: kdnn.multi_head_attention(x, x, x, wq, wk, wv, wo, heads=H,
                                                              causal=True),
          [randn(2, 40, E), randn(E, E), randn(E, E), randn(E, E), randn(E, E)]),
-        ("causal_conv1d", lambda x, w, b: kdnn.causal_conv1d(x, w, b, "silu"),
+        ("causal_conv1d", lambda x, w, b: kdnn.causal_conv1d(x, w, b, activation="silu"),
          [randn(2, 120, 24), randn(24, 4), randn(24)]),
         ("dt_softplus", lambda dt, b: kdnn.dt_softplus(dt, b), [randn(2, 60, 8), randn(8)]),
-        ("ssd", lambda x, dt, A, B, C: kdnn.ssd(x, dt, A, B, C, 32),
+        ("ssd", lambda x, dt, A, B, C: kdnn.ssd(x, dt, A, B, C, chunk_size=32),
          [randn(1, 100, 2, 8), positive(1, 100, 2), negative(2), randn(1, 100, 1, 8),
           randn(1, 100, 1, 8)]),
     ]
@@ -109,14 +109,14 @@ x = torch.randn(16, 4, 4, dtype=torch.float64)
 result = {}
 def first_call():
     y = x.cuda().requires_grad_()
-    out = kdnn.sinkhorn(y, 20)
+    out = kdnn.sinkhorn(y, iters=20)
     out.sum().backward()
     result["out"], result["grad"] = out.detach().cpu(), y.grad.cpu()
 t = threading.Thread(target=first_call)
 t.start()
 t.join()
 y = x.clone().requires_grad_()
-out = kdnn.sinkhorn(y, 20)
+out = kdnn.sinkhorn(y, iters=20)
 out.sum().backward()
 torch.testing.assert_close(result["out"], out.detach(), rtol=1e-9, atol=1e-12)
 torch.testing.assert_close(result["grad"], y.grad, rtol=1e-9, atol=1e-12)

@@ -804,6 +804,46 @@ TEST(FusedAttentionMemory, ExtraAllocationsDoNotGrowWithTheKeyLength) {
   EXPECT_EQ(peaks[0], peaks[1]);
 }
 
+// check_scores: a scale with which scale·q·k can pass float's range is an
+// error naming it (unchecked, such scores are inf and the softmax NaN), a
+// non-finite q or k too; what fits runs.
+TEST(FusedAttentionErrors, ScoresPastTheRangeAreRefusedWhenChecked) {
+  DeviceView<float****> q("q", 1, 2, 3, 4), k("k", 1, 2, 5, 4), v("v", 1, 2, 5, 6),
+      o("o", 1, 2, 3, 6);
+  DeviceView<float***> lse("lse", 1, 2, 3);
+  Kokkos::deep_copy(q, 3.0f);  // every score is 36·scale
+  Kokkos::deep_copy(k, 3.0f);
+  Kokkos::deep_copy(v, 1.0f);
+  at::FusedAttentionOptions opts;
+  opts.check_scores = true;
+  opts.scale = 1e37;  // scores 3.6e38 > FLT_MAX
+  EXPECT_KDNN_ERROR(at::fused_attention_forward(Space(), q, k, v, o, lse, opts),
+                    "opts.scale=1e+37 with max|q|=3, max|k|=3 and D=4 could take a score past");
+  opts.scale = -1e37;
+  EXPECT_KDNN_ERROR(at::fused_attention_forward(Space(), q, k, v, o, lse, opts),
+                    "opts.scale=-1e+37 with max|q|=3");
+  opts.scale = 1e30;
+  at::fused_attention_forward(Space(), q, k, v, o, lse, opts);
+  for (double x : to_host(o)) EXPECT_EQ(x, 1.0);  // every row averages ones
+
+  DeviceView<double****> qd("q", 1, 2, 3, 4), kd("k", 1, 2, 5, 4), vd("v", 1, 2, 5, 6),
+      od("o", 1, 2, 3, 6);
+  DeviceView<double***> lsed("lse", 1, 2, 3);
+  Kokkos::deep_copy(qd, 3.0);
+  Kokkos::deep_copy(kd, 3.0);
+  opts.scale = 1e37;  // within double's range
+  at::fused_attention_forward(Space(), qd, kd, vd, od, lsed, opts);
+
+  opts.scale = 0.5;
+  Kokkos::deep_copy(Kokkos::subview(q, 0, 1, 2, 3), std::numeric_limits<float>::quiet_NaN());
+  EXPECT_KDNN_ERROR(at::fused_attention_forward(Space(), q, k, v, o, lse, opts),
+                    "q holds a value that is not finite (check_scores)");
+  Kokkos::deep_copy(q, 3.0f);
+  Kokkos::deep_copy(Kokkos::subview(k, 0, 0, 4, 0), -std::numeric_limits<float>::infinity());
+  EXPECT_KDNN_ERROR(at::fused_attention_forward(Space(), q, k, v, o, lse, opts),
+                    "k holds a value that is not finite (check_scores)");
+}
+
 TEST(FusedAttentionErrors, BadInputIsAKdnnError) {
   DeviceView<double****> q("q", 1, 2, 3, 4), k("k", 1, 2, 5, 4), v("v", 1, 2, 5, 6),
       o("o", 1, 2, 3, 6);

@@ -868,6 +868,14 @@ TEST(Sinkhorn, TooLargeForScratchIsAClearError) {
   const int iters = unrolled.iters;
   EXPECT_KDNN_ERROR(sk::backward_unrolled(Space(), X4, G4, dX4, {iters}),
                     "sinkhorn::backward_unrolled: n=4 needs");
+  // check_backward_unrolled refuses it the same way before anything runs
+  // (an autograd forward asks it first), and passes what the backward runs.
+  EXPECT_KDNN_ERROR(sk::check_backward_unrolled(Space(), X4, {iters}),
+                    "sinkhorn::backward_unrolled: n=4 needs");
+  EXPECT_NO_THROW(sk::check_backward_unrolled(Space(), X4, {iters / 2}));
+  EXPECT_NO_THROW(sk::backward_unrolled(Space(), X4, G4, dX4, {iters / 2}));
+  EXPECT_KDNN_ERROR(sk::check_backward_unrolled(Space(), X4, {10, 1e-6}), "tol=1e-06, expected 0");
+  EXPECT_NO_THROW(sk::check_backward_unrolled(Space(), Batch<double>("X0", 0, 4, 4), {iters}));
 }
 
 }  // namespace

@@ -62,12 +62,12 @@ def test_conv_dt_equals_the_single_rank_operators(pattern, K):
     mine = slice(first, first + n)
 
     xs, ws, bs, ds, dbs = leaves(x, w, bias, dt, dt_bias)
-    y = kdnn.causal_conv1d(xs, ws, bs, "silu")
+    y = kdnn.causal_conv1d(xs, ws, bs, activation="silu")
     dto = kdnn.dt_softplus(ds, dbs)
     ((y * gy).sum() + (dto * gd).sum()).backward()
 
     xp, wp, bp, dp, dbp = leaves(x[:, mine], w, bias, dt[:, mine], dt_bias)
-    yp, dtop = kdnn.cp.conv_dt(xp, wp, dp, dbp, comm, bias=bp)
+    yp, dtop = kdnn.cp.conv_dt(xp, wp, dp, dbp, bp, comm=comm)
     ((yp * gy[:, mine]).sum() + (dtop * gd[:, mine]).sum()).backward()
 
     torch.testing.assert_close(yp, y[:, mine])
@@ -94,13 +94,11 @@ def test_ssd_equals_the_single_rank_scan(pattern, chunk):
     last = rank == size - 1
 
     whole = leaves(x, dt, A, B, C, D, s0)
-    y, fin = kdnn.ssd(*whole[:5], chunk, D=whole[5], initial_states=whole[6],
-                      return_final_states=True)
+    y, fin = kdnn.ssd(*whole, chunk_size=chunk, return_final_states=True)
     ((y * gy).sum() + (fin * gfin).sum()).backward()
 
     part = leaves(x[:, mine], dt[:, mine], A, B[:, mine], C[:, mine], D, s0 if rank == 0 else None)
-    yp, finp = kdnn.cp.ssd(*part[:5], chunk, comm, D=part[5], initial_states=part[6],
-                           return_final_states=True)
+    yp, finp = kdnn.cp.ssd(*part, chunk_size=chunk, comm=comm, return_final_states=True)
     # The sequence's final state is the last rank's.
     ((yp * gy[:, mine]).sum() + ((finp * gfin).sum() if last else 0)).backward()
 
@@ -120,13 +118,14 @@ def test_a_bad_dt_on_one_rank_is_an_error_on_every_rank():
     if rank == 0:
         dt[0, 2, 1] = -1.0
     with pytest.raises(kdnn.Error, match=r"dt\[0, 2, 1\]=-1"):
-        kdnn.cp.ssd(x, dt, -torch.ones(2), torch.randn(1, 4, 1, 2), torch.randn(1, 4, 1, 2), 4, comm)
+        kdnn.cp.ssd(x, dt, -torch.ones(2), torch.randn(1, 4, 1, 2), torch.randn(1, 4, 1, 2),
+                    chunk_size=4, comm=comm)
 
 
 def test_comm_must_be_a_communicator():
     with pytest.raises(kdnn.Error, match="comm is a int, expected an mpi4py communicator"):
         kdnn.cp.ssd(torch.randn(1, 4, 2, 3), torch.ones(1, 4, 2), -torch.ones(2),
-                    torch.randn(1, 4, 1, 2), torch.randn(1, 4, 1, 2), 4, 0)
+                    torch.randn(1, 4, 1, 2), torch.randn(1, 4, 1, 2), chunk_size=4, comm=0)
 
 
 class _AllgatherSteps(torch.autograd.Function):
@@ -183,12 +182,12 @@ def test_gradcheck_of_the_whole_sequence(pattern):
     conv = [torch.randn(1, L, 2, **f64), torch.randn(2, 3, **f64), torch.randn(1, L, 1, **f64),
             torch.randn(1, **f64), torch.randn(2, **f64)]
     assert torch.autograd.gradcheck(
-        lambda *a: whole_sequence(lambda x, w, dt, dtb, b: kdnn.cp.conv_dt(x, w, dt, dtb, comm, bias=b),
+        lambda *a: whole_sequence(lambda x, w, dt, dtb, b: kdnn.cp.conv_dt(x, w, dt, dtb, b, comm=comm),
                                   a, (True, False, True, False, False), counts), conv)
     ssd = [torch.randn(1, L, 2, 2, **f64),
            F.softplus(torch.randn(1, L, 2, dtype=torch.float64)).requires_grad_(True),
            (-torch.rand(2, dtype=torch.float64) - 0.1).requires_grad_(True),
            torch.randn(1, L, 1, 3, **f64), torch.randn(1, L, 1, 3, **f64), torch.randn(2, **f64)]
     assert torch.autograd.gradcheck(
-        lambda *a: whole_sequence(lambda x, dt, A, B, C, D: kdnn.cp.ssd(x, dt, A, B, C, 3, comm, D=D),
+        lambda *a: whole_sequence(lambda x, dt, A, B, C, D: kdnn.cp.ssd(x, dt, A, B, C, D, chunk_size=3, comm=comm),
                                   a, (True, True, False, True, True, False), counts), ssd)

@@ -45,6 +45,10 @@ struct FusedAttentionOptions {
   /// says).
   Launch launch;
   FusedBackwardSchedule backward = FusedBackwardSchedule::automatic;  ///< the backward's split
+  /// Refuse q and k that are not finite, and a scale with which a score
+  /// scale·q_i·k_j could pass T's largest value (|scale|·D·max|q|·max|k|
+  /// above half of it): a reduction over q and k that the host waits for.
+  bool check_scores = false;
 };
 
 }  // namespace kdnn::attention

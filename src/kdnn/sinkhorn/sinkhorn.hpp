@@ -136,7 +136,9 @@ using Batch = Kokkos::View<T***, Kokkos::LayoutRight, typename ExecSpace::memory
                        const BackwardOptions&, const Report<ExecSpace>&);                     \
   PREFIX void backward_unrolled(const ExecSpace&, const Batch<const T, ExecSpace>&,           \
                                 const Batch<const T, ExecSpace>&, const Batch<T, ExecSpace>&, \
-                                const ForwardOptions&);
+                                const ForwardOptions&);                                       \
+  PREFIX void check_backward_unrolled(const ExecSpace&, const Batch<const T, ExecSpace>&,     \
+                                      const ForwardOptions&);
 
 namespace impl {
 KDNN_SINKHORN_OPERATORS(KDNN_TEMPLATE_EXEC_SPACE_T, ExecSpace, T)
@@ -191,6 +193,19 @@ void backward_unrolled(const ExecSpace& space, const XView& X, const GView& G, c
   KDNN_SINKHORN_CHECK_BACKWARD_VIEWS("sinkhorn::backward_unrolled", XView, "X");
   using T = typename DXView::non_const_value_type;
   impl::backward_unrolled<ExecSpace, T>(space, X, G, dX, opts);
+}
+
+/// Throws the kdnn::Error backward_unrolled(space, X, G, dX, opts) would
+/// throw for X's shape and `opts` (e.g. iters whose scaling vectors exceed
+/// the backend's team scratch), without running anything: for a caller that
+/// runs the forward now and the backward later (an autograd function checks
+/// before its forward). G and dX are checked at the backward.
+template <class ExecSpace, class XView>
+void check_backward_unrolled(const ExecSpace& space, const XView& X,
+                             const ForwardOptions& opts = {}) {
+  KDNN_CHECK_VIEW(ExecSpace, XView, 3, "[B, n, n]", "sinkhorn::check_backward_unrolled: X");
+  using T = typename XView::non_const_value_type;
+  impl::check_backward_unrolled<ExecSpace, T>(space, X, opts);
 }
 
 }  // namespace kdnn::sinkhorn

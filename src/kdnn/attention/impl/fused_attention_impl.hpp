@@ -4,6 +4,7 @@
 // launch plan (query-block and key-tile sizes per backend and D), the kernel
 // (impl/fused_forward_kernel.hpp).
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <string>
 #include <type_traits>
@@ -18,6 +19,7 @@
 #include "kdnn/attention/impl/fused_forward_mma_kernel.hpp"
 #include "kdnn/attention/impl/visible_keys.hpp"
 #include "kdnn/core/impl/backend_traits.hpp"
+#include "kdnn/core/impl/largest_magnitude.hpp"
 #include "kdnn/core/impl/team_plan.hpp"
 #include "kdnn/core/validate.hpp"
 
@@ -203,6 +205,31 @@ void check_fused_sizes(const char* op, const ExecSpace& space, const FusedAttent
   }
 }
 
+/// With opts.check_scores, refuses q and k that could take a score past T's
+/// range: |scale·q_i·k_j| <= |scale|·D·max|q|·max|k|, compared in
+/// logarithms (which cannot overflow) with half of T's largest value, the
+/// margin for the rounding of the sums.
+template <class ExecSpace, class T>
+void check_score_range(const char* op, const ExecSpace& space, const FusedAttentionOptions& opts,
+                       const Tensor4<const T, ExecSpace>& q, const Tensor4<const T, ExecSpace>& k) {
+  if (!opts.check_scores) return;
+  const double max_q = kdnn::impl::largest_magnitude(space, q);
+  const double max_k = kdnn::impl::largest_magnitude(space, k);
+  const double inf = std::numeric_limits<double>::infinity();
+  if (!(max_q < inf)) fail(op, ": q holds a value that is not finite (check_scores)");
+  if (!(max_k < inf)) fail(op, ": k holds a value that is not finite (check_scores)");
+  const double D = double(q.extent(3)), scale = std::abs(opts.scale);
+  if (D == 0 || max_q == 0 || max_k == 0 || scale == 0) return;
+  const double log_bound = std::log(scale) + std::log(D) + std::log(max_q) + std::log(max_k);
+  const double limit = double(std::numeric_limits<T>::max()) / 2;
+  if (log_bound > std::log(limit)) {
+    fail(op, ": opts.scale=", opts.scale, " with max|q|=", max_q, ", max|k|=", max_k, " and D=", D,
+         " could take a score past ", limit, " (|scale|·D·max|q|·max|k| = ", std::exp(log_bound),
+         "), expected scores within ", sizeof(T) == sizeof(float) ? "float" : "double",
+         "'s range (check_scores)");
+  }
+}
+
 /// Checks the options and that q, k, v and the [B, H, S, Dv] and [B, H, S]
 /// tensors named in `outs` agree.
 template <class ExecSpace, class T>
@@ -233,6 +260,7 @@ void validate_fused(const char* op, const ExecSpace& space, const FusedAttention
   validate::extent(op, lse_name, lse, 2, q.extent(2), "S, q's extent(2)");
   check_fused_sizes<ExecSpace, T>(op, space, opts, q.extent(0), q.extent(1), q.extent(2),
                                   k.extent(2), q.extent(3), v.extent(3));
+  check_score_range<ExecSpace, T>(op, space, opts, q, k);
 }
 
 /// The launch plan of one fused kernel over `league` teams.

@@ -28,6 +28,7 @@
 #include "kdnn/core/impl/unroll.hpp"
 #include "kdnn/core/launch.hpp"
 #include "kdnn/sinkhorn/impl/first_iteration.hpp"
+#include "kdnn/sinkhorn/impl/launch.hpp"
 
 namespace kdnn::sinkhorn::impl {
 
@@ -78,7 +79,8 @@ struct GpuMatrixKernel {
   /// launch.vector_length do not apply to this form, but a vector length no
   /// launch could take (not a power of two, above the backend's) is an error
   /// here as in the host form.
-  void run(const char* op, const ExecSpace& space, const Launch& request) const {
+  void run(const char* op, const ExecSpace& space, const Launch& request,
+           Step step = Step::launch) const {
     kdnn::impl::check_launch_request(op, request);
     if (request.vector_length > 0) {
       kdnn::impl::check_vector_length<ExecSpace>(op, request.vector_length);
@@ -100,6 +102,7 @@ struct GpuMatrixKernel {
                  " bytes of team scratch, above the ", max0, "-byte on-chip limit (level 0)");
     }
     plan.league = batch / plan.team_size + (batch % plan.team_size != 0 ? 1 : 0);
+    if (step == Step::plan_only) return;
     Kokkos::parallel_for(std::string("kdnn::") + op + "[gpu n=" + std::to_string(N) + "]",
                          plan.policy(space), derived());
   }

@@ -19,6 +19,10 @@ using kdnn::impl::ScratchCarver;
 /// each and lanes walking a column each both hit distinct memory banks.
 KOKKOS_INLINE_FUNCTION int scratch_ld(int n) { return n | 1; }
 
+/// What a kernel's run() does: plan the launch and run it, or only plan it
+/// (its errors, e.g. scratch the backend lacks, without running anything).
+enum class Step { launch, plan_only };
+
 /// Base of the kernels that give each matrix of a batch to one team thread.
 /// Derived provides its layout, `Work carve(ScratchCarver&) const`, and
 /// `void one_matrix(const Member&, int b, const Work&) const`; or, if it sets
@@ -54,7 +58,8 @@ struct PerMatrixKernel {
 
   /// Plans the launch (vector loops of `lanes` iterations) and runs it. The
   /// default tile of a grouped kernel is one group.
-  void run(const char* op, const ExecSpace& space, int lanes, Launch request) {
+  void run(const char* op, const ExecSpace& space, int lanes, Launch request,
+           Step step = Step::launch) {
     constexpr int G = Derived::group;
     if (G > 1 && request.tile == 0) request.tile = G;
     const std::size_t bytes = matrix_bytes();
@@ -63,7 +68,7 @@ struct PerMatrixKernel {
         [&](int tiles) { return std::size_t(groups(tiles)) * bytes; }, "n=" + std::to_string(n),
         "matrix");
     tile = plan.tile;
-    plan.launch(std::string("kdnn::") + op, space, derived());
+    if (step == Step::launch) plan.launch(std::string("kdnn::") + op, space, derived());
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {

@@ -116,16 +116,17 @@ void backward_gpu(const char* op, const ExecSpace& space, const CGBackwardKernel
 /// Runs the GPU form of the unrolled backward (unrolled_backward_gpu_kernel.hpp)
 /// with n = N, taking the host form's kernel `k`, already set up; false (and
 /// nothing run) when one matrix's scaling-vector history does not fit
-/// on-chip, which that form needs.
+/// on-chip, which that form needs; with Step::plan_only, planned only.
 template <int N, class ExecSpace, class T>
 bool backward_unrolled_gpu(const char* op, const ExecSpace& space,
-                           const UnrolledBackwardKernel<ExecSpace, T>& k, const Launch& launch) {
+                           const UnrolledBackwardKernel<ExecSpace, T>& k, const Launch& launch,
+                           Step step) {
   UnrolledBackwardGpuKernel<ExecSpace, T, N> g;
   static_cast<UnrolledBackwardData<ExecSpace, T>&>(g) = k;
   g.batch = k.batch;
   g.transpose = k.transpose;
   if (!g.fits_on_chip()) return false;
-  g.run(op, space, launch);
+  g.run(op, space, launch, step);
   return true;
 }
 
@@ -224,50 +225,74 @@ void backward(const ExecSpace& space, const Batch<const T, ExecSpace>& R,
   k.run(op, space, block ? 2 * n : n, opts.launch);
 }
 
+/// The reverse-mode kernel for X's shape and `opts` (its operands unset),
+/// after the checks of X and the options.
 template <class ExecSpace, class T>
-void backward_unrolled(const ExecSpace& space, const Batch<const T, ExecSpace>& X,
-                       const Batch<const T, ExecSpace>& G, const Batch<T, ExecSpace>& dX,
-                       const ForwardOptions& opts) {
-  constexpr const char* op = "sinkhorn::backward_unrolled";
+UnrolledBackwardKernel<ExecSpace, T> unrolled_kernel(const char* op,
+                                                     const Batch<const T, ExecSpace>& X,
+                                                     const ForwardOptions& opts) {
   validate::square(op, "X", X);
-  validate::same_shape(op, "G", G, "X", X);
-  validate::same_shape(op, "dX", dX, "X", X);
-  validate::no_alias(op, "dX", dX, "X", X);
-  validate::no_alias(op, "dX", dX, "G", G);
   validate_batch_size(op, "X", X.extent(0), X.extent(1));
   validate_forward_options(op, opts);
   if (opts.tol != 0) {
     fail(op, ": tol=", opts.tol,
          ", expected 0 (reverse mode differentiates a fixed iteration count)");
   }
-  const int batch = int(X.extent(0)), n = int(X.extent(1));
-  if (batch == 0) return;
-
-  using Kernel = UnrolledBackwardKernel<ExecSpace, T>;
-  Kernel k;
-  k.X = X;
-  k.G = G;
-  k.dX = dX;
-  k.batch = batch;
-  k.n = n;
+  UnrolledBackwardKernel<ExecSpace, T> k;
+  k.batch = int(X.extent(0));
+  k.n = int(X.extent(1));
   k.iters = opts.iters;
   k.eps = opts.eps;
   k.transpose = opts.order == Order::rows_first;
+  return k;
+}
+
+/// Plans the reverse mode's launch in the form that suits n, and runs it
+/// unless `step` is Step::plan_only.
+template <class ExecSpace, class T>
+void run_unrolled(const char* op, const ExecSpace& space,
+                  const UnrolledBackwardKernel<ExecSpace, T>& k, const Launch& launch, Step step) {
   const auto thread = [&](auto size) {
     UnrolledBackwardThreadKernel<ExecSpace, T, decltype(size)::value> t;
     static_cast<UnrolledBackwardData<ExecSpace, T>&>(t) = k;
-    t.batch = batch;
+    t.batch = k.batch;
     t.transpose = k.transpose;
-    t.run(op, space, opts.launch);
+    t.run(op, space, launch, step);
   };
-  if (run_thread_form<ExecSpace>(op, opts.launch, n, thread)) return;
+  if (run_thread_form<ExecSpace>(op, launch, k.n, thread)) return;
   bool ran = false;
   const auto gpu = [&](auto size) {
-    ran = backward_unrolled_gpu<decltype(size)::value>(op, space, k, opts.launch);
+    ran = backward_unrolled_gpu<decltype(size)::value>(op, space, k, launch, step);
   };
-  run_gpu_form<ExecSpace>(opts.launch, n, gpu);
+  run_gpu_form<ExecSpace>(launch, k.n, gpu);
   if (ran) return;
-  k.run(op, space, n, opts.launch);
+  UnrolledBackwardKernel<ExecSpace, T> team = k;
+  team.run(op, space, k.n, launch, step);
+}
+
+template <class ExecSpace, class T>
+void backward_unrolled(const ExecSpace& space, const Batch<const T, ExecSpace>& X,
+                       const Batch<const T, ExecSpace>& G, const Batch<T, ExecSpace>& dX,
+                       const ForwardOptions& opts) {
+  constexpr const char* op = "sinkhorn::backward_unrolled";
+  auto k = unrolled_kernel<ExecSpace, T>(op, X, opts);
+  validate::same_shape(op, "G", G, "X", X);
+  validate::same_shape(op, "dX", dX, "X", X);
+  validate::no_alias(op, "dX", dX, "X", X);
+  validate::no_alias(op, "dX", dX, "G", G);
+  if (k.batch == 0) return;
+  k.X = X;
+  k.G = G;
+  k.dX = dX;
+  run_unrolled(op, space, k, opts.launch, Step::launch);
+}
+
+template <class ExecSpace, class T>
+void check_backward_unrolled(const ExecSpace& space, const Batch<const T, ExecSpace>& X,
+                             const ForwardOptions& opts) {
+  constexpr const char* op = "sinkhorn::backward_unrolled";
+  const auto k = unrolled_kernel<ExecSpace, T>(op, X, opts);
+  if (k.batch > 0) run_unrolled(op, space, k, opts.launch, Step::plan_only);
 }
 
 }  // namespace kdnn::sinkhorn::impl

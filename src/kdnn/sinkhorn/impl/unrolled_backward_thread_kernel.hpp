@@ -75,7 +75,7 @@ struct UnrolledBackwardThreadKernel : UnrolledBackwardData<ExecSpace, T> {
 
   /// Plans and runs the launch; `launch`'s tile (matrices per team) and team
   /// size apply, its vector length (checked by run_thread_form) does not.
-  void run(const char* op, const ExecSpace& space, const Launch& launch) {
+  void run(const char* op, const ExecSpace& space, const Launch& launch, Step step = Step::launch) {
     Launch request = launch;
     request.vector_length = 0;  // one thread per matrix: no vector lanes
     const int iters = this->iters;
@@ -87,6 +87,7 @@ struct UnrolledBackwardThreadKernel : UnrolledBackwardData<ExecSpace, T> {
         },
         "iters=" + std::to_string(this->iters) + " at n=" + std::to_string(N), "matrix");
     tile = plan.tile;
+    if (step == Step::plan_only) return;
     plan.launch(std::string("kdnn::") + op + "[thread n=" + std::to_string(N) + "]", space, *this);
   }
 
