@@ -123,6 +123,33 @@ def _scalar(op, name, value):
     return value.item()
 
 
+def int32_vector(op, name, t, count, device):
+    """An integer vector option (a tensor or a sequence) as the int32 tensor
+    [count] kdnn reads on `device`: a copy (editing the caller's tensor
+    after the forward changes nothing), its values checked to fit."""
+    t = torch.as_tensor(t, device=device)
+    if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
+        raise Error(f"{op}: {name} has dtype {t.dtype}, expected integers")
+    require(t.dim() == 1 and t.shape[0] == count,
+            f"{op}: {name} has shape {list(t.shape)}, expected [{count}]")
+    if t.numel() > 0:
+        lo, hi = int(t.min()), int(t.max())
+        require(-2**31 <= lo and hi < 2**31,
+                f"{op}: {name} holds values in [{lo}, {hi}], expected int32 values")
+    return t.to(torch.int32, copy=True).contiguous()
+
+
+def windows(op, window, count, device):
+    """window = (lo, hi), each an integer vector [count], as two int32
+    tensors; None as (None, None)."""
+    if window is None:
+        return None, None
+    require(isinstance(window, (tuple, list)) and len(window) == 2,
+            f"{op}: window is a {type(window).__name__}, expected (lo, hi)")
+    return (int32_vector(op, "window[0]", window[0], count, device),
+            int32_vector(op, "window[1]", window[1], count, device))
+
+
 def require(condition, message):
     if not condition:
         raise Error(message)

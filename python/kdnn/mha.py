@@ -6,7 +6,8 @@ import math
 import torch
 
 from . import _kdnn
-from ._tensors import Error, Operands, dropout_options, first_order, flag, integer, number, require, stream_of
+from ._tensors import (Operands, dropout_options, first_order, flag, int32_vector, integer, number,
+                       require, stream_of, windows)
 
 ALGOS = ("fused", "unfused")
 PARAMS = {"w_q": "[H*D, Eq]", "w_k": "[H*D, Ek]", "w_v": "[H*Dv, Ev]", "w_o": "[Eo, H*Dv]",
@@ -45,24 +46,6 @@ class _MultiHeadAttention(torch.autograd.Function):
                            _kdnn.MhaParams(*grads), reserve, q.new_empty(ctx.sizes[1]),
                            _config(ctx.config), stream_of(q))
         return (None, None, dq, dk, dv, dres, *grads)
-
-
-def _lengths(t, name, count, device):
-    """An optional integer vector as the int32 tensor kdnn reads: a copy
-    (editing the caller's tensor after the forward changes nothing), its
-    values checked to fit."""
-    if t is None:
-        return None
-    t = torch.as_tensor(t, device=device)
-    if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
-        raise Error(f"multi_head_attention: {name} has dtype {t.dtype}, expected integers")
-    require(t.dim() == 1 and t.shape[0] == count,
-            f"multi_head_attention: {name} has shape {list(t.shape)}, expected [{count}]")
-    if t.numel() > 0:
-        lo, hi = int(t.min()), int(t.max())
-        require(-2**31 <= lo and hi < 2**31,
-                f"multi_head_attention: {name} holds values in [{lo}, {hi}], expected int32 values")
-    return t.to(torch.int32, copy=True).contiguous()
 
 
 def multi_head_attention(query, key, value, w_q, w_k, w_v, w_o, b_q=None, b_k=None, b_v=None,
@@ -110,12 +93,12 @@ def multi_head_attention(query, key, value, w_q, w_k, w_v, w_o, b_q=None, b_k=No
             f"multiples of heads={heads}")
     c = {"heads": heads, "scale": scale, "dropout_p": dropout[0], "seed": dropout[1],
          "offset": dropout[2], "unfused": algo == "unfused", "causal": causal}
-    if window is not None:
-        c["lo_win"] = _lengths(window[0], "window[0]", S, query.device)
-        c["hi_win"] = _lengths(window[1], "window[1]", S, query.device)
+    c["lo_win"], c["hi_win"] = windows("multi_head_attention", window, S, query.device)
     if seq_lengths is not None:
-        c["seq_q"] = _lengths(seq_lengths[0], "seq_lengths[0]", B, query.device)
-        c["seq_k"] = _lengths(seq_lengths[1], "seq_lengths[1]", B, query.device)
+        c["seq_q"] = int32_vector("multi_head_attention", "seq_lengths[0]", seq_lengths[0], B,
+                                  query.device)
+        c["seq_k"] = int32_vector("multi_head_attention", "seq_lengths[1]", seq_lengths[1], B,
+                                  query.device)
     sizes = _kdnn.mha_buffer_sizes(B, S, Sk, query.shape[2], key.shape[2], value.shape[2], heads,
                                    wq.shape[0] // heads, wv.shape[0] // heads, wo.shape[0],
                                    c["unfused"])

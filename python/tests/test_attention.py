@@ -52,6 +52,35 @@ def test_scale():
                                reference(q, k, v, scale=0.3))
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kv_heads", [1, 2])
+@pytest.mark.parametrize("causal", [False, True])
+def test_grouped_query_attention(dtype, kv_heads, causal):
+    # k and v with fewer heads (GQA; MQA with one): query head h reads
+    # head h // (H // Hkv), as k and v repeated for each group.
+    q = torch.randn(2, 4, 19, 32, dtype=dtype, requires_grad=True)
+    k = torch.randn(2, kv_heads, 23, 32, dtype=dtype, requires_grad=True)
+    v = torch.randn(2, kv_heads, 23, 16, dtype=dtype, requires_grad=True)
+    group = 4 // kv_heads
+    expected = reference(q, k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1),
+                         causal)
+    assert_matches(kdnn.flash_attention(q, k, v, causal=causal), expected, (q, k, v),
+                   **TOLERANCE[dtype])
+
+
+def test_grouped_query_attention_gradcheck_and_errors():
+    q = torch.randn(1, 4, 5, 3, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(1, 2, 4, 3, dtype=torch.float64, requires_grad=True)
+    v = torch.randn(1, 2, 4, 2, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(
+        lambda q, k, v: kdnn.flash_attention(q, k, v, causal=True, dropout_p=0.3, seed=4),
+        (q, k, v))
+    with pytest.raises(kdnn.Error, match="k has extent\\(1\\)=3, expected a number of key/value "
+                                         "heads that divides H=4"):
+        kdnn.flash_attention(q, torch.randn(1, 3, 4, 3, dtype=torch.float64),
+                             torch.randn(1, 3, 4, 2, dtype=torch.float64))
+
+
 @pytest.mark.parametrize("causal", [False, True])
 def test_gradcheck(causal):
     q, k, v = inputs(torch.float64, B=1, H=2, S=5, Sk=4, D=3, Dv=2, grad=True)
@@ -100,3 +129,44 @@ def test_allow_tf32_stays_within_one_tf32_pass_and_is_a_bool(device):
     torch.testing.assert_close(kdnn.flash_attention(q, k, v), expected, rtol=1e-5, atol=1e-5)
     with pytest.raises(kdnn.Error, match=r"flash_attention: allow_tf32=1, expected True or False"):
         kdnn.flash_attention(q, k, v, allow_tf32=1)
+
+
+def windowed(q, k, v, lo, hi, causal=False):
+    """Attention where query i sees keys lo[i] <= j < hi[i] (and j <= i when
+    causal), a row that sees none being zero; and the rows' log-sum-exp."""
+    S, Sk = q.shape[-2], k.shape[-2]
+    j = torch.arange(Sk)
+    seen = (j[None, :] >= torch.as_tensor(lo)[:, None]) & (j[None, :] < torch.as_tensor(hi)[:, None])
+    if causal:
+        seen &= j[None, :] <= torch.arange(S)[:, None]
+    s = (q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])).masked_fill(~seen, -math.inf)
+    lse = torch.logsumexp(s, dim=-1)
+    P = torch.softmax(s.masked_fill(~seen.any(-1, keepdim=True), 0.0), dim=-1) * seen
+    return P @ v, lse
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("causal", [False, True])
+def test_windows_and_the_log_sum_exp(dtype, causal):
+    q, k, v = inputs(dtype, B=2, H=2, S=6, Sk=9, D=8, Dv=4, grad=True)
+    lo, hi = [0, 3, 3, 8, 0, 2], [9, 3, 7, 9, 1, 6]  # row 1 sees no key
+    out, lse = kdnn.flash_attention(q, k, v, causal=causal, window=(torch.tensor(lo), hi),
+                                    return_lse=True)
+    expected, expected_lse = windowed(q, k, v, lo, hi, causal)
+    assert_matches(out, expected, (q, k, v), **TOLERANCE[dtype])
+    torch.testing.assert_close(lse, expected_lse.detach(), **TOLERANCE[dtype])
+    assert not lse.requires_grad and torch.all(out[:, :, 1] == 0)
+
+
+def test_windows_gradcheck_and_errors():
+    q, k, v = inputs(torch.float64, B=1, H=2, S=4, Sk=5, D=3, Dv=2, grad=True)
+    window = ([0, 1, 2, 0], [2, 5, 4, 1])
+    assert torch.autograd.gradcheck(lambda q, k, v: kdnn.flash_attention(q, k, v, window=window),
+                                    (q, k, v))
+    with pytest.raises(kdnn.Error, match=r"flash_attention: window\[1\] has shape \[3\], "
+                                         r"expected \[4\]"):
+        kdnn.flash_attention(q, k, v, window=([0] * 4, [1] * 3))
+    with pytest.raises(kdnn.Error, match=r"flash_attention: window is a int, expected \(lo, hi\)"):
+        kdnn.flash_attention(q, k, v, window=3)
+    with pytest.raises(kdnn.Error, match=r"flash_attention: window\[0\] holds values in "):
+        kdnn.flash_attention(q, k, v, window=([2**40] * 4, [1] * 4))

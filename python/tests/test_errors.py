@@ -35,7 +35,7 @@ def test_wrong_device():
 
 
 def test_wrong_rank():
-    with raises(r"flash_attention: k has shape \[2, 4, 8\], expected 4 dimensions \[B, H, Sk, D\]"):
+    with raises(r"flash_attention: k has shape \[2, 4, 8\], expected 4 dimensions \[B, Hkv, Sk, D\]"):
         kdnn.flash_attention(torch.zeros(1, 2, 4, 8), torch.zeros(2, 4, 8), torch.zeros(1, 2, 4, 8))
     with raises(r"sinkhorn: x has shape \[5\], expected at least 2 dimensions"):
         kdnn.sinkhorn(torch.zeros(5))

@@ -5,6 +5,10 @@
 #include <string>
 #include <vector>
 
+#include <cmath>
+#include <cstdint>
+
+#include "kdnn/attention/fused_attention.hpp"
 #include "kdnn/attention/softmax.hpp"
 #include "kdnn/core/launch.hpp"
 #include "views.hpp"
@@ -33,6 +37,18 @@ inline kdnn::attention::AttentionMask<Space> mask_of(const FusedCase& c) {
   mask.lo_win = ints(c.lo), mask.hi_win = ints(c.hi);
   mask.seq_q = ints(c.seq_q), mask.seq_k = ints(c.seq_k);
   return mask;
+}
+
+/// The case's options: scale 1/√D, its dropout with (seed, offset), the
+/// form `form`.
+inline kdnn::attention::FusedAttentionOptions case_options(
+    const FusedCase& c, std::uint64_t seed, std::uint64_t offset,
+    kdnn::KernelForm form = kdnn::KernelForm::automatic) {
+  kdnn::attention::FusedAttentionOptions opts;
+  opts.scale = 1 / std::sqrt(double(c.D));
+  opts.dropout = {c.p, seed, offset};
+  opts.launch.form = form;
+  return opts;
 }
 
 /// What a test case's name says of the form it pinned ("" for the host

@@ -13,6 +13,7 @@
 #include <limits>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "allclose.hpp"
@@ -117,13 +118,16 @@ std::vector<FusedCase> fused_cases() {
 }
 
 /// Random q, k, v and dO (g) of a case on the device, from seeds seed,
-/// seed + 1, seed + 2, seed + 3 (seed advances by 4).
+/// seed + 1, seed + 2, seed + 3 (seed advances by 4); k and v with
+/// `kv_heads` heads (0: the case's H).
 template <class T>
-std::array<DeviceView<T****>, 4> random_inputs(const FusedCase& c, unsigned& seed) {
-  const std::size_t nq = std::size_t(c.B) * c.H * c.S, nk = std::size_t(c.B) * c.H * c.Sk;
+std::array<DeviceView<T****>, 4> random_inputs(const FusedCase& c, unsigned& seed,
+                                               int kv_heads = 0) {
+  const int Hkv = kv_heads > 0 ? kv_heads : c.H;
+  const std::size_t nq = std::size_t(c.B) * c.H * c.S, nk = std::size_t(c.B) * Hkv * c.Sk;
   const auto q = to_device<T****>(normal(nq * c.D, seed), c.B, c.H, c.S, c.D);
-  const auto k = to_device<T****>(normal(nk * c.D, seed + 1), c.B, c.H, c.Sk, c.D);
-  const auto v = to_device<T****>(normal(nk * c.Dv, seed + 2), c.B, c.H, c.Sk, c.Dv);
+  const auto k = to_device<T****>(normal(nk * c.D, seed + 1), c.B, Hkv, c.Sk, c.D);
+  const auto v = to_device<T****>(normal(nk * c.Dv, seed + 2), c.B, Hkv, c.Sk, c.Dv);
   const auto g = to_device<T****>(normal(nq * c.Dv, seed + 3), c.B, c.H, c.S, c.Dv);
   seed += 4;
   return {q, k, v, g};
@@ -177,10 +181,7 @@ TYPED_TEST(FusedAttention, ForwardMatchesTheUnfusedPath) {
     for (const auto form : fused_forms()) {
       SCOPED_TRACE(std::string(c.name) + form_suffix(form));
       const at::AttentionMask<Space> mask = mask_of(c);
-      at::FusedAttentionOptions opts;
-      opts.scale = 1 / std::sqrt(double(c.D));
-      opts.dropout = {c.p, 77, 5};
-      opts.launch.form = form;
+      const at::FusedAttentionOptions opts = case_options(c, 77, 5, form);
       DeviceView<T****> o("o", c.B, c.H, c.S, c.Dv);
       DeviceView<T***> lse("lse", c.B, c.H, c.S);
       at::fused_attention_forward(Space(), q, k, v, o, lse, opts, mask);
@@ -217,6 +218,101 @@ TYPED_TEST(FusedAttention, ForwardMatchesTheUnfusedPath) {
               EXPECT_NEAR(got, m + std::log(sum), 10 * tol * (1 + std::abs(m))) << c.name;
             }
           }
+    }
+  }
+}
+
+// Grouped-query attention (Hkv < H key/value heads, query head h reading
+// head h / (H / Hkv)), in every form: o, lse and dq equal, bitwise, those of
+// multi-head attention on k and v with each head repeated for its group, and
+// dk and dv the sums of the repeated heads' gradients in head order.
+TYPED_TEST(FusedAttention, GroupedKeyValueHeadsAreTheirHeadsRepeated) {
+  using T = TypeParam;
+  struct Grouped {
+    FusedCase c;
+    int Hkv;
+  };
+  const std::vector<Grouped> cases = {
+      {{"GQA 4:2, causal, dropout", 2, 4, 37, 50, 16, 16, true, {}, {}, {}, {}, 0.2}, 2},
+      {{"MQA 3:1, key lengths", 2, 3, 40, 33, 32, 32, false, {}, {}, {}, {33, 9}, 0}, 1},
+      {{"GQA 6:3, D = 64, windows",
+        1,
+        6,
+        5,
+        9,
+        64,
+        64,
+        false,
+        {0, 3, 3, 8, 0},
+        {9, 3, 7, 9, 1},
+        {},
+        {},
+        0},
+       3},
+      {{"GQA 4:1, D = 128, Dv = 64, several blocks",
+        1,
+        4,
+        100,
+        90,
+        128,
+        64,
+        true,
+        {},
+        {},
+        {},
+        {},
+        0.1},
+       1},
+  };
+  unsigned seed = 11;
+  for (const Grouped& g : cases) {
+    const FusedCase& c = g.c;
+    const int G = c.H / g.Hkv;
+    const auto inputs = random_inputs<T>(c, seed, g.Hkv);  // lambdas below take them
+    const DeviceView<T****>&q = inputs[0], &k = inputs[1], &v = inputs[2], &dout = inputs[3];
+    // k and v with head h / G copied to head h.
+    const auto repeated = [&](const DeviceView<T****>& x) {
+      DeviceView<T****> r("repeated", c.B, c.H, x.extent(2), x.extent(3));
+      for (int h = 0; h < c.H; ++h) {
+        Kokkos::deep_copy(Kokkos::subview(r, Kokkos::ALL, h, Kokkos::ALL, Kokkos::ALL),
+                          Kokkos::subview(x, Kokkos::ALL, h / G, Kokkos::ALL, Kokkos::ALL));
+      }
+      return r;
+    };
+    const auto k_rep = repeated(k), v_rep = repeated(v);
+    for (const auto form : fused_forms()) {
+      SCOPED_TRACE(std::string(c.name) + form_suffix(form));
+      const at::AttentionMask<Space> mask = mask_of(c);
+      const at::FusedAttentionOptions opts = case_options(c, 19, 3, form);
+      const auto run = [&](const DeviceView<T****>& kk, const DeviceView<T****>& vv) {
+        std::array<DeviceView<T****>, 4> out = {
+            DeviceView<T****>("o", c.B, c.H, c.S, c.Dv),
+            DeviceView<T****>("dq", c.B, c.H, c.S, c.D),
+            DeviceView<T****>("dk", kk.extent(0), kk.extent(1), c.Sk, c.D),
+            DeviceView<T****>("dv", vv.extent(0), vv.extent(1), c.Sk, c.Dv)};
+        DeviceView<T***> lse("lse", c.B, c.H, c.S);
+        at::fused_attention_forward(Space(), q, kk, vv, out[0], lse, opts, mask);
+        at::fused_attention_backward(Space(), q, kk, vv, out[0], lse, dout, out[1], out[2], out[3],
+                                     opts, mask);
+        return std::pair(out, to_host(lse));
+      };
+      const auto [grouped, lse] = run(k, v);
+      const auto [heads, lse_heads] = run(k_rep, v_rep);
+      EXPECT_EQ(to_host(grouped[0]), to_host(heads[0])) << "o";
+      EXPECT_EQ(lse, lse_heads) << "lse";
+      EXPECT_EQ(to_host(grouped[1]), to_host(heads[1])) << "dq";
+      for (int x : {2, 3}) {
+        const auto per_head = to_host(heads[x]);  // [B, H, Sk, ·]
+        const std::size_t row = c.Sk * heads[x].extent(3);
+        std::vector<double> sums(per_head.size() / G);
+        for (std::size_t e = 0; e < sums.size(); ++e) {
+          const std::size_t first = e / row * G * row + e % row;
+          T sum = T(per_head[first]);
+          for (int r = 1; r < G; ++r) sum += T(per_head[first + r * row]);
+          sums[e] = sum;
+        }
+        EXPECT_EQ(to_host(grouped[x]), sums) << (x == 2 ? "dk" : "dv");
+      }
     }
   }
 }
@@ -463,10 +559,7 @@ Float32Run run_case(const FusedCase& c, const std::vector<double>& qv,
                     const std::vector<double>& gv, bool fused,
                     kdnn::KernelForm form = kdnn::KernelForm::automatic) {
   const at::AttentionMask<Space> mask = mask_of(c);
-  at::FusedAttentionOptions opts;
-  opts.scale = 1 / std::sqrt(double(c.D));
-  opts.dropout = {c.p, 4321, 3};
-  opts.launch.form = form;
+  const at::FusedAttentionOptions opts = case_options(c, 4321, 3, form);
   if (fused) {
     const auto q = to_device<T****>(qv, c.B, c.H, c.S, c.D);
     const auto k = to_device<T****>(kv, c.B, c.H, c.Sk, c.D);
@@ -853,6 +946,13 @@ TEST(FusedAttentionErrors, BadInputIsAKdnnError) {
                     "k has extent(3)=3, expected 4 (D, q's extent(3))");
   EXPECT_KDNN_ERROR(at::fused_attention_forward(Space(), q, k, v, o_bad, lse),
                     "o has extent(3)=5, expected 6 (Dv, v's extent(3))");
+  // Key/value heads: a divisor of q's heads, the same for k and v.
+  DeviceView<double****> q3("q", 1, 3, 3, 4), o3("o", 1, 3, 3, 6), v1("v", 1, 1, 5, 6);
+  DeviceView<double***> lse3("lse", 1, 3, 3);
+  EXPECT_KDNN_ERROR(at::fused_attention_forward(Space(), q3, k, v, o3, lse3),
+                    "k has extent(1)=2, expected a number of key/value heads that divides H=3");
+  EXPECT_KDNN_ERROR(at::fused_attention_forward(Space(), q, k, v1, o, lse),
+                    "v has extent(1)=1, expected 2 (Hkv, k's extent(1))");
   at::FusedAttentionOptions opts;
   opts.dropout.p = 1;
   EXPECT_KDNN_ERROR(at::fused_attention_forward(Space(), q, k, v, o, lse, opts),

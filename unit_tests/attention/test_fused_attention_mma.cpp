@@ -107,12 +107,7 @@ struct Result {
   std::vector<double> o, lse, dq, dk, dv;
 };
 
-at::FusedAttentionOptions options(const FusedCase& c) {
-  at::FusedAttentionOptions opts;
-  opts.scale = 1 / std::sqrt(double(c.D));
-  opts.dropout = {c.p, 2024, 7};
-  return opts;
-}
+at::FusedAttentionOptions options(const FusedCase& c) { return case_options(c, 2024, 7); }
 
 /// The forward and the backward in T by the host forms, or the tensor-core
 /// forms (one TF32 pass where `tf32`).

@@ -1,13 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // kdnn::attention fused scaled-dot-product attention ("flash" attention) on
-// per-head tensors: q [B, H, S, D], k [B, H, Sk, D], v [B, H, Sk, Dv],
+// per-head tensors: q [B, H, S, D], k [B, Hkv, Sk, D], v [B, Hkv, Sk, Dv],
 //   O = dropout(softmax(scale·q·kᵀ under the mask))·v     [B, H, S, Dv]
-// and lse [B, H, S], the log-sum-exp of each query's visible scaled scores
-// (−inf for a row with no visible key, whose O row is 0). The probabilities
-// are never stored: memory O(B·H·S·D), not O(B·H·S·Sk). The mask is
-// softmax.hpp's AttentionMask, dropout dropout.hpp's generator with the same
-// element indices as the unfused path, so both paths drop the same entries.
+// where query head h reads key/value head h / (H / Hkv): Hkv = H is
+// multi-head attention, Hkv < H (dividing it) grouped-query attention, and
+// Hkv = 1 multi-query attention; and lse [B, H, S], the log-sum-exp of each query's visible scaled
+// scores (−inf for a row with no visible key, whose O row is 0). The probabilities are never
+// stored: memory O(B·H·S·D), not O(B·H·S·Sk). The mask is softmax.hpp's AttentionMask, dropout
+// dropout.hpp's generator with the same element indices as the unfused path, so both paths drop the
+// same entries.
 #include <Kokkos_Core.hpp>
 
 #include "kdnn/attention/dropout.hpp"
@@ -86,8 +88,8 @@ void fused_attention_forward(const ExecSpace& space, const QView& q, const KView
                              const AttentionMask<ExecSpace>& mask = {}) {
   const kdnn::impl::SpaceLock exclusive(space);
   KDNN_CHECK_VIEW(ExecSpace, QView, 4, "[B, H, S, D]", "attention::fused_attention_forward: q");
-  KDNN_CHECK_VIEW(ExecSpace, KView, 4, "[B, H, Sk, D]", "attention::fused_attention_forward: k");
-  KDNN_CHECK_VIEW(ExecSpace, VView, 4, "[B, H, Sk, Dv]", "attention::fused_attention_forward: v");
+  KDNN_CHECK_VIEW(ExecSpace, KView, 4, "[B, Hkv, Sk, D]", "attention::fused_attention_forward: k");
+  KDNN_CHECK_VIEW(ExecSpace, VView, 4, "[B, Hkv, Sk, Dv]", "attention::fused_attention_forward: v");
   KDNN_CHECK_VIEW(ExecSpace, OView, 4, "[B, H, S, Dv]", "attention::fused_attention_forward: o");
   KDNN_CHECK_VIEW(ExecSpace, LView, 3, "[B, H, S]", "attention::fused_attention_forward: lse");
   KDNN_CHECK_OUTPUT(OView, "attention::fused_attention_forward: o");
@@ -104,7 +106,10 @@ void fused_attention_forward(const ExecSpace& space, const QView& q, const KView
 /// dq, dk, dv from the forward's q, k, v, o, lse and dout = dL/dO, with the
 /// forward's options and mask: the probabilities are recomputed tile by tile
 /// from lse. `delta` [B, H, S] is a workspace the caller owns (it receives
-/// the rows' dO·O); the overload without it allocates one per call.
+/// the rows' dO·O); the overload without it allocates one per call. With
+/// Hkv < H, dk and dv [B, Hkv, Sk, ·] are the sums over each group's query
+/// heads, taken in head order from per-query-head shares in buffers of
+/// B·H·Sk·(D + Dv) values allocated for the call.
 /// Deterministic: no atomics, every sum in a fixed order. Asynchronous on
 /// `space` after the host-side checks.
 template <class ExecSpace, class QView, class KView, class VView, class OView, class LView,
@@ -117,14 +122,14 @@ void fused_attention_backward(const ExecSpace& space, const QView& q, const KVie
   const kdnn::impl::SpaceLock exclusive(space);
 #define KDNN_IMPL_ARG(name) "attention::fused_attention_backward: " name
   KDNN_CHECK_VIEW(ExecSpace, QView, 4, "[B, H, S, D]", KDNN_IMPL_ARG("q"));
-  KDNN_CHECK_VIEW(ExecSpace, KView, 4, "[B, H, Sk, D]", KDNN_IMPL_ARG("k"));
-  KDNN_CHECK_VIEW(ExecSpace, VView, 4, "[B, H, Sk, Dv]", KDNN_IMPL_ARG("v"));
+  KDNN_CHECK_VIEW(ExecSpace, KView, 4, "[B, Hkv, Sk, D]", KDNN_IMPL_ARG("k"));
+  KDNN_CHECK_VIEW(ExecSpace, VView, 4, "[B, Hkv, Sk, Dv]", KDNN_IMPL_ARG("v"));
   KDNN_CHECK_VIEW(ExecSpace, OView, 4, "[B, H, S, Dv]", KDNN_IMPL_ARG("o"));
   KDNN_CHECK_VIEW(ExecSpace, LView, 3, "[B, H, S]", KDNN_IMPL_ARG("lse"));
   KDNN_CHECK_VIEW(ExecSpace, GView, 4, "[B, H, S, Dv]", KDNN_IMPL_ARG("dout"));
   KDNN_CHECK_VIEW(ExecSpace, DQView, 4, "[B, H, S, D]", KDNN_IMPL_ARG("dq"));
-  KDNN_CHECK_VIEW(ExecSpace, DKView, 4, "[B, H, Sk, D]", KDNN_IMPL_ARG("dk"));
-  KDNN_CHECK_VIEW(ExecSpace, DVView, 4, "[B, H, Sk, Dv]", KDNN_IMPL_ARG("dv"));
+  KDNN_CHECK_VIEW(ExecSpace, DKView, 4, "[B, Hkv, Sk, D]", KDNN_IMPL_ARG("dk"));
+  KDNN_CHECK_VIEW(ExecSpace, DVView, 4, "[B, Hkv, Sk, Dv]", KDNN_IMPL_ARG("dv"));
   KDNN_CHECK_OUTPUT(DQView, KDNN_IMPL_ARG("dq"));
   KDNN_CHECK_OUTPUT(DKView, KDNN_IMPL_ARG("dk"));
   KDNN_CHECK_OUTPUT(DVView, KDNN_IMPL_ARG("dv"));

@@ -248,11 +248,19 @@ void validate_fused(const char* op, const ExecSpace& space, const FusedAttention
   }
   for (int d = 0; d < 2; ++d) {
     const char* what = d == 0 ? "q's batch" : "q's heads";
-    validate::extent(op, "k", k, d, q.extent(d), what);
-    validate::extent(op, "v", v, d, q.extent(d), what);
     validate::extent(op, o_name, o, d, q.extent(d), what);
     validate::extent(op, lse_name, lse, d, q.extent(d), what);
   }
+  validate::extent(op, "k", k, 0, q.extent(0), "q's batch");
+  validate::extent(op, "v", v, 0, q.extent(0), "q's batch");
+  // Grouped-query attention: Hkv key/value heads, each read by H / Hkv
+  // consecutive query heads.
+  const std::size_t H = q.extent(1), Hkv = k.extent(1);
+  if (Hkv == 0 ? H != 0 : H % Hkv != 0) {
+    fail(op, ": k has extent(1)=", Hkv, ", expected a number of key/value heads that divides H=", H,
+         " (q's extent(1))");
+  }
+  validate::extent(op, "v", v, 1, Hkv, "Hkv, k's extent(1)");
   validate::extent(op, "k", k, 3, q.extent(3), "D, q's extent(3)");
   validate::extent(op, "v", v, 2, k.extent(2), "Sk, k's extent(2)");
   validate::extent(op, o_name, o, 2, q.extent(2), "S, q's extent(2)");
@@ -357,6 +365,7 @@ FusedForwardData<ExecSpace, T> forward_data(
   }
   FusedForwardData<ExecSpace, T> data;
   data.q = q, data.k = k, data.v = v, data.o = o, data.lse = lse;
+  data.group = k.extent(1) > 0 ? int(q.extent(1) / k.extent(1)) : 1;
   data.visible = VisibleKeys<ExecSpace>(mask, int(k.extent(2)));
   data.scale = T(opts.scale);
   data.keep_scale = T(1.0 / (1.0 - opts.dropout.p));
@@ -470,43 +479,23 @@ void launch_backward_teams(const char* op, const ExecSpace& space,
   }
 }
 
+/// Runs the backward's kernels with dK and dV per query head (`group` query
+/// heads per key/value head of k and v).
 template <class ExecSpace, class T>
-void fused_attention_backward(
-    const ExecSpace& space, const Tensor4<const T, ExecSpace>& q,
-    const Tensor4<const T, ExecSpace>& k, const Tensor4<const T, ExecSpace>& v,
-    const Tensor4<const T, ExecSpace>& o, const Tensor3<const T, ExecSpace>& lse,
-    const Tensor4<const T, ExecSpace>& dout, const Tensor4<T, ExecSpace>& dq,
-    const Tensor4<T, ExecSpace>& dk, const Tensor4<T, ExecSpace>& dv,
-    const Tensor3<T, ExecSpace>& delta_workspace, const FusedAttentionOptions& opts,
-    const AttentionMask<ExecSpace>& mask, MaskCheck mask_check) {
-  constexpr const char* op = "attention::fused_attention_backward";
-  validate_fused<ExecSpace, T>(op, space, opts, q, k, v, "o", o, "lse", lse);
-  validate::same_shape(op, "dout", dout, "o", o);
-  validate::same_shape(op, "dq", dq, "q", q);
-  validate::same_shape(op, "dk", dk, "k", k);
-  validate::same_shape(op, "dv", dv, "v", v);
-  using validate::memory_of;
-  const bool given_delta = delta_workspace.data() != nullptr;
-  if (given_delta) validate::same_shape(op, "delta", delta_workspace, "lse", lse);
-  validate::disjoint(op,
-                     {memory_of("dq", dq), memory_of("dk", dk), memory_of("dv", dv),
-                      memory_of("delta", delta_workspace)},
-                     {memory_of("q", q), memory_of("k", k), memory_of("v", v), memory_of("o", o),
-                      memory_of("lse", lse), memory_of("dout", dout)});
+void run_fused_backward(const char* op, const ExecSpace& space,
+                        const Tensor4<const T, ExecSpace>& q, const Tensor4<const T, ExecSpace>& k,
+                        const Tensor4<const T, ExecSpace>& v,
+                        const Tensor4<const T, ExecSpace>& dout,
+                        const Tensor3<const T, ExecSpace>& lse,
+                        const Tensor3<const T, ExecSpace>& delta, const Tensor4<T, ExecSpace>& dq,
+                        const Tensor4<T, ExecSpace>& dk, const Tensor4<T, ExecSpace>& dv,
+                        const FusedAttentionOptions& opts, const AttentionMask<ExecSpace>& mask,
+                        int group) {
   const int B = int(q.extent(0)), H = int(q.extent(1)), S = int(q.extent(2)), Sk = int(k.extent(2)),
             D = int(q.extent(3)), Dv = int(v.extent(3));
-  if (mask_check == MaskCheck::here) check_mask(op, mask, B, S, Sk);
-  if (B == 0 || H == 0) return;
-
-  // δ_i = dO_i·O_i, the softmax backward's row sums (O(B·H·S) memory): in
-  // the caller's workspace, or allocated for the call.
-  const Tensor3<T, ExecSpace> delta =
-      given_delta ? delta_workspace
-                  : Tensor3<T, ExecSpace>("kdnn::attention::fused_delta", B, H, S);
-  row_deltas<ExecSpace, T>(space, dout, o, delta);
-
   FusedBackwardData<ExecSpace, T> data;
   data.q = q, data.k = k, data.v = v, data.dout = dout, data.lse = lse, data.delta = delta;
+  data.group = group;
   data.visible = VisibleKeys<ExecSpace>(mask, Sk);
   data.dropout = dropout_mask(opts.dropout);
   data.scale = T(opts.scale);
@@ -542,6 +531,79 @@ void fused_attention_backward(
     const auto plan = plan_fused<ExecSpace, Q>(op, space, B * H * ((S + data.bq - 1) / data.bq),
                                                opts, data.bq, data.bk, D, Dv);
     plan.launch("kdnn::attention::fused_backward_q", space, qk);
+  }
+}
+
+/// into(b, g, ·, ·) = Σ_r heads(b, g·group + r, ·, ·), r = 0 .. group − 1 in
+/// order: dK or dV of a key/value head from its query heads' shares.
+template <class ExecSpace, class T>
+void sum_group_heads(const ExecSpace& space, const Tensor4<T, ExecSpace>& heads,
+                     const Tensor4<T, ExecSpace>& into, int group) {
+  const std::size_t row = into.extent(2) * into.extent(3);  // one head's values
+  const std::size_t stride = row * std::size_t(group);
+  const T* from = heads.data();
+  T* to = into.data();
+  Kokkos::parallel_for(
+      "kdnn::attention::fused_sum_group_heads",
+      Kokkos::RangePolicy<ExecSpace>(space, 0, into.size()), KOKKOS_LAMBDA(std::size_t x) {
+        const T* first = from + x / row * stride + x % row;
+        T sum = first[0];
+        for (int r = 1; r < group; ++r) sum += first[r * row];
+        to[x] = sum;
+      });
+}
+
+template <class ExecSpace, class T>
+void fused_attention_backward(
+    const ExecSpace& space, const Tensor4<const T, ExecSpace>& q,
+    const Tensor4<const T, ExecSpace>& k, const Tensor4<const T, ExecSpace>& v,
+    const Tensor4<const T, ExecSpace>& o, const Tensor3<const T, ExecSpace>& lse,
+    const Tensor4<const T, ExecSpace>& dout, const Tensor4<T, ExecSpace>& dq,
+    const Tensor4<T, ExecSpace>& dk, const Tensor4<T, ExecSpace>& dv,
+    const Tensor3<T, ExecSpace>& delta_workspace, const FusedAttentionOptions& opts,
+    const AttentionMask<ExecSpace>& mask, MaskCheck mask_check) {
+  constexpr const char* op = "attention::fused_attention_backward";
+  validate_fused<ExecSpace, T>(op, space, opts, q, k, v, "o", o, "lse", lse);
+  validate::same_shape(op, "dout", dout, "o", o);
+  validate::same_shape(op, "dq", dq, "q", q);
+  validate::same_shape(op, "dk", dk, "k", k);
+  validate::same_shape(op, "dv", dv, "v", v);
+  using validate::memory_of;
+  const bool given_delta = delta_workspace.data() != nullptr;
+  if (given_delta) validate::same_shape(op, "delta", delta_workspace, "lse", lse);
+  validate::disjoint(op,
+                     {memory_of("dq", dq), memory_of("dk", dk), memory_of("dv", dv),
+                      memory_of("delta", delta_workspace)},
+                     {memory_of("q", q), memory_of("k", k), memory_of("v", v), memory_of("o", o),
+                      memory_of("lse", lse), memory_of("dout", dout)});
+  const int B = int(q.extent(0)), H = int(q.extent(1)), S = int(q.extent(2)), Sk = int(k.extent(2));
+  if (mask_check == MaskCheck::here) check_mask(op, mask, B, S, Sk);
+  if (B == 0 || H == 0) return;
+
+  // δ_i = dO_i·O_i, the softmax backward's row sums (O(B·H·S) memory): in
+  // the caller's workspace, or allocated for the call.
+  const Tensor3<T, ExecSpace> delta =
+      given_delta ? delta_workspace
+                  : Tensor3<T, ExecSpace>("kdnn::attention::fused_delta", B, H, S);
+  row_deltas<ExecSpace, T>(space, dout, o, delta);
+
+  // Grouped-query attention: the kernels write dK and dV per query head,
+  // into buffers for the call; the group's heads are summed after, in order.
+  const int group = int(H / k.extent(1));
+  const auto per_query_head = [&](const Tensor4<T, ExecSpace>& grad, const char* name) {
+    return group == 1 ? grad
+                      : Tensor4<T, ExecSpace>(
+                            Kokkos::view_alloc(space, Kokkos::WithoutInitializing,
+                                               std::string("kdnn::attention::fused_") + name),
+                            B, H, Sk, grad.extent(3));
+  };
+  const Tensor4<T, ExecSpace> dk_heads = per_query_head(dk, "dk_heads"),
+                              dv_heads = per_query_head(dv, "dv_heads");
+  run_fused_backward<ExecSpace, T>(op, space, q, k, v, dout, lse, delta, dq, dk_heads, dv_heads,
+                                   opts, mask, group);
+  if (group > 1) {
+    sum_group_heads<ExecSpace, T>(space, dk_heads, dk, group);
+    sum_group_heads<ExecSpace, T>(space, dv_heads, dv, group);
   }
 }
 

@@ -21,13 +21,19 @@ template <class ExecSpace, class T>
 struct FusedBackwardData {
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   using Tile = kdnn::impl::GemmTile<ExecSpace, T>;
-  Tensor4<const T, ExecSpace> q, k, v, dout;  ///< [B,H,S,D], [B,H,Sk,D], [B,H,Sk,Dv], [B,H,S,Dv]
-  Tensor3<const T, ExecSpace> lse, delta;     ///< [B, H, S]
+  /// [B,H,S,D], [B,Hkv,Sk,D], [B,Hkv,Sk,Dv], [B,H,S,Dv]
+  Tensor4<const T, ExecSpace> q, k, v, dout;
+  Tensor3<const T, ExecSpace> lse, delta;  ///< [B, H, S]
   VisibleKeys<ExecSpace> visible;
   DropoutMask dropout;
   T scale = 1, keep_scale = 1;
   int bq = 1, bk = 1;         ///< multiples of Tile::align
+  int group = 1;              ///< query heads per key/value head, H / Hkv
   kdnn::impl::TeamWork work;  ///< set by the launch
+
+  /// The key/value head query head h reads (grouped-query attention). The
+  /// kernels write dK and dV per query head; the group's sum is taken after.
+  KOKKOS_INLINE_FUNCTION int kv_head(int h) const { return h / group; }
 
   /// Pd and dS' (dS without the scale) of a pair from its score
   /// s = (scale·q)·k and dPd = dO·v: P is 0 where the pair is hidden

@@ -192,8 +192,8 @@ struct FusedBackwardKVGpuKernel
     const Work w = Base::carve(carver);
     kdnn::impl::ThreadRegisters<T, NT, RM*(DC + DVC), Base::kPrivate> grad;  // dK, then dV
 
-    Base::template load_tile<D>(team, this->k, b, h, j0, cols, BR, T(1), w.own_a);
-    Base::template load_tile<DV>(team, this->v, b, h, j0, cols, BR, T(1), w.own_b);
+    Base::template load_tile<D>(team, this->k, b, this->kv_head(h), j0, cols, BR, T(1), w.own_a);
+    Base::template load_tile<DV>(team, this->v, b, this->kv_head(h), j0, cols, BR, T(1), w.own_b);
     Base::threads(team, [&](int t) {
       KDNN_IMPL_UNROLL
       for (int e = 0; e < RM * (DC + DVC); ++e) grad(t)[e] = T(0);
@@ -294,8 +294,8 @@ struct FusedBackwardQGpuKernel
     for (int j0 = seen.lo / BC * BC; j0 < seen.hi; j0 += BC) {
       const int cols = Sk - j0 < BC ? Sk - j0 : BC;
       team.team_barrier();  // the previous tile is done with
-      Base::template load_tile<D>(team, this->k, b, h, j0, cols, BC, T(1), w.str_a);
-      Base::template load_tile<DV>(team, this->v, b, h, j0, cols, BC, T(1), w.str_b);
+      Base::template load_tile<D>(team, this->k, b, this->kv_head(h), j0, cols, BC, T(1), w.str_a);
+      Base::template load_tile<DV>(team, this->v, b, this->kv_head(h), j0, cols, BC, T(1), w.str_b);
       team.team_barrier();
       // Thread (g, c): queries g·RM …, keys c·RN … of the tile.
       Base::threads(team, [&](int t) {

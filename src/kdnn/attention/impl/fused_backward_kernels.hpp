@@ -102,7 +102,7 @@ struct FusedBackwardKVKernel : FusedBackwardData<ExecSpace, T> {
     const int dpad = Tile::pad(D), dvp = Tile::pad(Dv);
     const int bq = in.bq, bk = in.bk;
     const int blocks = with_dq ? 1 : (Sk + bk - 1) / bk;  // key blocks per head's teams
-    const int bh = item / blocks, b = bh / H, h = bh % H;
+    const int bh = item / blocks, b = bh / H, h = bh % H, hk = in.kv_head(h);
     const int j_begin = with_dq ? 0 : item % blocks * bk;
     const int j_end = with_dq ? Sk : j_begin + bk;
     kdnn::impl::ScratchCarver carver(scratch);
@@ -117,7 +117,7 @@ struct FusedBackwardKVKernel : FusedBackwardData<ExecSpace, T> {
       const int cols = Sk - j0 < bk ? Sk - j0 : bk;
       team.team_barrier();  // the previous block is done with
       const auto key = [&](const auto& view) {
-        return [&](int c) { return &view(b, h, j0 + c, 0); };
+        return [&](int c) { return &view(b, hk, j0 + c, 0); };
       };
       kdnn::impl::team_copy_transposed(team, key(in.k), cols, bk, D, w.kt, bk);
       kdnn::impl::team_copy_transposed(team, key(in.v), cols, bk, Dv, w.vt, bk);
@@ -232,7 +232,7 @@ struct FusedBackwardQKernel : FusedBackwardData<ExecSpace, T> {
     const int bq = in.bq, bk = in.bk;
     const int blocks = (S + bq - 1) / bq;
     const int block = item % blocks, bh = item / blocks;
-    const int b = bh / H, h = bh % H, i0 = block * bq;
+    const int b = bh / H, h = bh % H, hk = in.kv_head(h), i0 = block * bq;
     const int rows = S - i0 < bq ? S - i0 : bq;
     kdnn::impl::ScratchCarver carver(scratch);
     const Work w = carve(carver, bq, bk, D, Dv);
@@ -250,7 +250,7 @@ struct FusedBackwardQKernel : FusedBackwardData<ExecSpace, T> {
       const int cols = Sk - j0 < bk ? Sk - j0 : bk;
       team.team_barrier();  // the previous tile is done with
       const auto key = [&](const auto& view) {
-        return [&](int c) { return &view(b, h, j0 + c, 0); };
+        return [&](int c) { return &view(b, hk, j0 + c, 0); };
       };
       kdnn::impl::team_copy_rows(team, key(in.k), cols, bk, D, dpad, w.k, dpad);
       kdnn::impl::team_copy_rows(team, key(in.v), cols, bk, Dv, Dv, w.v, Dv);

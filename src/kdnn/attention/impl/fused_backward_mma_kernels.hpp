@@ -101,8 +101,8 @@ struct FusedBackwardMmaKernel
     kdnn::impl::ScratchCarver carver(scratch);
     const Work w = carve(carver);
 
-    const auto kf = Base::template fragments<D>(this->k, b, h, j0, cols, T(1));
-    const auto vf = Base::template fragments<DV>(this->v, b, h, j0, cols, T(1));
+    const auto kf = Base::template fragments<D>(this->k, b, this->kv_head(h), j0, cols, T(1));
+    const auto vf = Base::template fragments<DV>(this->v, b, this->kv_head(h), j0, cols, T(1));
     const KeysTransposed kt{this->k, j0, cols};
     kdnn::impl::ThreadRegisters<T, NT, MT * NK * CR, kPrivate> sacc;   // Sᵀ, Pdᵀ, then dQᵀ
     kdnn::impl::ThreadRegisters<T, NT, MT * NK * CR, kPrivate> dpacc;  // dPdᵀ, then dS'ᵀ
@@ -188,7 +188,7 @@ struct FusedBackwardMmaKernel
                                      const KeysTransposed& kt, const Work& w, Acc& acc) const {
     constexpr int R = NT / 32 * Base::WR;  // rows of D per pass
     for (int d0 = 0; d0 < D; d0 += R) {
-      const auto ktf = Base::template fragments<BK>(kt, b, h, d0, D - d0, T(1));
+      const auto ktf = Base::template fragments<BK>(kt, b, this->kv_head(h), d0, D - d0, T(1));
       Base::template tile_rows_product<BK>(team, ktf, w.ds, LDS, acc);
       threads(team, [&](int t) {
         Base::template each_accumulator<NK>(t, [&](int e, int, int row, int col) {

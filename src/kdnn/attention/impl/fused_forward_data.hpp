@@ -31,14 +31,18 @@ struct DropoutMask {
 /// the scales, and the team work items (set by the launch).
 template <class ExecSpace, class T>
 struct FusedForwardData {
-  Tensor4<const T, ExecSpace> q, k, v;  ///< [B, H, S, D], [B, H, Sk, D], [B, H, Sk, Dv]
+  Tensor4<const T, ExecSpace> q, k, v;  ///< [B, H, S, D], [B, Hkv, Sk, D], [B, Hkv, Sk, Dv]
   Tensor4<T, ExecSpace> o;              ///< [B, H, S, Dv]
   Tensor3<T, ExecSpace> lse;            ///< [B, H, S]
   VisibleKeys<ExecSpace> visible;
   DropoutMask dropout;
   T scale = 1, keep_scale = 1;
   T neg_inf = 0;              ///< −infinity (set on the host)
+  int group = 1;              ///< query heads per key/value head, H / Hkv
   kdnn::impl::TeamWork work;  ///< set by the launch
+
+  /// The key/value head query head h reads (grouped-query attention).
+  KOKKOS_INLINE_FUNCTION int kv_head(int h) const { return h / group; }
 };
 
 }  // namespace kdnn::attention::impl

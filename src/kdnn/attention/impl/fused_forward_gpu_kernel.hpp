@@ -126,7 +126,7 @@ struct FusedForwardGpuKernel : FusedForwardData<ExecSpace, T>,
     const int H = int(q.extent(1)), S = int(q.extent(2)), Sk = int(k.extent(2));
     const int blocks = (S + BQ - 1) / BQ;
     const int block = item % blocks, bh = item / blocks;
-    const int b = bh / H, h = bh % H, i0 = block * BQ;
+    const int b = bh / H, h = bh % H, hk = this->kv_head(h), i0 = block * BQ;
     const int rows = S - i0 < BQ ? S - i0 : BQ;
     kdnn::impl::ScratchCarver carver(scratch);
     const Work w = carve(carver);
@@ -168,7 +168,7 @@ struct FusedForwardGpuKernel : FusedForwardData<ExecSpace, T>,
       team.team_barrier();  // the previous tile is done with kv and pt
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK * D), [&](int e) {
         const int c = e / D, d = e % D;
-        w.kv[d * BK + c] = c < cols ? k(b, h, j0 + c, d) : T(0);
+        w.kv[d * BK + c] = c < cols ? k(b, hk, j0 + c, d) : T(0);
       });
       team.team_barrier();
 
@@ -229,7 +229,7 @@ struct FusedForwardGpuKernel : FusedForwardData<ExecSpace, T>,
       team.team_barrier();  // every thread is done reading Kᵀ
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK * DV), [&](int e) {
         const int c = e / DV, d = e % DV;
-        w.kv[c * DV + d] = c < cols ? v(b, h, j0 + c, d) : T(0);
+        w.kv[c * DV + d] = c < cols ? v(b, hk, j0 + c, d) : T(0);
       });
       team.team_barrier();
 

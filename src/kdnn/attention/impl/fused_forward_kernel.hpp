@@ -85,7 +85,7 @@ struct FusedForwardKernel : FusedForwardData<ExecSpace, T> {
     const int Sk = int(k.extent(2)), Dv = int(v.extent(3)), dvp = Tile::pad(Dv);
     const int blocks = (S + bq - 1) / bq;
     const int block = item % blocks, bh = item / blocks;
-    const int b = bh / H, h = bh % H, i0 = block * bq;
+    const int b = bh / H, h = bh % H, hk = this->kv_head(h), i0 = block * bq;
     const int rows = S - i0 < bq ? S - i0 : bq;
     kdnn::impl::ScratchCarver carver(scratch);
     const Work w = carve(carver, bq, bk, D, Dv);
@@ -113,9 +113,9 @@ struct FusedForwardKernel : FusedForwardData<ExecSpace, T> {
       const int cols = Sk - j0 < bk ? Sk - j0 : bk;
       team.team_barrier();  // the previous tile is done with
       kdnn::impl::team_copy_rows(
-          team, [&](int c) { return &k(b, h, j0 + c, 0); }, cols, bk, D, D, w.k, D);
+          team, [&](int c) { return &k(b, hk, j0 + c, 0); }, cols, bk, D, D, w.k, D);
       kdnn::impl::team_copy_rows(
-          team, [&](int c) { return &v(b, h, j0 + c, 0); }, cols, bk, Dv, dvp, w.v, dvp);
+          team, [&](int c) { return &v(b, hk, j0 + c, 0); }, cols, bk, Dv, dvp, w.v, dvp);
       team.team_barrier();
       // Sᵀ = K·(scale·Q)ᵀ [bk, bq]: the tile's scores, one key per row.
       kdnn::impl::team_gemm<ExecSpace>(team, bk, bq, D, kdnn::impl::GemmA<T>::rows(w.k, D), w.qt,

@@ -76,7 +76,7 @@ struct FusedForwardMmaKernel
     const int H = int(q.extent(1)), S = int(q.extent(2)), Sk = int(k.extent(2));
     const int blocks = (S + BQ - 1) / BQ;
     const int block = item % blocks, bh = item / blocks;
-    const int b = bh / H, h = bh % H, i0 = block * BQ;
+    const int b = bh / H, h = bh % H, hk = this->kv_head(h), i0 = block * BQ;
     const int rows = S - i0 < BQ ? S - i0 : BQ;
     kdnn::impl::ScratchCarver carver(scratch);
     const auto w = Base::carve(carver);
@@ -116,8 +116,8 @@ struct FusedForwardMmaKernel
     for (int j0 = seen.lo / BK * BK; j0 < seen.hi; j0 += BK) {
       const int cols = Sk - j0 < BK ? Sk - j0 : BK;
       team.team_barrier();  // the previous tile is done with kt and vt
-      Base::template load_tile<D>(team, k, b, h, j0, cols, T(1), w.kt, LDK);
-      Base::template load_tile<DV>(team, v, b, h, j0, cols, T(1), w.vt, LDV);
+      Base::template load_tile<D>(team, k, b, hk, j0, cols, T(1), w.kt, LDK);
+      Base::template load_tile<DV>(team, v, b, hk, j0, cols, T(1), w.vt, LDV);
       team.team_barrier();
 
       // S = (scale·Q)·Kᵀ; the mask (−inf); the rows' maxima.
