@@ -5,10 +5,12 @@
     kdnn.flash_attention(q, k, v, *, causal, scale, ...)      fused attention
     kdnn.multi_head_attention(q, k, v, w_q, ..., *, heads)    the attention layer
     kdnn.causal_conv1d(x, weight, bias, *, activation, ...)   Mamba's conv1d
+    kdnn.causal_conv1d_update(x, conv_state, weight, ...)     its decoding step
     kdnn.dt_softplus(dt, dt_bias, *, dt_limit)                Mamba-2's step sizes
     kdnn.ssd(x, dt, A, B, C, D, *, chunk_size, ...)           Mamba-2's SSD scan
     kdnn.nn                                                   modules
     kdnn.cp                                                   context parallel (MPI)
+    kdnn.compat                                               the peers' interfaces
 
 Tensors are float32 or float64, on the CPU (and on CUDA GPUs with a CUDA
 build); contiguous ones are used in place, without a copy. Tensors are
@@ -25,14 +27,14 @@ except ImportError as e:  # pragma: no cover
 from . import _kdnn
 from ._tensors import Error
 from .attention import flash_attention
-from .mamba2 import causal_conv1d, dt_softplus, ssd
+from .mamba2 import causal_conv1d, causal_conv1d_update, dt_softplus, ssd
 from .mha import multi_head_attention
 from .sinkhorn import sinkhorn
-from . import cp, nn
+from . import compat, cp, nn
 
 __version__ = _kdnn.version
 backend = _kdnn.backend()
 atexit.register(_kdnn.finalize)
 
 __all__ = ["Error", "sinkhorn", "flash_attention", "multi_head_attention", "causal_conv1d",
-           "dt_softplus", "ssd", "cp", "nn", "backend"]
+           "causal_conv1d_update", "dt_softplus", "ssd", "cp", "compat", "nn", "backend"]

@@ -81,6 +81,42 @@ def causal_conv1d(x, weight, bias=None, initial_state=None, *, activation=None,
     return (y, final) if return_final_states else y
 
 
+def causal_conv1d_update(x, conv_state, weight, bias=None, *, activation=None):
+    """One decoding step (or a few) of causal_conv1d on a rolling state, as
+    causal-conv1d's causal_conv1d_update: with x̄ the state followed by x's
+    steps, y[b, c, t] = act(bias[c] + sum_k weight[c, k] * x̄[b, c, W + t - K + 1 + k]),
+    and the state becomes x̄'s last W steps.
+
+    x [B, C] or [B, C, Lnew] (channel first), conv_state [B, C, W] with
+    W >= K - 1 (updated in place), weight [C, K], bias [C]; activation None
+    or "silu" ("swish"). Returns y of x's shape. For inference: inputs that
+    require grad are refused while grad mode is on (kdnn has no backward for
+    it), and the state is left as it was when a check fails.
+    """
+    op = "causal_conv1d_update"
+    check = Operands(op)
+    x_in = x
+    x = check(x, "x", -2, "[B, C] or [B, C, Lnew]")
+    require(x.dim() <= 3, f"{op}: x has shape {list(x.shape)}, expected [B, C] or [B, C, Lnew]")
+    state = check(conv_state, "conv_state", 3, "[B, C, W]")
+    weight = check(weight, "weight", 2, "[C, K]")
+    bias = check(bias, "bias", 1, "[C]", optional=True)
+    silu = conv_silu(op, weight, activation)
+    if torch.is_grad_enabled():
+        for name, t in (("x", x_in), ("conv_state", conv_state), ("weight", weight), ("bias", bias)):
+            require(t is None or not t.requires_grad,
+                    f"{op}: {name} requires grad; the decoding step has no backward (run it "
+                    "under torch.no_grad() or detach the inputs)")
+    steps = x if x.dim() == 3 else x.unsqueeze(-1)
+    y = torch.empty_like(steps)
+    # The update writes the state in place: into the caller's tensor, or
+    # into a contiguous copy of it that is copied back.
+    _kdnn.causal_conv1d_update(steps, state, weight, bias, y, silu, stream_of(x))
+    if state.data_ptr() != conv_state.data_ptr():
+        conv_state.copy_(state)
+    return y if x.dim() == 3 else y.squeeze(-1)
+
+
 class _DtSoftplus(torch.autograd.Function):
     @staticmethod
     def forward(ctx, dt, dt_bias, lo, hi):

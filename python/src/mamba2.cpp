@@ -42,6 +42,22 @@ void conv_backward(const Array& x, const Array& w, const Optional& bias, const O
   });
 }
 
+void conv_update(const Array& x, const Array& state, const Array& w, const Optional& bias,
+                 const Array& y, bool silu, std::uintptr_t stream) {
+  dispatch(x, "causal_conv1d_update: x", stream, [&](auto space, auto zero) {
+    using Space = decltype(space);
+    using T = decltype(zero);
+    ssm::ConvUpdate<T, Space> a;
+    a.x = view_of<In3<T, Space>>(x, "causal_conv1d_update: x");
+    a.state = view_of<kdnn::Tensor3<T, Space>>(state, "causal_conv1d_update: conv_state");
+    a.w = view_of<kdnn::Matrix<const T, Space>>(w, "causal_conv1d_update: weight");
+    a.bias = view_of<kdnn::Vector<const T, Space>>(bias, "causal_conv1d_update: bias");
+    a.y = view_of<kdnn::Tensor3<T, Space>>(y, "causal_conv1d_update: out");
+    a.silu = silu;
+    ssm::causal_conv1d_update(space, a);
+  });
+}
+
 void dt_forward(const Array& dt, const Array& bias, const Array& out, double lo, double hi,
                 std::uintptr_t stream) {
   dispatch(dt, "dt_softplus: dt", stream, [&](auto space, auto zero) {
@@ -102,6 +118,8 @@ void bind_mamba2(nb::module_& m) {
   m.def("causal_conv1d_backward", &conv_backward, "x"_a, "w"_a, "bias"_a.none(), "init"_a.none(),
         "dy"_a, "dfinal"_a.none(), "dx"_a, "dw"_a, "dbias"_a.none(), "dinit"_a.none(), "silu"_a,
         "stream"_a);
+  m.def("causal_conv1d_update", &conv_update, "x"_a, "state"_a, "w"_a, "bias"_a.none(), "y"_a,
+        "silu"_a, "stream"_a);
   m.def("dt_softplus_forward", &dt_forward, "dt"_a, "dt_bias"_a, "out"_a, "dt_min"_a, "dt_max"_a,
         "stream"_a);
   m.def("dt_softplus_backward", &dt_backward, "dt"_a, "dt_bias"_a, "dout"_a, "ddt"_a, "ddt_bias"_a,

@@ -4,5 +4,6 @@
 // (+ SiLU), the dt softplus and the SSD chunked scan, forward and backward. Their context-parallel
 // versions (the sequence split across MPI ranks) are in kdnn/cp/.
 #include "kdnn/ssm/causal_conv1d.hpp"
+#include "kdnn/ssm/causal_conv1d_update.hpp"
 #include "kdnn/ssm/dt_softplus.hpp"
 #include "kdnn/ssm/ssd.hpp"

@@ -1,0 +1,74 @@
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+"""causal-conv1d's causal_conv1d_fn and causal_conv1d_update on kdnn's
+kernels (x channel first, [batch, dim, seqlen], as the peer's).
+
+x's channel-last memory layout (x = x_bld.transpose(1, 2), stride(1) == 1:
+what Mamba's blocks pass) is kdnn's own: no copy, and the output and the
+final states have that layout too, as the peer's. A contiguous x
+([batch, dim, seqlen], stride(2) == 1) is copied to channel-last and the
+output back to x's layout (two copies: kdnn's kernels read channel-last).
+"""
+from .. import mamba2
+from .._tensors import Error
+
+ACTIVATIONS = (None, "silu", "swish")
+
+
+def _activation(op, activation):
+    if activation not in ACTIVATIONS:
+        raise Error(f"{op}: activation={activation!r}, expected one of {ACTIVATIONS}")
+    return activation
+
+
+def _unsupported(op, **options):
+    """kdnn.Error for the first of the peer's options that is set but that
+    kdnn does not have."""
+    for name, value in options.items():
+        if value is not None:
+            raise Error(f"{op}: {name} is not supported by kdnn (pass None)")
+
+
+def causal_conv1d_fn(x, weight, bias=None, seq_idx=None, initial_states=None,
+                     return_final_states=False, final_states_out=None, activation=None):
+    """x (batch, dim, seqlen), weight (dim, width), bias (dim,),
+    initial_states (batch, dim, width - 1), final_states_out (batch, dim,
+    width - 1), written when given; activation None, "silu" or "swish".
+    Returns out (batch, dim, seqlen), and with return_final_states also the
+    final states (batch, dim, width - 1), channel-last. seq_idx is not
+    supported."""
+    op = "compat.causal_conv1d.causal_conv1d_fn"
+    _unsupported(op, seq_idx=seq_idx)
+    activation = _activation(op, activation)
+    if getattr(x, "dim", lambda: 0)() != 3:
+        raise Error(f"{op}: x has shape {list(getattr(x, 'shape', []))}, expected (batch, dim, "
+                    "seqlen)")
+    init = None if initial_states is None else initial_states.transpose(1, 2)
+    y, final = mamba2.causal_conv1d(x.transpose(1, 2), weight, bias, init, activation=activation,
+                                    return_final_states=True)
+    out = y.transpose(1, 2)
+    if x.stride(1) != 1 or x.shape[1] == 1:  # a contiguous x: the output contiguous too
+        out = out.contiguous()
+    if not return_final_states:
+        return out
+    final = final.transpose(1, 2)
+    if final_states_out is not None:
+        final_states_out.copy_(final)
+        final = final_states_out
+    return out, final
+
+
+def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cache_seqlens=None,
+                         conv_state_indices=None):
+    """x (batch, dim) or (batch, dim, seqlen), conv_state (batch, dim,
+    state_len) with state_len >= width - 1, updated in place; weight (dim,
+    width), bias (dim,); activation None, "silu" or "swish" (True: "silu").
+    Returns out of x's shape. cache_seqlens (a circular state) and
+    conv_state_indices are not supported."""
+    op = "compat.causal_conv1d.causal_conv1d_update"
+    _unsupported(op, cache_seqlens=cache_seqlens, conv_state_indices=conv_state_indices)
+    if activation is True:
+        activation = "silu"
+    elif activation is False:
+        activation = None
+    return mamba2.causal_conv1d_update(x, conv_state, weight, bias,
+                                       activation=_activation(op, activation))

@@ -1,0 +1,141 @@
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+"""kdnn.compat.causal_conv1d against causal-conv1d's semantics: its
+reference formulations (causal_conv1d_ref, causal_conv1d_update_ref),
+written here in PyTorch from the peer's documentation, both memory layouts
+of x, initial and final states, gradients, the decoding step, and the
+options kdnn does not have."""
+import pytest
+import torch
+import torch.nn.functional as F
+from common import DTYPES, TOLERANCE, assert_matches
+
+import kdnn
+from kdnn.compat.causal_conv1d import causal_conv1d_fn, causal_conv1d_update
+
+
+def conv_ref(x, weight, bias=None, initial_states=None, return_final_states=False,
+             activation=None):
+    """x (batch, dim, seqlen) -> out (batch, dim, seqlen) [, final states]."""
+    seqlen = x.shape[-1]
+    dim, width = weight.shape
+    if initial_states is None:
+        out = F.conv1d(x, weight.unsqueeze(1), bias, padding=width - 1, groups=dim)
+    else:
+        x = torch.cat([initial_states, x], dim=-1)
+        out = F.conv1d(x, weight.unsqueeze(1), bias, padding=0, groups=dim)
+    out = out[..., :seqlen]
+    out = out if activation is None else F.silu(out)
+    if not return_final_states:
+        return out
+    return out, F.pad(x, (width - 1 - x.shape[-1], 0))  # the last width - 1 inputs
+
+
+def update_ref(x, conv_state, weight, bias=None, activation=None):
+    """One decoding step on a copy of conv_state: (out, the new state)."""
+    squeeze = x.dim() == 2
+    x = x.unsqueeze(-1) if squeeze else x
+    seqlen, state_len = x.shape[-1], conv_state.shape[-1]
+    x_new = torch.cat([conv_state, x], dim=-1)
+    out = F.conv1d(x_new, weight.unsqueeze(1), bias, groups=weight.shape[0])[..., -seqlen:]
+    out = out if activation is None else F.silu(out)
+    return (out.squeeze(-1) if squeeze else out), x_new[..., -state_len:]
+
+
+def channel_last(batch, dim, seqlen, **kw):
+    """(batch, dim, seqlen) with stride(1) == 1, as Mamba's blocks pass x."""
+    return torch.randn(batch, seqlen, dim, **kw).transpose(1, 2)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", ["contiguous", "channel_last"])
+@pytest.mark.parametrize("width", [2, 4])
+@pytest.mark.parametrize("activation", [None, "silu"])
+def test_fn_matches_the_reference(dtype, layout, width, activation):
+    kw = dict(dtype=dtype)
+    x = (torch.randn(2, 8, 13, **kw) if layout == "contiguous" else channel_last(2, 8, 13, **kw))
+    x.requires_grad_()
+    w = torch.randn(8, width, **kw, requires_grad=True)
+    b = torch.randn(8, **kw, requires_grad=True)
+    out = causal_conv1d_fn(x, w, b, activation=activation)
+    assert out.shape == x.shape and out.stride() == x.stride()  # the peer's layout
+    assert_matches(out, conv_ref(x, w, b, activation=activation), (x, w, b), **TOLERANCE[dtype])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_fn_states(dtype):
+    kw = dict(dtype=dtype)
+    x = channel_last(2, 6, 3, **kw).requires_grad_()  # seqlen < width - 1: states reach back
+    w = torch.randn(6, 5, **kw, requires_grad=True)
+    init = channel_last(2, 6, 4, **kw).requires_grad_()
+    got = causal_conv1d_fn(x, w, None, None, init, True, None, "swish")
+    want = conv_ref(x, w, None, init, True, "silu")
+    assert_matches(got, want, (x, w, init), **TOLERANCE[dtype])
+    # final_states_out is written and returned
+    out = torch.empty(2, 4, 6, **kw).transpose(1, 2)
+    _, final = causal_conv1d_fn(x.detach(), w.detach(), initial_states=init.detach(),
+                                return_final_states=True, final_states_out=out)
+    assert final is out
+    torch.testing.assert_close(out, want[1].detach())
+
+
+def test_fn_zero_copy_for_channel_last():
+    x = channel_last(1, 4, 9, dtype=torch.float64)
+    w = torch.randn(4, 4, dtype=torch.float64)
+    out, final = causal_conv1d_fn(x, w, return_final_states=True)
+    assert out.stride(1) == 1 and final.stride(1) == 1  # channel-last, as the peer's
+    torch.testing.assert_close(out, conv_ref(x, w))
+
+
+def test_fn_gradcheck():
+    f64 = dict(dtype=torch.float64, requires_grad=True)
+    args = (torch.randn(1, 3, 6, **f64), torch.randn(3, 3, **f64), torch.randn(3, **f64))
+    init = torch.randn(1, 2, 3, dtype=torch.float64).transpose(1, 2).requires_grad_()
+    assert torch.autograd.gradcheck(
+        lambda x, w, b, s: causal_conv1d_fn(x, w, b, None, s, True, None, "silu"),
+        (*args, init))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("seqlen", [None, 1, 3])
+@pytest.mark.parametrize("state_len", [3, 6])
+def test_update_matches_the_reference(dtype, seqlen, state_len):
+    kw = dict(dtype=dtype)
+    x = torch.randn(2, 5, **kw) if seqlen is None else torch.randn(2, 5, seqlen, **kw)
+    state = torch.randn(2, 5, state_len, **kw)
+    w, b = torch.randn(5, 4, **kw), torch.randn(5, **kw)
+    want, want_state = update_ref(x, state.clone(), w, b, "silu")
+    got = causal_conv1d_update(x, state, w, b, "silu")
+    torch.testing.assert_close(got, want, **TOLERANCE[dtype])
+    torch.testing.assert_close(state, want_state, rtol=0, atol=0)  # updated in place
+
+
+def test_update_decodes_the_sequence():
+    # Step by step from a zero state: the whole sequence's causal_conv1d_fn.
+    x = torch.randn(2, 4, 10, dtype=torch.float64)
+    w, b = torch.randn(4, 4, dtype=torch.float64), torch.randn(4, dtype=torch.float64)
+    state = torch.zeros(2, 4, 3, dtype=torch.float64)
+    steps = [causal_conv1d_update(x[..., t], state, w, b, True) for t in range(10)]
+    torch.testing.assert_close(torch.stack(steps, dim=-1), causal_conv1d_fn(x, w, b, activation="silu"))
+
+
+def test_update_state_layouts_and_errors():
+    w = torch.randn(4, 4, dtype=torch.float64)
+    x = torch.randn(2, 4, dtype=torch.float64)
+    # A non-contiguous state is updated in place too.
+    state = torch.randn(2, 3, 4, dtype=torch.float64).transpose(1, 2)
+    want, want_state = update_ref(x, state.clone(), w)
+    torch.testing.assert_close(causal_conv1d_update(x, state, w), want)
+    torch.testing.assert_close(state, want_state)
+    with pytest.raises(kdnn.Error, match="cache_seqlens is not supported"):
+        causal_conv1d_update(x, state, w, cache_seqlens=torch.zeros(2, dtype=torch.int32))
+    with pytest.raises(kdnn.Error, match="seq_idx is not supported"):
+        causal_conv1d_fn(x[..., None], w, seq_idx=torch.zeros(2, 1, dtype=torch.int32))
+    short = torch.randn(2, 4, 2, dtype=torch.float64)
+    before = short.clone()
+    with pytest.raises(kdnn.Error, match=r"state has extent\(2\)=2, expected W >= K-1=3"):
+        causal_conv1d_update(x, short, w)
+    assert torch.equal(short, before)  # untouched by the failed call
+    with pytest.raises(kdnn.Error, match="x requires grad; the decoding step has no backward"):
+        causal_conv1d_update(x.clone().requires_grad_(), state, w)
+    with pytest.raises(kdnn.Error, match="activation='relu'"):
+        causal_conv1d_update(x, state, w, activation="relu")

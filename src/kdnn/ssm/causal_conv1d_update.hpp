@@ -1,0 +1,59 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+#pragma once
+// kdnn::ssm causal conv1d decoding step: the conv of causal_conv1d.hpp on a
+// rolling state of the last W inputs, for generation one (or a few) steps at
+// a time, as causal-conv1d's causal_conv1d_update. With x̄ the state
+// followed by the new steps (W + Lnew of them, per batch entry and channel),
+//
+//   z[b,c,t] = bias[c] + Σ_{k<K} w[c,k] · x̄[b, c, W + t − K + 1 + k],   y = SiLU(z) or z
+//
+// for t < Lnew, and the state becomes the last W steps of x̄. W ≥ K − 1
+// (a longer state keeps older inputs, as the peer's). Channel-first, the
+// peer's decoding layout: x and y [B, C, Lnew], state [B, C, W]. Forward
+// only (inference).
+#include <Kokkos_Core.hpp>
+
+#include "kdnn/core/impl/eti.hpp"
+#include "kdnn/core/impl/space_lock.hpp"
+#include "kdnn/core/tensor.hpp"
+
+namespace kdnn::ssm {
+
+/// The arguments of causal_conv1d_update. `bias` may be left empty.
+template <class T, class ExecSpace>
+struct ConvUpdate {
+  Tensor3<const T, ExecSpace> x;    ///< [B, C, Lnew], the new steps
+  Tensor3<T, ExecSpace> state;      ///< [B, C, W], W ≥ K − 1; read, then updated in place
+  Matrix<const T, ExecSpace> w;     ///< [C, K], K ≥ 1
+  Vector<const T, ExecSpace> bias;  ///< [C]; optional (zero)
+  Tensor3<T, ExecSpace> y;          ///< output [B, C, Lnew]
+  bool silu = true;                 ///< apply SiLU to the output
+};
+
+}  // namespace kdnn::ssm
+
+#define KDNN_CAUSAL_CONV1D_UPDATE_OPERATORS(PREFIX, ExecSpace, T) \
+  PREFIX void causal_conv1d_update(const ExecSpace&, const ConvUpdate<T, ExecSpace>&);
+
+namespace kdnn::ssm {
+
+namespace impl {
+KDNN_CAUSAL_CONV1D_UPDATE_OPERATORS(KDNN_TEMPLATE_EXEC_SPACE_T, ExecSpace, T)
+#define KDNN_CAUSAL_CONV1D_UPDATE_EXTERN(ExecSpace, T) \
+  KDNN_CAUSAL_CONV1D_UPDATE_OPERATORS(extern template, ExecSpace, T)
+KDNN_ETI_FOR_EACH(KDNN_CAUSAL_CONV1D_UPDATE_EXTERN)
+#undef KDNN_CAUSAL_CONV1D_UPDATE_EXTERN
+}  // namespace impl
+
+/// y from x and the state, and the state advanced by x's steps: one thread
+/// per (batch entry, channel). Asynchronous on `space` after the host-side
+/// checks, which throw kdnn::Error naming the argument.
+template <class ExecSpace, class T>
+void causal_conv1d_update(const ExecSpace& space, const ConvUpdate<T, ExecSpace>& args) {
+  const kdnn::impl::SpaceLock exclusive(space);
+  impl::causal_conv1d_update<ExecSpace, T>(space, args);
+}
+
+}  // namespace kdnn::ssm
+
+#include "kdnn/ssm/impl/causal_conv1d_update_impl.hpp"
