@@ -2,12 +2,13 @@
 """The interfaces of the libraries kdnn's users come from, on kdnn's kernels:
 changing an import is all a user does.
 
+    from kdnn.compat.flash_attn import flash_attn_func
     from kdnn.compat.causal_conv1d import causal_conv1d_fn, causal_conv1d_update
 
 Each function has its peer's name, arguments (positional as the peer's),
 defaults, layouts and return values; an option kdnn does not have raises
 kdnn.Error naming it. docs/python.md has a table per peer.
 """
-from . import causal_conv1d
+from . import causal_conv1d, flash_attn
 
-__all__ = ["causal_conv1d"]
+__all__ = ["causal_conv1d", "flash_attn"]

@@ -1,0 +1,91 @@
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+"""flash-attn's flash_attn_func (and its packed forms) on kdnn's fused
+attention: q (batch, seqlen, nheads, headdim), k and v (batch, seqlen_k,
+nheads_k, headdim), nheads_k dividing nheads (GQA, MQA).
+
+flash-attn's causal mask and windows are aligned to the bottom right: query
+i sees key j when i + seqlen_k - seqlen_q - window_size[0] <= j <=
+i + seqlen_k - seqlen_q + window_size[1] (-1: no bound; causal: right
+bound 0); kdnn takes them as its per-query windows. The (batch, seqlen,
+nheads, headdim) layout is copied to kdnn's (batch, nheads, seqlen,
+headdim) and the output back (kdnn's kernels read the heads' rows
+contiguous). float32 and float64 (flash-attn's fp16 and bf16 are not kdnn's
+types).
+"""
+import math
+
+import torch
+
+from .. import attention
+from .._tensors import Error, require
+
+
+def _windows(S, Sk, causal, window_size, device):
+    """flash-attn's mask as kdnn's windows (lo, hi) [S], or None for none."""
+    left, right = window_size
+    if causal:
+        right = 0
+    if left < 0 and right < 0:
+        return None
+    i = torch.arange(S, device=device, dtype=torch.int64) + (Sk - S)  # the diagonal's key
+    lo = (i - left).clamp(0, Sk) if left >= 0 else torch.zeros_like(i)
+    hi = (i + right + 1).clamp(0, Sk) if right >= 0 else torch.full_like(i, Sk)
+    return torch.minimum(lo, hi), hi
+
+
+def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
+                    window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False,
+                    return_attn_probs=False):
+    """flash-attn's flash_attn_func. Returns out (batch, seqlen, nheads,
+    headdim_v); with return_attn_probs, (out, softmax_lse (batch, nheads,
+    seqlen), None): kdnn does not return the attention probabilities, and
+    softmax_lse is +inf for a query that sees no key, as flash-attn's.
+    deterministic is accepted and has no effect: kdnn's backward always is.
+    softcap and alibi_slopes are not supported."""
+    op = "compat.flash_attn.flash_attn_func"
+    if softcap != 0.0:
+        raise Error(f"{op}: softcap={softcap!r} is not supported by kdnn (pass 0.0)")
+    if alibi_slopes is not None:
+        raise Error(f"{op}: alibi_slopes is not supported by kdnn (pass None)")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        require(isinstance(t, torch.Tensor) and t.dim() == 4,
+                f"{op}: {name} has shape {list(getattr(t, 'shape', []))}, expected (batch, seqlen, "
+                "nheads, headdim)")
+    require(isinstance(window_size, (tuple, list)) and len(window_size) == 2
+            and all(isinstance(w, int) and not isinstance(w, bool) for w in window_size),
+            f"{op}: window_size={window_size!r}, expected (left, right) integers (-1: no bound)")
+    if not isinstance(causal, bool):
+        raise Error(f"{op}: causal={causal!r}, expected True or False")
+    S, Sk = q.shape[1], k.shape[1]
+    window = _windows(S, Sk, causal, window_size, q.device)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if softmax_scale is None else softmax_scale
+    out, lse = attention.flash_attention(
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), window=window, scale=scale,
+        dropout_p=dropout_p, return_lse=True)
+    out = out.transpose(1, 2).contiguous()
+    if not return_attn_probs:
+        return out
+    return out, torch.where(lse == -math.inf, math.inf, lse), None
+
+
+def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False,
+                             window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                             deterministic=False, return_attn_probs=False):
+    """flash_attn_func with kv (batch, seqlen_k, 2, nheads_k, headdim)."""
+    require(isinstance(kv, torch.Tensor) and kv.dim() == 5 and kv.shape[2] == 2,
+            f"compat.flash_attn.flash_attn_kvpacked_func: kv has shape "
+            f"{list(getattr(kv, 'shape', []))}, expected (batch, seqlen_k, 2, nheads_k, headdim)")
+    return flash_attn_func(q, kv[:, :, 0], kv[:, :, 1], dropout_p, softmax_scale, causal,
+                           window_size, softcap, alibi_slopes, deterministic, return_attn_probs)
+
+
+def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False,
+                              window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                              deterministic=False, return_attn_probs=False):
+    """flash_attn_func with qkv (batch, seqlen, 3, nheads, headdim)."""
+    require(isinstance(qkv, torch.Tensor) and qkv.dim() == 5 and qkv.shape[2] == 3,
+            f"compat.flash_attn.flash_attn_qkvpacked_func: qkv has shape "
+            f"{list(getattr(qkv, 'shape', []))}, expected (batch, seqlen, 3, nheads, headdim)")
+    return flash_attn_func(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], dropout_p, softmax_scale,
+                           causal, window_size, softcap, alibi_slopes, deterministic,
+                           return_attn_probs)

@@ -1,0 +1,105 @@
+# SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+"""kdnn.compat.flash_attn against flash-attn's semantics: its reference
+attention (bottom-right aligned causal mask and windows, GQA, the
+(batch, seqlen, nheads, headdim) layout), written here in PyTorch from the
+peer's documentation; the log-sum-exp it returns, the packed forms, and
+the options kdnn does not have."""
+import math
+
+import pytest
+import torch
+from common import DTYPES, TOLERANCE, assert_matches
+
+import kdnn
+from kdnn.compat.flash_attn import flash_attn_func, flash_attn_kvpacked_func, flash_attn_qkvpacked_func
+
+
+def visible(S, Sk, causal, window_size):
+    """[S, Sk]: query i sees key j (bottom-right aligned)."""
+    left, right = window_size
+    if causal:
+        right = 0
+    i = torch.arange(S)[:, None] + Sk - S
+    j = torch.arange(Sk)[None, :]
+    seen = torch.ones(S, Sk, dtype=torch.bool)
+    if left >= 0:
+        seen &= j >= i - left
+    if right >= 0:
+        seen &= j <= i + right
+    return seen
+
+
+def attention_ref(q, k, v, causal=False, window_size=(-1, -1), scale=None):
+    """flash-attn's semantics: out (batch, seqlen, nheads, headdim_v) and the
+    rows' log-sum-exp (+inf where a row sees no key, whose output is 0)."""
+    group = q.shape[2] // k.shape[2]
+    k, v = k.repeat_interleave(group, dim=2), v.repeat_interleave(group, dim=2)
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    s = torch.einsum("bihd,bjhd->bhij", q, k) * scale
+    seen = visible(q.shape[1], k.shape[1], causal, window_size)
+    s = s.masked_fill(~seen, -math.inf)
+    lse = torch.logsumexp(s, dim=-1)
+    p = torch.softmax(s.masked_fill(~seen.any(-1, keepdim=True), 0.0), dim=-1) * seen
+    return torch.einsum("bhij,bjhd->bihd", p, v), torch.where(lse == -math.inf, math.inf, lse)
+
+
+CASES = [dict(S=17, Sk=17), dict(S=9, Sk=30), dict(S=30, Sk=9), dict(S=1, Sk=12)]
+MASKS = [dict(causal=False, window_size=(-1, -1)), dict(causal=True, window_size=(-1, -1)),
+         dict(causal=False, window_size=(3, 1)), dict(causal=True, window_size=(4, -1)),
+         dict(causal=False, window_size=(-1, 0))]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("mask", MASKS)
+@pytest.mark.parametrize("heads_k", [4, 2, 1])
+def test_matches_the_reference(dtype, case, mask, heads_k):
+    kw = dict(dtype=dtype, requires_grad=True)
+    q = torch.randn(2, case["S"], 4, 16, **kw)
+    k = torch.randn(2, case["Sk"], heads_k, 16, **kw)
+    v = torch.randn(2, case["Sk"], heads_k, 8, **kw)
+    out = flash_attn_func(q, k, v, **mask)
+    assert out.shape == (2, case["S"], 4, 8) and out.is_contiguous()
+    assert_matches(out, attention_ref(q, k, v, **mask)[0], (q, k, v), **TOLERANCE[dtype])
+
+
+def test_log_sum_exp_scale_and_packed_forms():
+    q, k, v = (torch.randn(2, 12, 2, 8, dtype=torch.float64) for _ in range(3))
+    out, lse, probs = flash_attn_func(q, k[:, :5], v[:, :5], softmax_scale=0.3, causal=True,
+                                      return_attn_probs=True)
+    want, want_lse = attention_ref(q, k[:, :5], v[:, :5], causal=True, scale=0.3)
+    torch.testing.assert_close(out, want)
+    torch.testing.assert_close(lse, want_lse)  # +inf for the rows that see no key
+    assert probs is None and torch.isinf(lse[:, :, 0]).all()
+    kv = torch.stack([k, v], dim=2)
+    torch.testing.assert_close(flash_attn_kvpacked_func(q, kv, causal=True),
+                               flash_attn_func(q, k, v, causal=True))
+    qkv = torch.stack([q, k, v], dim=2)
+    torch.testing.assert_close(flash_attn_qkvpacked_func(qkv, window_size=(2, 2)),
+                               flash_attn_func(q, k, v, window_size=(2, 2)))
+
+
+def test_gradcheck_with_dropout():
+    kw = dict(dtype=torch.float64, requires_grad=True)
+    q, k, v = torch.randn(1, 5, 2, 3, **kw), torch.randn(1, 6, 1, 3, **kw), torch.randn(1, 6, 1, 2, **kw)
+    torch.manual_seed(7)
+    seed_state = torch.get_rng_state()
+
+    def f(q, k, v):
+        torch.set_rng_state(seed_state)  # the same dropout mask at every evaluation
+        return flash_attn_func(q, k, v, 0.2, None, True)
+    assert torch.autograd.gradcheck(f, (q, k, v))
+
+
+def test_options_kdnn_does_not_have():
+    q = torch.randn(1, 4, 2, 8)
+    with pytest.raises(kdnn.Error, match="softcap=30.0 is not supported"):
+        flash_attn_func(q, q, q, softcap=30.0)
+    with pytest.raises(kdnn.Error, match="alibi_slopes is not supported"):
+        flash_attn_func(q, q, q, alibi_slopes=torch.ones(2))
+    with pytest.raises(kdnn.Error, match=r"q has shape \[4, 2, 8\], expected \(batch, seqlen"):
+        flash_attn_func(q[0], q, q)
+    with pytest.raises(kdnn.Error, match="window_size=3, expected"):
+        flash_attn_func(q, q, q, window_size=3)
+    with pytest.raises(kdnn.Error, match="causal=0.1, expected True or False"):
+        flash_attn_func(q, q, q, 0.0, None, 0.1)
