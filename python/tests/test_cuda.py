@@ -48,11 +48,38 @@ def test_every_operator_on_the_gpu_matches_the_cpu(dtype):
         (lambda x, dt, A, B, C: kdnn.ssd(x, dt, A, B, C, chunk_size=64), torch.randn(2, 200, 4, 16, **f),
          F.softplus(torch.randn(2, 200, 4, **f)), -torch.rand(4, **f), torch.randn(2, 200, 1, 16, **f),
          torch.randn(2, 200, 1, 16, **f)),
+        # Grouped-query attention with per-query windows.
+        (lambda q, k, v: kdnn.flash_attention(q, k, v, window=(torch.arange(70) // 2,
+                                                               torch.arange(70) + 10)),
+         torch.randn(2, 8, 70, 64, **f), torch.randn(2, 2, 80, 64, **f),
+         torch.randn(2, 2, 80, 32, **f)),
     ]
     for fn, *inputs in cases:
         cpu, gpu = on_both(fn, *inputs)
         for a, b in zip(cpu, gpu):
             torch.testing.assert_close(b, a, **CLOSE[dtype])
+
+
+def test_the_decoding_step_on_the_gpu_matches_the_cpu():
+    x, w, b = torch.randn(3, 64, 2), torch.randn(64, 4), torch.randn(64)
+    state = torch.randn(3, 64, 5)
+    state_gpu = state.cuda()
+    y = kdnn.causal_conv1d_update(x.cuda(), state_gpu, w.cuda(), b.cuda(), activation="silu")
+    want = kdnn.causal_conv1d_update(x, state, w, b, activation="silu")
+    torch.testing.assert_close(y.cpu(), want, **CLOSE[torch.float32])
+    torch.testing.assert_close(state_gpu.cpu(), state)
+
+
+def test_the_peers_entry_points_on_the_gpu():
+    from kdnn.compat.causal_conv1d import causal_conv1d_fn
+    from kdnn.compat.flash_attn import flash_attn_func
+    q, k = torch.randn(2, 50, 4, 64), torch.randn(2, 60, 2, 64)
+    for fn, args in ((lambda *a: flash_attn_func(*a, causal=True, window_size=(20, 0)), (q, k, k)),
+                     (lambda *a: causal_conv1d_fn(*a, activation="silu"),
+                      (torch.randn(2, 300, 64).transpose(1, 2), torch.randn(64, 4)))):
+        cpu, gpu = on_both(fn, *args)
+        for a, b in zip(cpu, gpu):
+            torch.testing.assert_close(b, a, **CLOSE[torch.float32])
 
 
 def test_a_side_stream_is_used():
