@@ -12,11 +12,11 @@ from ._tensors import (Operands, dropout_options, first_order, flag, number, req
 class _FlashAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, lo_win, hi_win, config):
-        scale, causal, dropout_p, seed, offset, allow_tf32 = config
+        scale, softcap, causal, dropout_p, seed, offset, allow_tf32 = config
         B, H, S, _ = q.shape
         o = q.new_empty(B, H, S, v.shape[-1])
         lse = q.new_empty(B, H, S)  # the rows' log-sum-exp, for the backward
-        args = (scale, causal, lo_win, hi_win, dropout_p, seed, offset, allow_tf32)
+        args = (scale, softcap, causal, lo_win, hi_win, dropout_p, seed, offset, allow_tf32)
         _kdnn.flash_attention_forward(q, k, v, o, lse, *args, stream_of(q))
         ctx.save_for_backward(q, k, v, o, lse)
         ctx.args = args
@@ -33,8 +33,8 @@ class _FlashAttention(torch.autograd.Function):
         return dq, dk, dv, None, None, None
 
 
-def flash_attention(q, k, v, *, causal=False, window=None, scale=None, dropout_p=0.0, seed=None,
-                    offset=0, allow_tf32=False, return_lse=False):
+def flash_attention(q, k, v, *, causal=False, window=None, scale=None, softcap=0.0, dropout_p=0.0,
+                    seed=None, offset=0, allow_tf32=False, return_lse=False):
     """softmax(scale * q k^T, masked) v, fused: the scores never reach memory
     (O(S) memory), as F.scaled_dot_product_attention.
 
@@ -45,7 +45,9 @@ def flash_attention(q, k, v, *, causal=False, window=None, scale=None, dropout_p
     causal: query i sees keys j <= i (top-left aligned, as PyTorch's
     is_causal). window = (lo, hi), integer vectors [S]: query i sees keys
     lo[i] <= j < hi[i] (with causal, both apply; a query that sees no key
-    outputs zeros). scale: default 1/sqrt(D). dropout_p: on the
+    outputs zeros). scale: default 1/sqrt(D). softcap > 0: each scaled
+    score s is used as softcap * tanh(s / softcap) (Gemma 2's and flash-attn's
+    softcap; 0: none). dropout_p: on the
     probabilities, scaled by 1/(1 - p); the mask is a counter-based function
     of (seed, offset, element), so the backward needs no stored mask.
     seed=None draws one from PyTorch's generator (torch.manual_seed makes it
@@ -68,8 +70,12 @@ def flash_attention(q, k, v, *, causal=False, window=None, scale=None, dropout_p
         scale = 1.0 / math.sqrt(q.shape[-1]) if q.shape[-1] > 0 else 1.0
     scale = number(op, "scale", scale)
     require(math.isfinite(scale), f"{op}: scale={scale!r}, expected a finite number")
+    softcap = number(op, "softcap", softcap)
+    require(math.isfinite(softcap) and softcap >= 0,
+            f"{op}: softcap={softcap!r}, expected a finite number >= 0 (0: none)")
     dropout = dropout_options(op, dropout_p, seed, offset)
     allow_tf32 = flag(op, "allow_tf32", allow_tf32)
     return_lse = flag(op, "return_lse", return_lse)
-    o, lse = _FlashAttention.apply(q, k, v, lo_win, hi_win, (scale, causal, *dropout, allow_tf32))
+    o, lse = _FlashAttention.apply(q, k, v, lo_win, hi_win,
+                                   (scale, softcap, causal, *dropout, allow_tf32))
     return (o, lse) if return_lse else o

@@ -16,10 +16,11 @@ using namespace nb::literals;
 
 namespace {
 
-at::FusedAttentionOptions options(double scale, double dropout_p, std::uint64_t seed,
-                                  std::uint64_t offset, bool allow_tf32) {
+at::FusedAttentionOptions options(double scale, double softcap, double dropout_p,
+                                  std::uint64_t seed, std::uint64_t offset, bool allow_tf32) {
   at::FusedAttentionOptions o;
   o.scale = scale;
+  o.softcap = softcap;
   o.launch.allow_tf32 = allow_tf32;
   o.dropout.p = dropout_p;
   o.dropout.seed = seed;
@@ -40,9 +41,9 @@ at::AttentionMask<Space> mask_of(bool causal, const Optional& lo, const Optional
 }
 
 void forward(const Array& q, const Array& k, const Array& v, const Array& o, const Array& lse,
-             double scale, bool causal, const Optional& lo_win, const Optional& hi_win,
-             double dropout_p, std::uint64_t seed, std::uint64_t offset, bool allow_tf32,
-             std::uintptr_t stream) {
+             double scale, double softcap, bool causal, const Optional& lo_win,
+             const Optional& hi_win, double dropout_p, std::uint64_t seed, std::uint64_t offset,
+             bool allow_tf32, std::uintptr_t stream) {
   dispatch(q, "flash_attention: q", stream, [&](auto space, auto zero) {
     using Space = decltype(space);
     using T = decltype(zero);
@@ -50,7 +51,7 @@ void forward(const Array& q, const Array& k, const Array& v, const Array& o, con
     const auto mask = mask_of<Space>(causal, lo_win, hi_win);
     // Scores past T's range are an error, not NaN (the backward takes the
     // same q, k and scale, so the forward's check covers it).
-    auto opts = options(scale, dropout_p, seed, offset, allow_tf32);
+    auto opts = options(scale, softcap, dropout_p, seed, offset, allow_tf32);
     opts.check_scores = true;
     at::fused_attention_forward(
         space, view_of<In>(q, "flash_attention: q"), view_of<In>(k, "flash_attention: k"),
@@ -62,8 +63,9 @@ void forward(const Array& q, const Array& k, const Array& v, const Array& o, con
 
 void backward(const Array& q, const Array& k, const Array& v, const Array& o, const Array& lse,
               const Array& dout, const Array& dq, const Array& dk, const Array& dv, double scale,
-              bool causal, const Optional& lo_win, const Optional& hi_win, double dropout_p,
-              std::uint64_t seed, std::uint64_t offset, bool allow_tf32, std::uintptr_t stream) {
+              double softcap, bool causal, const Optional& lo_win, const Optional& hi_win,
+              double dropout_p, std::uint64_t seed, std::uint64_t offset, bool allow_tf32,
+              std::uintptr_t stream) {
   dispatch(q, "flash_attention backward: q", stream, [&](auto space, auto zero) {
     using Space = decltype(space);
     using T = decltype(zero);
@@ -80,7 +82,7 @@ void backward(const Array& q, const Array& k, const Array& v, const Array& o, co
         view_of<Out>(dq, "flash_attention backward: dq"),
         view_of<Out>(dk, "flash_attention backward: dk"),
         view_of<Out>(dv, "flash_attention backward: dv"),
-        options(scale, dropout_p, seed, offset, allow_tf32), mask);
+        options(scale, softcap, dropout_p, seed, offset, allow_tf32), mask);
   });
 }
 
@@ -88,11 +90,11 @@ void backward(const Array& q, const Array& k, const Array& v, const Array& o, co
 
 void bind_attention(nb::module_& m) {
   m.def("flash_attention_forward", &forward, "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a, "scale"_a,
-        "causal"_a, "lo_win"_a.none(), "hi_win"_a.none(), "dropout_p"_a, "seed"_a, "offset"_a,
-        "allow_tf32"_a, "stream"_a);
+        "softcap"_a, "causal"_a, "lo_win"_a.none(), "hi_win"_a.none(), "dropout_p"_a, "seed"_a,
+        "offset"_a, "allow_tf32"_a, "stream"_a);
   m.def("flash_attention_backward", &backward, "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a, "dout"_a,
-        "dq"_a, "dk"_a, "dv"_a, "scale"_a, "causal"_a, "lo_win"_a.none(), "hi_win"_a.none(),
-        "dropout_p"_a, "seed"_a, "offset"_a, "allow_tf32"_a, "stream"_a);
+        "dq"_a, "dk"_a, "dv"_a, "scale"_a, "softcap"_a, "causal"_a, "lo_win"_a.none(),
+        "hi_win"_a.none(), "dropout_p"_a, "seed"_a, "offset"_a, "allow_tf32"_a, "stream"_a);
 }
 
 }  // namespace kdnn_python

@@ -158,6 +158,19 @@ def test_windows_and_the_log_sum_exp(dtype, causal):
     assert not lse.requires_grad and torch.all(out[:, :, 1] == 0)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_softcap(dtype):
+    q, k, v = inputs(dtype, S=13, Sk=21, grad=True)
+    s = 2 * (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])  # scale 2/sqrt(D)
+    expected = torch.softmax(1.5 * torch.tanh(s / 1.5), dim=-1) @ v
+    out = kdnn.flash_attention(q, k, v, scale=2 / math.sqrt(q.shape[-1]), softcap=1.5)
+    assert_matches(out, expected, (q, k, v), **TOLERANCE[dtype])
+    qd, kd, vd = inputs(torch.float64, B=1, H=1, S=4, Sk=5, D=3, Dv=2, grad=True)
+    assert torch.autograd.gradcheck(
+        lambda q, k, v: kdnn.flash_attention(q, k, v, causal=True, scale=3.0, softcap=0.8),
+        (qd, kd, vd))
+
+
 def test_windows_gradcheck_and_errors():
     q, k, v = inputs(torch.float64, B=1, H=2, S=4, Sk=5, D=3, Dv=2, grad=True)
     window = ([0, 1, 2, 0], [2, 5, 4, 1])

@@ -29,13 +29,15 @@ def visible(S, Sk, causal, window_size):
     return seen
 
 
-def attention_ref(q, k, v, causal=False, window_size=(-1, -1), scale=None):
+def attention_ref(q, k, v, causal=False, window_size=(-1, -1), scale=None, softcap=0.0):
     """flash-attn's semantics: out (batch, seqlen, nheads, headdim_v) and the
     rows' log-sum-exp (+inf where a row sees no key, whose output is 0)."""
     group = q.shape[2] // k.shape[2]
     k, v = k.repeat_interleave(group, dim=2), v.repeat_interleave(group, dim=2)
     scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
     s = torch.einsum("bihd,bjhd->bhij", q, k) * scale
+    if softcap > 0:
+        s = softcap * torch.tanh(s / softcap)
     seen = visible(q.shape[1], k.shape[1], causal, window_size)
     s = s.masked_fill(~seen, -math.inf)
     lse = torch.logsumexp(s, dim=-1)
@@ -46,7 +48,7 @@ def attention_ref(q, k, v, causal=False, window_size=(-1, -1), scale=None):
 CASES = [dict(S=17, Sk=17), dict(S=9, Sk=30), dict(S=30, Sk=9), dict(S=1, Sk=12)]
 MASKS = [dict(causal=False, window_size=(-1, -1)), dict(causal=True, window_size=(-1, -1)),
          dict(causal=False, window_size=(3, 1)), dict(causal=True, window_size=(4, -1)),
-         dict(causal=False, window_size=(-1, 0))]
+         dict(causal=False, window_size=(-1, 0)), dict(causal=True, window_size=(-1, -1), softcap=0.5)]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -93,8 +95,8 @@ def test_gradcheck_with_dropout():
 
 def test_options_kdnn_does_not_have():
     q = torch.randn(1, 4, 2, 8)
-    with pytest.raises(kdnn.Error, match="softcap=30.0 is not supported"):
-        flash_attn_func(q, q, q, softcap=30.0)
+    with pytest.raises(kdnn.Error, match=r"softcap=-1.0, expected a finite number >= 0"):
+        flash_attn_func(q, q, q, softcap=-1.0)
     with pytest.raises(kdnn.Error, match="alibi_slopes is not supported"):
         flash_attn_func(q, q, q, alibi_slopes=torch.ones(2))
     with pytest.raises(kdnn.Error, match=r"q has shape \[4, 2, 8\], expected \(batch, seqlen"):

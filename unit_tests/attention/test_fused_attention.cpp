@@ -133,6 +133,24 @@ std::array<DeviceView<T****>, 4> random_inputs(const FusedCase& c, unsigned& see
   return {q, k, v, g};
 }
 
+/// o, lse, dq, dk and dv of one fused forward and backward.
+template <class T>
+std::vector<std::vector<double>> fused_outputs(const DeviceView<T****>& q,
+                                               const DeviceView<T****>& k,
+                                               const DeviceView<T****>& v,
+                                               const DeviceView<T****>& g,
+                                               const at::FusedAttentionOptions& opts,
+                                               const at::AttentionMask<Space>& mask) {
+  const int B = int(q.extent(0)), H = int(q.extent(1)), S = int(q.extent(2)), D = int(q.extent(3)),
+            Sk = int(k.extent(2)), Dv = int(v.extent(3));
+  DeviceView<T****> o("o", B, H, S, Dv), dq("dq", B, H, S, D), dk("dk", B, H, Sk, D),
+      dv("dv", B, H, Sk, Dv);
+  DeviceView<T***> lse("lse", B, H, S);
+  at::fused_attention_forward(Space(), q, k, v, o, lse, opts, mask);
+  at::fused_attention_backward(Space(), q, k, v, o, lse, g, dq, dk, dv, opts, mask);
+  return {to_host(o), to_host(lse), to_host(dq), to_host(dk), to_host(dv)};
+}
+
 /// The unfused chain's gradients: P, dropout, dV = Pdᵀ·dO, dPd = dO·Vᵀ, dP,
 /// dS, dQ, dK.
 template <class T>
@@ -314,6 +332,60 @@ TYPED_TEST(FusedAttention, GroupedKeyValueHeadsAreTheirHeadsRepeated) {
         EXPECT_EQ(to_host(grouped[x]), sums) << (x == 2 ? "dk" : "dv");
       }
     }
+  }
+}
+
+// A score cap: o and lse of every form against a double loop of
+// softmax(cap·tanh(scale·q·k/cap), masked)·v; the gradients of every form
+// against the host form's (the host form's against finite differences:
+// FusedAttentionGradients).
+TYPED_TEST(FusedAttention, SoftcapIsTheSoftmaxOfTheCappedScores) {
+  using T = TypeParam;
+  const FusedCase c{
+      "softcap 2.5, causal, dropout", 2, 2, 20, 37, 32, 32, true, {}, {}, {}, {}, 0.1};
+  unsigned seed = 71;
+  const auto inputs = random_inputs<T>(c, seed);
+  const auto q = to_host(inputs[0]), k = to_host(inputs[1]), v = to_host(inputs[2]);
+  const double cap = 2.5, scale = 3 / std::sqrt(double(c.D));  // scores well past the cap
+  std::vector<std::vector<double>> host;
+  for (const auto form : fused_forms()) {
+    SCOPED_TRACE(std::string(c.name) + form_suffix(form));
+    at::FusedAttentionOptions opts = case_options(c, 5, 1, form);
+    opts.scale = scale;
+    opts.softcap = cap;
+    opts.dropout.p = 0;  // the reference has no dropout; dropout is in the gradients below
+    const auto out = fused_outputs<T>(inputs[0], inputs[1], inputs[2], inputs[3], opts, mask_of(c));
+    const double tol = sizeof(T) == 8 ? 1e-12 : 2e-5;
+    std::vector<double> o_ref(out[0].size()), lse_ref(out[1].size());
+    for (int bh = 0; bh < c.B * c.H; ++bh)
+      for (int i = 0; i < c.S; ++i) {
+        std::vector<double> p(c.Sk, 0.0);
+        double m = -INFINITY;
+        for (int j = 0; j <= i && j < c.Sk; ++j) {
+          double dot = 0;
+          for (int d = 0; d < c.D; ++d)
+            dot += q[(std::size_t(bh) * c.S + i) * c.D + d] *
+                   k[(std::size_t(bh) * c.Sk + j) * c.D + d];
+          p[j] = cap * std::tanh(scale * dot / cap);
+          m = std::max(m, p[j]);
+        }
+        double sum = 0;
+        for (int j = 0; j <= i && j < c.Sk; ++j) sum += (p[j] = std::exp(p[j] - m));
+        lse_ref[std::size_t(bh) * c.S + i] = m + std::log(sum);
+        for (int d = 0; d < c.Dv; ++d) {
+          double acc = 0;
+          for (int j = 0; j <= i && j < c.Sk; ++j)
+            acc += p[j] / sum * v[(std::size_t(bh) * c.Sk + j) * c.Dv + d];
+          o_ref[(std::size_t(bh) * c.S + i) * c.Dv + d] = acc;
+        }
+      }
+    EXPECT_ALLCLOSE(out[0], o_ref, tol, tol) << "o";
+    EXPECT_ALLCLOSE(out[1], lse_ref, tol, tol) << "lse";
+    opts.dropout.p = c.p;
+    const auto grads =
+        fused_outputs<T>(inputs[0], inputs[1], inputs[2], inputs[3], opts, mask_of(c));
+    if (host.empty()) host = grads;
+    for (int x = 2; x < 5; ++x) EXPECT_ALLCLOSE(grads[x], host[x], 10 * tol, 10 * tol) << x;
   }
 }
 
@@ -646,7 +718,11 @@ TEST(FusedAttentionAccuracy, Float32WithinThreeTimesAReorderedFloat32Reference) 
   }
 }
 
-TEST(FusedAttentionGradients, MatchCentralDifferencesInDouble) {
+class FusedAttentionGradients : public ::testing::TestWithParam<double> {};
+INSTANTIATE_TEST_SUITE_P(Softcap, FusedAttentionGradients, ::testing::Values(0.0, 0.7));
+
+// With and without a score cap (0.7: most scores on tanh's curve).
+TEST_P(FusedAttentionGradients, MatchCentralDifferencesInDouble) {
   const int B = 1, H = 2, S = 6, Sk = 9, D = 5, Dv = 3;
   std::vector<double> hq = normal(std::size_t(B) * H * S * D, 501),
                       hk = normal(std::size_t(B) * H * Sk * D, 502),
@@ -656,6 +732,7 @@ TEST(FusedAttentionGradients, MatchCentralDifferencesInDouble) {
   mask.causal = true;
   at::FusedAttentionOptions opts;
   opts.scale = 0.6;
+  opts.softcap = GetParam();
   opts.dropout = {0.25, 99, 3};
   DeviceView<double****> o("o", B, H, S, Dv);
   DeviceView<double***> lse("lse", B, H, S);
@@ -691,24 +768,6 @@ TEST(FusedAttentionGradients, MatchCentralDifferencesInDouble) {
   check("dq", hq, to_host(dq));
   check("dk", hk, to_host(dk));
   check("dv", hv, to_host(dv));
-}
-
-/// o, lse, dq, dk and dv of one fused forward and backward.
-template <class T>
-std::vector<std::vector<double>> fused_outputs(const DeviceView<T****>& q,
-                                               const DeviceView<T****>& k,
-                                               const DeviceView<T****>& v,
-                                               const DeviceView<T****>& g,
-                                               const at::FusedAttentionOptions& opts,
-                                               const at::AttentionMask<Space>& mask) {
-  const int B = int(q.extent(0)), H = int(q.extent(1)), S = int(q.extent(2)), D = int(q.extent(3)),
-            Sk = int(k.extent(2)), Dv = int(v.extent(3));
-  DeviceView<T****> o("o", B, H, S, Dv), dq("dq", B, H, S, D), dk("dk", B, H, Sk, D),
-      dv("dv", B, H, Sk, Dv);
-  DeviceView<T***> lse("lse", B, H, S);
-  at::fused_attention_forward(Space(), q, k, v, o, lse, opts, mask);
-  at::fused_attention_backward(Space(), q, k, v, o, lse, g, dq, dk, dv, opts, mask);
-  return {to_host(o), to_host(lse), to_host(dq), to_host(dk), to_host(dv)};
 }
 
 // Every launch the backend accepts gives bitwise the same results: the
@@ -958,6 +1017,13 @@ TEST(FusedAttentionErrors, BadInputIsAKdnnError) {
   EXPECT_KDNN_ERROR(at::fused_attention_forward(Space(), q, k, v, o, lse, opts),
                     "opts.dropout.p=1, expected a value in [0, 1)");
   opts.dropout.p = 0;
+  opts.softcap = -1;
+  EXPECT_KDNN_ERROR(at::fused_attention_forward(Space(), q, k, v, o, lse, opts),
+                    "opts.softcap=-1, expected 0 (none) or a value > 0");
+  opts.softcap = 1e-320;
+  EXPECT_KDNN_ERROR(at::fused_attention_forward(Space(), q, k, v, o, lse, opts),
+                    "whose inverse is finite in double");
+  opts.softcap = 0;
   opts.backward = static_cast<at::FusedBackwardSchedule>(7);
   EXPECT_KDNN_ERROR(at::fused_attention_forward(Space(), q, k, v, o, lse, opts),
                     "opts.backward=7, expected FusedBackwardSchedule::automatic");

@@ -41,10 +41,9 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
     seqlen), None): kdnn does not return the attention probabilities, and
     softmax_lse is +inf for a query that sees no key, as flash-attn's.
     deterministic is accepted and has no effect: kdnn's backward always is.
-    softcap and alibi_slopes are not supported."""
+    softcap > 0 caps the scaled scores as flash-attn's (softcap·tanh(s /
+    softcap)). alibi_slopes is not supported."""
     op = "compat.flash_attn.flash_attn_func"
-    if softcap != 0.0:
-        raise Error(f"{op}: softcap={softcap!r} is not supported by kdnn (pass 0.0)")
     if alibi_slopes is not None:
         raise Error(f"{op}: alibi_slopes is not supported by kdnn (pass None)")
     for name, t in (("q", q), ("k", k), ("v", v)):
@@ -61,7 +60,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
     scale = 1.0 / math.sqrt(q.shape[-1]) if softmax_scale is None else softmax_scale
     out, lse = attention.flash_attention(
         q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), window=window, scale=scale,
-        dropout_p=dropout_p, return_lse=True)
+        softcap=softcap, dropout_p=dropout_p, return_lse=True)
     out = out.transpose(1, 2).contiguous()
     if not return_attn_probs:
         return out

@@ -33,7 +33,11 @@ enum class FusedBackwardSchedule {
 };
 
 struct FusedAttentionOptions {
-  double scale = 1.0;      ///< the scores' scale (finite), e.g. 1/√D
+  double scale = 1.0;  ///< the scores' scale (finite), e.g. 1/√D
+  /// The scores' cap: a scaled score s is used as softcap·tanh(s/softcap)
+  /// (Gemma 2's and flash-attn's softcap), within (−softcap, softcap);
+  /// 0: none. Finite, >= 0.
+  double softcap = 0.0;
   DropoutOptions dropout;  ///< on the probabilities; p = 0: none
   /// Team size and vector length (0: chosen per backend), and the kernels'
   /// form: the forward and the backward have GPU forms for D and Dv each

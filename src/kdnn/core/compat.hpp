@@ -17,12 +17,14 @@ using Kokkos::fabs;
 using Kokkos::log;
 using Kokkos::log1p;
 using Kokkos::sqrt;
+using Kokkos::tanh;
 #else
 using Kokkos::Experimental::exp;
 using Kokkos::Experimental::fabs;
 using Kokkos::Experimental::log;
 using Kokkos::Experimental::log1p;
 using Kokkos::Experimental::sqrt;
+using Kokkos::Experimental::tanh;
 #endif
 
 /// Kokkos::initialize with Kokkos' warnings off (they go to stderr, e.g. the

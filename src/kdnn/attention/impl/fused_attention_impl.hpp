@@ -230,6 +230,14 @@ void check_score_range(const char* op, const ExecSpace& space, const FusedAttent
   }
 }
 
+/// opts.softcap as the kernels apply it.
+template <class T>
+ScoreCap<T> score_cap(const FusedAttentionOptions& opts) {
+  ScoreCap<T> c;
+  if (opts.softcap > 0) c.cap = T(opts.softcap), c.inv = T(1.0 / opts.softcap);
+  return c;
+}
+
 /// Checks the options and that q, k, v and the [B, H, S, Dv] and [B, H, S]
 /// tensors named in `outs` agree.
 template <class ExecSpace, class T>
@@ -239,6 +247,12 @@ void validate_fused(const char* op, const ExecSpace& space, const FusedAttention
                     const Tensor4<const T, ExecSpace>& o, const char* lse_name,
                     const Tensor3<const T, ExecSpace>& lse) {
   validate::finite_as<T>(op, "opts.scale", opts.scale);
+  validate::finite_as<T>(op, "opts.softcap", opts.softcap);
+  if (!(opts.softcap >= 0 &&
+        (opts.softcap == 0 || 1 / opts.softcap <= double(std::numeric_limits<T>::max())))) {
+    fail(op, ": opts.softcap=", opts.softcap, ", expected 0 (none) or a value > 0 whose inverse ",
+         "is finite in ", sizeof(T) == sizeof(float) ? "float" : "double");
+  }
   validate::in_half_open(op, "opts.dropout.p", opts.dropout.p, 0.0, 1.0);
   const int schedule = int(opts.backward);
   if (schedule < int(FusedBackwardSchedule::automatic) ||
@@ -368,6 +382,7 @@ FusedForwardData<ExecSpace, T> forward_data(
   data.group = k.extent(1) > 0 ? int(q.extent(1) / k.extent(1)) : 1;
   data.visible = VisibleKeys<ExecSpace>(mask, int(k.extent(2)));
   data.scale = T(opts.scale);
+  data.softcap = score_cap<T>(opts);
   data.keep_scale = T(1.0 / (1.0 - opts.dropout.p));
   data.neg_inf = -std::numeric_limits<T>::infinity();
   data.dropout = dropout_mask(opts.dropout);
@@ -499,6 +514,7 @@ void run_fused_backward(const char* op, const ExecSpace& space,
   data.visible = VisibleKeys<ExecSpace>(mask, Sk);
   data.dropout = dropout_mask(opts.dropout);
   data.scale = T(opts.scale);
+  data.softcap = score_cap<T>(opts);
   data.keep_scale = T(1.0 / (1.0 - opts.dropout.p));
   fused_block_sizes<ExecSpace>(S, Sk, D, Dv, data.bq, data.bk);
   const std::string sizes = "D=" + std::to_string(D) + ", Dv=" + std::to_string(Dv) + "]";

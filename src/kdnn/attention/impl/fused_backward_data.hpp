@@ -27,6 +27,7 @@ struct FusedBackwardData {
   VisibleKeys<ExecSpace> visible;
   DropoutMask dropout;
   T scale = 1, keep_scale = 1;
+  ScoreCap<T> softcap;        ///< applied to the scaled scores, as in the forward
   int bq = 1, bk = 1;         ///< multiples of Tile::align
   int group = 1;              ///< query heads per key/value head, H / Hkv
   kdnn::impl::TeamWork work;  ///< set by the launch
@@ -37,9 +38,12 @@ struct FusedBackwardData {
 
   /// Pd and dS' (dS without the scale) of a pair from its score
   /// s = (scale·q)·k and dPd = dO·v: P is 0 where the pair is hidden
-  /// (whatever lse is), `keep` is dropout's test.
+  /// (whatever lse is), `keep` is dropout's test. With a score cap, P is
+  /// that of the capped score and dS' carries the cap's slope.
   KOKKOS_FORCEINLINE_FUNCTION void grads(T s, T dpd, bool seen, bool keep, T row_lse, T row_delta,
                                          T& pd, T& ds) const {
+    T slope;
+    s = softcap(s, slope);
     const T e = kdnn::impl::exp_vectorisable(s - row_lse);
     const T p = seen ? e : T(0);
     const T kept = keep ? keep_scale : T(0);
@@ -49,7 +53,7 @@ struct FusedBackwardData {
     // dS' = 0. Computed, δ = dO·O and dPd·kept come from different sums
     // (which a compiler may also contract into FMAs differently), and their
     // rounding difference would survive, multiplied by the scale in dQ, dK.
-    ds = p == T(1) ? T(0) : p * (dpd * kept - row_delta);
+    ds = p == T(1) ? T(0) : p * (dpd * kept - row_delta) * slope;
   }
 
   /// Calls grads for every (row, column) pair of a tile through `sweep`

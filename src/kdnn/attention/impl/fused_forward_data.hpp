@@ -8,6 +8,7 @@
 
 #include "kdnn/attention/impl/visible_keys.hpp"
 #include "kdnn/attention/types.hpp"
+#include "kdnn/core/compat.hpp"
 #include "kdnn/core/impl/philox.hpp"
 #include "kdnn/core/impl/team_work.hpp"
 
@@ -27,6 +28,29 @@ struct DropoutMask {
   }
 };
 
+/// The score cap (Gemma 2's and flash-attn's softcap): a scaled score s is
+/// used as cap·tanh(s/cap), which keeps it within (−cap, cap); cap = 0: as
+/// it is. The forward and the backward apply the same function.
+template <class T>
+struct ScoreCap {
+  T cap = 0, inv = 0;  ///< cap and 1/cap (0: no cap)
+
+  /// cap·tanh(s/cap), and through `slope` its derivative 1 − tanh²(s/cap).
+  KOKKOS_FORCEINLINE_FUNCTION T operator()(T s, T& slope) const {
+    if (cap == T(0)) {
+      slope = T(1);
+      return s;
+    }
+    const T t = compat::tanh(s * inv);
+    slope = T(1) - t * t;
+    return cap * t;
+  }
+  KOKKOS_FORCEINLINE_FUNCTION T operator()(T s) const {
+    T slope;
+    return (*this)(s, slope);
+  }
+};
+
 /// What both forms of the forward take: the operands, the mask, dropout and
 /// the scales, and the team work items (set by the launch).
 template <class ExecSpace, class T>
@@ -37,6 +61,7 @@ struct FusedForwardData {
   VisibleKeys<ExecSpace> visible;
   DropoutMask dropout;
   T scale = 1, keep_scale = 1;
+  ScoreCap<T> softcap;        ///< applied to the scaled scores
   T neg_inf = 0;              ///< −infinity (set on the host)
   int group = 1;              ///< query heads per key/value head, H / Hkv
   kdnn::impl::TeamWork work;  ///< set by the launch

@@ -185,7 +185,7 @@ struct FusedForwardGpuKernel : FusedForwardData<ExecSpace, T>,
           for (int j = 0; j < RN; ++j) {
             const int key = j0 + c0 + j;
             T& x = st[i * RN + j];
-            x = (key >= first) & (key < last) ? x : neg_inf;  // pad keys: last <= Sk
+            x = (key >= first) & (key < last) ? this->softcap(x) : neg_inf;  // pad keys: last <= Sk
             mx = x > mx ? x : mx;
           }
           w.part_max[(t % CG) * BQ + r0 + i] = mx;

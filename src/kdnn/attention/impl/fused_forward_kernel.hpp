@@ -130,14 +130,15 @@ struct FusedForwardKernel : FusedForwardData<ExecSpace, T> {
       team.team_barrier();
       if (unmasked) {
         kdnn::impl::team_sweep<ExecSpace>(team, cols, bq, [&](int c, int r) {
-          const T x = w.st[c * bq + r];
+          T& x = w.st[c * bq + r];
+          x = this->softcap(x);
           w.alpha[r] = x > w.alpha[r] ? x : w.alpha[r];
         });
       } else {
         kdnn::impl::team_sweep<ExecSpace>(team, cols, bq, [&](int c, int r) {
           const int j = j0 + c;
           T& x = w.st[c * bq + r];
-          x = (j >= w.first[r]) & (j < w.last[r]) ? x : neg_inf;
+          x = (j >= w.first[r]) & (j < w.last[r]) ? this->softcap(x) : neg_inf;
           w.alpha[r] = x > w.alpha[r] ? x : w.alpha[r];
         });
       }

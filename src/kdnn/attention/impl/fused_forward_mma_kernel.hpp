@@ -133,7 +133,7 @@ struct FusedForwardMmaKernel
         Base::template each_accumulator<NK>(t, [&](int e, int slot, int, int col) {
           const int key = j0 + col;
           T& x = sacc(t)[e];
-          x = (key >= range(t)[slot]) & (key < range(t)[RT + slot]) ? x : neg_inf;
+          x = (key >= range(t)[slot]) & (key < range(t)[RT + slot]) ? this->softcap(x) : neg_inf;
           m_alpha(t)[RT + slot] = max_op(m_alpha(t)[RT + slot], x);
         });
       });
