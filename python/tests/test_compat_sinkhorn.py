@@ -1,35 +1,17 @@
 # SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
-"""kdnn.compat's mHC Sinkhorn entry points against their peers' semantics,
-written here in PyTorch from the peers' documentation: TileKernels'
-sinkhorn_normalize (row softmax + eps, then column/row divisions by
-sum + eps) and TransformerEngine's mhc_fused_sinkhorn (row then column
-normalisation in the log domain); forward and gradients (autograd through
-the iterations as run), any n."""
+"""kdnn.compat's mHC Sinkhorn entry points against their peers' semantics
+(kdnn_reference.mhc_peers: TileKernels' sinkhorn_normalize and
+TransformerEngine's log-domain mhc_fused_sinkhorn); forward and gradients
+(autograd through the iterations as run), any n."""
 import pytest
 import torch
 from common import DTYPES, TOLERANCE, assert_matches
+from kdnn_reference.mhc_peers import te_forward as transformer_engine_ref
+from kdnn_reference.mhc_peers import tk_forward as tile_kernels_ref
 
 import kdnn
 from kdnn.compat.tile_kernels import sinkhorn_normalize
 from kdnn.compat.transformer_engine import mhc_fused_sinkhorn
-
-
-def tile_kernels_ref(x, repeat=10, eps=1e-6):
-    x = x.softmax(-1) + eps
-    x = x / (x.sum(-2, keepdim=True) + eps)
-    for _ in range(repeat - 1):
-        x = x / (x.sum(-1, keepdim=True) + eps)
-        x = x / (x.sum(-2, keepdim=True) + eps)
-    return x
-
-
-def transformer_engine_ref(x, iters=20):
-    f = torch.zeros_like(x[..., :, :1])  # row potentials
-    g = torch.zeros_like(x[..., :1, :])  # column potentials
-    for _ in range(iters):
-        f = -torch.logsumexp(x + g, dim=-1, keepdim=True)
-        g = -torch.logsumexp(x + f, dim=-2, keepdim=True)
-    return torch.exp(f + x + g)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
