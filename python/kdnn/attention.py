@@ -5,18 +5,19 @@ import math
 import torch
 
 from . import _kdnn
-from ._tensors import (Operands, dropout_options, first_order, flag, number, require, stream_of,
-                       windows)
+from ._tensors import (Error, Operands, dropout_options, first_order, flag, integer, number,
+                       require, stream_of, windows)
 
 
 class _FlashAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, lo_win, hi_win, config):
-        scale, softcap, causal, dropout_p, seed, offset, allow_tf32 = config
+    def forward(ctx, q, k, v, lo_win, hi_win, slopes, config):
+        scale, softcap, causal, band, dropout_p, seed, offset, allow_tf32 = config
         B, H, S, _ = q.shape
         o = q.new_empty(B, H, S, v.shape[-1])
         lse = q.new_empty(B, H, S)  # the rows' log-sum-exp, for the backward
-        args = (scale, softcap, causal, lo_win, hi_win, dropout_p, seed, offset, allow_tf32)
+        args = (scale, softcap, causal, lo_win, hi_win, band, slopes, dropout_p, seed, offset,
+                allow_tf32)
         _kdnn.flash_attention_forward(q, k, v, o, lse, *args, stream_of(q))
         ctx.save_for_backward(q, k, v, o, lse)
         ctx.args = args
@@ -30,11 +31,50 @@ class _FlashAttention(torch.autograd.Function):
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         _kdnn.flash_attention_backward(q, k, v, o, lse, do.contiguous(), dq, dk, dv, *ctx.args,
                                        stream_of(q))
-        return dq, dk, dv, None, None, None
+        return dq, dk, dv, None, None, None, None
 
 
-def flash_attention(q, k, v, *, causal=False, window=None, scale=None, softcap=0.0, dropout_p=0.0,
-                    seed=None, offset=0, allow_tf32=False, return_lse=False):
+def _band(op, band):
+    """band = (left, right) as two int32 values >= -1; None as (-1, -1)."""
+    if band is None:
+        return -1, -1
+    require(isinstance(band, (tuple, list)) and len(band) == 2,
+            f"{op}: band is a {type(band).__name__}, expected (left, right)")
+    return (integer(op, "band[0]", band[0], -1, 2**31 - 1),
+            integer(op, "band[1]", band[1], -1, 2**31 - 1))
+
+
+def _alibi_slopes(op, slopes, batch, heads, device):
+    """ALiBi's slopes [H] or [B, H] (a real tensor or a sequence) as the
+    float64 [1 or B, H] tensor kdnn reads on `device`: a copy (editing the
+    caller's tensor after the forward changes nothing); kdnn does not
+    differentiate them."""
+    if slopes is None:
+        return None
+    if isinstance(slopes, torch.Tensor):
+        require(not slopes.requires_grad,
+                f"{op}: alibi_slopes is a tensor that requires grad; kdnn does not differentiate "
+                "alibi_slopes: pass alibi_slopes.detach()")
+        require(slopes.layout == torch.strided,
+                f"{op}: alibi_slopes has layout {slopes.layout}, expected a dense tensor")
+        slopes = slopes.resolve_neg()
+    try:
+        t = torch.as_tensor(slopes, device=device)
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise Error(f"{op}: alibi_slopes is a {type(slopes).__name__}, expected a real tensor "
+                    f"[H] or [B, H] ({e})") from None
+    require(not (t.is_complex() or t.dtype == torch.bool),
+            f"{op}: alibi_slopes has dtype {t.dtype}, expected real numbers")
+    shapes = ([heads], [1, heads], [batch, heads])
+    require(list(t.shape) in shapes,
+            f"{op}: alibi_slopes has shape {list(t.shape)}, expected [H] = [{heads}] or [B, H] = "
+            f"[{batch}, {heads}]")
+    return t.reshape(-1, heads).to(torch.float64, copy=True).contiguous()
+
+
+def flash_attention(q, k, v, *, causal=False, window=None, band=None, scale=None, softcap=0.0,
+                    alibi_slopes=None, dropout_p=0.0, seed=None, offset=0, allow_tf32=False,
+                    return_lse=False):
     """softmax(scale * q k^T, masked) v, fused: the scores never reach memory
     (O(S) memory), as F.scaled_dot_product_attention.
 
@@ -45,9 +85,16 @@ def flash_attention(q, k, v, *, causal=False, window=None, scale=None, softcap=0
     causal: query i sees keys j <= i (top-left aligned, as PyTorch's
     is_causal). window = (lo, hi), integer vectors [S]: query i sees keys
     lo[i] <= j < hi[i] (with causal, both apply; a query that sees no key
-    outputs zeros). scale: default 1/sqrt(D). softcap > 0: each scaled
+    outputs zeros). band = (left, right), integers >= -1: query i sees keys
+    d - left <= j <= d + right around its diagonal key d = i + Sk - S
+    (bottom-right aligned, as flash-attn's window_size; -1: no bound on that
+    side; (-1, 0) is flash-attn's causal mask); all masks given apply
+    together. scale: default 1/sqrt(D). softcap > 0: each scaled
     score s is used as softcap * tanh(s / softcap) (Gemma 2's and flash-attn's
-    softcap; 0: none). dropout_p: on the
+    softcap; 0: none). alibi_slopes [H] or [B, H] (real; not
+    differentiated): ALiBi, -slope * |i + Sk - S - j| added to each (capped)
+    score of query i and key j (flash-attn's alignment: plain |i - j| for
+    S = Sk). dropout_p: on the
     probabilities, scaled by 1/(1 - p); the mask is a counter-based function
     of (seed, offset, element), so the backward needs no stored mask.
     seed=None draws one from PyTorch's generator (torch.manual_seed makes it
@@ -66,6 +113,7 @@ def flash_attention(q, k, v, *, causal=False, window=None, scale=None, softcap=0
     v = check(v, "v", 4, "[B, Hkv, Sk, Dv]")
     causal = flag(op, "causal", causal)
     lo_win, hi_win = windows(op, window, q.shape[2], q.device)
+    band = _band(op, band)
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1]) if q.shape[-1] > 0 else 1.0
     scale = number(op, "scale", scale)
@@ -76,6 +124,7 @@ def flash_attention(q, k, v, *, causal=False, window=None, scale=None, softcap=0
     dropout = dropout_options(op, dropout_p, seed, offset)
     allow_tf32 = flag(op, "allow_tf32", allow_tf32)
     return_lse = flag(op, "return_lse", return_lse)
-    o, lse = _FlashAttention.apply(q, k, v, lo_win, hi_win,
-                                   (scale, softcap, causal, *dropout, allow_tf32))
+    slopes = _alibi_slopes(op, alibi_slopes, q.shape[0], q.shape[1], q.device)
+    o, lse = _FlashAttention.apply(q, k, v, lo_win, hi_win, slopes,
+                                   (scale, softcap, causal, band, *dropout, allow_tf32))
     return (o, lse) if return_lse else o

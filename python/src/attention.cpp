@@ -3,8 +3,10 @@
 // [B, H, S, D] arrays (kdnn.flash_attention).
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 
 #include <cstdint>
+#include <utility>
 
 #include "kdnn/attention/fused_attention.hpp"
 #include "tensors.hpp"
@@ -28,27 +30,34 @@ at::FusedAttentionOptions options(double scale, double softcap, double dropout_p
   return o;
 }
 
-/// The mask: causal, and the per-query key windows lo[i] <= j < hi[i]
-/// (int32 [S] each, or None).
+/// The mask: causal, the per-query key windows lo[i] <= j < hi[i] (int32
+/// [S] each, or None), the band (left, right) around each query's
+/// bottom-right diagonal (−1: no bound) and ALiBi's slopes (float64
+/// [1 or B, H], or None).
 template <class Space>
-at::AttentionMask<Space> mask_of(bool causal, const Optional& lo, const Optional& hi) {
+at::AttentionMask<Space> mask_of(bool causal, const Optional& lo, const Optional& hi,
+                                 const std::pair<int, int>& band, const Optional& alibi_slopes) {
   using Ints = kdnn::Vector<const int, Space>;
   at::AttentionMask<Space> mask;
   mask.causal = causal;
+  mask.band_left = band.first, mask.band_right = band.second;
   mask.lo_win = view_of<Ints>(lo, "flash_attention: window[0]");
   mask.hi_win = view_of<Ints>(hi, "flash_attention: window[1]");
+  mask.alibi_slopes =
+      view_of<kdnn::Matrix<const double, Space>>(alibi_slopes, "flash_attention: alibi_slopes");
   return mask;
 }
 
 void forward(const Array& q, const Array& k, const Array& v, const Array& o, const Array& lse,
              double scale, double softcap, bool causal, const Optional& lo_win,
-             const Optional& hi_win, double dropout_p, std::uint64_t seed, std::uint64_t offset,
-             bool allow_tf32, std::uintptr_t stream) {
+             const Optional& hi_win, const std::pair<int, int>& band, const Optional& alibi_slopes,
+             double dropout_p, std::uint64_t seed, std::uint64_t offset, bool allow_tf32,
+             std::uintptr_t stream) {
   dispatch(q, "flash_attention: q", stream, [&](auto space, auto zero) {
     using Space = decltype(space);
     using T = decltype(zero);
     using In = kdnn::Tensor4<const T, Space>;
-    const auto mask = mask_of<Space>(causal, lo_win, hi_win);
+    const auto mask = mask_of<Space>(causal, lo_win, hi_win, band, alibi_slopes);
     // Scores past T's range are an error, not NaN (the backward takes the
     // same q, k and scale, so the forward's check covers it).
     auto opts = options(scale, softcap, dropout_p, seed, offset, allow_tf32);
@@ -64,14 +73,14 @@ void forward(const Array& q, const Array& k, const Array& v, const Array& o, con
 void backward(const Array& q, const Array& k, const Array& v, const Array& o, const Array& lse,
               const Array& dout, const Array& dq, const Array& dk, const Array& dv, double scale,
               double softcap, bool causal, const Optional& lo_win, const Optional& hi_win,
-              double dropout_p, std::uint64_t seed, std::uint64_t offset, bool allow_tf32,
-              std::uintptr_t stream) {
+              const std::pair<int, int>& band, const Optional& alibi_slopes, double dropout_p,
+              std::uint64_t seed, std::uint64_t offset, bool allow_tf32, std::uintptr_t stream) {
   dispatch(q, "flash_attention backward: q", stream, [&](auto space, auto zero) {
     using Space = decltype(space);
     using T = decltype(zero);
     using In = kdnn::Tensor4<const T, Space>;
     using Out = kdnn::Tensor4<T, Space>;
-    const auto mask = mask_of<Space>(causal, lo_win, hi_win);
+    const auto mask = mask_of<Space>(causal, lo_win, hi_win, band, alibi_slopes);
     at::fused_attention_backward(
         space, view_of<In>(q, "flash_attention backward: q"),
         view_of<In>(k, "flash_attention backward: k"),
@@ -90,11 +99,12 @@ void backward(const Array& q, const Array& k, const Array& v, const Array& o, co
 
 void bind_attention(nb::module_& m) {
   m.def("flash_attention_forward", &forward, "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a, "scale"_a,
-        "softcap"_a, "causal"_a, "lo_win"_a.none(), "hi_win"_a.none(), "dropout_p"_a, "seed"_a,
-        "offset"_a, "allow_tf32"_a, "stream"_a);
+        "softcap"_a, "causal"_a, "lo_win"_a.none(), "hi_win"_a.none(), "band"_a,
+        "alibi_slopes"_a.none(), "dropout_p"_a, "seed"_a, "offset"_a, "allow_tf32"_a, "stream"_a);
   m.def("flash_attention_backward", &backward, "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a, "dout"_a,
         "dq"_a, "dk"_a, "dv"_a, "scale"_a, "softcap"_a, "causal"_a, "lo_win"_a.none(),
-        "hi_win"_a.none(), "dropout_p"_a, "seed"_a, "offset"_a, "allow_tf32"_a, "stream"_a);
+        "hi_win"_a.none(), "band"_a, "alibi_slopes"_a.none(), "dropout_p"_a, "seed"_a, "offset"_a,
+        "allow_tf32"_a, "stream"_a);
 }
 
 }  // namespace kdnn_python

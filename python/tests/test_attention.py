@@ -171,6 +171,71 @@ def test_softcap(dtype):
         (qd, kd, vd))
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_alibi(dtype):
+    # Slopes [H] (every batch entry) and [B, H]; S < Sk: query i sits at key
+    # i + Sk - S (flash-attn's alignment). The lse includes the bias.
+    q, k, v = inputs(dtype, S=13, Sk=21, grad=True)
+    i = torch.arange(13, dtype=dtype)[:, None] + (21 - 13)
+    distance = (i - torch.arange(21, dtype=dtype)[None, :]).abs()
+    for slopes in (torch.tensor([0.5, 0.0625, 1.0]), torch.linspace(-0.2, 0.9, 6).reshape(2, 3)):
+        s = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+        s = s - slopes.to(dtype).reshape(-1, 3, 1, 1) * distance
+        out, lse = kdnn.flash_attention(q, k, v, alibi_slopes=slopes, return_lse=True)
+        assert_matches(out, torch.softmax(s, dim=-1) @ v, (q, k, v), **TOLERANCE[dtype])
+        torch.testing.assert_close(lse, torch.logsumexp(s, dim=-1).detach(), **TOLERANCE[dtype])
+    qd, kd, vd = inputs(torch.float64, B=2, H=2, S=4, Sk=5, D=3, Dv=2, grad=True)
+    slopes = torch.tensor([[0.3, 1.2], [0.7, -0.4]], dtype=torch.float64)
+    assert torch.autograd.gradcheck(
+        lambda q, k, v: kdnn.flash_attention(q, k, v, causal=True, softcap=0.8,
+                                             alibi_slopes=slopes), (qd, kd, vd))
+
+
+def test_alibi_errors_and_copy():
+    q, k, v = inputs(torch.float64, B=2, H=3, S=4, Sk=5, D=3, Dv=2)
+    with pytest.raises(kdnn.Error, match=r"alibi_slopes has shape \[2, 2\], expected \[H\] = "
+                                         r"\[3\] or \[B, H\] = \[2, 3\]"):
+        kdnn.flash_attention(q, k, v, alibi_slopes=torch.ones(2, 2))
+    with pytest.raises(kdnn.Error, match="alibi_slopes is a tensor that requires grad"):
+        kdnn.flash_attention(q, k, v, alibi_slopes=torch.ones(3, requires_grad=True))
+    with pytest.raises(kdnn.Error, match="alibi_slopes has dtype torch.complex64"):
+        kdnn.flash_attention(q, k, v, alibi_slopes=torch.ones(3, dtype=torch.complex64))
+    with pytest.raises(kdnn.Error, match=r"mask.alibi_slopes\(0, 1\)=nan, expected a finite slope"):
+        kdnn.flash_attention(q, k, v, alibi_slopes=[1.0, math.nan, 1.0])
+    with pytest.raises(kdnn.Error, match=r"mask.alibi_slopes\(0, 2\)=1e\+38"):
+        kdnn.flash_attention(q, k, v, alibi_slopes=[1.0, 1.0, 1e38])
+    # Read at the call and kept for the backward: editing the caller's
+    # slopes after the forward changes nothing.
+    q, k, v = inputs(torch.float64, B=1, H=3, S=4, Sk=5, D=3, Dv=2, grad=True)
+    slopes = torch.tensor([0.5, 1.0, 2.0], dtype=torch.float64)
+    out = kdnn.flash_attention(q, k, v, alibi_slopes=slopes)
+    want = torch.autograd.grad(kdnn.flash_attention(q, k, v, alibi_slopes=slopes.clone()).sum(), q)
+    slopes.fill_(9.0)
+    torch.testing.assert_close(torch.autograd.grad(out.sum(), q), want)
+
+
+@pytest.mark.parametrize("S,Sk", [(6, 6), (4, 9), (9, 4)])
+def test_band_is_the_window_around_the_bottom_right_diagonal(S, Sk):
+    q, k, v = inputs(torch.float64, B=2, H=2, S=S, Sk=Sk, D=3, Dv=2, grad=True)
+    d = torch.arange(S) + Sk - S
+    for left, right in ((-1, 0), (2, 1), (0, -1), (-1, -1)):
+        lo = (d - left).clamp(0, Sk) if left >= 0 else torch.zeros(S, dtype=torch.int64)
+        hi = (d + right + 1).clamp(0, Sk) if right >= 0 else torch.full((S,), Sk)
+        window = (torch.minimum(lo, hi), hi)
+        torch.testing.assert_close(kdnn.flash_attention(q, k, v, band=(left, right)),
+                                   kdnn.flash_attention(q, k, v, window=window), rtol=0, atol=0)
+        assert torch.autograd.gradcheck(
+            lambda q, k, v: kdnn.flash_attention(q, k, v, band=(left, right)), (q, k, v))
+    with pytest.raises(kdnn.Error, match=r"band\[0\]=-2, expected an integer in \[-1, "):
+        kdnn.flash_attention(q, k, v, band=(-2, 0))
+    with pytest.raises(kdnn.Error, match=r"band\[1\]=True, expected an integer"):
+        kdnn.flash_attention(q, k, v, band=(0, True))
+    with pytest.raises(kdnn.Error, match=r"band is a int, expected \(left, right\)"):
+        kdnn.flash_attention(q, k, v, band=3)
+    with pytest.raises(kdnn.Error, match=r"band\[0\]=4294967296, expected an integer in"):
+        kdnn.flash_attention(q, k, v, band=(2**32, 0))
+
+
 def test_windows_gradcheck_and_errors():
     q, k, v = inputs(torch.float64, B=1, H=2, S=4, Sk=5, D=3, Dv=2, grad=True)
     window = ([0, 1, 2, 0], [2, 5, 4, 1])

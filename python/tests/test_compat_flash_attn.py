@@ -29,7 +29,21 @@ def visible(S, Sk, causal, window_size):
     return seen
 
 
-def attention_ref(q, k, v, causal=False, window_size=(-1, -1), scale=None, softcap=0.0):
+def alibi_bias(slopes, S, Sk, causal, window_size, dtype):
+    """flash-attn's ALiBi bias [1 or batch, nheads, S, Sk] as its kernel adds
+    it: slope·j under its causal form (right bound 0, no left bound), else
+    -slope·|i + Sk - S - j|."""
+    slopes = torch.as_tensor(slopes, dtype=dtype).reshape(-1, slopes.shape[-1], 1, 1)
+    i = torch.arange(S, dtype=dtype)[:, None] + Sk - S
+    j = torch.arange(Sk, dtype=dtype)[None, :]
+    left, right = window_size
+    if (causal or right == 0) and (left < 0 or left >= Sk):
+        return slopes * j
+    return -slopes * (i - j).abs()
+
+
+def attention_ref(q, k, v, causal=False, window_size=(-1, -1), scale=None, softcap=0.0,
+                  alibi_slopes=None):
     """flash-attn's semantics: out (batch, seqlen, nheads, headdim_v) and the
     rows' log-sum-exp (+inf where a row sees no key, whose output is 0)."""
     group = q.shape[2] // k.shape[2]
@@ -38,6 +52,8 @@ def attention_ref(q, k, v, causal=False, window_size=(-1, -1), scale=None, softc
     s = torch.einsum("bihd,bjhd->bhij", q, k) * scale
     if softcap > 0:
         s = softcap * torch.tanh(s / softcap)
+    if alibi_slopes is not None:
+        s = s + alibi_bias(alibi_slopes, q.shape[1], k.shape[1], causal, window_size, s.dtype)
     seen = visible(q.shape[1], k.shape[1], causal, window_size)
     s = s.masked_fill(~seen, -math.inf)
     lse = torch.logsumexp(s, dim=-1)
@@ -48,7 +64,11 @@ def attention_ref(q, k, v, causal=False, window_size=(-1, -1), scale=None, softc
 CASES = [dict(S=17, Sk=17), dict(S=9, Sk=30), dict(S=30, Sk=9), dict(S=1, Sk=12)]
 MASKS = [dict(causal=False, window_size=(-1, -1)), dict(causal=True, window_size=(-1, -1)),
          dict(causal=False, window_size=(3, 1)), dict(causal=True, window_size=(4, -1)),
-         dict(causal=False, window_size=(-1, 0)), dict(causal=True, window_size=(-1, -1), softcap=0.5)]
+         dict(causal=False, window_size=(-1, 0)), dict(causal=True, window_size=(-1, -1), softcap=0.5),
+         dict(causal=False, window_size=(-1, -1),
+              alibi_slopes=torch.tensor([0.5, 0.25, 0.125, 1.0])),
+         dict(causal=True, window_size=(5, -1), softcap=0.5,
+              alibi_slopes=torch.linspace(0.1, 0.8, 8).reshape(2, 4))]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -81,6 +101,22 @@ def test_log_sum_exp_scale_and_packed_forms():
                                flash_attn_func(q, k, v, window_size=(2, 2)))
 
 
+@pytest.mark.parametrize("mask", [dict(causal=True), dict(causal=False, window_size=(-1, 0)),
+                                  dict(causal=True, window_size=(3, -1)), dict(causal=False)])
+def test_log_sum_exp_with_alibi_is_flash_attns(mask):
+    # flash-attn's causal form of the bias (slope·j) shifts each row's lse by
+    # a constant against kdnn's; the entry point returns flash-attn's.
+    q, k, v = (torch.randn(2, 7, 3, 8, dtype=torch.float64) for _ in range(3))
+    slopes = torch.tensor([[0.5, 0.3, 2.0], [0.1, 1.0, 0.7]])
+    for Sk in (7, 4, 11):
+        kk, vv = (torch.randn(2, Sk, 3, 8, dtype=torch.float64) for _ in range(2))
+        out, lse, _ = flash_attn_func(q, kk, vv, alibi_slopes=slopes, return_attn_probs=True,
+                                      **mask)
+        want, want_lse = attention_ref(q, kk, vv, alibi_slopes=slopes, **mask)
+        torch.testing.assert_close(out, want)
+        torch.testing.assert_close(lse, want_lse)
+
+
 def test_gradcheck_with_dropout():
     kw = dict(dtype=torch.float64, requires_grad=True)
     q, k, v = torch.randn(1, 5, 2, 3, **kw), torch.randn(1, 6, 1, 3, **kw), torch.randn(1, 6, 1, 2, **kw)
@@ -97,8 +133,8 @@ def test_options_kdnn_does_not_have():
     q = torch.randn(1, 4, 2, 8)
     with pytest.raises(kdnn.Error, match=r"softcap=-1.0, expected a finite number >= 0"):
         flash_attn_func(q, q, q, softcap=-1.0)
-    with pytest.raises(kdnn.Error, match="alibi_slopes is not supported"):
-        flash_attn_func(q, q, q, alibi_slopes=torch.ones(2))
+    with pytest.raises(kdnn.Error, match=r"alibi_slopes has shape \[3\], expected \[H\] = \[2\]"):
+        flash_attn_func(q, q, q, alibi_slopes=torch.ones(3))
     with pytest.raises(kdnn.Error, match=r"q has shape \[4, 2, 8\], expected \(batch, seqlen"):
         flash_attn_func(q[0], q, q)
     with pytest.raises(kdnn.Error, match="window_size=3, expected"):

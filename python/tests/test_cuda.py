@@ -37,6 +37,7 @@ def on_both(fn, *inputs):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_every_operator_on_the_gpu_matches_the_cpu(dtype):
     f = dict(dtype=dtype)
+    slopes = torch.rand(2, 4)  # ALiBi's, per batch entry (the same for both calls)
     cases = [
         (lambda x: kdnn.sinkhorn(x, iters=20, backward="unrolled"), torch.randn(64, 8, 8, **f)),
         (lambda q, k, v: kdnn.flash_attention(q, k, v, causal=True),
@@ -53,6 +54,11 @@ def test_every_operator_on_the_gpu_matches_the_cpu(dtype):
                                                                torch.arange(70) + 10)),
          torch.randn(2, 8, 70, 64, **f), torch.randn(2, 2, 80, 64, **f),
          torch.randn(2, 2, 80, 32, **f)),
+        # ALiBi (slopes per batch entry) with a score cap, causal, S < Sk.
+        (lambda q, k, v: kdnn.flash_attention(q, k, v, causal=True, softcap=2.0,
+                                              alibi_slopes=slopes),
+         torch.randn(2, 4, 70, 64, **f), torch.randn(2, 4, 130, 64, **f),
+         torch.randn(2, 4, 130, 64, **f)),
     ]
     for fn, *inputs in cases:
         cpu, gpu = on_both(fn, *inputs)

@@ -24,15 +24,22 @@ class Softmax : public ::testing::Test {};
 using Types = ::testing::Types<float, double>;
 TYPED_TEST_SUITE(Softmax, Types);
 
+constexpr int kB = 2, kH = 2, kS = 5, kSk = 7;
+const std::size_t kCount = std::size_t(kB) * kH * kS * kSk;
+
 /// A mask on the host, and its device form.
 struct HostMask {
   bool causal = false;
   std::vector<int> lo, hi, seq_q, seq_k;
+  int band_left = -1, band_right = -1;  // around d = i + Sk_b − S_b
   bool sees(int b, int i, int j) const {
     if (!seq_q.empty() && i >= seq_q[b]) return false;
     if (!seq_k.empty() && j >= seq_k[b]) return false;
     if (!lo.empty() && j < lo[i]) return false;
     if (!hi.empty() && j >= hi[i]) return false;
+    const int d = i + (seq_k.empty() ? kSk : seq_k[b]) - (seq_q.empty() ? kS : seq_q[b]);
+    if (band_left >= 0 && j < d - band_left) return false;
+    if (band_right >= 0 && j > d + band_right) return false;
     return !causal || j <= i;
   }
   Mask device() const {
@@ -45,6 +52,7 @@ struct HostMask {
     };
     Mask m;
     m.causal = causal;
+    m.band_left = band_left, m.band_right = band_right;
     if (!lo.empty()) m.lo_win = vec(lo);
     if (!hi.empty()) m.hi_win = vec(hi);
     if (!seq_q.empty()) m.seq_q = vec(seq_q);
@@ -52,9 +60,6 @@ struct HostMask {
     return m;
   }
 };
-
-constexpr int kB = 2, kH = 2, kS = 5, kSk = 7;
-const std::size_t kCount = std::size_t(kB) * kH * kS * kSk;
 
 std::vector<double> reference(const std::vector<double>& x, const HostMask& m, double s,
                               bool log_mode) {
@@ -78,7 +83,7 @@ std::vector<double> reference(const std::vector<double>& x, const HostMask& m, d
 }
 
 std::vector<std::pair<std::string, HostMask>> masks() {
-  HostMask none, causal, window, lengths, all;
+  HostMask none, causal, window, lengths, all, band, band_lengths;
   causal.causal = true;
   window.lo = {0, 1, 2, 3, 3};
   window.hi = {2, 4, 2, 7, 6};  // query 2: empty window
@@ -88,8 +93,18 @@ std::vector<std::pair<std::string, HostMask>> masks() {
   all.causal = true;
   all.seq_q = {4, 5};
   all.seq_k = {6, 5};
-  return {
-      {"none", none}, {"causal", causal}, {"window", window}, {"lengths", lengths}, {"all", all}};
+  band.band_left = 1, band.band_right = 0;  // flash-attn's causal window of 2 (Sk > S)
+  band_lengths = band;
+  band_lengths.band_left = -1, band_lengths.band_right = 1;
+  band_lengths.seq_q = {5, 4};
+  band_lengths.seq_k = {3, 6};  // entry 0: its first queries see no key
+  return {{"none", none},
+          {"causal", causal},
+          {"window", window},
+          {"lengths", lengths},
+          {"all", all},
+          {"band", band},
+          {"band, lengths", band_lengths}};
 }
 
 TYPED_TEST(Softmax, ForwardMatchesDoubleReference) {

@@ -6,7 +6,8 @@ nheads_k, headdim), nheads_k dividing nheads (GQA, MQA).
 flash-attn's causal mask and windows are aligned to the bottom right: query
 i sees key j when i + seqlen_k - seqlen_q - window_size[0] <= j <=
 i + seqlen_k - seqlen_q + window_size[1] (-1: no bound; causal: right
-bound 0); kdnn takes them as its per-query windows. The (batch, seqlen,
+bound 0); kdnn takes them as its band (no per-query vectors, no copy to
+the host). The (batch, seqlen,
 nheads, headdim) layout is copied to kdnn's (batch, nheads, seqlen,
 headdim) and the output back (kdnn's kernels read the heads' rows
 contiguous). float32 and float64 (flash-attn's fp16 and bf16 are not kdnn's
@@ -20,17 +21,14 @@ from .. import attention
 from .._tensors import Error, require
 
 
-def _windows(S, Sk, causal, window_size, device):
-    """flash-attn's mask as kdnn's windows (lo, hi) [S], or None for none."""
+def _band(Sk, causal, window_size):
+    """flash-attn's mask as kdnn's band (left, right) around each query's
+    bottom-right diagonal: a negative bound is none (-1), causal's right
+    bound is 0, and a bound past every key is the same as none."""
     left, right = window_size
     if causal:
         right = 0
-    if left < 0 and right < 0:
-        return None
-    i = torch.arange(S, device=device, dtype=torch.int64) + (Sk - S)  # the diagonal's key
-    lo = (i - left).clamp(0, Sk) if left >= 0 else torch.zeros_like(i)
-    hi = (i + right + 1).clamp(0, Sk) if right >= 0 else torch.full_like(i, Sk)
-    return torch.minimum(lo, hi), hi
+    return (-1 if left < 0 else min(left, Sk)), (-1 if right < 0 else min(right, Sk))
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
@@ -42,10 +40,12 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
     softmax_lse is +inf for a query that sees no key, as flash-attn's.
     deterministic is accepted and has no effect: kdnn's backward always is.
     softcap > 0 caps the scaled scores as flash-attn's (softcap·tanh(s /
-    softcap)). alibi_slopes is not supported."""
+    softcap)). alibi_slopes (nheads,) or (batch, nheads): -slope·|i +
+    seqlen_k - seqlen_q - j| added to the scores, as flash-attn's; under
+    its causal mask (no left window) flash-attn adds slope·j instead, which
+    differs by a constant of each row: the same output, and softmax_lse is
+    returned as flash-attn's."""
     op = "compat.flash_attn.flash_attn_func"
-    if alibi_slopes is not None:
-        raise Error(f"{op}: alibi_slopes is not supported by kdnn (pass None)")
     for name, t in (("q", q), ("k", k), ("v", v)):
         require(isinstance(t, torch.Tensor) and t.dim() == 4,
                 f"{op}: {name} has shape {list(getattr(t, 'shape', []))}, expected (batch, seqlen, "
@@ -56,15 +56,28 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
     if not isinstance(causal, bool):
         raise Error(f"{op}: causal={causal!r}, expected True or False")
     S, Sk = q.shape[1], k.shape[1]
-    window = _windows(S, Sk, causal, window_size, q.device)
     scale = 1.0 / math.sqrt(q.shape[-1]) if softmax_scale is None else softmax_scale
     out, lse = attention.flash_attention(
-        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), window=window, scale=scale,
-        softcap=softcap, dropout_p=dropout_p, return_lse=True)
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+        band=_band(Sk, causal, window_size), scale=scale,
+        softcap=softcap, alibi_slopes=alibi_slopes, dropout_p=dropout_p, return_lse=True)
     out = out.transpose(1, 2).contiguous()
     if not return_attn_probs:
         return out
+    if alibi_slopes is not None and _alibi_is_causal(Sk, causal, window_size):
+        # flash-attn's causal bias slope·j is kdnn's −slope·(i + Sk − S − j)
+        # plus slope·(i + Sk − S): its lse is kdnn's plus that.
+        slopes = torch.as_tensor(alibi_slopes, device=lse.device, dtype=lse.dtype)
+        diagonal = torch.arange(S, device=lse.device, dtype=lse.dtype) + (Sk - S)
+        lse = lse + slopes.reshape(-1, q.shape[2], 1) * diagonal
     return out, torch.where(lse == -math.inf, math.inf, lse), None
+
+
+def _alibi_is_causal(Sk, causal, window_size):
+    """Whether flash-attn takes its causal form of ALiBi's bias: a right
+    window of 0 (causal) and no left window (-1, or one past every key)."""
+    left, right = window_size
+    return (causal or right == 0) and (left < 0 or left >= Sk)
 
 
 def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False,

@@ -8,6 +8,7 @@
 // with s the scale (cuDNN's smScaler). The mask (AttentionMask) leaves query i
 // of batch entry b the keys j with
 //   j < seq_k[b],  lo[i] <= j < hi[i],  j <= i if causal,
+//   d − band_left <= j <= d + band_right  (d = i + seq_k[b] − seq_q[b]),
 // and none at all when i >= seq_q[b] (a padded query). Masked entries get
 // probability 0 (log: −inf) and zero gradient; a row with no visible key is
 // all zeros (log: all −inf) with zero gradient, never NaN.
@@ -39,6 +40,23 @@ struct AttentionMask {
   Vector<const int, ExecSpace> hi_win;  ///< [S]: one past its last key
   Vector<const int, ExecSpace> seq_q;   ///< [B]: queries i >= seq_q[b] are padding
   Vector<const int, ExecSpace> seq_k;   ///< [B]: keys j >= seq_k[b] are padding
+  /// A band around each query's diagonal key d = i + Sk_b − S_b (S_b, Sk_b
+  /// the entry's lengths: seq_q[b], seq_k[b], else S, Sk), bottom-right
+  /// aligned as flash-attn's window_size: query i sees keys
+  /// d − band_left <= j <= d + band_right; −1: no bound on that side
+  /// (band_right = 0 with band_left = −1 is flash-attn's causal mask).
+  int band_left = -1, band_right = -1;
+  /// ALiBi's slopes [1 or B, H] (one row for every batch entry, or one per
+  /// entry): not a limit but a bias, −slope·|i + Sk_b − S_b − j| added to
+  /// each visible score (impl/alibi.hpp). Only the fused attention takes
+  /// them; the other operators refuse them.
+  Matrix<const double, ExecSpace> alibi_slopes;
+
+  /// Sk_b − S_b: the key on query 0's diagonal in batch entry b, for S
+  /// queries and Sk keys (the band's and ALiBi's alignment).
+  KOKKOS_INLINE_FUNCTION int diagonal_shift(int b, int queries, int keys) const {
+    return (seq_k.extent(0) > 0 ? seq_k(b) : keys) - (seq_q.extent(0) > 0 ? seq_q(b) : queries);
+  }
 };
 
 }  // namespace kdnn::attention

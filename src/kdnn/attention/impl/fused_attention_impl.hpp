@@ -375,14 +375,15 @@ FusedForwardData<ExecSpace, T> forward_data(
   validate::disjoint(op, {memory_of("o", o), memory_of("lse", lse)},
                      {memory_of("q", q), memory_of("k", k), memory_of("v", v)});
   if (mask_check == MaskCheck::here) {
-    check_mask(op, mask, q.extent(0), q.extent(2), k.extent(2));
+    check_mask(op, mask, q.extent(0), q.extent(2), k.extent(2), q.extent(1));
   }
   FusedForwardData<ExecSpace, T> data;
   data.q = q, data.k = k, data.v = v, data.o = o, data.lse = lse;
   data.group = k.extent(1) > 0 ? int(q.extent(1) / k.extent(1)) : 1;
-  data.visible = VisibleKeys<ExecSpace>(mask, int(k.extent(2)));
+  data.visible = VisibleKeys<ExecSpace>(mask, int(q.extent(2)), int(k.extent(2)));
   data.scale = T(opts.scale);
   data.softcap = score_cap<T>(opts);
+  data.alibi = AlibiSlopes<ExecSpace>(mask, int(q.extent(1)), int(q.extent(2)), int(k.extent(2)));
   data.keep_scale = T(1.0 / (1.0 - opts.dropout.p));
   data.neg_inf = -std::numeric_limits<T>::infinity();
   data.dropout = dropout_mask(opts.dropout);
@@ -511,10 +512,11 @@ void run_fused_backward(const char* op, const ExecSpace& space,
   FusedBackwardData<ExecSpace, T> data;
   data.q = q, data.k = k, data.v = v, data.dout = dout, data.lse = lse, data.delta = delta;
   data.group = group;
-  data.visible = VisibleKeys<ExecSpace>(mask, Sk);
+  data.visible = VisibleKeys<ExecSpace>(mask, S, Sk);
   data.dropout = dropout_mask(opts.dropout);
   data.scale = T(opts.scale);
   data.softcap = score_cap<T>(opts);
+  data.alibi = AlibiSlopes<ExecSpace>(mask, H, S, Sk);
   data.keep_scale = T(1.0 / (1.0 - opts.dropout.p));
   fused_block_sizes<ExecSpace>(S, Sk, D, Dv, data.bq, data.bk);
   const std::string sizes = "D=" + std::to_string(D) + ", Dv=" + std::to_string(Dv) + "]";
@@ -593,7 +595,7 @@ void fused_attention_backward(
                      {memory_of("q", q), memory_of("k", k), memory_of("v", v), memory_of("o", o),
                       memory_of("lse", lse), memory_of("dout", dout)});
   const int B = int(q.extent(0)), H = int(q.extent(1)), S = int(q.extent(2)), Sk = int(k.extent(2));
-  if (mask_check == MaskCheck::here) check_mask(op, mask, B, S, Sk);
+  if (mask_check == MaskCheck::here) check_mask(op, mask, B, S, Sk, H);
   if (B == 0 || H == 0) return;
 
   // δ_i = dO_i·O_i, the softmax backward's row sums (O(B·H·S) memory): in

@@ -27,23 +27,24 @@ struct FusedBackwardData {
   VisibleKeys<ExecSpace> visible;
   DropoutMask dropout;
   T scale = 1, keep_scale = 1;
-  ScoreCap<T> softcap;        ///< applied to the scaled scores, as in the forward
-  int bq = 1, bk = 1;         ///< multiples of Tile::align
-  int group = 1;              ///< query heads per key/value head, H / Hkv
-  kdnn::impl::TeamWork work;  ///< set by the launch
+  ScoreCap<T> softcap;           ///< applied to the scaled scores, as in the forward
+  AlibiSlopes<ExecSpace> alibi;  ///< ALiBi's bias, added to the capped scores
+  int bq = 1, bk = 1;            ///< multiples of Tile::align
+  int group = 1;                 ///< query heads per key/value head, H / Hkv
+  kdnn::impl::TeamWork work;     ///< set by the launch
 
   /// The key/value head query head h reads (grouped-query attention). The
   /// kernels write dK and dV per query head; the group's sum is taken after.
   KOKKOS_INLINE_FUNCTION int kv_head(int h) const { return h / group; }
 
   /// Pd and dS' (dS without the scale) of a pair from its score
-  /// s = (scale·q)·k and dPd = dO·v: P is 0 where the pair is hidden
-  /// (whatever lse is), `keep` is dropout's test. With a score cap, P is
-  /// that of the capped score and dS' carries the cap's slope.
-  KOKKOS_FORCEINLINE_FUNCTION void grads(T s, T dpd, bool seen, bool keep, T row_lse, T row_delta,
-                                         T& pd, T& ds) const {
+  /// s = (scale·q)·k, ALiBi's `bias` and dPd = dO·v: P is 0 where the pair
+  /// is hidden (whatever lse is), `keep` is dropout's test. With a score
+  /// cap, P is that of the capped score and dS' carries the cap's slope.
+  KOKKOS_FORCEINLINE_FUNCTION void grads(T s, T bias, T dpd, bool seen, bool keep, T row_lse,
+                                         T row_delta, T& pd, T& ds) const {
     T slope;
-    s = softcap(s, slope);
+    s = softcap(s, slope) + bias;
     const T e = kdnn::impl::exp_vectorisable(s - row_lse);
     const T p = seen ? e : T(0);
     const T kept = keep ? keep_scale : T(0);
@@ -66,13 +67,14 @@ struct FusedBackwardData {
                                          const int* first, const int* last, const T* row_lse,
                                          const T* row_delta, const At& at) const {
     const int S = int(q.extent(2)), Sk = int(k.extent(2));
+    const AlibiRow<T> bias = alibi.template row<T>(bh);
     const auto one = [&](int r, int c, bool keep, auto all_seen) {
       const int j = j0 + c;
       T& s = at.s(r, c);
       T& dp = at.dp(r, c);
       T pd, ds;
       const bool seen = decltype(all_seen)::value || ((j >= first[r]) & (j < last[r]));
-      grads(s, dp, seen, keep, row_lse[r], row_delta[r], pd, ds);
+      grads(s, bias(i0 + r, j), dp, seen, keep, row_lse[r], row_delta[r], pd, ds);
       s = pd;
       dp = ds;
     };

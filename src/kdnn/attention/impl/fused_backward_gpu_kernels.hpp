@@ -144,6 +144,7 @@ struct FlashBackwardBase
     kdnn::impl::register_tile_product<RM, RN, D>(own_a, 1, LD, str_a, 1, LD, s);
     kdnn::impl::register_tile_product<RM, RN, DV>(own_b, 1, LDV, str_b, 1, LDV, dp);
     const std::uint64_t base = std::uint64_t(bh) * S * Sk;
+    const AlibiRow<T> bias = this->alibi.template row<T>(bh);
     KDNN_IMPL_UNROLL
     for (int i = 0; i < RM; ++i) {
       KDNN_IMPL_UNROLL
@@ -154,7 +155,8 @@ struct FlashBackwardBase
             !this->dropout.active ||
             this->dropout.keep(base + std::uint64_t(q_row0 + r) * Sk + std::uint64_t(c));
         T pd, ds;
-        this->grads(s[i * RN + j], dp[i * RN + j], seen, keep, row_lse[r], row_delta[r], pd, ds);
+        this->grads(s[i * RN + j], bias(q_row0 + r, c), dp[i * RN + j], seen, keep, row_lse[r],
+                    row_delta[r], pd, ds);
         put(i, j, pd, ds);
       }
     }

@@ -160,6 +160,7 @@ struct FusedBackwardMmaKernel
     constexpr auto transposed = kdnn::impl::MmaOrder::transposed;
     Base::template tile_rows_product<D, transposed>(team, kf, w.qt, LDK, sacc);
     Base::template tile_rows_product<DV, transposed>(team, vf, w.dot, LDV, dpacc);
+    const AlibiRow<T> bias = this->alibi.template row<T>(bh);
     // Accumulator (row, col): key j0 + row, query i0 + col.
     threads(team, [&](int t) {
       Base::template each_accumulator<NK>(t, [&](int e, int, int row, int col) {
@@ -169,7 +170,8 @@ struct FusedBackwardMmaKernel
                           this->dropout.keep(std::uint64_t(bh) * S * Sk +
                                              std::uint64_t(i0 + col) * Sk + std::uint64_t(key));
         T pd, ds;
-        this->grads(sacc(t)[e], dpacc(t)[e], visible, keep, w.lse[col], w.delta[col], pd, ds);
+        this->grads(sacc(t)[e], bias(i0 + col, key), dpacc(t)[e], visible, keep, w.lse[col],
+                    w.delta[col], pd, ds);
         sacc(t)[e] = pd;
         dpacc(t)[e] = ds;
         w.ds[col * LDS + row] = ds;

@@ -6,6 +6,7 @@
 #include <Kokkos_Core.hpp>
 #include <cstdint>
 
+#include "kdnn/attention/impl/alibi.hpp"
 #include "kdnn/attention/impl/visible_keys.hpp"
 #include "kdnn/attention/types.hpp"
 #include "kdnn/core/compat.hpp"
@@ -61,10 +62,11 @@ struct FusedForwardData {
   VisibleKeys<ExecSpace> visible;
   DropoutMask dropout;
   T scale = 1, keep_scale = 1;
-  ScoreCap<T> softcap;        ///< applied to the scaled scores
-  T neg_inf = 0;              ///< −infinity (set on the host)
-  int group = 1;              ///< query heads per key/value head, H / Hkv
-  kdnn::impl::TeamWork work;  ///< set by the launch
+  ScoreCap<T> softcap;           ///< applied to the scaled scores
+  AlibiSlopes<ExecSpace> alibi;  ///< ALiBi's bias, added to the capped scores
+  T neg_inf = 0;                 ///< −infinity (set on the host)
+  int group = 1;                 ///< query heads per key/value head, H / Hkv
+  kdnn::impl::TeamWork work;     ///< set by the launch
 
   /// The key/value head query head h reads (grouped-query attention).
   KOKKOS_INLINE_FUNCTION int kv_head(int h) const { return h / group; }

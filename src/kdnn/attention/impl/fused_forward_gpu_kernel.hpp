@@ -128,6 +128,7 @@ struct FusedForwardGpuKernel : FusedForwardData<ExecSpace, T>,
     const int block = item % blocks, bh = item / blocks;
     const int b = bh / H, h = bh % H, hk = this->kv_head(h), i0 = block * BQ;
     const int rows = S - i0 < BQ ? S - i0 : BQ;
+    const AlibiRow<T> bias = this->alibi.template row<T>(b, h);
     kdnn::impl::ScratchCarver carver(scratch);
     const Work w = carve(carver);
 
@@ -185,7 +186,8 @@ struct FusedForwardGpuKernel : FusedForwardData<ExecSpace, T>,
           for (int j = 0; j < RN; ++j) {
             const int key = j0 + c0 + j;
             T& x = st[i * RN + j];
-            x = (key >= first) & (key < last) ? this->softcap(x) : neg_inf;  // pad keys: last <= Sk
+            // pad keys: last <= Sk
+            x = (key >= first) & (key < last) ? this->softcap(x) + bias(i0 + r0 + i, key) : neg_inf;
             mx = x > mx ? x : mx;
           }
           w.part_max[(t % CG) * BQ + r0 + i] = mx;

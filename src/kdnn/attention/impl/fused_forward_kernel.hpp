@@ -87,6 +87,7 @@ struct FusedForwardKernel : FusedForwardData<ExecSpace, T> {
     const int block = item % blocks, bh = item / blocks;
     const int b = bh / H, h = bh % H, hk = this->kv_head(h), i0 = block * bq;
     const int rows = S - i0 < bq ? S - i0 : bq;
+    const AlibiRow<T> bias = this->alibi.template row<T>(b, h);
     kdnn::impl::ScratchCarver carver(scratch);
     const Work w = carve(carver, bq, bk, D, Dv);
 
@@ -131,14 +132,14 @@ struct FusedForwardKernel : FusedForwardData<ExecSpace, T> {
       if (unmasked) {
         kdnn::impl::team_sweep<ExecSpace>(team, cols, bq, [&](int c, int r) {
           T& x = w.st[c * bq + r];
-          x = this->softcap(x);
+          x = this->softcap(x) + bias(i0 + r, j0 + c);
           w.alpha[r] = x > w.alpha[r] ? x : w.alpha[r];
         });
       } else {
         kdnn::impl::team_sweep<ExecSpace>(team, cols, bq, [&](int c, int r) {
           const int j = j0 + c;
           T& x = w.st[c * bq + r];
-          x = (j >= w.first[r]) & (j < w.last[r]) ? this->softcap(x) : neg_inf;
+          x = (j >= w.first[r]) & (j < w.last[r]) ? this->softcap(x) + bias(i0 + r, j) : neg_inf;
           w.alpha[r] = x > w.alpha[r] ? x : w.alpha[r];
         });
       }

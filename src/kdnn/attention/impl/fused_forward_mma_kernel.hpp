@@ -78,6 +78,7 @@ struct FusedForwardMmaKernel
     const int block = item % blocks, bh = item / blocks;
     const int b = bh / H, h = bh % H, hk = this->kv_head(h), i0 = block * BQ;
     const int rows = S - i0 < BQ ? S - i0 : BQ;
+    const AlibiRow<T> bias = this->alibi.template row<T>(b, h);
     kdnn::impl::ScratchCarver carver(scratch);
     const auto w = Base::carve(carver);
 
@@ -130,10 +131,12 @@ struct FusedForwardMmaKernel
       threads(team, [&](int t) {
         KDNN_IMPL_UNROLL
         for (int slot = 0; slot < RT; ++slot) m_alpha(t)[RT + slot] = m_alpha(t)[slot];
-        Base::template each_accumulator<NK>(t, [&](int e, int slot, int, int col) {
+        Base::template each_accumulator<NK>(t, [&](int e, int slot, int row, int col) {
           const int key = j0 + col;
           T& x = sacc(t)[e];
-          x = (key >= range(t)[slot]) & (key < range(t)[RT + slot]) ? this->softcap(x) : neg_inf;
+          x = (key >= range(t)[slot]) & (key < range(t)[RT + slot])
+                  ? this->softcap(x) + bias(i0 + row, key)
+                  : neg_inf;
           m_alpha(t)[RT + slot] = max_op(m_alpha(t)[RT + slot], x);
         });
       });

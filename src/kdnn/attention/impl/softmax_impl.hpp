@@ -62,7 +62,7 @@ void softmax_forward(const ExecSpace& space, const Tensor4<const T, ExecSpace>& 
   const T masked = log_mode ? -std::numeric_limits<T>::infinity() : T(0);
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   for_each_row(
-      "kdnn::attention::softmax_forward", space, B, H, S, Sk, VisibleKeys<ExecSpace>(mask, Sk),
+      "kdnn::attention::softmax_forward", space, B, H, S, Sk, VisibleKeys<ExecSpace>(mask, S, Sk),
       KOKKOS_LAMBDA(const Member& team, std::size_t r, int first, int last) {
         const T* xr = x.data() + r * Sk;
         T* yr = y.data() + r * Sk;
@@ -120,7 +120,7 @@ void softmax_backward(const ExecSpace& space, const Tensor4<const T, ExecSpace>&
   const bool log_mode = opts.mode == SoftmaxMode::log;
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   for_each_row(
-      "kdnn::attention::softmax_backward", space, B, H, S, Sk, VisibleKeys<ExecSpace>(mask, Sk),
+      "kdnn::attention::softmax_backward", space, B, H, S, Sk, VisibleKeys<ExecSpace>(mask, S, Sk),
       KOKKOS_LAMBDA(const Member& team, std::size_t r, int first, int last) {
         const T* yr = y.data() + r * Sk;
         const T* gr = dy.data() + r * Sk;

@@ -6,6 +6,7 @@
 // (check_mask), evaluated per row in kernels.
 #include <Kokkos_Core.hpp>
 
+#include "kdnn/attention/impl/alibi.hpp"
 #include "kdnn/attention/softmax.hpp"
 #include "kdnn/core/error.hpp"
 #include "kdnn/core/impl/profiling_region.hpp"
@@ -15,17 +16,19 @@ namespace kdnn::attention::impl {
 template <class ExecSpace>
 struct VisibleKeys {
   AttentionMask<ExecSpace> mask;
-  int keys = 0;  ///< Sk
-  bool lo = false, hi = false, seq_q = false, seq_k = false;
+  int queries = 0, keys = 0;  ///< S, Sk
+  bool lo = false, hi = false, seq_q = false, seq_k = false, band = false;
 
   VisibleKeys() = default;
-  VisibleKeys(const AttentionMask<ExecSpace>& m, int key_count)
+  VisibleKeys(const AttentionMask<ExecSpace>& m, int query_count, int key_count)
       : mask(m),
+        queries(query_count),
         keys(key_count),
         lo(m.lo_win.extent(0) > 0),
         hi(m.hi_win.extent(0) > 0),
         seq_q(m.seq_q.extent(0) > 0),
-        seq_k(m.seq_k.extent(0) > 0) {}
+        seq_k(m.seq_k.extent(0) > 0),
+        band(m.band_left >= 0 || m.band_right >= 0) {}
 
   /// Keys [first, last) of query i in batch entry b (first >= last: none).
   KOKKOS_INLINE_FUNCTION void range(int b, int i, int& first, int& last) const {
@@ -36,6 +39,17 @@ struct VisibleKeys {
     if (lo && mask.lo_win(i) > first) first = mask.lo_win(i);
     if (hi && mask.hi_win(i) < last) last = mask.hi_win(i);
     if (mask.causal && i + 1 < last) last = i + 1;
+    if (band) {
+      // In 64 bits: d ± a bound may leave int's range; the result is within
+      // [first, last] or empty.
+      const long long d = (long long)i + mask.diagonal_shift(b, queries, keys);
+      if (mask.band_left >= 0 && d - mask.band_left > first) {
+        first = d - mask.band_left < last ? int(d - mask.band_left) : last;
+      }
+      if (mask.band_right >= 0 && d + mask.band_right + 1 < last) {
+        last = d + mask.band_right + 1 > first ? int(d + mask.band_right + 1) : first;
+      }
+    }
   }
 
   /// What a block of queries sees, for a team: the union [lo, hi) of the
@@ -89,16 +103,27 @@ struct VisibleKeys {
   }
 };
 
-/// The mask against scores of B entries, S queries and Sk keys. Each given
-/// vector is copied to the host once, inside the profiling region
-/// "kdnn::attention::check_mask" (none without vectors).
+/// The mask against scores of B entries, S queries and Sk keys, and its
+/// ALiBi slopes against H = `heads` (0: an operator that adds no bias,
+/// alibi.hpp's check_alibi). Each given vector is copied to the host once,
+/// inside the profiling region "kdnn::attention::check_mask" (none without
+/// vectors).
 template <class ExecSpace>
 void check_mask(const char* op, const AttentionMask<ExecSpace>& m, std::size_t batch,
-                std::size_t queries, std::size_t keys) {
-  if (m.lo_win.extent(0) + m.hi_win.extent(0) + m.seq_q.extent(0) + m.seq_k.extent(0) == 0) {
+                std::size_t queries, std::size_t keys, std::size_t heads = 0) {
+  for (const auto& [name, bound] :
+       {std::pair{"band_left", m.band_left}, std::pair{"band_right", m.band_right}}) {
+    if (bound < -1) {
+      fail(op, ": mask.", name, "=", bound, ", expected -1 (no bound) or a key count >= 0");
+    }
+  }
+  if (m.lo_win.extent(0) + m.hi_win.extent(0) + m.seq_q.extent(0) + m.seq_k.extent(0) +
+          m.alibi_slopes.size() ==
+      0) {
     return;  // nothing to copy or check (causal is a flag)
   }
   const kdnn::impl::ProfilingRegion region("kdnn::attention::check_mask");
+  check_alibi<ExecSpace>(op, m.alibi_slopes, batch, heads, queries, keys);
   using HostVector = decltype(Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), m.lo_win));
   const auto check = [&](const char* name, const auto& v, std::size_t n, const char* count,
                          std::size_t max, const char* what) {
