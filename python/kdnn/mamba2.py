@@ -6,7 +6,8 @@ import math
 import torch
 
 from . import _kdnn
-from ._tensors import Operands, contiguous, first_order, flag, integer, number, require, stream_of
+from ._tensors import (Operands, contiguous, first_order, flag, int32_vector, integer, number,
+                       require, stream_of)
 
 ACTIVATIONS = (None, "silu", "swish")
 
@@ -81,7 +82,8 @@ def causal_conv1d(x, weight, bias=None, initial_state=None, *, activation=None,
     return (y, final) if return_final_states else y
 
 
-def causal_conv1d_update(x, conv_state, weight, bias=None, *, activation=None):
+def causal_conv1d_update(x, conv_state, weight, bias=None, *, activation=None,
+                         cache_seqlens=None, conv_state_indices=None):
     """One decoding step (or a few) of causal_conv1d on a rolling state, as
     causal-conv1d's causal_conv1d_update: with x̄ the state followed by x's
     steps, y[b, c, t] = act(bias[c] + sum_k weight[c, k] * x̄[b, c, W + t - K + 1 + k]),
@@ -89,9 +91,15 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, *, activation=None):
 
     x [B, C] or [B, C, Lnew] (channel first), conv_state [B, C, W] with
     W >= K - 1 (updated in place), weight [C, K], bias [C]; activation None
-    or "silu" ("swish"). Returns y of x's shape. For inference: inputs that
-    require grad are refused while grad mode is on (kdnn has no backward for
-    it), and the state is left as it was when a check fails.
+    or "silu" ("swish"). Returns y of x's shape. For serving, as the peer's:
+    conv_state_indices [B] (distinct rows of a conv_state [Bs, C, W]): batch
+    entry b uses state row conv_state_indices[b]; cache_seqlens [B] (>= 0):
+    the state is a circular buffer, x̄ is the K - 1 steps before slot
+    p = cache_seqlens[b] (mod W) and step t is written to slot (p + t) mod W
+    (the caller advances p). Both are integer vectors, checked on the host.
+    For inference: inputs that require grad are refused while grad mode is
+    on (kdnn has no backward for it), and the state is left as it was when a
+    check fails.
     """
     op = "causal_conv1d_update"
     check = Operands(op)
@@ -108,10 +116,16 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, *, activation=None):
                     f"{op}: {name} requires grad; the decoding step has no backward (run it "
                     "under torch.no_grad() or detach the inputs)")
     steps = x if x.dim() == 3 else x.unsqueeze(-1)
+    B = steps.shape[0]
+    rows = None if conv_state_indices is None else int32_vector(
+        op, "conv_state_indices", conv_state_indices, B, x.device)
+    positions = None if cache_seqlens is None else int32_vector(
+        op, "cache_seqlens", cache_seqlens, B, x.device)
     y = torch.empty_like(steps)
     # The update writes the state in place: into the caller's tensor, or
     # into a contiguous copy of it that is copied back.
-    _kdnn.causal_conv1d_update(steps, state, weight, bias, y, silu, stream_of(x))
+    _kdnn.causal_conv1d_update(steps, state, weight, bias, y, rows, positions, silu,
+                               stream_of(x))
     if state.data_ptr() != conv_state.data_ptr():
         conv_state.copy_(state)
     return y if x.dim() == 3 else y.squeeze(-1)

@@ -43,7 +43,8 @@ void conv_backward(const Array& x, const Array& w, const Optional& bias, const O
 }
 
 void conv_update(const Array& x, const Array& state, const Array& w, const Optional& bias,
-                 const Array& y, bool silu, std::uintptr_t stream) {
+                 const Array& y, const Optional& state_indices, const Optional& cache_seqlens,
+                 bool silu, std::uintptr_t stream) {
   dispatch(x, "causal_conv1d_update: x", stream, [&](auto space, auto zero) {
     using Space = decltype(space);
     using T = decltype(zero);
@@ -53,6 +54,9 @@ void conv_update(const Array& x, const Array& state, const Array& w, const Optio
     a.w = view_of<kdnn::Matrix<const T, Space>>(w, "causal_conv1d_update: weight");
     a.bias = view_of<kdnn::Vector<const T, Space>>(bias, "causal_conv1d_update: bias");
     a.y = view_of<kdnn::Tensor3<T, Space>>(y, "causal_conv1d_update: out");
+    using Ints = kdnn::Vector<const int, Space>;
+    a.state_indices = view_of<Ints>(state_indices, "causal_conv1d_update: conv_state_indices");
+    a.cache_seqlens = view_of<Ints>(cache_seqlens, "causal_conv1d_update: cache_seqlens");
     a.silu = silu;
     ssm::causal_conv1d_update(space, a);
   });
@@ -119,7 +123,7 @@ void bind_mamba2(nb::module_& m) {
         "dy"_a, "dfinal"_a.none(), "dx"_a, "dw"_a, "dbias"_a.none(), "dinit"_a.none(), "silu"_a,
         "stream"_a);
   m.def("causal_conv1d_update", &conv_update, "x"_a, "state"_a, "w"_a, "bias"_a.none(), "y"_a,
-        "silu"_a, "stream"_a);
+        "state_indices"_a.none(), "cache_seqlens"_a.none(), "silu"_a, "stream"_a);
   m.def("dt_softplus_forward", &dt_forward, "dt"_a, "dt_bias"_a, "out"_a, "dt_min"_a, "dt_max"_a,
         "stream"_a);
   m.def("dt_softplus_backward", &dt_backward, "dt"_a, "dt_bias"_a, "dout"_a, "ddt"_a, "ddt_bias"_a,

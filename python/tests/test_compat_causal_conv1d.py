@@ -30,15 +30,27 @@ def conv_ref(x, weight, bias=None, initial_states=None, return_final_states=Fals
     return out, F.pad(x, (width - 1 - x.shape[-1], 0))  # the last width - 1 inputs
 
 
-def update_ref(x, conv_state, weight, bias=None, activation=None):
-    """One decoding step on a copy of conv_state: (out, the new state)."""
+def update_ref(x, conv_state, weight, bias=None, activation=None, cache_seqlens=None):
+    """One decoding step on a copy of conv_state: (out, the new state).
+    cache_seqlens: a circular state, read at the width - 1 slots before
+    cache_seqlens % state_len and written from it, in order."""
     squeeze = x.dim() == 2
     x = x.unsqueeze(-1) if squeeze else x
     seqlen, state_len = x.shape[-1], conv_state.shape[-1]
-    x_new = torch.cat([conv_state, x], dim=-1)
+    width = weight.shape[1]
+    if cache_seqlens is None:
+        x_new = torch.cat([conv_state, x], dim=-1)
+        new_state = x_new[..., -state_len:]
+    else:
+        past = torch.arange(-(width - 1), 0)[None, :] + cache_seqlens[:, None].long()
+        past = past.remainder(state_len)[:, None, :].expand(-1, x.shape[1], -1)
+        x_new = torch.cat([conv_state.gather(2, past), x], dim=-1)
+        new_state = conv_state.clone()
+        for t in range(seqlen):  # in order: with seqlen > state_len the later steps stay
+            new_state[torch.arange(x.shape[0]), :, (cache_seqlens.long() + t) % state_len] = x[..., t]
     out = F.conv1d(x_new, weight.unsqueeze(1), bias, groups=weight.shape[0])[..., -seqlen:]
     out = out if activation is None else F.silu(out)
-    return (out.squeeze(-1) if squeeze else out), x_new[..., -state_len:]
+    return (out.squeeze(-1) if squeeze else out), new_state
 
 
 def channel_last(batch, dim, seqlen, **kw):
@@ -109,6 +121,45 @@ def test_update_matches_the_reference(dtype, seqlen, state_len):
     torch.testing.assert_close(state, want_state, rtol=0, atol=0)  # updated in place
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("seqlen", [None, 2, 7])
+def test_update_with_a_circular_state_and_state_indices(dtype, seqlen):
+    kw = dict(dtype=dtype)
+    x = torch.randn(3, 5, **kw) if seqlen is None else torch.randn(3, 5, seqlen, **kw)
+    w, b = torch.randn(5, 4, **kw), torch.randn(5, **kw)
+    positions = torch.tensor([0, 9, 4], dtype=torch.int32)
+    rows = torch.tensor([5, 0, 2], dtype=torch.int32)
+    for cache_seqlens, indices in ((positions, None), (None, rows), (positions, rows)):
+        state = torch.randn(6 if indices is not None else 3, 5, 5, **kw)
+        picked = state[indices.long()] if indices is not None else state
+        want, want_rows = update_ref(x, picked.clone(), w, b, "silu", cache_seqlens)
+        want_state = state.clone()
+        if indices is not None:
+            want_state[indices.long()] = want_rows
+        else:
+            want_state = want_rows
+        got = causal_conv1d_update(x, state, w, b, "silu", cache_seqlens, indices)
+        torch.testing.assert_close(got, want, **TOLERANCE[dtype])
+        torch.testing.assert_close(state, want_state, rtol=0, atol=0)  # other rows untouched
+
+
+def test_update_serving_errors_leave_the_state():
+    x, w = torch.randn(2, 4), torch.randn(4, 3)
+    state = torch.randn(3, 4, 2)
+    before = state.clone()
+    with pytest.raises(kdnn.Error, match=r"state_indices\[1\]=3, expected a state row in \[0, 3\)"):
+        causal_conv1d_update(x, state, w, conv_state_indices=torch.tensor([0, 3], dtype=torch.int32))
+    with pytest.raises(kdnn.Error, match=r"state_indices\[1\]=0 is also state_indices\[0\]"):
+        causal_conv1d_update(x, state, w, conv_state_indices=[0, 0])
+    with pytest.raises(kdnn.Error, match=r"cache_seqlens\[0\]=-1, expected a position >= 0"):
+        causal_conv1d_update(x, state[:2], w, cache_seqlens=[-1, 0])
+    with pytest.raises(kdnn.Error, match=r"cache_seqlens has shape \[3\], expected \[2\]"):
+        causal_conv1d_update(x, state[:2], w, cache_seqlens=[0, 0, 0])
+    with pytest.raises(kdnn.Error, match=r"conv_state_indices has dtype torch.float32"):
+        causal_conv1d_update(x, state, w, conv_state_indices=torch.zeros(2))
+    assert torch.equal(state, before)
+
+
 def test_update_decodes_the_sequence():
     # Step by step from a zero state: the whole sequence's causal_conv1d_fn.
     x = torch.randn(2, 4, 10, dtype=torch.float64)
@@ -126,8 +177,6 @@ def test_update_state_layouts_and_errors():
     want, want_state = update_ref(x, state.clone(), w)
     torch.testing.assert_close(causal_conv1d_update(x, state, w), want)
     torch.testing.assert_close(state, want_state)
-    with pytest.raises(kdnn.Error, match="cache_seqlens is not supported"):
-        causal_conv1d_update(x, state, w, cache_seqlens=torch.zeros(2, dtype=torch.int32))
     with pytest.raises(kdnn.Error, match="seq_idx is not supported"):
         causal_conv1d_fn(x[..., None], w, seq_idx=torch.zeros(2, 1, dtype=torch.int32))
     short = torch.randn(2, 4, 2, dtype=torch.float64)

@@ -74,6 +74,16 @@ def test_the_decoding_step_on_the_gpu_matches_the_cpu():
     want = kdnn.causal_conv1d_update(x, state, w, b, activation="silu")
     torch.testing.assert_close(y.cpu(), want, **CLOSE[torch.float32])
     torch.testing.assert_close(state_gpu.cpu(), state)
+    # Serving: state rows chosen per entry of a larger state, circular.
+    rows, positions = torch.tensor([4, 0, 2], dtype=torch.int32), torch.tensor([1, 8, 3])
+    big = torch.randn(5, 64, 5)
+    big_gpu = big.cuda()
+    y = kdnn.causal_conv1d_update(x.cuda(), big_gpu, w.cuda(), b.cuda(), activation="silu",
+                                  cache_seqlens=positions.cuda(), conv_state_indices=rows.cuda())
+    want = kdnn.causal_conv1d_update(x, big, w, b, activation="silu", cache_seqlens=positions,
+                                     conv_state_indices=rows)
+    torch.testing.assert_close(y.cpu(), want, **CLOSE[torch.float32])
+    torch.testing.assert_close(big_gpu.cpu(), big)
 
 
 def test_the_peers_entry_points_on_the_gpu():

@@ -5,7 +5,9 @@
 // forward and final state, B = 0 and Lnew = 0, bad arguments.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "allclose.hpp"
@@ -130,6 +132,78 @@ TYPED_TEST(ConvUpdate, StepByStepIsTheWholeSequence) {
       }
 }
 
+// The serving options, against the peer's formulation: state rows chosen by
+// state_indices (rows not chosen stay as they were), and a circular state
+// read at slots p − K + 1 … p − 1 and written at p … p + Lnew − 1 (mod W,
+// in order), p = cache_seqlens[b]; each alone and both together.
+TYPED_TEST(ConvUpdate, StateIndicesAndACircularStateAreThePeers) {
+  using T = TypeParam;
+  const double tol = sizeof(T) == 8 ? 1e-13 : 1e-5;
+  struct ServingCase {
+    int B, C, L, W, K, Bs;
+    std::vector<int> rows, positions;  // state_indices, cache_seqlens (empty: none)
+  };
+  const std::vector<ServingCase> cases = {
+      {3, 4, 1, 5, 4, 6, {4, 0, 2}, {0, 7, 3}},  // both; one step
+      {3, 4, 2, 3, 4, 5, {1, 4, 0}, {}},         // rows only
+      {2, 5, 3, 3, 3, 2, {}, {2, 10}},           // circular, several steps
+      {2, 3, 7, 4, 2, 2, {}, {1, 5}},            // Lnew > W: the later steps stay
+      {1, 3, 2, 0, 1, 1, {}, {3}},               // K = 1, W = 0: no state
+  };
+  unsigned seed = 61;
+  for (const ServingCase& u : cases) {
+    SCOPED_TRACE("L=" + std::to_string(u.L) + " W=" + std::to_string(u.W) +
+                 " K=" + std::to_string(u.K));
+    const auto x = normal(std::size_t(u.B) * u.C * u.L, seed++);
+    const auto state = normal(std::size_t(u.Bs) * u.C * u.W, seed++);
+    const auto w = normal(std::size_t(u.C) * u.K, seed++), bias = normal(u.C, seed++);
+    std::vector<double> y_ref(x.size()), state_ref = state;
+    for (int b = 0; b < u.B; ++b)
+      for (int c = 0; c < u.C; ++c) {
+        const int r = u.rows.empty() ? b : u.rows[b];
+        double* row = state_ref.data() + (std::size_t(r) * u.C + c) * u.W;
+        std::vector<double> xnew;  // the K − 1 steps before x, then x
+        if (u.positions.empty()) {
+          for (int m = u.W - (u.K - 1); m < u.W; ++m) xnew.push_back(row[m]);
+        } else {
+          for (int m = 0; m < u.K - 1; ++m)
+            xnew.push_back(row[((u.positions[b] - (u.K - 1) + m) % u.W + u.W) % u.W]);
+        }
+        for (int t = 0; t < u.L; ++t) xnew.push_back(x[(std::size_t(b) * u.C + c) * u.L + t]);
+        for (int t = 0; t < u.L; ++t) {
+          double z = bias[c];
+          for (int k = 0; k < u.K; ++k) z += w[std::size_t(c) * u.K + k] * xnew[t + k];
+          y_ref[(std::size_t(b) * u.C + c) * u.L + t] = z / (1 + std::exp(-z));
+        }
+        if (u.positions.empty()) {
+          std::vector<double> all(row, row + u.W);
+          for (int t = 0; t < u.L; ++t) all.push_back(xnew[u.K - 1 + t]);
+          std::copy(all.end() - u.W, all.end(), row);
+        } else {
+          for (int t = 0; t < u.L && u.W > 0; ++t)
+            row[(u.positions[b] + t) % u.W] = xnew[u.K - 1 + t];
+        }
+      }
+    ssm::ConvUpdate<T, Space> args;
+    args.x = to_device<T***>(x, u.B, u.C, u.L);
+    const auto st = to_device<T***>(state, u.Bs, u.C, u.W);
+    args.state = st;
+    args.w = to_device<T**>(w, u.C, u.K);
+    args.bias = to_device<T*>(bias, u.C);
+    const DeviceView<T***> y("y", u.B, u.C, u.L);
+    args.y = y;
+    const auto ints = [](const std::vector<int>& v) {
+      return v.empty() ? DeviceView<int*>()
+                       : to_device<int*>(std::vector<double>(v.begin(), v.end()), v.size());
+    };
+    args.state_indices = ints(u.rows);
+    args.cache_seqlens = ints(u.positions);
+    ssm::causal_conv1d_update(Space(), args);
+    EXPECT_ALLCLOSE(to_host(y), y_ref, tol, tol);
+    EXPECT_ALLCLOSE(to_host(st), state_ref, tol, tol);
+  }
+}
+
 TEST(ConvUpdate, EmptyAndBadArguments) {
   const DeviceView<double***> x("x", 2, 3, 1), y("y", 2, 3, 1), state("state", 2, 3, 3);
   const DeviceView<double**> w("w", 3, 4);
@@ -163,6 +237,26 @@ TEST(ConvUpdate, EmptyAndBadArguments) {
   bad = a;
   bad.y = DeviceView<double***>(x.data(), 2, 3, 1);
   EXPECT_KDNN_ERROR(ssm::causal_conv1d_update(Space(), bad), "output y overlaps input x");
+  // The serving vectors: rows in range and distinct, positions >= 0; the
+  // state is left as it was.
+  const auto ints = [](const std::vector<double>& v) { return to_device<int*>(v, v.size()); };
+  bad = a;
+  bad.state_indices = ints({1, 2});
+  EXPECT_KDNN_ERROR(ssm::causal_conv1d_update(Space(), bad),
+                    "state_indices[1]=2, expected a state row in [0, 2) (state's extent(0))");
+  bad.state_indices = ints({1, 1});
+  EXPECT_KDNN_ERROR(ssm::causal_conv1d_update(Space(), bad),
+                    "state_indices[1]=1 is also state_indices[0], expected distinct rows");
+  bad.state_indices = ints({-1, 0});
+  EXPECT_KDNN_ERROR(ssm::causal_conv1d_update(Space(), bad), "state_indices[0]=-1, expected");
+  bad.state_indices = ints({0});
+  EXPECT_KDNN_ERROR(ssm::causal_conv1d_update(Space(), bad),
+                    "state_indices has extent(0)=1, expected 2 (B, x's extent(0))");
+  bad = a;
+  bad.cache_seqlens = ints({0, -3});
+  EXPECT_KDNN_ERROR(ssm::causal_conv1d_update(Space(), bad),
+                    "cache_seqlens[1]=-3, expected a position >= 0");
+  for (double v : to_host(state)) EXPECT_EQ(v, 1.0);
 }
 
 }  // namespace

@@ -62,13 +62,16 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cach
     """x (batch, dim) or (batch, dim, seqlen), conv_state (batch, dim,
     state_len) with state_len >= width - 1, updated in place; weight (dim,
     width), bias (dim,); activation None, "silu" or "swish" (True: "silu").
-    Returns out of x's shape. cache_seqlens (a circular state) and
-    conv_state_indices are not supported."""
+    Returns out of x's shape. cache_seqlens (batch,): the state is a
+    circular buffer written from slot cache_seqlens % state_len;
+    conv_state_indices (batch,): the state rows of a larger conv_state
+    (continuous batching), distinct and in range."""
     op = "compat.causal_conv1d.causal_conv1d_update"
-    _unsupported(op, cache_seqlens=cache_seqlens, conv_state_indices=conv_state_indices)
     if activation is True:
         activation = "silu"
     elif activation is False:
         activation = None
     return mamba2.causal_conv1d_update(x, conv_state, weight, bias,
-                                       activation=_activation(op, activation))
+                                       activation=_activation(op, activation),
+                                       cache_seqlens=cache_seqlens,
+                                       conv_state_indices=conv_state_indices)
