@@ -79,7 +79,7 @@ def conv_dt(x, weight, dt, dt_bias, bias=None, *, comm, activation="silu",
 def ssd(x, dt, A, B, C, D=None, initial_states=None, *, chunk_size, comm,
         return_final_states=False):
     """This rank's steps of kdnn.ssd on a sequence split across `comm`:
-    x [B, L_r, H, P], dt [B, L_r, H], B and C [B, L_r, G, N]; A [H] and D [H]
+    x [B, L_r, H, P], dt [B, L_r, H], B and C [B, L_r, G, N]; A [H] and D [H] or [H, P]
     the same on every rank; initial_states [B, H, P, N] the sequence's, given
     on rank 0 only (None elsewhere). Chunks of chunk_size steps are counted
     from the sequence's start, as on one rank. With return_final_states, also

@@ -204,7 +204,13 @@ def ssd_operands(op, x, dt, A, B, C, chunk_size, D, initial_states, steps="L"):
     A = check(A, "A", 1, "[H]")
     B = check(B, "B", 4, f"[B, {steps}, G, N]")
     C = check(C, "C", 4, f"[B, {steps}, G, N]")
-    D = check(D, "D", 1, "[H]", optional=True)
+    D = check(D, "D", -1, "[H] or [H, P]", optional=True)
+    if D is not None:
+        H, P = x.shape[2], x.shape[3]
+        require(list(D.shape) in ([H], [H, P]),
+                f"{op}: D has shape {list(D.shape)}, expected [H] = [{H}] or [H, P] = [{H}, {P}] "
+                "(from x)")
+        D = D.reshape(-1)  # [H·P] per channel: kdnn's flat form (a view; its gradient flows back)
     initial_states = check(initial_states, "initial_states", 4, "[B, H, P, N]", optional=True)
     chunk_size = integer(op, "chunk_size", chunk_size, 1, 2**31 - 1)
     return x, dt, A, B, C, D, initial_states, chunk_size
@@ -218,7 +224,8 @@ def ssd(x, dt, A, B, C, D=None, initial_states=None, *, chunk_size, return_final
 
     x [B, L, H, P], dt [B, L, H] (finite, >= 0: already through softplus),
     A [H] (<= 0), B and C [B, L, G, N] (G divides H; head h reads group
-    h // (H // G)), D [H], initial_states [B, H, P, N]. Returns y
+    h // (H // G)), D [H] or [H, P] (per channel, as mamba's D of shape
+    (nheads, headdim)), initial_states [B, H, P, N]. Returns y
     [B, L, H, P], and with return_final_states also the final state
     [B, H, P, N]. A negative or non-finite dt or a positive A is a
     kdnn.Error naming the first one.

@@ -104,6 +104,23 @@ def test_ssd_gradcheck():
         args)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_ssd_with_d_per_channel(dtype):
+    x, dt, A, B, C, _, s0 = ssd_inputs(dtype, D=False)
+    D = torch.randn(4, 3, dtype=dtype, requires_grad=True)  # [H, P]
+    y = kdnn.ssd(x, dt, A, B, C, D, s0, chunk_size=8)
+    assert_matches(y, ssd_reference.ssd_chunked(x, dt, A, B, C, 8, D=D, init=s0)[0],
+                   [x, dt, A, B, C, D, s0], **TOLERANCE[dtype])
+    args = ssd_inputs(torch.float64, b=1, L=6, h=2, p=3, g=1, n=2, D=False)
+    Dd = torch.randn(2, 3, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(
+        lambda x, dt, A, B, C, D, s0: kdnn.ssd(x, dt, A, B, C, D, s0, chunk_size=4),
+        (*args[:5], Dd, args[6]))
+    with pytest.raises(kdnn.Error, match=r"ssd: D has shape \[3, 4\], expected \[H\] = \[4\] "
+                                         r"or \[H, P\] = \[4, 3\] \(from x\)"):
+        kdnn.ssd(x, dt, A, B, C, torch.randn(3, 4, dtype=dtype), chunk_size=8)
+
+
 def test_ssd_output_only_and_an_empty_sequence():
     x, dt, A, B, C, D, _ = ssd_inputs(torch.float64, L=0, init=False)
     y = kdnn.ssd(x, dt, A, B, C, D, chunk_size=8)

@@ -594,6 +594,14 @@ TEST(FusedAttentionAlibi, RefusesSlopesOfTheWrongShapeOrSizeAndOperatorsWithoutT
   band.band_right = -2;
   EXPECT_KDNN_ERROR(at::fused_attention_forward(Space(), q, k, v, o, lse, {}, band),
                     "mask.band_right=-2, expected -1 (no bound) or a key count >= 0");
+  // Sizes past the band's int arithmetic (no data: B = 0).
+  band.band_right = 0;
+  const int big = (1 << 28) + 1;
+  DeviceView<double****> bq("bq", 0, 1, big, 4), bk("bk", 0, 1, big, 4), bv("bv", 0, 1, big, 4),
+      bo("bo", 0, 1, big, 4);
+  DeviceView<double***> blse("blse", 0, 1, big);
+  EXPECT_KDNN_ERROR(at::fused_attention_forward(Space(), bq, bk, bv, bo, blse, {}, band),
+                    "with S + Sk = 536870914, expected S + Sk <= 2^29");
 }
 
 // The GPU forms run where the launch asks for them (always with

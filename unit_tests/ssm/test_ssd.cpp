@@ -859,6 +859,71 @@ TYPED_TEST(Ssd, FusedBackwardMatchesTheTwoHalves) {
   }
 }
 
+// D per channel ([H·P], mamba's (nheads, headdim)), in every form: y is the
+// y without D plus D[h·P + p]·x, dx the dx without D plus D·dy, dD the sums
+// Σ_{b,t} dy·x (against double loops), and every other gradient bitwise
+// the one without D. Shapes of the host form only and of the GPU forms.
+TYPED_TEST(Ssd, PerChannelSkipIsDTimesXOnTop) {
+  using T = TypeParam;
+  const Config configs[] = {{{2, 37, 3, 5, 1, 4}, 8}, {{1, 150, 2, 64, 2, 64}, 64}};
+  unsigned seed = 4100;
+  for (const Config& c : configs) {
+    const auto& s = c.s;
+    const SsdCase a = make_case(s, kInit | kDfinal, seed += 10);
+    const SsdViews<T> v(a);
+    const std::size_t HP = std::size_t(s.H) * s.P;
+    const auto d_host = normal(HP, seed + 1);
+    const auto D = to_device<T*>(d_host, HP);
+    const auto x = to_host(v.x), dy = to_host(v.dy);
+    for (const auto form :
+         {kdnn::KernelForm::host, kdnn::KernelForm::gpu, kdnn::KernelForm::tensor_cores}) {
+      SCOPED_TRACE(describe(c, kInit | kDfinal) + " form " + std::to_string(int(form)));
+      const auto opts = options(c.chunk, form);
+      const auto forward = [&](const DeviceView<T*>& skip) {
+        DeviceView<T****> y("y", s.B, s.L, s.H, s.P);
+        ssm::SsdForward<T, Space> args;
+        v.set_inputs(args);
+        args.D = skip;
+        args.y = y;
+        ssm::ssd_forward(Space(), args, opts);
+        return to_host(y);
+      };
+      const auto backward = [&](const DeviceView<T*>& skip, std::size_t d_count) {
+        DeviceView<T****> dx("dx", s.B, s.L, s.H, s.P), dB("dB", s.B, s.L, s.G, s.N),
+            dC("dC", s.B, s.L, s.G, s.N), dinit("dinit", s.B, s.H, s.P, s.N);
+        DeviceView<T***> ddt("ddt", s.B, s.L, s.H);
+        DeviceView<T*> dA("dA", s.H), dD("dD", d_count);
+        Kokkos::deep_copy(dD, T(99));  // overwritten
+        ssm::SsdBackward<T, Space> args;
+        v.set_inputs(args);
+        args.D = skip;
+        args.dy = v.dy, args.dfinal_state = v.dfinal;
+        args.dx = dx, args.ddt = ddt, args.dA = dA, args.dB = dB, args.dC = dC, args.dD = dD;
+        args.dinitial_state = dinit;
+        ssm::ssd_backward(Space(), args, opts);
+        return std::vector<std::vector<double>>{to_host(dx), to_host(ddt), to_host(dA),
+                                                to_host(dB), to_host(dC),  to_host(dinit),
+                                                to_host(dD)};
+      };
+      const auto y0 = forward(DeviceView<T*>()), y1 = forward(D);
+      const auto g0 = backward(DeviceView<T*>(), HP), g1 = backward(D, HP);
+      std::vector<double> y_want(y0.size()), dx_want(y0.size()), dD_want(HP, 0.0);
+      for (std::size_t e = 0; e < y0.size(); ++e) {
+        const std::size_t channel = e % HP;  // [B, L, H, P]: (h, p) = e mod H·P
+        y_want[e] = y0[e] + d_host[channel] * x[e];
+        dx_want[e] = g0[0][e] + d_host[channel] * dy[e];
+        dD_want[channel] += dy[e] * x[e];
+      }
+      EXPECT_ALLCLOSE(y1, y_want, tol<T>(), tol<T>()) << "y";
+      EXPECT_ALLCLOSE(g1[0], dx_want, tol<T>(), tol<T>()) << "dx";
+      for (int k = 1; k < 6; ++k) EXPECT_EQ(g1[k], g0[k]) << k;
+      EXPECT_ALLCLOSE(g1[6], dD_want, tol<T>(), sum_tol<T>(s.B * s.L)) << "dD";
+      // Without D, dD of H·P values is the same sums.
+      EXPECT_ALLCLOSE(g0[6], dD_want, tol<T>(), sum_tol<T>(s.B * s.L)) << "dD without D";
+    }
+  }
+}
+
 TYPED_TEST(Ssd, EmptySequenceAndBatch) {
   using T = TypeParam;
   for (SsdShape s : {SsdShape{2, 0, 2, 3, 1, 4}, SsdShape{0, 5, 2, 3, 2, 4}}) {
@@ -1151,6 +1216,8 @@ TEST(SsdErrors, BadArgumentsAreNamed) {
                     "B has extent(2)=3, expected a number of groups G >= 1 that divides H=4");
   EXPECT_KDNN_ERROR(forward([&](F& f) { f.C = b3; }), "C has extent(2)=3, expected 2");
   EXPECT_KDNN_ERROR(forward([](F& f) { f.A = DeviceView<T*>("A", 3); }), "A has extent(0)=3");
+  EXPECT_KDNN_ERROR(forward([](F& f) { f.D = DeviceView<T*>("D", 8); }),
+                    "D has extent(0)=8, expected H=4 (per head) or H·P=12 (per channel)");
   EXPECT_KDNN_ERROR(forward([](F& f) { f.initial_state = DeviceView<T****>("i", 1, 4, 3, 3); }),
                     "initial_state has extent(3)=3, expected 2");
   EXPECT_KDNN_ERROR(forward([&](F& f) { f.y = DeviceView<T****>("y", 1, 10, 4, 2); }),
@@ -1181,6 +1248,9 @@ TEST(SsdErrors, BadArgumentsAreNamed) {
   EXPECT_KDNN_ERROR(ssm::ssd_backward(Space(), g), "dC has extent(2)=4, expected 2 (same as C)");
   g.dC = dB;
   EXPECT_KDNN_ERROR(ssm::ssd_backward(Space(), g), "outputs dB and dC overlap");
+  g.dC = dC;
+  g.dD = DeviceView<T*>("dD", 12);  // D has H values
+  EXPECT_KDNN_ERROR(ssm::ssd_backward(Space(), g), "dD has extent(0)=12, expected D's 4");
 }
 
 }  // namespace

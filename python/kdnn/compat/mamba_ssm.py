@@ -4,10 +4,11 @@ on kdnn's SSD scan: x (batch, seqlen, nheads, headdim), dt (batch, seqlen,
 nheads), A (nheads), B and C (batch, seqlen, ngroups, dstate), the layouts
 kdnn takes without a copy.
 
-What mamba fuses around the scan runs here as kdnn's dt kernel and PyTorch
-operations: dt_bias, dt_softplus and dt_limit as kdnn.dt_softplus (with
-dt_softplus, else dt + dt_bias clamped), a D of shape (nheads, headdim) as
-y + D·x, and z as y·SiLU(z).
+D of shape (nheads,) or (nheads, headdim) is kdnn's own (per head or per
+channel). What else mamba fuses around the scan runs here as kdnn's dt
+kernel and PyTorch operations: dt_bias, dt_softplus and dt_limit as
+kdnn.dt_softplus (with dt_softplus, else dt + dt_bias clamped), and z as
+y·SiLU(z).
 """
 import torch
 import torch.nn.functional as F
@@ -49,13 +50,8 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bia
         dt = mamba2.dt_softplus(dt, bias, dt_limit=limit)
     else:
         dt = (dt if dt_bias is None else dt + dt_bias).clamp(*limit)
-    D_head = D if D is None or D.dim() == 1 else None  # kdnn's D is per head
-    y, final = mamba2.ssd(x, dt, A, B, C, D_head, initial_states, chunk_size=chunk_size,
+    y, final = mamba2.ssd(x, dt, A, B, C, D, initial_states, chunk_size=chunk_size,
                           return_final_states=True)
-    if D is not None and D.dim() != 1:
-        require(D.dim() == 2, f"{op}: D has shape {list(D.shape)}, expected (nheads,) or "
-                              "(nheads, headdim)")
-        y = y + x * D
     if z is not None:
         y = y * F.silu(z)
     return (y, final) if return_final_states else y

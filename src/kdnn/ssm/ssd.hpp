@@ -8,6 +8,9 @@
 //   h_t = exp(dt_t·A)·h_{t−1} + dt_t·x_t ⊗ B_t     (state [P, N]; h_{−1} = initial state)
 //   y_t = h_t·C_t + D·x_t                           (y_t[p] = Σ_n h_t[p,n]·C_t[n])
 //
+// with D one value per head (D [H]) or per channel (D [H·P], mamba's
+// (nheads, headdim) row-major: y_t[p] gets D[h·P + p]·x_t[p]).
+//
 // The sequence is cut into chunks of Q steps (the last may be shorter). With
 // a_t = dt_t·A and cum_i = Σ_{k≤i} a_k inside a chunk:
 //
@@ -63,7 +66,7 @@ struct SsdForward {
   Vector<const T, ExecSpace> A;               ///< [H], negative
   Tensor4<const T, ExecSpace> B;              ///< [B, L, G, N], G divides H
   Tensor4<const T, ExecSpace> C;              ///< [B, L, G, N]
-  Vector<const T, ExecSpace> D;               ///< [H]; optional (no skip)
+  Vector<const T, ExecSpace> D;               ///< [H] or [H·P] (per channel); optional (no skip)
   Tensor4<const T, ExecSpace> initial_state;  ///< [B, H, P, N]; optional (zeros)
   Tensor4<T, ExecSpace> y;                    ///< output [B, L, H, P]
   Tensor4<T, ExecSpace> final_state;          ///< output [B, H, P, N]; optional
@@ -78,7 +81,7 @@ struct SsdBackward {
   Vector<const T, ExecSpace> A;               ///< [H]
   Tensor4<const T, ExecSpace> B;              ///< [B, L, G, N]
   Tensor4<const T, ExecSpace> C;              ///< [B, L, G, N]
-  Vector<const T, ExecSpace> D;               ///< [H]; optional, as in the forward
+  Vector<const T, ExecSpace> D;               ///< [H] or [H·P]; optional, as in the forward
   Tensor4<const T, ExecSpace> initial_state;  ///< [B, H, P, N]; optional, as in the forward
   Tensor4<const T, ExecSpace> dy;             ///< [B, L, H, P]
   Tensor4<const T, ExecSpace> dfinal_state;   ///< [B, H, P, N]; optional (zero)
@@ -87,7 +90,7 @@ struct SsdBackward {
   Vector<T, ExecSpace> dA;                    ///< output [H]
   Tensor4<T, ExecSpace> dB;                   ///< output [B, L, G, N]
   Tensor4<T, ExecSpace> dC;                   ///< output [B, L, G, N]
-  Vector<T, ExecSpace> dD;                    ///< output [H]; optional
+  Vector<T, ExecSpace> dD;                    ///< output, D's length ([H] or [H·P]); optional
   Tensor4<T, ExecSpace> dinitial_state;       ///< output [B, H, P, N]; optional
 };
 

@@ -2,7 +2,7 @@
 """Mamba-2's SSD as a chunked PyTorch formulation, after the minimal SSD of
 the Mamba-2 paper (state-space duality, "ssd_minimal_discrete"), written for
 kdnn's layouts: x [b, L, h, p], dt [b, L, h] (positive), A [h] (negative),
-B and C [b, L, g, n] with head i reading group i // (h // g), D [h] and the
+B and C [b, L, g, n] with head i reading group i // (h // g), D [h] or [h, p] and the
 initial state [b, h, p, n] optional. It computes
 
     h_t = exp(dt_t A) h_{t-1} + dt_t x_t (outer) B_t,   y_t = h_t C_t + D x_t
@@ -69,5 +69,5 @@ def ssd_chunked(x, dt, A, B, C, chunk, D=None, init=None):
     y_off = torch.einsum("bclhn,bchpn,bhcl->bclhp", C, entering, torch.exp(a_cum))
     y = (y_diag + y_off).reshape(b, c * chunk, h, p)[:, :L]
     if D is not None:
-        y = y + D[:, None] * x
+        y = y + (D[:, None] if D.dim() == 1 else D) * x  # D [h] or [h, p]
     return y, final

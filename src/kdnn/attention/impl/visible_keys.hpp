@@ -20,6 +20,9 @@ struct VisibleKeys {
   bool lo = false, hi = false, seq_q = false, seq_k = false, band = false;
 
   VisibleKeys() = default;
+  /// A band's bounds are taken at most S + Sk (no fewer keys: no diagonal
+  /// is further than that from a key), so that range() computes in int
+  /// (check_mask refuses a band with S + Sk past 2^29).
   VisibleKeys(const AttentionMask<ExecSpace>& m, int query_count, int key_count)
       : mask(m),
         queries(query_count),
@@ -28,7 +31,11 @@ struct VisibleKeys {
         hi(m.hi_win.extent(0) > 0),
         seq_q(m.seq_q.extent(0) > 0),
         seq_k(m.seq_k.extent(0) > 0),
-        band(m.band_left >= 0 || m.band_right >= 0) {}
+        band(m.band_left >= 0 || m.band_right >= 0) {
+    const long long most = (long long)query_count + key_count;
+    if (mask.band_left > most) mask.band_left = int(most);
+    if (mask.band_right > most) mask.band_right = int(most);
+  }
 
   /// Keys [first, last) of query i in batch entry b (first >= last: none).
   KOKKOS_INLINE_FUNCTION void range(int b, int i, int& first, int& last) const {
@@ -40,15 +47,10 @@ struct VisibleKeys {
     if (hi && mask.hi_win(i) < last) last = mask.hi_win(i);
     if (mask.causal && i + 1 < last) last = i + 1;
     if (band) {
-      // In 64 bits: d ± a bound may leave int's range; the result is within
-      // [first, last] or empty.
-      const long long d = (long long)i + mask.diagonal_shift(b, queries, keys);
-      if (mask.band_left >= 0 && d - mask.band_left > first) {
-        first = d - mask.band_left < last ? int(d - mask.band_left) : last;
-      }
-      if (mask.band_right >= 0 && d + mask.band_right + 1 < last) {
-        last = d + mask.band_right + 1 > first ? int(d + mask.band_right + 1) : first;
-      }
+      // d in (−S, S + Sk) and bounds at most S + Sk: within int (above).
+      const int d = i + mask.diagonal_shift(b, queries, keys);
+      if (mask.band_left >= 0 && d - mask.band_left > first) first = d - mask.band_left;
+      if (mask.band_right >= 0 && d + mask.band_right + 1 < last) last = d + mask.band_right + 1;
     }
   }
 
@@ -111,11 +113,16 @@ struct VisibleKeys {
 template <class ExecSpace>
 void check_mask(const char* op, const AttentionMask<ExecSpace>& m, std::size_t batch,
                 std::size_t queries, std::size_t keys, std::size_t heads = 0) {
-  for (const auto& [name, bound] :
-       {std::pair{"band_left", m.band_left}, std::pair{"band_right", m.band_right}}) {
+  const auto check_bound = [&](const char* name, int bound) {
     if (bound < -1) {
       fail(op, ": mask.", name, "=", bound, ", expected -1 (no bound) or a key count >= 0");
     }
+  };
+  check_bound("band_left", m.band_left);
+  check_bound("band_right", m.band_right);
+  if ((m.band_left >= 0 || m.band_right >= 0) && queries + keys > (std::size_t(1) << 29)) {
+    fail(op, ": a band (mask.band_left, band_right) with S + Sk = ", queries + keys,
+         ", expected S + Sk <= 2^29");
   }
   if (m.lo_win.extent(0) + m.hi_win.extent(0) + m.seq_q.extent(0) + m.seq_k.extent(0) +
           m.alibi_slopes.size() ==

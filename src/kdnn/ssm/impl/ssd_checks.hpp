@@ -80,6 +80,16 @@ void check_ssd_inputs(const char* op, const Tensor4<const T, ExecSpace>& x,
   if (opts.check_dt) check_dt_values<ExecSpace, T>(op, dt);
 }
 
+/// D's (or dD's) length: H (per head) or H·P (per channel).
+template <class X>
+void check_skip_length(const char* op, const char* name, std::size_t n, const X& x) {
+  const std::size_t H = x.extent(2), P = x.extent(3);
+  if (n != H && n != H * P) {
+    fail(op, ": ", name, " has extent(0)=", n, ", expected H=", H, " (per head) or H·P=", H * P,
+         " (per channel) from x's extents 2 and 3");
+  }
+}
+
 /// The operands every SSD operator reads (SsdForward's and SsdBackward's
 /// x, dt, A, B, C, D, initial_state): checked, and their memory returned for
 /// the outputs' aliasing check.
@@ -87,7 +97,7 @@ template <class ExecSpace, class T, class Args>
 std::vector<validate::MemoryRange> check_ssd_operands(const char* op, const Args& a,
                                                       const SsdOptions& opts) {
   check_ssd_inputs<ExecSpace, T>(op, a.x, a.dt, a.A, a.B, a.C, opts);
-  if (validate::given(a.D)) validate::extent(op, "D", a.D, 0, a.x.extent(2), "H, x's extent(2)");
+  if (validate::given(a.D)) check_skip_length(op, "D", a.D.extent(0), a.x);
   if (validate::given(a.initial_state)) {
     check_ssd_state(op, "initial_state", a.initial_state, a.x, a.B);
   }
@@ -124,7 +134,12 @@ void check_ssd_backward(const char* op, const SsdBackward<T, ExecSpace>& a,
   validate::extent(op, "dA", a.dA, 0, H, "H, x's extent(2)");
   validate::same_shape(op, "dB", a.dB, "B", a.B);
   validate::same_shape(op, "dC", a.dC, "C", a.C);
-  if (validate::given(a.dD)) validate::extent(op, "dD", a.dD, 0, H, "H, x's extent(2)");
+  if (validate::given(a.dD)) {
+    check_skip_length(op, "dD", a.dD.extent(0), a.x);
+    if (validate::given(a.D) && a.dD.extent(0) != a.D.extent(0)) {
+      fail(op, ": dD has extent(0)=", a.dD.extent(0), ", expected D's ", a.D.extent(0));
+    }
+  }
   if (validate::given(a.dinitial_state)) {
     check_ssd_state(op, "dinitial_state", a.dinitial_state, a.x, a.B);
   }

@@ -131,7 +131,7 @@ struct SsdChunkOutputGpuKernel
       }
     }
 
-    const T dh = out.has_d ? out.D(k.h) : T(0);
+    const SkipRow<T> skip = out.skip.row(k.h, P);
     Base::threads(team, [&](int t) {
       const int r0 = (t / CG) * RM, c = t % CG;
       KDNN_IMPL_UNROLL
@@ -144,7 +144,7 @@ struct SsdChunkOutputGpuKernel
         for (int j = 0; j < PC; ++j) {
           const int p = c + CG * j;
           const T v = acc(t)[i * PC + j];
-          yt[p] = out.diag ? v + dh * xr[p] : yt[p] + v;
+          yt[p] = out.diag ? v + skip.at(p) * xr[p] : yt[p] + v;
         }
       }
     });

@@ -76,13 +76,13 @@ struct SsdChunkOutputKernel : SsdChunks<ExecSpace, T> {
     }
     team.team_barrier();
     const int P = this->P();
-    const T dh = out.has_d ? out.D(k.h) : T(0);
+    const SkipRow<T> skip = out.skip.row(k.h, P);
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, k.n), [&](int i) {
       T* yt = &out.y(k.b, k.t0 + i, k.h, 0);
       const T* yr = w.y + i * Pp;
       if (diag) {
         const T* xr = &this->x(k.b, k.t0 + i, k.h, 0);
-        Base::vec(team, P, [&](int p) { yt[p] = yr[p] + dh * xr[p]; });
+        Base::vec(team, P, [&](int p) { yt[p] = yr[p] + skip.at(p) * xr[p]; });
       } else {
         Base::vec(team, P, [&](int p) { yt[p] += yr[p]; });
       }

@@ -137,7 +137,7 @@ struct SsdChunkOutputMmaKernel
       }
     }
 
-    const T dh = out.has_d ? out.D(k.h) : T(0);
+    const SkipRow<T> skip = out.skip.row(k.h, P);
     // Loops over a thread's rows, then its columns, here and in the scaling
     // above: written as one loop over its registers each (a `continue` past
     // the block's rows, an exp per register), the two took CUDA 11.8's
@@ -154,7 +154,7 @@ struct SsdChunkOutputMmaKernel
           KDNN_IMPL_UNROLL
           for (int nc = 0; nc < NC; ++nc) {
             const T v = acc(t)[nc * CR + r];
-            yr[nc * 8] = out.diag ? v + dh * xr[nc * 8] : yr[nc * 8] + v;
+            yr[nc * 8] = out.diag ? v + skip.at(p0 + c.col + nc * 8) * xr[nc * 8] : yr[nc * 8] + v;
           }
         }
       }

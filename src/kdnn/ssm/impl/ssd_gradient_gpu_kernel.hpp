@@ -31,6 +31,7 @@
 #include "kdnn/ssm/impl/ssd_chunk_scores_gpu_kernel.hpp"
 #include "kdnn/ssm/impl/ssd_gpu_chunks.hpp"
 #include "kdnn/ssm/impl/ssd_gradients.hpp"
+#include "kdnn/ssm/impl/ssd_skip.hpp"
 
 namespace kdnn::ssm::impl {
 
@@ -58,8 +59,7 @@ struct SsdGradientGpuKernel
   static constexpr int LDO = KO + 1;            ///< row stride of [BK, KO] tiles
 
   Tensor4<const T, ExecSpace> dy;           ///< [B, L, H, P]
-  Vector<const T, ExecSpace> D;             ///< [H] or empty (dx)
-  bool has_d = false;                       ///< (dx)
+  SsdSkip<ExecSpace, T> skip;               ///< D (dx)
   ChunkStates<const T, ExecSpace> states;   ///< H_c (dC)
   ChunkStates<const T, ExecSpace> dstates;  ///< dH_{c+1} (dx, dB)
   SsdGradients<ExecSpace, T> g;             ///< dx, dBh or dCh
@@ -240,7 +240,7 @@ struct SsdGradientGpuKernel
   KOKKOS_INLINE_FUNCTION void store(const Member& team, const Chunk& k, const Work& w, int r_begin,
                                     int rows, Acc& acc) const {
     if constexpr (kDx) {
-      const T dh = has_d ? D(k.h) : T(0);
+      const SkipRow<T> skip_h = skip.row(k.h, P);
       T* sx = w.wt;
       T* sd = w.wt + BR * CG;
       Base::threads(team, [&](int t) {
@@ -259,7 +259,7 @@ struct SsdGradientGpuKernel
             for (int j = 0; j < OC; ++j) {
               const int p = c + CG * j;
               const T dxt = acc(t)[i * OC + j];  // dX̃
-              out[p] = dti * dxt + dh * dyr[p];
+              out[p] = dti * dxt + skip_h.at(p) * dyr[p];
               px += xr[p] * dxt;
               pd += dyr[p] * xr[p];
             }

@@ -36,6 +36,7 @@
 #include "kdnn/ssm/impl/ssd_chunk_scores_gpu_kernel.hpp"
 #include "kdnn/ssm/impl/ssd_gpu_chunks.hpp"
 #include "kdnn/ssm/impl/ssd_gradients.hpp"
+#include "kdnn/ssm/impl/ssd_skip.hpp"
 
 namespace kdnn::ssm::impl {
 
@@ -66,8 +67,7 @@ struct SsdGradientMmaKernel
                 "SsdGradientMmaKernel: a single TF32 pass is a float precision");
 
   Tensor4<const T, ExecSpace> dy;           ///< [B, L, H, P]
-  Vector<const T, ExecSpace> D;             ///< [H] or empty (dx)
-  bool has_d = false;                       ///< whether D is given (dx)
+  SsdSkip<ExecSpace, T> skip;               ///< D (dx)
   ChunkStates<const T, ExecSpace> states;   ///< H_c (dC)
   ChunkStates<const T, ExecSpace> dstates;  ///< dH_{c+1} (dx, dB)
   SsdGradients<ExecSpace, T> g;             ///< dx, dBh or dCh
@@ -245,7 +245,7 @@ struct SsdGradientMmaKernel
   KOKKOS_INLINE_FUNCTION void store(const Member& team, const Chunk& k, int r0, int rows,
                                     T* partials, Acc& acc) const {
     if constexpr (kDx) {
-      const T dh = has_d ? D(k.h) : T(0);
+      const SkipRow<T> skip_h = skip.row(k.h, P);
       T* const sx = partials;
       T* const sd = partials + BR * 8;
       Base::threads(team, [&](int t) {
@@ -263,7 +263,7 @@ struct SsdGradientMmaKernel
             KDNN_IMPL_UNROLL
             for (int nc = 0; nc < NC; ++nc) {
               const T dxt = acc(t)[nc * CR + r];  // dX̃
-              out[nc * 8] = dtj * dxt + dh * dyr[nc * 8];
+              out[nc * 8] = dtj * dxt + skip_h.at(c.col + nc * 8) * dyr[nc * 8];
               px += xr[nc * 8] * dxt;
               pd += dyr[nc * 8] * xr[nc * 8];
             }

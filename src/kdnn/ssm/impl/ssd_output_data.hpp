@@ -3,6 +3,7 @@
 // What both forms of the SSD forward's output kernel write
 // (ssd_chunk_output_kernel.hpp and ssd_chunk_output_gpu_kernel.hpp).
 #include "kdnn/ssm/impl/ssd_chunks.hpp"
+#include "kdnn/ssm/impl/ssd_skip.hpp"
 
 namespace kdnn::ssm::impl {
 
@@ -12,10 +13,10 @@ namespace kdnn::ssm::impl {
 /// chunk) is added — to Y_diag, or to y as it is when `diag` is off.
 template <class ExecSpace, class T>
 struct SsdOutputData {
-  Vector<const T, ExecSpace> D;            ///< [H] or empty
+  SsdSkip<ExecSpace, T> skip;              ///< D
   ChunkStates<const T, ExecSpace> states;  ///< [B, H, ≥chunks, N·P] (off)
   Tensor4<T, ExecSpace> y;                 ///< [B, L, H, P]
-  bool diag = true, off = true, has_d = false;
+  bool diag = true, off = true;
 };
 
 }  // namespace kdnn::ssm::impl

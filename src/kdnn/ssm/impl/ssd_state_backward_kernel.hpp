@@ -4,6 +4,7 @@
 #include "kdnn/core/impl/row_dot.hpp"
 #include "kdnn/ssm/impl/ssd_chunks.hpp"
 #include "kdnn/ssm/impl/ssd_gradients.hpp"
+#include "kdnn/ssm/impl/ssd_skip.hpp"
 
 namespace kdnn::ssm::impl {
 
@@ -23,13 +24,12 @@ struct SsdStateBackwardKernel : SsdChunks<ExecSpace, T> {
   using Base = SsdChunks<ExecSpace, T>;
   using typename Base::Member;
   Tensor4<const T, ExecSpace> dy;           ///< [B, L, H, P]
-  Vector<const T, ExecSpace> D;             ///< [H] or empty
+  SsdSkip<ExecSpace, T> skip;               ///< D
   ChunkStates<const T, ExecSpace> states;   ///< H_c, [B, H, ≥chunks, N·P]
   ChunkStates<const T, ExecSpace> dstates;  ///< dH_{c+1}, [B, H, chunks, N·P]
   SsdGradients<ExecSpace, T> g;
   Tensor3<T, ExecSpace> ddt;          ///< [B, L, H]
   Matrix<double, ExecSpace> partial;  ///< [B·chunks, 2H]: Σ dt·da, Σ dy·x
-  bool has_d = false;
 
   struct Work {
     typename Base::Decays d;
@@ -145,7 +145,8 @@ struct SsdStateBackwardKernel : SsdChunks<ExecSpace, T> {
       }
     });
     team.team_barrier();
-    const T a = this->A(k.h), dh = has_d ? D(k.h) : T(0);
+    const T a = this->A(k.h);
+    const SkipRow<T> skip_h = skip.row(k.h, P);
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, k.n), [&](int i) {
       const int t = k.t0 + i;
       const T di = w.d.dend[i], ei = w.d.e[i], dti = w.d.dtv[i];
@@ -158,10 +159,14 @@ struct SsdStateBackwardKernel : SsdChunks<ExecSpace, T> {
           Kokkos::ThreadVectorRange(team, P),
           [&](int p, T& acc) {
             const T dxt = diag.dx(i, p) + di * txr[p];  // dX̃
-            dxo[p] = dti * dxt + dh * dyr[p];
+            dxo[p] = dti * dxt;
             acc += xr[p] * dxt;
           },
           sx);
+      // + D·dy in a loop of its own (each lane its own p, as above): inside
+      // the reduction, D's per-channel branch could give the compiler two
+      // versions of it that sum in different orders.
+      if (skip_h.d) Base::vec(team, P, [&](int p) { dxo[p] += skip_h.at(p) * dyr[p]; });
       const T sd = kdnn::impl::row_dot<ExecSpace>(team, P, dyr, xr);
       T* dbo = &g.dBh(k.b, t, k.h, 0);
       T* dco = &g.dCh(k.b, t, k.h, 0);

@@ -51,6 +51,7 @@
 #include "kdnn/ssm/impl/ssd_diag_backward_kernel.hpp"
 #include "kdnn/ssm/impl/ssd_gradient_gpu_kernel.hpp"
 #include "kdnn/ssm/impl/ssd_gradient_mma_kernel.hpp"
+#include "kdnn/ssm/impl/ssd_skip.hpp"
 #include "kdnn/ssm/impl/ssd_state_backward_kernel.hpp"
 #include "kdnn/ssm/ssd.hpp"
 
@@ -396,8 +397,7 @@ void chunk_output(const char* op, const ExecSpace& space, const SsdForward<T, Ex
                   const SsdOptions& opts, const ChunkStates<T, ExecSpace>& states, bool diag,
                   bool off) {
   SsdOutputData<ExecSpace, T> out;
-  out.D = a.D;
-  out.has_d = validate::given(a.D);
+  out.skip = SsdSkip<ExecSpace, T>(a.D, a.x.extent(2), a.x.extent(3));
   out.states = states;
   out.y = a.y;
   out.diag = diag;
@@ -536,8 +536,7 @@ Kernel state_backward_kernel(const SsdBackward<T, ExecSpace>& a, const SsdOption
   Kernel k;
   set_ssd_inputs<ExecSpace, T>(k, a, opts);
   k.dy = a.dy;
-  k.D = a.D;
-  k.has_d = validate::given(a.D);
+  k.skip = SsdSkip<ExecSpace, T>(a.D, a.x.extent(2), a.x.extent(3));
   k.states = states;
   k.dstates = dstates;
   k.g = g;
@@ -546,8 +545,47 @@ Kernel state_backward_kernel(const SsdBackward<T, ExecSpace>& a, const SsdOption
   return k;
 }
 
-/// After the state half: dA and dD from the per-chunk sums, and the sums
-/// over a group's heads.
+/// dD per channel: dD[h·P + p] = Σ_{b,t} dy·x, summed in a fixed order
+/// (partial sums over blocks of steps, then over the blocks).
+template <class ExecSpace, class T>
+void channel_skip_gradient(const ExecSpace& space, const SsdBackward<T, ExecSpace>& a) {
+  const int Bt = int(a.x.extent(0)), L = int(a.x.extent(1)), H = int(a.x.extent(2)),
+            P = int(a.x.extent(3));
+  const long long rows = (long long)Bt * L;
+  constexpr long long kRowsPerBlock = 256;
+  const long long blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
+  const auto dD = a.dD;
+  if (blocks == 0) {
+    Kokkos::deep_copy(space, dD, T(0));
+    return;
+  }
+  const Matrix<double, ExecSpace> partial(
+      Kokkos::view_alloc(space, Kokkos::WithoutInitializing,
+                         std::string("kdnn::ssm::ssd_dD_channels")),
+      blocks, std::size_t(H) * P);
+  const auto x = a.x, dy = a.dy;
+  const long long cols = (long long)H * P;
+  Kokkos::parallel_for(
+      "kdnn::ssm::ssd_dD_channel_blocks",
+      Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<long long>>(space, 0, blocks * cols),
+      KOKKOS_LAMBDA(long long e) {
+        const long long blk = e / cols;
+        const int j = int(e % cols), h = j / P, p = j % P;  // consecutive e: consecutive channels
+        const long long end = (blk + 1) * kRowsPerBlock < rows ? (blk + 1) * kRowsPerBlock : rows;
+        double sum = 0;
+        for (long long r = blk * kRowsPerBlock; r < end; ++r) {
+          const int b = int(r / L), t = int(r % L);
+          sum += double(dy(b, t, h, p)) * double(x(b, t, h, p));
+        }
+        partial(blk, j) = sum;
+      });
+  kdnn::impl::sum_blocks(
+      space, "kdnn::ssm::ssd_dD_channels", partial,
+      KOKKOS_LAMBDA(int j, double v) { dD(j) = T(v); });
+}
+
+/// After the state half: dA and dD from the per-chunk sums (dD per channel
+/// from its own sums), and the sums over a group's heads.
 template <class ExecSpace, class T>
 void finish_backward(const ExecSpace& space, const SsdBackward<T, ExecSpace>& a,
                      const Matrix<double, ExecSpace>& partial,
@@ -555,7 +593,9 @@ void finish_backward(const ExecSpace& space, const SsdBackward<T, ExecSpace>& a,
   const int H = int(a.x.extent(2));
   const auto dA = a.dA;
   const auto dD = a.dD;
-  const bool has_dd = validate::given(dD);
+  const bool per_channel = validate::given(dD) && dD.extent(0) != std::size_t(H);  // H·P with P > 1
+  if (per_channel) channel_skip_gradient(space, a);
+  const bool has_dd = validate::given(dD) && !per_channel;
   if (partial.extent(0) == 0) {  // no steps: zero parameter gradients
     Kokkos::deep_copy(space, dA, T(0));
     if (has_dd) Kokkos::deep_copy(space, dD, T(0));
@@ -585,8 +625,7 @@ void set_gradient_inputs(Kernel& k, const SsdBackward<T, ExecSpace>& a, const Ss
                          const SsdGradients<ExecSpace, T>& g, const SsdStepSums<ExecSpace>& sums) {
   set_ssd_inputs<ExecSpace, T>(k, a, opts);
   k.dy = a.dy;
-  k.D = a.D;
-  k.has_d = validate::given(a.D);
+  k.skip = SsdSkip<ExecSpace, T>(a.D, a.x.extent(2), a.x.extent(3));
   k.states = states;
   k.dstates = dstates;
   k.g = g;
