@@ -39,16 +39,16 @@ struct VisibleKeys {
 
   /// Keys [first, last) of query i in batch entry b (first >= last: none).
   KOKKOS_INLINE_FUNCTION void range(int b, int i, int& first, int& last) const {
+    // The entry's lengths (seq_k(b) <= Sk, checked): a padded query sees none.
+    const int lq = seq_q ? mask.seq_q(b) : queries, lk = seq_k ? mask.seq_k(b) : keys;
     first = 0;
-    last = keys;
-    if (seq_q && i >= mask.seq_q(b)) last = 0;
-    if (seq_k && mask.seq_k(b) < last) last = mask.seq_k(b);
+    last = i < lq ? lk : 0;
     if (lo && mask.lo_win(i) > first) first = mask.lo_win(i);
     if (hi && mask.hi_win(i) < last) last = mask.hi_win(i);
     if (mask.causal && i + 1 < last) last = i + 1;
     if (band) {
-      // d in (−S, S + Sk) and bounds at most S + Sk: within int (above).
-      const int d = i + mask.diagonal_shift(b, queries, keys);
+      // d = i + Sk_b − S_b in (−S, S + Sk), bounds at most S + Sk: in int.
+      const int d = i + lk - lq;
       if (mask.band_left >= 0 && d - mask.band_left > first) first = d - mask.band_left;
       if (mask.band_right >= 0 && d + mask.band_right + 1 < last) last = d + mask.band_right + 1;
     }
