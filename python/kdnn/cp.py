@@ -76,16 +76,19 @@ def conv_dt(x, weight, dt, dt_bias, bias=None, *, comm, activation="silu",
     return _ConvDt.apply(x, weight, bias, dt, dt_bias, config, handle)
 
 
-def ssd(x, dt, A, B, C, D=None, initial_states=None, *, chunk_size, comm,
-        return_final_states=False):
+def ssd(x, dt, A, B, C, D=None, initial_states=None, z=None, dt_bias=None, *, chunk_size, comm,
+        dt_softplus=False, dt_limit=(0.0, math.inf), return_final_states=False):
     """This rank's steps of kdnn.ssd on a sequence split across `comm`:
-    x [B, L_r, H, P], dt [B, L_r, H], B and C [B, L_r, G, N]; A [H] and D [H] or [H, P]
-    the same on every rank; initial_states [B, H, P, N] the sequence's, given
-    on rank 0 only (None elsewhere). Chunks of chunk_size steps are counted
-    from the sequence's start, as on one rank. With return_final_states, also
-    the state after this rank's steps (the last rank's: the sequence's)."""
+    x [B, L_r, H, P], dt [B, L_r, H], B and C [B, L_r, G, N], z [B, L_r, H, P];
+    A [H], D [H] or [H, P] and dt_bias [H] the same on every rank;
+    initial_states [B, H, P, N] the sequence's, given on rank 0 only (None
+    elsewhere). dt_bias, dt_softplus, dt_limit and z as in kdnn.ssd. Chunks
+    of chunk_size steps are counted from the sequence's start, as on one
+    rank. With return_final_states, also the state after this rank's steps
+    (the last rank's: the sequence's)."""
     handle = _handle(comm)
-    args = ssd_operands("cp.ssd", x, dt, A, B, C, chunk_size, D, initial_states, steps="L_r")
+    *args, chunk, steps = ssd_operands("cp.ssd", x, dt, A, B, C, D, initial_states, z, dt_bias,
+                                       chunk_size, dt_softplus, dt_limit, steps="L_r")
     return_final_states = flag("cp.ssd", "return_final_states", return_final_states)
-    y, final = _Ssd.apply(*args, handle)
+    y, final = _Ssd.apply(*args, chunk, steps, handle)
     return (y, final) if return_final_states else y

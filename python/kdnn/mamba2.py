@@ -161,43 +161,48 @@ def dt_softplus(dt, dt_bias, *, dt_limit=(0.0, math.inf)):
 
 class _Ssd(torch.autograd.Function):
     """The SSD on one rank (comm None) or, over the communicator with Fortran
-    handle comm, on this rank's steps (kdnn.cp.ssd)."""
+    handle comm, on this rank's steps (kdnn.cp.ssd). steps = (dt_softplus,
+    dt_min, dt_max): the transform of dt with dt_bias (ssd.hpp)."""
 
     @staticmethod
-    def forward(ctx, x, dt, A, B, C, D, initial_states, chunk, comm):
+    def forward(ctx, x, dt, A, B, C, D, initial_states, dt_bias, z, chunk, steps, comm):
         b, _, h, p = x.shape
         y = torch.empty_like(x)
         final = x.new_empty(b, h, p, B.shape[-1])
-        args = (x, dt, A, B, C, D, initial_states, y, final, chunk)
+        ungated = None if z is None else torch.empty_like(x)  # spares the backward a forward
+        args = (x, dt, A, B, C, D, initial_states, dt_bias, z, y, final, ungated, chunk, *steps)
         if comm is None:
             _kdnn.ssd_forward(*args, stream_of(x))
         else:
             _kdnn.cp_ssd_forward(*args, comm, stream_of(x))
-        ctx.save_for_backward(x, dt, A, B, C, D, initial_states)
-        ctx.chunk, ctx.comm = chunk, comm
+        ctx.save_for_backward(x, dt, A, B, C, D, initial_states, dt_bias, z, ungated)
+        ctx.chunk, ctx.steps, ctx.comm = chunk, steps, comm
         ctx.set_materialize_grads(False)
         return y, final
 
     @staticmethod
     @first_order("ssd")
     def backward(ctx, dy, dfinal):
-        x, dt, A, B, C, D, init = ctx.saved_tensors
+        x, dt, A, B, C, D, init, dt_bias, z, ungated = ctx.saved_tensors
         dy = torch.zeros_like(x) if dy is None else dy.contiguous()
         dx, ddt, dA = torch.empty_like(x), torch.empty_like(dt), torch.empty_like(A)
         dB, dC = torch.empty_like(B), torch.empty_like(C)
         dD, dinit = _new(D, D), _new(init, init)
-        args = (x, dt, A, B, C, D, init, dy, contiguous(dfinal), dx, ddt, dA, dB, dC, dD, dinit,
-                ctx.chunk)
+        ddt_bias, dz = _new(dt_bias, dt_bias), _new(z, z)
+        args = (x, dt, A, B, C, D, init, dt_bias, z, ungated, dy, contiguous(dfinal), dx, ddt, dA,
+                dB, dC, dD, dinit, ddt_bias, dz, ctx.chunk, *ctx.steps)
         if ctx.comm is None:
             _kdnn.ssd_backward(*args, stream_of(x))
         else:
             _kdnn.cp_ssd_backward(*args, ctx.comm, stream_of(x))
-        return dx, ddt, dA, dB, dC, dD, dinit, None, None
+        return dx, ddt, dA, dB, dC, dD, dinit, ddt_bias, dz, None, None, None
 
 
-def ssd_operands(op, x, dt, A, B, C, chunk_size, D, initial_states, steps="L"):
-    """The SSD's arguments checked (and made contiguous) for operator `op`;
-    `steps` names the sequence dimension in messages."""
+def ssd_operands(op, x, dt, A, B, C, D, initial_states, z, dt_bias, chunk_size, dt_softplus,
+                 dt_limit, steps="L"):
+    """The SSD's arguments checked (and made contiguous) for operator `op`,
+    in _Ssd's order up to comm; `steps` names the sequence dimension in
+    messages."""
     check = Operands(op)
     x = check(x, "x", 4, f"[B, {steps}, H, P]")
     dt = check(dt, "dt", 3, f"[B, {steps}, H]")
@@ -212,25 +217,35 @@ def ssd_operands(op, x, dt, A, B, C, chunk_size, D, initial_states, steps="L"):
                 "(from x)")
         D = D.reshape(-1)  # [H·P] per channel: kdnn's flat form (a view; its gradient flows back)
     initial_states = check(initial_states, "initial_states", 4, "[B, H, P, N]", optional=True)
+    dt_bias = check(dt_bias, "dt_bias", 1, "[H]", optional=True)
+    z = check(z, "z", 4, f"[B, {steps}, H, P]", optional=True)
     chunk_size = integer(op, "chunk_size", chunk_size, 1, 2**31 - 1)
-    return x, dt, A, B, C, D, initial_states, chunk_size
+    step_options = (flag(op, "dt_softplus", dt_softplus), *dt_limits(op, dt_limit))
+    return x, dt, A, B, C, D, initial_states, dt_bias, z, chunk_size, step_options
 
 
-def ssd(x, dt, A, B, C, D=None, initial_states=None, *, chunk_size, return_final_states=False):
+def ssd(x, dt, A, B, C, D=None, initial_states=None, z=None, dt_bias=None, *, chunk_size,
+        dt_softplus=False, dt_limit=(0.0, math.inf), return_final_states=False):
     """Mamba-2's SSD scan, with the arguments of mamba's
     mamba_chunk_scan_combined:
         h_t = exp(dt_t A) h_{t-1} + dt_t x_t B_t^T,   y_t = h_t C_t + D x_t,
     computed by chunks of chunk_size steps (L need not be a multiple).
 
-    x [B, L, H, P], dt [B, L, H] (finite, >= 0: already through softplus),
-    A [H] (<= 0), B and C [B, L, G, N] (G divides H; head h reads group
-    h // (H // G)), D [H] or [H, P] (per channel, as mamba's D of shape
-    (nheads, headdim)), initial_states [B, H, P, N]. Returns y
-    [B, L, H, P], and with return_final_states also the final state
-    [B, H, P, N]. A negative or non-finite dt or a positive A is a
+    x [B, L, H, P], dt [B, L, H], A [H] (<= 0), B and C [B, L, G, N] (G
+    divides H; head h reads group h // (H // G)), D [H] or [H, P] (per
+    channel, as mamba's D of shape (nheads, headdim)), initial_states
+    [B, H, P, N]. Returns y [B, L, H, P], and with return_final_states also
+    the final state [B, H, P, N].
+
+    As mamba, inside the call: with dt_bias [H], dt_softplus or a dt_limit
+    other than (0, inf), the step sizes are clamp(f(dt + dt_bias), *dt_limit)
+    with f softplus (dt_softplus) or the identity; with z [B, L, H, P], the
+    output is y * silu(z). Without the transform, dt is the step sizes. The
+    step sizes must be finite and >= 0 and A <= 0: a bad value is a
     kdnn.Error naming the first one.
     """
-    args = ssd_operands("ssd", x, dt, A, B, C, chunk_size, D, initial_states)
+    *args, chunk, steps = ssd_operands("ssd", x, dt, A, B, C, D, initial_states, z, dt_bias,
+                                       chunk_size, dt_softplus, dt_limit)
     return_final_states = flag("ssd", "return_final_states", return_final_states)
-    y, final = _Ssd.apply(*args, None)
+    y, final = _Ssd.apply(*args, chunk, steps, None)
     return (y, final) if return_final_states else y

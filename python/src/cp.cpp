@@ -71,28 +71,33 @@ void conv_dt_backward(const Array& x, const Array& w, const Optional& bias, cons
 }
 
 void ssd_forward(const Array& x, const Array& dt, const Array& A, const Array& B, const Array& C,
-                 const Optional& D, const Optional& init, const Array& y, const Array& final_state,
-                 int chunk, std::int64_t comm, std::uintptr_t stream) {
+                 const Optional& D, const Optional& init, const Optional& dt_bias,
+                 const Optional& z, const Array& y, const Array& final_state,
+                 const Optional& y_ungated, int chunk, bool dt_softplus, double dt_min,
+                 double dt_max, std::int64_t comm, std::uintptr_t stream) {
   dispatch(x, "cp.ssd: x", stream, [&](auto space, auto zero) {
     using Space = decltype(space);
     using T = decltype(zero);
-    const auto f =
-        ssd_forward_arguments<T, Space>("cp.ssd", x, dt, A, B, C, D, init, y, final_state);
-    cp::ssd_forward(space, comm_of(comm), f, ssd_options(chunk));
+    const SsdInputs in{x, dt, A, B, C, D, init, dt_bias, z};
+    const auto f = ssd_forward_arguments<T, Space>("cp.ssd", in, y, final_state, y_ungated);
+    cp::ssd_forward(space, comm_of(comm), f, ssd_options(chunk, dt_softplus, dt_min, dt_max));
   });
 }
 
 void ssd_backward(const Array& x, const Array& dt, const Array& A, const Array& B, const Array& C,
-                  const Optional& D, const Optional& init, const Array& dy, const Optional& dfinal,
-                  const Array& dx, const Array& ddt, const Array& dA, const Array& dB,
-                  const Array& dC, const Optional& dD, const Optional& dinit, int chunk,
-                  std::int64_t comm, std::uintptr_t stream) {
+                  const Optional& D, const Optional& init, const Optional& dt_bias,
+                  const Optional& z, const Optional& y_ungated, const Array& dy,
+                  const Optional& dfinal, const Array& dx, const Array& ddt, const Array& dA,
+                  const Array& dB, const Array& dC, const Optional& dD, const Optional& dinit,
+                  const Optional& ddt_bias, const Optional& dz, int chunk, bool dt_softplus,
+                  double dt_min, double dt_max, std::int64_t comm, std::uintptr_t stream) {
   dispatch(x, "cp.ssd backward: x", stream, [&](auto space, auto zero) {
     using Space = decltype(space);
     using T = decltype(zero);
-    const auto g = ssd_backward_arguments<T, Space>("cp.ssd", x, dt, A, B, C, D, init, dy, dfinal,
-                                                    dx, ddt, dA, dB, dC, dD, dinit);
-    cp::ssd_backward(space, comm_of(comm), g, ssd_options(chunk));
+    const SsdInputs in{x, dt, A, B, C, D, init, dt_bias, z};
+    const SsdGradients out{dx, ddt, dA, dB, dC, dD, dinit, ddt_bias, dz};
+    const auto g = ssd_backward_arguments<T, Space>("cp.ssd", in, y_ungated, dy, dfinal, out);
+    cp::ssd_backward(space, comm_of(comm), g, ssd_options(chunk, dt_softplus, dt_min, dt_max));
   });
 }
 
@@ -105,10 +110,14 @@ void bind_cp(nb::module_& m) {
         "dx"_a, "dw"_a, "dbias"_a.none(), "dt"_a, "dt_bias"_a, "ddt_out"_a, "ddt"_a, "ddt_bias"_a,
         "silu"_a, "dt_min"_a, "dt_max"_a, "comm"_a, "stream"_a);
   m.def("cp_ssd_forward", &ssd_forward, "x"_a, "dt"_a, "A"_a, "B"_a, "C"_a, "D"_a.none(),
-        "init"_a.none(), "y"_a, "final_state"_a, "chunk"_a, "comm"_a, "stream"_a);
+        "init"_a.none(), "dt_bias"_a.none(), "z"_a.none(), "y"_a, "final_state"_a,
+        "y_ungated"_a.none(), "chunk"_a, "dt_softplus"_a, "dt_min"_a, "dt_max"_a, "comm"_a,
+        "stream"_a);
   m.def("cp_ssd_backward", &ssd_backward, "x"_a, "dt"_a, "A"_a, "B"_a, "C"_a, "D"_a.none(),
-        "init"_a.none(), "dy"_a, "dfinal"_a.none(), "dx"_a, "ddt"_a, "dA"_a, "dB"_a, "dC"_a,
-        "dD"_a.none(), "dinit"_a.none(), "chunk"_a, "comm"_a, "stream"_a);
+        "init"_a.none(), "dt_bias"_a.none(), "z"_a.none(), "y_ungated"_a.none(), "dy"_a,
+        "dfinal"_a.none(), "dx"_a, "ddt"_a, "dA"_a, "dB"_a, "dC"_a, "dD"_a.none(), "dinit"_a.none(),
+        "ddt_bias"_a.none(), "dz"_a.none(), "chunk"_a, "dt_softplus"_a, "dt_min"_a, "dt_max"_a,
+        "comm"_a, "stream"_a);
 }
 
 }  // namespace kdnn_python

@@ -22,16 +22,22 @@ void set_conv_inputs(Args& a, const std::string& at, const Array& x, const Array
 }
 
 /// The SSD's inputs, shared by its forward and backward argument structs.
+struct SsdInputs {
+  const Array &x, &dt, &A, &B, &C;
+  const Optional &D, &init, &dt_bias, &z;
+};
+
 template <class T, class Space, class Args>
-void set_ssd_inputs(Args& a, const std::string& at, const Array& x, const Array& dt, const Array& A,
-                    const Array& B, const Array& C, const Optional& D, const Optional& init) {
-  a.x = view_of<In4<T, Space>>(x, at + "x");
-  a.dt = view_of<In3<T, Space>>(dt, at + "dt");
-  a.A = view_of<kdnn::Vector<const T, Space>>(A, at + "A");
-  a.B = view_of<In4<T, Space>>(B, at + "B");
-  a.C = view_of<In4<T, Space>>(C, at + "C");
-  a.D = view_of<kdnn::Vector<const T, Space>>(D, at + "D");
-  a.initial_state = view_of<In4<T, Space>>(init, at + "initial_states");
+void set_ssd_inputs(Args& a, const std::string& at, const SsdInputs& in) {
+  a.x = view_of<In4<T, Space>>(in.x, at + "x");
+  a.dt = view_of<In3<T, Space>>(in.dt, at + "dt");
+  a.A = view_of<kdnn::Vector<const T, Space>>(in.A, at + "A");
+  a.B = view_of<In4<T, Space>>(in.B, at + "B");
+  a.C = view_of<In4<T, Space>>(in.C, at + "C");
+  a.D = view_of<kdnn::Vector<const T, Space>>(in.D, at + "D");
+  a.initial_state = view_of<In4<T, Space>>(in.init, at + "initial_states");
+  a.dt_bias = view_of<kdnn::Vector<const T, Space>>(in.dt_bias, at + "dt_bias");
+  a.z = view_of<In4<T, Space>>(in.z, at + "z");
 }
 
 template <class T, class Space>
@@ -66,42 +72,58 @@ kdnn::ssm::ConvBackward<T, Space> conv_backward_arguments(const std::string& op,
   return b;
 }
 
-/// The Python API checks A <= 0 and dt >= 0 (finite): a bad value is an
-/// error naming it, not a NaN.
-inline kdnn::ssm::SsdOptions ssd_options(int chunk) { return {chunk, true, true}; }
-
-template <class T, class Space>
-kdnn::ssm::SsdForward<T, Space> ssd_forward_arguments(const std::string& op, const Array& x,
-                                                      const Array& dt, const Array& A,
-                                                      const Array& B, const Array& C,
-                                                      const Optional& D, const Optional& init,
-                                                      const Array& y, const Optional& final_state) {
-  const std::string at = op + ": ";
-  kdnn::ssm::SsdForward<T, Space> f;
-  set_ssd_inputs<T, Space>(f, at, x, dt, A, B, C, D, init);
-  f.y = view_of<kdnn::Tensor4<T, Space>>(y, at + "out");
-  f.final_state = view_of<kdnn::Tensor4<T, Space>>(final_state, at + "final_states");
-  return f;
+/// The Python API checks A <= 0 and dt >= 0 (finite; after the transform
+/// when there is one): a bad value is an error naming it, not a NaN.
+inline kdnn::ssm::SsdOptions ssd_options(int chunk, bool dt_softplus, double dt_min,
+                                         double dt_max) {
+  kdnn::ssm::SsdOptions o;
+  o.chunk = chunk;
+  o.check_a = o.check_dt = true;
+  o.dt_softplus = dt_softplus;
+  o.dt_min = dt_min;
+  o.dt_max = dt_max;
+  return o;
 }
 
 template <class T, class Space>
-kdnn::ssm::SsdBackward<T, Space> ssd_backward_arguments(
-    const std::string& op, const Array& x, const Array& dt, const Array& A, const Array& B,
-    const Array& C, const Optional& D, const Optional& init, const Array& dy,
-    const Optional& dfinal, const Array& dx, const Array& ddt, const Array& dA, const Array& dB,
-    const Array& dC, const Optional& dD, const Optional& dinit) {
+kdnn::ssm::SsdForward<T, Space> ssd_forward_arguments(const std::string& op, const SsdInputs& in,
+                                                      const Array& y, const Optional& final_state,
+                                                      const Optional& y_ungated) {
+  const std::string at = op + ": ";
+  kdnn::ssm::SsdForward<T, Space> f;
+  set_ssd_inputs<T, Space>(f, at, in);
+  f.y = view_of<kdnn::Tensor4<T, Space>>(y, at + "out");
+  f.final_state = view_of<kdnn::Tensor4<T, Space>>(final_state, at + "final_states");
+  f.y_ungated = view_of<kdnn::Tensor4<T, Space>>(y_ungated, at + "out before the gate");
+  return f;
+}
+
+/// The SSD backward's gradients.
+struct SsdGradients {
+  const Array &dx, &ddt, &dA, &dB, &dC;
+  const Optional &dD, &dinit, &ddt_bias, &dz;
+};
+
+template <class T, class Space>
+kdnn::ssm::SsdBackward<T, Space> ssd_backward_arguments(const std::string& op, const SsdInputs& in,
+                                                        const Optional& y_ungated, const Array& dy,
+                                                        const Optional& dfinal,
+                                                        const SsdGradients& out) {
   const std::string at = op + " backward: ";
   kdnn::ssm::SsdBackward<T, Space> g;
-  set_ssd_inputs<T, Space>(g, at, x, dt, A, B, C, D, init);
+  set_ssd_inputs<T, Space>(g, at, in);
+  g.y_ungated = view_of<In4<T, Space>>(y_ungated, at + "out before the gate");
   g.dy = view_of<In4<T, Space>>(dy, at + "grad");
   g.dfinal_state = view_of<In4<T, Space>>(dfinal, at + "grad of final_states");
-  g.dx = view_of<kdnn::Tensor4<T, Space>>(dx, at + "dx");
-  g.ddt = view_of<kdnn::Tensor3<T, Space>>(ddt, at + "ddt");
-  g.dA = view_of<kdnn::Vector<T, Space>>(dA, at + "dA");
-  g.dB = view_of<kdnn::Tensor4<T, Space>>(dB, at + "dB");
-  g.dC = view_of<kdnn::Tensor4<T, Space>>(dC, at + "dC");
-  g.dD = view_of<kdnn::Vector<T, Space>>(dD, at + "dD");
-  g.dinitial_state = view_of<kdnn::Tensor4<T, Space>>(dinit, at + "dinitial_states");
+  g.dx = view_of<kdnn::Tensor4<T, Space>>(out.dx, at + "dx");
+  g.ddt = view_of<kdnn::Tensor3<T, Space>>(out.ddt, at + "ddt");
+  g.dA = view_of<kdnn::Vector<T, Space>>(out.dA, at + "dA");
+  g.dB = view_of<kdnn::Tensor4<T, Space>>(out.dB, at + "dB");
+  g.dC = view_of<kdnn::Tensor4<T, Space>>(out.dC, at + "dC");
+  g.dD = view_of<kdnn::Vector<T, Space>>(out.dD, at + "dD");
+  g.dinitial_state = view_of<kdnn::Tensor4<T, Space>>(out.dinit, at + "dinitial_states");
+  g.ddt_bias = view_of<kdnn::Vector<T, Space>>(out.ddt_bias, at + "ddt_bias");
+  g.dz = view_of<kdnn::Tensor4<T, Space>>(out.dz, at + "dz");
   return g;
 }
 

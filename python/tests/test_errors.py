@@ -117,7 +117,7 @@ def test_options_are_keyword_only():
              lambda: kdnn.sinkhorn(torch.zeros(2, 3, 3), 20),
              lambda: kdnn.causal_conv1d(torch.zeros(1, 2, 3), torch.zeros(3, 2), None, None, "silu"),
              lambda: kdnn.dt_softplus(torch.zeros(1, 2, 3), torch.zeros(3), (0.0, 1.0)),
-             lambda: kdnn.ssd(x, dt, A, B, C, None, None, 4)]
+             lambda: kdnn.ssd(x, dt, A, B, C, None, None, None, None, 4)]
     for call in calls:
         with pytest.raises(TypeError, match="positional argument"):
             call()

@@ -121,6 +121,69 @@ def test_ssd_with_d_per_channel(dtype):
         kdnn.ssd(x, dt, A, B, C, torch.randn(3, 4, dtype=dtype), chunk_size=8)
 
 
+STEP_OPTIONS = [dict(dt_softplus=True, bias=True, gate=True),
+                dict(dt_softplus=True, dt_limit=(0.1, 0.8)),
+                dict(bias=True), dict(gate=True), dict(dt_limit=(-math.inf, 0.5), gate=True)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("options", STEP_OPTIONS)
+def test_ssd_transforms_dt_and_gates_inside_the_call(dtype, options):
+    """dt_bias, dt_softplus, dt_limit and z as mamba's
+    mamba_chunk_scan_combined: clamp(f(dt + dt_bias), *dt_limit) as the
+    step sizes, then y * silu(z); gradients of every input."""
+    x, _, A, B, C, D, s0 = ssd_inputs(dtype)
+    bias = torch.randn(4, dtype=dtype, requires_grad=True) if options.get("bias") else None
+    # Some steps below 0 where softplus or the lower limit 0 takes them up.
+    low = -0.3 if options.get("dt_softplus") or bias is not None else 0.05
+    dt = (torch.rand(2, 21, 4, dtype=dtype) * 0.7 + low).requires_grad_()
+    z = torch.randn_like(x, requires_grad=True) if options.get("gate") else None
+    softplus = options.get("dt_softplus", False)
+    limit = options.get("dt_limit", (0.0, math.inf))
+    y, fin = kdnn.ssd(x, dt, A, B, C, D, s0, z, bias, chunk_size=8, dt_softplus=softplus,
+                      dt_limit=limit, return_final_states=True)
+    steps = dt if bias is None else dt + bias
+    steps = (F.softplus(steps) if softplus else steps).clamp(*limit)
+    want_y, want_fin = ssd_reference.ssd_chunked(x, steps, A, B, C, 8, D=D, init=s0)
+    if z is not None:
+        want_y = want_y * F.silu(z)
+    leaves = [t for t in (x, dt, A, B, C, D, s0, z, bias) if t is not None]
+    assert_matches((y, fin), (want_y, want_fin), leaves, **TOLERANCE[dtype])
+
+
+def test_ssd_transform_and_gate_gradcheck():
+    x, _, A, B, C, D, s0 = ssd_inputs(torch.float64, b=1, L=6, h=2, p=2, g=1, n=3)
+    dt = torch.randn(1, 6, 2, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(2, dtype=torch.float64, requires_grad=True)
+    z = torch.randn_like(x, requires_grad=True)
+    assert torch.autograd.gradcheck(
+        lambda *a: kdnn.ssd(*a, chunk_size=4, dt_softplus=True, dt_limit=(0.05, 3.0),
+                            return_final_states=True),
+        (x, dt, A, B, C, D, s0, z, bias))
+
+
+def test_ssd_step_options_are_checked():
+    x, dt, A, B, C, D, _ = ssd_inputs(torch.float64)
+    with pytest.raises(kdnn.Error, match=r"ssd: dt_softplus=1, expected True or False"):
+        kdnn.ssd(x, dt, A, B, C, chunk_size=8, dt_softplus=1)
+    with pytest.raises(kdnn.Error, match=r"ssd: dt_limit=\(1.0, 0.5\), expected \(low, high\)"):
+        kdnn.ssd(x, dt, A, B, C, chunk_size=8, dt_limit=(1.0, 0.5))
+    with pytest.raises(kdnn.Error, match=r"dt_bias has extent\(0\)=3, expected 4"):
+        kdnn.ssd(x, dt, A, B, C, None, None, None, torch.zeros(3, dtype=torch.float64),
+                 chunk_size=8)
+    with pytest.raises(kdnn.Error, match=r"z has extent\(1\)=3, expected 21"):
+        kdnn.ssd(x, dt, A, B, C, None, None, x[:, :3], chunk_size=8)
+    # Without the transform dt is the step sizes: a negative one is refused;
+    # with it (a zero bias, the default limits) it is clamped to 0.
+    bad = dt.detach().clone()
+    bad[0, 3, 1] = -0.5
+    with pytest.raises(kdnn.Error, match=r"dt\[0, 3, 1\]=-0.5, expected a finite dt >= 0"):
+        kdnn.ssd(x, bad, A, B, C, chunk_size=8)
+    zero = torch.zeros(4, dtype=torch.float64)
+    torch.testing.assert_close(kdnn.ssd(x, bad, A, B, C, None, None, None, zero, chunk_size=8),
+                               kdnn.ssd(x, bad.clamp(min=0), A, B, C, chunk_size=8))
+
+
 def test_ssd_output_only_and_an_empty_sequence():
     x, dt, A, B, C, D, _ = ssd_inputs(torch.float64, L=0, init=False)
     y = kdnn.ssd(x, dt, A, B, C, D, chunk_size=8)

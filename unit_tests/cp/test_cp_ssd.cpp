@@ -11,6 +11,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -72,8 +73,15 @@ Vec slice(const Vec& v, int B, int L, int E, int first, int n) {
 }
 
 struct Result {
-  Vec y, final_state, dx, ddt, dA, dB, dC, dD, dinit;
+  Vec y, final_state, dx, ddt, dA, dB, dC, dD, dinit, ddt_bias, dz;
   cp::StateStats forward, backward;
+};
+
+/// What runs around the scan (ssd.hpp): dt_bias [H] and z [B, L, H, P]
+/// when not empty, softplus of the steps.
+struct Around {
+  Vec dt_bias, z;
+  bool softplus = false;
 };
 
 /// The run on steps [first, first + n): the single-rank operators when
@@ -82,7 +90,7 @@ struct Result {
 /// final state.
 template <class T>
 Result run(const SsdCase& a, int first, int n, int chunk, MPI_Comm comm,
-           kdnn::KernelForm form = kdnn::KernelForm::automatic) {
+           kdnn::KernelForm form = kdnn::KernelForm::automatic, const Around& around = {}) {
   const bool single = comm == MPI_COMM_NULL;
   const int rank = single ? 0 : comm_rank(), last = single ? 0 : comm_size() - 1;
   const auto& s = a.s;
@@ -105,18 +113,30 @@ Result run(const SsdCase& a, int first, int n, int chunk, MPI_Comm comm,
   DeviceView<T****> dx("dx", s.B, n, s.H, s.P), dB("dB", s.B, n, s.G, s.N),
       dC("dC", s.B, n, s.G, s.N);
   DeviceView<T***> ddt("ddt", s.B, n, s.H);
-  DeviceView<T*> dA("dA", s.H);
+  DeviceView<T*> dA("dA", s.H), dt_bias, ddt_bias;
+  DeviceView<T****> z, dz;
+  if (!around.dt_bias.empty()) {
+    dt_bias = to_device<T*>(around.dt_bias, s.H), ddt_bias = DeviceView<T*>("ddt_bias", s.H);
+  }
+  if (!around.z.empty()) {
+    z = to_device<T****>(slice(around.z, s.B, s.L, HP, first, n), s.B, n, s.H, s.P);
+    dz = DeviceView<T****>("dz", s.B, n, s.H, s.P);
+  }
 
   ssm::SsdForward<T, Space> f;
   f.x = x, f.dt = dt, f.A = A, f.B = Bm, f.C = Cm, f.D = D, f.initial_state = init;
+  f.dt_bias = dt_bias, f.z = z;
   f.y = y, f.final_state = fin;
   ssm::SsdBackward<T, Space> g;
   g.x = x, g.dt = dt, g.A = A, g.B = Bm, g.C = Cm, g.D = D, g.initial_state = init;
+  g.dt_bias = dt_bias, g.z = z;
   g.dy = dy, g.dfinal_state = dfinal;
   g.dx = dx, g.ddt = ddt, g.dA = dA, g.dB = dB, g.dC = dC, g.dD = dD, g.dinitial_state = dinit;
+  g.ddt_bias = ddt_bias, g.dz = dz;
   ssm::SsdOptions opts;
   opts.chunk = chunk;
   opts.launch.form = form;
+  opts.dt_softplus = around.softplus;
   Result r;
   if (single) {
     ssm::ssd_forward(Space(), f, opts);
@@ -126,11 +146,14 @@ Result run(const SsdCase& a, int first, int n, int chunk, MPI_Comm comm,
     r.backward = cp::ssd_backward(Space(), comm, g, opts);
     cp::allreduce_sum(comm, dA);
     if (!a.D.empty()) cp::allreduce_sum(comm, dD);
+    if (!around.dt_bias.empty()) cp::allreduce_sum(comm, ddt_bias);
   }
   r.y = to_host(y), r.final_state = to_host(fin), r.dx = to_host(dx), r.ddt = to_host(ddt);
   r.dA = to_host(dA), r.dB = to_host(dB), r.dC = to_host(dC);
   if (!a.D.empty()) r.dD = to_host(dD);
   if (dinit.size()) r.dinit = to_host(dinit);
+  if (!around.dt_bias.empty()) r.ddt_bias = to_host(ddt_bias);
+  if (!around.z.empty()) r.dz = to_host(dz);
   return r;
 }
 
@@ -149,10 +172,17 @@ Vec state_at(const SsdCase& a, int end) {
 }
 
 void expect_equal_to_single_rank(const SsdCase& a, int chunk,
-                                 kdnn::KernelForm form = kdnn::KernelForm::automatic) {
+                                 kdnn::KernelForm form = kdnn::KernelForm::automatic,
+                                 const Around& around = {}) {
   const int R = comm_size(), rank = comm_rank();
   const auto& s = a.s;
-  const Result whole = run<double>(a, 0, s.L, chunk, MPI_COMM_NULL, form);
+  const Result whole = run<double>(a, 0, s.L, chunk, MPI_COMM_NULL, form, around);
+  // The recurrence's states run on the step sizes (after the transform).
+  SsdCase steps = a;
+  for (std::size_t i = 0; i < steps.dt.size(); ++i) {
+    const double u = a.dt[i] + (around.dt_bias.empty() ? 0.0 : around.dt_bias[i % s.H]);
+    steps.dt[i] = around.softplus ? std::log1p(std::exp(u)) : u;
+  }
   // Short ranks hold less than a chunk; uneven ones more than one.
   for (const auto& lengths : kdnn_test::rank_splits(R, s.L, chunk > 1 ? chunk - 1 : 1, chunk)) {
     const int first = std::accumulate(lengths.begin(), lengths.begin() + rank, 0);
@@ -161,7 +191,7 @@ void expect_equal_to_single_rank(const SsdCase& a, int chunk,
     for (int l : lengths) text += std::to_string(l) + " ";
     SCOPED_TRACE("Q=" + std::to_string(chunk) + " L=" + std::to_string(s.L) + " split " + text +
                  "rank " + std::to_string(rank));
-    const Result part = run<double>(a, first, n, chunk, MPI_COMM_WORLD, form);
+    const Result part = run<double>(a, first, n, chunk, MPI_COMM_WORLD, form, around);
     const double tol = 1e-12;
     const int HP = s.H * s.P, GN = s.G * s.N;
     EXPECT_ALLCLOSE(part.y, slice(whole.y, s.B, s.L, HP, first, n), tol, tol);
@@ -171,10 +201,14 @@ void expect_equal_to_single_rank(const SsdCase& a, int chunk,
     EXPECT_ALLCLOSE(part.dC, slice(whole.dC, s.B, s.L, GN, first, n), tol, tol);
     EXPECT_ALLCLOSE(part.dA, whole.dA, tol, tol);
     EXPECT_ALLCLOSE(part.dD, whole.dD, tol, tol);
+    EXPECT_ALLCLOSE(part.ddt_bias, whole.ddt_bias, tol, tol);
+    if (!around.z.empty()) {
+      EXPECT_ALLCLOSE(part.dz, slice(whole.dz, s.B, s.L, HP, first, n), tol, tol);
+    }
     if (rank == 0) {
       EXPECT_ALLCLOSE(part.dinit, whole.dinit, tol, tol);
     }
-    EXPECT_ALLCLOSE(part.final_state, state_at(a, first + n), tol, tol);
+    EXPECT_ALLCLOSE(part.final_state, state_at(steps, first + n), tol, tol);
     // Each rank's summary goes to every other rank: B·H·(1 + P·N) values
     // forward, B·H·(1 + 2·P·N) backward, whatever L and the split.
     const std::int64_t bh = std::int64_t(s.B) * s.H, pn = std::int64_t(s.P) * s.N;
@@ -189,6 +223,18 @@ TEST(CpSsd, EqualsSingleRankForEverySplit) {
   expect_equal_to_single_rank(make_problem({1, 37, 2, 4, 1, 4}, false, false, false), 8);
   expect_equal_to_single_rank(make_problem({1, 23, 3, 3, 3, 2}, true, false, true), 64);
   expect_equal_to_single_rank(make_problem({2, 0, 2, 3, 1, 2}, true, true, true), 4);  // no steps
+}
+
+// The step-size transform and the gate (ssm/impl/ssd_around.hpp) on every
+// rank's steps: dt_bias's gradient summed over the ranks, and the
+// backward's recomputation of the ungated output a collective forward.
+TEST(CpSsd, StepSizesAndGateEqualSingleRankForEverySplit) {
+  const SsdCase a = make_problem({2, 29, 4, 5, 2, 3}, true, true, true);
+  Around around;
+  around.dt_bias = uniform(4, -1.0, 0.3, 21);
+  around.z = normal(a.x.size(), 22);
+  around.softplus = true;
+  expect_equal_to_single_rank(a, 4, kdnn::KernelForm::automatic, around);
 }
 
 // The GPU forms (P = N = 64, ssm/impl/ssd_gpu_chunks.hpp) under a GPU launch

@@ -4,14 +4,11 @@ on kdnn's SSD scan: x (batch, seqlen, nheads, headdim), dt (batch, seqlen,
 nheads), A (nheads), B and C (batch, seqlen, ngroups, dstate), the layouts
 kdnn takes without a copy.
 
-D of shape (nheads,) or (nheads, headdim) is kdnn's own (per head or per
-channel). What else mamba fuses around the scan runs here as kdnn's dt
-kernel and PyTorch operations: dt_bias, dt_softplus and dt_limit as
-kdnn.dt_softplus (with dt_softplus, else dt + dt_bias clamped), and z as
-y·SiLU(z).
+D of shape (nheads,) or (nheads, headdim), dt_bias, dt_softplus, dt_limit
+and the gate z are kdnn.ssd's own: the step-size transform and the gate run
+inside the call, as in mamba.
 """
 import torch
-import torch.nn.functional as F
 
 from .. import mamba2
 from .._tensors import Error, require
@@ -39,19 +36,13 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bia
     for name, value in (("dt_softplus", dt_softplus), ("return_final_states", return_final_states)):
         if not isinstance(value, bool):
             raise Error(f"{op}: {name}={value!r}, expected True or False")
-    limit = mamba2.dt_limits(op, dt_limit)
     require(isinstance(dt, torch.Tensor) and dt.dim() == 3,
             f"{op}: dt has shape {list(getattr(dt, 'shape', []))}, expected (batch, seqlen, "
             "nheads)")
-    # As mamba: dt + dt_bias, softplus if asked, then always clamped to
-    # dt_limit (so a negative dt without softplus becomes 0 by default).
-    if dt_softplus:
-        bias = dt_bias if dt_bias is not None else dt.new_zeros(dt.shape[-1])
-        dt = mamba2.dt_softplus(dt, bias, dt_limit=limit)
-    else:
-        dt = (dt if dt_bias is None else dt + dt_bias).clamp(*limit)
-    y, final = mamba2.ssd(x, dt, A, B, C, D, initial_states, chunk_size=chunk_size,
-                          return_final_states=True)
-    if z is not None:
-        y = y * F.silu(z)
+    # mamba always clamps dt to dt_limit (a negative dt without softplus
+    # becomes 0 by default); a zero bias asks kdnn for the transform.
+    if dt_bias is None:
+        dt_bias = dt.new_zeros(dt.shape[-1])
+    y, final = mamba2.ssd(x, dt, A, B, C, D, initial_states, z, dt_bias, chunk_size=chunk_size,
+                          dt_softplus=dt_softplus, dt_limit=dt_limit, return_final_states=True)
     return (y, final) if return_final_states else y

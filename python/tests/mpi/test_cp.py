@@ -113,6 +113,36 @@ def test_ssd_equals_the_single_rank_scan(pattern, chunk):
         torch.testing.assert_close(part[6].grad, whole[6].grad)
 
 
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_ssd_step_sizes_and_gate_equal_the_single_rank_scan(pattern):
+    """dt_bias, dt_softplus, dt_limit and z on each rank's steps; dt_bias's
+    gradient a partial sum as A's."""
+    torch.manual_seed(2)
+    b, L, h, p, g, n = 1, 19, 2, 3, 1, 4
+    f64 = dict(dtype=torch.float64)
+    x, dt, z = torch.randn(b, L, h, p, **f64), torch.randn(b, L, h, **f64), torch.randn(b, L, h, p, **f64)
+    A, bias = -torch.rand(h, **f64) - 0.1, torch.randn(h, **f64)
+    B, C = torch.randn(b, L, g, n, **f64), torch.randn(b, L, g, n, **f64)
+    gy = torch.randn(b, L, h, p, **f64)
+    first, count = split(L, pattern)
+    mine = slice(first, first + count)
+    options = dict(chunk_size=4, dt_softplus=True, dt_limit=(0.05, 2.0))
+
+    whole = leaves(x, dt, A, B, C, z, bias)
+    y = kdnn.ssd(*whole[:5], None, None, *whole[5:], **options)
+    (y * gy).sum().backward()
+
+    part = leaves(x[:, mine], dt[:, mine], A, B[:, mine], C[:, mine], z[:, mine], bias)
+    yp = kdnn.cp.ssd(*part[:5], None, None, *part[5:], comm=comm, **options)
+    (yp * gy[:, mine]).sum().backward()
+
+    torch.testing.assert_close(yp, y[:, mine])
+    for i in (0, 1, 3, 4, 5):  # x, dt, B, C, z: this rank's steps
+        torch.testing.assert_close(part[i].grad, whole[i].grad[:, mine])
+    for i in (2, 6):  # A, dt_bias: partial sums
+        torch.testing.assert_close(summed(part[i].grad), whole[i].grad)
+
+
 def test_a_bad_dt_on_one_rank_is_an_error_on_every_rank():
     x, dt = torch.randn(1, 4, 2, 3), torch.full((1, 4, 2), 0.5)
     if rank == 0:

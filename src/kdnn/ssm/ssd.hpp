@@ -11,6 +11,13 @@
 // with D one value per head (D [H]) or per channel (D [H·P], mamba's
 // (nheads, headdim) row-major: y_t[p] gets D[h·P + p]·x_t[p]).
 //
+// What mamba's mamba_chunk_scan_combined fuses around the scan, on request:
+// the step sizes dt_t ← clamp(f(dt_t + dt_bias), dt_min, dt_max) with f =
+// softplus (opts.dt_softplus) or the identity, before the scan (whenever
+// dt_bias is given, dt_softplus is set or the limits are not (0, ∞)); and
+// the gate y ← y·SiLU(z) after it (when z is given). The backward gives
+// d(dt) through the transform, d(dt_bias) and dz.
+//
 // The sequence is cut into chunks of Q steps (the last may be shorter). With
 // a_t = dt_t·A and cum_i = Σ_{k≤i} a_k inside a chunk:
 //
@@ -32,6 +39,7 @@
 // Deterministic: sums over heads of a group (dB, dC) and over steps (dA, dD)
 // run in a fixed order, without atomics.
 #include <Kokkos_Core.hpp>
+#include <limits>
 
 #include "kdnn/core/impl/eti.hpp"
 #include "kdnn/core/impl/space_lock.hpp"
@@ -56,20 +64,31 @@ struct SsdOptions {
   /// 3×TF32 in float (float32 accuracy) unless `allow_tf32` asks for one
   /// TF32 pass, FP64 in double.
   Launch launch;
+  /// mamba's dt_softplus: softplus(dt + dt_bias) as the step sizes.
+  bool dt_softplus = false;
+  /// mamba's dt_limit: the step sizes clamped to [dt_min, dt_max] (with the
+  /// transform only: see transforms_dt; (0, ∞) clamps a negative dt to 0).
+  double dt_min = 0;
+  double dt_max = std::numeric_limits<double>::infinity();
 };
 
 /// The arguments of ssd_forward. Optional Views may be left empty.
 template <class T, class ExecSpace>
 struct SsdForward {
   Tensor4<const T, ExecSpace> x;              ///< [B, L, H, P]
-  Tensor3<const T, ExecSpace> dt;             ///< [B, L, H], positive
+  Tensor3<const T, ExecSpace> dt;             ///< [B, L, H], positive (after the transform)
   Vector<const T, ExecSpace> A;               ///< [H], negative
   Tensor4<const T, ExecSpace> B;              ///< [B, L, G, N], G divides H
   Tensor4<const T, ExecSpace> C;              ///< [B, L, G, N]
   Vector<const T, ExecSpace> D;               ///< [H] or [H·P] (per channel); optional (no skip)
   Tensor4<const T, ExecSpace> initial_state;  ///< [B, H, P, N]; optional (zeros)
-  Tensor4<T, ExecSpace> y;                    ///< output [B, L, H, P]
+  Vector<const T, ExecSpace> dt_bias;         ///< [H]; optional (the transform adds 0)
+  Tensor4<const T, ExecSpace> z;              ///< [B, L, H, P]; optional (no gate)
+  Tensor4<T, ExecSpace> y;                    ///< output [B, L, H, P] (gated when z is given)
   Tensor4<T, ExecSpace> final_state;          ///< output [B, H, P, N]; optional
+  /// output [B, L, H, P]; optional, with z only: the output before the gate,
+  /// which spares the backward recomputing it.
+  Tensor4<T, ExecSpace> y_ungated;
 };
 
 /// The arguments of ssd_backward: the forward's inputs, dy and the gradients
@@ -83,16 +102,31 @@ struct SsdBackward {
   Tensor4<const T, ExecSpace> C;              ///< [B, L, G, N]
   Vector<const T, ExecSpace> D;               ///< [H] or [H·P]; optional, as in the forward
   Tensor4<const T, ExecSpace> initial_state;  ///< [B, H, P, N]; optional, as in the forward
-  Tensor4<const T, ExecSpace> dy;             ///< [B, L, H, P]
-  Tensor4<const T, ExecSpace> dfinal_state;   ///< [B, H, P, N]; optional (zero)
-  Tensor4<T, ExecSpace> dx;                   ///< output [B, L, H, P]
-  Tensor3<T, ExecSpace> ddt;                  ///< output [B, L, H]
-  Vector<T, ExecSpace> dA;                    ///< output [H]
-  Tensor4<T, ExecSpace> dB;                   ///< output [B, L, G, N]
-  Tensor4<T, ExecSpace> dC;                   ///< output [B, L, G, N]
-  Vector<T, ExecSpace> dD;                    ///< output, D's length ([H] or [H·P]); optional
-  Tensor4<T, ExecSpace> dinitial_state;       ///< output [B, H, P, N]; optional
+  Vector<const T, ExecSpace> dt_bias;         ///< [H]; optional, as in the forward
+  Tensor4<const T, ExecSpace> z;              ///< [B, L, H, P]; optional, as in the forward
+  /// [B, L, H, P]; optional, with z only: the forward's y_ungated (else the
+  /// backward recomputes it, a forward pass).
+  Tensor4<const T, ExecSpace> y_ungated;
+  Tensor4<const T, ExecSpace> dy;            ///< [B, L, H, P]
+  Tensor4<const T, ExecSpace> dfinal_state;  ///< [B, H, P, N]; optional (zero)
+  Tensor4<T, ExecSpace> dx;                  ///< output [B, L, H, P]
+  Tensor3<T, ExecSpace> ddt;                 ///< output [B, L, H] (of dt before the transform)
+  Vector<T, ExecSpace> dA;                   ///< output [H]
+  Tensor4<T, ExecSpace> dB;                  ///< output [B, L, G, N]
+  Tensor4<T, ExecSpace> dC;                  ///< output [B, L, G, N]
+  Vector<T, ExecSpace> dD;                   ///< output, D's length ([H] or [H·P]); optional
+  Tensor4<T, ExecSpace> dinitial_state;      ///< output [B, H, P, N]; optional
+  Vector<T, ExecSpace> ddt_bias;             ///< output [H]; optional, with dt_bias only
+  Tensor4<T, ExecSpace> dz;                  ///< output [B, L, H, P]; required with z
 };
+
+/// Whether ssd_forward and ssd_backward transform dt (dt_bias given,
+/// dt_softplus set, or limits other than (0, ∞)).
+template <class Args>
+bool transforms_dt(const Args& a, const SsdOptions& opts) {
+  return a.dt_bias.extent(0) > 0 || opts.dt_softplus || opts.dt_min != 0 ||
+         opts.dt_max != std::numeric_limits<double>::infinity();
+}
 
 /// What a segment of the sequence (a rank's share) contributes to the state
 /// passing: per (b, h) its total decay exp(Σ_t dt_t·A) and its final state

@@ -15,6 +15,7 @@
 #include "kdnn/core/validate.hpp"
 #include "kdnn/cp/agree.hpp"
 #include "kdnn/cp/impl/mpi_memory.hpp"
+#include "kdnn/ssm/impl/ssd_around.hpp"
 #include "kdnn/ssm/impl/ssd_checks.hpp"
 #include "kdnn/ssm/impl/ssd_steps.hpp"
 
@@ -35,6 +36,10 @@ std::vector<Field> ssd_fields(const Args& a, const ssm::SsdOptions& opts) {
           {"N", std::int64_t(a.B.extent(3))},
           {"opts.chunk", opts.chunk},
           {"D given", validate::given(a.D)},
+          {"dt_bias given", validate::given(a.dt_bias)},
+          {"opts.dt_softplus", opts.dt_softplus},
+          {"z given", validate::given(a.z)},
+          {"y_ungated given", validate::given(a.y_ungated)},
           {"initial_state", validate::given(a.initial_state), Field::rank0_only},
           {"L", std::int64_t(a.x.extent(1)), Field::any}};
 }
@@ -181,21 +186,14 @@ void correct_dstates(const ExecSpace& space, const SummaryLayout& s, int rank, i
       });
 }
 
+/// This rank's scan on checked arguments (no transform, no gate). Collective.
 template <class ExecSpace, class T>
-StateStats ssd_forward(const ExecSpace& space, MPI_Comm comm,
-                       const ssm::SsdForward<T, ExecSpace>& a, const ssm::SsdOptions& opts) {
-  const char* op = "cp::ssd_forward";
+StateStats scan_forward(const char* op, const ExecSpace& space, MPI_Comm comm,
+                        kdnn::impl::SpaceLock& exclusive, const SummaryLayout& layout,
+                        const ssm::SsdForward<T, ExecSpace>& a, const ssm::SsdOptions& opts) {
   int rank = 0, ranks = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &ranks);
-  const SummaryLayout layout{a.x.extent(0) * a.x.extent(2), a.x.extent(3) * a.B.extent(3), 1};
-  agree(comm, [&] {
-    ssm::impl::check_ssd_forward(op, a, opts);
-    check_summary_size(op, layout);
-  });
-  gather_signature(comm, op, ssd_fields<T>(a, opts));
-  kdnn::impl::SpaceLock exclusive(space);  // after the collective checks
-
   ssm::impl::ChunkStates<T, ExecSpace> states;
   ssm::impl::ChunkDecays<T, ExecSpace> decay;
   ssm::impl::chunk_states<ExecSpace, T>(op, space, a, opts, states, decay);
@@ -209,6 +207,26 @@ StateStats ssd_forward(const ExecSpace& space, MPI_Comm comm,
   ex.wait(space, stats, exclusive);
   correct_states(space, layout, rank, ex.all.device, states, decay, a.final_state);
   ssm::impl::chunk_output(op, space, a, opts, states, false, true);  // + Y_off
+  return stats;
+}
+
+template <class ExecSpace, class T>
+StateStats ssd_forward(const ExecSpace& space, MPI_Comm comm,
+                       const ssm::SsdForward<T, ExecSpace>& a, const ssm::SsdOptions& opts) {
+  const char* op = "cp::ssd_forward";
+  const SummaryLayout layout{a.x.extent(0) * a.x.extent(2), a.x.extent(3) * a.B.extent(3), 1};
+  agree(comm, [&] {
+    ssm::impl::check_ssd_forward(op, a, opts);
+    check_summary_size(op, layout);
+  });
+  gather_signature(comm, op, ssd_fields<T>(a, opts));
+  kdnn::impl::SpaceLock exclusive(space);  // after the collective checks
+  Tensor3<const T, ExecSpace> dt;
+  agree(comm, [&] { dt = ssm::impl::step_sizes<ExecSpace, T>(op, space, a, opts); });
+  StateStats stats;
+  ssm::impl::around_forward(space, a, dt, [&](const ssm::SsdForward<T, ExecSpace>& s) {
+    stats = scan_forward(op, space, comm, exclusive, layout, s, opts);
+  });
   return stats;
 }
 
@@ -229,28 +247,40 @@ StateStats ssd_backward(const ExecSpace& space, MPI_Comm comm,
                 Field{"dinitial_state", validate::given(a.dinitial_state), Field::rank0_only});
   gather_signature(comm, op, fields);
   kdnn::impl::SpaceLock exclusive(space);  // after the collective checks
+  Tensor3<const T, ExecSpace> dt;
+  agree(comm, [&] { dt = ssm::impl::step_sizes<ExecSpace, T>(op, space, a, opts); });
 
-  // The forward's chunk states and this rank's reverse pass, from its own
-  // d(final state): H_c, dH_{c+1} and dS_r as if the other ranks were not there.
-  ssm::impl::ChunkStates<T, ExecSpace> states, dstates;
-  ssm::impl::ChunkDecays<T, ExecSpace> decay;
-  ssm::impl::chunk_states<ExecSpace, T>(op, space, a, opts, states, decay);
-  ssm::impl::state_pass(space, states, decay, a.initial_state, Tensor4<T, ExecSpace>());
-  ssm::impl::chunk_dstates(op, space, a, opts, dstates);
-  Tensor4<T, ExecSpace> dlocal("kdnn::cp::ssd_dlocal", a.x.extent(0), a.x.extent(2), a.x.extent(3),
-                               a.B.extent(3));
-  ssm::impl::reverse_state_pass(space, dstates, decay, a.dfinal_state, dlocal, int(a.x.extent(3)));
-  SummaryExchange<T, ExecSpace> ex(layout, ranks);
-  pack_summary(space, layout, ex.mine.device, states, decay, dlocal);
-  ex.start(space, comm);
-
-  auto g = ssm::impl::gradient_buffers(a);  // diag_backward adds what state_backward reads
-  ssm::impl::diag_backward(op, space, a, opts, g);
   StateStats stats;
-  ex.wait(space, stats, exclusive);
-  correct_states(space, layout, rank, ex.all.device, states, decay, Tensor4<T, ExecSpace>());
-  correct_dstates(space, layout, rank, ranks, ex.all.device, dstates, decay, a.dinitial_state);
-  ssm::impl::state_backward(op, space, a, opts, states, dstates, g);
+  const SummaryLayout forward_layout{layout.BH, layout.NP, 1};
+  const auto forward = [&](const ssm::SsdForward<T, ExecSpace>& f) {
+    scan_forward(op, space, comm, exclusive, forward_layout, f, opts);
+  };
+  ssm::impl::around_backward(
+      space, a, opts, dt, forward, [&](const ssm::SsdBackward<T, ExecSpace>& g) {
+        // The forward's chunk states and this rank's reverse pass, from its own
+        // d(final state): H_c, dH_{c+1} and dS_r as if the other ranks were not there.
+        ssm::impl::ChunkStates<T, ExecSpace> states, dstates;
+        ssm::impl::ChunkDecays<T, ExecSpace> decay;
+        ssm::impl::chunk_states<ExecSpace, T>(op, space, g, opts, states, decay);
+        ssm::impl::state_pass(space, states, decay, g.initial_state, Tensor4<T, ExecSpace>());
+        ssm::impl::chunk_dstates(op, space, g, opts, dstates);
+        Tensor4<T, ExecSpace> dlocal("kdnn::cp::ssd_dlocal", g.x.extent(0), g.x.extent(2),
+                                     g.x.extent(3), g.B.extent(3));
+        ssm::impl::reverse_state_pass(space, dstates, decay, g.dfinal_state, dlocal,
+                                      int(g.x.extent(3)));
+        SummaryExchange<T, ExecSpace> ex(layout, ranks);
+        pack_summary(space, layout, ex.mine.device, states, decay, dlocal);
+        ex.start(space, comm);
+
+        auto grads =
+            ssm::impl::gradient_buffers(g);  // diag_backward adds what state_backward reads
+        ssm::impl::diag_backward(op, space, g, opts, grads);
+        ex.wait(space, stats, exclusive);
+        correct_states(space, layout, rank, ex.all.device, states, decay, Tensor4<T, ExecSpace>());
+        correct_dstates(space, layout, rank, ranks, ex.all.device, dstates, decay,
+                        g.dinitial_state);
+        ssm::impl::state_backward(op, space, g, opts, states, dstates, grads);
+      });
   return stats;
 }
 

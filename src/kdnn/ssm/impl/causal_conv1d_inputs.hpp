@@ -2,19 +2,13 @@
 #pragma once
 // What both forms of the causal conv1d take (the tiled kernels,
 // causal_conv1d_kernels.hpp, and the register kernels,
-// causal_conv1d_register_kernels.hpp), and the SiLU they share.
+// causal_conv1d_register_kernels.hpp).
 #include <Kokkos_Core.hpp>
 
-#include "kdnn/core/impl/exp_vectorisable.hpp"
 #include "kdnn/core/tensor.hpp"
+#include "kdnn/ssm/impl/sigmoid.hpp"
 
 namespace kdnn::ssm::impl {
-
-/// SiLU(z) = z·σ(z), and its derivative σ(z)·(1 + z·(1 − σ(z))).
-template <class T>
-KOKKOS_FORCEINLINE_FUNCTION T sigmoid(T z) {
-  return T(1) / (T(1) + kdnn::impl::exp_vectorisable(-z));
-}
 
 /// The arguments of every conv kernel (the tiled ones, the host form, and
 /// the register ones, the GPU form).

@@ -11,6 +11,7 @@
 
 #include "kdnn/core/error.hpp"
 #include "kdnn/core/validate.hpp"
+#include "kdnn/ssm/impl/dt_transform.hpp"
 #include "kdnn/ssm/ssd.hpp"
 
 namespace kdnn::ssm::impl {
@@ -90,16 +91,43 @@ void check_skip_length(const char* op, const char* name, std::size_t n, const X&
   }
 }
 
+/// Refuses the step-size transform's options, for the operators that take
+/// dt as the step sizes themselves (ssd_diag, ssd_summary, ssd_decay_cumsum).
+inline void refuse_dt_transform(const char* op, const SsdOptions& opts) {
+  if (opts.dt_softplus || opts.dt_min != 0 || opts.dt_max != SsdOptions().dt_max) {
+    fail(op, ": opts.dt_softplus=", opts.dt_softplus, ", dt_min=", opts.dt_min,
+         ", dt_max=", opts.dt_max, ", expected the defaults (false, 0, inf): ", op,
+         " takes the step sizes themselves (ssm::dt_softplus_forward computes them)");
+  }
+}
+
 /// The operands every SSD operator reads (SsdForward's and SsdBackward's
-/// x, dt, A, B, C, D, initial_state): checked, and their memory returned for
-/// the outputs' aliasing check.
+/// x, dt, A, B, C, D, initial_state, dt_bias, z): checked, and their memory
+/// returned for the outputs' aliasing check. With a transform of dt,
+/// opts.check_dt is left to the forward and backward, which check the
+/// transformed step sizes.
 template <class ExecSpace, class T, class Args>
 std::vector<validate::MemoryRange> check_ssd_operands(const char* op, const Args& a,
                                                       const SsdOptions& opts) {
-  check_ssd_inputs<ExecSpace, T>(op, a.x, a.dt, a.A, a.B, a.C, opts);
+  check_dt_limits(op, opts.dt_min, opts.dt_max);
+  SsdOptions raw = opts;
+  raw.check_dt = opts.check_dt && !transforms_dt(a, opts);
+  check_ssd_inputs<ExecSpace, T>(op, a.x, a.dt, a.A, a.B, a.C, raw);
   if (validate::given(a.D)) check_skip_length(op, "D", a.D.extent(0), a.x);
   if (validate::given(a.initial_state)) {
     check_ssd_state(op, "initial_state", a.initial_state, a.x, a.B);
+  }
+  if (validate::given(a.dt_bias)) {
+    validate::extent(op, "dt_bias", a.dt_bias, 0, a.x.extent(2), "H, x's extent(2)");
+  }
+  if (validate::given(a.z)) validate::same_shape(op, "z", a.z, "x", a.x);
+  if (validate::given(a.y_ungated)) {
+    if (!validate::given(a.z)) {
+      fail(op,
+           ": y_ungated is given without z, expected it only with z (the output before the "
+           "gate)");
+    }
+    validate::same_shape(op, "y_ungated", a.y_ungated, "x", a.x);
   }
   using validate::memory_of;
   return {memory_of("x", a.x),
@@ -108,7 +136,9 @@ std::vector<validate::MemoryRange> check_ssd_operands(const char* op, const Args
           memory_of("B", a.B),
           memory_of("C", a.C),
           memory_of("D", a.D),
-          memory_of("initial_state", a.initial_state)};
+          memory_of("initial_state", a.initial_state),
+          memory_of("dt_bias", a.dt_bias),
+          memory_of("z", a.z)};
 }
 
 template <class ExecSpace, class T>
@@ -117,7 +147,10 @@ void check_ssd_forward(const char* op, const SsdForward<T, ExecSpace>& a, const 
   validate::same_shape(op, "y", a.y, "x", a.x);
   if (validate::given(a.final_state)) check_ssd_state(op, "final_state", a.final_state, a.x, a.B);
   using validate::memory_of;
-  validate::disjoint(op, {memory_of("y", a.y), memory_of("final_state", a.final_state)}, inputs);
+  validate::disjoint(op,
+                     {memory_of("y", a.y), memory_of("final_state", a.final_state),
+                      memory_of("y_ungated", a.y_ungated)},
+                     inputs);
 }
 
 template <class ExecSpace, class T>
@@ -143,13 +176,26 @@ void check_ssd_backward(const char* op, const SsdBackward<T, ExecSpace>& a,
   if (validate::given(a.dinitial_state)) {
     check_ssd_state(op, "dinitial_state", a.dinitial_state, a.x, a.B);
   }
+  if (validate::given(a.ddt_bias)) {
+    if (!validate::given(a.dt_bias)) {
+      fail(op, ": ddt_bias is given without dt_bias, expected it only with dt_bias");
+    }
+    validate::extent(op, "ddt_bias", a.ddt_bias, 0, H, "H, x's extent(2)");
+  }
+  if (validate::given(a.z)) {
+    validate::same_shape(op, "dz", a.dz, "z", a.z);
+  } else if (validate::given(a.dz)) {
+    fail(op, ": dz is given without z, expected it only with z");
+  }
   using validate::memory_of;
+  inputs.push_back(memory_of("y_ungated", a.y_ungated));
   inputs.push_back(memory_of("dy", a.dy));
   inputs.push_back(memory_of("dfinal_state", a.dfinal_state));
   validate::disjoint(
       op,
       {memory_of("dx", a.dx), memory_of("ddt", a.ddt), memory_of("dA", a.dA), memory_of("dB", a.dB),
-       memory_of("dC", a.dC), memory_of("dD", a.dD), memory_of("dinitial_state", a.dinitial_state)},
+       memory_of("dC", a.dC), memory_of("dD", a.dD), memory_of("dinitial_state", a.dinitial_state),
+       memory_of("ddt_bias", a.ddt_bias), memory_of("dz", a.dz)},
       inputs);
 }
 

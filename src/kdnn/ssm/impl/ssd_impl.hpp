@@ -7,17 +7,17 @@
 
 #include "kdnn/core/error.hpp"
 #include "kdnn/core/validate.hpp"
+#include "kdnn/ssm/impl/ssd_around.hpp"
 #include "kdnn/ssm/impl/ssd_checks.hpp"
 #include "kdnn/ssm/impl/ssd_steps.hpp"
 #include "kdnn/ssm/ssd.hpp"
 
 namespace kdnn::ssm::impl {
 
+/// The scan of one rank on checked arguments (no transform, no gate).
 template <class ExecSpace, class T>
-void ssd_forward(const ExecSpace& space, const SsdForward<T, ExecSpace>& a,
-                 const SsdOptions& opts) {
-  const char* op = "ssm::ssd_forward";
-  check_ssd_forward(op, a, opts);
+void scan_forward(const char* op, const ExecSpace& space, const SsdForward<T, ExecSpace>& a,
+                  const SsdOptions& opts) {
   ChunkStates<T, ExecSpace> states;
   ChunkDecays<T, ExecSpace> decay;
   chunk_states<ExecSpace, T>(op, space, a, opts, states, decay);
@@ -26,9 +26,24 @@ void ssd_forward(const ExecSpace& space, const SsdForward<T, ExecSpace>& a,
 }
 
 template <class ExecSpace, class T>
+void ssd_forward(const ExecSpace& space, const SsdForward<T, ExecSpace>& a,
+                 const SsdOptions& opts) {
+  const char* op = "ssm::ssd_forward";
+  check_ssd_forward(op, a, opts);
+  around_forward(space, a, step_sizes<ExecSpace, T>(op, space, a, opts),
+                 [&](const SsdForward<T, ExecSpace>& s) { scan_forward(op, space, s, opts); });
+}
+
+template <class ExecSpace, class T>
 void ssd_diag(const ExecSpace& space, const SsdForward<T, ExecSpace>& a, const SsdOptions& opts) {
   const char* op = "ssm::ssd_diag";
+  refuse_dt_transform(op, opts);
   check_ssd_forward(op, a, opts);
+  if (validate::given(a.dt_bias) || validate::given(a.z)) {
+    fail(op,
+         ": dt_bias or z is given, expected neither (ssd_diag takes the step sizes and "
+         "gives the output before any gate)");
+  }
   chunk_output(op, space, a, opts, ChunkStates<T, ExecSpace>(), true, false);
 }
 
@@ -36,6 +51,7 @@ template <class ExecSpace, class T>
 void ssd_summary(const ExecSpace& space, const SsdSummary<T, ExecSpace>& a,
                  const SsdOptions& opts) {
   const char* op = "ssm::ssd_summary";
+  refuse_dt_transform(op, opts);
   check_ssd_inputs<ExecSpace, T>(op, a.x, a.dt, a.A, a.B, a.C, opts);
   validate::extent(op, "decay", a.decay, 0, a.x.extent(0), "B, x's extent(0)");
   validate::extent(op, "decay", a.decay, 1, a.x.extent(2), "H, x's extent(2)");
@@ -64,6 +80,7 @@ void ssd_decay_cumsum(const ExecSpace& space, const Tensor3<const T, ExecSpace>&
                       const Vector<const T, ExecSpace>& A, const Tensor4<T, ExecSpace>& out,
                       const SsdOptions& opts) {
   const char* op = "ssm::ssd_decay_cumsum";
+  refuse_dt_transform(op, opts);
   if (opts.chunk < 1) fail(op, ": chunk=", opts.chunk, ", expected Q >= 1");
   validate::extent(op, "A", A, 0, dt.extent(2), "H, dt's extent(2)");
   const std::int64_t Q = opts.chunk, L = std::int64_t(dt.extent(1)), H = std::int64_t(dt.extent(2));
@@ -92,13 +109,19 @@ void ssd_backward(const ExecSpace& space, const SsdBackward<T, ExecSpace>& a,
                   const SsdOptions& opts) {
   const char* op = "ssm::ssd_backward";
   check_ssd_backward(op, a, opts);
-  ChunkStates<T, ExecSpace> states, dstates;
-  ChunkDecays<T, ExecSpace> decay;
-  chunk_states<ExecSpace, T>(op, space, a, opts, states, decay);
-  state_pass(space, states, decay, a.initial_state, Tensor4<T, ExecSpace>());
-  chunk_dstates(op, space, a, opts, dstates);
-  reverse_state_pass(space, dstates, decay, a.dfinal_state, a.dinitial_state, int(a.x.extent(3)));
-  fused_backward(op, space, a, opts, states, dstates, gradient_buffers(a, false));
+  around_backward(
+      space, a, opts, step_sizes<ExecSpace, T>(op, space, a, opts),
+      [&](const SsdForward<T, ExecSpace>& f) { scan_forward(op, space, f, opts); },
+      [&](const SsdBackward<T, ExecSpace>& g) {
+        ChunkStates<T, ExecSpace> states, dstates;
+        ChunkDecays<T, ExecSpace> decay;
+        chunk_states<ExecSpace, T>(op, space, g, opts, states, decay);
+        state_pass(space, states, decay, g.initial_state, Tensor4<T, ExecSpace>());
+        chunk_dstates(op, space, g, opts, dstates);
+        reverse_state_pass(space, dstates, decay, g.dfinal_state, g.dinitial_state,
+                           int(g.x.extent(3)));
+        fused_backward(op, space, g, opts, states, dstates, gradient_buffers(g, false));
+      });
 }
 
 }  // namespace kdnn::ssm::impl
