@@ -68,7 +68,10 @@ Tensor3<const T, ExecSpace> step_sizes(const char* op, const ExecSpace& space, c
                            a.dt.extent(0), a.dt.extent(1), a.dt.extent(2));
   transform_dt(space, a.dt, a.dt_bias, dt.data(),
                DtTransform<T>(opts.dt_softplus, opts.dt_min, opts.dt_max));
-  if (opts.check_dt) check_dt_values<ExecSpace, T>(op, dt);
+  if (opts.check_dt) {
+    space.fence();  // the check reads on the default instance
+    check_dt_values<ExecSpace, T>(op, dt);
+  }
   return dt;
 }
 
