@@ -120,12 +120,18 @@ struct SsdBackward {
   Tensor4<T, ExecSpace> dz;                  ///< output [B, L, H, P]; required with z
 };
 
-/// Whether ssd_forward and ssd_backward transform dt (dt_bias given,
-/// dt_softplus set, or limits other than (0, ∞)).
+/// Whether the options ask for the transform of dt (dt_softplus set, or
+/// limits other than (0, ∞)).
+inline bool transforms_dt(const SsdOptions& opts) {
+  return opts.dt_softplus || opts.dt_min != 0 ||
+         opts.dt_max != std::numeric_limits<double>::infinity();
+}
+
+/// Whether ssd_forward and ssd_backward transform dt (dt_bias given, or the
+/// options ask for it).
 template <class Args>
 bool transforms_dt(const Args& a, const SsdOptions& opts) {
-  return a.dt_bias.extent(0) > 0 || opts.dt_softplus || opts.dt_min != 0 ||
-         opts.dt_max != std::numeric_limits<double>::infinity();
+  return a.dt_bias.extent(0) > 0 || transforms_dt(opts);
 }
 
 /// What a segment of the sequence (a rank's share) contributes to the state

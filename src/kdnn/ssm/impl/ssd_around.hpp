@@ -58,6 +58,12 @@ Tensor4<T, ExecSpace> scratch_like(const char* label, const X& x) {
                                x.extent(0), x.extent(1), x.extent(2), x.extent(3));
 }
 
+/// The transform the options describe.
+template <class T>
+DtTransform<T> dt_transform_of(const SsdOptions& opts) {
+  return DtTransform<T>(opts.dt_softplus, opts.dt_min, opts.dt_max);
+}
+
 /// The step sizes the scan reads: a.dt itself, or its transform in scratch
 /// (checked with opts.check_dt, which then applies to it).
 template <class ExecSpace, class T, class Args>
@@ -66,8 +72,7 @@ Tensor3<const T, ExecSpace> step_sizes(const char* op, const ExecSpace& space, c
   if (!transforms_dt(a, opts)) return a.dt;
   Tensor3<T, ExecSpace> dt(Kokkos::view_alloc(Kokkos::WithoutInitializing, "kdnn::ssm::ssd_dt"),
                            a.dt.extent(0), a.dt.extent(1), a.dt.extent(2));
-  transform_dt(space, a.dt, a.dt_bias, dt.data(),
-               DtTransform<T>(opts.dt_softplus, opts.dt_min, opts.dt_max));
+  transform_dt(space, a.dt, a.dt_bias, dt.data(), dt_transform_of<T>(opts));
   if (opts.check_dt) {
     space.fence();  // the check reads on the default instance
     check_dt_values<ExecSpace, T>(op, dt);
@@ -124,7 +129,7 @@ void around_backward(const ExecSpace& space, const SsdBackward<T, ExecSpace>& a,
   scan(inner);
   if (transforms_dt(a, opts)) {
     transform_dt_backward(space, a.dt, a.dt_bias, a.ddt.data(), a.ddt.data(), a.ddt_bias,
-                          DtTransform<T>(opts.dt_softplus, opts.dt_min, opts.dt_max));
+                          dt_transform_of<T>(opts));
   }
 }
 

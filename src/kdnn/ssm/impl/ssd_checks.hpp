@@ -94,7 +94,7 @@ void check_skip_length(const char* op, const char* name, std::size_t n, const X&
 /// Refuses the step-size transform's options, for the operators that take
 /// dt as the step sizes themselves (ssd_diag, ssd_summary, ssd_decay_cumsum).
 inline void refuse_dt_transform(const char* op, const SsdOptions& opts) {
-  if (opts.dt_softplus || opts.dt_min != 0 || opts.dt_max != SsdOptions().dt_max) {
+  if (transforms_dt(opts)) {
     fail(op, ": opts.dt_softplus=", opts.dt_softplus, ", dt_min=", opts.dt_min,
          ", dt_max=", opts.dt_max, ", expected the defaults (false, 0, inf): ", op,
          " takes the step sizes themselves (ssm::dt_softplus_forward computes them)");
