@@ -36,6 +36,7 @@ struct DeviceLayer {
               kdnn::attention::AttentionAlgo algo = kdnn::attention::AttentionAlgo::fused)
       : c(cs) {
     opts.heads = c.H;
+    opts.kv_heads = c.Hkv;
     opts.algo = algo;
     opts.sm_scaler = c.scaler;
     opts.dropout = {c.p, c.seed, c.offset};
@@ -57,19 +58,19 @@ struct DeviceLayer {
     if (c.residual) residual = to_device<T***>(d.residual, c.B, c.S, c.Eo);
     dout = to_device<T***>(d.dout, c.B, c.S, c.Eo);
     w.w_q = to_device<T**>(d.wq, c.H * c.D, c.Eq);
-    w.w_k = to_device<T**>(d.wk, c.H * c.D, c.Ek);
-    w.w_v = to_device<T**>(d.wv, c.H * c.Dv, c.Ev);
+    w.w_k = to_device<T**>(d.wk, c.kv() * c.D, c.Ek);
+    w.w_v = to_device<T**>(d.wv, c.kv() * c.Dv, c.Ev);
     w.w_o = to_device<T**>(d.wo, c.Eo, c.H * c.Dv);
     dw.w_q = DeviceView<T**>("dw_q", c.H * c.D, c.Eq);
-    dw.w_k = DeviceView<T**>("dw_k", c.H * c.D, c.Ek);
-    dw.w_v = DeviceView<T**>("dw_v", c.H * c.Dv, c.Ev);
+    dw.w_k = DeviceView<T**>("dw_k", c.kv() * c.D, c.Ek);
+    dw.w_v = DeviceView<T**>("dw_v", c.kv() * c.Dv, c.Ev);
     dw.w_o = DeviceView<T**>("dw_o", c.Eo, c.H * c.Dv);
     if (c.bias_q)
       w.b_q = to_device<T*>(d.bq, c.H * c.D), dw.b_q = DeviceView<T*>("db_q", c.H * c.D);
     if (c.bias_k)
-      w.b_k = to_device<T*>(d.bk, c.H * c.D), dw.b_k = DeviceView<T*>("db_k", c.H * c.D);
+      w.b_k = to_device<T*>(d.bk, c.kv() * c.D), dw.b_k = DeviceView<T*>("db_k", c.kv() * c.D);
     if (c.bias_v)
-      w.b_v = to_device<T*>(d.bv, c.H * c.Dv), dw.b_v = DeviceView<T*>("db_v", c.H * c.Dv);
+      w.b_v = to_device<T*>(d.bv, c.kv() * c.Dv), dw.b_v = DeviceView<T*>("db_v", c.kv() * c.Dv);
     if (c.bias_o) w.b_o = to_device<T*>(d.bo, c.Eo), dw.b_o = DeviceView<T*>("db_o", c.Eo);
     out = DeviceView<T***>("out", c.B, c.S, c.Eo);
     dq = DeviceView<T***>("dq", c.B, c.S, c.Eq);
@@ -86,6 +87,7 @@ struct DeviceLayer {
     s.batch = c.B, s.seq_q = c.S, s.seq_k = c.Sk;
     s.q_size = c.Eq, s.k_size = c.Ek, s.v_size = c.Ev;
     s.heads = c.H, s.head_dim = c.D, s.v_head_dim = c.Dv, s.o_size = c.Eo;
+    s.kv_heads = std::size_t(c.Hkv);
     s.algo = opts.algo;
     return s;
   }

@@ -20,6 +20,7 @@ namespace kdnn_test {
 struct MhaCase {
   std::string name;
   int B = 2, S = 3, Sk = 4, Eq = 5, Ek = 4, Ev = 3, H = 2, D = 3, Dv = 2, Eo = 4;
+  int Hkv = 0;  ///< key/value heads, dividing H; 0: H
   bool bias_q = true, bias_k = true, bias_v = true, bias_o = true;
   bool causal = false;
   std::vector<int> lo, hi, seq_q, seq_k;  ///< empty: no limit
@@ -28,6 +29,8 @@ struct MhaCase {
   std::uint64_t seed = 7, offset = 0;
   std::optional<double> scaler;
   double scale() const { return scaler ? *scaler : 1.0 / std::sqrt(double(D)); }
+  int kv() const { return Hkv == 0 ? H : Hkv; }      ///< the key/value heads
+  int kv_of(int h) const { return h / (H / kv()); }  ///< query head h's key/value head
 };
 
 /// A layer with every feature at once: S != Sk, three heads, causal mask,
@@ -63,12 +66,12 @@ struct MhaData {
       return w;
     };
     d.wq = weights(c.H * c.D, c.Eq, seed + 4);
-    d.wk = weights(c.H * c.D, c.Ek, seed + 5);
-    d.wv = weights(c.H * c.Dv, c.Ev, seed + 6);
+    d.wk = weights(c.kv() * c.D, c.Ek, seed + 5);
+    d.wv = weights(c.kv() * c.Dv, c.Ev, seed + 6);
     d.wo = weights(c.Eo, c.H * c.Dv, seed + 7);
     if (c.bias_q) d.bq = normal(c.H * c.D, seed + 8);
-    if (c.bias_k) d.bk = normal(c.H * c.D, seed + 9);
-    if (c.bias_v) d.bv = normal(c.H * c.Dv, seed + 10);
+    if (c.bias_k) d.bk = normal(c.kv() * c.D, seed + 9);
+    if (c.bias_v) d.bv = normal(c.kv() * c.Dv, seed + 10);
     if (c.bias_o) d.bo = normal(c.Eo, seed + 11);
     d.dout = normal(n(c.B, c.S, c.Eo), seed + 12);
     return d;
@@ -116,19 +119,20 @@ inline std::vector<double> reference_linear(const std::vector<double>& x, int ro
 /// The layer's output [B, S, Eo].
 inline std::vector<double> reference_mha_forward(const MhaCase& c, const MhaData& d) {
   const auto Q = reference_linear(d.q, c.B * c.S, c.Eq, d.wq, c.H * c.D, d.bq);
-  const auto K = reference_linear(d.k, c.B * c.Sk, c.Ek, d.wk, c.H * c.D, d.bk);
-  const auto V = reference_linear(d.v, c.B * c.Sk, c.Ev, d.wv, c.H * c.Dv, d.bv);
-  const int HD = c.H * c.D, HDv = c.H * c.Dv;
+  const auto K = reference_linear(d.k, c.B * c.Sk, c.Ek, d.wk, c.kv() * c.D, d.bk);
+  const auto V = reference_linear(d.v, c.B * c.Sk, c.Ev, d.wv, c.kv() * c.Dv, d.bv);
+  const int HD = c.H * c.D, HDv = c.H * c.Dv, KD = c.kv() * c.D, KDv = c.kv() * c.Dv;
   std::vector<double> A(std::size_t(c.B) * c.S * HDv, 0.0), score(std::max(c.Sk, 1));
   for (int b = 0; b < c.B; ++b)
     for (int h = 0; h < c.H; ++h)
       for (int i = 0; i < c.S; ++i) {
+        const int g = c.kv_of(h);
         double m = -INFINITY;
         for (int j = 0; j < c.Sk; ++j) {
           double s = 0;
           for (int e = 0; e < c.D; ++e)
             s += Q[(std::size_t(b) * c.S + i) * HD + h * c.D + e] *
-                 K[(std::size_t(b) * c.Sk + j) * HD + h * c.D + e];
+                 K[(std::size_t(b) * c.Sk + j) * KD + g * c.D + e];
           score[j] = c.scale() * s;
           if (reference_visible(c, b, i, j)) m = std::max(m, score[j]);
         }
@@ -140,7 +144,7 @@ inline std::vector<double> reference_mha_forward(const MhaCase& c, const MhaData
           const double p = std::exp(score[j] - m) / sum / (1 - c.p);
           for (int e = 0; e < c.Dv; ++e)
             A[(std::size_t(b) * c.S + i) * HDv + h * c.Dv + e] +=
-                p * V[(std::size_t(b) * c.Sk + j) * HDv + h * c.Dv + e];
+                p * V[(std::size_t(b) * c.Sk + j) * KDv + g * c.Dv + e];
         }
       }
   auto out = reference_linear(A, c.B * c.S, HDv, d.wo, c.Eo, d.bo);

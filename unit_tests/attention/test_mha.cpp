@@ -2,10 +2,10 @@
 // Multi-head attention layer, each test on both attention algorithms (fused
 // and unfused): forward against the double-loop reference, every gradient
 // against central differences of it (double) and float against double, over
-// S != Sk, E_o != E, D != Dv, each bias on and off, windows, lengths, causal,
-// fully masked rows, residual, dropout; SET vs ADD; empty batches; bad
-// input. Then the two algorithms against each other with dropout, and the
-// fused buffers' sizes (no S·Sk term).
+// S != Sk, E_o != E, D != Dv, grouped- and multi-query attention, each bias
+// on and off, windows, lengths, causal, fully masked rows, residual, dropout;
+// SET vs ADD; empty batches; bad input. Then the two algorithms against each other with dropout,
+// and the fused buffers' sizes (no S·Sk term).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -68,6 +68,15 @@ std::vector<MhaCase> cases() {
   all.push_back(c);
   c = mha_case_with_everything();
   c.name = "everything: causal, windows, lengths, residual, dropout";
+  all.push_back(c);
+  c = mha_case_with_everything();
+  c.name = "grouped-query (H = 4, Hkv = 2) with everything";
+  c.H = 4, c.Hkv = 2;
+  all.push_back(c);
+  c = MhaCase();
+  c.name = "multi-query (H = 3, Hkv = 1), dropout 0.25";
+  c.H = 3, c.Hkv = 1;
+  c.p = 0.25, c.seed = 77;
   all.push_back(c);
   return all;
 }
@@ -273,6 +282,29 @@ TEST(MhaErrors, BadInputIsAKdnnErrorNamingTheArgument) {
           forward(l), "weights.w_q has extent(0)=6, expected a positive multiple of opts.heads=4");
       l.opts.heads = 0;
       EXPECT_KDNN_ERROR(forward(l), "opts.heads=0, expected at least 1");
+    }
+    {  // grouped-query attention: Hkv divides H, w_k and w_v have Hkv heads
+      DeviceLayer<T> l = base;  // H = 2, D = 3, Dv = 2
+      l.opts.kv_heads = 3;
+      EXPECT_KDNN_ERROR(forward(l),
+                        "opts.kv_heads=3, expected a divisor of opts.heads=2 (or 0: opts.heads)");
+      l.opts.kv_heads = -1;
+      EXPECT_KDNN_ERROR(forward(l), "opts.kv_heads=-1, expected a divisor of opts.heads=2");
+      l.opts.kv_heads = 1;  // w_v [H·Dv = 4, E_v] reads as Hkv·Dv with Dv = 4, w_k as D = 3
+      EXPECT_KDNN_ERROR(forward(l),
+                        "weights.w_k has extent(0)=6, expected 3 (Hkv·D, D from "
+                        "weights.w_q)");
+      l.w.w_k = DeviceView<T**>("w_k", c.D, c.Ek);
+      EXPECT_KDNN_ERROR(forward(l),
+                        "weights.w_o has extent(1)=4, expected 8 (H·Dv, Dv from "
+                        "weights.w_v)");
+      l.w.w_v = DeviceView<T**>("w_v", c.Dv, c.Ev);
+      EXPECT_KDNN_ERROR(forward(l), "weights.b_k has extent(0)=6, expected 3 (Hkv·D)");
+      at::MhaShape shape = base.shape();
+      shape.kv_heads = 3;
+      EXPECT_KDNN_ERROR(at::mha_buffer_sizes(shape),
+                        "attention::mha_buffer_sizes: shape.kv_heads=3, expected a divisor of "
+                        "shape.heads=2");
     }
     {
       DeviceLayer<T> l = base;

@@ -3,14 +3,18 @@
 // kdnn::attention multi-head attention layer (the eigenMHA / cuDNN scope),
 // for queries q [B, S, E_q], keys k [B, Sk, E_k] and values v [B, Sk, E_v]:
 //
-//   Q = q·W_qᵀ + b_q [B, S, H·D],  K = k·W_kᵀ + b_k [B, Sk, H·D],
-//   V = v·W_vᵀ + b_v [B, Sk, H·Dv]                    (nn.Linear, biases optional)
-//   P_h = softmax(s · Q_h K_hᵀ) over the keys the mask leaves    [B, H, S, Sk]
-//   A_h = dropout(P_h) · V_h,  A = [A_0 … A_{H−1}]    (heads side by side) [B, S, H·Dv]
+//   Q = q·W_qᵀ + b_q [B, S, H·D],  K = k·W_kᵀ + b_k [B, Sk, Hkv·D],
+//   V = v·W_vᵀ + b_v [B, Sk, Hkv·Dv]                  (nn.Linear, biases optional)
+//   P_h = softmax(s · Q_h K_g(h)ᵀ) over the keys the mask leaves [B, H, S, Sk]
+//   A_h = dropout(P_h) · V_g(h),  A = [A_0 … A_{H−1}] (heads side by side) [B, S, H·Dv]
 //   out = A·W_oᵀ + b_o (+ residual)                   [B, S, E_o]
 //
-// Head h uses rows h·D … (h+1)·D − 1 of W_q and W_k and rows h·Dv … of W_v;
-// s is sm_scaler (default 1/√D). The mask is softmax.hpp's AttentionMask
+// Query head h uses rows h·D … (h+1)·D − 1 of W_q; it reads key/value head
+// g(h) = h / (H / Hkv), i.e. rows g·D … of W_k and g·Dv … of W_v. Hkv
+// (MhaOptions::kv_heads) divides H: Hkv = H is multi-head attention, Hkv < H
+// grouped-query and Hkv = 1 multi-query attention, where W_k's and W_v's
+// gradients sum over the query heads of each group. s is sm_scaler (default
+// 1/√D). The mask is softmax.hpp's AttentionMask
 // (causal, cuDNN's per-query windows [lo, hi), per-entry sequence lengths):
 // a fully masked query row has zero probabilities, so its output is
 // b_o (+ residual) and it passes no gradient; a padded query (i ≥ seq_q[b])
@@ -57,8 +61,8 @@
 namespace kdnn::attention {
 
 /// The layer's parameters, laid out as nn.Linear weights: w_q [H·D, E_q],
-/// w_k [H·D, E_k], w_v [H·Dv, E_v], w_o [E_o, H·Dv]; biases b_q, b_k [H·D],
-/// b_v [H·Dv], b_o [E_o], each optional (a default-constructed View). With
+/// w_k [Hkv·D, E_k], w_v [Hkv·Dv, E_v], w_o [E_o, H·Dv]; biases b_q [H·D],
+/// b_k [Hkv·D], b_v [Hkv·Dv], b_o [E_o], each optional (a default-constructed View). With
 /// T = const U: the weights a call reads; with T = U: weight gradients.
 template <class T, class ExecSpace>
 struct MhaParams {
@@ -82,6 +86,9 @@ struct MhaOptions {
   std::optional<double> sm_scaler;            ///< s, the softmax scale; 1/√D when unset
   DropoutOptions dropout;                     ///< on the probabilities; p = 0: none
   AttentionAlgo algo = AttentionAlgo::fused;  ///< the same in the three calls
+  /// Hkv, the key/value heads, dividing H (grouped-query attention; 1:
+  /// multi-query); 0: H, one key/value head per query head.
+  int kv_heads = 0;
 };
 
 /// The sizes that fix a layer's buffers (B, S, Sk, the feature sizes and
@@ -91,6 +98,7 @@ struct MhaShape {
   std::size_t q_size = 0, k_size = 0, v_size = 0;                   ///< E_q, E_k, E_v
   std::size_t heads = 1, head_dim = 0, v_head_dim = 0, o_size = 0;  ///< H, D, Dv, E_o
   AttentionAlgo algo = AttentionAlgo::fused;                        ///< MhaOptions::algo
+  std::size_t kv_heads = 0;  ///< Hkv, dividing H; 0: H (MhaOptions::kv_heads)
 };
 
 /// Elements of T the layer's caller-owned buffers need.
@@ -100,7 +108,8 @@ struct MhaBufferSizes {
 };
 
 /// The buffer sizes for `shape` (the same for every scalar type, in elements);
-/// a kdnn::Error for an algo that is no AttentionAlgo.
+/// a kdnn::Error for an algo that is no AttentionAlgo or kv_heads that does
+/// not divide heads.
 inline MhaBufferSizes mha_buffer_sizes(const MhaShape& shape);
 
 }  // namespace kdnn::attention

@@ -21,6 +21,9 @@ inline void check_algo(const char* op, const char* name, AttentionAlgo algo) {
   }
 }
 
+/// Hkv, the key/value heads of a shape: shape.kv_heads, or H when it is 0.
+inline std::size_t kv_heads_of(const MhaShape& s) { return s.kv_heads == 0 ? s.heads : s.kv_heads; }
+
 /// Consecutive tensors cut from one buffer (or, with a null base, counted).
 template <class T, class ExecSpace>
 class Carver {
@@ -55,21 +58,22 @@ class Carver {
 /// nor the mask). The views of the other algorithm are empty.
 template <class T, class ExecSpace>
 struct MhaReserve {
-  Tensor4<T, ExecSpace> qh, kh, vh;  ///< [B, H, S, D], [B, H, Sk, D], [B, H, Sk, Dv]
+  Tensor4<T, ExecSpace> qh, kh, vh;  ///< [B, H, S, D], [B, Hkv, Sk, D], [B, Hkv, Sk, Dv]
   Tensor4<T, ExecSpace> oh;          ///< fused: A_h [B, H, S, Dv]
   Tensor3<T, ExecSpace> lse;         ///< fused: each query's log-sum-exp [B, H, S]
   Tensor4<T, ExecSpace> p;           ///< unfused: softmax probabilities [B, H, S, Sk]
   Tensor3<T, ExecSpace> a;           ///< heads side by side [B, S, H·Dv]
-  Tensor3<T, ExecSpace> dq, dk, dv;  ///< dL/dQ [B, S, H·D], dL/dK [B, Sk, H·D], dL/dV [B, Sk, H·Dv]
-  Tensor3<T, ExecSpace> dout;        ///< dL/dout, padded query rows zeroed [B, S, E_o]
+  /// dL/dQ [B, S, H·D], dL/dK [B, Sk, Hkv·D], dL/dV [B, Sk, Hkv·Dv]
+  Tensor3<T, ExecSpace> dq, dk, dv;
+  Tensor3<T, ExecSpace> dout;  ///< dL/dout, padded query rows zeroed [B, S, E_o]
   std::size_t size = 0;
 
   MhaReserve(const MhaShape& s, T* base) {
     Carver<T, ExecSpace> c(base);
-    const std::size_t B = s.batch, H = s.heads;
+    const std::size_t B = s.batch, H = s.heads, Hkv = kv_heads_of(s);
     qh = c.take(B, H, s.seq_q, s.head_dim);
-    kh = c.take(B, H, s.seq_k, s.head_dim);
-    vh = c.take(B, H, s.seq_k, s.v_head_dim);
+    kh = c.take(B, Hkv, s.seq_k, s.head_dim);
+    vh = c.take(B, Hkv, s.seq_k, s.v_head_dim);
     if (s.algo == AttentionAlgo::unfused) {
       p = c.take(B, H, s.seq_q, s.seq_k);
     } else {
@@ -78,8 +82,8 @@ struct MhaReserve {
     }
     a = c.take(B, s.seq_q, H * s.v_head_dim);
     dq = c.take(B, s.seq_q, H * s.head_dim);
-    dk = c.take(B, s.seq_k, H * s.head_dim);
-    dv = c.take(B, s.seq_k, H * s.v_head_dim);
+    dk = c.take(B, s.seq_k, Hkv * s.head_dim);
+    dv = c.take(B, s.seq_k, Hkv * s.v_head_dim);
     dout = c.take(B, s.seq_q, s.o_size);
     size = c.used();
   }
@@ -91,21 +95,21 @@ struct MhaReserve {
 /// The fused path keeps its per-head outputs in the reserve.
 template <class T, class ExecSpace>
 struct MhaForwardWorkspace {
-  Tensor3<T, ExecSpace> q, k, v;  ///< projections [B, S, H·D], [B, Sk, H·D], [B, Sk, H·Dv]
+  Tensor3<T, ExecSpace> q, k, v;  ///< projections [B, S, H·D], [B, Sk, Hkv·D], [B, Sk, Hkv·Dv]
   Tensor4<T, ExecSpace> oh;       ///< unfused: P_h·V_h [B, H, S, Dv]
   Tensor4<T, ExecSpace> scores;   ///< unfused: Q_h K_hᵀ, then dropout(P) [B, H, S, Sk]
   std::size_t size = 0;
 
   MhaForwardWorkspace(const MhaShape& s, T* base) {
     Carver<T, ExecSpace> c(base);
-    const std::size_t B = s.batch, H = s.heads, S = s.seq_q, Sk = s.seq_k;
+    const std::size_t B = s.batch, H = s.heads, Hkv = kv_heads_of(s), S = s.seq_q, Sk = s.seq_k;
     const bool unfused = s.algo == AttentionAlgo::unfused;
     T* shared =
-        c.region(std::max({B * S * H * s.head_dim, B * Sk * H * s.head_dim,
-                           B * Sk * H * s.v_head_dim, unfused ? B * H * S * s.v_head_dim : 0}));
+        c.region(std::max({B * S * H * s.head_dim, B * Sk * Hkv * s.head_dim,
+                           B * Sk * Hkv * s.v_head_dim, unfused ? B * H * S * s.v_head_dim : 0}));
     q = Tensor3<T, ExecSpace>(shared, B, S, H * s.head_dim);
-    k = Tensor3<T, ExecSpace>(shared, B, Sk, H * s.head_dim);
-    v = Tensor3<T, ExecSpace>(shared, B, Sk, H * s.v_head_dim);
+    k = Tensor3<T, ExecSpace>(shared, B, Sk, Hkv * s.head_dim);
+    v = Tensor3<T, ExecSpace>(shared, B, Sk, Hkv * s.v_head_dim);
     if (unfused) {
       oh = Tensor4<T, ExecSpace>(shared, B, H, S, s.v_head_dim);
       scores = c.take(B, H, S, Sk);
@@ -120,13 +124,13 @@ struct MhaBackwardDataWorkspace {
   Tensor3<T, ExecSpace> da;        ///< dL/dA [B, S, H·Dv]
   Tensor4<T, ExecSpace> doh;       ///< dL/dA_h [B, H, S, Dv]
   Tensor4<T, ExecSpace> sk1, sk2;  ///< unfused: two [B, H, S, Sk]: dropout(P), dL/dP, dL/dscores
-  Tensor4<T, ExecSpace> dqh, dkh, dvh;  ///< per-head gradients of Q, K, V
+  Tensor4<T, ExecSpace> dqh, dkh, dvh;  ///< per-head gradients of Q, K, V (Hkv heads for K, V)
   Tensor3<T, ExecSpace> delta;          ///< fused: the rows' dO·O [B, H, S]
   std::size_t size = 0;
 
   MhaBackwardDataWorkspace(const MhaShape& s, T* base) {
     Carver<T, ExecSpace> c(base);
-    const std::size_t B = s.batch, H = s.heads, S = s.seq_q, Sk = s.seq_k;
+    const std::size_t B = s.batch, H = s.heads, Hkv = kv_heads_of(s), S = s.seq_q, Sk = s.seq_k;
     da = c.take(B, S, H * s.v_head_dim);
     doh = c.take(B, H, S, s.v_head_dim);
     if (s.algo == AttentionAlgo::unfused) {
@@ -134,8 +138,8 @@ struct MhaBackwardDataWorkspace {
       sk2 = c.take(B, H, S, Sk);
     }
     dqh = c.take(B, H, S, s.head_dim);
-    dkh = c.take(B, H, Sk, s.head_dim);
-    dvh = c.take(B, H, Sk, s.v_head_dim);
+    dkh = c.take(B, Hkv, Sk, s.head_dim);
+    dvh = c.take(B, Hkv, Sk, s.v_head_dim);
     if (s.algo == AttentionAlgo::fused) delta = c.take(B, H, S);
     size = c.used();
   }
@@ -146,7 +150,12 @@ struct MhaBackwardDataWorkspace {
 namespace kdnn::attention {
 
 inline MhaBufferSizes mha_buffer_sizes(const MhaShape& shape) {
-  impl::check_algo("attention::mha_buffer_sizes", "shape.algo", shape.algo);
+  constexpr const char* op = "attention::mha_buffer_sizes";
+  impl::check_algo(op, "shape.algo", shape.algo);
+  if (shape.kv_heads != 0 && shape.heads % shape.kv_heads != 0) {
+    fail(op, ": shape.kv_heads=", shape.kv_heads,
+         ", expected a divisor of shape.heads=", shape.heads, " (or 0: heads)");
+  }
   // The counts do not depend on the scalar type or the space.
   using T = double;
   using Space = Kokkos::DefaultHostExecutionSpace;

@@ -6,10 +6,13 @@
 // and its own layout kernels. Backward, for the forward of mha.hpp with
 // G = dL/dout (padded rows zeroed):
 //   dA = G·W_o                           dA_h → its head's slice
-//   dQ_h, dK_h, dV_h from dA_h: fused_attention_backward (fused), or
-//     dV_h = dropout(P_h)ᵀ·dA_h          dP_h = dropout⁻ᵀ(dA_h·V_hᵀ)
+//   dQ_h, dK_g, dV_g from dA_h: fused_attention_backward (fused), or
+//     dV_g = Σ_h∈g dropout(P_h)ᵀ·dA_h    dP_h = dropout⁻ᵀ(dA_h·V_gᵀ)
 //     dScores_h = softmax_backward(P_h, dP_h)     (includes the scale s)
-//     dQ_h = dScores_h·K_h               dK_h = dScores_hᵀ·Q_h     (unfused)
+//     dQ_h = dScores_h·K_g               dK_g = Σ_h∈g dScores_hᵀ·Q_h   (unfused)
+//   where g is query head h's key/value head. Unfused, each product runs
+//   once per key/value head on its group's query heads stacked (grouped()),
+//   so the sums over a group are the GEMMs' own inner sums.
 //   dq = dQ·W_q,  dk = dK·W_k,  dv = dV·W_v
 //   dW_q = dQᵀ·q, db_q = Σ dQ (same for K, V);  dW_o = Gᵀ·A, db_o = Σ G.
 #include <cmath>
@@ -38,19 +41,28 @@ MhaShape mha_shape(const char* op, const MhaOptions& opts, const AttentionMask<E
                    const Tensor3<const T, ExecSpace>& v) {
   if (opts.heads < 1) fail(op, ": opts.heads=", opts.heads, ", expected at least 1");
   check_algo(op, "opts.algo", opts.algo);
+  if (opts.kv_heads < 0 || (opts.kv_heads > 0 && opts.heads % opts.kv_heads != 0)) {
+    fail(op, ": opts.kv_heads=", opts.kv_heads, ", expected a divisor of opts.heads=", opts.heads,
+         " (or 0: opts.heads)");
+  }
   const std::size_t H = std::size_t(opts.heads);
-  const auto per_head = [&](const char* name, std::size_t rows, const char* what) {
-    if (rows == 0 || rows % H != 0) {
+  const std::size_t Hkv = opts.kv_heads == 0 ? H : std::size_t(opts.kv_heads);
+  const bool grouped_query = Hkv != H;
+  const auto per_head = [&](const char* name, std::size_t rows, const char* heads, std::size_t n,
+                            const char* what) {
+    if (rows == 0 || rows % n != 0) {
       fail(op, ": weights.", name, " has extent(0)=", rows, ", expected a positive multiple of ",
-           "opts.heads=", H, " (", what, ")");
+           heads, "=", n, " (", what, ")");
     }
-    return rows / H;
+    return rows / n;
   };
   MhaShape s;
   s.algo = opts.algo;
   s.heads = H;
-  s.head_dim = per_head("w_q", w.w_q.extent(0), "H·D, the query projection size");
-  s.v_head_dim = per_head("w_v", w.w_v.extent(0), "H·Dv, the value projection size");
+  s.kv_heads = Hkv;
+  s.head_dim = per_head("w_q", w.w_q.extent(0), "opts.heads", H, "H·D, the query projection size");
+  s.v_head_dim = per_head("w_v", w.w_v.extent(0), grouped_query ? "opts.kv_heads" : "opts.heads",
+                          Hkv, "Hkv·Dv, the value projection size");
   s.o_size = w.w_o.extent(0);
   s.batch = q.extent(0);
   s.seq_q = q.extent(1);
@@ -58,14 +70,15 @@ MhaShape mha_shape(const char* op, const MhaOptions& opts, const AttentionMask<E
   s.q_size = w.w_q.extent(1);
   s.k_size = w.w_k.extent(1);
   s.v_size = w.w_v.extent(1);
-  validate::extent(op, "weights.w_k", w.w_k, 0, H * s.head_dim, "H·D, as weights.w_q");
-  validate::extent(op, "weights.w_o", w.w_o, 1, H * s.v_head_dim, "H·Dv, as weights.w_v");
+  validate::extent(op, "weights.w_k", w.w_k, 0, Hkv * s.head_dim,
+                   grouped_query ? "Hkv·D, D from weights.w_q" : "H·D, as weights.w_q");
+  validate::extent(op, "weights.w_o", w.w_o, 1, H * s.v_head_dim, "H·Dv, Dv from weights.w_v");
   const auto bias = [&](const char* name, const auto& b, std::size_t size, const char* what) {
     if (validate::given(b)) validate::extent(op, name, b, 0, size, what);
   };
   bias("weights.b_q", w.b_q, H * s.head_dim, "H·D");
-  bias("weights.b_k", w.b_k, H * s.head_dim, "H·D");
-  bias("weights.b_v", w.b_v, H * s.v_head_dim, "H·Dv");
+  bias("weights.b_k", w.b_k, Hkv * s.head_dim, grouped_query ? "Hkv·D" : "H·D");
+  bias("weights.b_v", w.b_v, Hkv * s.v_head_dim, grouped_query ? "Hkv·Dv" : "H·Dv");
   bias("weights.b_o", w.b_o, s.o_size, "E_o, weights.w_o's extent(0)");
 
   validate::extent(op, names[0], q, 2, s.q_size, "E_q, weights.w_q's extent(1)");
@@ -128,6 +141,14 @@ void check_fused_plans(const char* op, const ExecSpace& space, const MhaShape& s
                                    backward);
 }
 
+/// The same per-head tensor x [B, H, R, C] (contiguous) as
+/// [B, H / group, group·R, C]: each group's `group` consecutive heads
+/// stacked, so that one GEMM per key/value head serves its whole group.
+template <class View>
+View grouped(const View& x, std::size_t group) {
+  return View(x.data(), x.extent(0), x.extent(1) / group, group * x.extent(2), x.extent(3));
+}
+
 template <class ExecSpace, class T>
 void mha_forward(const ExecSpace& space, const MhaOptions& opts,
                  const AttentionMask<ExecSpace>& mask, const MhaParams<const T, ExecSpace>& w,
@@ -168,8 +189,9 @@ void mha_forward(const ExecSpace& space, const MhaOptions& opts,
                                                 MaskCheck::done_by_caller);
     merge_heads(space, Tensor4<const T, ExecSpace>(r.oh), r.a);
   } else {
-    attention::batched_gemm(space, Op::none, Op::transpose, Op::none, T(1), r.qh, r.kh, T(0),
-                            ws.scores);
+    const std::size_t g = s.heads / s.kv_heads;
+    attention::batched_gemm(space, Op::none, Op::transpose, Op::none, T(1), grouped(r.qh, g), r.kh,
+                            T(0), grouped(ws.scores, g));
     impl::softmax_forward<ExecSpace, T>(space, ws.scores, r.p, softmax_options(opts, s), mask,
                                         MaskCheck::done_by_caller);
     Tensor4<const T, ExecSpace> dropped = r.p;
@@ -177,7 +199,8 @@ void mha_forward(const ExecSpace& space, const MhaOptions& opts,
       attention::dropout_forward(space, r.p, ws.scores, opts.dropout);
       dropped = ws.scores;
     }
-    attention::batched_gemm(space, Op::none, Op::none, Op::none, T(1), dropped, r.vh, T(0), ws.oh);
+    attention::batched_gemm(space, Op::none, Op::none, Op::none, T(1), grouped(dropped, g), r.vh,
+                            T(0), grouped(ws.oh, g));
     merge_heads(space, Tensor4<const T, ExecSpace>(ws.oh), r.a);
   }
 
@@ -231,15 +254,16 @@ void mha_backward_data(const ExecSpace& space, const MhaOptions& opts,
     // dV_h = dropout(P_h)ᵀ·dA_h and dP_h = dropout⁻ᵀ(dA_h·V_hᵀ), dropout's
     // mask regenerated from its (seed, offset).
     const bool dropout = opts.dropout.p > 0;
+    const std::size_t g = s.heads / s.kv_heads;
     Tensor4<const T, ExecSpace> dropped = r.p;
     if (dropout) {
       attention::dropout_forward(space, r.p, ws.sk1, opts.dropout);
       dropped = ws.sk1;
     }
-    attention::batched_gemm(space, Op::transpose, Op::none, Op::none, T(1), dropped, ws.doh, T(0),
-                            ws.dvh);
-    attention::batched_gemm(space, Op::none, Op::transpose, Op::none, T(1), ws.doh, r.vh, T(0),
-                            ws.sk2);
+    attention::batched_gemm(space, Op::transpose, Op::none, Op::none, T(1), grouped(dropped, g),
+                            grouped(ws.doh, g), T(0), ws.dvh);
+    attention::batched_gemm(space, Op::none, Op::transpose, Op::none, T(1), grouped(ws.doh, g),
+                            r.vh, T(0), grouped(ws.sk2, g));
     Tensor4<T, ExecSpace> dp = ws.sk2, dscores = ws.sk1;
     if (dropout) {
       attention::dropout_backward(space, ws.sk2, ws.sk1, opts.dropout);
@@ -248,9 +272,10 @@ void mha_backward_data(const ExecSpace& space, const MhaOptions& opts,
     }
     impl::softmax_backward<ExecSpace, T>(space, r.p, dp, dscores, softmax_options(opts, s), mask,
                                          MaskCheck::done_by_caller);
-    attention::batched_gemm(space, Op::none, Op::none, Op::none, T(1), dscores, r.kh, T(0), ws.dqh);
-    attention::batched_gemm(space, Op::transpose, Op::none, Op::none, T(1), dscores, r.qh, T(0),
-                            ws.dkh);
+    attention::batched_gemm(space, Op::none, Op::none, Op::none, T(1), grouped(dscores, g), r.kh,
+                            T(0), grouped(ws.dqh, g));
+    attention::batched_gemm(space, Op::transpose, Op::none, Op::none, T(1), grouped(dscores, g),
+                            grouped(r.qh, g), T(0), ws.dkh);
   }
 
   merge_heads(space, Tensor4<const T, ExecSpace>(ws.dqh), r.dq);
