@@ -10,8 +10,8 @@ from ._tensors import (Operands, dropout_options, first_order, flag, int32_vecto
                        require, stream_of, windows)
 
 ALGOS = ("fused", "unfused")
-PARAMS = {"w_q": "[H*D, Eq]", "w_k": "[H*D, Ek]", "w_v": "[H*Dv, Ev]", "w_o": "[Eo, H*Dv]",
-          "b_q": "[H*D]", "b_k": "[H*D]", "b_v": "[H*Dv]", "b_o": "[Eo]"}
+PARAMS = {"w_q": "[H*D, Eq]", "w_k": "[Hkv*D, Ek]", "w_v": "[Hkv*Dv, Ev]", "w_o": "[Eo, H*Dv]",
+          "b_q": "[H*D]", "b_k": "[Hkv*D]", "b_v": "[Hkv*Dv]", "b_o": "[Eo]"}
 
 
 def _config(values):
@@ -49,18 +49,21 @@ class _MultiHeadAttention(torch.autograd.Function):
 
 
 def multi_head_attention(query, key, value, w_q, w_k, w_v, w_o, b_q=None, b_k=None, b_v=None,
-                         b_o=None, *, heads, residual=None, causal=False, window=None,
+                         b_o=None, *, heads, kv_heads=None, residual=None, causal=False, window=None,
                          seq_lengths=None, scale=None, dropout_p=0.0, seed=None, offset=0,
                          algo="fused"):
     """The multi-head attention layer, batch first:
 
         Q = query w_q^T + b_q,  K = key w_k^T + b_k,  V = value w_v^T + b_v
-        head h: softmax(scale Q_h K_h^T, masked) V_h, heads side by side
+        head h: softmax(scale Q_h K_g^T, masked) V_g, heads side by side
         out = A w_o^T + b_o (+ residual)
 
     query [B, S, Eq], key [B, Sk, Ek], value [B, Sk, Ev]; weights as
-    nn.Linear's: w_q [H*D, Eq], w_k [H*D, Ek], w_v [H*Dv, Ev], w_o [Eo, H*Dv],
-    biases [H*D], [H*D], [H*Dv], [Eo] (each optional). Masks: causal (key
+    nn.Linear's: w_q [H*D, Eq], w_k [Hkv*D, Ek], w_v [Hkv*Dv, Ev],
+    w_o [Eo, H*Dv], biases [H*D], [Hkv*D], [Hkv*Dv], [Eo] (each optional).
+    kv_heads = Hkv, dividing heads = H (default H): grouped-query attention,
+    query head h reading key/value head g = h // (H // Hkv) (Hugging Face's
+    num_key_value_heads; 1 is multi-query attention). Masks: causal (key
     j <= query i), window = (lo, hi) integer vectors [S] (query i sees keys
     lo[i] <= j < hi[i], cuDNN's windows), seq_lengths = (seq_q, seq_k)
     integer vectors [B] (queries i >= seq_q[b] are padding: their output and
@@ -79,6 +82,10 @@ def multi_head_attention(query, key, value, w_q, w_k, w_v, w_o, b_q=None, b_k=No
                     optional=name.startswith("b"))
               for p, (name, layout) in zip((w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o), PARAMS.items())]
     heads = integer("multi_head_attention", "heads", heads, 1, 2**31 - 1)
+    kv_heads = heads if kv_heads is None else integer("multi_head_attention", "kv_heads",
+                                                      kv_heads, 1, heads)
+    require(heads % kv_heads == 0,
+            f"multi_head_attention: kv_heads={kv_heads}, expected a divisor of heads={heads}")
     causal = flag("multi_head_attention", "causal", causal)
     require(algo in ALGOS, f"multi_head_attention: algo={algo!r}, expected one of {ALGOS}")
     dropout = dropout_options("multi_head_attention", dropout_p, seed, offset)
@@ -88,10 +95,10 @@ def multi_head_attention(query, key, value, w_q, w_k, w_v, w_o, b_q=None, b_k=No
     B, S, _ = query.shape
     Sk = key.shape[1]
     wq, wk, wv, wo = params[:4]
-    require(wq.shape[0] % heads == 0 and wv.shape[0] % heads == 0,
+    require(wq.shape[0] % heads == 0 and wv.shape[0] % kv_heads == 0,
             f"multi_head_attention: w_q has {wq.shape[0]} rows and w_v {wv.shape[0]}, expected "
-            f"multiples of heads={heads}")
-    c = {"heads": heads, "scale": scale, "dropout_p": dropout[0], "seed": dropout[1],
+            f"multiples of heads={heads} and kv_heads={kv_heads}")
+    c = {"heads": heads, "kv_heads": kv_heads, "scale": scale, "dropout_p": dropout[0], "seed": dropout[1],
          "offset": dropout[2], "unfused": algo == "unfused", "causal": causal}
     c["lo_win"], c["hi_win"] = windows("multi_head_attention", window, S, query.device)
     if seq_lengths is not None:
@@ -100,6 +107,6 @@ def multi_head_attention(query, key, value, w_q, w_k, w_v, w_o, b_q=None, b_k=No
         c["seq_k"] = int32_vector("multi_head_attention", "seq_lengths[1]", seq_lengths[1], B,
                                   query.device)
     sizes = _kdnn.mha_buffer_sizes(B, S, Sk, query.shape[2], key.shape[2], value.shape[2], heads,
-                                   wq.shape[0] // heads, wv.shape[0] // heads, wo.shape[0],
-                                   c["unfused"])
+                                   kv_heads, wq.shape[0] // heads, wv.shape[0] // kv_heads,
+                                   wo.shape[0], c["unfused"])
     return _MultiHeadAttention.apply(c, sizes, query, key, value, residual, *params)

@@ -23,7 +23,7 @@ namespace {
 
 /// The layer's options and mask, as Python passes them.
 struct Config {
-  int heads = 1;
+  int heads = 1, kv_heads = 0;
   std::optional<double> scale;
   double dropout_p = 0;
   std::uint64_t seed = 0, offset = 0;
@@ -33,6 +33,7 @@ struct Config {
   at::MhaOptions options() const {
     at::MhaOptions o;
     o.heads = heads;
+    o.kv_heads = kv_heads;
     o.sm_scaler = scale;
     o.dropout = {dropout_p, seed, offset};
     o.algo = unfused ? at::AttentionAlgo::unfused : at::AttentionAlgo::fused;
@@ -75,11 +76,11 @@ struct Params {
 
 std::pair<std::size_t, std::size_t> buffer_sizes(std::size_t B, std::size_t S, std::size_t Sk,
                                                  std::size_t Eq, std::size_t Ek, std::size_t Ev,
-                                                 std::size_t H, std::size_t D, std::size_t Dv,
-                                                 std::size_t Eo, bool unfused) {
+                                                 std::size_t H, std::size_t Hkv, std::size_t D,
+                                                 std::size_t Dv, std::size_t Eo, bool unfused) {
   at::MhaShape s;
   s.batch = B, s.seq_q = S, s.seq_k = Sk, s.q_size = Eq, s.k_size = Ek, s.v_size = Ev;
-  s.heads = H, s.head_dim = D, s.v_head_dim = Dv, s.o_size = Eo;
+  s.heads = H, s.kv_heads = Hkv, s.head_dim = D, s.v_head_dim = Dv, s.o_size = Eo;
   s.algo = unfused ? at::AttentionAlgo::unfused : at::AttentionAlgo::fused;
   const at::MhaBufferSizes sizes = at::mha_buffer_sizes(s);
   return {sizes.reserve, sizes.workspace};
@@ -138,6 +139,7 @@ void bind_mha(nb::module_& m) {
   nb::class_<Config>(m, "MhaConfig")
       .def(nb::init<>())
       .def_rw("heads", &Config::heads)
+      .def_rw("kv_heads", &Config::kv_heads)
       .def_rw("scale", &Config::scale, nb::arg().none())
       .def_rw("dropout_p", &Config::dropout_p)
       .def_rw("seed", &Config::seed)
@@ -153,7 +155,7 @@ void bind_mha(nb::module_& m) {
            "w_k"_a, "w_v"_a, "w_o"_a, "b_q"_a.none(), "b_k"_a.none(), "b_v"_a.none(),
            "b_o"_a.none());
   m.def("mha_buffer_sizes", &buffer_sizes, "B"_a, "S"_a, "Sk"_a, "Eq"_a, "Ek"_a, "Ev"_a, "H"_a,
-        "D"_a, "Dv"_a, "Eo"_a, "unfused"_a);
+        "Hkv"_a, "D"_a, "Dv"_a, "Eo"_a, "unfused"_a);
   m.def("mha_forward", &forward, "q"_a, "k"_a, "v"_a, "residual"_a.none(), "params"_a, "out"_a,
         "reserve"_a, "workspace"_a, "config"_a, "stream"_a);
   m.def("mha_backward", &backward, "dout"_a, "dq"_a, "dk"_a, "dv"_a, "dresidual"_a.none(), "q"_a,

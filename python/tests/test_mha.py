@@ -15,14 +15,15 @@ PARAMS = ("w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o")
 
 
 def layer(dtype, B=2, S=7, Sk=9, Eq=6, Ek=5, Ev=4, H=2, D=3, Dv=4, Eo=5, biases=True,
-          residual=False):
+          residual=False, Hkv=None):
     def leaf(*shape, fan_in=1):  # weights scaled as nn.Linear's
         return (torch.randn(*shape, dtype=dtype) / fan_in**0.5).requires_grad_(True)
+    Hkv = Hkv or H
     t = {"q": leaf(B, S, Eq), "k": leaf(B, Sk, Ek), "v": leaf(B, Sk, Ev),
          "residual": leaf(B, S, Eo) if residual else None,
-         "w_q": leaf(H * D, Eq, fan_in=Eq), "w_k": leaf(H * D, Ek, fan_in=Ek),
-         "w_v": leaf(H * Dv, Ev, fan_in=Ev), "w_o": leaf(Eo, H * Dv, fan_in=H * Dv)}
-    for name, n in (("b_q", H * D), ("b_k", H * D), ("b_v", H * Dv), ("b_o", Eo)):
+         "w_q": leaf(H * D, Eq, fan_in=Eq), "w_k": leaf(Hkv * D, Ek, fan_in=Ek),
+         "w_v": leaf(Hkv * Dv, Ev, fan_in=Ev), "w_o": leaf(Eo, H * Dv, fan_in=H * Dv)}
+    for name, n in (("b_q", H * D), ("b_k", Hkv * D), ("b_v", Hkv * Dv), ("b_o", Eo)):
         t[name] = leaf(n) if biases else None
     return t, H
 
@@ -84,6 +85,47 @@ def test_gradcheck():
     assert torch.autograd.gradcheck(f, [t[n] for n in names])
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("algo", ["fused", "unfused"])
+@pytest.mark.parametrize("kv_heads", [1, 2])
+def test_grouped_query_layer_matches_the_reference(dtype, algo, kv_heads):
+    """kv_heads < heads: w_k, w_v with kv_heads heads, each read by its
+    group of query heads (the reference repeats K and V per query head);
+    every gradient, dw_k and dw_v summed over the groups, by autograd."""
+    t, H = layer(dtype, H=4, Hkv=kv_heads, residual=True)
+    B, S, Sk = 2, 7, 9
+    lens_q, lens_k = [7, 5], [9, 3]
+    mask = reference.visible(B, S, Sk, True, None, None, lens_q, lens_k)
+    t64 = in_double(t)
+    got = run(t, H, kv_heads=kv_heads, causal=True, seq_lengths=(lens_q, lens_k), algo=algo)
+    assert_matches(got, reference.forward(t64, H, mask, lens_q=lens_q, kv_heads=kv_heads),
+                   leaves(t), leaves(t64), **TOLERANCE[dtype])
+
+
+def test_grouped_query_gradcheck():
+    t, H = layer(torch.float64, B=1, S=3, Sk=4, Eq=3, Ek=2, Ev=3, H=4, D=2, Dv=2, Eo=3, Hkv=2)
+    names = [name for name, x in t.items() if x is not None]
+
+    def f(*xs):
+        return run(dict(t, **dict(zip(names, xs))), H, kv_heads=2, causal=True, algo="unfused")
+    assert torch.autograd.gradcheck(f, [t[n] for n in names])
+
+
+def test_module_with_kv_heads_is_the_grouped_layer():
+    ours = kdnn.nn.MultiheadAttention(8, 4, kv_heads=2, dtype=torch.float64)
+    assert ours.w_k.shape == (4, 8) and ours.w_v.shape == (4, 8) and ours.b_k.shape == (4,)
+    x = torch.randn(2, 5, 8, dtype=torch.float64)
+    t = {"q": x, "k": x, "v": x, "residual": None,
+         **{name: getattr(ours, name) for name in PARAMS}}
+    want = reference.forward(t, 4, reference.visible(2, 5, 5, True), kv_heads=2)
+    torch.testing.assert_close(ours(x, causal=True), want)
+    for kw, match in ((dict(kv_heads=3), r"kv_heads=3, expected a divisor of num_heads=4"),
+                      (dict(kv_heads=0), r"kv_heads=0, expected an integer in \[1, 4\]"),
+                      (dict(num_heads=3), r"num_heads=3, expected a divisor of embed_dim=8")):
+        with pytest.raises(kdnn.Error, match=match):
+            kdnn.nn.MultiheadAttention(8, **{"num_heads": 4, **kw})
+
+
 def test_module_is_torch_multihead_attention():
     E, H = 8, 2
     ours = kdnn.nn.MultiheadAttention(E, H, dtype=torch.float64)
@@ -106,6 +148,13 @@ def test_bad_input():
         run(t, 0)
     with pytest.raises(kdnn.Error, match=r"w_q has 6 rows and w_v 8, expected multiples of heads=4"):
         run(t, 4)
+    with pytest.raises(kdnn.Error, match=r"kv_heads=3, expected an integer in \[1, 2\]"):
+        run(t, H, kv_heads=3)
+    g, _ = layer(torch.float32, H=4, Hkv=2)
+    with pytest.raises(kdnn.Error, match=r"kv_heads=3, expected a divisor of heads=4"):
+        run(g, 4, kv_heads=3)
+    with pytest.raises(kdnn.Error, match=r"weights.w_k has extent\(0\)=6, expected 3 \(Hkv·D"):
+        run(g, 4, kv_heads=1)  # w_v's 8 rows read as Dv = 8: w_k must then be [1·3, Ek]
     with pytest.raises(kdnn.Error, match=r"seq_lengths\[0\] has shape \[3\], expected \[2\]"):
         run(t, H, seq_lengths=([1, 2, 3], [1, 2]))
     with pytest.raises(kdnn.Error, match=r"mask.seq_q\[1\]=8, expected a value in \[0, 7\]"):

@@ -3,9 +3,11 @@
 
 Written with torch.nn.functional, independently of kdnn's kernels, for
 q [B, S, Eq], k [B, Sk, Ek], v [B, Sk, Ev] and nn.Linear parameters
-w_q [H*D, Eq], w_k [H*D, Ek], w_v [H*Dv, Ev], w_o [Eo, H*Dv] (y = x W^T + b;
-every bias optional):
+w_q [H*D, Eq], w_k [Hkv*D, Ek], w_v [Hkv*Dv, Ev], w_o [Eo, H*Dv] (y = x W^T + b;
+every bias optional; Hkv = kv_heads divides H, default H):
     Q = F.linear(q, w_q, b_q), K = ..., V = ...   head h: columns h*D..(h+1)*D-1
+    K and V repeated per query head (repeat_interleave by H / Hkv: query head
+        h reads key/value head h // (H / Hkv), as Hugging Face's repeat_kv)
     scores = s * Q_h K_h^T   [B, H, S, Sk]         s = sm_scaler, default 1/sqrt(D)
     P = softmax over the visible keys: masked scores filled with -inf; a row
         with no visible key is all zeros (its scores are set finite before the
@@ -44,20 +46,22 @@ def visible(batch, seq_q, seq_k, causal=False, lo=None, hi=None, lens_q=None, le
     return m
 
 
-def forward(t, heads, mask, sm_scaler=None, keep=None, p=0.0, lens_q=None):
+def forward(t, heads, mask, sm_scaler=None, keep=None, p=0.0, lens_q=None, kv_heads=None):
     """out [B, S, Eo] for tensors t (a dict with INPUTS and PARAMS, None where
     absent), the mask [B, S, Sk] from visible(), the keep mask [B, H, S, Sk]
-    (None: no dropout) and the query lengths [B] (None: no padded query)."""
+    (None: no dropout), the query lengths [B] (None: no padded query) and
+    the key/value heads (None: heads)."""
     B, S, _ = t["q"].shape
     Sk = t["k"].shape[1]
     H = heads
+    Hkv = kv_heads or heads
 
-    def split(x, rows):  # [B, rows, H*d] -> [B, H, rows, d]
-        return x.reshape(B, rows, H, -1).transpose(1, 2)
+    def split(x, rows, n):  # [B, rows, n*d] -> [B, n, rows, d] -> [B, H, rows, d]
+        return x.reshape(B, rows, n, -1).transpose(1, 2).repeat_interleave(H // n, dim=1)
 
-    Q = split(F.linear(t["q"], t["w_q"], t["b_q"]), S)
-    K = split(F.linear(t["k"], t["w_k"], t["b_k"]), Sk)
-    V = split(F.linear(t["v"], t["w_v"], t["b_v"]), Sk)
+    Q = split(F.linear(t["q"], t["w_q"], t["b_q"]), S, H)
+    K = split(F.linear(t["k"], t["w_k"], t["b_k"]), Sk, Hkv)
+    V = split(F.linear(t["v"], t["w_v"], t["b_v"]), Sk, Hkv)
     s = sm_scaler if sm_scaler is not None else 1.0 / math.sqrt(Q.shape[-1])
     scores = s * torch.matmul(Q, K.transpose(-1, -2))
     seen = mask[:, None]  # [B, 1, S, Sk]
