@@ -49,9 +49,9 @@ class _MultiHeadAttention(torch.autograd.Function):
 
 
 def multi_head_attention(query, key, value, w_q, w_k, w_v, w_o, b_q=None, b_k=None, b_v=None,
-                         b_o=None, *, heads, kv_heads=None, residual=None, causal=False, window=None,
-                         seq_lengths=None, scale=None, dropout_p=0.0, seed=None, offset=0,
-                         algo="fused"):
+                         b_o=None, *, heads, kv_heads=None, residual=None, causal=False,
+                         window=None, seq_lengths=None, scale=None, dropout_p=0.0, seed=None,
+                         offset=0, algo="fused"):
     """The multi-head attention layer, batch first:
 
         Q = query w_q^T + b_q,  K = key w_k^T + b_k,  V = value w_v^T + b_v
@@ -98,8 +98,8 @@ def multi_head_attention(query, key, value, w_q, w_k, w_v, w_o, b_q=None, b_k=No
     require(wq.shape[0] % heads == 0 and wv.shape[0] % kv_heads == 0,
             f"multi_head_attention: w_q has {wq.shape[0]} rows and w_v {wv.shape[0]}, expected "
             f"multiples of heads={heads} and kv_heads={kv_heads}")
-    c = {"heads": heads, "kv_heads": kv_heads, "scale": scale, "dropout_p": dropout[0], "seed": dropout[1],
-         "offset": dropout[2], "unfused": algo == "unfused", "causal": causal}
+    c = {"heads": heads, "kv_heads": kv_heads, "scale": scale, "dropout_p": dropout[0],
+         "seed": dropout[1], "offset": dropout[2], "unfused": algo == "unfused", "causal": causal}
     c["lo_win"], c["hi_win"] = windows("multi_head_attention", window, S, query.device)
     if seq_lengths is not None:
         c["seq_q"] = int32_vector("multi_head_attention", "seq_lengths[0]", seq_lengths[0], B,

@@ -80,7 +80,8 @@ class MultiheadAttention(torch.nn.Module):
         for w in (self.w_q, self.w_k, self.w_v):
             torch.nn.init.xavier_uniform_(w)
         torch.nn.init.kaiming_uniform_(self.w_o, a=math.sqrt(5))  # nn.Linear's
-        for name, size in (("b_q", embed_dim), ("b_k", kv_dim), ("b_v", kv_dim), ("b_o", embed_dim)):
+        sizes = {"b_q": embed_dim, "b_k": kv_dim, "b_v": kv_dim, "b_o": embed_dim}
+        for name, size in sizes.items():
             self.register_parameter(
                 name, torch.nn.Parameter(torch.zeros(size, **kw)) if bias else None)
 
