@@ -20,6 +20,7 @@
 #include "expect_error.hpp"
 #include "kdnn/ssm/ssd.hpp"
 #include "ssd_reference.hpp"
+#include "ssd_views.hpp"
 #include "views.hpp"
 
 namespace {
@@ -52,36 +53,6 @@ SsdCase make_case(SsdShape s, unsigned given, unsigned seed, double a_lo = -1.5,
   if (given & kDfinal) a.dfinal = normal(ns, seed + 8);
   return a;
 }
-
-/// The Views of one case, in T.
-template <class T>
-struct SsdViews {
-  DeviceView<T****> x, Bm, Cm, init, dy, dfinal;
-  DeviceView<T***> dt;
-  DeviceView<T*> A, D;
-  explicit SsdViews(const SsdCase& a) {
-    const auto& s = a.s;
-    x = to_device<T****>(a.x, s.B, s.L, s.H, s.P);
-    dt = to_device<T***>(a.dt, s.B, s.L, s.H);
-    A = to_device<T*>(a.A, s.H);
-    Bm = to_device<T****>(a.Bm, s.B, s.L, s.G, s.N);
-    Cm = to_device<T****>(a.Cm, s.B, s.L, s.G, s.N);
-    dy = to_device<T****>(a.dy, s.B, s.L, s.H, s.P);
-    if (!a.D.empty()) D = to_device<T*>(a.D, s.H);
-    if (!a.init.empty()) init = to_device<T****>(a.init, s.B, s.H, s.P, s.N);
-    if (!a.dfinal.empty()) dfinal = to_device<T****>(a.dfinal, s.B, s.H, s.P, s.N);
-  }
-  template <class Args>
-  void set_inputs(Args& args) const {
-    args.x = x;
-    args.dt = dt;
-    args.A = A;
-    args.B = Bm;
-    args.C = Cm;
-    args.D = D;
-    args.initial_state = init;
-  }
-};
 
 ssm::SsdOptions options(int chunk, kdnn::KernelForm form) {
   ssm::SsdOptions o;

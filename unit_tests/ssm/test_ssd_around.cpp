@@ -19,6 +19,7 @@
 #include "expect_error.hpp"
 #include "kdnn/ssm/ssd.hpp"
 #include "ssd_reference.hpp"
+#include "ssd_views.hpp"
 #include "views.hpp"
 
 namespace {
@@ -145,36 +146,8 @@ ssm::SsdOptions options(const Around& what, int chunk, kdnn::KernelForm form) {
 
 /// The Views of one case, in T.
 template <class T>
-struct Views {
-  const SsdShape s;
-  DeviceView<T****> x, Bm, Cm, init, dy, dfinal, z;
-  DeviceView<T***> dt;
-  DeviceView<T*> A, D, dt_bias;
-  explicit Views(const AroundCase& c) : s(c.a.s) {
-    const SsdCase& a = c.a;
-    x = to_device<T****>(a.x, s.B, s.L, s.H, s.P);
-    dt = to_device<T***>(a.dt, s.B, s.L, s.H);
-    A = to_device<T*>(a.A, s.H);
-    Bm = to_device<T****>(a.Bm, s.B, s.L, s.G, s.N);
-    Cm = to_device<T****>(a.Cm, s.B, s.L, s.G, s.N);
-    D = to_device<T*>(a.D, s.H);
-    init = to_device<T****>(a.init, s.B, s.H, s.P, s.N);
-    dy = to_device<T****>(a.dy, s.B, s.L, s.H, s.P);
-    dfinal = to_device<T****>(a.dfinal, s.B, s.H, s.P, s.N);
-    if (!c.dt_bias.empty()) dt_bias = to_device<T*>(c.dt_bias, s.H);
-    if (!c.z.empty()) z = to_device<T****>(c.z, s.B, s.L, s.H, s.P);
-  }
-  template <class Args>
-  void set_inputs(Args& args) const {
-    args.x = x, args.dt = dt, args.A = A, args.B = Bm, args.C = Cm, args.D = D;
-    args.initial_state = init, args.dt_bias = dt_bias, args.z = z;
-  }
-  DeviceView<T****> like_x(const char* name) const {
-    return DeviceView<T****>(std::string(name), s.B, s.L, s.H, s.P);
-  }
-  DeviceView<T****> like_state(const char* name) const {
-    return DeviceView<T****>(std::string(name), s.B, s.H, s.P, s.N);
-  }
+struct Views : SsdViews<T> {
+  explicit Views(const AroundCase& c) : SsdViews<T>(c.a, c.dt_bias, c.z) {}
 };
 
 struct Forward {
