@@ -14,11 +14,19 @@ import kdnn
 from kdnn.compat.flash_attn import flash_attn_func, flash_attn_kvpacked_func, flash_attn_qkvpacked_func
 
 
+def window(Sk, causal, window_size):
+    """flash-attn's window as its kernels take it: a bound of seqlen_k or
+    more is none (-1), as mha_fwd sets it before the kernel (what its
+    documentation's formula leaves out: for seqlen_q > seqlen_k a right
+    bound of seqlen_k still hides keys from the first queries), and causal
+    is a right bound of 0."""
+    left, right = (-1 if w >= Sk else w for w in window_size)
+    return left, 0 if causal else right
+
+
 def visible(S, Sk, causal, window_size):
     """[S, Sk]: query i sees key j (bottom-right aligned)."""
-    left, right = window_size
-    if causal:
-        right = 0
+    left, right = window(Sk, causal, window_size)
     i = torch.arange(S)[:, None] + Sk - S
     j = torch.arange(Sk)[None, :]
     seen = torch.ones(S, Sk, dtype=torch.bool)
@@ -36,8 +44,7 @@ def alibi_bias(slopes, S, Sk, causal, window_size, dtype):
     slopes = torch.as_tensor(slopes, dtype=dtype).reshape(-1, slopes.shape[-1], 1, 1)
     i = torch.arange(S, dtype=dtype)[:, None] + Sk - S
     j = torch.arange(Sk, dtype=dtype)[None, :]
-    left, right = window_size
-    if (causal or right == 0) and (left < 0 or left >= Sk):
+    if window(Sk, causal, window_size) == (-1, 0):
         return slopes * j
     return -slopes * (i - j).abs()
 
@@ -68,7 +75,9 @@ MASKS = [dict(causal=False, window_size=(-1, -1)), dict(causal=True, window_size
          dict(causal=False, window_size=(-1, -1),
               alibi_slopes=torch.tensor([0.5, 0.25, 0.125, 1.0])),
          dict(causal=True, window_size=(5, -1), softcap=0.5,
-              alibi_slopes=torch.linspace(0.1, 0.8, 8).reshape(2, 4))]
+              alibi_slopes=torch.linspace(0.1, 0.8, 8).reshape(2, 4)),
+         dict(causal=False, window_size=(2, 12)),  # 12 >= seqlen_k = 9: no right bound
+         dict(causal=False, window_size=(9, 9), alibi_slopes=torch.tensor([0.5, 0.25, 0.1, 1.0]))]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

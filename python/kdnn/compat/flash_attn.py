@@ -5,8 +5,8 @@ nheads_k, headdim), nheads_k dividing nheads (GQA, MQA).
 
 flash-attn's causal mask and windows are aligned to the bottom right: query
 i sees key j when i + seqlen_k - seqlen_q - window_size[0] <= j <=
-i + seqlen_k - seqlen_q + window_size[1] (-1: no bound; causal: right
-bound 0); kdnn takes them as its band (no per-query vectors, no copy to
+i + seqlen_k - seqlen_q + window_size[1] (-1, or seqlen_k or more: no
+bound; causal: right bound 0); kdnn takes them as its band (no per-query vectors, no copy to
 the host). The (batch, seqlen,
 nheads, headdim) layout is copied to kdnn's (batch, nheads, seqlen,
 headdim) and the output back (kdnn's kernels read the heads' rows
@@ -23,12 +23,12 @@ from .._tensors import Error, require
 
 def _band(Sk, causal, window_size):
     """flash-attn's mask as kdnn's band (left, right) around each query's
-    bottom-right diagonal: a negative bound is none (-1), causal's right
-    bound is 0, and a bound past every key is the same as none."""
-    left, right = window_size
-    if causal:
-        right = 0
-    return (-1 if left < 0 else min(left, Sk)), (-1 if right < 0 else min(right, Sk))
+    bottom-right diagonal, as flash-attn takes it: a negative bound, or one
+    of seqlen_k or more, is none (-1; flash-attn's mha_fwd sets it so, which
+    for seqlen_q > seqlen_k is not the same as the bound), and causal's
+    right bound is 0."""
+    left, right = (-1 if w < 0 or w >= Sk else w for w in window_size)
+    return left, 0 if causal else right
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
@@ -57,27 +57,21 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
         raise Error(f"{op}: causal={causal!r}, expected True or False")
     S, Sk = q.shape[1], k.shape[1]
     scale = 1.0 / math.sqrt(q.shape[-1]) if softmax_scale is None else softmax_scale
+    band = _band(Sk, causal, window_size)
     out, lse = attention.flash_attention(
-        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-        band=_band(Sk, causal, window_size), scale=scale,
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), band=band, scale=scale,
         softcap=softcap, alibi_slopes=alibi_slopes, dropout_p=dropout_p, return_lse=True)
     out = out.transpose(1, 2).contiguous()
     if not return_attn_probs:
         return out
-    if alibi_slopes is not None and _alibi_is_causal(Sk, causal, window_size):
-        # flash-attn's causal bias slope·j is kdnn's −slope·(i + Sk − S − j)
-        # plus slope·(i + Sk − S): its lse is kdnn's plus that.
+    if alibi_slopes is not None and band == (-1, 0):
+        # flash-attn's causal form (right bound 0, no left bound) adds the
+        # bias slope·j, kdnn's −slope·(i + Sk − S − j) plus slope·(i + Sk −
+        # S): its lse is kdnn's plus that.
         slopes = torch.as_tensor(alibi_slopes, device=lse.device, dtype=lse.dtype)
         diagonal = torch.arange(S, device=lse.device, dtype=lse.dtype) + (Sk - S)
         lse = lse + slopes.reshape(-1, q.shape[2], 1) * diagonal
     return out, torch.where(lse == -math.inf, math.inf, lse), None
-
-
-def _alibi_is_causal(Sk, causal, window_size):
-    """Whether flash-attn takes its causal form of ALiBi's bias: a right
-    window of 0 (causal) and no left window (-1, or one past every key)."""
-    left, right = window_size
-    return (causal or right == 0) and (left < 0 or left >= Sk)
 
 
 def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False,
