@@ -108,6 +108,25 @@ def test_a_side_stream_is_used():
                                rtol=1e-4, atol=1e-5)
 
 
+def test_value_checks_read_on_the_callers_stream():
+    """dt >= 0 is checked on the caller's stream: a dt written there just
+    before the call, behind a long kernel, is checked as written (it was -1
+    before: a check on another stream could read that and refuse it)."""
+    x, Bm, C = (torch.randn(1, 64, 2, 16), torch.randn(1, 64, 1, 16), torch.randn(1, 64, 1, 16))
+    A, dt = -torch.rand(2), torch.full((1, 64, 2), -1.0)
+    want = kdnn.ssd(x, dt.fill_(0.1), A, Bm, C, chunk_size=16)
+    x, Bm, C, A = (t.cuda() for t in (x, Bm, C, A))
+    dt = torch.full((1, 64, 2), -1.0, device="cuda")
+    torch.cuda.synchronize()
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        torch.cuda._sleep(200_000_000)  # some 0.1 s of GPU time before the write
+        dt.fill_(0.1)
+        y = kdnn.ssd(x, dt, A, Bm, C, chunk_size=16)
+    stream.synchronize()
+    torch.testing.assert_close(y.cpu(), want, **CLOSE[torch.float32])
+
+
 def test_tensors_on_two_devices_are_an_error():
     q = torch.randn(1, 2, 8, 16, device="cuda")
     with pytest.raises(kdnn.Error, match=r"flash_attention: k is on cpu, expected cuda:0"):

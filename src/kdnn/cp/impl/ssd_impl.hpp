@@ -216,7 +216,7 @@ StateStats ssd_forward(const ExecSpace& space, MPI_Comm comm,
   const char* op = "cp::ssd_forward";
   const SummaryLayout layout{a.x.extent(0) * a.x.extent(2), a.x.extent(3) * a.B.extent(3), 1};
   agree(comm, [&] {
-    ssm::impl::check_ssd_forward(op, a, opts);
+    ssm::impl::check_ssd_forward(op, space, a, opts);
     check_summary_size(op, layout);
   });
   gather_signature(comm, op, ssd_fields<T>(a, opts));
@@ -239,7 +239,7 @@ StateStats ssd_backward(const ExecSpace& space, MPI_Comm comm,
   MPI_Comm_size(comm, &ranks);
   const SummaryLayout layout{a.x.extent(0) * a.x.extent(2), a.x.extent(3) * a.B.extent(3), 2};
   agree(comm, [&] {
-    ssm::impl::check_ssd_backward(op, a, opts);
+    ssm::impl::check_ssd_backward(op, space, a, opts);
     check_summary_size(op, layout);
   });
   auto fields = ssd_fields<T>(a, opts);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kdnn/core/error.hpp"
+#include "kdnn/core/impl/space_lock.hpp"
 #include "kdnn/core/validate.hpp"
 #include "kdnn/ssm/impl/dt_transform.hpp"
 #include "kdnn/ssm/ssd.hpp"
@@ -26,14 +27,19 @@ void check_ssd_state(const char* op, const char* name, const State& s, const X& 
 }
 
 /// Throws at the first dt (in memory order) that is negative or not finite,
-/// naming its [b, t, h]: one device reduction, then one value copied back.
+/// naming its [b, t, h]: one device reduction, then one value copied back,
+/// both on the caller's `space` (so after its pending writes to dt) and
+/// under the space's lock (the context-parallel SSD checks before it takes
+/// the lock for its launches).
 template <class ExecSpace, class T>
-void check_dt_values(const char* op, const Tensor3<const T, ExecSpace>& dt) {
+void check_dt_values(const char* op, const ExecSpace& space,
+                     const Tensor3<const T, ExecSpace>& dt) {
   const std::size_t n = dt.size();
   if (n == 0) return;
+  const kdnn::impl::SpaceLock exclusive(space);
   std::size_t first = n;
   Kokkos::parallel_reduce(
-      "kdnn::ssm::ssd_check_dt", Kokkos::RangePolicy<ExecSpace>(ExecSpace(), 0, n),
+      "kdnn::ssm::ssd_check_dt", Kokkos::RangePolicy<ExecSpace>(space, 0, n),
       KOKKOS_LAMBDA(std::size_t i, std::size_t & lowest) {
         const T v = dt.data()[i];
         // v >= 0 is false for NaN; v - v is NaN for ±inf.
@@ -43,14 +49,29 @@ void check_dt_values(const char* op, const Tensor3<const T, ExecSpace>& dt) {
   if (first >= n) return;  // none (the reduction's identity is the largest size_t)
   const std::size_t H = dt.extent(2), t = first / H % dt.extent(1), b = first / H / dt.extent(1);
   T value{};
-  Kokkos::deep_copy(value, Kokkos::subview(dt, b, t, first % H));
+  Kokkos::deep_copy(space, value, Kokkos::subview(dt, b, t, first % H));
+  space.fence();
   fail(op, ": dt[", b, ", ", t, ", ", first % H, "]=", value,
        ", expected a finite dt >= 0 (check_dt)");
 }
 
-/// Checks of x, dt, A, B, C and the chunk size shared by every SSD operator.
+/// A ≤ 0 for every head (opts.check_a): A copied to the host on the
+/// caller's `space`, under its lock.
 template <class ExecSpace, class T>
-void check_ssd_inputs(const char* op, const Tensor4<const T, ExecSpace>& x,
+void check_a_values(const char* op, const ExecSpace& space, const Vector<const T, ExecSpace>& A) {
+  const kdnn::impl::SpaceLock exclusive(space);
+  const auto a = Kokkos::create_mirror(Kokkos::HostSpace(), A);
+  Kokkos::deep_copy(space, a, A);
+  space.fence();
+  for (std::size_t h = 0; h < a.extent(0); ++h) {
+    if (!(a(h) <= T(0))) fail(op, ": A[", h, "]=", a(h), ", expected A <= 0 (check_a)");
+  }
+}
+
+/// Checks of x, dt, A, B, C and the chunk size shared by every SSD operator;
+/// the values (opts.check_a, opts.check_dt) are read on `space`.
+template <class ExecSpace, class T>
+void check_ssd_inputs(const char* op, const ExecSpace& space, const Tensor4<const T, ExecSpace>& x,
                       const Tensor3<const T, ExecSpace>& dt, const Vector<const T, ExecSpace>& A,
                       const Tensor4<const T, ExecSpace>& B, const Tensor4<const T, ExecSpace>& C,
                       const SsdOptions& opts) {
@@ -72,13 +93,8 @@ void check_ssd_inputs(const char* op, const Tensor4<const T, ExecSpace>& x,
     fail(op, ": x has shape [", x.extent(0), ", ", x.extent(1), ", ", H, ", ", x.extent(3),
          "] and N=", B.extent(3), ", expected L and B·H·ceil(L/Q) < 2^31, P, N <= 4096");
   }
-  if (opts.check_a) {
-    const auto a = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), A);
-    for (std::size_t h = 0; h < a.extent(0); ++h) {
-      if (!(a(h) <= T(0))) fail(op, ": A[", h, "]=", a(h), ", expected A <= 0 (check_a)");
-    }
-  }
-  if (opts.check_dt) check_dt_values<ExecSpace, T>(op, dt);
+  if (opts.check_a) check_a_values<ExecSpace, T>(op, space, A);
+  if (opts.check_dt) check_dt_values<ExecSpace, T>(op, space, dt);
 }
 
 /// D's (or dD's) length: H (per head) or H·P (per channel).
@@ -107,12 +123,12 @@ inline void refuse_dt_transform(const char* op, const SsdOptions& opts) {
 /// opts.check_dt is left to the forward and backward, which check the
 /// transformed step sizes.
 template <class ExecSpace, class T, class Args>
-std::vector<validate::MemoryRange> check_ssd_operands(const char* op, const Args& a,
-                                                      const SsdOptions& opts) {
+std::vector<validate::MemoryRange> check_ssd_operands(const char* op, const ExecSpace& space,
+                                                      const Args& a, const SsdOptions& opts) {
   check_dt_limits(op, opts.dt_min, opts.dt_max);
   SsdOptions raw = opts;
   raw.check_dt = opts.check_dt && !transforms_dt(a, opts);
-  check_ssd_inputs<ExecSpace, T>(op, a.x, a.dt, a.A, a.B, a.C, raw);
+  check_ssd_inputs<ExecSpace, T>(op, space, a.x, a.dt, a.A, a.B, a.C, raw);
   if (validate::given(a.D)) check_skip_length(op, "D", a.D.extent(0), a.x);
   if (validate::given(a.initial_state)) {
     check_ssd_state(op, "initial_state", a.initial_state, a.x, a.B);
@@ -142,8 +158,9 @@ std::vector<validate::MemoryRange> check_ssd_operands(const char* op, const Args
 }
 
 template <class ExecSpace, class T>
-void check_ssd_forward(const char* op, const SsdForward<T, ExecSpace>& a, const SsdOptions& opts) {
-  const auto inputs = check_ssd_operands<ExecSpace, T>(op, a, opts);
+void check_ssd_forward(const char* op, const ExecSpace& space, const SsdForward<T, ExecSpace>& a,
+                       const SsdOptions& opts) {
+  const auto inputs = check_ssd_operands<ExecSpace, T>(op, space, a, opts);
   validate::same_shape(op, "y", a.y, "x", a.x);
   if (validate::given(a.final_state)) check_ssd_state(op, "final_state", a.final_state, a.x, a.B);
   using validate::memory_of;
@@ -154,9 +171,9 @@ void check_ssd_forward(const char* op, const SsdForward<T, ExecSpace>& a, const 
 }
 
 template <class ExecSpace, class T>
-void check_ssd_backward(const char* op, const SsdBackward<T, ExecSpace>& a,
+void check_ssd_backward(const char* op, const ExecSpace& space, const SsdBackward<T, ExecSpace>& a,
                         const SsdOptions& opts) {
-  auto inputs = check_ssd_operands<ExecSpace, T>(op, a, opts);
+  auto inputs = check_ssd_operands<ExecSpace, T>(op, space, a, opts);
   const std::size_t H = a.x.extent(2);
   validate::same_shape(op, "dy", a.dy, "x", a.x);
   if (validate::given(a.dfinal_state)) {

@@ -29,7 +29,7 @@ template <class ExecSpace, class T>
 void ssd_forward(const ExecSpace& space, const SsdForward<T, ExecSpace>& a,
                  const SsdOptions& opts) {
   const char* op = "ssm::ssd_forward";
-  check_ssd_forward(op, a, opts);
+  check_ssd_forward(op, space, a, opts);
   around_forward(space, a, step_sizes<ExecSpace, T>(op, space, a, opts),
                  [&](const SsdForward<T, ExecSpace>& s) { scan_forward(op, space, s, opts); });
 }
@@ -38,7 +38,7 @@ template <class ExecSpace, class T>
 void ssd_diag(const ExecSpace& space, const SsdForward<T, ExecSpace>& a, const SsdOptions& opts) {
   const char* op = "ssm::ssd_diag";
   refuse_dt_transform(op, opts);
-  check_ssd_forward(op, a, opts);
+  check_ssd_forward(op, space, a, opts);
   if (validate::given(a.dt_bias) || validate::given(a.z)) {
     fail(op,
          ": dt_bias or z is given, expected neither (ssd_diag takes the step sizes and "
@@ -52,7 +52,7 @@ void ssd_summary(const ExecSpace& space, const SsdSummary<T, ExecSpace>& a,
                  const SsdOptions& opts) {
   const char* op = "ssm::ssd_summary";
   refuse_dt_transform(op, opts);
-  check_ssd_inputs<ExecSpace, T>(op, a.x, a.dt, a.A, a.B, a.C, opts);
+  check_ssd_inputs<ExecSpace, T>(op, space, a.x, a.dt, a.A, a.B, a.C, opts);
   validate::extent(op, "decay", a.decay, 0, a.x.extent(0), "B, x's extent(0)");
   validate::extent(op, "decay", a.decay, 1, a.x.extent(2), "H, x's extent(2)");
   check_ssd_state(op, "local_state", a.local_state, a.x, a.B);
@@ -108,7 +108,7 @@ template <class ExecSpace, class T>
 void ssd_backward(const ExecSpace& space, const SsdBackward<T, ExecSpace>& a,
                   const SsdOptions& opts) {
   const char* op = "ssm::ssd_backward";
-  check_ssd_backward(op, a, opts);
+  check_ssd_backward(op, space, a, opts);
   around_backward(
       space, a, opts, step_sizes<ExecSpace, T>(op, space, a, opts),
       [&](const SsdForward<T, ExecSpace>& f) { scan_forward(op, space, f, opts); },
