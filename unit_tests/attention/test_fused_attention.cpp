@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "allclose.hpp"
+#include "allocation_counter.hpp"
 #include "expect_error.hpp"
 #include "fused_case.hpp"
 #include "kdnn/attention/batched_gemm.hpp"
@@ -1088,33 +1089,6 @@ TEST(FusedAttentionErrors, ScratchPastTheLimitIsAClearError) {
                                                 alloc("v", 1), alloc("o", 1), lse),
                     "D=" + std::to_string(D));
 }
-
-/// Bytes allocated through Kokkos (any memory space) while counting: the
-/// current total and its peak, from Kokkos' tools callbacks.
-struct AllocationCounter {
-  static inline std::int64_t current = 0, peak = 0;
-  static inline std::string labels;  ///< "space:label:bytes " of each allocation, for messages
-  static void allocate(Kokkos::Profiling::SpaceHandle space, const char* label, const void*,
-                       std::uint64_t bytes) {
-    current += std::int64_t(bytes);
-    peak = std::max(peak, current);
-    labels += std::string(space.name) + ":" + label + ":" + std::to_string(bytes) + " ";
-  }
-  static void deallocate(Kokkos::Profiling::SpaceHandle, const char*, const void*,
-                         std::uint64_t bytes) {
-    current -= std::int64_t(bytes);
-  }
-  AllocationCounter() {
-    current = peak = 0;
-    labels.clear();
-    Kokkos::Tools::Experimental::set_allocate_data_callback(&allocate);
-    Kokkos::Tools::Experimental::set_deallocate_data_callback(&deallocate);
-  }
-  ~AllocationCounter() {
-    Kokkos::Tools::Experimental::set_allocate_data_callback(nullptr);
-    Kokkos::Tools::Experimental::set_deallocate_data_callback(nullptr);
-  }
-};
 
 // The memory claim, measured: beyond its inputs, outputs and the backend's
 // team scratch (block-sized, kept between launches) the fused forward +

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "allclose.hpp"
+#include "allocation_counter.hpp"
 #include "expect_error.hpp"
 #include "kdnn/attention/fused_attention.hpp"
 #include "kdnn/attention/mha.hpp"
@@ -594,6 +595,32 @@ TEST(MhaBuffers, FusedSizesHaveNoSTimesSkTerm) {
   const std::size_t unfused = total(at::AttentionAlgo::unfused, n);
   EXPECT_GT(unfused, 3 * scores);
   EXPECT_EQ(total(at::AttentionAlgo::unfused, 2 * n) - 2 * unfused, 6 * scores);
+}
+
+// The three calls allocate nothing beyond the caller's reserve and workspace
+// (a backend's team scratch, kept between launches, and a GPU form's few
+// counters aside), grouped-query attention included: on the fused path the
+// query heads' shares of dK and dV, summed over each group after the
+// kernels, are in the workspace.
+TEST(MhaBuffers, CallsAllocateNothingBeyondTheBuffers) {
+  MhaCase c;
+  c.B = 2, c.S = 24, c.Sk = 64, c.H = 4, c.D = 16, c.Dv = 16;
+  c.Eq = c.Ek = c.Ev = c.Eo = 8;
+  c.causal = true;
+  c.p = 0.1;
+  for (const int kv_heads : {0, 2, 1}) {
+    c.Hkv = kv_heads;
+    for (const auto algo : kAlgos) {
+      DeviceLayer<double> layer(c, MhaData::random(c, 900), algo);
+      layer.forward(), layer.backward();  // warm-up: the backends' scratch pools
+      Space().fence();
+      AllocationCounter counter;
+      layer.forward(), layer.backward();
+      Space().fence();
+      EXPECT_LE(AllocationCounter::peak, 4096)
+          << "Hkv=" << c.kv() << ", " << name_of(algo) << ": " << AllocationCounter::labels;
+    }
+  }
 }
 
 }  // namespace

@@ -70,12 +70,21 @@ struct FusedAttentionOptions {
       const Tensor4<const T, ExecSpace>&, const Tensor4<const T, ExecSpace>&,                      \
       const Tensor3<const T, ExecSpace>&, const Tensor4<const T, ExecSpace>&,                      \
       const Tensor4<T, ExecSpace>&, const Tensor4<T, ExecSpace>&, const Tensor4<T, ExecSpace>&,    \
-      const Tensor3<T, ExecSpace>&, const FusedAttentionOptions&, const AttentionMask<ExecSpace>&, \
-      impl::MaskCheck);
+      const impl::FusedBackwardScratch<T, ExecSpace>&, const FusedAttentionOptions&,               \
+      const AttentionMask<ExecSpace>&, impl::MaskCheck);
 
 namespace kdnn::attention {
 
 namespace impl {
+/// The backward's scratch, each View the caller's or, left empty, allocated
+/// for the call: delta [B, H, S] (the rows' dO·O) and, with Hkv < H, the
+/// query heads' shares of dK and dV [B, H, Sk, D] and [B, H, Sk, Dv].
+template <class T, class ExecSpace>
+struct FusedBackwardScratch {
+  Tensor3<T, ExecSpace> delta;
+  Tensor4<T, ExecSpace> dk_shares, dv_shares;
+};
+
 KDNN_FUSED_ATTENTION_OPERATORS(KDNN_TEMPLATE_EXEC_SPACE_T, ExecSpace, T)
 #define KDNN_FUSED_ATTENTION_EXTERN(ExecSpace, T) \
   KDNN_FUSED_ATTENTION_OPERATORS(extern template, ExecSpace, T)
@@ -150,8 +159,8 @@ void fused_attention_backward(const ExecSpace& space, const QView& q, const KVie
   KDNN_CHECK_SAME_TYPE(DeltaView, DQView, KDNN_IMPL_ARG("delta and dq"));
 #undef KDNN_IMPL_ARG
   using T = typename DQView::non_const_value_type;
-  impl::fused_attention_backward<ExecSpace, T>(space, q, k, v, o, lse, dout, dq, dk, dv, delta,
-                                               opts, mask, impl::MaskCheck::here);
+  impl::fused_attention_backward<ExecSpace, T>(space, q, k, v, o, lse, dout, dq, dk, dv,
+                                               {delta, {}, {}}, opts, mask, impl::MaskCheck::here);
 }
 
 /// The same, with the [B, H, S] workspace allocated for the call.

@@ -578,7 +578,7 @@ void fused_attention_backward(
     const Tensor4<const T, ExecSpace>& o, const Tensor3<const T, ExecSpace>& lse,
     const Tensor4<const T, ExecSpace>& dout, const Tensor4<T, ExecSpace>& dq,
     const Tensor4<T, ExecSpace>& dk, const Tensor4<T, ExecSpace>& dv,
-    const Tensor3<T, ExecSpace>& delta_workspace, const FusedAttentionOptions& opts,
+    const FusedBackwardScratch<T, ExecSpace>& scratch, const FusedAttentionOptions& opts,
     const AttentionMask<ExecSpace>& mask, MaskCheck mask_check) {
   constexpr const char* op = "attention::fused_attention_backward";
   validate_fused<ExecSpace, T>(op, space, opts, q, k, v, "o", o, "lse", lse);
@@ -587,13 +587,27 @@ void fused_attention_backward(
   validate::same_shape(op, "dk", dk, "k", k);
   validate::same_shape(op, "dv", dv, "v", v);
   using validate::memory_of;
+  const Tensor3<T, ExecSpace>& delta_workspace = scratch.delta;
   const bool given_delta = delta_workspace.data() != nullptr;
   if (given_delta) validate::same_shape(op, "delta", delta_workspace, "lse", lse);
-  validate::disjoint(op,
-                     {memory_of("dq", dq), memory_of("dk", dk), memory_of("dv", dv),
-                      memory_of("delta", delta_workspace)},
-                     {memory_of("q", q), memory_of("k", k), memory_of("v", v), memory_of("o", o),
-                      memory_of("lse", lse), memory_of("dout", dout)});
+  const int group = k.extent(1) > 0 ? int(q.extent(1) / k.extent(1)) : 1;
+  const auto check_shares = [&](const char* name, const Tensor4<T, ExecSpace>& shares,
+                                const Tensor4<T, ExecSpace>& grad) {
+    if (group == 1 || !validate::given(shares)) return;
+    validate::extent(op, name, shares, 0, q.extent(0), "B");
+    validate::extent(op, name, shares, 1, q.extent(1), "H, q's extent(1)");
+    validate::extent(op, name, shares, 2, grad.extent(2), "Sk");
+    validate::extent(op, name, shares, 3, grad.extent(3), "the head size");
+  };
+  check_shares("dk_shares", scratch.dk_shares, dk);
+  check_shares("dv_shares", scratch.dv_shares, dv);
+  validate::disjoint(
+      op,
+      {memory_of("dq", dq), memory_of("dk", dk), memory_of("dv", dv),
+       memory_of("delta", delta_workspace), memory_of("dk_shares", scratch.dk_shares),
+       memory_of("dv_shares", scratch.dv_shares)},
+      {memory_of("q", q), memory_of("k", k), memory_of("v", v), memory_of("o", o),
+       memory_of("lse", lse), memory_of("dout", dout)});
   const int B = int(q.extent(0)), H = int(q.extent(1)), S = int(q.extent(2)), Sk = int(k.extent(2));
   if (mask_check == MaskCheck::here) check_mask(op, mask, B, S, Sk, H);
   if (B == 0 || H == 0) return;
@@ -606,17 +620,18 @@ void fused_attention_backward(
   row_deltas<ExecSpace, T>(space, dout, o, delta);
 
   // Grouped-query attention: the kernels write dK and dV per query head,
-  // into buffers for the call; the group's heads are summed after, in order.
-  const int group = int(H / k.extent(1));
-  const auto per_query_head = [&](const Tensor4<T, ExecSpace>& grad, const char* name) {
-    return group == 1 ? grad
-                      : Tensor4<T, ExecSpace>(
-                            Kokkos::view_alloc(space, Kokkos::WithoutInitializing,
-                                               std::string("kdnn::attention::fused_") + name),
-                            B, H, Sk, grad.extent(3));
+  // into the caller's buffers or ones for the call; the group's heads are
+  // summed after, in order.
+  const auto per_query_head = [&](const Tensor4<T, ExecSpace>& grad,
+                                  const Tensor4<T, ExecSpace>& given, const char* name) {
+    if (group == 1) return grad;
+    if (validate::given(given)) return given;
+    return Tensor4<T, ExecSpace>(Kokkos::view_alloc(space, Kokkos::WithoutInitializing,
+                                                    std::string("kdnn::attention::fused_") + name),
+                                 B, H, Sk, grad.extent(3));
   };
-  const Tensor4<T, ExecSpace> dk_heads = per_query_head(dk, "dk_heads"),
-                              dv_heads = per_query_head(dv, "dv_heads");
+  const Tensor4<T, ExecSpace> dk_heads = per_query_head(dk, scratch.dk_shares, "dk_heads"),
+                              dv_heads = per_query_head(dv, scratch.dv_shares, "dv_heads");
   run_fused_backward<ExecSpace, T>(op, space, q, k, v, dout, lse, delta, dq, dk_heads, dv_heads,
                                    opts, mask, group);
   if (group > 1) {

@@ -126,6 +126,8 @@ struct MhaBackwardDataWorkspace {
   Tensor4<T, ExecSpace> sk1, sk2;  ///< unfused: two [B, H, S, Sk]: dropout(P), dL/dP, dL/dscores
   Tensor4<T, ExecSpace> dqh, dkh, dvh;  ///< per-head gradients of Q, K, V (Hkv heads for K, V)
   Tensor3<T, ExecSpace> delta;          ///< fused: the rows' dO·O [B, H, S]
+  /// fused with Hkv < H: the query heads' shares of dK and dV [B, H, Sk, ·]
+  Tensor4<T, ExecSpace> dk_shares, dv_shares;
   std::size_t size = 0;
 
   MhaBackwardDataWorkspace(const MhaShape& s, T* base) {
@@ -140,7 +142,13 @@ struct MhaBackwardDataWorkspace {
     dqh = c.take(B, H, S, s.head_dim);
     dkh = c.take(B, Hkv, Sk, s.head_dim);
     dvh = c.take(B, Hkv, Sk, s.v_head_dim);
-    if (s.algo == AttentionAlgo::fused) delta = c.take(B, H, S);
+    if (s.algo == AttentionAlgo::fused) {
+      delta = c.take(B, H, S);
+      if (Hkv < H) {
+        dk_shares = c.take(B, H, Sk, s.head_dim);
+        dv_shares = c.take(B, H, Sk, s.v_head_dim);
+      }
+    }
     size = c.used();
   }
 };

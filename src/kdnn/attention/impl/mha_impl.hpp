@@ -246,10 +246,11 @@ void mha_backward_data(const ExecSpace& space, const MhaOptions& opts,
   split_heads(space, Tensor3<const T, ExecSpace>(ws.da), ws.doh);
 
   if (s.algo == AttentionAlgo::fused) {
-    // The probabilities recomputed from Q_h, K_h and the forward's lse.
-    impl::fused_attention_backward<ExecSpace, T>(space, r.qh, r.kh, r.vh, r.oh, r.lse, ws.doh,
-                                                 ws.dqh, ws.dkh, ws.dvh, ws.delta, fopts, mask,
-                                                 MaskCheck::done_by_caller);
+    // The probabilities recomputed from Q_h, K_h and the forward's lse;
+    // every scratch tensor in the workspace.
+    impl::fused_attention_backward<ExecSpace, T>(
+        space, r.qh, r.kh, r.vh, r.oh, r.lse, ws.doh, ws.dqh, ws.dkh, ws.dvh,
+        {ws.delta, ws.dk_shares, ws.dv_shares}, fopts, mask, MaskCheck::done_by_caller);
   } else {
     // dV_h = dropout(P_h)ᵀ·dA_h and dP_h = dropout⁻ᵀ(dA_h·V_hᵀ), dropout's
     // mask regenerated from its (seed, offset).
