@@ -72,7 +72,7 @@ class MultiheadAttention(torch.nn.Module):
         require(num_heads % kv_heads == 0,
                 f"{op}: kv_heads={kv_heads}, expected a divisor of num_heads={num_heads}")
         self.num_heads, self.kv_heads, self.dropout, self.algo = num_heads, kv_heads, dropout, algo
-        kv_dim = self.kv_heads * (embed_dim // num_heads)
+        kv_dim = kv_heads * (embed_dim // num_heads)
         self.w_q = torch.nn.Parameter(torch.empty(embed_dim, embed_dim, **kw))
         self.w_k = torch.nn.Parameter(torch.empty(kv_dim, kdim, **kw))
         self.w_v = torch.nn.Parameter(torch.empty(kv_dim, vdim, **kw))

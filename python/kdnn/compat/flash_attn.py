@@ -6,12 +6,11 @@ nheads_k, headdim), nheads_k dividing nheads (GQA, MQA).
 flash-attn's causal mask and windows are aligned to the bottom right: query
 i sees key j when i + seqlen_k - seqlen_q - window_size[0] <= j <=
 i + seqlen_k - seqlen_q + window_size[1] (-1, or seqlen_k or more: no
-bound; causal: right bound 0); kdnn takes them as its band (no per-query vectors, no copy to
-the host). The (batch, seqlen,
-nheads, headdim) layout is copied to kdnn's (batch, nheads, seqlen,
-headdim) and the output back (kdnn's kernels read the heads' rows
-contiguous). float32 and float64 (flash-attn's fp16 and bf16 are not kdnn's
-types).
+bound; causal: right bound 0); kdnn takes them as its band (no per-query
+vectors, no copy to the host). The (batch, seqlen, nheads, headdim) layout
+is copied to kdnn's (batch, nheads, seqlen, headdim) and the output back
+(kdnn's kernels read the heads' rows contiguous). float32 and float64
+(flash-attn's fp16 and bf16 are not kdnn's types).
 """
 import math
 

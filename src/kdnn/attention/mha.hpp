@@ -14,8 +14,8 @@
 // (MhaOptions::kv_heads) divides H: Hkv = H is multi-head attention, Hkv < H
 // grouped-query and Hkv = 1 multi-query attention, where W_k's and W_v's
 // gradients sum over the query heads of each group. s is sm_scaler (default
-// 1/√D). The mask is softmax.hpp's AttentionMask
-// (causal, cuDNN's per-query windows [lo, hi), per-entry sequence lengths):
+// 1/√D). The mask is softmax.hpp's AttentionMask (causal, cuDNN's
+// per-query windows [lo, hi), per-entry sequence lengths):
 // a fully masked query row has zero probabilities, so its output is
 // b_o (+ residual) and it passes no gradient; a padded query (i ≥ seq_q[b])
 // gets a zero output row and zero gradients, residual included.
@@ -62,8 +62,9 @@ namespace kdnn::attention {
 
 /// The layer's parameters, laid out as nn.Linear weights: w_q [H·D, E_q],
 /// w_k [Hkv·D, E_k], w_v [Hkv·Dv, E_v], w_o [E_o, H·Dv]; biases b_q [H·D],
-/// b_k [Hkv·D], b_v [Hkv·Dv], b_o [E_o], each optional (a default-constructed View). With
-/// T = const U: the weights a call reads; with T = U: weight gradients.
+/// b_k [Hkv·D], b_v [Hkv·Dv], b_o [E_o], each optional (a default-constructed
+/// View). With T = const U: the weights a call reads; with T = U: weight
+/// gradients.
 template <class T, class ExecSpace>
 struct MhaParams {
   Matrix<T, ExecSpace> w_q, w_k, w_v, w_o;

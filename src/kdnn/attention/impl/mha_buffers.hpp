@@ -21,6 +21,16 @@ inline void check_algo(const char* op, const char* name, AttentionAlgo algo) {
   }
 }
 
+/// Requires `kv_heads` (opts.kv_heads, shape.kv_heads, named `name`) to be 0
+/// or a divisor of `heads` (named `heads_name`).
+inline void check_kv_heads(const char* op, const char* name, long long kv_heads,
+                           const char* heads_name, long long heads) {
+  if (kv_heads < 0 || (kv_heads > 0 && heads % kv_heads != 0)) {
+    fail(op, ": ", name, "=", kv_heads, ", expected a divisor of ", heads_name, "=", heads,
+         " (or 0: ", heads_name, ")");
+  }
+}
+
 /// Hkv, the key/value heads of a shape: shape.kv_heads, or H when it is 0.
 inline std::size_t kv_heads_of(const MhaShape& s) { return s.kv_heads == 0 ? s.heads : s.kv_heads; }
 
@@ -160,10 +170,8 @@ namespace kdnn::attention {
 inline MhaBufferSizes mha_buffer_sizes(const MhaShape& shape) {
   constexpr const char* op = "attention::mha_buffer_sizes";
   impl::check_algo(op, "shape.algo", shape.algo);
-  if (shape.kv_heads != 0 && shape.heads % shape.kv_heads != 0) {
-    fail(op, ": shape.kv_heads=", shape.kv_heads,
-         ", expected a divisor of shape.heads=", shape.heads, " (or 0: heads)");
-  }
+  impl::check_kv_heads(op, "shape.kv_heads", (long long)shape.kv_heads, "shape.heads",
+                       (long long)shape.heads);
   // The counts do not depend on the scalar type or the space.
   using T = double;
   using Space = Kokkos::DefaultHostExecutionSpace;

@@ -41,12 +41,12 @@ MhaShape mha_shape(const char* op, const MhaOptions& opts, const AttentionMask<E
                    const Tensor3<const T, ExecSpace>& v) {
   if (opts.heads < 1) fail(op, ": opts.heads=", opts.heads, ", expected at least 1");
   check_algo(op, "opts.algo", opts.algo);
-  if (opts.kv_heads < 0 || (opts.kv_heads > 0 && opts.heads % opts.kv_heads != 0)) {
-    fail(op, ": opts.kv_heads=", opts.kv_heads, ", expected a divisor of opts.heads=", opts.heads,
-         " (or 0: opts.heads)");
-  }
-  const std::size_t H = std::size_t(opts.heads);
-  const std::size_t Hkv = opts.kv_heads == 0 ? H : std::size_t(opts.kv_heads);
+  check_kv_heads(op, "opts.kv_heads", opts.kv_heads, "opts.heads", opts.heads);
+  MhaShape s;
+  s.algo = opts.algo;
+  s.heads = std::size_t(opts.heads);
+  s.kv_heads = std::size_t(opts.kv_heads);
+  const std::size_t H = s.heads, Hkv = kv_heads_of(s);
   const bool grouped_query = Hkv != H;
   const auto per_head = [&](const char* name, std::size_t rows, const char* heads, std::size_t n,
                             const char* what) {
@@ -56,10 +56,6 @@ MhaShape mha_shape(const char* op, const MhaOptions& opts, const AttentionMask<E
     }
     return rows / n;
   };
-  MhaShape s;
-  s.algo = opts.algo;
-  s.heads = H;
-  s.kv_heads = Hkv;
   s.head_dim = per_head("w_q", w.w_q.extent(0), "opts.heads", H, "H·D, the query projection size");
   s.v_head_dim = per_head("w_v", w.w_v.extent(0), grouped_query ? "opts.kv_heads" : "opts.heads",
                           Hkv, "Hkv·Dv, the value projection size");
@@ -189,7 +185,7 @@ void mha_forward(const ExecSpace& space, const MhaOptions& opts,
                                                 MaskCheck::done_by_caller);
     merge_heads(space, Tensor4<const T, ExecSpace>(r.oh), r.a);
   } else {
-    const std::size_t g = s.heads / s.kv_heads;
+    const std::size_t g = s.heads / kv_heads_of(s);
     attention::batched_gemm(space, Op::none, Op::transpose, Op::none, T(1), grouped(r.qh, g), r.kh,
                             T(0), grouped(ws.scores, g));
     impl::softmax_forward<ExecSpace, T>(space, ws.scores, r.p, softmax_options(opts, s), mask,
@@ -252,10 +248,11 @@ void mha_backward_data(const ExecSpace& space, const MhaOptions& opts,
         space, r.qh, r.kh, r.vh, r.oh, r.lse, ws.doh, ws.dqh, ws.dkh, ws.dvh,
         {ws.delta, ws.dk_shares, ws.dv_shares}, fopts, mask, MaskCheck::done_by_caller);
   } else {
-    // dV_h = dropout(P_h)ᵀ·dA_h and dP_h = dropout⁻ᵀ(dA_h·V_hᵀ), dropout's
-    // mask regenerated from its (seed, offset).
+    // dV_g = Σ_h∈g dropout(P_h)ᵀ·dA_h and dP_h = dropout⁻ᵀ(dA_h·V_gᵀ),
+    // dropout's mask regenerated from its (seed, offset); each product on
+    // a group's query heads stacked.
     const bool dropout = opts.dropout.p > 0;
-    const std::size_t g = s.heads / s.kv_heads;
+    const std::size_t g = s.heads / kv_heads_of(s);
     Tensor4<const T, ExecSpace> dropped = r.p;
     if (dropout) {
       attention::dropout_forward(space, r.p, ws.sk1, opts.dropout);
