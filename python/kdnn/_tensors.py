@@ -3,7 +3,9 @@
 
 Every operator takes float32 or float64 tensors on one device; a tensor
 that is not contiguous is made contiguous (one copy) before kdnn sees it,
-a contiguous one is passed as it is (kdnn views its memory). Errors are
+a contiguous one is passed as it is (kdnn views its memory). The operators
+that take strides (flash_attention) need only the last dimension
+contiguous: a transposed or sliced tensor is read in place. Errors are
 kdnn.Error, a ValueError.
 """
 import functools
@@ -36,10 +38,11 @@ class Operands:
         self.dtype = None
         self.device = None
 
-    def __call__(self, t, name, dims, layout, optional=False):
+    def __call__(self, t, name, dims, layout, optional=False, strided=False):
         """t (a tensor with `dims` dimensions, or at least -dims when dims is
-        negative, described by `layout`, e.g. "[B, L, C]"), contiguous and
-        with its values as they read (PyTorch's lazy negation applied). None
+        negative, described by `layout`, e.g. "[B, L, C]"), contiguous (with
+        `strided`, its last dimension contiguous: rows_contiguous) and with
+        its values as they read (PyTorch's lazy negation applied). None
         stays None where the tensor is optional."""
         where = f"{self.op}: {name}"
         if t is None and optional:
@@ -63,7 +66,26 @@ class Operands:
         if t.dim() != dims and not (dims < 0 and t.dim() >= -dims):
             count = f"{dims}" if dims >= 0 else f"at least {-dims}"
             raise Error(f"{where} has shape {list(t.shape)}, expected {count} dimensions {layout}")
-        return t.resolve_neg().contiguous()
+        return rows_contiguous(t) if strided else t.resolve_neg().contiguous()
+
+
+def rows_contiguous(t):
+    """t with its values as they read (PyTorch's lazy negation applied) and
+    its last dimension contiguous: t itself (any other strides) where it is,
+    else a contiguous copy."""
+    t = t.resolve_neg()
+    return t if t.dim() == 0 or t.shape[-1] <= 1 or t.stride(-1) == 1 else t.contiguous()
+
+
+def empty_in_order_of(t, shape):
+    """An empty tensor of `shape` (t's rank, on t's device and dtype) whose
+    dimensions lie in memory in the order of t's (outermost first, by
+    stride; the last one contiguous), e.g. [B, S, H, Dv] memory seen as
+    [B, H, S, Dv] when t is a [B, S, H, D] tensor seen as [B, H, S, D]."""
+    last = len(shape) - 1
+    order = sorted(range(last), key=lambda d: (-t.stride(d), d)) + [last]
+    inverse = sorted(range(len(shape)), key=order.__getitem__)
+    return t.new_empty([shape[d] for d in order]).permute(inverse)
 
 
 def dropout_options(op, dropout_p, seed, offset):

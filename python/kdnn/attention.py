@@ -5,8 +5,8 @@ import math
 import torch
 
 from . import _kdnn
-from ._tensors import (Error, Operands, dropout_options, first_order, flag, integer, number,
-                       require, stream_of, windows)
+from ._tensors import (Error, Operands, dropout_options, empty_in_order_of, first_order, flag,
+                       integer, number, require, rows_contiguous, stream_of, windows)
 
 
 class _FlashAttention(torch.autograd.Function):
@@ -14,7 +14,7 @@ class _FlashAttention(torch.autograd.Function):
     def forward(ctx, q, k, v, lo_win, hi_win, slopes, config):
         scale, softcap, causal, band, dropout_p, seed, offset, allow_tf32 = config
         B, H, S, _ = q.shape
-        o = q.new_empty(B, H, S, v.shape[-1])
+        o = empty_in_order_of(q, (B, H, S, v.shape[-1]))  # q's memory order: no copy for a peer
         lse = q.new_empty(B, H, S)  # the rows' log-sum-exp, for the backward
         args = (scale, softcap, causal, lo_win, hi_win, band, slopes, dropout_p, seed, offset,
                 allow_tf32)
@@ -28,9 +28,9 @@ class _FlashAttention(torch.autograd.Function):
     @first_order("flash_attention")
     def backward(ctx, do, _):
         q, k, v, o, lse = ctx.saved_tensors
-        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        _kdnn.flash_attention_backward(q, k, v, o, lse, do.contiguous(), dq, dk, dv, *ctx.args,
-                                       stream_of(q))
+        dq, dk, dv = (empty_in_order_of(t, t.shape) for t in (q, k, v))
+        _kdnn.flash_attention_backward(q, k, v, o, lse, rows_contiguous(do), dq, dk, dv,
+                                       *ctx.args, stream_of(q))
         return dq, dk, dv, None, None, None, None
 
 
@@ -79,7 +79,10 @@ def flash_attention(q, k, v, *, causal=False, window=None, band=None, scale=None
     (O(S) memory), as F.scaled_dot_product_attention.
 
     q [B, H, S, D], k [B, Hkv, Sk, D], v [B, Hkv, Sk, Dv], float32 or
-    float64; returns [B, H, S, Dv]. Hkv divides H: query head h reads
+    float64; returns [B, H, S, Dv]. Any strides whose last dimension is
+    contiguous are read in place (e.g. x.transpose(1, 2) of a [B, S, H, D]
+    tensor, or a slice of a packed one), and the output and the gradients
+    are laid out in the dimension order of q (of k, of v). Hkv divides H: query head h reads
     key/value head h // (H // Hkv) (grouped-query attention; Hkv = 1:
     multi-query), and the gradients of k and v sum over each group.
     causal: query i sees keys j <= i (top-left aligned, as PyTorch's
@@ -108,9 +111,9 @@ def flash_attention(q, k, v, *, causal=False, window=None, band=None, scale=None
     """
     op = "flash_attention"
     check = Operands(op)
-    q = check(q, "q", 4, "[B, H, S, D]")
-    k = check(k, "k", 4, "[B, Hkv, Sk, D]")
-    v = check(v, "v", 4, "[B, Hkv, Sk, Dv]")
+    q = check(q, "q", 4, "[B, H, S, D]", strided=True)
+    k = check(k, "k", 4, "[B, Hkv, Sk, D]", strided=True)
+    v = check(v, "v", 4, "[B, Hkv, Sk, Dv]", strided=True)
     causal = flag(op, "causal", causal)
     lo_win, hi_win = windows(op, window, q.shape[2], q.device)
     band = _band(op, band)

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // kdnn::attention's fused (flash) attention forward and backward on
-// [B, H, S, D] arrays (kdnn.flash_attention).
+// [B, H, S, D] arrays (kdnn.flash_attention), of any strides whose last
+// dimension is contiguous: flash-attn's [B, S, H, D] tensors are read and
+// written in place.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
@@ -48,15 +50,15 @@ at::AttentionMask<Space> mask_of(bool causal, const Optional& lo, const Optional
   return mask;
 }
 
-void forward(const Array& q, const Array& k, const Array& v, const Array& o, const Array& lse,
-             double scale, double softcap, bool causal, const Optional& lo_win,
-             const Optional& hi_win, const std::pair<int, int>& band, const Optional& alibi_slopes,
-             double dropout_p, std::uint64_t seed, std::uint64_t offset, bool allow_tf32,
-             std::uintptr_t stream) {
+void forward(const StridedArray& q, const StridedArray& k, const StridedArray& v,
+             const StridedArray& o, const Array& lse, double scale, double softcap, bool causal,
+             const Optional& lo_win, const Optional& hi_win, const std::pair<int, int>& band,
+             const Optional& alibi_slopes, double dropout_p, std::uint64_t seed,
+             std::uint64_t offset, bool allow_tf32, std::uintptr_t stream) {
   dispatch(q, "flash_attention: q", stream, [&](auto space, auto zero) {
     using Space = decltype(space);
     using T = decltype(zero);
-    using In = kdnn::Tensor4<const T, Space>;
+    using In = kdnn::StridedTensor4<const T, Space>;
     const auto mask = mask_of<Space>(causal, lo_win, hi_win, band, alibi_slopes);
     // Scores past T's range are an error, not NaN (the backward takes the
     // same q, k and scale, so the forward's check covers it).
@@ -65,21 +67,22 @@ void forward(const Array& q, const Array& k, const Array& v, const Array& o, con
     at::fused_attention_forward(
         space, view_of<In>(q, "flash_attention: q"), view_of<In>(k, "flash_attention: k"),
         view_of<In>(v, "flash_attention: v"),
-        view_of<kdnn::Tensor4<T, Space>>(o, "flash_attention: out"),
+        view_of<kdnn::StridedTensor4<T, Space>>(o, "flash_attention: out"),
         view_of<kdnn::Tensor3<T, Space>>(lse, "flash_attention: lse"), opts, mask);
   });
 }
 
-void backward(const Array& q, const Array& k, const Array& v, const Array& o, const Array& lse,
-              const Array& dout, const Array& dq, const Array& dk, const Array& dv, double scale,
+void backward(const StridedArray& q, const StridedArray& k, const StridedArray& v,
+              const StridedArray& o, const Array& lse, const StridedArray& dout,
+              const StridedArray& dq, const StridedArray& dk, const StridedArray& dv, double scale,
               double softcap, bool causal, const Optional& lo_win, const Optional& hi_win,
               const std::pair<int, int>& band, const Optional& alibi_slopes, double dropout_p,
               std::uint64_t seed, std::uint64_t offset, bool allow_tf32, std::uintptr_t stream) {
   dispatch(q, "flash_attention backward: q", stream, [&](auto space, auto zero) {
     using Space = decltype(space);
     using T = decltype(zero);
-    using In = kdnn::Tensor4<const T, Space>;
-    using Out = kdnn::Tensor4<T, Space>;
+    using In = kdnn::StridedTensor4<const T, Space>;
+    using Out = kdnn::StridedTensor4<T, Space>;
     const auto mask = mask_of<Space>(causal, lo_win, hi_win, band, alibi_slopes);
     at::fused_attention_backward(
         space, view_of<In>(q, "flash_attention backward: q"),

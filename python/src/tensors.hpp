@@ -4,8 +4,10 @@
 // Views without a copy, and the execution space a call runs on.
 //
 // The Python layer hands over C-contiguous float32/float64 tensors (it makes
-// a non-contiguous one contiguous first); here each becomes an unmanaged
-// LayoutRight View of its own memory, on the host space for CPU tensors and,
+// a non-contiguous one contiguous first), or, for the operators that take
+// strides, any tensor whose last dimension is contiguous; here each becomes
+// an unmanaged LayoutRight (or LayoutStride) View of its own memory, on the
+// host space for CPU tensors and,
 // in a CUDA build, on a Kokkos::Cuda instance on PyTorch's current stream for
 // CUDA tensors. A wrong rank, dtype or device is a kdnn::Error (a Python
 // kdnn.Error, a ValueError) naming the argument.
@@ -13,6 +15,7 @@
 #include <nanobind/ndarray.h>
 
 #include <Kokkos_Core.hpp>
+#include <array>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -31,6 +34,9 @@ namespace nb = nanobind;
 
 /// Any C-contiguous array; its dtype, rank and device are checked here.
 using Array = nb::ndarray<nb::c_contig>;
+/// An array of any strides, for LayoutStride Views (the operator checks
+/// the strides it needs).
+using StridedArray = nb::ndarray<>;
 /// An optional argument (None in Python).
 using Optional = std::optional<Array>;
 
@@ -60,16 +66,28 @@ constexpr std::int32_t device_of() {
                                                         : nb::device::cuda::value;
 }
 
-template <class ViewType, std::size_t... d>
-ViewType view_with_extents(typename ViewType::pointer_type data, const Array& a,
+/// The View over `data` with `a`'s extents (and, LayoutStride, its strides).
+template <class ViewType, class A, std::size_t... d>
+ViewType view_with_extents(typename ViewType::pointer_type data, const A& a,
                            std::index_sequence<d...>) {
-  return ViewType(data, std::size_t(a.shape(d))...);
+  if constexpr (std::is_same_v<typename ViewType::array_layout, Kokkos::LayoutStride>) {
+    static_assert(sizeof...(d) <= 4, "a strided View of rank 4 at most");
+    // Extent and stride of each dimension in turn, 0 past the rank.
+    // PyTorch's strides are >= 0 (a stride 0 is a broadcast dimension).
+    std::array<std::size_t, 8> n{};
+    ((n[2 * d] = std::size_t(a.shape(d)), n[2 * d + 1] = std::size_t(a.stride(d))), ...);
+    return ViewType(data, Kokkos::LayoutStride(n[0], n[1], n[2], n[3], n[4], n[5], n[6], n[7]));
+  } else {
+    static_assert(std::is_same_v<A, Array>, "a LayoutRight View of a C-contiguous Array");
+    return ViewType(data, std::size_t(a.shape(d))...);
+  }
 }
 
-/// The View of type `ViewType` (LayoutRight, of an execution space) over
-/// `a`'s memory, after checking its rank, dtype and device.
-template <class ViewType>
-ViewType view_of(const Array& a, const std::string& name) {
+/// The View of type `ViewType` (LayoutRight over an Array, or LayoutStride
+/// over any array, of an execution space) over `a`'s memory, after checking
+/// its rank, dtype and device.
+template <class ViewType, class A>
+ViewType view_of(const A& a, const std::string& name) {
   constexpr std::int32_t device = device_of<typename ViewType::memory_space>();
   using T = typename ViewType::non_const_value_type;
   constexpr std::size_t rank = ViewType::rank;
@@ -150,8 +168,8 @@ inline Kokkos::Cuda cuda_space(int device, cudaStream_t stream) {
 /// of `first`'s GPU for CUDA arrays, ordered on that stream as PyTorch's own
 /// kernels. The GIL is released meanwhile, and Kokkos kept up throughout
 /// (Lifetime::Call, released before the GIL is taken back).
-template <class F>
-void dispatch(const Array& first, const char* name, std::uintptr_t stream, F&& f) {
+template <class A, class F>
+void dispatch(const A& first, const char* name, std::uintptr_t stream, F&& f) {
   if (first.dtype() != nb::dtype<float>() && first.dtype() != nb::dtype<double>()) {
     kdnn::fail(name, " has an unsupported dtype, expected float32 or float64");
   }

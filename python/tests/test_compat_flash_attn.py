@@ -150,3 +150,59 @@ def test_options_kdnn_does_not_have():
         flash_attn_func(q, q, q, window_size=3)
     with pytest.raises(kdnn.Error, match="causal=0.1, expected True or False"):
         flash_attn_func(q, q, q, 0.0, None, 0.1)
+
+
+@pytest.fixture
+def copies(monkeypatch):
+    """The shapes of the tensors that .contiguous() copies while the test
+    runs (those not contiguous already)."""
+    copied = []
+    contiguous = torch.Tensor.contiguous
+
+    def counting(self, *args, **kwargs):
+        if not self.is_contiguous(*args, **kwargs):
+            copied.append(tuple(self.shape))
+        return contiguous(self, *args, **kwargs)
+    monkeypatch.setattr(torch.Tensor, "contiguous", counting)
+    return copied
+
+
+@pytest.mark.parametrize("heads_k", [4, 2])
+def test_peer_layouts_are_read_and_written_in_place(copies, heads_k):
+    # flash-attn's (batch, seqlen, nheads, headdim) tensors and the packed
+    # forms' slices: read through their strides, the output and the
+    # gradients written in flash-attn's layout, no copy either way.
+    kw = dict(dtype=torch.float64, requires_grad=True)
+    q = torch.randn(2, 11, 4, 8, **kw)
+    k, v = torch.randn(2, 13, heads_k, 8, **kw), torch.randn(2, 13, heads_k, 8, **kw)
+    g = torch.randn(2, 11, 4, 8, dtype=torch.float64)
+    out = flash_attn_func(q, k, v, causal=True, dropout_p=0.0)
+    out.backward(g)
+    assert copies == []
+    assert out.is_contiguous() and q.grad.is_contiguous() and k.grad.is_contiguous()
+    want = attention_ref(q, k, v, causal=True)[0]
+    torch.testing.assert_close(out, want)
+    torch.testing.assert_close(torch.autograd.grad(want, (q, k, v), g), (q.grad, k.grad, v.grad))
+
+    qkv = torch.stack([q, q, q], dim=2).detach().requires_grad_()
+    kv = torch.stack([k, v], dim=2).detach().requires_grad_()
+    packed = flash_attn_qkvpacked_func(qkv, window_size=(3, 2))
+    packed.backward(g)
+    kv_out = flash_attn_kvpacked_func(q.detach(), kv, causal=True)
+    kv_out.backward(g)
+    assert copies == []
+    qs = [qkv.detach()[:, :, i].clone().requires_grad_() for i in range(3)]
+    want = flash_attn_func(*qs, window_size=(3, 2))
+    torch.testing.assert_close(packed, want)
+    torch.testing.assert_close(qkv.grad, torch.stack(torch.autograd.grad(want, qs, g), dim=2))
+    torch.testing.assert_close(kv_out, out)
+    torch.testing.assert_close(kv.grad, torch.stack([k.grad, v.grad], dim=2))
+
+
+def test_gradcheck_of_the_packed_forms_through_their_strides():
+    qkv = torch.randn(1, 6, 3, 2, 4, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda t: flash_attn_qkvpacked_func(t, causal=True), (qkv,))
+    q = torch.randn(1, 5, 2, 4, dtype=torch.float64, requires_grad=True)
+    kv = torch.randn(1, 7, 2, 1, 4, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(
+        lambda a, b: flash_attn_kvpacked_func(a, b, window_size=(2, 1)), (q, kv))

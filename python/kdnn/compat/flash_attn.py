@@ -7,9 +7,10 @@ flash-attn's causal mask and windows are aligned to the bottom right: query
 i sees key j when i + seqlen_k - seqlen_q - window_size[0] <= j <=
 i + seqlen_k - seqlen_q + window_size[1] (-1, or seqlen_k or more: no
 bound; causal: right bound 0); kdnn takes them as its band (no per-query
-vectors, no copy to the host). The (batch, seqlen, nheads, headdim) layout
-is copied to kdnn's (batch, nheads, seqlen, headdim) and the output back
-(kdnn's kernels read the heads' rows contiguous). float32 and float64
+vectors, no copy to the host). The (batch, seqlen, nheads, headdim)
+tensors, and the packed forms' slices, are read in place through their
+strides as kdnn's (batch, nheads, seqlen, headdim), and the output and the
+gradients are written in flash-attn's layout: no copy. float32 and float64
 (flash-attn's fp16 and bf16 are not kdnn's types).
 """
 import math
@@ -60,7 +61,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
     out, lse = attention.flash_attention(
         q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), band=band, scale=scale,
         softcap=softcap, alibi_slopes=alibi_slopes, dropout_p=dropout_p, return_lse=True)
-    out = out.transpose(1, 2).contiguous()
+    out = out.transpose(1, 2)  # (batch, seqlen, nheads, headdim_v) memory, as flash-attn's
     if not return_attn_probs:
         return out
     if alibi_slopes is not None and band == (-1, 0):

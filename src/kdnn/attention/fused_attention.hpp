@@ -10,6 +10,13 @@
 // stored: memory O(B·H·S·D), not O(B·H·S·Sk). The mask is softmax.hpp's AttentionMask, dropout
 // dropout.hpp's generator with the same element indices as the unfused path, so both paths drop the
 // same entries.
+//
+// The 4-D tensors (q, k, v, o, and the backward's dout, dq, dk, dv) may have
+// any strides whose last dimension is contiguous (stride 1, checked): a
+// PyTorch [B, S, H, D] tensor, or a slice of a packed [B, S, 3, H, D] one,
+// is read in place as [B, H, S, D] through its strides. An output's elements
+// must not overlap (no stride 0). lse and the backward's workspaces are
+// LayoutRight.
 #include <Kokkos_Core.hpp>
 
 #include "kdnn/attention/dropout.hpp"
@@ -59,18 +66,19 @@ struct FusedAttentionOptions {
 
 }  // namespace kdnn::attention
 
-#define KDNN_FUSED_ATTENTION_OPERATORS(PREFIX, ExecSpace, T)                                       \
-  PREFIX void fused_attention_forward(                                                             \
-      const ExecSpace&, const Tensor4<const T, ExecSpace>&, const Tensor4<const T, ExecSpace>&,    \
-      const Tensor4<const T, ExecSpace>&, const Tensor4<T, ExecSpace>&,                            \
-      const Tensor3<T, ExecSpace>&, const FusedAttentionOptions&, const AttentionMask<ExecSpace>&, \
-      impl::MaskCheck);                                                                            \
-  PREFIX void fused_attention_backward(                                                            \
-      const ExecSpace&, const Tensor4<const T, ExecSpace>&, const Tensor4<const T, ExecSpace>&,    \
-      const Tensor4<const T, ExecSpace>&, const Tensor4<const T, ExecSpace>&,                      \
-      const Tensor3<const T, ExecSpace>&, const Tensor4<const T, ExecSpace>&,                      \
-      const Tensor4<T, ExecSpace>&, const Tensor4<T, ExecSpace>&, const Tensor4<T, ExecSpace>&,    \
-      const impl::FusedBackwardScratch<T, ExecSpace>&, const FusedAttentionOptions&,               \
+#define KDNN_FUSED_ATTENTION_OPERATORS(PREFIX, ExecSpace, T)                                \
+  PREFIX void fused_attention_forward(                                                      \
+      const ExecSpace&, const StridedTensor4<const T, ExecSpace>&,                          \
+      const StridedTensor4<const T, ExecSpace>&, const StridedTensor4<const T, ExecSpace>&, \
+      const StridedTensor4<T, ExecSpace>&, const Tensor3<T, ExecSpace>&,                    \
+      const FusedAttentionOptions&, const AttentionMask<ExecSpace>&, impl::MaskCheck);      \
+  PREFIX void fused_attention_backward(                                                     \
+      const ExecSpace&, const StridedTensor4<const T, ExecSpace>&,                          \
+      const StridedTensor4<const T, ExecSpace>&, const StridedTensor4<const T, ExecSpace>&, \
+      const StridedTensor4<const T, ExecSpace>&, const Tensor3<const T, ExecSpace>&,        \
+      const StridedTensor4<const T, ExecSpace>&, const StridedTensor4<T, ExecSpace>&,       \
+      const StridedTensor4<T, ExecSpace>&, const StridedTensor4<T, ExecSpace>&,             \
+      const impl::FusedBackwardScratch<T, ExecSpace>&, const FusedAttentionOptions&,        \
       const AttentionMask<ExecSpace>&, impl::MaskCheck);
 
 namespace kdnn::attention {
@@ -100,10 +108,14 @@ void fused_attention_forward(const ExecSpace& space, const QView& q, const KView
                              const FusedAttentionOptions& opts = {},
                              const AttentionMask<ExecSpace>& mask = {}) {
   const kdnn::impl::SpaceLock exclusive(space);
-  KDNN_CHECK_VIEW(ExecSpace, QView, 4, "[B, H, S, D]", "attention::fused_attention_forward: q");
-  KDNN_CHECK_VIEW(ExecSpace, KView, 4, "[B, Hkv, Sk, D]", "attention::fused_attention_forward: k");
-  KDNN_CHECK_VIEW(ExecSpace, VView, 4, "[B, Hkv, Sk, Dv]", "attention::fused_attention_forward: v");
-  KDNN_CHECK_VIEW(ExecSpace, OView, 4, "[B, H, S, Dv]", "attention::fused_attention_forward: o");
+  KDNN_CHECK_STRIDED_VIEW(ExecSpace, QView, 4, "[B, H, S, D]",
+                          "attention::fused_attention_forward: q");
+  KDNN_CHECK_STRIDED_VIEW(ExecSpace, KView, 4, "[B, Hkv, Sk, D]",
+                          "attention::fused_attention_forward: k");
+  KDNN_CHECK_STRIDED_VIEW(ExecSpace, VView, 4, "[B, Hkv, Sk, Dv]",
+                          "attention::fused_attention_forward: v");
+  KDNN_CHECK_STRIDED_VIEW(ExecSpace, OView, 4, "[B, H, S, Dv]",
+                          "attention::fused_attention_forward: o");
   KDNN_CHECK_VIEW(ExecSpace, LView, 3, "[B, H, S]", "attention::fused_attention_forward: lse");
   KDNN_CHECK_OUTPUT(OView, "attention::fused_attention_forward: o");
   KDNN_CHECK_OUTPUT(LView, "attention::fused_attention_forward: lse");
@@ -134,15 +146,15 @@ void fused_attention_backward(const ExecSpace& space, const QView& q, const KVie
                               const AttentionMask<ExecSpace>& mask = {}) {
   const kdnn::impl::SpaceLock exclusive(space);
 #define KDNN_IMPL_ARG(name) "attention::fused_attention_backward: " name
-  KDNN_CHECK_VIEW(ExecSpace, QView, 4, "[B, H, S, D]", KDNN_IMPL_ARG("q"));
-  KDNN_CHECK_VIEW(ExecSpace, KView, 4, "[B, Hkv, Sk, D]", KDNN_IMPL_ARG("k"));
-  KDNN_CHECK_VIEW(ExecSpace, VView, 4, "[B, Hkv, Sk, Dv]", KDNN_IMPL_ARG("v"));
-  KDNN_CHECK_VIEW(ExecSpace, OView, 4, "[B, H, S, Dv]", KDNN_IMPL_ARG("o"));
+  KDNN_CHECK_STRIDED_VIEW(ExecSpace, QView, 4, "[B, H, S, D]", KDNN_IMPL_ARG("q"));
+  KDNN_CHECK_STRIDED_VIEW(ExecSpace, KView, 4, "[B, Hkv, Sk, D]", KDNN_IMPL_ARG("k"));
+  KDNN_CHECK_STRIDED_VIEW(ExecSpace, VView, 4, "[B, Hkv, Sk, Dv]", KDNN_IMPL_ARG("v"));
+  KDNN_CHECK_STRIDED_VIEW(ExecSpace, OView, 4, "[B, H, S, Dv]", KDNN_IMPL_ARG("o"));
   KDNN_CHECK_VIEW(ExecSpace, LView, 3, "[B, H, S]", KDNN_IMPL_ARG("lse"));
-  KDNN_CHECK_VIEW(ExecSpace, GView, 4, "[B, H, S, Dv]", KDNN_IMPL_ARG("dout"));
-  KDNN_CHECK_VIEW(ExecSpace, DQView, 4, "[B, H, S, D]", KDNN_IMPL_ARG("dq"));
-  KDNN_CHECK_VIEW(ExecSpace, DKView, 4, "[B, Hkv, Sk, D]", KDNN_IMPL_ARG("dk"));
-  KDNN_CHECK_VIEW(ExecSpace, DVView, 4, "[B, Hkv, Sk, Dv]", KDNN_IMPL_ARG("dv"));
+  KDNN_CHECK_STRIDED_VIEW(ExecSpace, GView, 4, "[B, H, S, Dv]", KDNN_IMPL_ARG("dout"));
+  KDNN_CHECK_STRIDED_VIEW(ExecSpace, DQView, 4, "[B, H, S, D]", KDNN_IMPL_ARG("dq"));
+  KDNN_CHECK_STRIDED_VIEW(ExecSpace, DKView, 4, "[B, Hkv, Sk, D]", KDNN_IMPL_ARG("dk"));
+  KDNN_CHECK_STRIDED_VIEW(ExecSpace, DVView, 4, "[B, Hkv, Sk, Dv]", KDNN_IMPL_ARG("dv"));
   KDNN_CHECK_OUTPUT(DQView, KDNN_IMPL_ARG("dq"));
   KDNN_CHECK_OUTPUT(DKView, KDNN_IMPL_ARG("dk"));
   KDNN_CHECK_OUTPUT(DVView, KDNN_IMPL_ARG("dv"));

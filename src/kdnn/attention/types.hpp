@@ -11,6 +11,7 @@
 namespace kdnn::attention {
 
 using kdnn::Matrix;
+using kdnn::StridedTensor4;
 using kdnn::Tensor3;
 using kdnn::Tensor4;
 using kdnn::Vector;

@@ -3,6 +3,8 @@
 // Host-side argument checks run before any kernel launch. Each check throws
 // kdnn::Error naming the operation (`op`), the argument, what was expected and
 // what was found.
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <initializer_list>
@@ -45,6 +47,42 @@ void square(const char* op, const char* name, const View& view) {
   }
 }
 
+/// Requires the last dimension of a strided View to be contiguous (stride
+/// 1; any stride where it holds at most one element, or the View none): the
+/// kernels read each row of it as one span.
+template <class View>
+void unit_last_stride(const char* op, const char* name, const View& view) {
+  constexpr int last = int(View::rank) - 1;
+  if (view.size() > 0 && view.extent(last) > 1 && view.stride(last) != 1) {
+    fail(op, ": ", name, " has stride(", last, ")=", view.stride(last),
+         ", expected 1 (its last dimension contiguous)");
+  }
+}
+
+/// Requires an output View whose elements are all distinct memory (no
+/// stride 0, no dimensions interleaved into each other): sorted by stride,
+/// each dimension of more than one element steps past the whole span of the
+/// ones before it, as any permutation or slice of a dense tensor does.
+template <class View>
+void distinct_elements(const char* op, const char* name, const View& view) {
+  constexpr int rank = int(View::rank);
+  if (view.size() == 0) return;
+  std::array<int, rank> order{};
+  for (int d = 0; d < rank; ++d) order[d] = d;
+  std::sort(order.begin(), order.end(),
+            [&](int a, int b) { return view.stride(a) < view.stride(b); });
+  std::size_t covered = 1;  // elements spanned by the dimensions before
+  for (const int d : order) {
+    if (view.extent(d) <= 1) continue;
+    if (std::size_t(view.stride(d)) < covered) {
+      fail(op, ": ", name, " has stride(", d, ")=", view.stride(d), " with extent(", d,
+           ")=", view.extent(d),
+           ", expected an output whose elements do not overlap (stride >= ", covered, ")");
+    }
+    covered = std::size_t(view.stride(d)) * view.extent(d);
+  }
+}
+
 /// The bytes a View spans, named for messages; empty for an empty View.
 struct MemoryRange {
   const char* name;
@@ -56,7 +94,11 @@ template <class View>
 MemoryRange memory_of(const char* name, const View& view) {
   const char* begin = reinterpret_cast<const char*>(view.data());
   if (view.size() == 0) return {name, begin, begin};
-  return {name, begin, begin + view.span() * sizeof(typename View::value_type)};
+  // From the first element to the last, through the strides (a strided
+  // View's span() may reach past its last element).
+  std::size_t last = 0;
+  for (int d = 0; d < int(View::rank); ++d) last += (view.extent(d) - 1) * view.stride(d);
+  return {name, begin, begin + (last + 1) * sizeof(typename View::value_type)};
 }
 
 namespace detail {

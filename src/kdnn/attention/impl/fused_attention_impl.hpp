@@ -20,6 +20,7 @@
 #include "kdnn/attention/impl/visible_keys.hpp"
 #include "kdnn/core/impl/backend_traits.hpp"
 #include "kdnn/core/impl/largest_magnitude.hpp"
+#include "kdnn/core/impl/strided_fill.hpp"
 #include "kdnn/core/impl/team_plan.hpp"
 #include "kdnn/core/validate.hpp"
 
@@ -211,7 +212,8 @@ void check_fused_sizes(const char* op, const ExecSpace& space, const FusedAttent
 /// margin for the rounding of the sums.
 template <class ExecSpace, class T>
 void check_score_range(const char* op, const ExecSpace& space, const FusedAttentionOptions& opts,
-                       const Tensor4<const T, ExecSpace>& q, const Tensor4<const T, ExecSpace>& k) {
+                       const StridedTensor4<const T, ExecSpace>& q,
+                       const StridedTensor4<const T, ExecSpace>& k) {
   if (!opts.check_scores) return;
   const double max_q = kdnn::impl::largest_magnitude(space, q);
   const double max_k = kdnn::impl::largest_magnitude(space, k);
@@ -242,9 +244,10 @@ ScoreCap<T> score_cap(const FusedAttentionOptions& opts) {
 /// tensors named in `outs` agree.
 template <class ExecSpace, class T>
 void validate_fused(const char* op, const ExecSpace& space, const FusedAttentionOptions& opts,
-                    const Tensor4<const T, ExecSpace>& q, const Tensor4<const T, ExecSpace>& k,
-                    const Tensor4<const T, ExecSpace>& v, const char* o_name,
-                    const Tensor4<const T, ExecSpace>& o, const char* lse_name,
+                    const StridedTensor4<const T, ExecSpace>& q,
+                    const StridedTensor4<const T, ExecSpace>& k,
+                    const StridedTensor4<const T, ExecSpace>& v, const char* o_name,
+                    const StridedTensor4<const T, ExecSpace>& o, const char* lse_name,
                     const Tensor3<const T, ExecSpace>& lse) {
   validate::finite_as<T>(op, "opts.scale", opts.scale);
   validate::finite_as<T>(op, "opts.softcap", opts.softcap);
@@ -280,6 +283,10 @@ void validate_fused(const char* op, const ExecSpace& space, const FusedAttention
   validate::extent(op, o_name, o, 2, q.extent(2), "S, q's extent(2)");
   validate::extent(op, o_name, o, 3, v.extent(3), "Dv, v's extent(3)");
   validate::extent(op, lse_name, lse, 2, q.extent(2), "S, q's extent(2)");
+  validate::unit_last_stride(op, "q", q);
+  validate::unit_last_stride(op, "k", k);
+  validate::unit_last_stride(op, "v", v);
+  validate::unit_last_stride(op, o_name, o);
   check_fused_sizes<ExecSpace, T>(op, space, opts, q.extent(0), q.extent(1), q.extent(2),
                                   k.extent(2), q.extent(3), v.extent(3));
   check_score_range<ExecSpace, T>(op, space, opts, q, k);
@@ -365,12 +372,13 @@ void check_fused_launch(const char* op, const ExecSpace& space, int B, int H, in
 /// and gathers what every form of it takes.
 template <class ExecSpace, class T>
 FusedForwardData<ExecSpace, T> forward_data(
-    const char* op, const ExecSpace& space, const Tensor4<const T, ExecSpace>& q,
-    const Tensor4<const T, ExecSpace>& k, const Tensor4<const T, ExecSpace>& v,
-    const Tensor4<T, ExecSpace>& o, const Tensor3<T, ExecSpace>& lse,
+    const char* op, const ExecSpace& space, const StridedTensor4<const T, ExecSpace>& q,
+    const StridedTensor4<const T, ExecSpace>& k, const StridedTensor4<const T, ExecSpace>& v,
+    const StridedTensor4<T, ExecSpace>& o, const Tensor3<T, ExecSpace>& lse,
     const FusedAttentionOptions& opts, const AttentionMask<ExecSpace>& mask, MaskCheck mask_check) {
-  validate_fused<ExecSpace, T>(op, space, opts, q, k, v, "o", Tensor4<const T, ExecSpace>(o), "lse",
-                               Tensor3<const T, ExecSpace>(lse));
+  validate_fused<ExecSpace, T>(op, space, opts, q, k, v, "o", StridedTensor4<const T, ExecSpace>(o),
+                               "lse", Tensor3<const T, ExecSpace>(lse));
+  validate::distinct_elements(op, "o", o);
   using validate::memory_of;
   validate::disjoint(op, {memory_of("o", o), memory_of("lse", lse)},
                      {memory_of("q", q), memory_of("k", k), memory_of("v", v)});
@@ -405,9 +413,10 @@ void launch_forward_team(const char* op, const ExecSpace& space,
 }
 
 template <class ExecSpace, class T>
-void fused_attention_forward(const ExecSpace& space, const Tensor4<const T, ExecSpace>& q,
-                             const Tensor4<const T, ExecSpace>& k,
-                             const Tensor4<const T, ExecSpace>& v, const Tensor4<T, ExecSpace>& o,
+void fused_attention_forward(const ExecSpace& space, const StridedTensor4<const T, ExecSpace>& q,
+                             const StridedTensor4<const T, ExecSpace>& k,
+                             const StridedTensor4<const T, ExecSpace>& v,
+                             const StridedTensor4<T, ExecSpace>& o,
                              const Tensor3<T, ExecSpace>& lse, const FusedAttentionOptions& opts,
                              const AttentionMask<ExecSpace>& mask, MaskCheck mask_check) {
   constexpr const char* op = "attention::fused_attention_forward";
@@ -436,17 +445,21 @@ void fused_attention_forward(const ExecSpace& space, const Tensor4<const T, Exec
 
 /// delta[b, h, i] = dO_i·O_i, the softmax backward's row sums.
 template <class ExecSpace, class T>
-void row_deltas(const ExecSpace& space, const Tensor4<const T, ExecSpace>& dout,
-                const Tensor4<const T, ExecSpace>& o, const Tensor3<T, ExecSpace>& delta) {
+void row_deltas(const ExecSpace& space, const StridedTensor4<const T, ExecSpace>& dout,
+                const StridedTensor4<const T, ExecSpace>& o, const Tensor3<T, ExecSpace>& delta) {
   if (delta.size() == 0) return;
   const int Dv = int(o.extent(3));
+  const std::size_t H = delta.extent(1), S = delta.extent(2);
   Kokkos::parallel_for(
       "kdnn::attention::fused_delta", Kokkos::RangePolicy<ExecSpace>(space, 0, delta.size()),
       KOKKOS_LAMBDA(std::size_t row) {
+        const int b = int(row / S / H), h = int(row / S % H), i = int(row % S);
         // In double, in team_gemm's order: with T = double bitwise the
-        // sum that gives dP at a one-hot row's key (dP − δ = 0 there).
-        delta.data()[row] =
-            T(kdnn::impl::gemm_order_dot<double>(Dv, dout.data() + row * Dv, o.data() + row * Dv));
+        // sum that gives dP at a one-hot row's key (dP − δ = 0 there). Each
+        // row is contiguous (unit last stride, checked).
+        delta(b, h, i) =
+            Dv == 0 ? T(0)
+                    : T(kdnn::impl::gemm_order_dot<double>(Dv, &dout(b, h, i, 0), &o(b, h, i, 0)));
       });
 }
 
@@ -456,15 +469,17 @@ void row_deltas(const ExecSpace& space, const Tensor4<const T, ExecSpace>& dout,
 /// tile by tile in turn (fused_backward_mma_kernels.hpp), from zero.
 template <class KV, class Q = void, class ExecSpace, class T>
 void launch_backward_teams(const char* op, const ExecSpace& space,
-                           FusedBackwardData<ExecSpace, T> data, const Tensor4<T, ExecSpace>& dq,
-                           const Tensor4<T, ExecSpace>& dk, const Tensor4<T, ExecSpace>& dv,
+                           FusedBackwardData<ExecSpace, T> data,
+                           const StridedTensor4<T, ExecSpace>& dq,
+                           const StridedTensor4<T, ExecSpace>& dk,
+                           const StridedTensor4<T, ExecSpace>& dv,
                            const FusedAttentionOptions& opts, const std::string& tag) {
   const int B = int(data.q.extent(0)), H = int(data.q.extent(1)), S = int(data.q.extent(2)),
             Sk = int(data.k.extent(2));
   data.bq = KV::BQ;  // the rows load_rows reads
   data.bk = KV::BK;
   constexpr bool kv_adds_dq = std::is_void_v<Q>;
-  if (kv_adds_dq && Sk == 0) Kokkos::deep_copy(space, dq, T(0));
+  if (kv_adds_dq && Sk == 0) kdnn::impl::fill_rank4(space, dq, T(0));
   if (Sk > 0) {
     KV kv;
     static_cast<FusedBackwardData<ExecSpace, T>&>(kv) = data;
@@ -478,7 +493,7 @@ void launch_backward_teams(const char* op, const ExecSpace& space,
           1 + std::size_t(B) * H * ((S + KV::BQ - 1) / KV::BQ));
       kv.dq = dq;
       kv.turns = counters.data() + 1;
-      Kokkos::deep_copy(space, dq, T(0));  // the shares are added to it
+      kdnn::impl::fill_rank4(space, dq, T(0));  // the shares are added to it
       plan.launch("kdnn::attention::fused_backward" + tag, space, kv, counters.data());
     } else {
       plan.launch("kdnn::attention::fused_backward_kv" + tag, space, kv);
@@ -498,15 +513,13 @@ void launch_backward_teams(const char* op, const ExecSpace& space,
 /// Runs the backward's kernels with dK and dV per query head (`group` query
 /// heads per key/value head of k and v).
 template <class ExecSpace, class T>
-void run_fused_backward(const char* op, const ExecSpace& space,
-                        const Tensor4<const T, ExecSpace>& q, const Tensor4<const T, ExecSpace>& k,
-                        const Tensor4<const T, ExecSpace>& v,
-                        const Tensor4<const T, ExecSpace>& dout,
-                        const Tensor3<const T, ExecSpace>& lse,
-                        const Tensor3<const T, ExecSpace>& delta, const Tensor4<T, ExecSpace>& dq,
-                        const Tensor4<T, ExecSpace>& dk, const Tensor4<T, ExecSpace>& dv,
-                        const FusedAttentionOptions& opts, const AttentionMask<ExecSpace>& mask,
-                        int group) {
+void run_fused_backward(
+    const char* op, const ExecSpace& space, const StridedTensor4<const T, ExecSpace>& q,
+    const StridedTensor4<const T, ExecSpace>& k, const StridedTensor4<const T, ExecSpace>& v,
+    const StridedTensor4<const T, ExecSpace>& dout, const Tensor3<const T, ExecSpace>& lse,
+    const Tensor3<const T, ExecSpace>& delta, const StridedTensor4<T, ExecSpace>& dq,
+    const StridedTensor4<T, ExecSpace>& dk, const StridedTensor4<T, ExecSpace>& dv,
+    const FusedAttentionOptions& opts, const AttentionMask<ExecSpace>& mask, int group) {
   const int B = int(q.extent(0)), H = int(q.extent(1)), S = int(q.extent(2)), Sk = int(k.extent(2)),
             D = int(q.extent(3)), Dv = int(v.extent(3));
   FusedBackwardData<ExecSpace, T> data;
@@ -556,28 +569,29 @@ void run_fused_backward(const char* op, const ExecSpace& space,
 /// order: dK or dV of a key/value head from its query heads' shares.
 template <class ExecSpace, class T>
 void sum_group_heads(const ExecSpace& space, const Tensor4<T, ExecSpace>& heads,
-                     const Tensor4<T, ExecSpace>& into, int group) {
-  const std::size_t row = into.extent(2) * into.extent(3);  // one head's values
+                     const StridedTensor4<T, ExecSpace>& into, int group) {
+  const std::size_t Hkv = into.extent(1), Sk = into.extent(2), Dh = into.extent(3);
+  const std::size_t row = Sk * Dh;  // one head's values
   const std::size_t stride = row * std::size_t(group);
   const T* from = heads.data();
-  T* to = into.data();
   Kokkos::parallel_for(
       "kdnn::attention::fused_sum_group_heads",
       Kokkos::RangePolicy<ExecSpace>(space, 0, into.size()), KOKKOS_LAMBDA(std::size_t x) {
         const T* first = from + x / row * stride + x % row;
         T sum = first[0];
         for (int r = 1; r < group; ++r) sum += first[r * row];
-        to[x] = sum;
+        const std::size_t bg = x / row;  // b·Hkv + g
+        into(bg / Hkv, bg % Hkv, x % row / Dh, x % Dh) = sum;
       });
 }
 
 template <class ExecSpace, class T>
 void fused_attention_backward(
-    const ExecSpace& space, const Tensor4<const T, ExecSpace>& q,
-    const Tensor4<const T, ExecSpace>& k, const Tensor4<const T, ExecSpace>& v,
-    const Tensor4<const T, ExecSpace>& o, const Tensor3<const T, ExecSpace>& lse,
-    const Tensor4<const T, ExecSpace>& dout, const Tensor4<T, ExecSpace>& dq,
-    const Tensor4<T, ExecSpace>& dk, const Tensor4<T, ExecSpace>& dv,
+    const ExecSpace& space, const StridedTensor4<const T, ExecSpace>& q,
+    const StridedTensor4<const T, ExecSpace>& k, const StridedTensor4<const T, ExecSpace>& v,
+    const StridedTensor4<const T, ExecSpace>& o, const Tensor3<const T, ExecSpace>& lse,
+    const StridedTensor4<const T, ExecSpace>& dout, const StridedTensor4<T, ExecSpace>& dq,
+    const StridedTensor4<T, ExecSpace>& dk, const StridedTensor4<T, ExecSpace>& dv,
     const FusedBackwardScratch<T, ExecSpace>& scratch, const FusedAttentionOptions& opts,
     const AttentionMask<ExecSpace>& mask, MaskCheck mask_check) {
   constexpr const char* op = "attention::fused_attention_backward";
@@ -586,13 +600,20 @@ void fused_attention_backward(
   validate::same_shape(op, "dq", dq, "q", q);
   validate::same_shape(op, "dk", dk, "k", k);
   validate::same_shape(op, "dv", dv, "v", v);
+  validate::unit_last_stride(op, "dout", dout);
+  validate::unit_last_stride(op, "dq", dq);
+  validate::unit_last_stride(op, "dk", dk);
+  validate::unit_last_stride(op, "dv", dv);
+  validate::distinct_elements(op, "dq", dq);
+  validate::distinct_elements(op, "dk", dk);
+  validate::distinct_elements(op, "dv", dv);
   using validate::memory_of;
   const Tensor3<T, ExecSpace>& delta_workspace = scratch.delta;
   const bool given_delta = delta_workspace.data() != nullptr;
   if (given_delta) validate::same_shape(op, "delta", delta_workspace, "lse", lse);
   const int group = k.extent(1) > 0 ? int(q.extent(1) / k.extent(1)) : 1;
   const auto check_shares = [&](const char* name, const Tensor4<T, ExecSpace>& shares,
-                                const Tensor4<T, ExecSpace>& grad) {
+                                const StridedTensor4<T, ExecSpace>& grad) {
     if (group == 1 || !validate::given(shares)) return;
     validate::extent(op, name, shares, 0, q.extent(0), "B");
     validate::extent(op, name, shares, 1, q.extent(1), "H, q's extent(1)");
@@ -622,9 +643,10 @@ void fused_attention_backward(
   // Grouped-query attention: the kernels write dK and dV per query head,
   // into the caller's buffers or ones for the call; the group's heads are
   // summed after, in order.
-  const auto per_query_head = [&](const Tensor4<T, ExecSpace>& grad,
-                                  const Tensor4<T, ExecSpace>& given, const char* name) {
-    if (group == 1) return grad;
+  const auto per_query_head = [&](const StridedTensor4<T, ExecSpace>& grad,
+                                  const Tensor4<T, ExecSpace>& given,
+                                  const char* name) -> Tensor4<T, ExecSpace> {
+    if (group == 1) return {};
     if (validate::given(given)) return given;
     return Tensor4<T, ExecSpace>(Kokkos::view_alloc(space, Kokkos::WithoutInitializing,
                                                     std::string("kdnn::attention::fused_") + name),
@@ -632,8 +654,10 @@ void fused_attention_backward(
   };
   const Tensor4<T, ExecSpace> dk_heads = per_query_head(dk, scratch.dk_shares, "dk_heads"),
                               dv_heads = per_query_head(dv, scratch.dv_shares, "dv_heads");
-  run_fused_backward<ExecSpace, T>(op, space, q, k, v, dout, lse, delta, dq, dk_heads, dv_heads,
-                                   opts, mask, group);
+  run_fused_backward<ExecSpace, T>(op, space, q, k, v, dout, lse, delta, dq,
+                                   group > 1 ? StridedTensor4<T, ExecSpace>(dk_heads) : dk,
+                                   group > 1 ? StridedTensor4<T, ExecSpace>(dv_heads) : dv, opts,
+                                   mask, group);
   if (group > 1) {
     sum_group_heads<ExecSpace, T>(space, dk_heads, dk, group);
     sum_group_heads<ExecSpace, T>(space, dv_heads, dv, group);

@@ -21,8 +21,9 @@ template <class ExecSpace, class T>
 struct FusedBackwardData {
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   using Tile = kdnn::impl::GemmTile<ExecSpace, T>;
-  /// [B,H,S,D], [B,Hkv,Sk,D], [B,Hkv,Sk,Dv], [B,H,S,Dv]
-  Tensor4<const T, ExecSpace> q, k, v, dout;
+  /// [B,H,S,D], [B,Hkv,Sk,D], [B,Hkv,Sk,Dv], [B,H,S,Dv]; any strides, the
+  /// last dimension contiguous
+  StridedTensor4<const T, ExecSpace> q, k, v, dout;
   Tensor3<const T, ExecSpace> lse, delta;  ///< [B, H, S]
   VisibleKeys<ExecSpace> visible;
   DropoutMask dropout;

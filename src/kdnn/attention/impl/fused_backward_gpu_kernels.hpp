@@ -183,7 +183,7 @@ struct FusedBackwardKVGpuKernel
   using typename Base::Member;
   static constexpr int CG = Base::CG;
   static constexpr int BQ = BC, BK = BR;  ///< queries per tile, keys per team
-  Tensor4<T, ExecSpace> dk, dv;
+  StridedTensor4<T, ExecSpace> dk, dv;
 
   KOKKOS_INLINE_FUNCTION void one_block(const Member& team, int item, void* scratch) const {
     const int H = int(this->q.extent(1)), S = int(this->q.extent(2)), Sk = int(this->k.extent(2));
@@ -273,7 +273,7 @@ struct FusedBackwardQGpuKernel
   using typename Base::Member;
   static constexpr int CG = Base::CG;
   static constexpr int BQ = BR, BK = BC;  ///< queries per team, keys per tile
-  Tensor4<T, ExecSpace> dq;
+  StridedTensor4<T, ExecSpace> dq;
 
   KOKKOS_INLINE_FUNCTION void one_block(const Member& team, int item, void* scratch) const {
     const int H = int(this->q.extent(1)), S = int(this->q.extent(2)), Sk = int(this->k.extent(2));

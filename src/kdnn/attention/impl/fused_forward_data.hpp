@@ -56,9 +56,11 @@ struct ScoreCap {
 /// the scales, and the team work items (set by the launch).
 template <class ExecSpace, class T>
 struct FusedForwardData {
-  Tensor4<const T, ExecSpace> q, k, v;  ///< [B, H, S, D], [B, Hkv, Sk, D], [B, Hkv, Sk, Dv]
-  Tensor4<T, ExecSpace> o;              ///< [B, H, S, Dv]
-  Tensor3<T, ExecSpace> lse;            ///< [B, H, S]
+  /// [B, H, S, D], [B, Hkv, Sk, D], [B, Hkv, Sk, Dv]; any strides, the last
+  /// dimension contiguous (as o's)
+  StridedTensor4<const T, ExecSpace> q, k, v;
+  StridedTensor4<T, ExecSpace> o;  ///< [B, H, S, Dv]
+  Tensor3<T, ExecSpace> lse;       ///< [B, H, S]
   VisibleKeys<ExecSpace> visible;
   DropoutMask dropout;
   T scale = 1, keep_scale = 1;

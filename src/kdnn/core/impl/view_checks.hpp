@@ -5,10 +5,12 @@
 // Kokkos). ARG is a string literal naming the operation and the argument,
 // e.g. "sinkhorn::forward: X".
 //
-// LayoutStride Views (strided subviews) are refused: every operator reads
-// its inputs as contiguous row-major tensors. Copy such a View into a
-// LayoutRight one first (Kokkos::deep_copy). Subviews that keep LayoutRight
-// (a range of the first index, ALL for the rest) are accepted.
+// KDNN_CHECK_VIEW refuses LayoutStride Views (strided subviews): most
+// operators read their tensors as contiguous row-major ones. Copy such a
+// View into a LayoutRight one first (Kokkos::deep_copy). Subviews that keep
+// LayoutRight (a range of the first index, ALL for the rest) are accepted.
+// KDNN_CHECK_STRIDED_VIEW, for the operators that take strides, accepts
+// both layouts (their last dimension's unit stride is checked at run time).
 #include <type_traits>
 
 #include <Kokkos_Core.hpp>
@@ -24,6 +26,20 @@
                 ARG " must hold float or double");                                               \
   static_assert(Kokkos::SpaceAccessibility<ExecSpace, typename View::memory_space>::accessible,  \
                 ARG " is in a memory space the execution space cannot access");                  \
+  static_assert(std::is_same_v<typename View::memory_space, typename ExecSpace::memory_space>,   \
+                ARG " must be in the execution space's memory space (ExecSpace::memory_space)")
+
+/// KDNN_CHECK_VIEW for an operator that takes any strides: LayoutRight or
+/// LayoutStride.
+#define KDNN_CHECK_STRIDED_VIEW(ExecSpace, View, RANK, SHAPE, ARG)                               \
+  static_assert(Kokkos::is_view<View>::value, ARG " must be a Kokkos::View");                    \
+  static_assert(unsigned(View::rank) == (RANK), ARG " must be a View of rank " #RANK " " SHAPE); \
+  static_assert(std::is_same_v<typename View::array_layout, Kokkos::LayoutRight> ||              \
+                    std::is_same_v<typename View::array_layout, Kokkos::LayoutStride>,           \
+                ARG " must be LayoutRight or LayoutStride");                                     \
+  static_assert(std::is_same_v<typename View::non_const_value_type, float> ||                    \
+                    std::is_same_v<typename View::non_const_value_type, double>,                 \
+                ARG " must hold float or double");                                               \
   static_assert(std::is_same_v<typename View::memory_space, typename ExecSpace::memory_space>,   \
                 ARG " must be in the execution space's memory space (ExecSpace::memory_space)")
 
