@@ -23,7 +23,7 @@ struct FusedBackwardData {
   using Tile = kdnn::impl::GemmTile<ExecSpace, T>;
   /// [B,H,S,D], [B,Hkv,Sk,D], [B,Hkv,Sk,Dv], [B,H,S,Dv]; any strides, the
   /// last dimension contiguous
-  StridedTensor4<const T, ExecSpace> q, k, v, dout;
+  kdnn::impl::StridedRows4<const T> q, k, v, dout;
   Tensor3<const T, ExecSpace> lse, delta;  ///< [B, H, S]
   VisibleKeys<ExecSpace> visible;
   DropoutMask dropout;

@@ -183,7 +183,7 @@ struct FusedBackwardKVGpuKernel
   using typename Base::Member;
   static constexpr int CG = Base::CG;
   static constexpr int BQ = BC, BK = BR;  ///< queries per tile, keys per team
-  StridedTensor4<T, ExecSpace> dk, dv;
+  kdnn::impl::StridedRows4<T> dk, dv;
 
   KOKKOS_INLINE_FUNCTION void one_block(const Member& team, int item, void* scratch) const {
     const int H = int(this->q.extent(1)), S = int(this->q.extent(2)), Sk = int(this->k.extent(2));
@@ -273,7 +273,7 @@ struct FusedBackwardQGpuKernel
   using typename Base::Member;
   static constexpr int CG = Base::CG;
   static constexpr int BQ = BR, BK = BC;  ///< queries per team, keys per tile
-  StridedTensor4<T, ExecSpace> dq;
+  kdnn::impl::StridedRows4<T> dq;
 
   KOKKOS_INLINE_FUNCTION void one_block(const Member& team, int item, void* scratch) const {
     const int H = int(this->q.extent(1)), S = int(this->q.extent(2)), Sk = int(this->k.extent(2));

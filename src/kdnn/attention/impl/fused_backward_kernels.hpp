@@ -59,7 +59,7 @@ struct FusedBackwardKVKernel : FusedBackwardData<ExecSpace, T> {
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   using Tile = kdnn::impl::GemmTile<ExecSpace, T>;
   using GemmA = kdnn::impl::GemmA<T>;
-  StridedTensor4<T, ExecSpace> dq, dk, dv;  ///< dq only with_dq
+  kdnn::impl::StridedRows4<T> dq, dk, dv;  ///< dq only with_dq
   bool with_dq = false;
 
   struct Work {
@@ -193,7 +193,7 @@ struct FusedBackwardQKernel : FusedBackwardData<ExecSpace, T> {
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   using Tile = kdnn::impl::GemmTile<ExecSpace, T>;
   using GemmA = kdnn::impl::GemmA<T>;
-  StridedTensor4<T, ExecSpace> dq;
+  kdnn::impl::StridedRows4<T> dq;
 
   struct Work {
     T *qt, *gt, *dq, *lse, *delta, *k, *v, *st, *dpt;

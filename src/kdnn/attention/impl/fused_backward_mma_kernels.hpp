@@ -60,7 +60,7 @@ struct FusedBackwardMmaKernel
                        CR = Base::CR, MT = Base::MT;
   static constexpr int ND = D / 8, NV = DV / 8;  ///< 8-column tiles of dK, dV
   static constexpr int LDS = BK + 4;             ///< dS' row stride in scratch
-  StridedTensor4<T, ExecSpace> dq, dk, dv;
+  kdnn::impl::StridedRows4<T> dq, dk, dv;
   /// Per (b, h, query tile): how many key blocks have added their share of
   /// dQ (zeroed before the launch).
   int* turns = nullptr;
@@ -86,7 +86,7 @@ struct FusedBackwardMmaKernel
   /// Kᵀ of the team's keys as a view (b, h, d, key), zero past its `cols`
   /// keys: the A operand of dQᵀ.
   struct KeysTransposed {
-    StridedTensor4<const T, ExecSpace> k;
+    kdnn::impl::StridedRows4<const T> k;
     int j0, cols;
     KOKKOS_INLINE_FUNCTION T operator()(int b, int h, int d, int key) const {
       return key < cols ? k(b, h, j0 + key, d) : T(0);

@@ -11,6 +11,7 @@
 #include "kdnn/attention/types.hpp"
 #include "kdnn/core/compat.hpp"
 #include "kdnn/core/impl/philox.hpp"
+#include "kdnn/core/impl/strided_rows.hpp"
 #include "kdnn/core/impl/team_work.hpp"
 
 namespace kdnn::attention::impl {
@@ -58,9 +59,9 @@ template <class ExecSpace, class T>
 struct FusedForwardData {
   /// [B, H, S, D], [B, Hkv, Sk, D], [B, Hkv, Sk, Dv]; any strides, the last
   /// dimension contiguous (as o's)
-  StridedTensor4<const T, ExecSpace> q, k, v;
-  StridedTensor4<T, ExecSpace> o;  ///< [B, H, S, Dv]
-  Tensor3<T, ExecSpace> lse;       ///< [B, H, S]
+  kdnn::impl::StridedRows4<const T> q, k, v;
+  kdnn::impl::StridedRows4<T> o;  ///< [B, H, S, Dv]
+  Tensor3<T, ExecSpace> lse;      ///< [B, H, S]
   VisibleKeys<ExecSpace> visible;
   DropoutMask dropout;
   T scale = 1, keep_scale = 1;
