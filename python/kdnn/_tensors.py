@@ -4,9 +4,9 @@
 Every operator takes float32 or float64 tensors on one device; a tensor
 that is not contiguous is made contiguous (one copy) before kdnn sees it,
 a contiguous one is passed as it is (kdnn views its memory). The operators
-that take strides (flash_attention) need only the last dimension
-contiguous: a transposed or sliced tensor is read in place. Errors are
-kdnn.Error, a ValueError.
+that take strides read a transposed or sliced tensor in place:
+flash_attention any whose last dimension is contiguous, causal_conv1d any
+at all. Errors are kdnn.Error, a ValueError.
 """
 import functools
 import numbers
@@ -38,12 +38,13 @@ class Operands:
         self.dtype = None
         self.device = None
 
-    def __call__(self, t, name, dims, layout, optional=False, strided=False):
+    def __call__(self, t, name, dims, layout, optional=False, strides="contiguous"):
         """t (a tensor with `dims` dimensions, or at least -dims when dims is
-        negative, described by `layout`, e.g. "[B, L, C]"), contiguous (with
-        `strided`, its last dimension contiguous: rows_contiguous) and with
-        its values as they read (PyTorch's lazy negation applied). None
-        stays None where the tensor is optional."""
+        negative, described by `layout`, e.g. "[B, L, C]") with its values
+        as they read (PyTorch's lazy negation applied) and, as the operator
+        takes `strides`, contiguous ("contiguous"), with its last dimension
+        contiguous ("rows": rows_contiguous) or as it is ("any"). None stays
+        None where the tensor is optional."""
         where = f"{self.op}: {name}"
         if t is None and optional:
             return None
@@ -66,7 +67,9 @@ class Operands:
         if t.dim() != dims and not (dims < 0 and t.dim() >= -dims):
             count = f"{dims}" if dims >= 0 else f"at least {-dims}"
             raise Error(f"{where} has shape {list(t.shape)}, expected {count} dimensions {layout}")
-        return rows_contiguous(t) if strided else t.resolve_neg().contiguous()
+        if strides == "rows":
+            return rows_contiguous(t)
+        return t.resolve_neg() if strides == "any" else t.resolve_neg().contiguous()
 
 
 def rows_contiguous(t):
@@ -77,13 +80,16 @@ def rows_contiguous(t):
     return t if t.dim() == 0 or t.shape[-1] <= 1 or t.stride(-1) == 1 else t.contiguous()
 
 
-def empty_in_order_of(t, shape):
+def empty_in_order_of(t, shape, last_inner=True):
     """An empty tensor of `shape` (t's rank, on t's device and dtype) whose
     dimensions lie in memory in the order of t's (outermost first, by
-    stride; the last one contiguous), e.g. [B, S, H, Dv] memory seen as
-    [B, H, S, Dv] when t is a [B, S, H, D] tensor seen as [B, H, S, D]."""
-    last = len(shape) - 1
-    order = sorted(range(last), key=lambda d: (-t.stride(d), d)) + [last]
+    stride; with last_inner, the last one contiguous whatever t's strides),
+    e.g. [B, S, H, Dv] memory seen as [B, H, S, Dv] when t is a [B, S, H, D]
+    tensor seen as [B, H, S, D]."""
+    n = len(shape)
+    order = sorted(range(n - 1 if last_inner else n), key=lambda d: (-t.stride(d), d))
+    if last_inner:
+        order.append(n - 1)
     inverse = sorted(range(len(shape)), key=order.__getitem__)
     return t.new_empty([shape[d] for d in order]).permute(inverse)
 

@@ -111,9 +111,9 @@ def flash_attention(q, k, v, *, causal=False, window=None, band=None, scale=None
     """
     op = "flash_attention"
     check = Operands(op)
-    q = check(q, "q", 4, "[B, H, S, D]", strided=True)
-    k = check(k, "k", 4, "[B, Hkv, Sk, D]", strided=True)
-    v = check(v, "v", 4, "[B, Hkv, Sk, Dv]", strided=True)
+    q = check(q, "q", 4, "[B, H, S, D]", strides="rows")
+    k = check(k, "k", 4, "[B, Hkv, Sk, D]", strides="rows")
+    v = check(v, "v", 4, "[B, Hkv, Sk, Dv]", strides="rows")
     causal = flag(op, "causal", causal)
     lo_win, hi_win = windows(op, window, q.shape[2], q.device)
     band = _band(op, band)

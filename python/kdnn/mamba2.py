@@ -6,8 +6,8 @@ import math
 import torch
 
 from . import _kdnn
-from ._tensors import (Operands, contiguous, first_order, flag, int32_vector, integer, number,
-                       require, stream_of)
+from ._tensors import (Operands, contiguous, empty_in_order_of, first_order, flag, int32_vector,
+                       integer, number, require, stream_of)
 
 ACTIVATIONS = (None, "silu", "swish")
 
@@ -40,7 +40,7 @@ class _CausalConv1d(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, initial_state, silu):
         B, _, C = x.shape
-        y = torch.empty_like(x)
+        y = empty_in_order_of(x, x.shape, last_inner=False)  # x's memory order: no copy
         final = x.new_empty(B, weight.shape[1] - 1, C)
         _kdnn.causal_conv1d_forward(x, weight, bias, initial_state, y, final, silu, stream_of(x))
         ctx.save_for_backward(x, weight, bias, initial_state)
@@ -52,8 +52,9 @@ class _CausalConv1d(torch.autograd.Function):
     @first_order("causal_conv1d")
     def backward(ctx, dy, dfinal):
         x, weight, bias, init = ctx.saved_tensors
-        dy = torch.zeros_like(x) if dy is None else dy.contiguous()
-        dx, dw = torch.empty_like(x), torch.empty_like(weight)
+        # dy of any strides (an expanded one included) is read as it is.
+        dy = torch.zeros_like(x) if dy is None else dy.resolve_neg()
+        dx, dw = empty_in_order_of(x, x.shape, last_inner=False), torch.empty_like(weight)
         dbias, dinit = _new(bias, bias), _new(init, init)
         _kdnn.causal_conv1d_backward(x, weight, bias, init, dy, contiguous(dfinal), dx, dw, dbias,
                                      dinit, ctx.silu, stream_of(x))
@@ -69,10 +70,12 @@ def causal_conv1d(x, weight, bias=None, initial_state=None, *, activation=None,
     x [B, L, C], weight [C, K], bias [C], initial_state [B, K - 1, C];
     activation None or "silu" ("swish"). Returns y [B, L, C], and with
     return_final_states also the last K - 1 inputs [B, K - 1, C] (the next
-    call's initial_state).
+    call's initial_state). x of any strides is read in place (e.g. the
+    transpose(1, 2) of a contiguous [B, C, L] tensor, causal-conv1d's
+    layout), and y and x's gradient are laid out in x's dimension order.
     """
     check = Operands("causal_conv1d")
-    x = check(x, "x", 3, "[B, L, C]")
+    x = check(x, "x", 3, "[B, L, C]", strides="any")
     weight = check(weight, "weight", 2, "[C, K]")
     bias = check(bias, "bias", 1, "[C]", optional=True)
     initial_state = check(initial_state, "initial_state", 3, "[B, K-1, C]", optional=True)

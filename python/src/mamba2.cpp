@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // kdnn::ssm's Mamba-2 operators (kdnn.causal_conv1d, kdnn.dt_softplus,
-// kdnn.ssd): the causal conv1d (+ SiLU) on channel-last [B, L, C] arrays,
+// kdnn.ssd): the causal conv1d (+ SiLU) on [B, L, C] arrays of any strides
+// (channel-last, or causal-conv1d's contiguous [B, C, L] transposed),
 // the dt softplus, and the SSD chunked scan, forward and backward. Optional
 // arguments are None.
 #include <nanobind/nanobind.h>
@@ -19,8 +20,9 @@ using namespace nb::literals;
 
 namespace {
 
-void conv_forward(const Array& x, const Array& w, const Optional& bias, const Optional& init,
-                  const Array& y, const Optional& final_state, bool silu, std::uintptr_t stream) {
+void conv_forward(const StridedArray& x, const Array& w, const Optional& bias, const Optional& init,
+                  const StridedArray& y, const Optional& final_state, bool silu,
+                  std::uintptr_t stream) {
   dispatch(x, "causal_conv1d: x", stream, [&](auto space, auto zero) {
     using Space = decltype(space);
     using T = decltype(zero);
@@ -30,9 +32,10 @@ void conv_forward(const Array& x, const Array& w, const Optional& bias, const Op
   });
 }
 
-void conv_backward(const Array& x, const Array& w, const Optional& bias, const Optional& init,
-                   const Array& dy, const Optional& dfinal, const Array& dx, const Array& dw,
-                   const Optional& dbias, const Optional& dinit, bool silu, std::uintptr_t stream) {
+void conv_backward(const StridedArray& x, const Array& w, const Optional& bias,
+                   const Optional& init, const StridedArray& dy, const Optional& dfinal,
+                   const StridedArray& dx, const Array& dw, const Optional& dbias,
+                   const Optional& dinit, bool silu, std::uintptr_t stream) {
   dispatch(x, "causal_conv1d backward: x", stream, [&](auto space, auto zero) {
     using Space = decltype(space);
     using T = decltype(zero);

@@ -11,14 +11,19 @@
 
 namespace kdnn_python {
 
+/// The conv's [B, ·, C] tensors take any strides (x, y, dy, dx: an Array or
+/// a StridedArray, `X`; the states: contiguous Arrays).
+template <class T, class Space>
+using Strided3 = kdnn::StridedTensor3<T, Space>;
+
 /// The conv's inputs, shared by its forward and backward argument structs.
-template <class T, class Space, class Args>
-void set_conv_inputs(Args& a, const std::string& at, const Array& x, const Array& w,
+template <class T, class Space, class Args, class X>
+void set_conv_inputs(Args& a, const std::string& at, const X& x, const Array& w,
                      const Optional& bias, const Optional& init) {
-  a.x = view_of<In3<T, Space>>(x, at + "x");
+  a.x = view_of<Strided3<const T, Space>>(x, at + "x");
   a.w = view_of<kdnn::Matrix<const T, Space>>(w, at + "weight");
   a.bias = view_of<kdnn::Vector<const T, Space>>(bias, at + "bias");
-  a.initial_state = view_of<In3<T, Space>>(init, at + "initial_state");
+  a.initial_state = view_of<Strided3<const T, Space>>(init, at + "initial_state");
 }
 
 /// The SSD's inputs, shared by its forward and backward argument structs.
@@ -40,35 +45,35 @@ void set_ssd_inputs(Args& a, const std::string& at, const SsdInputs& in) {
   a.z = view_of<In4<T, Space>>(in.z, at + "z");
 }
 
-template <class T, class Space>
-kdnn::ssm::ConvForward<T, Space> conv_forward_arguments(const std::string& op, const Array& x,
+template <class T, class Space, class X>
+kdnn::ssm::ConvForward<T, Space> conv_forward_arguments(const std::string& op, const X& x,
                                                         const Array& w, const Optional& bias,
-                                                        const Optional& init, const Array& y,
+                                                        const Optional& init, const X& y,
                                                         const Optional& final_state) {
   const std::string at = op + ": ";
   kdnn::ssm::ConvForward<T, Space> f;
   set_conv_inputs<T, Space>(f, at, x, w, bias, init);
-  f.y = view_of<kdnn::Tensor3<T, Space>>(y, at + "out");
-  f.final_state = view_of<kdnn::Tensor3<T, Space>>(final_state, at + "final_state");
+  f.y = view_of<Strided3<T, Space>>(y, at + "out");
+  f.final_state = view_of<Strided3<T, Space>>(final_state, at + "final_state");
   return f;
 }
 
-template <class T, class Space>
-kdnn::ssm::ConvBackward<T, Space> conv_backward_arguments(const std::string& op, const Array& x,
+template <class T, class Space, class X>
+kdnn::ssm::ConvBackward<T, Space> conv_backward_arguments(const std::string& op, const X& x,
                                                           const Array& w, const Optional& bias,
-                                                          const Optional& init, const Array& dy,
-                                                          const Optional& dfinal, const Array& dx,
+                                                          const Optional& init, const X& dy,
+                                                          const Optional& dfinal, const X& dx,
                                                           const Array& dw, const Optional& dbias,
                                                           const Optional& dinit) {
   const std::string at = op + " backward: ";
   kdnn::ssm::ConvBackward<T, Space> b;
   set_conv_inputs<T, Space>(b, at, x, w, bias, init);
-  b.dy = view_of<In3<T, Space>>(dy, at + "grad");
-  b.dfinal_state = view_of<In3<T, Space>>(dfinal, at + "grad of final_state");
-  b.dx = view_of<kdnn::Tensor3<T, Space>>(dx, at + "dx");
+  b.dy = view_of<Strided3<const T, Space>>(dy, at + "grad");
+  b.dfinal_state = view_of<Strided3<const T, Space>>(dfinal, at + "grad of final_state");
+  b.dx = view_of<Strided3<T, Space>>(dx, at + "dx");
   b.dw = view_of<kdnn::Matrix<T, Space>>(dw, at + "dweight");
   b.dbias = view_of<kdnn::Vector<T, Space>>(dbias, at + "dbias");
-  b.dinitial_state = view_of<kdnn::Tensor3<T, Space>>(dinit, at + "dinitial_state");
+  b.dinitial_state = view_of<Strided3<T, Space>>(dinit, at + "dinitial_state");
   return b;
 }
 

@@ -15,3 +15,18 @@ sys.path.insert(0, str(REFERENCE))
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture
+def copies(monkeypatch):
+    """The shapes of the tensors that .contiguous() copies while the test
+    runs (those not contiguous already)."""
+    copied = []
+    contiguous = torch.Tensor.contiguous
+
+    def counting(self, *args, **kwargs):
+        if not self.is_contiguous(*args, **kwargs):
+            copied.append(tuple(self.shape))
+        return contiguous(self, *args, **kwargs)
+    monkeypatch.setattr(torch.Tensor, "contiguous", counting)
+    return copied

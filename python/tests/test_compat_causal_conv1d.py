@@ -90,12 +90,25 @@ def test_fn_states(dtype):
     torch.testing.assert_close(out, want[1].detach())
 
 
-def test_fn_zero_copy_for_channel_last():
-    x = channel_last(1, 4, 9, dtype=torch.float64)
-    w = torch.randn(4, 4, dtype=torch.float64)
-    out, final = causal_conv1d_fn(x, w, return_final_states=True)
-    assert out.stride(1) == 1 and final.stride(1) == 1  # channel-last, as the peer's
-    torch.testing.assert_close(out, conv_ref(x, w))
+@pytest.mark.parametrize("layout", ["contiguous", "channel_last"])
+def test_fn_zero_copy_in_both_layouts(copies, layout):
+    # Both of the peer's layouts of x are read in place, and the output and
+    # x's gradient written in x's layout: no copy either way.
+    kw = dict(dtype=torch.float64, requires_grad=True)
+    x = torch.randn(2, 5, 9, **kw) if layout == "contiguous" else channel_last(
+        2, 5, 9, dtype=torch.float64).detach().requires_grad_()  # a leaf, channel-last
+    w, b = torch.randn(5, 4, **kw), torch.randn(5, **kw)
+    out, final = causal_conv1d_fn(x, w, b, return_final_states=True, activation="silu")
+    g = torch.randn(2, 5, 9, dtype=torch.float64)
+    out.backward(g)
+    assert copies == []
+    assert out.stride() == x.stride() and x.grad.stride() == x.stride()
+    assert final.stride(1) == 1  # channel-last, as the peer's
+    xr, wr, br = (t.detach().clone().requires_grad_() for t in (x, w, b))
+    want = conv_ref(xr, wr, br, activation="silu")
+    torch.testing.assert_close(out, want)
+    torch.testing.assert_close((x.grad, w.grad, b.grad),
+                               torch.autograd.grad(want, (xr, wr, br), g))
 
 
 def test_fn_gradcheck():

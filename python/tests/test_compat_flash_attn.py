@@ -152,21 +152,6 @@ def test_options_kdnn_does_not_have():
         flash_attn_func(q, q, q, 0.0, None, 0.1)
 
 
-@pytest.fixture
-def copies(monkeypatch):
-    """The shapes of the tensors that .contiguous() copies while the test
-    runs (those not contiguous already)."""
-    copied = []
-    contiguous = torch.Tensor.contiguous
-
-    def counting(self, *args, **kwargs):
-        if not self.is_contiguous(*args, **kwargs):
-            copied.append(tuple(self.shape))
-        return contiguous(self, *args, **kwargs)
-    monkeypatch.setattr(torch.Tensor, "contiguous", counting)
-    return copied
-
-
 @pytest.mark.parametrize("heads_k", [4, 2])
 def test_peer_layouts_are_read_and_written_in_place(copies, heads_k):
     # flash-attn's (batch, seqlen, nheads, headdim) tensors and the packed

@@ -52,6 +52,27 @@ def test_conv_gradcheck():
         (x, w, b, init))
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_conv_takes_any_strides(dtype):
+    # x channel-first (a contiguous [B, C, L] transposed), a sliced x and an
+    # expanded gradient are read in place; the results are those of
+    # contiguous copies (to the rounding of differently vectorised loops),
+    # and y and x's gradient follow x's dimension order.
+    w, b = torch.randn(6, 4, dtype=dtype), torch.randn(6, dtype=dtype)
+    for x in (torch.randn(2, 6, 40, dtype=dtype).transpose(1, 2),
+              torch.randn(2, 40, 12, dtype=dtype)[:, :, ::2]):
+        xs = x.detach().requires_grad_()
+        xc = x.detach().contiguous().requires_grad_()
+        y = kdnn.causal_conv1d(xs, w, b, activation="silu")
+        yc = kdnn.causal_conv1d(xc, w, b, activation="silu")
+        y.sum().backward()  # an expanded gradient: stride 0 everywhere
+        yc.sum().backward()
+        torch.testing.assert_close(y, yc, **TOLERANCE[dtype])
+        torch.testing.assert_close(xs.grad, xc.grad, **TOLERANCE[dtype])
+        if x.stride(1) == 1:
+            assert y.stride(1) == 1 and xs.grad.stride(1) == 1
+
+
 def test_conv_module():
     m = kdnn.nn.CausalConv1d(8, kernel_size=4, dtype=torch.float64)
     x = torch.randn(2, 11, 8, dtype=torch.float64)

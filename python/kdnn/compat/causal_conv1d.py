@@ -2,11 +2,11 @@
 """causal-conv1d's causal_conv1d_fn and causal_conv1d_update on kdnn's
 kernels (x channel first, [batch, dim, seqlen], as the peer's).
 
-x's channel-last memory layout (x = x_bld.transpose(1, 2), stride(1) == 1:
-what Mamba's blocks pass) is kdnn's own: no copy, and the output and the
-final states have that layout too, as the peer's. A contiguous x
-([batch, dim, seqlen], stride(2) == 1) is copied to channel-last and the
-output back to x's layout (two copies: kdnn's kernels read channel-last).
+Both of the peer's memory layouts of x are read in place: channel-last
+(x = x_bld.transpose(1, 2), stride(1) == 1: what Mamba's blocks pass) and
+contiguous ([batch, dim, seqlen], stride(2) == 1); the output and x's
+gradient are written in x's layout, as the peer's: no copy. The final
+states are channel-last.
 """
 from .. import mamba2
 from .._tensors import Error
@@ -45,9 +45,7 @@ def causal_conv1d_fn(x, weight, bias=None, seq_idx=None, initial_states=None,
     init = None if initial_states is None else initial_states.transpose(1, 2)
     y, final = mamba2.causal_conv1d(x.transpose(1, 2), weight, bias, init, activation=activation,
                                     return_final_states=True)
-    out = y.transpose(1, 2)
-    if x.stride(1) != 1 or x.shape[1] == 1:  # a contiguous x: the output contiguous too
-        out = out.contiguous()
+    out = y.transpose(1, 2)  # in x's memory layout
     if not return_final_states:
         return out
     final = final.transpose(1, 2)

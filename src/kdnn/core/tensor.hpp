@@ -17,6 +17,12 @@ using Tensor3 = Kokkos::View<T***, Kokkos::LayoutRight, typename ExecSpace::memo
 template <class T, class ExecSpace>
 using Tensor4 = Kokkos::View<T****, Kokkos::LayoutRight, typename ExecSpace::memory_space>;
 
+/// A 3-D tensor with any strides, for the operators that read a tensor in
+/// place in other layouts (e.g. causal-conv1d's contiguous [B, C, L] seen
+/// as [B, L, C]); a Tensor3 converts to it.
+template <class T, class ExecSpace>
+using StridedTensor3 = Kokkos::View<T***, Kokkos::LayoutStride, typename ExecSpace::memory_space>;
+
 /// A 4-D tensor with any strides, for the operators that read a tensor in
 /// place in other layouts (e.g. a PyTorch [B, S, H, D] tensor seen as
 /// [B, H, S, D] through its strides). Those operators require the last

@@ -12,6 +12,12 @@
 // state is the last K−1 steps of x̄ (for chunked or streaming use; it reaches
 // into the initial state when L < K−1). Any K ≥ 1, any L ≥ 0.
 //
+// Every [B, ·, C] tensor may have any strides (kdnn::StridedTensor3; a
+// Tensor3 converts to it): channel-last [B, L, C] (Mamba's reference) and
+// channel-first (causal-conv1d's contiguous [B, C, L], seen as [B, L, C]
+// through its strides) are both read and written in place, each with its
+// own thread mapping in the GPU form. Outputs' elements must not overlap.
+//
 // The backward recomputes z from x (nothing but the inputs is kept) and
 // returns dx, dw, dbias and d(initial state), accepting d(final state).
 // Deterministic: dw and dbias are summed per block of steps, then over the
@@ -39,28 +45,28 @@ struct CausalConv1dOptions {
 /// (default-constructed).
 template <class T, class ExecSpace>
 struct ConvForward {
-  Tensor3<const T, ExecSpace> x;              ///< [B, L, C]
-  Matrix<const T, ExecSpace> w;               ///< [C, K], K ≥ 1
-  Vector<const T, ExecSpace> bias;            ///< [C]; optional (zero)
-  Tensor3<const T, ExecSpace> initial_state;  ///< [B, K−1, C]; optional (zeros)
-  Tensor3<T, ExecSpace> y;                    ///< output [B, L, C]
-  Tensor3<T, ExecSpace> final_state;          ///< output [B, K−1, C]; optional
+  StridedTensor3<const T, ExecSpace> x;              ///< [B, L, C]
+  Matrix<const T, ExecSpace> w;                      ///< [C, K], K ≥ 1
+  Vector<const T, ExecSpace> bias;                   ///< [C]; optional (zero)
+  StridedTensor3<const T, ExecSpace> initial_state;  ///< [B, K−1, C]; optional (zeros)
+  StridedTensor3<T, ExecSpace> y;                    ///< output [B, L, C]
+  StridedTensor3<T, ExecSpace> final_state;          ///< output [B, K−1, C]; optional
 };
 
 /// The arguments of causal_conv1d_backward: the forward's inputs, dy = dL/dy
 /// and the gradients to write. Optional Views may be left empty.
 template <class T, class ExecSpace>
 struct ConvBackward {
-  Tensor3<const T, ExecSpace> x;              ///< [B, L, C]
-  Matrix<const T, ExecSpace> w;               ///< [C, K]
-  Vector<const T, ExecSpace> bias;            ///< [C]; optional, as in the forward
-  Tensor3<const T, ExecSpace> initial_state;  ///< [B, K−1, C]; optional, as in the forward
-  Tensor3<const T, ExecSpace> dy;             ///< [B, L, C]
-  Tensor3<const T, ExecSpace> dfinal_state;   ///< [B, K−1, C]; optional (zero)
-  Tensor3<T, ExecSpace> dx;                   ///< output [B, L, C]
-  Matrix<T, ExecSpace> dw;                    ///< output [C, K]
-  Vector<T, ExecSpace> dbias;                 ///< output [C]; optional
-  Tensor3<T, ExecSpace> dinitial_state;       ///< output [B, K−1, C]; optional
+  StridedTensor3<const T, ExecSpace> x;              ///< [B, L, C]
+  Matrix<const T, ExecSpace> w;                      ///< [C, K]
+  Vector<const T, ExecSpace> bias;                   ///< [C]; optional, as in the forward
+  StridedTensor3<const T, ExecSpace> initial_state;  ///< [B, K−1, C]; optional, as in the forward
+  StridedTensor3<const T, ExecSpace> dy;             ///< [B, L, C]
+  StridedTensor3<const T, ExecSpace> dfinal_state;   ///< [B, K−1, C]; optional (zero)
+  StridedTensor3<T, ExecSpace> dx;                   ///< output [B, L, C]
+  Matrix<T, ExecSpace> dw;                           ///< output [C, K]
+  Vector<T, ExecSpace> dbias;                        ///< output [C]; optional
+  StridedTensor3<T, ExecSpace> dinitial_state;       ///< output [B, K−1, C]; optional
 };
 
 }  // namespace kdnn::ssm

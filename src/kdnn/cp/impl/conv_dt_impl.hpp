@@ -237,7 +237,7 @@ HaloStats conv_dt_forward(const ExecSpace& space, MPI_Comm comm,
   }
   ssm::impl::conv_forward_steps(space, local, opts.conv, 0, interior);
   if (validate::given(a.conv.final_state)) {
-    ssm::impl::conv_final_state(space, a.conv.x, Tensor3<const T, ExecSpace>(a.halo),
+    ssm::impl::conv_final_state(space, a.conv.x, StridedTensor3<const T, ExecSpace>(a.halo),
                                 a.conv.final_state);
   }
   return stats;

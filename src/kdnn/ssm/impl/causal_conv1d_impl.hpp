@@ -78,11 +78,12 @@ void launch_runs(const ExecSpace& space, const Kernel& k, const char* label) {
 }
 
 template <class ExecSpace, class T, class Kernel>
-void set_conv_inputs(Kernel& k, const Tensor3<const T, ExecSpace>& x,
+void set_conv_inputs(Kernel& k, const StridedTensor3<const T, ExecSpace>& x,
                      const Matrix<const T, ExecSpace>& w, const Vector<const T, ExecSpace>& bias,
-                     const Tensor3<const T, ExecSpace>& init, const CausalConv1dOptions& opts,
-                     int first, int last) {
+                     const StridedTensor3<const T, ExecSpace>& init,
+                     const CausalConv1dOptions& opts, int first, int last) {
   k.x = x;
+  k.channels_inner = x.stride(2) <= x.stride(1);
   k.w = w;
   k.bias = bias;
   k.init = init;
@@ -91,6 +92,23 @@ void set_conv_inputs(Kernel& k, const Tensor3<const T, ExecSpace>& x,
   k.silu = opts.silu;
   k.first = first;
   k.last = last;
+}
+
+/// Whether every given [B, ·, C] View has its channels contiguous (stride
+/// 1, or at most one channel): the tiled kernels' `Unit` case.
+template <class... Views>
+bool unit_channels(const Views&... views) {
+  return ((!validate::given(views) || views.extent(2) <= 1 || views.stride(2) == 1) && ...);
+}
+
+/// Runs `run(std::integral_constant<bool, Unit>{})` with Unit = unit_channels(views...).
+template <class Run, class... Views>
+void with_channel_stride(const Run& run, const Views&... views) {
+  if (unit_channels(views...)) {
+    run(std::true_type{});
+  } else {
+    run(std::false_type{});
+  }
 }
 
 /// y at steps [first, last) (0 ≤ first ≤ last ≤ L); no checks.
@@ -106,18 +124,21 @@ void conv_forward_steps(const ExecSpace& space, const ConvForward<T, ExecSpace>&
     launch_runs(space, k, label);
   };
   if (register_width<ExecSpace>(opts, int(a.w.extent(1)), in_registers)) return;
-  ConvForwardKernel<ExecSpace, T> k;
-  set_conv_inputs<ExecSpace, T>(k, a.x, a.w, a.bias, a.initial_state, opts, first, last);
-  conv_tiling<ExecSpace>(k, int(a.x.extent(2)));
-  k.y = a.y;
-  launch_conv("ssm::causal_conv1d_forward", space, k, opts.launch, label);
+  const auto tiled = [&](auto unit) {
+    ConvForwardKernel<ExecSpace, T, decltype(unit)::value> k;
+    set_conv_inputs<ExecSpace, T>(k, a.x, a.w, a.bias, a.initial_state, opts, first, last);
+    conv_tiling<ExecSpace>(k, int(a.x.extent(2)));
+    k.y = a.y;
+    launch_conv("ssm::causal_conv1d_forward", space, k, opts.launch, label);
+  };
+  with_channel_stride(tiled, a.x, a.initial_state, a.y);
 }
 
 /// final[b, j, c] = x̄[b, L−K+1+j, c]: the last K−1 steps of x̄.
 template <class ExecSpace, class T>
-void conv_final_state(const ExecSpace& space, const Tensor3<const T, ExecSpace>& x,
-                      const Tensor3<const T, ExecSpace>& init,
-                      const Tensor3<T, ExecSpace>& final_state) {
+void conv_final_state(const ExecSpace& space, const StridedTensor3<const T, ExecSpace>& x,
+                      const StridedTensor3<const T, ExecSpace>& init,
+                      const StridedTensor3<T, ExecSpace>& final_state) {
   const int B = int(final_state.extent(0)), K1 = int(final_state.extent(1));
   const int C = int(final_state.extent(2)), L = int(x.extent(1));
   const bool has_init = validate::given(init);
@@ -193,13 +214,16 @@ void conv_backward_steps(const ExecSpace& space, const ConvBackward<T, ExecSpace
     launch_runs(space, k, label);
     partial = k.partial;
   };
-  if (!register_width<ExecSpace>(opts, int(a.w.extent(1)), in_registers)) {
-    ConvBackwardKernel<ExecSpace, T> k;
+  const auto tiled = [&](auto unit) {
+    ConvBackwardKernel<ExecSpace, T, decltype(unit)::value> k;
     set_conv_inputs<ExecSpace, T>(k, a.x, a.w, a.bias, a.initial_state, opts, first, last);
     conv_tiling<ExecSpace>(k, int(a.x.extent(2)));
     set_conv_gradients(k, a, params, B * k.time_tiles());
     launch_conv(op, space, k, opts.launch, label);
     partial = k.partial;
+  };
+  if (!register_width<ExecSpace>(opts, int(a.w.extent(1)), in_registers)) {
+    with_channel_stride(tiled, a.x, a.initial_state, a.dy, a.dfinal_state, a.dx, a.dinitial_state);
   }
   if (params) conv_param_sums(space, a, partial);
 }
@@ -214,9 +238,9 @@ void check_state(const char* op, const char* name, const State& state, const X& 
 
 /// Host-side checks of the views shared by the forward and the backward.
 template <class ExecSpace, class T>
-void check_conv_inputs(const char* op, const Tensor3<const T, ExecSpace>& x,
+void check_conv_inputs(const char* op, const StridedTensor3<const T, ExecSpace>& x,
                        const Matrix<const T, ExecSpace>& w, const Vector<const T, ExecSpace>& bias,
-                       const Tensor3<const T, ExecSpace>& init) {
+                       const StridedTensor3<const T, ExecSpace>& init) {
   const std::size_t C = x.extent(2);
   if (w.extent(1) < 1) fail(op, ": w has extent(1)=", w.extent(1), ", expected K >= 1");
   validate::extent(op, "w", w, 0, C, "C, x's extent(2)");
@@ -234,7 +258,11 @@ template <class ExecSpace, class T>
 void check_conv_forward(const char* op, const ConvForward<T, ExecSpace>& a) {
   check_conv_inputs<ExecSpace, T>(op, a.x, a.w, a.bias, a.initial_state);
   validate::same_shape(op, "y", a.y, "x", a.x);
-  if (validate::given(a.final_state)) check_state(op, "final_state", a.final_state, a.x, a.w);
+  validate::distinct_elements(op, "y", a.y);
+  if (validate::given(a.final_state)) {
+    check_state(op, "final_state", a.final_state, a.x, a.w);
+    validate::distinct_elements(op, "final_state", a.final_state);
+  }
   using validate::memory_of;
   const auto inputs = {memory_of("x", a.x), memory_of("w", a.w), memory_of("bias", a.bias),
                        memory_of("initial_state", a.initial_state)};
@@ -257,11 +285,13 @@ void check_conv_backward(const char* op, const ConvBackward<T, ExecSpace>& a) {
   check_conv_inputs<ExecSpace, T>(op, a.x, a.w, a.bias, a.initial_state);
   validate::same_shape(op, "dy", a.dy, "x", a.x);
   validate::same_shape(op, "dx", a.dx, "x", a.x);
+  validate::distinct_elements(op, "dx", a.dx);
   validate::same_shape(op, "dw", a.dw, "w", a.w);
   if (validate::given(a.dbias)) validate::extent(op, "dbias", a.dbias, 0, a.x.extent(2), "C");
   if (validate::given(a.dfinal_state)) check_state(op, "dfinal_state", a.dfinal_state, a.x, a.w);
   if (validate::given(a.dinitial_state)) {
     check_state(op, "dinitial_state", a.dinitial_state, a.x, a.w);
+    validate::distinct_elements(op, "dinitial_state", a.dinitial_state);
   }
   using validate::memory_of;
   const auto inputs = {memory_of("x", a.x),       memory_of("w", a.w),

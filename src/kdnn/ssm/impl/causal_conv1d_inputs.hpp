@@ -2,8 +2,10 @@
 #pragma once
 // What both forms of the causal conv1d take (the tiled kernels,
 // causal_conv1d_kernels.hpp, and the register kernels,
-// causal_conv1d_register_kernels.hpp).
+// causal_conv1d_register_kernels.hpp), and how a tiled kernel walks the
+// channels of one step of a [B, ·, C] tensor.
 #include <Kokkos_Core.hpp>
+#include <cstddef>
 
 #include "kdnn/core/tensor.hpp"
 #include "kdnn/ssm/impl/sigmoid.hpp"
@@ -14,12 +16,37 @@ namespace kdnn::ssm::impl {
 /// the register ones, the GPU form).
 template <class ExecSpace, class T>
 struct ConvInputs {
-  Tensor3<const T, ExecSpace> x;     ///< [B, L, C]
-  Matrix<const T, ExecSpace> w;      ///< [C, K]
-  Vector<const T, ExecSpace> bias;   ///< [C] or empty
-  Tensor3<const T, ExecSpace> init;  ///< [B, K−1, C] or empty (zeros)
+  StridedTensor3<const T, ExecSpace> x;     ///< [B, L, C]
+  Matrix<const T, ExecSpace> w;             ///< [C, K]
+  Vector<const T, ExecSpace> bias;          ///< [C] or empty
+  StridedTensor3<const T, ExecSpace> init;  ///< [B, K−1, C] or empty (zeros)
   bool has_bias = false, has_init = false, silu = true;
   int first = 0, last = 0;  ///< the launch's steps [first, last)
+  /// Whether x's channels are closer in memory than its steps (channel-last,
+  /// stride(2) <= stride(1)): the register kernels put consecutive threads
+  /// on consecutive channels then, else on consecutive runs of steps, so
+  /// that neighbouring threads read neighbouring memory either way.
+  bool channels_inner = true;
 };
+
+/// The channels from c0 on of step s of batch entry b of a [B, ·, C] View:
+/// row[c] is element (b, s, c0 + c). `Unit`: the channels are contiguous
+/// (stride 1), and row[c] is a plain pointer offset that a host vectorises;
+/// else the channel stride multiplies c.
+template <class T, bool Unit>
+struct ChannelRow {
+  T* p;
+  std::size_t stride;
+  KOKKOS_FORCEINLINE_FUNCTION T& operator[](int c) const {
+    return Unit ? p[c] : p[std::size_t(c) * stride];
+  }
+};
+
+template <bool Unit, class View>
+KOKKOS_FORCEINLINE_FUNCTION ChannelRow<typename View::value_type, Unit> channel_row(const View& v,
+                                                                                    int b, int s,
+                                                                                    int c0) {
+  return {&v(b, s, c0), v.stride(2)};
+}
 
 }  // namespace kdnn::ssm::impl

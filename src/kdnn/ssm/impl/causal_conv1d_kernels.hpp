@@ -6,7 +6,9 @@
 // reads, w transposed ([K, ct], so that the channels are the contiguous,
 // vectorised index) and the bias. Team threads split the steps, vector lanes
 // the channels; every channel loop is a kdnn::impl::vector_for without
-// branches on the channel, so that it vectorises on a host. A launch covers a range of steps
+// branches on the channel, so that it vectorises on a host (with `Unit`, channels contiguous in
+// every tensor; otherwise each step's channels are read through their stride, channel-first
+// tensors included). A launch covers a range of steps
 // [first, last), so that a context-parallel caller can compute the steps that need no halo while
 // the halo is in flight.
 #include <Kokkos_Core.hpp>
@@ -23,7 +25,7 @@
 namespace kdnn::ssm::impl {
 
 /// What both tiled conv kernels share: the tiling and the scratch loads.
-template <class ExecSpace, class T>
+template <class ExecSpace, class T, bool Unit>
 struct ConvTiles : ConvInputs<ExecSpace, T> {
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   static constexpr bool host = kdnn::impl::BackendTraits<ExecSpace>::is_host;
@@ -65,14 +67,12 @@ struct ConvTiles : ConvInputs<ExecSpace, T> {
     const int L = int(x.extent(1)), K = int(w.extent(1));
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](int j) {
       const int s = s_first + j;
-      const T* src = nullptr;
-      if (s >= 0 && s < L) {
-        src = &x(t.b, s, t.c0);
-      } else if (s < 0 && s >= -(K - 1) && has_init) {
-        src = &init(t.b, s + K - 1, t.c0);
-      }
       T* dst = xs + j * ct;
-      if (src) {
+      if (s >= 0 && s < L) {
+        const auto src = channel_row<Unit>(x, t.b, s, t.c0);
+        vec(team, t.nc, [&](int c) { dst[c] = src[c]; });
+      } else if (s < 0 && s >= -(K - 1) && has_init) {
+        const auto src = channel_row<Unit>(init, t.b, s + K - 1, t.c0);
         vec(team, t.nc, [&](int c) { dst[c] = src[c]; });
       } else {
         vec(team, t.nc, [&](int c) { dst[c] = 0; });
@@ -130,11 +130,11 @@ struct ConvTiles : ConvInputs<ExecSpace, T> {
 };
 
 /// y[b, t, c] for t in [first, last): one team per tile.
-template <class ExecSpace, class T>
-struct ConvForwardKernel : ConvTiles<ExecSpace, T> {
-  using Base = ConvTiles<ExecSpace, T>;
+template <class ExecSpace, class T, bool Unit>
+struct ConvForwardKernel : ConvTiles<ExecSpace, T, Unit> {
+  using Base = ConvTiles<ExecSpace, T, Unit>;
   using typename Base::Member;
-  Tensor3<T, ExecSpace> y;
+  StridedTensor3<T, ExecSpace> y;
 
   struct Work {
     T *xs, *ws, *bs;
@@ -163,7 +163,7 @@ struct ConvForwardKernel : ConvTiles<ExecSpace, T> {
     team.team_barrier();
     const auto bias = [&](int c) { return s.bs[c]; };
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, t.n), [&](int r) {
-      T* out = &y(t.b, t.s0 + r, t.c0);
+      const auto out = channel_row<Unit>(y, t.b, t.s0 + r, t.c0);
       if (this->silu) {
         this->correlate(team, s.ws, s.xs, r, 1, t.nc, K, bias,
                         [&](int c, T z) { out[c] = z * sigmoid(z); });
@@ -179,15 +179,15 @@ struct ConvForwardKernel : ConvTiles<ExecSpace, T> {
 /// steps), dz = dy·SiLU'(z) recomputed from x̄. With `params`, each team also
 /// writes its partial sums Σ_t dz[t]·x̄[t−K+1+k] (dw) and Σ_t dz[t] (dbias)
 /// over its steps t into partial[tile, c·(K+1) + k] (k = K: dbias).
-template <class ExecSpace, class T>
-struct ConvBackwardKernel : ConvTiles<ExecSpace, T> {
-  using Base = ConvTiles<ExecSpace, T>;
+template <class ExecSpace, class T, bool Unit>
+struct ConvBackwardKernel : ConvTiles<ExecSpace, T, Unit> {
+  using Base = ConvTiles<ExecSpace, T, Unit>;
   using typename Base::Member;
-  Tensor3<const T, ExecSpace> dy;      ///< [B, L, C]
-  Tensor3<const T, ExecSpace> dfinal;  ///< [B, K−1, C] or empty
-  Tensor3<T, ExecSpace> dx;            ///< [B, L, C] (written for s ≥ 0)
-  Tensor3<T, ExecSpace> dinit;         ///< [B, K−1, C] (written for s < 0)
-  Matrix<T, ExecSpace> partial;        ///< [B·time_tiles, C·(K+1)] when params
+  StridedTensor3<const T, ExecSpace> dy;      ///< [B, L, C]
+  StridedTensor3<const T, ExecSpace> dfinal;  ///< [B, K−1, C] or empty
+  StridedTensor3<T, ExecSpace> dx;            ///< [B, L, C] (written for s ≥ 0)
+  StridedTensor3<T, ExecSpace> dinit;         ///< [B, K−1, C] (written for s < 0)
+  Matrix<T, ExecSpace> partial;               ///< [B·time_tiles, C·(K+1)] when params
   bool has_dfinal = false, params = false;
 
   struct Work {
@@ -226,7 +226,7 @@ struct ConvBackwardKernel : ConvTiles<ExecSpace, T> {
       const int live = step >= 0 && step < L ? t.nc : 0;  // channels with a gradient
       T* g = s.dz + i * ct;
       if (live > 0) {
-        const T* dyr = &dy(t.b, step, t.c0);
+        const auto dyr = channel_row<Unit>(dy, t.b, step, t.c0);
         if (this->silu) {
           this->correlate(team, s.ws, s.xs, i, 1, live, K, bias, [&](int c, T z) {
             const T sg = sigmoid(z);
@@ -245,9 +245,10 @@ struct ConvBackwardKernel : ConvTiles<ExecSpace, T> {
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, t.n), [&](int r) {
       const int step = t.s0 + r;
       const int fin = step - (L - (K - 1));  // index into the final state
-      T* out = step < 0 ? &dinit(t.b, step + K - 1, t.c0) : &dx(t.b, step, t.c0);
+      const auto out = step < 0 ? channel_row<Unit>(dinit, t.b, step + K - 1, t.c0)
+                                : channel_row<Unit>(dx, t.b, step, t.c0);
       if (this->has_dfinal && fin >= 0) {
-        const T* df = &dfinal(t.b, fin, t.c0);
+        const auto df = channel_row<Unit>(dfinal, t.b, fin, t.c0);
         this->correlate(team, s.ws, s.dz, r + K - 1, -1, t.nc, K, zero,
                         [&](int c, T acc) { out[c] = acc + df[c]; });
       } else {

@@ -2,8 +2,10 @@
 #pragma once
 // The GPU form of the causal depthwise conv1d (causal_conv1d.hpp) for a
 // compile-time width K: one thread per (batch entry, run of steps, channel),
-// consecutive threads on consecutive channels, so that every load and store
-// of the channel-last [B, L, C] tensors is coalesced. A thread slides a
+// consecutive threads on consecutive channels when x is channel-last (every
+// load and store of [B, L, C] tensors coalesced), else on consecutive runs
+// of steps of a channel (a channel-first [B, C, L] x: each thread streams
+// its run, and a warp's runs are one span). A thread slides a
 // window of the last K inputs through registers along its run of steps: no
 // scratch, no barrier, each input read once (plus K − 1 halo steps per run).
 // The sums add their terms in the order of the tiled kernels
@@ -29,10 +31,17 @@ struct ConvRuns : ConvInputs<ExecSpace, T> {
     int b, c, s0, n, index;
   };
   KOKKOS_INLINE_FUNCTION Run run_of(long long idx) const {
-    const int C = int(this->x.extent(2));
-    const int c = int(idx % C);
-    const long long rest = idx / C;
-    const int r = int(rest % runs()), b = int(rest / runs());
+    const int C = int(this->x.extent(2)), R = runs();
+    int c, r, b;
+    if (this->channels_inner) {
+      c = int(idx % C);
+      const long long rest = idx / C;
+      r = int(rest % R), b = int(rest / R);
+    } else {
+      r = int(idx % R);
+      const long long rest = idx / R;
+      c = int(rest % C), b = int(rest / C);
+    }
     const int s0 = this->first + r * run;
     return {b, c, s0, this->last - s0 < run ? this->last - s0 : run, r};
   }
@@ -66,7 +75,7 @@ struct ConvRuns : ConvInputs<ExecSpace, T> {
 /// y[b, t, c] for t in [first, last).
 template <class ExecSpace, class T, int K>
 struct ConvRegisterForward : ConvRuns<ExecSpace, T, K> {
-  Tensor3<T, ExecSpace> y;
+  StridedTensor3<T, ExecSpace> y;
 
   KOKKOS_INLINE_FUNCTION void operator()(long long idx) const {
     const auto r = this->run_of(idx);
@@ -90,11 +99,11 @@ struct ConvRegisterForward : ConvRuns<ExecSpace, T, K> {
 /// partial[b·runs + run index, c·(K+1) + k] (k = K: dbias).
 template <class ExecSpace, class T, int K>
 struct ConvRegisterBackward : ConvRuns<ExecSpace, T, K> {
-  Tensor3<const T, ExecSpace> dy;      ///< [B, L, C]
-  Tensor3<const T, ExecSpace> dfinal;  ///< [B, K−1, C] or empty
-  Tensor3<T, ExecSpace> dx;            ///< [B, L, C] (written for s ≥ 0)
-  Tensor3<T, ExecSpace> dinit;         ///< [B, K−1, C] (written for s < 0)
-  Matrix<T, ExecSpace> partial;        ///< [B·runs, C·(K+1)] when params
+  StridedTensor3<const T, ExecSpace> dy;      ///< [B, L, C]
+  StridedTensor3<const T, ExecSpace> dfinal;  ///< [B, K−1, C] or empty
+  StridedTensor3<T, ExecSpace> dx;            ///< [B, L, C] (written for s ≥ 0)
+  StridedTensor3<T, ExecSpace> dinit;         ///< [B, K−1, C] (written for s < 0)
+  Matrix<T, ExecSpace> partial;               ///< [B·runs, C·(K+1)] when params
   bool has_dfinal = false, params = false;
 
   KOKKOS_INLINE_FUNCTION void operator()(long long idx) const {
