@@ -152,14 +152,20 @@ def _scalar(op, name, value):
 
 
 def int32_vector(op, name, t, count, device):
-    """An integer vector option (a tensor or a sequence) as the int32 tensor
-    [count] kdnn reads on `device`: a copy (editing the caller's tensor
-    after the forward changes nothing), its values checked to fit."""
+    """An integer vector option as the int32 tensor [count] (int32_array)."""
+    return int32_array(op, name, t, [count], device)
+
+
+def int32_array(op, name, t, shape, device):
+    """An integer option (a tensor or a sequence) as the contiguous int32
+    tensor of `shape` (a list) kdnn reads on `device`: a copy (editing the
+    caller's tensor after the forward changes nothing), its values checked
+    to fit."""
     t = torch.as_tensor(t, device=device)
     if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
         raise Error(f"{op}: {name} has dtype {t.dtype}, expected integers")
-    require(t.dim() == 1 and t.shape[0] == count,
-            f"{op}: {name} has shape {list(t.shape)}, expected [{count}]")
+    require(list(t.shape) == list(shape),
+            f"{op}: {name} has shape {list(t.shape)}, expected {list(shape)}")
     if t.numel() > 0:
         lo, hi = int(t.min()), int(t.max())
         require(-2**31 <= lo and hi < 2**31,

@@ -6,8 +6,8 @@ import math
 import torch
 
 from . import _kdnn
-from ._tensors import (Operands, contiguous, empty_in_order_of, first_order, flag, int32_vector,
-                       integer, number, require, stream_of)
+from ._tensors import (Operands, contiguous, empty_in_order_of, first_order, flag, int32_array,
+                       int32_vector, integer, number, require, stream_of)
 
 ACTIVATIONS = (None, "silu", "swish")
 
@@ -38,12 +38,13 @@ def _new(t, like):
 
 class _CausalConv1d(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, bias, initial_state, silu):
+    def forward(ctx, x, weight, bias, initial_state, silu, seq_idx):
         B, _, C = x.shape
         y = empty_in_order_of(x, x.shape, last_inner=False)  # x's memory order: no copy
         final = x.new_empty(B, weight.shape[1] - 1, C)
-        _kdnn.causal_conv1d_forward(x, weight, bias, initial_state, y, final, silu, stream_of(x))
-        ctx.save_for_backward(x, weight, bias, initial_state)
+        _kdnn.causal_conv1d_forward(x, weight, bias, initial_state, y, final, seq_idx, silu,
+                                    stream_of(x))
+        ctx.save_for_backward(x, weight, bias, initial_state, seq_idx)
         ctx.silu = silu
         ctx.set_materialize_grads(False)
         return y, final
@@ -51,18 +52,18 @@ class _CausalConv1d(torch.autograd.Function):
     @staticmethod
     @first_order("causal_conv1d")
     def backward(ctx, dy, dfinal):
-        x, weight, bias, init = ctx.saved_tensors
+        x, weight, bias, init, seq_idx = ctx.saved_tensors
         # dy of any strides (an expanded one included) is read as it is.
         dy = torch.zeros_like(x) if dy is None else dy.resolve_neg()
         dx, dw = empty_in_order_of(x, x.shape, last_inner=False), torch.empty_like(weight)
         dbias, dinit = _new(bias, bias), _new(init, init)
         _kdnn.causal_conv1d_backward(x, weight, bias, init, dy, contiguous(dfinal), dx, dw, dbias,
-                                     dinit, ctx.silu, stream_of(x))
-        return dx, dw, dbias, dinit, None
+                                     dinit, seq_idx, ctx.silu, stream_of(x))
+        return dx, dw, dbias, dinit, None, None
 
 
 def causal_conv1d(x, weight, bias=None, initial_state=None, *, activation=None,
-                  return_final_states=False):
+                  return_final_states=False, seq_idx=None):
     """Mamba's causal depthwise conv1d, channel-last:
     y[b, t, c] = act(bias[c] + sum_k weight[c, k] * x[b, t - K + 1 + k, c]),
     the K - 1 steps before t = 0 taken from initial_state (zeros if None).
@@ -73,6 +74,12 @@ def causal_conv1d(x, weight, bias=None, initial_state=None, *, activation=None,
     call's initial_state). x of any strides is read in place (e.g. the
     transpose(1, 2) of a contiguous [B, C, L] tensor, causal-conv1d's
     layout), and y and x's gradient are laid out in x's dimension order.
+
+    Packed sequences: seq_idx [B, L] (integers) gives each step's sequence;
+    a step's window reads only the steps of its own sequence (equal ids),
+    forward and backward, as if each sequence were convolved alone. The
+    initial_state continues step 0's sequence; the final states keep only
+    the last step's sequence (zeros for the steps of others).
     """
     check = Operands("causal_conv1d")
     x = check(x, "x", 3, "[B, L, C]", strides="any")
@@ -81,7 +88,9 @@ def causal_conv1d(x, weight, bias=None, initial_state=None, *, activation=None,
     initial_state = check(initial_state, "initial_state", 3, "[B, K-1, C]", optional=True)
     silu = conv_silu("causal_conv1d", weight, activation)
     return_final_states = flag("causal_conv1d", "return_final_states", return_final_states)
-    y, final = _CausalConv1d.apply(x, weight, bias, initial_state, silu)
+    if seq_idx is not None:
+        seq_idx = int32_array("causal_conv1d", "seq_idx", seq_idx, list(x.shape[:2]), x.device)
+    y, final = _CausalConv1d.apply(x, weight, bias, initial_state, silu, seq_idx)
     return (y, final) if return_final_states else y
 
 

@@ -21,13 +21,13 @@ using namespace nb::literals;
 namespace {
 
 void conv_forward(const StridedArray& x, const Array& w, const Optional& bias, const Optional& init,
-                  const StridedArray& y, const Optional& final_state, bool silu,
-                  std::uintptr_t stream) {
+                  const StridedArray& y, const Optional& final_state, const Optional& seq_idx,
+                  bool silu, std::uintptr_t stream) {
   dispatch(x, "causal_conv1d: x", stream, [&](auto space, auto zero) {
     using Space = decltype(space);
     using T = decltype(zero);
-    const auto f =
-        conv_forward_arguments<T, Space>("causal_conv1d", x, w, bias, init, y, final_state);
+    auto f = conv_forward_arguments<T, Space>("causal_conv1d", x, w, bias, init, y, final_state);
+    f.seq_idx = view_of<kdnn::Matrix<const int, Space>>(seq_idx, "causal_conv1d: seq_idx");
     ssm::causal_conv1d_forward(space, f, {silu});
   });
 }
@@ -35,12 +35,14 @@ void conv_forward(const StridedArray& x, const Array& w, const Optional& bias, c
 void conv_backward(const StridedArray& x, const Array& w, const Optional& bias,
                    const Optional& init, const StridedArray& dy, const Optional& dfinal,
                    const StridedArray& dx, const Array& dw, const Optional& dbias,
-                   const Optional& dinit, bool silu, std::uintptr_t stream) {
+                   const Optional& dinit, const Optional& seq_idx, bool silu,
+                   std::uintptr_t stream) {
   dispatch(x, "causal_conv1d backward: x", stream, [&](auto space, auto zero) {
     using Space = decltype(space);
     using T = decltype(zero);
-    const auto b = conv_backward_arguments<T, Space>("causal_conv1d", x, w, bias, init, dy, dfinal,
-                                                     dx, dw, dbias, dinit);
+    auto b = conv_backward_arguments<T, Space>("causal_conv1d", x, w, bias, init, dy, dfinal, dx,
+                                               dw, dbias, dinit);
+    b.seq_idx = view_of<kdnn::Matrix<const int, Space>>(seq_idx, "causal_conv1d backward: seq_idx");
     ssm::causal_conv1d_backward(space, b, {silu});
   });
 }
@@ -127,10 +129,10 @@ void ssd_backward(const Array& x, const Array& dt, const Array& A, const Array& 
 
 void bind_mamba2(nb::module_& m) {
   m.def("causal_conv1d_forward", &conv_forward, "x"_a, "w"_a, "bias"_a.none(), "init"_a.none(),
-        "y"_a, "final_state"_a.none(), "silu"_a, "stream"_a);
+        "y"_a, "final_state"_a.none(), "seq_idx"_a.none(), "silu"_a, "stream"_a);
   m.def("causal_conv1d_backward", &conv_backward, "x"_a, "w"_a, "bias"_a.none(), "init"_a.none(),
-        "dy"_a, "dfinal"_a.none(), "dx"_a, "dw"_a, "dbias"_a.none(), "dinit"_a.none(), "silu"_a,
-        "stream"_a);
+        "dy"_a, "dfinal"_a.none(), "dx"_a, "dw"_a, "dbias"_a.none(), "dinit"_a.none(),
+        "seq_idx"_a.none(), "silu"_a, "stream"_a);
   m.def("causal_conv1d_update", &conv_update, "x"_a, "state"_a, "w"_a, "bias"_a.none(), "y"_a,
         "state_indices"_a.none(), "cache_seqlens"_a.none(), "silu"_a, "stream"_a);
   m.def("dt_softplus_forward", &dt_forward, "dt"_a, "dt_bias"_a, "out"_a, "dt_min"_a, "dt_max"_a,

@@ -190,8 +190,6 @@ def test_update_state_layouts_and_errors():
     want, want_state = update_ref(x, state.clone(), w)
     torch.testing.assert_close(causal_conv1d_update(x, state, w), want)
     torch.testing.assert_close(state, want_state)
-    with pytest.raises(kdnn.Error, match="seq_idx is not supported"):
-        causal_conv1d_fn(x[..., None], w, seq_idx=torch.zeros(2, 1, dtype=torch.int32))
     short = torch.randn(2, 4, 2, dtype=torch.float64)
     before = short.clone()
     with pytest.raises(kdnn.Error, match=r"state has extent\(2\)=2, expected W >= K-1=3"):
@@ -201,3 +199,81 @@ def test_update_state_layouts_and_errors():
         causal_conv1d_update(x.clone().requires_grad_(), state, w)
     with pytest.raises(kdnn.Error, match="activation='relu'"):
         causal_conv1d_update(x, state, w, activation="relu")
+
+
+def packed_ids(lengths_per_row):
+    """seq_idx (batch, seqlen) from each row's sequence lengths (a 0 skips an id)."""
+    rows = []
+    for lengths in lengths_per_row:
+        rows.append(torch.cat([torch.full((n,), i, dtype=torch.int32)
+                               for i, n in enumerate(lengths)]))
+    return torch.stack(rows)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", ["channel_last", "contiguous"])
+def test_seq_idx_equals_the_calls_per_sequence(dtype, layout):
+    width, dim = 4, 6
+    lengths = [[1, 3, 0, 4, 9, 2, 1], [5, 1, 1, 12, 1]]
+    seqlen = sum(lengths[0])
+    assert sum(lengths[1]) == seqlen
+    seq_idx = packed_ids(lengths)
+    make = channel_last if layout == "channel_last" else (lambda b, d, l, **kw: torch.randn(b, d, l, **kw))
+    x = make(2, dim, seqlen, dtype=dtype).requires_grad_()
+    w = torch.randn(dim, width, dtype=dtype, requires_grad=True)
+    b = torch.randn(dim, dtype=dtype, requires_grad=True)
+    out = causal_conv1d_fn(x, w, b, seq_idx=seq_idx, activation="silu")
+    assert out.stride() == x.stride()  # in x's layout, as without seq_idx
+    want = torch.empty_like(out)
+    for row, row_lengths in enumerate(lengths):
+        t = 0
+        for n in filter(None, row_lengths):  # a length 0 is an id without steps
+            piece = x[row:row + 1, :, t:t + n]
+            want[row:row + 1, :, t:t + n] = conv_ref(piece, w, b, activation="silu")
+            t += n
+    tol = TOLERANCE[dtype]
+    torch.testing.assert_close(out, want, **tol)
+    g = torch.randn_like(out)
+    got = torch.autograd.grad(out, (x, w, b), g)
+    ref = torch.autograd.grad(want, (x, w, b), g)
+    for name, a, e in zip(("x", "weight", "bias"), got, ref):
+        torch.testing.assert_close(a, e, **tol, msg=name)
+
+
+def test_seq_idx_gradcheck_and_states():
+    x = torch.randn(1, 3, 9, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(3, 3, dtype=torch.float64, requires_grad=True)
+    init = torch.randn(1, 3, 2, dtype=torch.float64, requires_grad=True)
+    seq_idx = packed_ids([[2, 1, 5, 1]])
+    torch.autograd.gradcheck(
+        lambda x, w, init: causal_conv1d_fn(x, w, seq_idx=seq_idx, initial_states=init,
+                                            return_final_states=True, activation="silu"),
+        (x, w, init))
+    # The initial states continue the first sequence; the final states hold
+    # the last sequence's steps (here one) and zeros for the others.
+    out, final = causal_conv1d_fn(x, w, seq_idx=seq_idx, initial_states=init,
+                                  return_final_states=True)
+    want_first = conv_ref(x[..., :2], w, initial_states=init)
+    torch.testing.assert_close(out[..., :2], want_first)
+    torch.testing.assert_close(final[..., :1], torch.zeros_like(final[..., :1]))
+    torch.testing.assert_close(final[..., 1:], x[..., 8:])
+
+
+def test_seq_idx_is_checked_and_copied():
+    x = torch.randn(2, 3, 5, dtype=torch.float64)
+    w = torch.randn(3, 2, dtype=torch.float64)
+    with pytest.raises(kdnn.Error, match=r"seq_idx has shape \[2, 4\], expected \[2, 5\]"):
+        causal_conv1d_fn(x, w, seq_idx=torch.zeros(2, 4, dtype=torch.int32))
+    with pytest.raises(kdnn.Error, match="seq_idx has dtype torch.float32, expected integers"):
+        causal_conv1d_fn(x, w, seq_idx=torch.zeros(2, 5))
+    with pytest.raises(kdnn.Error, match=r"seq_idx holds values in \[0, 4294967296\], expected int32"):
+        causal_conv1d_fn(x, w, seq_idx=torch.tensor([[0] * 5, [0, 0, 0, 0, 2**32]]))
+    # int64 ids are taken; editing them after the forward changes no gradient.
+    xg = x.clone().requires_grad_()
+    seq_idx = torch.tensor([[0, 0, 1, 1, 1], [0, 1, 1, 1, 1]])
+    out = causal_conv1d_fn(xg, w, seq_idx=seq_idx)
+    seq_idx.zero_()
+    g = torch.autograd.grad(out.sum(), xg)[0]
+    want = torch.autograd.grad(causal_conv1d_fn(
+        xg, w, seq_idx=torch.tensor([[0, 0, 1, 1, 1], [0, 1, 1, 1, 1]])).sum(), xg)[0]
+    torch.testing.assert_close(g, want)

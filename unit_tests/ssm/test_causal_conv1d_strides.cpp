@@ -153,7 +153,9 @@ TYPED_TEST(CausalConv1dStrides, ChannelFirstTensorsEqualChannelLastCopies) {
         const char* names[] = {"y", "final_state", "dx", "dinitial_state", "dw", "dbias"};
         for (int i = 0; i < 6; ++i) {
           EXPECT_ALLCLOSE(got[i], want[i], exact, exact) << names[i];
-          if (i < 4) EXPECT_TRUE(kept[i]) << names[i] << ": values between the elements written";
+          if (i < 4) {
+            EXPECT_TRUE(kept[i]) << names[i] << ": values between the elements written";
+          }
         }
       }
     }

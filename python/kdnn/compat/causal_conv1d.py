@@ -20,31 +20,26 @@ def _activation(op, activation):
     return activation
 
 
-def _unsupported(op, **options):
-    """kdnn.Error for the first of the peer's options that is set but that
-    kdnn does not have."""
-    for name, value in options.items():
-        if value is not None:
-            raise Error(f"{op}: {name} is not supported by kdnn (pass None)")
-
-
 def causal_conv1d_fn(x, weight, bias=None, seq_idx=None, initial_states=None,
                      return_final_states=False, final_states_out=None, activation=None):
     """x (batch, dim, seqlen), weight (dim, width), bias (dim,),
     initial_states (batch, dim, width - 1), final_states_out (batch, dim,
     width - 1), written when given; activation None, "silu" or "swish".
     Returns out (batch, dim, seqlen), and with return_final_states also the
-    final states (batch, dim, width - 1), channel-last. seq_idx is not
-    supported."""
+    final states (batch, dim, width - 1), channel-last. seq_idx (batch,
+    seqlen), integers: packed sequences, each convolved alone (a step's
+    window reads only steps of equal seq_idx), in either layout of x. Where
+    the peer refuses initial_states or final states beside seq_idx, kdnn
+    gives them: the initial states continue each row's first sequence, the
+    final states hold its last sequence's steps (zeros for the others)."""
     op = "compat.causal_conv1d.causal_conv1d_fn"
-    _unsupported(op, seq_idx=seq_idx)
     activation = _activation(op, activation)
     if getattr(x, "dim", lambda: 0)() != 3:
         raise Error(f"{op}: x has shape {list(getattr(x, 'shape', []))}, expected (batch, dim, "
                     "seqlen)")
     init = None if initial_states is None else initial_states.transpose(1, 2)
     y, final = mamba2.causal_conv1d(x.transpose(1, 2), weight, bias, init, activation=activation,
-                                    return_final_states=True)
+                                    return_final_states=True, seq_idx=seq_idx)
     out = y.transpose(1, 2)  # in x's memory layout
     if not return_final_states:
         return out

@@ -12,6 +12,16 @@
 // state is the last K−1 steps of x̄ (for chunked or streaming use; it reaches
 // into the initial state when L < K−1). Any K ≥ 1, any L ≥ 0.
 //
+// Packed sequences (causal-conv1d's seq_idx): with seq_idx [B, L] given, a
+// term of step t reads x̄[s] only when s is in t's sequence, seq_idx[b, s] ==
+// seq_idx[b, t] (else 0), so that each sequence is convolved as if alone:
+// the window never reaches across a boundary, forward or backward. The ids
+// are compared, never ordered (any int32). The initial state continues
+// step 0's sequence (pass none, or zeros, when step 0 starts a new one),
+// and the final state keeps only the steps of the last step's sequence
+// (zeros in place of the others): the state a decoding step of that
+// sequence continues from.
+//
 // Every [B, ·, C] tensor may have any strides (kdnn::StridedTensor3; a
 // Tensor3 converts to it): channel-last [B, L, C] (Mamba's reference) and
 // channel-first (causal-conv1d's contiguous [B, C, L], seen as [B, L, C]
@@ -51,6 +61,7 @@ struct ConvForward {
   StridedTensor3<const T, ExecSpace> initial_state;  ///< [B, K−1, C]; optional (zeros)
   StridedTensor3<T, ExecSpace> y;                    ///< output [B, L, C]
   StridedTensor3<T, ExecSpace> final_state;          ///< output [B, K−1, C]; optional
+  Matrix<const int, ExecSpace> seq_idx;              ///< [B, L] packed sequences; optional
 };
 
 /// The arguments of causal_conv1d_backward: the forward's inputs, dy = dL/dy
@@ -67,6 +78,7 @@ struct ConvBackward {
   Matrix<T, ExecSpace> dw;                           ///< output [C, K]
   Vector<T, ExecSpace> dbias;                        ///< output [C]; optional
   StridedTensor3<T, ExecSpace> dinitial_state;       ///< output [B, K−1, C]; optional
+  Matrix<const int, ExecSpace> seq_idx;              ///< [B, L]; optional, as in the forward
 };
 
 }  // namespace kdnn::ssm

@@ -81,7 +81,8 @@ template <class ExecSpace, class T, class Kernel>
 void set_conv_inputs(Kernel& k, const StridedTensor3<const T, ExecSpace>& x,
                      const Matrix<const T, ExecSpace>& w, const Vector<const T, ExecSpace>& bias,
                      const StridedTensor3<const T, ExecSpace>& init,
-                     const CausalConv1dOptions& opts, int first, int last) {
+                     const Matrix<const int, ExecSpace>& seq_idx, const CausalConv1dOptions& opts,
+                     int first, int last) {
   k.x = x;
   k.channels_inner = x.stride(2) <= x.stride(1);
   k.w = w;
@@ -92,6 +93,8 @@ void set_conv_inputs(Kernel& k, const StridedTensor3<const T, ExecSpace>& x,
   k.silu = opts.silu;
   k.first = first;
   k.last = last;
+  k.seq = seq_idx;
+  k.has_seq = validate::given(seq_idx) && x.extent(1) > 0;
 }
 
 /// Whether every given [B, ·, C] View has its channels contiguous (stride
@@ -118,7 +121,8 @@ void conv_forward_steps(const ExecSpace& space, const ConvForward<T, ExecSpace>&
   const char* label = "kdnn::ssm::causal_conv1d_forward";
   const auto in_registers = [&](auto width) {
     ConvRegisterForward<ExecSpace, T, decltype(width)::value> k;
-    set_conv_inputs<ExecSpace, T>(k, a.x, a.w, a.bias, a.initial_state, opts, first, last);
+    set_conv_inputs<ExecSpace, T>(k, a.x, a.w, a.bias, a.initial_state, a.seq_idx, opts, first,
+                                  last);
     k.y = a.y;
     set_runs(k);
     launch_runs(space, k, label);
@@ -126,7 +130,8 @@ void conv_forward_steps(const ExecSpace& space, const ConvForward<T, ExecSpace>&
   if (register_width<ExecSpace>(opts, int(a.w.extent(1)), in_registers)) return;
   const auto tiled = [&](auto unit) {
     ConvForwardKernel<ExecSpace, T, decltype(unit)::value> k;
-    set_conv_inputs<ExecSpace, T>(k, a.x, a.w, a.bias, a.initial_state, opts, first, last);
+    set_conv_inputs<ExecSpace, T>(k, a.x, a.w, a.bias, a.initial_state, a.seq_idx, opts, first,
+                                  last);
     conv_tiling<ExecSpace>(k, int(a.x.extent(2)));
     k.y = a.y;
     launch_conv("ssm::causal_conv1d_forward", space, k, opts.launch, label);
@@ -134,21 +139,27 @@ void conv_forward_steps(const ExecSpace& space, const ConvForward<T, ExecSpace>&
   with_channel_stride(tiled, a.x, a.initial_state, a.y);
 }
 
-/// final[b, j, c] = x̄[b, L−K+1+j, c]: the last K−1 steps of x̄.
+/// final[b, j, c] = x̄[b, L−K+1+j, c]: the last K−1 steps of x̄ (with
+/// seq_idx, 0 at the steps outside the last step's sequence).
 template <class ExecSpace, class T>
 void conv_final_state(const ExecSpace& space, const StridedTensor3<const T, ExecSpace>& x,
                       const StridedTensor3<const T, ExecSpace>& init,
-                      const StridedTensor3<T, ExecSpace>& final_state) {
+                      const StridedTensor3<T, ExecSpace>& final_state,
+                      const Matrix<const int, ExecSpace>& seq_idx = {}) {
   const int B = int(final_state.extent(0)), K1 = int(final_state.extent(1));
   const int C = int(final_state.extent(2)), L = int(x.extent(1));
-  const bool has_init = validate::given(init);
+  const bool has_init = validate::given(init), has_seq = validate::given(seq_idx) && L > 0;
   if (std::size_t(B) * K1 * C == 0) return;
   Kokkos::parallel_for(
       "kdnn::ssm::causal_conv1d_final_state",
       Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<3>>(space, {0, 0, 0}, {B, K1, C}),
       KOKKOS_LAMBDA(int b, int j, int c) {
         const int s = L - K1 + j;
-        final_state(b, j, c) = s >= 0 ? x(b, s, c) : has_init ? init(b, s + K1, c) : T(0);
+        const bool kept = !has_seq || seq_idx(b, s > 0 ? s : 0) == seq_idx(b, L - 1);
+        final_state(b, j, c) = !kept      ? T(0)
+                               : s >= 0   ? x(b, s, c)
+                               : has_init ? init(b, s + K1, c)
+                                          : T(0);
       });
 }
 
@@ -208,7 +219,8 @@ void conv_backward_steps(const ExecSpace& space, const ConvBackward<T, ExecSpace
   Matrix<T, ExecSpace> partial;
   const auto in_registers = [&](auto width) {
     ConvRegisterBackward<ExecSpace, T, decltype(width)::value> k;
-    set_conv_inputs<ExecSpace, T>(k, a.x, a.w, a.bias, a.initial_state, opts, first, last);
+    set_conv_inputs<ExecSpace, T>(k, a.x, a.w, a.bias, a.initial_state, a.seq_idx, opts, first,
+                                  last);
     set_runs(k);
     set_conv_gradients(k, a, params, B * k.runs());
     launch_runs(space, k, label);
@@ -216,7 +228,8 @@ void conv_backward_steps(const ExecSpace& space, const ConvBackward<T, ExecSpace
   };
   const auto tiled = [&](auto unit) {
     ConvBackwardKernel<ExecSpace, T, decltype(unit)::value> k;
-    set_conv_inputs<ExecSpace, T>(k, a.x, a.w, a.bias, a.initial_state, opts, first, last);
+    set_conv_inputs<ExecSpace, T>(k, a.x, a.w, a.bias, a.initial_state, a.seq_idx, opts, first,
+                                  last);
     conv_tiling<ExecSpace>(k, int(a.x.extent(2)));
     set_conv_gradients(k, a, params, B * k.time_tiles());
     launch_conv(op, space, k, opts.launch, label);
@@ -253,10 +266,20 @@ void check_conv_inputs(const char* op, const StridedTensor3<const T, ExecSpace>&
   if (validate::given(init)) check_state(op, "initial_state", init, x, w);
 }
 
+/// seq_idx [B, L] when given.
+template <class ExecSpace, class T>
+void check_seq_idx(const char* op, const Matrix<const int, ExecSpace>& seq_idx,
+                   const StridedTensor3<const T, ExecSpace>& x) {
+  if (!validate::given(seq_idx)) return;
+  validate::extent(op, "seq_idx", seq_idx, 0, x.extent(0), "B, x's extent(0)");
+  validate::extent(op, "seq_idx", seq_idx, 1, x.extent(1), "L, x's extent(1)");
+}
+
 /// Every host-side check of causal_conv1d_forward (`op` names the caller).
 template <class ExecSpace, class T>
 void check_conv_forward(const char* op, const ConvForward<T, ExecSpace>& a) {
   check_conv_inputs<ExecSpace, T>(op, a.x, a.w, a.bias, a.initial_state);
+  check_seq_idx<ExecSpace, T>(op, a.seq_idx, a.x);
   validate::same_shape(op, "y", a.y, "x", a.x);
   validate::distinct_elements(op, "y", a.y);
   if (validate::given(a.final_state)) {
@@ -265,7 +288,8 @@ void check_conv_forward(const char* op, const ConvForward<T, ExecSpace>& a) {
   }
   using validate::memory_of;
   const auto inputs = {memory_of("x", a.x), memory_of("w", a.w), memory_of("bias", a.bias),
-                       memory_of("initial_state", a.initial_state)};
+                       memory_of("initial_state", a.initial_state),
+                       memory_of("seq_idx", a.seq_idx)};
   validate::disjoint(op, {memory_of("y", a.y), memory_of("final_state", a.final_state)}, inputs);
 }
 
@@ -275,7 +299,7 @@ void causal_conv1d_forward(const ExecSpace& space, const ConvForward<T, ExecSpac
   check_conv_forward("ssm::causal_conv1d_forward", a);
   conv_forward_steps(space, a, opts, 0, int(a.x.extent(1)));
   if (validate::given(a.final_state)) {
-    conv_final_state(space, a.x, a.initial_state, a.final_state);
+    conv_final_state(space, a.x, a.initial_state, a.final_state, a.seq_idx);
   }
 }
 
@@ -283,6 +307,7 @@ void causal_conv1d_forward(const ExecSpace& space, const ConvForward<T, ExecSpac
 template <class ExecSpace, class T>
 void check_conv_backward(const char* op, const ConvBackward<T, ExecSpace>& a) {
   check_conv_inputs<ExecSpace, T>(op, a.x, a.w, a.bias, a.initial_state);
+  check_seq_idx<ExecSpace, T>(op, a.seq_idx, a.x);
   validate::same_shape(op, "dy", a.dy, "x", a.x);
   validate::same_shape(op, "dx", a.dx, "x", a.x);
   validate::distinct_elements(op, "dx", a.dx);
@@ -294,9 +319,13 @@ void check_conv_backward(const char* op, const ConvBackward<T, ExecSpace>& a) {
     validate::distinct_elements(op, "dinitial_state", a.dinitial_state);
   }
   using validate::memory_of;
-  const auto inputs = {memory_of("x", a.x),       memory_of("w", a.w),
-                       memory_of("bias", a.bias), memory_of("initial_state", a.initial_state),
-                       memory_of("dy", a.dy),     memory_of("dfinal_state", a.dfinal_state)};
+  const auto inputs = {memory_of("x", a.x),
+                       memory_of("w", a.w),
+                       memory_of("bias", a.bias),
+                       memory_of("initial_state", a.initial_state),
+                       memory_of("dy", a.dy),
+                       memory_of("dfinal_state", a.dfinal_state),
+                       memory_of("seq_idx", a.seq_idx)};
   validate::disjoint(op,
                      {memory_of("dx", a.dx), memory_of("dw", a.dw), memory_of("dbias", a.dbias),
                       memory_of("dinitial_state", a.dinitial_state)},

@@ -27,6 +27,18 @@ struct ConvInputs {
   /// on consecutive channels then, else on consecutive runs of steps, so
   /// that neighbouring threads read neighbouring memory either way.
   bool channels_inner = true;
+  /// seq_idx [B, L] (packed sequences) or empty: x̄[s] enters the sums of
+  /// step t only when sequence_of(b, s) == sequence_of(b, t).
+  Matrix<const int, ExecSpace> seq;
+  bool has_seq = false;  ///< seq given and L > 0
+
+  /// The sequence that step s of x̄ belongs to: seq_idx[b, s], clamped to
+  /// [0, L): the initial state continues the first step's sequence, and the
+  /// steps past L (whose terms are 0) take the last step's.
+  KOKKOS_INLINE_FUNCTION int sequence_of(int b, int s) const {
+    const int L = int(seq.extent(1));
+    return seq(b, s < 0 ? 0 : s < L ? s : L - 1);
+  }
 };
 
 /// The channels from c0 on of step s of batch entry b of a [B, ·, C] View:

@@ -61,12 +61,15 @@ struct ConvTiles : ConvInputs<ExecSpace, T> {
   }
 
   /// xs[j·ct + c] = x̄[b, s_first + j, c0 + c] for j < rows: the initial state
-  /// (or 0) before step 0, x up to L, 0 after it. Pad channels are 0.
-  KOKKOS_INLINE_FUNCTION void load_steps(const Member& team, const Tile& t, T* xs, int s_first,
-                                         int rows) const {
+  /// (or 0) before step 0, x up to L, 0 after it. Pad channels are 0. With
+  /// packed sequences, ids[j] = sequence_of(b, s_first + j).
+  KOKKOS_INLINE_FUNCTION void load_steps(const Member& team, const Tile& t, T* xs, int* ids,
+                                         int s_first, int rows) const {
     const int L = int(x.extent(1)), K = int(w.extent(1));
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](int j) {
       const int s = s_first + j;
+      if (this->has_seq)
+        Kokkos::single(Kokkos::PerThread(team), [&]() { ids[j] = this->sequence_of(t.b, s); });
       T* dst = xs + j * ct;
       if (s >= 0 && s < L) {
         const auto src = channel_row<Unit>(x, t.b, s, t.c0);
@@ -102,30 +105,45 @@ struct ConvTiles : ConvInputs<ExecSpace, T> {
   }
 
   /// For each channel c < nc: epilogue(c, first(c) + Σ_k ws[k·ct + c]·v[(j + dir·k)·ct + c]),
-  /// the terms added in order of k on every backend. On a host k is the
-  /// outer loop, so that each pass is a contiguous vector loop over the
-  /// channels into a row of sums; on a GPU each lane keeps its sum in a
-  /// register.
-  template <class First, class Epilogue>
+  /// the terms added in order of k on every backend; a term whose row
+  /// `visible(k)` is false (packed sequences: a step of another sequence)
+  /// adds w·0, as a call per sequence adds the zeros before its first step.
+  /// On a host k is the outer loop, so that each pass is a contiguous vector
+  /// loop over the channels into a row of sums; on a GPU each lane keeps its
+  /// sum in a register.
+  template <class First, class Epilogue, class Visible>
   KOKKOS_FORCEINLINE_FUNCTION void correlate(const Member& team, const T* ws, const T* v, int j,
                                              int dir, int nc, int K, const First& first,
-                                             const Epilogue& epilogue) const {
+                                             const Epilogue& epilogue,
+                                             const Visible& visible) const {
     if constexpr (host) {
       T sum[host_max_ct];
       vec(team, nc, [&](int c) { sum[c] = first(c); });
       for (int k = 0; k < K; ++k) {
         const T* wk = ws + k * ct;
         const T* vk = v + (j + dir * k) * ct;
-        vec(team, nc, [&](int c) { sum[c] += wk[c] * vk[c]; });
+        if (visible(k)) {
+          vec(team, nc, [&](int c) { sum[c] += wk[c] * vk[c]; });
+        } else {
+          vec(team, nc, [&](int c) { sum[c] += wk[c] * T(0); });
+        }
       }
       vec(team, nc, [&](int c) { epilogue(c, sum[c]); });
     } else {
       vec(team, nc, [&](int c) {
         T acc = first(c);
-        for (int k = 0; k < K; ++k) acc += ws[k * ct + c] * v[(j + dir * k) * ct + c];
+        for (int k = 0; k < K; ++k) {
+          acc += ws[k * ct + c] * (visible(k) ? v[(j + dir * k) * ct + c] : T(0));
+        }
         epilogue(c, acc);
       });
     }
+  }
+
+  /// Whether rows a and b of a tile's ids hold steps of one sequence
+  /// (always, without packed sequences).
+  KOKKOS_FORCEINLINE_FUNCTION bool same_sequence(const int* ids, int a, int b) const {
+    return !this->has_seq || ids[a] == ids[b];
   }
 };
 
@@ -138,13 +156,16 @@ struct ConvForwardKernel : ConvTiles<ExecSpace, T, Unit> {
 
   struct Work {
     T *xs, *ws, *bs;
+    int* ids;
   };
-  /// x̄ at the tile's steps and the K−1 before them, w transposed, bias.
+  /// x̄ at the tile's steps and the K−1 before them, w transposed, bias, the
+  /// steps' sequences.
   KOKKOS_INLINE_FUNCTION static Work carve(kdnn::impl::ScratchCarver& s, int tt, int ct, int K) {
     Work w;
     w.xs = s.take<T>(std::size_t(tt + K - 1) * ct);
     w.ws = s.take<T>(std::size_t(K) * ct);
     w.bs = s.take<T>(ct);
+    w.ids = s.take<int>(tt + K - 1);
     return w;
   }
 
@@ -158,17 +179,21 @@ struct ConvForwardKernel : ConvTiles<ExecSpace, T, Unit> {
     const auto t = this->tile(item);
     kdnn::impl::ScratchCarver carver(scratch);
     const Work s = carve(carver, this->tt, this->ct, K);
-    this->load_steps(team, t, s.xs, t.s0 - (K - 1), t.n + K - 1);
+    this->load_steps(team, t, s.xs, s.ids, t.s0 - (K - 1), t.n + K - 1);
     this->load_weights(team, t, s.ws, s.bs);
     team.team_barrier();
     const auto bias = [&](int c) { return s.bs[c]; };
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, t.n), [&](int r) {
       const auto out = channel_row<Unit>(y, t.b, t.s0 + r, t.c0);
+      // Row r + K − 1 of xs is the output's step.
+      const auto visible = [&](int k) { return this->same_sequence(s.ids, r + k, r + K - 1); };
       if (this->silu) {
-        this->correlate(team, s.ws, s.xs, r, 1, t.nc, K, bias,
-                        [&](int c, T z) { out[c] = z * sigmoid(z); });
+        this->correlate(
+            team, s.ws, s.xs, r, 1, t.nc, K, bias, [&](int c, T z) { out[c] = z * sigmoid(z); },
+            visible);
       } else {
-        this->correlate(team, s.ws, s.xs, r, 1, t.nc, K, bias, [&](int c, T z) { out[c] = z; });
+        this->correlate(
+            team, s.ws, s.xs, r, 1, t.nc, K, bias, [&](int c, T z) { out[c] = z; }, visible);
       }
     });
   }
@@ -192,9 +217,10 @@ struct ConvBackwardKernel : ConvTiles<ExecSpace, T, Unit> {
 
   struct Work {
     T *xs, *dz, *ws, *bs, *pw;
+    int* ids;
   };
-  /// x̄ at steps [s0−K+1, s0+n+K−1), dz at [s0, s0+n+K−1), w, bias, and the
-  /// partial parameter sums [K+1, ct].
+  /// x̄ at steps [s0−K+1, s0+n+K−1), dz at [s0, s0+n+K−1), w, bias, the
+  /// partial parameter sums [K+1, ct], and the sequences of xs's steps.
   KOKKOS_INLINE_FUNCTION static Work carve(kdnn::impl::ScratchCarver& s, int tt, int ct, int K) {
     Work w;
     w.xs = s.take<T>(std::size_t(tt + 2 * K - 2) * ct);
@@ -202,6 +228,7 @@ struct ConvBackwardKernel : ConvTiles<ExecSpace, T, Unit> {
     w.ws = s.take<T>(std::size_t(K) * ct);
     w.bs = s.take<T>(ct);
     w.pw = s.take<T>(std::size_t(K + 1) * ct);
+    w.ids = s.take<int>(tt + 2 * K - 2);
     return w;
   }
 
@@ -215,11 +242,12 @@ struct ConvBackwardKernel : ConvTiles<ExecSpace, T, Unit> {
     const auto t = this->tile(item);
     kdnn::impl::ScratchCarver carver(scratch);
     const Work s = carve(carver, this->tt, ct, K);
-    this->load_steps(team, t, s.xs, t.s0 - (K - 1), t.n + 2 * K - 2);
+    this->load_steps(team, t, s.xs, s.ids, t.s0 - (K - 1), t.n + 2 * K - 2);
     this->load_weights(team, t, s.ws, s.bs);
     team.team_barrier();
 
-    // dz[i] at step t = s0 + i (0 outside [0, L) and in pad channels).
+    // dz[i] at step t = s0 + i (0 outside [0, L) and in pad channels). Row j
+    // of xs (and of ids) is step s0 − K + 1 + j: dz[i]'s step is row i + K − 1.
     const auto bias = [&](int c) { return s.bs[c]; };
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, t.n + K - 1), [&](int i) {
       const int step = t.s0 + i;
@@ -228,10 +256,14 @@ struct ConvBackwardKernel : ConvTiles<ExecSpace, T, Unit> {
       if (live > 0) {
         const auto dyr = channel_row<Unit>(dy, t.b, step, t.c0);
         if (this->silu) {
-          this->correlate(team, s.ws, s.xs, i, 1, live, K, bias, [&](int c, T z) {
-            const T sg = sigmoid(z);
-            g[c] = dyr[c] * (sg * (T(1) + z * (T(1) - sg)));
-          });
+          const auto visible = [&](int k) { return this->same_sequence(s.ids, i + k, i + K - 1); };
+          this->correlate(
+              team, s.ws, s.xs, i, 1, live, K, bias,
+              [&](int c, T z) {
+                const T sg = sigmoid(z);
+                g[c] = dyr[c] * (sg * (T(1) + z * (T(1) - sg)));
+              },
+              visible);
         } else {
           this->vec(team, live, [&](int c) { g[c] = dyr[c]; });
         }
@@ -240,20 +272,28 @@ struct ConvBackwardKernel : ConvTiles<ExecSpace, T, Unit> {
     });
     team.team_barrier();
 
-    // dx̄[s] = Σ_k w[k]·dz[s + K − 1 − k] (+ the final state's gradient).
+    // dx̄[s] = Σ_k w[k]·dz[s + K − 1 − k] (+ the final state's gradient);
+    // dx̄[s]'s step is row r + K − 1 of ids, dz[r + K − 1 − k]'s row r + 2K − 2 − k.
     const auto zero = [](int) { return T(0); };
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, t.n), [&](int r) {
       const int step = t.s0 + r;
       const int fin = step - (L - (K - 1));  // index into the final state
       const auto out = step < 0 ? channel_row<Unit>(dinit, t.b, step + K - 1, t.c0)
                                 : channel_row<Unit>(dx, t.b, step, t.c0);
-      if (this->has_dfinal && fin >= 0) {
+      const auto visible = [&](int k) {
+        return this->same_sequence(s.ids, r + 2 * K - 2 - k, r + K - 1);
+      };
+      const bool in_final = this->has_dfinal && fin >= 0 &&
+                            (!this->has_seq || s.ids[r + K - 1] == this->sequence_of(t.b, L - 1));
+      if (in_final) {
         const auto df = channel_row<Unit>(dfinal, t.b, fin, t.c0);
-        this->correlate(team, s.ws, s.dz, r + K - 1, -1, t.nc, K, zero,
-                        [&](int c, T acc) { out[c] = acc + df[c]; });
+        this->correlate(
+            team, s.ws, s.dz, r + K - 1, -1, t.nc, K, zero,
+            [&](int c, T acc) { out[c] = acc + df[c]; }, visible);
       } else {
-        this->correlate(team, s.ws, s.dz, r + K - 1, -1, t.nc, K, zero,
-                        [&](int c, T acc) { out[c] = acc; });
+        this->correlate(
+            team, s.ws, s.dz, r + K - 1, -1, t.nc, K, zero, [&](int c, T acc) { out[c] = acc; },
+            visible);
       }
     });
     if (!params) return;
@@ -267,7 +307,11 @@ struct ConvBackwardKernel : ConvTiles<ExecSpace, T, Unit> {
         for (int r = 0; r < t.n; ++r) {
           const T* g = s.dz + r * ct;
           const T* v = s.xs + (k + r) * ct;
-          this->vec(team, ct, [&](int c) { acc[c] += g[c] * v[c]; });
+          if (this->same_sequence(s.ids, k + r, r + K - 1)) {
+            this->vec(team, ct, [&](int c) { acc[c] += g[c] * v[c]; });
+          } else {
+            this->vec(team, ct, [&](int c) { acc[c] += g[c] * T(0); });
+          }
         }
       } else {
         for (int r = 0; r < t.n; ++r) {

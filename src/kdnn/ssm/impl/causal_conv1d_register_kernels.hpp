@@ -58,8 +58,20 @@ struct ConvRuns : ConvInputs<ExecSpace, T> {
     bc = this->has_bias ? this->bias(c) : T(0);
   }
 
+  /// kernel.steps<Seq>(run_of(idx)) with Seq = has_seq: the window of
+  /// sequence ids is compiled in only for packed sequences.
+  template <class Kernel>
+  KOKKOS_FORCEINLINE_FUNCTION static void run_steps(const Kernel& kernel, long long idx) {
+    if (kernel.has_seq) {
+      kernel.template steps<true>(kernel.run_of(idx));
+    } else {
+      kernel.template steps<false>(kernel.run_of(idx));
+    }
+  }
+
   /// window[k] = window[k + 1], window[K − 1] = v.
-  KOKKOS_FORCEINLINE_FUNCTION static void push(T (&window)[K], T v) {
+  template <class V>
+  KOKKOS_FORCEINLINE_FUNCTION static void push(V (&window)[K], V v) {
     for (int k = 0; k + 1 < K; ++k) window[k] = window[k + 1];
     window[K - 1] = v;
   }
@@ -70,6 +82,15 @@ struct ConvRuns : ConvInputs<ExecSpace, T> {
     for (int k = 0; k < K; ++k) acc += wk[k] * window[k];
     return acc;
   }
+  /// correlate() with the terms of steps outside the last step's sequence
+  /// read as 0 (ids[k]: the sequence of window[k]), as a call per sequence
+  /// reads the zeros before its first step.
+  KOKKOS_FORCEINLINE_FUNCTION static T correlate(const T (&wk)[K], T bc, const T (&window)[K],
+                                                 const int (&ids)[K]) {
+    T acc = bc;
+    for (int k = 0; k < K; ++k) acc += wk[k] * (ids[k] == ids[K - 1] ? window[k] : T(0));
+    return acc;
+  }
 };
 
 /// y[b, t, c] for t in [first, last).
@@ -77,15 +98,30 @@ template <class ExecSpace, class T, int K>
 struct ConvRegisterForward : ConvRuns<ExecSpace, T, K> {
   StridedTensor3<T, ExecSpace> y;
 
-  KOKKOS_INLINE_FUNCTION void operator()(long long idx) const {
-    const auto r = this->run_of(idx);
+  KOKKOS_INLINE_FUNCTION void operator()(long long idx) const { this->run_steps(*this, idx); }
+
+  /// The run's outputs; `Seq`: packed sequences, a window of their ids
+  /// beside the window of inputs.
+  template <bool Seq>
+  KOKKOS_INLINE_FUNCTION void steps(const typename ConvRuns<ExecSpace, T, K>::Run& r) const {
     T wk[K], bc, window[K];
+    int ids[K] = {};  // (set before use where Seq; zeroed for the compilers' analysis)
     this->load_weights(r.c, wk, bc);
-    for (int k = 0; k + 1 < K; ++k) window[k + 1] = this->xbar(r.b, r.s0 - (K - 1) + k, r.c);
+    for (int k = 0; k + 1 < K; ++k) {
+      const int s = r.s0 - (K - 1) + k;
+      window[k + 1] = this->xbar(r.b, s, r.c);
+      if constexpr (Seq) ids[k + 1] = this->sequence_of(r.b, s);
+    }
     for (int i = 0; i < r.n; ++i) {
       const int t = r.s0 + i;
       this->push(window, this->x(r.b, t, r.c));
-      const T z = this->correlate(wk, bc, window);
+      T z;
+      if constexpr (Seq) {
+        this->push(ids, this->sequence_of(r.b, t));
+        z = this->correlate(wk, bc, window, ids);
+      } else {
+        z = this->correlate(wk, bc, window);
+      }
       y(r.b, t, r.c) = this->silu ? z * sigmoid(z) : z;
     }
   }
@@ -106,39 +142,59 @@ struct ConvRegisterBackward : ConvRuns<ExecSpace, T, K> {
   Matrix<T, ExecSpace> partial;               ///< [B·runs, C·(K+1)] when params
   bool has_dfinal = false, params = false;
 
-  KOKKOS_INLINE_FUNCTION void operator()(long long idx) const {
-    const auto r = this->run_of(idx);
+  KOKKOS_INLINE_FUNCTION void operator()(long long idx) const { this->run_steps(*this, idx); }
+
+  /// The run's gradients; `Seq`: packed sequences, ids[k] the sequence of
+  /// step t − K + 1 + k (that of xw[k] and of dzw[k]), and every term
+  /// between two steps of different sequences is 0.
+  template <bool Seq>
+  KOKKOS_INLINE_FUNCTION void steps(const typename ConvRuns<ExecSpace, T, K>::Run& r) const {
     const int L = int(this->x.extent(1));
     T wk[K], bc, xw[K], dzw[K], pw[K + 1];
+    int ids[K] = {};  // (set before use where Seq; zeroed for the compilers' analysis)
+    const auto same = [&](int k, int j) { return !Seq || ids[k] == ids[j]; };
     this->load_weights(r.c, wk, bc);
     for (int k = 0; k < K; ++k) dzw[k] = T(0);
     for (int k = 0; k <= K; ++k) pw[k] = T(0);
-    for (int k = 0; k + 1 < K; ++k) xw[k + 1] = this->xbar(r.b, r.s0 - (K - 1) + k, r.c);
+    for (int k = 0; k + 1 < K; ++k) {
+      const int s = r.s0 - (K - 1) + k;
+      xw[k + 1] = this->xbar(r.b, s, r.c);
+      if constexpr (Seq) ids[k + 1] = this->sequence_of(r.b, s);
+    }
     // Step t: x̄[t] enters the window, dz[t] is computed; from t = s0 + K − 1
     // on, the window of dz holds every term of dx̄[t − K + 1].
     for (int t = r.s0; t < r.s0 + r.n + K - 1; ++t) {
       this->push(xw, this->xbar(r.b, t, r.c));
+      if constexpr (Seq) this->push(ids, this->sequence_of(r.b, t));
       T dz = T(0);
       if (t >= 0 && t < L) {
         const T g = dy(r.b, t, r.c);
         if (this->silu) {
-          const T z = this->correlate(wk, bc, xw), sg = sigmoid(z);
+          T z;
+          if constexpr (Seq) {
+            z = this->correlate(wk, bc, xw, ids);
+          } else {
+            z = this->correlate(wk, bc, xw);
+          }
+          const T sg = sigmoid(z);
           dz = g * (sg * (T(1) + z * (T(1) - sg)));
         } else {
           dz = g;
         }
       }
       if (params && t < r.s0 + r.n) {
-        for (int k = 0; k < K; ++k) pw[k] += dz * xw[k];
+        for (int k = 0; k < K; ++k) pw[k] += dz * (same(k, K - 1) ? xw[k] : T(0));
         pw[K] += dz;
       }
       this->push(dzw, dz);
       const int s = t - (K - 1);
       if (s < r.s0) continue;
       T acc = T(0);
-      for (int k = 0; k < K; ++k) acc += wk[k] * dzw[K - 1 - k];
+      for (int k = 0; k < K; ++k) acc += wk[k] * (same(0, K - 1 - k) ? dzw[K - 1 - k] : T(0));
       const int fin = s - (L - (K - 1));  // index into the final state
-      if (has_dfinal && fin >= 0) acc = acc + dfinal(r.b, fin, r.c);
+      if (has_dfinal && fin >= 0 && (!Seq || ids[0] == this->sequence_of(r.b, L - 1))) {
+        acc = acc + dfinal(r.b, fin, r.c);
+      }
       if (s < 0) {
         dinit(r.b, s + K - 1, r.c) = acc;
       } else {
