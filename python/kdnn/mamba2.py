@@ -174,20 +174,22 @@ def dt_softplus(dt, dt_bias, *, dt_limit=(0.0, math.inf)):
 class _Ssd(torch.autograd.Function):
     """The SSD on one rank (comm None) or, over the communicator with Fortran
     handle comm, on this rank's steps (kdnn.cp.ssd). steps = (dt_softplus,
-    dt_min, dt_max): the transform of dt with dt_bias (ssd.hpp)."""
+    dt_min, dt_max): the transform of dt with dt_bias (ssd.hpp); seq_idx:
+    packed sequences (one rank only)."""
 
     @staticmethod
-    def forward(ctx, x, dt, A, B, C, D, initial_states, dt_bias, z, chunk, steps, comm):
+    def forward(ctx, x, dt, A, B, C, D, initial_states, dt_bias, z, chunk, steps, comm,
+                seq_idx=None):
         b, _, h, p = x.shape
         y = torch.empty_like(x)
         final = x.new_empty(b, h, p, B.shape[-1])
         ungated = None if z is None else torch.empty_like(x)  # spares the backward a forward
-        args = (x, dt, A, B, C, D, initial_states, dt_bias, z, y, final, ungated, chunk, *steps)
+        args = (x, dt, A, B, C, D, initial_states, dt_bias, z, y, final, ungated)
         if comm is None:
-            _kdnn.ssd_forward(*args, stream_of(x))
+            _kdnn.ssd_forward(*args, seq_idx, chunk, *steps, stream_of(x))
         else:
-            _kdnn.cp_ssd_forward(*args, comm, stream_of(x))
-        ctx.save_for_backward(x, dt, A, B, C, D, initial_states, dt_bias, z, ungated)
+            _kdnn.cp_ssd_forward(*args, chunk, *steps, comm, stream_of(x))
+        ctx.save_for_backward(x, dt, A, B, C, D, initial_states, dt_bias, z, ungated, seq_idx)
         ctx.chunk, ctx.steps, ctx.comm = chunk, steps, comm
         ctx.set_materialize_grads(False)
         return y, final
@@ -195,19 +197,19 @@ class _Ssd(torch.autograd.Function):
     @staticmethod
     @first_order("ssd")
     def backward(ctx, dy, dfinal):
-        x, dt, A, B, C, D, init, dt_bias, z, ungated = ctx.saved_tensors
+        x, dt, A, B, C, D, init, dt_bias, z, ungated, seq_idx = ctx.saved_tensors
         dy = torch.zeros_like(x) if dy is None else dy.contiguous()
         dx, ddt, dA = torch.empty_like(x), torch.empty_like(dt), torch.empty_like(A)
         dB, dC = torch.empty_like(B), torch.empty_like(C)
         dD, dinit = _new(D, D), _new(init, init)
         ddt_bias, dz = _new(dt_bias, dt_bias), _new(z, z)
         args = (x, dt, A, B, C, D, init, dt_bias, z, ungated, dy, contiguous(dfinal), dx, ddt, dA,
-                dB, dC, dD, dinit, ddt_bias, dz, ctx.chunk, *ctx.steps)
+                dB, dC, dD, dinit, ddt_bias, dz)
         if ctx.comm is None:
-            _kdnn.ssd_backward(*args, stream_of(x))
+            _kdnn.ssd_backward(*args, seq_idx, ctx.chunk, *ctx.steps, stream_of(x))
         else:
-            _kdnn.cp_ssd_backward(*args, ctx.comm, stream_of(x))
-        return dx, ddt, dA, dB, dC, dD, dinit, ddt_bias, dz, None, None, None
+            _kdnn.cp_ssd_backward(*args, ctx.chunk, *ctx.steps, ctx.comm, stream_of(x))
+        return dx, ddt, dA, dB, dC, dD, dinit, ddt_bias, dz, None, None, None, None
 
 
 def ssd_operands(op, x, dt, A, B, C, D, initial_states, z, dt_bias, chunk_size, dt_softplus,
@@ -237,7 +239,7 @@ def ssd_operands(op, x, dt, A, B, C, D, initial_states, z, dt_bias, chunk_size, 
 
 
 def ssd(x, dt, A, B, C, D=None, initial_states=None, z=None, dt_bias=None, *, chunk_size,
-        dt_softplus=False, dt_limit=(0.0, math.inf), return_final_states=False):
+        dt_softplus=False, dt_limit=(0.0, math.inf), return_final_states=False, seq_idx=None):
     """Mamba-2's SSD scan, with the arguments of mamba's
     mamba_chunk_scan_combined:
         h_t = exp(dt_t A) h_{t-1} + dt_t x_t B_t^T,   y_t = h_t C_t + D x_t,
@@ -255,9 +257,17 @@ def ssd(x, dt, A, B, C, D=None, initial_states=None, z=None, dt_bias=None, *, ch
     output is y * silu(z). Without the transform, dt is the step sizes. The
     step sizes must be finite and >= 0 and A <= 0: a bad value is a
     kdnn.Error naming the first one.
+
+    Packed sequences: seq_idx [B, L] (integers), each step's sequence; a
+    step whose id differs from the previous step's starts a sequence, where
+    the state is reset (no decay crosses it, exactly), so that each sequence
+    is scanned as if alone. initial_states continue step 0's sequence; the
+    final state is the last sequence's. Copied at the call.
     """
     *args, chunk, steps = ssd_operands("ssd", x, dt, A, B, C, D, initial_states, z, dt_bias,
                                        chunk_size, dt_softplus, dt_limit)
     return_final_states = flag("ssd", "return_final_states", return_final_states)
-    y, final = _Ssd.apply(*args, chunk, steps, None)
+    if seq_idx is not None:
+        seq_idx = int32_array("ssd", "seq_idx", seq_idx, list(x.shape[:2]), x.device)
+    y, final = _Ssd.apply(*args, chunk, steps, None, seq_idx)
     return (y, final) if return_final_states else y

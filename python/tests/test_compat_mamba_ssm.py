@@ -78,11 +78,80 @@ def test_positional_arguments_as_mamba():
 def test_options_kdnn_does_not_have():
     t = {k: v.detach() for k, v in inputs(torch.float64).items()}
     core = [t[k] for k in ("x", "dt", "A", "B", "C")]
-    with pytest.raises(kdnn.Error, match="seq_idx is not supported by kdnn yet"):
-        mamba_chunk_scan_combined(*core, 4, seq_idx=torch.zeros(2, 19, dtype=torch.int32))
     with pytest.raises(kdnn.Error, match="cu_seqlens is not supported"):
         mamba_chunk_scan_combined(*core, 4, cu_seqlens=torch.tensor([0, 19]))
     with pytest.raises(kdnn.Error, match="return_varlen_states is not supported"):
         mamba_chunk_scan_combined(*core, 4, return_varlen_states=True)
     with pytest.raises(kdnn.Error, match=r"A\[0\]=.*expected A <= 0"):
         mamba_chunk_scan_combined(core[0], core[1], -core[2], *core[3:], 4, dt_softplus=True)
+
+
+def packed_ids(lengths_per_row, first_ids=None):
+    """seq_idx (batch, seqlen) from each row's sequence lengths (a 0 skips an
+    id), row b's ids counted from first_ids[b] (0 by default)."""
+    rows = []
+    for b, lengths in enumerate(lengths_per_row):
+        first = 0 if first_ids is None else first_ids[b]
+        rows.append(torch.cat([torch.full((n,), first + i, dtype=torch.int32)
+                               for i, n in enumerate(lengths)]))
+    return torch.stack(rows)
+
+
+def per_sequence(t, lengths_per_row, chunk_size, initial_rows, **options):
+    """The reference run on each sequence alone, concatenated: y, and each
+    row's last sequence's final state; row b's first sequence starts from
+    its initial state where initial_rows[b]."""
+    ys, finals = [], []
+    for b, lengths in enumerate(lengths_per_row):
+        pieces, start, final = [], 0, None
+        for i, n in enumerate(length for length in lengths if length > 0):
+            steps = slice(start, start + n)
+            piece = {k: t[k][b:b + 1, steps] for k in ("x", "dt", "B", "C", "z")}
+            init = t["initial_states"][b:b + 1] if i == 0 and initial_rows[b] else None
+            y, final = reference(piece["x"], piece["dt"], t["A"], piece["B"], piece["C"],
+                                 chunk_size, D=t["D"], z=piece["z"], dt_bias=t["dt_bias"],
+                                 initial_states=init, **options)
+            pieces.append(y)
+            start += n
+        ys.append(torch.cat(pieces, dim=1))
+        finals.append(final)
+    return torch.cat(ys), torch.cat(finals)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("chunk_size", [4, 8])
+def test_seq_idx_equals_the_calls_per_sequence(dtype, chunk_size):
+    t = inputs(dtype)
+    lengths = [[1, 3, 0, 4, 5, 6], [19]]  # starts inside chunks and on their edges
+    core = [t[k] for k in ("x", "dt", "A", "B", "C")]
+    options = dict(D=t["D"], z=t["z"], dt_bias=t["dt_bias"], dt_softplus=True)
+    # mamba's initial states belong to sequence id 0: row 1, whose ids start
+    # at 3, starts from zeros.
+    seq_idx = packed_ids(lengths, first_ids=[0, 3])
+    got = mamba_chunk_scan_combined(*core, chunk_size, initial_states=t["initial_states"],
+                                    seq_idx=seq_idx, return_final_states=True, **options)
+    want = per_sequence(t, lengths, chunk_size, [True, False], dt_softplus=True)
+    assert_matches(got, want, list(t.values()), **TOLERANCE[dtype])
+    # kdnn.ssd's own: the initial states continue each row's first sequence.
+    got = kdnn.ssd(*core, t["D"], t["initial_states"], t["z"], t["dt_bias"],
+                   chunk_size=chunk_size, dt_softplus=True, return_final_states=True,
+                   seq_idx=seq_idx)
+    want = per_sequence(t, lengths, chunk_size, [True, True], dt_softplus=True)
+    assert_matches(got, want, list(t.values()), **TOLERANCE[dtype])
+
+
+def test_seq_idx_is_checked_and_copied():
+    t = {k: v.detach() for k, v in inputs(torch.float64).items()}
+    core = [t[k] for k in ("x", "dt", "A", "B", "C")]
+    with pytest.raises(kdnn.Error, match=r"seq_idx has shape \[2, 18\], expected \[2, 19\]"):
+        kdnn.ssd(*core, chunk_size=4, seq_idx=torch.zeros(2, 18, dtype=torch.int32))
+    with pytest.raises(kdnn.Error, match="seq_idx has dtype torch.float64, expected integers"):
+        mamba_chunk_scan_combined(*core, 4, seq_idx=torch.zeros(2, 19, dtype=torch.float64))
+    seq_idx = packed_ids([[9, 10], [5, 14]]).long()
+    x = t["x"].clone().requires_grad_()
+    y = kdnn.ssd(x, *core[1:], chunk_size=4, dt_softplus=True, seq_idx=seq_idx)
+    seq_idx.zero_()  # after the forward: the backward keeps the forward's copy
+    g = torch.autograd.grad(y.sum(), x)[0]
+    want = torch.autograd.grad(kdnn.ssd(x, *core[1:], chunk_size=4, dt_softplus=True,
+                                        seq_idx=packed_ids([[9, 10], [5, 14]])).sum(), x)[0]
+    torch.testing.assert_close(g, want, rtol=0, atol=0)

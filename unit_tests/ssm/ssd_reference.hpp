@@ -6,7 +6,10 @@
 //   h_t = exp(dt_t·A_h)·h_{t−1} + dt_t·x_t ⊗ B_t,   y_t = h_t·C_t + D_h·x_t
 //
 // with head h reading group h / (H/G). Flat row-major vectors: x [B,L,H,P],
-// dt [B,L,H], A [H], B and C [B,L,G,N], D [H], states [B,H,P,N].
+// dt [B,L,H], A [H], B and C [B,L,G,N], D [H], states [B,H,P,N]. Packed
+// sequences (seq [B,L], ids as doubles): a step whose id differs from the
+// previous step's starts a sequence, and its h_{t−1} is not carried (the
+// decay into it is 0).
 #include <cmath>
 #include <cstddef>
 #include <vector>
@@ -23,7 +26,16 @@ struct SsdShape {
 struct SsdCase {
   SsdShape s;
   Vec x, dt, A, Bm, Cm, D, init, dy, dfinal;
+  Vec seq;  ///< [B, L] sequence ids; empty: one sequence per batch entry
 };
+
+/// The decay into step t of batch entry b, head h: exp(dt_t·A_h), or 0 where
+/// step t starts a sequence.
+inline double step_decay(const SsdCase& a, int b, int t, int h) {
+  const std::size_t bt = std::size_t(b) * a.s.L + t;
+  if (!a.seq.empty() && t > 0 && a.seq[bt] != a.seq[bt - 1]) return 0.0;
+  return std::exp(a.dt[bt * a.s.H + h] * a.A[h]);
+}
 
 struct SsdForwardResult {
   Vec y, final_state;
@@ -58,7 +70,7 @@ inline std::vector<Vec> ssd_states(const SsdCase& a, int b, int h) {
       for (int n = 0; n < s.N; ++n) hs[0][std::size_t(p) * s.N + n] = a.init[ix.state(b, h, p, n)];
   }
   for (int t = 0; t < s.L; ++t) {
-    const double dt = a.dt[ix.dt(b, t, h)], decay = std::exp(dt * a.A[h]);
+    const double dt = a.dt[ix.dt(b, t, h)], decay = step_decay(a, b, t, h);
     for (int p = 0; p < s.P; ++p) {
       const double xt = dt * a.x[ix.x(b, t, h, p)];
       for (int n = 0; n < s.N; ++n) {
@@ -120,7 +132,7 @@ inline SsdBackwardResult ssd_backward(const SsdCase& a) {
             g[std::size_t(p) * s.N + n] = a.dfinal[ix.state(b, h, p, n)];
       }
       for (int t = s.L - 1; t >= 0; --t) {
-        const double dt = a.dt[ix.dt(b, t, h)], decay = std::exp(dt * a.A[h]);
+        const double dt = a.dt[ix.dt(b, t, h)], decay = step_decay(a, b, t, h);
         for (int p = 0; p < s.P; ++p) {
           const double dy = a.dy[ix.x(b, t, h, p)];
           for (int n = 0; n < s.N; ++n) {

@@ -18,6 +18,7 @@ struct SsdViews {
   DeviceView<T****> x, Bm, Cm, init, dy, dfinal, z;
   DeviceView<T***> dt;
   DeviceView<T*> A, D, dt_bias;
+  DeviceView<int**> seq;
 
   explicit SsdViews(const ssm_ref::SsdCase& a, const ssm_ref::Vec& bias = {},
                     const ssm_ref::Vec& gate = {})
@@ -33,14 +34,15 @@ struct SsdViews {
     if (!a.dfinal.empty()) dfinal = to_device<T****>(a.dfinal, s.B, s.H, s.P, s.N);
     if (!bias.empty()) dt_bias = to_device<T*>(bias, s.H);
     if (!gate.empty()) z = to_device<T****>(gate, s.B, s.L, s.H, s.P);
+    if (!a.seq.empty()) seq = to_device<int**>(a.seq, s.B, s.L);
   }
 
   /// The inputs of SsdForward or SsdBackward (x, dt, A, B, C, D, the
-  /// initial state, dt_bias and z).
+  /// initial state, dt_bias, z and seq_idx).
   template <class Args>
   void set_inputs(Args& args) const {
     args.x = x, args.dt = dt, args.A = A, args.B = Bm, args.C = Cm, args.D = D;
-    args.initial_state = init, args.dt_bias = dt_bias, args.z = z;
+    args.initial_state = init, args.dt_bias = dt_bias, args.z = z, args.seq_idx = seq;
   }
   DeviceView<T****> like_x(const char* name) const {
     return DeviceView<T****>(std::string(name), s.B, s.L, s.H, s.P);

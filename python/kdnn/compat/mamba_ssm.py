@@ -29,10 +29,12 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bia
     return_final_states also the final states (batch, nheads, headdim,
     dstate). dt (after dt_bias, softplus and dt_limit) must be finite and
     >= 0 and A <= 0 (kdnn.Error otherwise, naming the first bad value).
-    seq_idx, cu_seqlens and return_varlen_states are not supported yet."""
+    seq_idx (batch, seqlen), integers: packed sequences, the state reset
+    where the id changes, as mamba's; as there, the initial states belong
+    to sequence id 0 (a row whose first id is not 0 starts from zeros).
+    cu_seqlens and return_varlen_states are not supported yet."""
     op = "compat.mamba_ssm.mamba_chunk_scan_combined"
-    _unsupported(op, seq_idx=seq_idx, cu_seqlens=cu_seqlens,
-                 return_varlen_states=return_varlen_states)
+    _unsupported(op, cu_seqlens=cu_seqlens, return_varlen_states=return_varlen_states)
     for name, value in (("dt_softplus", dt_softplus), ("return_final_states", return_final_states)):
         if not isinstance(value, bool):
             raise Error(f"{op}: {name}={value!r}, expected True or False")
@@ -43,6 +45,12 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bia
     # becomes 0 by default); a zero bias asks kdnn for the transform.
     if dt_bias is None:
         dt_bias = dt.new_zeros(dt.shape[-1])
+    if seq_idx is not None and isinstance(initial_states, torch.Tensor):
+        first = torch.as_tensor(seq_idx, device=initial_states.device)
+        if first.dim() == 2 and first.shape[1] > 0:  # else kdnn.ssd names the bad shape
+            keep = (first[:, 0] == 0).to(initial_states.dtype)
+            initial_states = initial_states * keep.reshape(-1, *([1] * (initial_states.dim() - 1)))
     y, final = mamba2.ssd(x, dt, A, B, C, D, initial_states, z, dt_bias, chunk_size=chunk_size,
-                          dt_softplus=dt_softplus, dt_limit=dt_limit, return_final_states=True)
+                          dt_softplus=dt_softplus, dt_limit=dt_limit, return_final_states=True,
+                          seq_idx=seq_idx)
     return (y, final) if return_final_states else y

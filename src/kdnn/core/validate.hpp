@@ -193,4 +193,13 @@ void optional_batch(const char* op, const char* name, const View& view, std::siz
   extent(op, name, view, 0, batch, "batch size");
 }
 
+/// Requires an optional seq_idx (packed sequences' ids per step) to be
+/// [B, L], the shape of x's first two dimensions.
+template <class View, class X>
+void sequence_ids(const char* op, const View& seq_idx, const X& x) {
+  if (!given(seq_idx)) return;
+  extent(op, "seq_idx", seq_idx, 0, x.extent(0), "B, x's extent(0)");
+  extent(op, "seq_idx", seq_idx, 1, x.extent(1), "L, x's extent(1)");
+}
+
 }  // namespace kdnn::validate

@@ -26,6 +26,14 @@
 //   H_{c+1}   = exp(cum_last)·H_c + S_c,  H_0 = initial state    (state passing)
 //   Y_off[i]  = exp(cum_i)·H_c·C_i,   y = Y_diag + Y_off + D·x,  final state = H_last.
 //
+// Packed sequences (mamba's seq_idx): with seq_idx [B, L] given, a step
+// whose id differs from the previous step's starts a sequence: the state is
+// reset there (h_{t−1} is not carried: every decay across the start is 0,
+// exactly, not the underflow of a large exponent), so that each sequence is
+// scanned as if alone. The initial state belongs to step 0's sequence, and
+// the final state is the last sequence's. Any int32 ids (compared with the
+// previous step's, never ordered).
+//
 // The mask j ≤ i is applied before exponentiating, and every exponent is
 // ≤ 0 when A ≤ 0, so decays that underflow give 0, never inf or NaN. The
 // cumulative sums are kept in double, whatever T is, so that
@@ -89,6 +97,7 @@ struct SsdForward {
   /// output [B, L, H, P]; optional, with z only: the output before the gate,
   /// which spares the backward recomputing it.
   Tensor4<T, ExecSpace> y_ungated;
+  Matrix<const int, ExecSpace> seq_idx;  ///< [B, L] packed sequences; optional
 };
 
 /// The arguments of ssd_backward: the forward's inputs, dy and the gradients
@@ -118,6 +127,7 @@ struct SsdBackward {
   Tensor4<T, ExecSpace> dinitial_state;      ///< output [B, H, P, N]; optional
   Vector<T, ExecSpace> ddt_bias;             ///< output [H]; optional, with dt_bias only
   Tensor4<T, ExecSpace> dz;                  ///< output [B, L, H, P]; required with z
+  Matrix<const int, ExecSpace> seq_idx;      ///< [B, L]; optional, as in the forward
 };
 
 /// Whether the options ask for the transform of dt (dt_softplus set, or
@@ -142,8 +152,9 @@ struct SsdSummary {
   Tensor4<const T, ExecSpace> x, B, C;
   Tensor3<const T, ExecSpace> dt;
   Vector<const T, ExecSpace> A;
-  Matrix<T, ExecSpace> decay;         ///< output [B, H]
-  Tensor4<T, ExecSpace> local_state;  ///< output [B, H, P, N]
+  Matrix<T, ExecSpace> decay;            ///< output [B, H]
+  Tensor4<T, ExecSpace> local_state;     ///< output [B, H, P, N]
+  Matrix<const int, ExecSpace> seq_idx;  ///< [B, L] packed sequences; optional
 };
 
 }  // namespace kdnn::ssm

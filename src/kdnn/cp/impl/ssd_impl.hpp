@@ -210,6 +210,16 @@ StateStats scan_forward(const char* op, const ExecSpace& space, MPI_Comm comm,
   return stats;
 }
 
+/// Packed sequences do not cross ranks yet: seq_idx is refused (on every
+/// rank, through agree()).
+template <class Args>
+void refuse_sequence_ids(const char* op, const Args& a) {
+  if (validate::given(a.seq_idx)) {
+    fail(op, ": seq_idx is given, expected none (packed sequences across ranks are not ",
+         "supported yet; the single-rank ssm::ssd_forward takes them)");
+  }
+}
+
 template <class ExecSpace, class T>
 StateStats ssd_forward(const ExecSpace& space, MPI_Comm comm,
                        const ssm::SsdForward<T, ExecSpace>& a, const ssm::SsdOptions& opts) {
@@ -217,6 +227,7 @@ StateStats ssd_forward(const ExecSpace& space, MPI_Comm comm,
   const SummaryLayout layout{a.x.extent(0) * a.x.extent(2), a.x.extent(3) * a.B.extent(3), 1};
   agree(comm, [&] {
     ssm::impl::check_ssd_forward(op, space, a, opts);
+    refuse_sequence_ids(op, a);
     check_summary_size(op, layout);
   });
   gather_signature(comm, op, ssd_fields<T>(a, opts));
@@ -240,6 +251,7 @@ StateStats ssd_backward(const ExecSpace& space, MPI_Comm comm,
   const SummaryLayout layout{a.x.extent(0) * a.x.extent(2), a.x.extent(3) * a.B.extent(3), 2};
   agree(comm, [&] {
     ssm::impl::check_ssd_backward(op, space, a, opts);
+    refuse_sequence_ids(op, a);
     check_summary_size(op, layout);
   });
   auto fields = ssd_fields<T>(a, opts);

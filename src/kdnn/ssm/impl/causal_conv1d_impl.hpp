@@ -266,20 +266,11 @@ void check_conv_inputs(const char* op, const StridedTensor3<const T, ExecSpace>&
   if (validate::given(init)) check_state(op, "initial_state", init, x, w);
 }
 
-/// seq_idx [B, L] when given.
-template <class ExecSpace, class T>
-void check_seq_idx(const char* op, const Matrix<const int, ExecSpace>& seq_idx,
-                   const StridedTensor3<const T, ExecSpace>& x) {
-  if (!validate::given(seq_idx)) return;
-  validate::extent(op, "seq_idx", seq_idx, 0, x.extent(0), "B, x's extent(0)");
-  validate::extent(op, "seq_idx", seq_idx, 1, x.extent(1), "L, x's extent(1)");
-}
-
 /// Every host-side check of causal_conv1d_forward (`op` names the caller).
 template <class ExecSpace, class T>
 void check_conv_forward(const char* op, const ConvForward<T, ExecSpace>& a) {
   check_conv_inputs<ExecSpace, T>(op, a.x, a.w, a.bias, a.initial_state);
-  check_seq_idx<ExecSpace, T>(op, a.seq_idx, a.x);
+  validate::sequence_ids(op, a.seq_idx, a.x);
   validate::same_shape(op, "y", a.y, "x", a.x);
   validate::distinct_elements(op, "y", a.y);
   if (validate::given(a.final_state)) {
@@ -307,7 +298,7 @@ void causal_conv1d_forward(const ExecSpace& space, const ConvForward<T, ExecSpac
 template <class ExecSpace, class T>
 void check_conv_backward(const char* op, const ConvBackward<T, ExecSpace>& a) {
   check_conv_inputs<ExecSpace, T>(op, a.x, a.w, a.bias, a.initial_state);
-  check_seq_idx<ExecSpace, T>(op, a.seq_idx, a.x);
+  validate::sequence_ids(op, a.seq_idx, a.x);
   validate::same_shape(op, "dy", a.dy, "x", a.x);
   validate::same_shape(op, "dx", a.dx, "x", a.x);
   validate::distinct_elements(op, "dx", a.dx);

@@ -115,6 +115,7 @@ void around_backward(const ExecSpace& space, const SsdBackward<T, ExecSpace>& a,
       SsdForward<T, ExecSpace> f;
       f.x = a.x, f.dt = dt, f.A = a.A, f.B = a.B, f.C = a.C, f.D = a.D;
       f.initial_state = a.initial_state;
+      f.seq_idx = a.seq_idx;
       f.y = scratch_like<T, ExecSpace>("kdnn::ssm::ssd_y_ungated", a.x);
       scan_forward(f);
       u = f.y;

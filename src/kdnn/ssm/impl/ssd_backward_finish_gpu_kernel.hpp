@@ -28,10 +28,16 @@ struct SsdBackwardFinishGpuKernel
 
   struct Work {
     double *cum, *before, *after;  ///< [pad(Q)]
+    int* seg;                      ///< [pad(Q)]
   };
   static KOKKOS_INLINE_FUNCTION Work carve(kdnn::impl::ScratchCarver& s, int Q) {
     const int n = Base::Shape::pad(Q);
-    return {s.take<double>(n), s.take<double>(n), s.take<double>(n)};
+    Work w;
+    w.cum = s.take<double>(n);
+    w.before = s.take<double>(n);
+    w.after = s.take<double>(n);
+    w.seg = s.take<int>(n);
+    return w;
   }
 
   KOKKOS_INLINE_FUNCTION void one_block(const Member& team, int item, void* scratch) const {
@@ -39,7 +45,7 @@ struct SsdBackwardFinishGpuKernel
     const Chunk k = this->chunk_of(item, unused);
     kdnn::impl::ScratchCarver carver(scratch);
     const Work w = carve(carver, this->Q);
-    this->scan_decays(team, k, Base::Shape::pad(k.n), w.cum);
+    this->scan_decays(team, k, Base::Shape::pad(k.n), w.cum, w.seg);
     const T* h = &states(k.b, k.h, k.c, 0);
     const T* dh = &dstates(k.b, k.h, k.c, 0);
     double hdot = 0;
@@ -59,7 +65,8 @@ struct SsdBackwardFinishGpuKernel
                             if (final) w.after[t] = partial_sum;
                           });
     team.team_barrier();
-    const double all = double(compat::exp(T(w.cum[k.n - 1]))) * hdot;  // cum_last holds every a_t
+    // cum_last holds every a_t (the whole decay is 0 across a sequence start)
+    const double all = double(Base::entering(w.cum, w.seg, k.n - 1)) * hdot;
     const double a = double(this->A(k.h));
     double sa = 0, sd = 0;
     Kokkos::parallel_reduce(

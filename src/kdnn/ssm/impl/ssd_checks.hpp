@@ -137,6 +137,7 @@ std::vector<validate::MemoryRange> check_ssd_operands(const char* op, const Exec
     validate::extent(op, "dt_bias", a.dt_bias, 0, a.x.extent(2), "H, x's extent(2)");
   }
   if (validate::given(a.z)) validate::same_shape(op, "z", a.z, "x", a.x);
+  validate::sequence_ids(op, a.seq_idx, a.x);
   if (validate::given(a.y_ungated)) {
     if (!validate::given(a.z)) {
       fail(op,
@@ -154,7 +155,8 @@ std::vector<validate::MemoryRange> check_ssd_operands(const char* op, const Exec
           memory_of("D", a.D),
           memory_of("initial_state", a.initial_state),
           memory_of("dt_bias", a.dt_bias),
-          memory_of("z", a.z)};
+          memory_of("z", a.z),
+          memory_of("seq_idx", a.seq_idx)};
 }
 
 template <class ExecSpace, class T>

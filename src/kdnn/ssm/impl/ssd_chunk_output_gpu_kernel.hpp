@@ -42,6 +42,7 @@ struct SsdChunkOutputGpuKernel
 
   struct Work {
     double* cum;  ///< [pad(Q)]
+    int* seg;     ///< [pad(Q)]
     T* ct;        ///< Cᵀ [N, LDR]
     T* tile;      ///< Bᵀ [N, LDK], or an X̃ or H tile [BK, P]
     T* wt;        ///< Wᵀ [BK, LDR]
@@ -49,6 +50,7 @@ struct SsdChunkOutputGpuKernel
   static KOKKOS_INLINE_FUNCTION Work carve(kdnn::impl::ScratchCarver& s, int Q) {
     Work w;
     w.cum = s.take<double>(Base::Shape::pad(Q));
+    w.seg = s.take<int>(Base::Shape::pad(Q));
     w.ct = s.take<T>(N * LDR);
     w.tile = s.take<T>(N * LDK > BK * P ? N * LDK : BK * P);
     w.wt = s.take<T>(BK * LDR);
@@ -64,7 +66,7 @@ struct SsdChunkOutputGpuKernel
     kdnn::impl::ScratchCarver carver(scratch);
     const Work w = carve(carver, this->Q);
     const int span = Base::Shape::pad(i0 + rows);  // the steps j ≤ i the block sees
-    this->scan_decays(team, k, span, w.cum);
+    this->scan_decays(team, k, span, w.cum, w.seg);
     const bool given_scores = scores.extent(0) > 0;
     if (out.off || !given_scores) {
       Base::template load_steps_transposed<BR, LDR>(team, this->Cm, k, i0, rows, w.ct);
@@ -90,7 +92,7 @@ struct SsdChunkOutputGpuKernel
         const int r0 = (t / CG) * RM;
         KDNN_IMPL_UNROLL
         for (int i = 0; i < RM; ++i) {
-          const T e = compat::exp(T(w.cum[i0 + r0 + i]));
+          const T e = Base::entering(w.cum, w.seg, i0 + r0 + i);
           KDNN_IMPL_UNROLL
           for (int j = 0; j < PC; ++j) acc(t)[i * PC + j] *= e;
         }
@@ -104,14 +106,15 @@ struct SsdChunkOutputGpuKernel
         if (given_scores) {
           const T* cb = &scores(this->scores_row(k.b, k.c, k.g), 0);
           Base::threads(team, [&](int t) {
-            Base::template stored_weights<false, false>(t, cb, scores_ld<T>(this->Q), w.cum, i0, j0,
-                                                        k.n, w.wt);
+            Base::template stored_weights<false, false>(t, cb, scores_ld<T>(this->Q), w.cum, w.seg,
+                                                        i0, j0, k.n, w.wt);
           });
         } else {
           Base::template load_steps_transposed<BK, LDK>(team, this->Bm, k, j0, cols, w.tile);
           team.team_barrier();
           Base::threads(team, [&](int t) {
-            Base::template decay_weights<N, false>(t, w.ct, w.tile, w.cum, i0, j0, k.n, w.wt);
+            Base::template decay_weights<N, false>(t, w.ct, w.tile, w.cum, w.seg, i0, j0, k.n,
+                                                   w.wt);
           });
         }
         team.team_barrier();  // every thread is done reading Bᵀ

@@ -65,7 +65,7 @@ struct SsdChunkOutputKernel : SsdChunks<ExecSpace, T> {
       if (diag) {
         T* wr = w.w + i * Qp;
         Base::vec(team, Qp, [&](int j) {
-          wr[j] = Base::masked(i, j, k.n, wr[j] * Base::decay_mask(w.d.cum, i, j, k.n));
+          wr[j] = Base::masked(i, j, k.n, wr[j] * Base::decay_mask(w.d.cum, w.d.seg, i, j, k.n));
         });
       }
     });

@@ -54,12 +54,14 @@ struct SsdChunkOutputMmaKernel
 
   struct Work {
     double* cum;  ///< [pad(Q)]
+    int* seg;     ///< [pad(Q)]
     T* wt;        ///< W [BR, LDW]
     T* rows;      ///< an X̃ or H tile [BK, LDX]
   };
   static KOKKOS_INLINE_FUNCTION Work carve(kdnn::impl::ScratchCarver& s, int Q) {
     Work w;
     w.cum = s.take<double>(Base::Shape::pad(Q));
+    w.seg = s.take<int>(Base::Shape::pad(Q));
     w.wt = s.take<T>(BR * LDW);
     w.rows = s.take<T>(BK * LDX);
     return w;
@@ -73,7 +75,7 @@ struct SsdChunkOutputMmaKernel
     if (rows <= 0) return;  // past a short last chunk: the whole team
     kdnn::impl::ScratchCarver carver(scratch);
     const Work w = carve(carver, this->Q);
-    this->scan_decays(team, k, Base::Shape::pad(i0 + rows), w.cum);
+    this->scan_decays(team, k, Base::Shape::pad(i0 + rows), w.cum, w.seg);
     kdnn::impl::ThreadRegisters<T, NT, NC * CR, Base::kPrivate> acc;
     Base::threads(team, [&](int t) {
       KDNN_IMPL_UNROLL
@@ -106,7 +108,7 @@ struct SsdChunkOutputMmaKernel
         KDNN_IMPL_UNROLL
         for (int r = 0; r < CR; ++r) {
           const int i = t / 32 * Mma::M + Mma::c(t % 32, r).row;
-          const T e = i < rows ? compat::exp(T(w.cum[i0 + i])) : T(0);
+          const T e = i < rows ? Base::entering(w.cum, w.seg, i0 + i) : T(0);
           KDNN_IMPL_UNROLL
           for (int nc = 0; nc < NC; ++nc) acc(t)[nc * CR + r] *= e;
         }
@@ -122,7 +124,7 @@ struct SsdChunkOutputMmaKernel
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BR * BK), [&](int e) {
           const int r = e / BK, s = e % BK, i = i0 + r, j = j0 + s;
           w.wt[r * LDW + s] =
-              j <= i && i < k.n ? cb[i * ld + j] * Base::decay_mask(w.cum, i, j, k.n) : T(0);
+              j <= i && i < k.n ? cb[i * ld + j] * Base::decay_mask(w.cum, w.seg, i, j, k.n) : T(0);
         });
         const int t0 = k.t0 + j0;
         load_rows(&this->x(k.b, t0, k.h, 0), this->x.stride(1), cols,

@@ -38,12 +38,14 @@ struct SsdChunkStateGpuKernel
 
   struct Work {
     double* cum;  ///< [pad(Q)]
+    int* seg;     ///< [pad(Q)]
     T* scale;     ///< [pad(Q)]: step i's factor on its row of x or dy
     T *bt, *xs;   ///< B or C tile [BK, LDR], scaled x or dy tile [BK, P]
   };
   static KOKKOS_INLINE_FUNCTION Work carve(kdnn::impl::ScratchCarver& s, int Q) {
     Work w;
     w.cum = s.take<double>(Base::Shape::pad(Q));
+    w.seg = s.take<int>(Base::Shape::pad(Q));
     w.scale = s.take<T>(Base::Shape::pad(Q));
     w.bt = s.take<T>(BK * LDR);
     w.xs = s.take<T>(BK * P);
@@ -61,7 +63,7 @@ struct SsdChunkStateGpuKernel
       KDNN_IMPL_UNROLL
       for (int e = 0; e < RM * PC; ++e) acc(t)[e] = T(0);
     });
-    const double last = this->step_factors(team, *this, k, w.cum, w.scale);
+    const T whole = this->step_factors(team, *this, k, w.cum, w.seg, w.scale);
     const auto& bc = gradient ? this->Cm : this->Bm;
     const auto& rows = gradient ? dy : this->x;
     for (int j0 = 0; j0 < k.n; j0 += BK) {
@@ -91,7 +93,7 @@ struct SsdChunkStateGpuKernel
       }
     });
     if (block == 0 && !gradient) {
-      Kokkos::single(Kokkos::PerTeam(team), [&]() { decay(k.b, k.h, k.c) = compat::exp(T(last)); });
+      Kokkos::single(Kokkos::PerTeam(team), [&]() { decay(k.b, k.h, k.c) = whole; });
     }
   }
 };

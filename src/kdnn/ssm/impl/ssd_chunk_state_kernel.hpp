@@ -54,8 +54,7 @@ struct SsdChunkStateKernel : SsdChunks<ExecSpace, T> {
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, this->N()), [&](int j) {
       Base::vec(team, P, [&](int p) { out[j * P + p] = w.s[j * this->Pp + p]; });
     });
-    Kokkos::single(Kokkos::PerTeam(team),
-                   [&]() { decay(k.b, k.h, k.c) = compat::exp(T(w.d.cum[this->Qp - 1])); });
+    Kokkos::single(Kokkos::PerTeam(team), [&]() { decay(k.b, k.h, k.c) = w.d.e[this->Qp - 1]; });
   }
 };
 

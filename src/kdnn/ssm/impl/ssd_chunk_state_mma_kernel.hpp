@@ -51,12 +51,14 @@ struct SsdChunkStateMmaKernel
 
   struct Work {
     double* cum;  ///< [pad(Q)]
+    int* seg;     ///< [pad(Q)]
     T* scale;     ///< [pad(Q)]: step i's factor on its row of x or dy
     T *xs, *bs;   ///< scaled x or dy tile [BK, LDX], B or C tile [BK, LDB]
   };
   static KOKKOS_INLINE_FUNCTION Work carve(kdnn::impl::ScratchCarver& s, int Q) {
     Work w;
     w.cum = s.take<double>(Base::Shape::pad(Q));
+    w.seg = s.take<int>(Base::Shape::pad(Q));
     w.scale = s.take<T>(Base::Shape::pad(Q));
     w.xs = s.take<T>(BK * LDX);
     w.bs = s.take<T>(BK * LDB);
@@ -74,7 +76,7 @@ struct SsdChunkStateMmaKernel
       KDNN_IMPL_UNROLL
       for (int e = 0; e < NC * CR; ++e) acc(t)[e] = T(0);
     });
-    const double last = this->step_factors(team, *this, k, w.cum, w.scale);
+    const T whole = this->step_factors(team, *this, k, w.cum, w.seg, w.scale);
     const auto& bc = gradient ? this->Cm : this->Bm;
     const auto& rows = gradient ? dy : this->x;
     // Thread t's A register e: the scaled x[step, p] of its fragment.
@@ -112,7 +114,7 @@ struct SsdChunkStateMmaKernel
       }
     });
     if (block == 0 && !gradient) {
-      Kokkos::single(Kokkos::PerTeam(team), [&]() { decay(k.b, k.h, k.c) = compat::exp(T(last)); });
+      Kokkos::single(Kokkos::PerTeam(team), [&]() { decay(k.b, k.h, k.c) = whole; });
     }
   }
 };

@@ -23,24 +23,24 @@ struct SsdChunkSums {
   Tensor4<const T, ExecSpace> dy;  ///< [B, L, H, P] (with `gradient`)
   bool gradient = false;           ///< dS_c instead of S_c
 
-  /// The chunk's cumulative log-decays into cum (kernel.scan_decays over
-  /// its steps padded to the GPU forms' tiles) and each step's factor on its
-  /// row of x or dy into scale, one exp per step: dend_i·dt_i (as the host
-  /// form rounds it), or e_i. Both are ready on return; returns the last
-  /// cumulative log-decay.
+  /// The chunk's cumulative log-decays and sequence starts into cum and seg
+  /// (kernel.scan_decays over its steps padded to the GPU forms' tiles) and
+  /// each step's factor on its row of x or dy into scale, one exp per step:
+  /// dend_i·dt_i (as the host form rounds it), or e_i. All are ready on
+  /// return; returns the chunk's whole decay (0 across a sequence start).
   template <class Kernel, class Member, class Chunk>
-  KOKKOS_INLINE_FUNCTION double step_factors(const Member& team, const Kernel& kernel,
-                                             const Chunk& k, double* cum, T* scale) const {
+  KOKKOS_INLINE_FUNCTION T step_factors(const Member& team, const Kernel& kernel, const Chunk& k,
+                                        double* cum, int* seg, T* scale) const {
+    using Base = typename Kernel::Base;
     const int span = Kernel::Shape::pad(k.n);
-    kernel.scan_decays(team, k, span, cum);
+    kernel.scan_decays(team, k, span, cum, seg);
     team.team_barrier();
-    const double last = cum[span - 1];
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, k.n), [&](int i) {
-      scale[i] = gradient ? compat::exp(T(cum[i]))
-                          : compat::exp(T(last - cum[i])) * kernel.dt(k.b, k.t0 + i, k.h);
+      scale[i] = gradient ? Base::entering(cum, seg, i)
+                          : Base::leaving(cum, seg, i, span - 1) * kernel.dt(k.b, k.t0 + i, k.h);
     });
     team.team_barrier();
-    return last;
+    return Base::entering(cum, seg, span - 1);
   }
 };
 

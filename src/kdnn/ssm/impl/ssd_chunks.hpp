@@ -9,6 +9,17 @@
 // Notation (per chunk): X̃ = dt·x [Q×P], a_i = dt_i·A, cum_i = Σ_{k≤i} a_k (in
 // double), e_i = exp(cum_i), dend_i = exp(cum_last − cum_i),
 // m_ij = exp(cum_i − cum_j) for j ≤ i (else 0), CB = C·Bᵀ [Q×Q].
+//
+// Packed sequences (seq_idx): a step whose id differs from the previous
+// step's starts a sequence, and no decay crosses a start. seg_i counts the
+// starts in the chunk up to step i (0 without seq_idx), and each decay is
+// 0 where it would cross one: m_ij unless seg_i = seg_j, e_i (from the
+// state entering the chunk) unless seg_i = 0, dend_j unless seg_j =
+// seg_last, the chunk's whole decay unless seg_last = 0. cum restarts at
+// each start, so that a sequence's decays are sums of its own steps only
+// (never rounded beside another's). Every gradient term is built from these
+// factors, so the log-decay of a start (which only decays a state the start
+// discards) gets a gradient of exactly 0.
 // Chunk states are stored transposed, [N, P] (n-major), so that they are
 // the row-major right operand of C·Hᵀ.
 //
@@ -45,15 +56,17 @@ struct SsdChunks {
   using Tile = kdnn::impl::GemmTile<ExecSpace, T>;
   using GemmA = kdnn::impl::GemmA<T>;
 
-  Tensor4<const T, ExecSpace> x;   ///< [B, L, H, P]
-  Tensor3<const T, ExecSpace> dt;  ///< [B, L, H]
-  Vector<const T, ExecSpace> A;    ///< [H]
-  Tensor4<const T, ExecSpace> Bm;  ///< [B, L, G, N]
-  Tensor4<const T, ExecSpace> Cm;  ///< [B, L, G, N]
-  int Q = 1, chunks = 0;           ///< steps per chunk, chunks per sequence
-  int Qp = 0, Pp = 0, Np = 0;      ///< Q, P, N padded to Tile::align
-  kdnn::impl::TeamWork work;       ///< set by the launch
-  Launch launch;                   ///< the caller's request (SsdOptions::launch)
+  Tensor4<const T, ExecSpace> x;     ///< [B, L, H, P]
+  Tensor3<const T, ExecSpace> dt;    ///< [B, L, H]
+  Vector<const T, ExecSpace> A;      ///< [H]
+  Tensor4<const T, ExecSpace> Bm;    ///< [B, L, G, N]
+  Tensor4<const T, ExecSpace> Cm;    ///< [B, L, G, N]
+  Matrix<const int, ExecSpace> seq;  ///< [B, L] seq_idx (packed sequences) or empty
+  bool has_seq = false;              ///< seq given
+  int Q = 1, chunks = 0;             ///< steps per chunk, chunks per sequence
+  int Qp = 0, Pp = 0, Np = 0;        ///< Q, P, N padded to Tile::align
+  kdnn::impl::TeamWork work;         ///< set by the launch
+  Launch launch;                     ///< the caller's request (SsdOptions::launch)
 
   KOKKOS_INLINE_FUNCTION int P() const { return int(x.extent(3)); }
   KOKKOS_INLINE_FUNCTION int N() const { return int(Bm.extent(3)); }
@@ -121,11 +134,38 @@ struct SsdChunks {
   struct Decays {
     double* cum;  ///< [Qp] cum_i (pad steps repeat the last)
     T* dtv;       ///< [Qp] dt_i (0 for pad steps)
-    T* e;         ///< [Qp] exp(cum_i)
-    T* dend;      ///< [Qp] exp(cum_last − cum_i)
+    T* e;         ///< [Qp] exp(cum_i), 0 past a sequence start
+    T* dend;      ///< [Qp] exp(cum_last − cum_i), 0 before the last sequence start
+    int* seg;     ///< [Qp] seg_i (pad steps repeat the last)
   };
   KOKKOS_INLINE_FUNCTION static Decays carve_decays(kdnn::impl::ScratchCarver& s, int Qp) {
-    return {s.take<double>(Qp), s.take<T>(Qp), s.take<T>(Qp), s.take<T>(Qp)};
+    Decays d;
+    d.cum = s.take<double>(Qp);
+    d.dtv = s.take<T>(Qp);
+    d.e = s.take<T>(Qp);
+    d.dend = s.take<T>(Qp);
+    d.seg = s.take<int>(Qp);
+    return d;
+  }
+
+  /// Whether step i of chunk k (i < k.n) starts a sequence: its seq_idx
+  /// differs from the previous step's (never without seq_idx, nor at step
+  /// 0, which continues the initial state's sequence).
+  KOKKOS_INLINE_FUNCTION bool starts(const Chunk& k, int i) const {
+    const int t = k.t0 + i;
+    return has_seq && t > 0 && seq(k.b, t) != seq(k.b, t - 1);
+  }
+
+  /// e_i = exp(cum_i), the decay from the state entering the chunk to step
+  /// i: 0 past a start. With i the chunk's last (or a pad) step, the whole
+  /// chunk's decay.
+  KOKKOS_FORCEINLINE_FUNCTION static T entering(const double* cum, const int* seg, int i) {
+    return seg[i] == 0 ? compat::exp(T(cum[i])) : T(0);
+  }
+  /// dend_j = exp(cum_last − cum_j), the decay from step j to the chunk's
+  /// end (`last`: its last step, or a pad step): 0 before the last start.
+  KOKKOS_FORCEINLINE_FUNCTION static T leaving(const double* cum, const int* seg, int j, int last) {
+    return seg[j] == seg[last] ? compat::exp(T(cum[last] - cum[j])) : T(0);
   }
   /// A step's log-decay dt·A, floored at −kLogDecayFloor. Below the floor
   /// every decay across the step is exp(≤ −1000) = 0 in float and double, as
@@ -143,7 +183,28 @@ struct SsdChunks {
     return log_decay(dt_value, a) == -kLogDecayFloor;
   }
 
-  /// Fills `d`: cum and dtv are ready on return, e and dend after the
+  /// cum and seg of chunk k's first `count` steps (pad steps add 0, so they
+  /// repeat the last values) and, where dtv is given, dt (0 for pad steps):
+  /// one thread's loop in step order, cum restarting at each start.
+  KOKKOS_INLINE_FUNCTION void scan_steps(const Chunk& k, int count, double* cum, int* seg,
+                                         T* dtv) const {
+    const double a = double(A(k.h));
+    double partial = 0;
+    int segment = 0;
+    for (int i = 0; i < count; ++i) {
+      const T v = i < k.n ? dt(k.b, k.t0 + i, k.h) : T(0);
+      if (i < k.n && starts(k, i)) {
+        partial = 0;
+        ++segment;
+      }
+      partial += log_decay(v, a);
+      if (dtv) dtv[i] = v;
+      cum[i] = partial;
+      seg[i] = segment;
+    }
+  }
+
+  /// Fills `d`: cum, seg and dtv are ready on return, e and dend after the
   /// caller's next team barrier. cum is one thread's loop in step order:
   /// these kernels launch with vector lanes, and Kokkos' team scan on CUDA
   /// (TeamThreadRange parallel_scan, through cuda_intra_block_reduce_scan)
@@ -151,20 +212,11 @@ struct SsdChunks {
   /// GPU forms, which launch without lanes, scan (SsdGpuChunks::scan_decays).
   KOKKOS_INLINE_FUNCTION void load_decays(const Member& team, const Chunk& k,
                                           const Decays& d) const {
-    Kokkos::single(Kokkos::PerTeam(team), [&]() {
-      const double a = double(A(k.h));
-      double partial = 0;
-      for (int i = 0; i < Qp; ++i) {
-        const T v = i < k.n ? dt(k.b, k.t0 + i, k.h) : T(0);
-        partial += log_decay(v, a);
-        d.dtv[i] = v;
-        d.cum[i] = partial;
-      }
-    });
+    Kokkos::single(Kokkos::PerTeam(team), [&]() { scan_steps(k, Qp, d.cum, d.seg, d.dtv); });
     team.team_barrier();
     Kokkos::parallel_for(Kokkos::TeamVectorRange(team, Qp), [&](int i) {
-      d.e[i] = compat::exp(T(d.cum[i]));
-      d.dend[i] = compat::exp(T(d.cum[Qp - 1] - d.cum[i]));
+      d.e[i] = entering(d.cum, d.seg, i);
+      d.dend[i] = leaving(d.cum, d.seg, i, Qp - 1);
     });
   }
 
@@ -273,14 +325,15 @@ struct SsdChunks {
     kdnn::impl::team_gemm<ExecSpace>(team, M, Ncols, K, a, b, ldb, c, ldc, accumulate, shape);
   }
 
-  /// m_ij = exp(cum_i − cum_j) for j ≤ i < n, else 0. The exponent is
-  /// clamped to ≤ 0 before exp and the mask is a select, so that masked
-  /// entries are 0 whatever was computed there (no inf, no inf·0) and the
-  /// loop over j has no branch.
-  KOKKOS_FORCEINLINE_FUNCTION static T decay_mask(const double* cum, int i, int j, int n) {
+  /// m_ij = exp(cum_i − cum_j) for j ≤ i < n in one sequence (seg_i =
+  /// seg_j), else 0. The exponent is clamped to ≤ 0 before exp and the mask
+  /// is a select, so that masked entries are 0 whatever was computed there
+  /// (no inf, no inf·0) and the loop over j has no branch.
+  KOKKOS_FORCEINLINE_FUNCTION static T decay_mask(const double* cum, const int* seg, int i, int j,
+                                                  int n) {
     const double d = cum[i] - cum[j];
     const T m = kdnn::impl::exp_vectorisable(T(d < 0 ? d : 0));
-    return j <= i && i < n ? m : T(0);
+    return j <= i && i < n && seg[i] == seg[j] ? m : T(0);
   }
   /// `keep` (decay_mask's condition) ? v : 0, a select (v may be garbage).
   KOKKOS_FORCEINLINE_FUNCTION static T masked(int i, int j, int n, T v) {

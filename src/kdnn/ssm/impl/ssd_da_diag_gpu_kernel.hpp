@@ -48,6 +48,7 @@ struct SsdDaDiagGpuKernel
 
   struct Work {
     double *cum, *cs;    ///< [pad(Q)]: decays, CS
+    int* seg;            ///< [pad(Q)]: sequence starts
     double *pre, *roff;  ///< [BR]: Σ_{j<k} CS_j of the block's k, roff
     T* rows;             ///< a slice of the block's C or dY, transposed [BK, LDR]
     T* cols;             ///< a slice of the tile's B or X̃, transposed [BK, LDK]
@@ -57,6 +58,7 @@ struct SsdDaDiagGpuKernel
     static_assert(BR == BK, "row blocks and column tiles align (the diagonal tile)");
     Work w;
     w.cum = s.take<double>(Base::Shape::pad(Q));
+    w.seg = s.take<int>(Base::Shape::pad(Q));
     w.cs = s.take<double>(Base::Shape::pad(Q));
     w.pre = s.take<double>(BR);
     w.roff = s.take<double>(BR);
@@ -72,7 +74,7 @@ struct SsdDaDiagGpuKernel
     kdnn::impl::ScratchCarver carver(scratch);
     const Work w = carve(carver, this->Q);
     const int span = Base::Shape::pad(k.n);
-    this->scan_decays(team, k, span, w.cum);
+    this->scan_decays(team, k, span, w.cum, w.seg);
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, span), [&](int j) { w.cs[j] = 0; });
     for (int i0 = (k.n - 1) / BR * BR; i0 >= 0; i0 -= BR) {
       const int rows = k.n - i0 < BR ? k.n - i0 : BR;
@@ -155,7 +157,7 @@ struct SsdDaDiagGpuKernel
         KDNN_IMPL_UNROLL
         for (int b = 0; b < RN; ++b) {
           const int i = i0 + r0 + a, j = j0 + c0 + b, e = a * RN + b;
-          const T v = acc(t)[M + e] * Base::decay_mask(w.cum, i, j, k.n);
+          const T v = acc(t)[M + e] * Base::decay_mask(w.cum, w.seg, i, j, k.n);
           w.r[(r0 + a) * LDK + c0 + b] = Base::masked(i, j, k.n, acc(t)[e] * v);
         }
       }
@@ -174,8 +176,9 @@ struct SsdDaDiagGpuKernel
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BR * BK), [&](int e) {
       const int i = i0 + e / BK, j = j0 + e % BK;
       w.r[(e / BK) * LDK + e % BK] =
-          j <= i && i < k.n ? c[i * ld + j] * (v[i * ld + j] * Base::decay_mask(w.cum, i, j, k.n))
-                            : T(0);
+          j <= i && i < k.n
+              ? c[i * ld + j] * (v[i * ld + j] * Base::decay_mask(w.cum, w.seg, i, j, k.n))
+              : T(0);
     });
     team.team_barrier();
   }

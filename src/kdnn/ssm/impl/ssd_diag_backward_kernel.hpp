@@ -89,7 +89,7 @@ struct SsdDiagBackwardKernel : SsdChunks<ExecSpace, T> {
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, Qp), [&](int i) {
       T *wr = w.w + i * Qp, *vr = w.v + i * Qp, *rr = w.r + i * Qp;
       Base::vec(team, Qp, [&](int j) {  // tiles above the diagonal hold garbage
-        const T m = Base::decay_mask(w.d.cum, i, j, k.n);
+        const T m = Base::decay_mask(w.d.cum, w.d.seg, i, j, k.n);
         const T cb = Base::masked(i, j, k.n, wr[j]), v = Base::masked(i, j, k.n, vr[j] * m);
         vr[j] = v;
         wr[j] = cb * m;

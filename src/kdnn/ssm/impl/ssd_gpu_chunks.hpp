@@ -16,14 +16,15 @@
 // consecutive values of a result row). Tiles whose rows are read down a
 // column have a row stride of BR + 1 or BK + 1 words, so that the threads
 // that fill them along a source row (coalesced global reads) hit distinct
-// banks. The chunk's cumulative log-decays are a team scan into scratch.
+// banks. The chunk's cumulative log-decays (and sequence starts) are team
+// scans into scratch.
 // Every sum is in a fixed order, no atomics; the products sum over other
 // blocks than team_gemm, so these forms agree with the host forms to
 // rounding, not bitwise.
 //
-// Scratch per team, at most (float: BR = BK = 32; double: 16): cum (8·Q
-// bytes, Q ≤ kSsdGpuMaxChunk), the chunk-state kernel's step factors (Q
-// values) and three tiles of at most N·(BK + 1) values: under 42 KiB in
+// Scratch per team, at most (float: BR = BK = 32; double: 16): cum and seg
+// (12·Q bytes, Q ≤ kSsdGpuMaxChunk), the chunk-state kernel's step factors
+// (Q values) and three tiles of at most N·(BK + 1) values: under 43 KiB in
 // float and double at P = N = 128, Q = 256, within the 48 KiB a CUDA team
 // gets on-chip (tested).
 #include <Kokkos_Core.hpp>
@@ -124,11 +125,19 @@ struct SsdGpuChunks : SsdChunks<ExecSpace, T>,
     return this->chunk(item / blocks);
   }
 
-  /// cum[i] = Σ_{k ≤ i} log_decay(dt_k) in double for i < count (steps past
-  /// the chunk add 0, so they repeat its last value), ready after the
-  /// caller's next barrier.
+  /// cum[i] = Σ_{k ≤ i} log_decay(dt_k) in double and seg[i] = the
+  /// sequence starts among steps 0 … i (ssd_chunks.hpp) for i < count (steps
+  /// past the chunk add 0, so they repeat its last values), ready after the
+  /// caller's next barrier. A team scan; with packed sequences, whose cum
+  /// restarts at each start, one thread's loop (SsdChunks::scan_steps, as
+  /// the host forms scan).
   KOKKOS_INLINE_FUNCTION void scan_decays(const Member& team, const Chunk& k, int count,
-                                          double* cum) const {
+                                          double* cum, int* seg) const {
+    if (this->has_seq) {
+      Kokkos::single(Kokkos::PerTeam(team),
+                     [&]() { this->scan_steps(k, count, cum, seg, static_cast<T*>(nullptr)); });
+      return;
+    }
     const double a = double(this->A(k.h));
     Kokkos::parallel_scan(Kokkos::TeamThreadRange(team, count),
                           [&](int i, double& partial, const bool final) {
@@ -136,6 +145,7 @@ struct SsdGpuChunks : SsdChunks<ExecSpace, T>,
                               partial += Base::log_decay(this->dt(k.b, k.t0 + i, k.h), a);
                             if (final) cum[i] = partial;
                           });
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, count), [&](int i) { seg[i] = 0; });
   }
 
   /// tile[m·LD + r] = u(b, t0 + r0 + r, g, m) for r < count, 0 for
@@ -186,11 +196,11 @@ struct SsdGpuChunks : SsdChunks<ExecSpace, T>,
   /// with `Upper`, and 0 outside the causal triangle and the chunk.
   template <int K, bool Upper>
   static KOKKOS_FORCEINLINE_FUNCTION void decay_weights(int t, const T* rows, const T* cols,
-                                                        const double* cum, int r_first, int s_first,
-                                                        int n, T* wt) {
+                                                        const double* cum, const int* seg,
+                                                        int r_first, int s_first, int n, T* wt) {
     T uv[RM * RN];
     micro_product<K>(t, rows, cols, uv);
-    weigh<Upper>(t, uv, cum, r_first, s_first, n, wt);
+    weigh<Upper>(t, uv, cum, seg, r_first, s_first, n, wt);
   }
 
   /// Thread t's RM × RN micro-tile uv of U·Vᵀ (operands as decay_weights
@@ -210,8 +220,8 @@ struct SsdGpuChunks : SsdChunks<ExecSpace, T>,
   /// or cb[s][r] if Transposed (r and s counted in the chunk).
   template <bool Upper, bool Transposed>
   static KOKKOS_FORCEINLINE_FUNCTION void stored_weights(int t, const T* cb, int ld,
-                                                         const double* cum, int r_first,
-                                                         int s_first, int n, T* wt) {
+                                                         const double* cum, const int* seg,
+                                                         int r_first, int s_first, int n, T* wt) {
     const int r0 = micro_row(t), c0 = micro_col(t);
     T uv[RM * RN];
     KDNN_IMPL_UNROLL
@@ -222,14 +232,15 @@ struct SsdGpuChunks : SsdChunks<ExecSpace, T>,
         uv[i * RN + j] = Transposed ? cb[s * ld + r] : cb[r * ld + s];
       }
     }
-    weigh<Upper>(t, uv, cum, r_first, s_first, n, wt);
+    weigh<Upper>(t, uv, cum, seg, r_first, s_first, n, wt);
   }
 
   /// decay_weights' second half: thread t's micro-tile uv of products,
   /// weighted by the decays and masked, into wt.
   template <bool Upper>
-  static KOKKOS_FORCEINLINE_FUNCTION void weigh(int t, const T* uv, const double* cum, int r_first,
-                                                int s_first, int n, T* wt) {
+  static KOKKOS_FORCEINLINE_FUNCTION void weigh(int t, const T* uv, const double* cum,
+                                                const int* seg, int r_first, int s_first, int n,
+                                                T* wt) {
     const int r0 = micro_row(t), c0 = micro_col(t);
     KDNN_IMPL_UNROLL
     for (int i = 0; i < RM; ++i) {
@@ -238,7 +249,7 @@ struct SsdGpuChunks : SsdChunks<ExecSpace, T>,
         const int r = r_first + r0 + i, s = s_first + c0 + j;
         const int later = Upper ? s : r, earlier = Upper ? r : s;
         wt[(c0 + j) * LDR + r0 + i] = Base::masked(
-            later, earlier, n, uv[i * RN + j] * Base::decay_mask(cum, later, earlier, n));
+            later, earlier, n, uv[i * RN + j] * Base::decay_mask(cum, seg, later, earlier, n));
       }
     }
   }

@@ -70,6 +70,7 @@ struct SsdGradientGpuKernel
 
   struct Work {
     double* cum;  ///< [pad(Q)]
+    int* seg;     ///< [pad(Q)]
     T* ut;        ///< Uᵀ [KI, LDR]
     T* tile;      ///< an S or Z tile [BK, LDO], or U'ᵀ [KI, LDK]
     T* wt;        ///< Wᵀ [BK, LDR]; the row sums' partials [2, BR, CG]
@@ -78,6 +79,7 @@ struct SsdGradientGpuKernel
     static_assert(BK * LDR >= 2 * BR * CG, "the row sums' partials fit in Wᵀ");
     Work w;
     w.cum = s.take<double>(Base::Shape::pad(Q));
+    w.seg = s.take<int>(Base::Shape::pad(Q));
     w.ut = s.take<T>(KI * LDR);
     w.tile = s.take<T>(KI * LDK > BK * LDO ? KI * LDK : BK * LDO);
     w.wt = s.take<T>(BK * LDR);
@@ -123,7 +125,7 @@ struct SsdGradientGpuKernel
     const Work w = carve(carver, this->Q);
     // dend needs cum_last; the lower sum only the steps up to the block's.
     const int span = Base::Shape::pad(kUpper ? k.n : r_begin + rows);
-    this->scan_decays(team, k, span, w.cum);
+    this->scan_decays(team, k, span, w.cum, w.seg);
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BR * KI), [&](int e) {
       const int r = e / KI, q = e % KI;
       w.ut[q * LDR + r] = r < rows ? row_operand(k, r_begin + r, q) : T(0);
@@ -166,9 +168,9 @@ struct SsdGradientGpuKernel
   /// dend_r (rows j) or e_r (rows i).
   KOKKOS_INLINE_FUNCTION static T scale(const Chunk& k, const Work& w, int r) {
     if constexpr (kUpper) {
-      return compat::exp(T(w.cum[k.n - 1] - w.cum[r]));
+      return Base::leaving(w.cum, w.seg, r, k.n - 1);
     } else {
-      return compat::exp(T(w.cum[r]));
+      return Base::entering(w.cum, w.seg, r);
     }
   }
 
@@ -209,8 +211,8 @@ struct SsdGradientGpuKernel
       if (kDx && scores.extent(0) > 0) {  // B_j·C_i = CB[i][j], the group's
         const T* cb = &scores(this->scores_row(k.b, k.c, k.g), 0);
         Base::threads(team, [&](int t) {
-          Base::template stored_weights<kUpper, true>(t, cb, scores_ld<T>(this->Q), w.cum, r_begin,
-                                                      s0, k.n, w.wt);
+          Base::template stored_weights<kUpper, true>(t, cb, scores_ld<T>(this->Q), w.cum, w.seg,
+                                                      r_begin, s0, k.n, w.wt);
         });
       } else {
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK * KI), [&](int e) {
@@ -219,7 +221,8 @@ struct SsdGradientGpuKernel
         });
         team.team_barrier();
         Base::threads(team, [&](int t) {
-          Base::template decay_weights<KI, kUpper>(t, w.ut, w.tile, w.cum, r_begin, s0, k.n, w.wt);
+          Base::template decay_weights<KI, kUpper>(t, w.ut, w.tile, w.cum, w.seg, r_begin, s0, k.n,
+                                                   w.wt);
         });
       }
       team.team_barrier();  // every thread is done reading U'ᵀ

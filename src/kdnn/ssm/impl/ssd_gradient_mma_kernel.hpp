@@ -80,6 +80,7 @@ struct SsdGradientMmaKernel
 
   struct Work {
     double* cum;  ///< [pad(Q)]
+    int* seg;     ///< [pad(Q)]
     T* wt;        ///< W [BR, LDW]; the row sums' partials [2, BR, 8]
     T* rows;      ///< an S or Z tile [BK, LDX]
   };
@@ -87,6 +88,7 @@ struct SsdGradientMmaKernel
     static_assert(LDW >= 2 * 8, "the row sums' partials fit in W");
     Work w;
     w.cum = s.take<double>(Base::Shape::pad(Q));
+    w.seg = s.take<int>(Base::Shape::pad(Q));
     w.wt = s.take<T>(BR * LDW);
     w.rows = s.take<T>(BK * LDX);
     return w;
@@ -125,7 +127,7 @@ struct SsdGradientMmaKernel
     kdnn::impl::ScratchCarver carver(scratch);
     const Work w = carve(carver, this->Q);
     // dend needs cum_last; the lower sum only the steps up to the block's.
-    this->scan_decays(team, k, Base::Shape::pad(kUpper ? k.n : r0 + rows), w.cum);
+    this->scan_decays(team, k, Base::Shape::pad(kUpper ? k.n : r0 + rows), w.cum, w.seg);
     kdnn::impl::ThreadRegisters<T, NT, NC * CR, Base::kPrivate> acc;
     Base::threads(team, [&](int t) {
       KDNN_IMPL_UNROLL
@@ -166,9 +168,9 @@ struct SsdGradientMmaKernel
   /// dend_r (rows j: dX̃, dB) or e_r (rows i: dC).
   KOKKOS_INLINE_FUNCTION static T scale(const Chunk& k, const Work& w, int r) {
     if constexpr (kUpper) {
-      return compat::exp(T(w.cum[k.n - 1] - w.cum[r]));
+      return Base::leaving(w.cum, w.seg, r, k.n - 1);
     } else {
-      return compat::exp(T(w.cum[r]));
+      return Base::entering(w.cum, w.seg, r);
     }
   }
 
@@ -223,7 +225,7 @@ struct SsdGradientMmaKernel
         const int later = kUpper ? s0 + s : r0 + r, earlier = kUpper ? r0 + r : s0 + s;
         w.wt[r * LDW + s] =
             earlier <= later && later < k.n
-                ? v[later * ld + earlier] * Base::decay_mask(w.cum, later, earlier, k.n)
+                ? v[later * ld + earlier] * Base::decay_mask(w.cum, w.seg, later, earlier, k.n)
                 : T(0);
       });
       Base::template load_rows<BK, KO, LDX>(

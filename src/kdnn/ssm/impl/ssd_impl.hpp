@@ -56,10 +56,11 @@ void ssd_summary(const ExecSpace& space, const SsdSummary<T, ExecSpace>& a,
   validate::extent(op, "decay", a.decay, 0, a.x.extent(0), "B, x's extent(0)");
   validate::extent(op, "decay", a.decay, 1, a.x.extent(2), "H, x's extent(2)");
   check_ssd_state(op, "local_state", a.local_state, a.x, a.B);
+  validate::sequence_ids(op, a.seq_idx, a.x);
   using validate::memory_of;
   validate::disjoint(op, {memory_of("decay", a.decay), memory_of("local_state", a.local_state)},
                      {memory_of("x", a.x), memory_of("dt", a.dt), memory_of("A", a.A),
-                      memory_of("B", a.B), memory_of("C", a.C)});
+                      memory_of("B", a.B), memory_of("C", a.C), memory_of("seq_idx", a.seq_idx)});
   ChunkStates<T, ExecSpace> states;
   ChunkDecays<T, ExecSpace> decay;
   chunk_states<ExecSpace, T>(op, space, a, opts, states, decay);

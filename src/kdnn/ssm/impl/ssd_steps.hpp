@@ -68,6 +68,8 @@ void set_ssd_inputs(Kernel& k, const Args& a, const SsdOptions& opts) {
   k.A = a.A;
   k.Bm = a.B;
   k.Cm = a.C;
+  k.seq = a.seq_idx;
+  k.has_seq = validate::given(a.seq_idx) && a.x.extent(1) > 0;
   k.set_sizes(opts.chunk);
   k.launch = opts.launch;
 }
