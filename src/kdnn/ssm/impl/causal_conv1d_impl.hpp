@@ -155,7 +155,7 @@ void conv_final_state(const ExecSpace& space, const StridedTensor3<const T, Exec
       Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<3>>(space, {0, 0, 0}, {B, K1, C}),
       KOKKOS_LAMBDA(int b, int j, int c) {
         const int s = L - K1 + j;
-        const bool kept = !has_seq || seq_idx(b, s > 0 ? s : 0) == seq_idx(b, L - 1);
+        const bool kept = !has_seq || in_last_sequence(seq_idx, b, s);
         final_state(b, j, c) = !kept      ? T(0)
                                : s >= 0   ? x(b, s, c)
                                : has_init ? init(b, s + K1, c)

@@ -12,6 +12,23 @@
 
 namespace kdnn::ssm::impl {
 
+/// The sequence that step s of x̄ belongs to under seq_idx [B, L] (L > 0):
+/// seq_idx[b, s] clamped to [0, L), so the initial state (s < 0) continues
+/// the first step's sequence and the steps past L take the last step's.
+template <class SeqIdx>
+KOKKOS_INLINE_FUNCTION int sequence_of(const SeqIdx& seq_idx, int b, int s) {
+  const int L = int(seq_idx.extent(1));
+  return seq_idx(b, s < 0 ? 0 : s < L ? s : L - 1);
+}
+
+/// Whether step s of x̄ is in the last step's sequence: the final state
+/// keeps those steps (the state that sequence's decoding continues from)
+/// and holds 0 for the others, so only they get its gradient.
+template <class SeqIdx>
+KOKKOS_INLINE_FUNCTION bool in_last_sequence(const SeqIdx& seq_idx, int b, int s) {
+  return sequence_of(seq_idx, b, s) == sequence_of(seq_idx, b, int(seq_idx.extent(1)) - 1);
+}
+
 /// The arguments of every conv kernel (the tiled ones, the host form, and
 /// the register ones, the GPU form).
 template <class ExecSpace, class T>
@@ -32,12 +49,12 @@ struct ConvInputs {
   Matrix<const int, ExecSpace> seq;
   bool has_seq = false;  ///< seq given and L > 0
 
-  /// The sequence that step s of x̄ belongs to: seq_idx[b, s], clamped to
-  /// [0, L): the initial state continues the first step's sequence, and the
-  /// steps past L (whose terms are 0) take the last step's.
   KOKKOS_INLINE_FUNCTION int sequence_of(int b, int s) const {
-    const int L = int(seq.extent(1));
-    return seq(b, s < 0 ? 0 : s < L ? s : L - 1);
+    return impl::sequence_of(seq, b, s);
+  }
+  /// Whether step s's terms reach the final state (always without seq_idx).
+  KOKKOS_INLINE_FUNCTION bool in_final_state(int b, int s) const {
+    return !has_seq || in_last_sequence(seq, b, s);
   }
 };
 

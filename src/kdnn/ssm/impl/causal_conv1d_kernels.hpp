@@ -283,8 +283,7 @@ struct ConvBackwardKernel : ConvTiles<ExecSpace, T, Unit> {
       const auto visible = [&](int k) {
         return this->same_sequence(s.ids, r + 2 * K - 2 - k, r + K - 1);
       };
-      const bool in_final = this->has_dfinal && fin >= 0 &&
-                            (!this->has_seq || s.ids[r + K - 1] == this->sequence_of(t.b, L - 1));
+      const bool in_final = this->has_dfinal && fin >= 0 && this->in_final_state(t.b, step);
       if (in_final) {
         const auto df = channel_row<Unit>(dfinal, t.b, fin, t.c0);
         this->correlate(

@@ -192,7 +192,7 @@ struct ConvRegisterBackward : ConvRuns<ExecSpace, T, K> {
       T acc = T(0);
       for (int k = 0; k < K; ++k) acc += wk[k] * (same(0, K - 1 - k) ? dzw[K - 1 - k] : T(0));
       const int fin = s - (L - (K - 1));  // index into the final state
-      if (has_dfinal && fin >= 0 && (!Seq || ids[0] == this->sequence_of(r.b, L - 1))) {
+      if (has_dfinal && fin >= 0 && (!Seq || this->in_final_state(r.b, s))) {
         acc = acc + dfinal(r.b, fin, r.c);
       }
       if (s < 0) {
