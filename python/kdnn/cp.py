@@ -18,7 +18,7 @@ import math
 import torch
 
 from . import _kdnn
-from ._tensors import Error, Operands, first_order, flag, stream_of
+from ._tensors import Error, Operands, first_order, flag, int32_array, stream_of
 from .mamba2 import _Ssd, conv_silu, dt_limits, ssd_operands
 
 available = _kdnn.has_cp
@@ -36,13 +36,13 @@ def _handle(comm):
 
 class _ConvDt(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, bias, dt, dt_bias, config, comm):
+    def forward(ctx, x, weight, bias, dt, dt_bias, config, comm, seq_idx):
         B, _, C = x.shape
         y, dt_out = torch.empty_like(x), torch.empty_like(dt)
         halo = x.new_empty(B, weight.shape[1] - 1, C)  # the K - 1 steps before this rank's
-        _kdnn.cp_conv_dt_forward(x, weight, bias, dt, dt_bias, y, halo, dt_out, *config, comm,
-                                 stream_of(x))
-        ctx.save_for_backward(x, weight, bias, halo, dt, dt_bias)
+        _kdnn.cp_conv_dt_forward(x, weight, bias, dt, dt_bias, y, halo, dt_out, seq_idx, *config,
+                                 comm, stream_of(x))
+        ctx.save_for_backward(x, weight, bias, halo, dt, dt_bias, seq_idx)
         ctx.config, ctx.comm = config, comm
         ctx.set_materialize_grads(True)
         return y, dt_out
@@ -50,20 +50,21 @@ class _ConvDt(torch.autograd.Function):
     @staticmethod
     @first_order("cp.conv_dt")
     def backward(ctx, dy, ddt_out):
-        x, weight, bias, halo, dt, dt_bias = ctx.saved_tensors
+        x, weight, bias, halo, dt, dt_bias, seq_idx = ctx.saved_tensors
         dx, dw, ddt, ddt_bias = (torch.empty_like(t) for t in (x, weight, dt, dt_bias))
         dbias = None if bias is None else torch.empty_like(bias)
         _kdnn.cp_conv_dt_backward(x, weight, bias, halo, dy.contiguous(), dx, dw, dbias, dt, dt_bias,
-                                  ddt_out.contiguous(), ddt, ddt_bias, *ctx.config, ctx.comm,
-                                  stream_of(x))
-        return dx, dw, dbias, ddt, ddt_bias, None, None
+                                  ddt_out.contiguous(), ddt, ddt_bias, seq_idx, *ctx.config,
+                                  ctx.comm, stream_of(x))
+        return dx, dw, dbias, ddt, ddt_bias, None, None, None
 
 
 def conv_dt(x, weight, dt, dt_bias, bias=None, *, comm, activation="silu",
-            dt_limit=(0.0, math.inf)):
-    """This rank's steps of kdnn.causal_conv1d(x, weight, bias, activation)
-    and kdnn.dt_softplus(dt, dt_bias, dt_limit) on a sequence split across
-    `comm`: x [B, L_r, C], weight [C, K], dt [B, L_r, H], dt_bias [H].
+            dt_limit=(0.0, math.inf), seq_idx=None):
+    """This rank's steps of kdnn.causal_conv1d(x, weight, bias, activation,
+    seq_idx) and kdnn.dt_softplus(dt, dt_bias, dt_limit) on a sequence split
+    across `comm`: x [B, L_r, C], weight [C, K], dt [B, L_r, H], dt_bias [H],
+    seq_idx [B, L_r] (packed sequences, given on every rank or on none).
     Returns (y [B, L_r, C], dt_out [B, L_r, H])."""
     handle = _handle(comm)
     check = Operands("cp.conv_dt")
@@ -73,11 +74,13 @@ def conv_dt(x, weight, dt, dt_bias, bias=None, *, comm, activation="silu",
     dt_bias = check(dt_bias, "dt_bias", 1, "[H]")
     bias = check(bias, "bias", 1, "[C]", optional=True)
     config = (conv_silu("cp.conv_dt", weight, activation), *dt_limits("cp.conv_dt", dt_limit))
-    return _ConvDt.apply(x, weight, bias, dt, dt_bias, config, handle)
+    if seq_idx is not None:
+        seq_idx = int32_array("cp.conv_dt", "seq_idx", seq_idx, list(x.shape[:2]), x.device)
+    return _ConvDt.apply(x, weight, bias, dt, dt_bias, config, handle, seq_idx)
 
 
 def ssd(x, dt, A, B, C, D=None, initial_states=None, z=None, dt_bias=None, *, chunk_size, comm,
-        dt_softplus=False, dt_limit=(0.0, math.inf), return_final_states=False):
+        dt_softplus=False, dt_limit=(0.0, math.inf), return_final_states=False, seq_idx=None):
     """This rank's steps of kdnn.ssd on a sequence split across `comm`:
     x [B, L_r, H, P], dt [B, L_r, H], B and C [B, L_r, G, N], z [B, L_r, H, P];
     A [H], D [H] or [H, P] and dt_bias [H] the same on every rank;
@@ -85,10 +88,14 @@ def ssd(x, dt, A, B, C, D=None, initial_states=None, z=None, dt_bias=None, *, ch
     elsewhere). dt_bias, dt_softplus, dt_limit and z as in kdnn.ssd. Chunks
     of chunk_size steps are counted from the sequence's start, as on one
     rank. With return_final_states, also the state after this rank's steps
-    (the last rank's: the sequence's)."""
+    (the last rank's: the sequence's). seq_idx [B, L_r]: packed sequences as
+    in kdnn.ssd, given on every rank or on none; where a rank's first step
+    starts a sequence, the state from the ranks before does not enter it."""
     handle = _handle(comm)
     *args, chunk, steps = ssd_operands("cp.ssd", x, dt, A, B, C, D, initial_states, z, dt_bias,
                                        chunk_size, dt_softplus, dt_limit, steps="L_r")
     return_final_states = flag("cp.ssd", "return_final_states", return_final_states)
-    y, final = _Ssd.apply(*args, chunk, steps, handle)
+    if seq_idx is not None:
+        seq_idx = int32_array("cp.ssd", "seq_idx", seq_idx, list(x.shape[:2]), x.device)
+    y, final = _Ssd.apply(*args, chunk, steps, handle, seq_idx)
     return (y, final) if return_final_states else y

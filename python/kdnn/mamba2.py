@@ -175,7 +175,7 @@ class _Ssd(torch.autograd.Function):
     """The SSD on one rank (comm None) or, over the communicator with Fortran
     handle comm, on this rank's steps (kdnn.cp.ssd). steps = (dt_softplus,
     dt_min, dt_max): the transform of dt with dt_bias (ssd.hpp); seq_idx:
-    packed sequences (one rank only)."""
+    packed sequences (this rank's steps under comm)."""
 
     @staticmethod
     def forward(ctx, x, dt, A, B, C, D, initial_states, dt_bias, z, chunk, steps, comm,
@@ -188,7 +188,7 @@ class _Ssd(torch.autograd.Function):
         if comm is None:
             _kdnn.ssd_forward(*args, seq_idx, chunk, *steps, stream_of(x))
         else:
-            _kdnn.cp_ssd_forward(*args, chunk, *steps, comm, stream_of(x))
+            _kdnn.cp_ssd_forward(*args, seq_idx, chunk, *steps, comm, stream_of(x))
         ctx.save_for_backward(x, dt, A, B, C, D, initial_states, dt_bias, z, ungated, seq_idx)
         ctx.chunk, ctx.steps, ctx.comm = chunk, steps, comm
         ctx.set_materialize_grads(False)
@@ -208,7 +208,7 @@ class _Ssd(torch.autograd.Function):
         if ctx.comm is None:
             _kdnn.ssd_backward(*args, seq_idx, ctx.chunk, *ctx.steps, stream_of(x))
         else:
-            _kdnn.cp_ssd_backward(*args, ctx.chunk, *ctx.steps, ctx.comm, stream_of(x))
+            _kdnn.cp_ssd_backward(*args, seq_idx, ctx.chunk, *ctx.steps, ctx.comm, stream_of(x))
         return dx, ddt, dA, dB, dC, dD, dinit, ddt_bias, dz, None, None, None, None
 
 

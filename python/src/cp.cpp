@@ -34,13 +34,15 @@ cp::ConvDtOptions conv_dt_options(bool silu, double lo, double hi) {
 
 void conv_dt_forward(const Array& x, const Array& w, const Optional& bias, const Array& dt,
                      const Array& dt_bias, const Array& y, const Array& halo, const Array& dt_out,
-                     bool silu, double lo, double hi, std::int64_t comm, std::uintptr_t stream) {
+                     const Optional& seq_idx, bool silu, double lo, double hi, std::int64_t comm,
+                     std::uintptr_t stream) {
   dispatch(x, "cp.conv_dt: x", stream, [&](auto space, auto zero) {
     using Space = decltype(space);
     using T = decltype(zero);
     cp::ConvDtForward<T, Space> f;
     f.conv =
         conv_forward_arguments<T, Space>("cp.conv_dt", x, w, bias, std::nullopt, y, std::nullopt);
+    f.conv.seq_idx = view_of<kdnn::Matrix<const int, Space>>(seq_idx, "cp.conv_dt: seq_idx");
     f.halo = view_of<kdnn::Tensor3<T, Space>>(halo, "cp.conv_dt: halo");
     f.dt = view_of<In3<T, Space>>(dt, "cp.conv_dt: dt");
     f.dt_bias = view_of<Vec<const T, Space>>(dt_bias, "cp.conv_dt: dt_bias");
@@ -52,8 +54,8 @@ void conv_dt_forward(const Array& x, const Array& w, const Optional& bias, const
 void conv_dt_backward(const Array& x, const Array& w, const Optional& bias, const Array& halo,
                       const Array& dy, const Array& dx, const Array& dw, const Optional& dbias,
                       const Array& dt, const Array& dt_bias, const Array& ddt_out, const Array& ddt,
-                      const Array& ddt_bias, bool silu, double lo, double hi, std::int64_t comm,
-                      std::uintptr_t stream) {
+                      const Array& ddt_bias, const Optional& seq_idx, bool silu, double lo,
+                      double hi, std::int64_t comm, std::uintptr_t stream) {
   dispatch(x, "cp.conv_dt backward: x", stream, [&](auto space, auto zero) {
     using Space = decltype(space);
     using T = decltype(zero);
@@ -61,6 +63,8 @@ void conv_dt_backward(const Array& x, const Array& w, const Optional& bias, cons
     // The forward's halo is the conv's initial state on this rank.
     b.conv = conv_backward_arguments<T, Space>("cp.conv_dt", x, w, bias, halo, dy, std::nullopt, dx,
                                                dw, dbias, std::nullopt);
+    b.conv.seq_idx =
+        view_of<kdnn::Matrix<const int, Space>>(seq_idx, "cp.conv_dt backward: seq_idx");
     b.dt = view_of<In3<T, Space>>(dt, "cp.conv_dt backward: dt");
     b.dt_bias = view_of<Vec<const T, Space>>(dt_bias, "cp.conv_dt backward: dt_bias");
     b.ddt_out = view_of<In3<T, Space>>(ddt_out, "cp.conv_dt backward: grad of dt_out");
@@ -73,13 +77,14 @@ void conv_dt_backward(const Array& x, const Array& w, const Optional& bias, cons
 void ssd_forward(const Array& x, const Array& dt, const Array& A, const Array& B, const Array& C,
                  const Optional& D, const Optional& init, const Optional& dt_bias,
                  const Optional& z, const Array& y, const Array& final_state,
-                 const Optional& y_ungated, int chunk, bool dt_softplus, double dt_min,
-                 double dt_max, std::int64_t comm, std::uintptr_t stream) {
+                 const Optional& y_ungated, const Optional& seq_idx, int chunk, bool dt_softplus,
+                 double dt_min, double dt_max, std::int64_t comm, std::uintptr_t stream) {
   dispatch(x, "cp.ssd: x", stream, [&](auto space, auto zero) {
     using Space = decltype(space);
     using T = decltype(zero);
     const SsdInputs in{x, dt, A, B, C, D, init, dt_bias, z};
-    const auto f = ssd_forward_arguments<T, Space>("cp.ssd", in, y, final_state, y_ungated);
+    auto f = ssd_forward_arguments<T, Space>("cp.ssd", in, y, final_state, y_ungated);
+    f.seq_idx = view_of<kdnn::Matrix<const int, Space>>(seq_idx, "cp.ssd: seq_idx");
     cp::ssd_forward(space, comm_of(comm), f, ssd_options(chunk, dt_softplus, dt_min, dt_max));
   });
 }
@@ -89,14 +94,16 @@ void ssd_backward(const Array& x, const Array& dt, const Array& A, const Array& 
                   const Optional& z, const Optional& y_ungated, const Array& dy,
                   const Optional& dfinal, const Array& dx, const Array& ddt, const Array& dA,
                   const Array& dB, const Array& dC, const Optional& dD, const Optional& dinit,
-                  const Optional& ddt_bias, const Optional& dz, int chunk, bool dt_softplus,
-                  double dt_min, double dt_max, std::int64_t comm, std::uintptr_t stream) {
+                  const Optional& ddt_bias, const Optional& dz, const Optional& seq_idx, int chunk,
+                  bool dt_softplus, double dt_min, double dt_max, std::int64_t comm,
+                  std::uintptr_t stream) {
   dispatch(x, "cp.ssd backward: x", stream, [&](auto space, auto zero) {
     using Space = decltype(space);
     using T = decltype(zero);
     const SsdInputs in{x, dt, A, B, C, D, init, dt_bias, z};
     const SsdGradients out{dx, ddt, dA, dB, dC, dD, dinit, ddt_bias, dz};
-    const auto g = ssd_backward_arguments<T, Space>("cp.ssd", in, y_ungated, dy, dfinal, out);
+    auto g = ssd_backward_arguments<T, Space>("cp.ssd", in, y_ungated, dy, dfinal, out);
+    g.seq_idx = view_of<kdnn::Matrix<const int, Space>>(seq_idx, "cp.ssd backward: seq_idx");
     cp::ssd_backward(space, comm_of(comm), g, ssd_options(chunk, dt_softplus, dt_min, dt_max));
   });
 }
@@ -105,19 +112,20 @@ void ssd_backward(const Array& x, const Array& dt, const Array& A, const Array& 
 
 void bind_cp(nb::module_& m) {
   m.def("cp_conv_dt_forward", &conv_dt_forward, "x"_a, "w"_a, "bias"_a.none(), "dt"_a, "dt_bias"_a,
-        "y"_a, "halo"_a, "dt_out"_a, "silu"_a, "dt_min"_a, "dt_max"_a, "comm"_a, "stream"_a);
+        "y"_a, "halo"_a, "dt_out"_a, "seq_idx"_a.none(), "silu"_a, "dt_min"_a, "dt_max"_a, "comm"_a,
+        "stream"_a);
   m.def("cp_conv_dt_backward", &conv_dt_backward, "x"_a, "w"_a, "bias"_a.none(), "halo"_a, "dy"_a,
         "dx"_a, "dw"_a, "dbias"_a.none(), "dt"_a, "dt_bias"_a, "ddt_out"_a, "ddt"_a, "ddt_bias"_a,
-        "silu"_a, "dt_min"_a, "dt_max"_a, "comm"_a, "stream"_a);
+        "seq_idx"_a.none(), "silu"_a, "dt_min"_a, "dt_max"_a, "comm"_a, "stream"_a);
   m.def("cp_ssd_forward", &ssd_forward, "x"_a, "dt"_a, "A"_a, "B"_a, "C"_a, "D"_a.none(),
         "init"_a.none(), "dt_bias"_a.none(), "z"_a.none(), "y"_a, "final_state"_a,
-        "y_ungated"_a.none(), "chunk"_a, "dt_softplus"_a, "dt_min"_a, "dt_max"_a, "comm"_a,
-        "stream"_a);
+        "y_ungated"_a.none(), "seq_idx"_a.none(), "chunk"_a, "dt_softplus"_a, "dt_min"_a,
+        "dt_max"_a, "comm"_a, "stream"_a);
   m.def("cp_ssd_backward", &ssd_backward, "x"_a, "dt"_a, "A"_a, "B"_a, "C"_a, "D"_a.none(),
         "init"_a.none(), "dt_bias"_a.none(), "z"_a.none(), "y_ungated"_a.none(), "dy"_a,
         "dfinal"_a.none(), "dx"_a, "ddt"_a, "dA"_a, "dB"_a, "dC"_a, "dD"_a.none(), "dinit"_a.none(),
-        "ddt_bias"_a.none(), "dz"_a.none(), "chunk"_a, "dt_softplus"_a, "dt_min"_a, "dt_max"_a,
-        "comm"_a, "stream"_a);
+        "ddt_bias"_a.none(), "dz"_a.none(), "seq_idx"_a.none(), "chunk"_a, "dt_softplus"_a,
+        "dt_min"_a, "dt_max"_a, "comm"_a, "stream"_a);
 }
 
 }  // namespace kdnn_python

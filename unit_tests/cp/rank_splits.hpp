@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
-// The ways the context-parallel tests split a sequence over ranks.
+// The ways the context-parallel tests split a sequence over ranks, and
+// pack sequences into it.
 #pragma once
 #include <algorithm>
 #include <vector>
@@ -40,6 +41,20 @@ inline std::vector<std::vector<int>> rank_splits(int R, int L, int short_steps, 
     }
   }
   return valid;
+}
+
+/// Sequence ids [B, L] (packed sequences): row b's sequences have the
+/// lengths lengths[b % size()], in turn, until L steps; ids from 10·b − 3.
+inline std::vector<double> packed_ids(int B, int L, const std::vector<std::vector<int>>& lengths) {
+  std::vector<double> seq;
+  for (int b = 0; b < B; ++b) {
+    const auto& row = lengths[b % lengths.size()];
+    int id = 10 * b - 3, t = 0;
+    for (std::size_t i = 0; t < L; ++i, ++id) {
+      for (int k = 0; k < row[i % row.size()] && t < L; ++k, ++t) seq.push_back(id);
+    }
+  }
+  return seq;
 }
 
 }  // namespace kdnn_test

@@ -4,8 +4,10 @@
 // ranks shorter than K−1, ranks with no steps) every output and gradient on
 // every rank equals the single-rank operators on the whole sequence (the
 // rank's slice of it; parameter gradients summed over the ranks), to float64
-// round-off. And the collective checks: a bad or mismatched argument on one
-// rank gives every rank the same error, and the test finishes.
+// round-off; with packed sequences (seq_idx) too, whose starts fall on the
+// ranks' edges and inside their halos. And the collective checks: a bad or
+// mismatched argument on one rank gives every rank the same error, and the
+// test finishes.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -46,6 +48,7 @@ struct Problem {
   int B, L, C, K, H;
   bool bias, init, dfinal;
   Vec x, w, b, h0, dy, dfin, dt, dt_bias, ddt_out;
+  Vec seq;  ///< [B, L] sequence ids, or empty
 
   Problem(int B_, int L_, int C_, int K_, int H_, bool bias_, bool init_, bool dfinal_)
       : B(B_), L(L_), C(C_), K(K_), H(H_), bias(bias_), init(init_), dfinal(dfinal_) {
@@ -105,11 +108,14 @@ Result run(const Problem& p, int first, int n, MPI_Comm comm, cp::HaloStats* fwd
   DeviceView<T***> dt_out("dt_out", B, n, H), dx("dx", B, n, C), ddt("ddt", B, n, H);
   DeviceView<T**> dw("dw", C, K);
   DeviceView<T*> ddt_bias("ddt_bias", H);
+  DeviceView<int**> seq;
+  if (!p.seq.empty()) seq = to_device<int**>(slice(p.seq, B, p.L, 1, first, n), B, n);
 
   ssm::ConvForward<T, Space> f;
   f.x = x, f.w = w, f.bias = bias, f.initial_state = init, f.y = y, f.final_state = fin;
+  f.seq_idx = seq;
   ssm::ConvBackward<T, Space> g;
-  g.x = x, g.w = w, g.bias = bias, g.dy = dy, g.dfinal_state = dfinal;
+  g.x = x, g.w = w, g.bias = bias, g.dy = dy, g.dfinal_state = dfinal, g.seq_idx = seq;
   g.dx = dx, g.dw = dw, g.dbias = dbias, g.dinitial_state = dinit;
   if (single) {
     ssm::causal_conv1d_forward(Space(), f);
@@ -187,6 +193,25 @@ TEST(CpConvDt, EqualsSingleRankForEverySplit) {
   expect_equal_to_single_rank(Problem(2, 0, 3, 3, 2, true, true, true));  // no steps at all
 }
 
+// Packed sequences across ranks: each rank's halo carries the ids of the
+// steps before it, so a window stops at a start wherever it falls (on a
+// rank's first step, inside its halo, on an earlier rank than the one
+// before); each rank's final state keeps only its last step's sequence.
+TEST(CpConvDt, PackedSequencesEqualSingleRankForEverySplit) {
+  for (int K : {2, 4, 7}) {
+    Problem p(3, 29, 4, K, 2, true, true, true);
+    p.seq = packed_ids(p.B, p.L, {{3, 5, 2, 5, 5, 1, 1, 7}, {1}, {1, 14, 1, 6, 7}});
+    expect_equal_to_single_rank(p);
+  }
+  // Ids that recur: a step reads the steps of equal id in its window, as on
+  // one rank, also when they are on another rank than its own.
+  Problem p(2, 23, 3, 4, 2, false, false, true);
+  for (int b = 0; b < p.B; ++b) {
+    for (int t = 0; t < p.L; ++t) p.seq.push_back((t / (b + 1)) % 2);
+  }
+  expect_equal_to_single_rank(p);
+}
+
 TEST(CpConvDt, LongerRanksSendExactlyTheHalo) {
   // Every rank holds at least K−1 steps: one message of B·(K−1)·C each way.
   const int P = comm_size(), rank = comm_rank();
@@ -240,6 +265,14 @@ TEST(CpConvDt, MismatchOnOneRankGivesEveryRankTheSameError) {
                               std::to_string(odd) +
                               ", expected it on rank 0 only (it belongs to the start of the "
                               "sequence)");
+  }
+  // seq_idx is given on every rank or on none.
+  if (P > 1) {
+    auto packed = a;
+    DeviceView<int**> seq("seq_idx", B, n);
+    if (rank == odd) packed.conv.seq_idx = seq;
+    EXPECT_EQ(call(packed), "cp::conv_dt_forward: seq_idx given=1 on rank " + std::to_string(odd) +
+                                ", expected 0 (as on rank 0; every rank must agree)");
   }
   EXPECT_EQ(call(a), "");
 }

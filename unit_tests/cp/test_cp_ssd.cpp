@@ -6,7 +6,9 @@
 // sequence (the rank's slice of it; dA and dD summed over the ranks) to
 // float64 round-off, and each rank's final state equals the float64
 // recurrence's state at the end of its steps. The bytes a rank sends do not
-// depend on L. The collective checks give every rank the same error.
+// depend on L. Packed sequences (seq_idx) whose starts fall on the ranks'
+// first steps reset the state passed between the ranks. The collective
+// checks give every rank the same error.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -115,6 +117,8 @@ Result run(const SsdCase& a, int first, int n, int chunk, MPI_Comm comm,
   DeviceView<T***> ddt("ddt", s.B, n, s.H);
   DeviceView<T*> dA("dA", s.H), dt_bias, ddt_bias;
   DeviceView<T****> z, dz;
+  DeviceView<int**> seq;
+  if (!a.seq.empty()) seq = to_device<int**>(slice(a.seq, s.B, s.L, 1, first, n), s.B, n);
   if (!around.dt_bias.empty()) {
     dt_bias = to_device<T*>(around.dt_bias, s.H), ddt_bias = DeviceView<T*>("ddt_bias", s.H);
   }
@@ -125,11 +129,11 @@ Result run(const SsdCase& a, int first, int n, int chunk, MPI_Comm comm,
 
   ssm::SsdForward<T, Space> f;
   f.x = x, f.dt = dt, f.A = A, f.B = Bm, f.C = Cm, f.D = D, f.initial_state = init;
-  f.dt_bias = dt_bias, f.z = z;
+  f.dt_bias = dt_bias, f.z = z, f.seq_idx = seq;
   f.y = y, f.final_state = fin;
   ssm::SsdBackward<T, Space> g;
   g.x = x, g.dt = dt, g.A = A, g.B = Bm, g.C = Cm, g.D = D, g.initial_state = init;
-  g.dt_bias = dt_bias, g.z = z;
+  g.dt_bias = dt_bias, g.z = z, g.seq_idx = seq;
   g.dy = dy, g.dfinal_state = dfinal;
   g.dx = dx, g.ddt = ddt, g.dA = dA, g.dB = dB, g.dC = dC, g.dD = dD, g.dinitial_state = dinit;
   g.ddt_bias = ddt_bias, g.dz = dz;
@@ -225,16 +229,21 @@ TEST(CpSsd, EqualsSingleRankForEverySplit) {
   expect_equal_to_single_rank(make_problem({2, 0, 2, 3, 1, 2}, true, true, true), 4);  // no steps
 }
 
+/// dt_bias, softplus and a gate z for the problem `a` (H = 4).
+Around step_sizes_and_gate(const SsdCase& a) {
+  Around around;
+  around.dt_bias = uniform(4, -1.0, 0.3, 21);
+  around.z = normal(a.x.size(), 22);
+  around.softplus = true;
+  return around;
+}
+
 // The step-size transform and the gate (ssm/impl/ssd_around.hpp) on every
 // rank's steps: dt_bias's gradient summed over the ranks, and the
 // backward's recomputation of the ungated output a collective forward.
 TEST(CpSsd, StepSizesAndGateEqualSingleRankForEverySplit) {
   const SsdCase a = make_problem({2, 29, 4, 5, 2, 3}, true, true, true);
-  Around around;
-  around.dt_bias = uniform(4, -1.0, 0.3, 21);
-  around.z = normal(a.x.size(), 22);
-  around.softplus = true;
-  expect_equal_to_single_rank(a, 4, kdnn::KernelForm::automatic, around);
+  expect_equal_to_single_rank(a, 4, kdnn::KernelForm::automatic, step_sizes_and_gate(a));
 }
 
 // The GPU forms (P = N = 64, ssm/impl/ssd_gpu_chunks.hpp) under a GPU launch
@@ -243,6 +252,28 @@ TEST(CpSsd, StepSizesAndGateEqualSingleRankForEverySplit) {
 TEST(CpSsd, GpuFormsEqualSingleRankForEverySplit) {
   expect_equal_to_single_rank(make_problem({1, 150, 2, 64, 1, 64}, true, true, true), 64,
                               kdnn::KernelForm::gpu);
+}
+
+// Packed sequences across ranks: where a rank's first step starts a
+// sequence, the state entering it is dropped and it passes none of it on
+// (its Λ and dS are 0); starts inside a rank reset its chunks as on one
+// rank. Every split puts starts on some rank's first step (lengths 3, 8,
+// 10, 15, 20, 21, 22 and 1, 15, 16, 22), and every step its own sequence
+// is the extreme.
+TEST(CpSsd, PackedSequencesEqualSingleRankForEverySplit) {
+  SsdCase a = make_problem({3, 29, 4, 5, 2, 3}, true, true, true);
+  a.seq = packed_ids(3, 29, {{3, 5, 2, 5, 5, 1, 1, 7}, {1}, {1, 14, 1, 6, 7}});
+  expect_equal_to_single_rank(a, 4);
+  SsdCase b = make_problem({2, 37, 2, 4, 1, 4}, false, false, true);
+  b.seq = packed_ids(2, 37, {{2, 9, 26}, {37}});
+  expect_equal_to_single_rank(b, 8);
+  expect_equal_to_single_rank(a, 4, kdnn::KernelForm::automatic, step_sizes_and_gate(a));
+}
+
+TEST(CpSsd, PackedSequencesInTheGpuFormsEqualSingleRank) {
+  SsdCase a = make_problem({1, 150, 2, 64, 1, 64}, true, true, true);
+  a.seq = packed_ids(1, 150, {{30, 45, 1, 38, 36}});
+  expect_equal_to_single_rank(a, 64, kdnn::KernelForm::gpu);
 }
 
 TEST(CpSsd, BytesSentDoNotDependOnTheLength) {
@@ -300,15 +331,14 @@ TEST(CpSsd, MismatchOnOneRankGivesEveryRankTheSameError) {
                               ", expected it on rank 0 only (it belongs to the start of the "
                               "sequence)");
   }
-  // Packed sequences do not cross ranks yet: refused on every rank, here
-  // given on the last rank only.
-  auto packed = f;
-  DeviceView<int**> seq("seq_idx", B, n);
-  if (rank == odd) packed.seq_idx = seq;
-  EXPECT_EQ(call(packed),
-            "cp::ssd_forward: seq_idx is given, expected none (packed sequences across ranks are "
-            "not supported yet; the single-rank ssm::ssd_forward takes them) (on rank " +
-                std::to_string(odd) + " of " + std::to_string(R) + ")");
+  // seq_idx is given on every rank or on none.
+  if (R > 1) {
+    auto packed = f;
+    DeviceView<int**> seq("seq_idx", B, n);
+    if (rank == odd) packed.seq_idx = seq;
+    EXPECT_EQ(call(packed), "cp::ssd_forward: seq_idx given=1 on rank " + std::to_string(odd) +
+                                ", expected 0 (as on rank 0; every rank must agree)");
+  }
   EXPECT_EQ(call(f), "");
 }
 

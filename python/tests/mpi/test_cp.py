@@ -18,9 +18,11 @@ comm = MPI.COMM_WORLD
 rank, size = comm.Get_rank(), comm.Get_size()
 
 
-def split(L, pattern):
-    """(first, count) of this rank's steps: "even", "uneven" (rank r holds
-    about r + 1 shares) or "empty" (the last rank holds nothing)."""
+def split(L, pattern, r=None):
+    """(first, count) of rank r's steps (default: this rank's): "even",
+    "uneven" (rank r holds about r + 1 shares) or "empty" (the last rank
+    holds nothing)."""
+    r = rank if r is None else r
     if pattern == "even":
         counts = [L // size + (r < L % size) for r in range(size)]
     elif pattern == "uneven":
@@ -31,8 +33,19 @@ def split(L, pattern):
         counts = [L // max(size - 1, 1) for _ in range(size)]
         counts[-1] = 0
         counts[0] += L - sum(counts)
-    first = sum(counts[:rank])
-    return first, counts[rank]
+    first = sum(counts[:r])
+    return first, counts[r]
+
+
+def packed_ids(B, L, pattern, starts):
+    """seq_idx [B, L] whose sequences start at `starts` and, in row 0, also
+    at every rank's first step (row 1: only at `starts`)."""
+    edges = {split(L, pattern, r)[0] for r in range(size)}
+    rows = []
+    for b in range(B):
+        cut = set(starts) | (edges if b == 0 else set())
+        rows.append([sum(1 for c in cut if 0 < c <= t) for t in range(L)])
+    return torch.tensor(rows, dtype=torch.int64)
 
 
 def summed(t):
@@ -111,6 +124,46 @@ def test_ssd_equals_the_single_rank_scan(pattern, chunk):
         torch.testing.assert_close(summed(part[i].grad), whole[i].grad)
     if rank == 0:
         torch.testing.assert_close(part[6].grad, whole[6].grad)
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_packed_sequences_equal_the_single_rank_operators(pattern):
+    """seq_idx on every rank's steps: the conv's halo and the SSD's state
+    stop at a sequence start, also where it is a rank's first step."""
+    torch.manual_seed(3)
+    b, L, h, p, g, n, K = 2, 22, 2, 3, 1, 4, 4
+    f64 = dict(dtype=torch.float64)
+    seq = packed_ids(b, L, pattern, [1, 5, 6, 13])
+    first, count = split(L, pattern)
+    mine = slice(first, first + count)
+
+    xc, w, dtc = torch.randn(b, L, 5, **f64), torch.randn(5, K, **f64), torch.randn(b, L, h, **f64)
+    dtb, gy = torch.randn(h, **f64), torch.randn(b, L, 5, **f64)
+    xs, ws = leaves(xc, w)
+    y = kdnn.causal_conv1d(xs, ws, activation="silu", seq_idx=seq)
+    (y * gy).sum().backward()
+    xp, wp = leaves(xc[:, mine], w)
+    yp, _ = kdnn.cp.conv_dt(xp, wp, dtc[:, mine], dtb, comm=comm, seq_idx=seq[:, mine])
+    (yp * gy[:, mine]).sum().backward()
+    torch.testing.assert_close(yp, y[:, mine])
+    torch.testing.assert_close(xp.grad, xs.grad[:, mine])
+    torch.testing.assert_close(summed(wp.grad), ws.grad)
+
+    x, dt = torch.randn(b, L, h, p, **f64), F.softplus(torch.randn(b, L, h, **f64))
+    A, B, C = -torch.rand(h, **f64) - 0.1, torch.randn(b, L, g, n, **f64), torch.randn(b, L, g, n, **f64)
+    s0, gs = torch.randn(b, h, p, n, **f64), torch.randn(b, L, h, p, **f64)
+    whole = leaves(x, dt, A, B, C, s0)
+    y = kdnn.ssd(*whole[:5], None, whole[5], chunk_size=4, seq_idx=seq)
+    (y * gs).sum().backward()
+    part = leaves(x[:, mine], dt[:, mine], A, B[:, mine], C[:, mine], s0 if rank == 0 else None)
+    yp = kdnn.cp.ssd(*part[:5], None, part[5], chunk_size=4, comm=comm, seq_idx=seq[:, mine])
+    (yp * gs[:, mine]).sum().backward()
+    torch.testing.assert_close(yp, y[:, mine])
+    for i in (0, 1, 3, 4):  # x, dt, B, C: this rank's steps
+        torch.testing.assert_close(part[i].grad, whole[i].grad[:, mine])
+    torch.testing.assert_close(summed(part[2].grad), whole[2].grad)
+    if rank == 0:
+        torch.testing.assert_close(part[5].grad, whole[5].grad)
 
 
 @pytest.mark.parametrize("pattern", PATTERNS)

@@ -20,6 +20,11 @@
 // dw, dbias and ddt_bias are this rank's partial sums: allreduce_sum adds
 // them over the ranks.
 //
+// Packed sequences (conv.seq_idx [B, L_r] on every rank, or on none): the
+// ranks all-gather the ids at their edges (each rank's first id and last K−1
+// ids), so that each rank knows the sequence ids of its halo's steps; a
+// window then stops at a start wherever it falls, as on one rank.
+//
 // Checks are collective: a bad argument on any rank, or a shape, dtype,
 // K or option that differs between ranks, throws the same kdnn::Error on
 // every rank before any message is sent.

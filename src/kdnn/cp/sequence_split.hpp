@@ -12,6 +12,15 @@
 
 namespace kdnn::cp {
 
+/// The split's step offsets (R + 1) from each rank's fields gathered by
+/// gather_signature (cp/agree.hpp), its length at `length_field`.
+inline std::vector<std::int64_t> offsets_of(const std::vector<std::vector<std::int64_t>>& all,
+                                            std::size_t length_field) {
+  std::vector<std::int64_t> offsets(all.size() + 1, 0);
+  for (std::size_t r = 0; r < all.size(); ++r) offsets[r + 1] = offsets[r] + all[r][length_field];
+  return offsets;
+}
+
 /// Steps [begin, end) of the sequence that rank `from` sends rank `to`.
 struct HaloPiece {
   int from, to;

@@ -27,6 +27,12 @@
 // Traffic: each rank sends its summary, B·H·(1 + P·N) values (1 + 2·P·N
 // in the backward), to each of the other R − 1 ranks; independent of L.
 //
+// Packed sequences (seq_idx [B, L_r] on every rank, or on none): the ranks
+// all-gather the ids at their edges; where a rank's first step starts a
+// sequence (its id differs from the step before it), the state entering the
+// rank is dropped and its summary passes none of it on (Λ_r = 0, and dS_r =
+// 0 in the backward). Starts inside a rank reset its chunks as on one rank.
+//
 // Per rank: initial_state (forward and backward) and dinitial_state belong
 // to the start of the sequence, rank 0 only; final_state (optional, any
 // rank) receives the state at the end of the rank's steps (the last rank's

@@ -16,6 +16,7 @@
 #include "kdnn/core/validate.hpp"
 #include "kdnn/cp/agree.hpp"
 #include "kdnn/cp/impl/mpi_memory.hpp"
+#include "kdnn/cp/impl/sequence_edges.hpp"
 #include "kdnn/cp/sequence_split.hpp"
 #include "kdnn/ssm/impl/causal_conv1d_impl.hpp"
 #include "kdnn/ssm/impl/dt_softplus_impl.hpp"
@@ -49,15 +50,30 @@ std::vector<Field> conv_dt_fields(const Conv& conv, std::size_t H, const ConvDtO
           {"opts.conv.silu", opts.conv.silu},
           {"opts.dt.dt_min (bits)", bits_of(opts.dt.dt_min)},
           {"opts.dt.dt_max (bits)", bits_of(opts.dt.dt_max)},
+          {"seq_idx given", validate::given(conv.seq_idx)},
           {"L", std::int64_t(conv.x.extent(1)), Field::any}};
 }
 
-/// The split's step offsets from the gathered lengths (the last field).
-inline std::vector<std::int64_t> offsets_of(const std::vector<std::vector<std::int64_t>>& all,
-                                            std::size_t length_field) {
-  std::vector<std::int64_t> offsets(all.size() + 1, 0);
-  for (std::size_t r = 0; r < all.size(); ++r) offsets[r + 1] = offsets[r] + all[r][length_field];
-  return offsets;
+/// The sequence ids of this rank's halo, [B, K−1] (steps begin − K + 1 …
+/// begin − 1), from the other ranks' edges; empty without seq_idx.
+/// Collective when seq_idx is given (on every rank, then).
+template <class ExecSpace>
+Matrix<const int, ExecSpace> halo_sequence_ids(const ExecSpace& space, MPI_Comm comm,
+                                               kdnn::impl::SpaceLock& lock,
+                                               const Matrix<const int, ExecSpace>& seq_idx,
+                                               const std::vector<std::int64_t>& offsets, int rank,
+                                               int K) {
+  if (!validate::given(seq_idx) || K == 1) return {};
+  const SequenceEdges edges(space, comm, lock, seq_idx, offsets, K - 1);
+  const int B = int(seq_idx.extent(0));
+  Matrix<int, ExecSpace> ids("kdnn::cp::halo_sequence_ids", B, K - 1);
+  const auto host = Kokkos::create_mirror_view(ids);
+  for (int b = 0; b < B; ++b) {
+    for (int j = 0; j < K - 1; ++j) host(b, j) = edges.id(b, offsets[rank] - (K - 1) + j);
+  }
+  Kokkos::deep_copy(space, ids, host);
+  space.fence();  // `host` is freed on return
+  return ids;
 }
 
 template <class Dt>
@@ -187,6 +203,7 @@ HaloStats conv_dt_forward(const ExecSpace& space, MPI_Comm comm,
                         validate::memory_of("initial_state", a.conv.initial_state)});
     ssm::impl::check_dt_forward<ExecSpace, T>(op, a.dt, a.dt_bias, a.dt_out, opts.dt);
     check_dt_steps(op, "dt", a.dt, a.conv.x.extent(0), a.conv.x.extent(1));
+    SequenceEdges::check_size(op, a.conv.seq_idx, int(a.conv.w.extent(1)) - 1);
   });
   auto fields = conv_dt_fields<T>(a.conv, a.dt.extent(2), opts);
   const std::size_t length_field = fields.size() - 1;
@@ -201,6 +218,7 @@ HaloStats conv_dt_forward(const ExecSpace& space, MPI_Comm comm,
   const std::size_t BC = std::size_t(B) * C;
   const auto offsets = offsets_of(all, length_field);
   const std::int64_t begin = offsets[rank];
+  const auto halo_ids = halo_sequence_ids(space, comm, exclusive, a.conv.seq_idx, offsets, rank, K);
   Exchange<T, ExecSpace> ex(halo_pieces(offsets, K - 1, rank0_init), rank, true, BC);
   HaloStats stats;
   ex.count_into(stats, BC);
@@ -228,17 +246,18 @@ HaloStats conv_dt_forward(const ExecSpace& space, MPI_Comm comm,
   ssm::ConvForward<T, ExecSpace> local = a.conv;
   local.initial_state = a.halo;
   const int interior = K - 1 < L ? K - 1 : L;
-  ssm::impl::conv_forward_steps(space, local, opts.conv, interior, L);
+  ssm::impl::conv_forward_steps(space, local, opts.conv, interior, L, halo_ids);
   ex.wait(space, stats, posted, exclusive);
 
   for (std::size_t i = 0; i < ex.recvs.size(); ++i) {  // steps p → halo row p − (begin − K + 1)
     unpack(space, ex.recv_buf.device, ex.recv_at[i], B, int(ex.recvs[i].steps()), C, a.halo,
            int(ex.recvs[i].begin - (begin - (K - 1))), false);
   }
-  ssm::impl::conv_forward_steps(space, local, opts.conv, 0, interior);
+  ssm::impl::conv_forward_steps(space, local, opts.conv, 0, interior, halo_ids);
   if (validate::given(a.conv.final_state)) {
     ssm::impl::conv_final_state(space, a.conv.x, StridedTensor3<const T, ExecSpace>(a.halo),
-                                a.conv.final_state);
+                                a.conv.final_state,
+                                ssm::impl::ConvSequenceIds<ExecSpace>(a.conv.seq_idx, halo_ids));
   }
   return stats;
 }
@@ -258,6 +277,7 @@ HaloStats conv_dt_backward(const ExecSpace& space, MPI_Comm comm,
     ssm::impl::check_dt_backward<ExecSpace, T>(op, a.dt, a.dt_bias, a.ddt_out, a.ddt, a.ddt_bias,
                                                opts.dt);
     check_dt_steps(op, "dt", a.dt, a.conv.x.extent(0), a.conv.x.extent(1));
+    SequenceEdges::check_size(op, a.conv.seq_idx, int(a.conv.w.extent(1)) - 1);
   });
   auto fields = conv_dt_fields<T>(a.conv, a.dt.extent(2), opts);
   const std::size_t length_field = fields.size() - 1;
@@ -273,6 +293,7 @@ HaloStats conv_dt_backward(const ExecSpace& space, MPI_Comm comm,
   const std::size_t BC = std::size_t(B) * C;
   const auto offsets = offsets_of(all, length_field);
   const std::int64_t begin = offsets[rank];
+  const auto halo_ids = halo_sequence_ids(space, comm, exclusive, a.conv.seq_idx, offsets, rank, K);
   Exchange<T, ExecSpace> ex(halo_pieces(offsets, K - 1, rank0_dinit), rank, false, BC);
   HaloStats stats;
   ex.count_into(stats, BC);
@@ -282,7 +303,7 @@ HaloStats conv_dt_backward(const ExecSpace& space, MPI_Comm comm,
   ssm::ConvBackward<T, ExecSpace> local = a.conv;
   local.dinitial_state = dhalo;
   ex.post_receives(comm, false, BC, kBackwardTag);
-  ssm::impl::conv_backward_steps(space, local, opts.conv, -(K - 1), 0, false);
+  ssm::impl::conv_backward_steps(space, local, opts.conv, -(K - 1), 0, false, halo_ids);
   for (std::size_t i = 0; i < ex.sends.size(); ++i) {  // steps p → dhalo row p − (begin − K + 1)
     pack(
         space, ex.send_buf.device, ex.send_at[i], B, int(ex.sends[i].steps()), C,
@@ -292,7 +313,7 @@ HaloStats conv_dt_backward(const ExecSpace& space, MPI_Comm comm,
   ex.post_sends(space, comm, false, BC, kBackwardTag);
   const double posted = MPI_Wtime();
 
-  ssm::impl::conv_backward_steps(space, local, opts.conv, 0, L, true);
+  ssm::impl::conv_backward_steps(space, local, opts.conv, 0, L, true, halo_ids);
   ssm::impl::dt_softplus_backward<ExecSpace, T>(space, a.dt, a.dt_bias, a.ddt_out, a.ddt,
                                                 a.ddt_bias, opts.dt);
   if (has_dinit) Kokkos::deep_copy(space, a.conv.dinitial_state, dhalo);

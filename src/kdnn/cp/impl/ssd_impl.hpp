@@ -15,6 +15,8 @@
 #include "kdnn/core/validate.hpp"
 #include "kdnn/cp/agree.hpp"
 #include "kdnn/cp/impl/mpi_memory.hpp"
+#include "kdnn/cp/impl/sequence_edges.hpp"
+#include "kdnn/cp/sequence_split.hpp"
 #include "kdnn/ssm/impl/ssd_around.hpp"
 #include "kdnn/ssm/impl/ssd_checks.hpp"
 #include "kdnn/ssm/impl/ssd_steps.hpp"
@@ -41,6 +43,7 @@ std::vector<Field> ssd_fields(const Args& a, const ssm::SsdOptions& opts) {
           {"z given", validate::given(a.z)},
           {"y_ungated given", validate::given(a.y_ungated)},
           {"initial_state", validate::given(a.initial_state), Field::rank0_only},
+          {"seq_idx given", validate::given(a.seq_idx)},
           {"L", std::int64_t(a.x.extent(1)), Field::any}};
 }
 
@@ -99,43 +102,70 @@ struct SummaryExchange {
   }
 };
 
+/// Packed sequences: per batch entry, whether this rank's first step starts
+/// a sequence (its id differs from the step before it, on an earlier rank).
+/// The state entering the rank is then dropped: the rank's summary passes
+/// none of it on (Λ = 0, and dS = 0 in the backward) and its own correction
+/// is 0. Empty without seq_idx; collective with it (on every rank, then).
+template <class ExecSpace>
+Vector<const int, ExecSpace> rank_starts(const ExecSpace& space, MPI_Comm comm,
+                                         kdnn::impl::SpaceLock& lock,
+                                         const Matrix<const int, ExecSpace>& seq_idx,
+                                         const std::vector<std::int64_t>& offsets, int rank) {
+  if (!validate::given(seq_idx)) return {};
+  const SequenceEdges edges(space, comm, lock, seq_idx, offsets, 1);
+  const int B = int(seq_idx.extent(0));
+  Vector<int, ExecSpace> starts("kdnn::cp::ssd_rank_starts", B);
+  const auto host = Kokkos::create_mirror_view(starts);
+  for (int b = 0; b < B; ++b) host(b) = edges.starts_sequence(rank, b) ? 1 : 0;
+  Kokkos::deep_copy(space, starts, host);
+  space.fence();  // `host` is freed on return
+  return starts;
+}
+
 /// Packs this rank's summary: Λ = Π_c decay_c, S = the chunk states' last
-/// row (the segment's final state) and, with `dinit`, its gradient dS.
+/// row (the segment's final state) and, with `dinit`, its gradient dS;
+/// Λ and dS are 0 for the batch entries where `starts` (rank_starts) is set.
 template <class ExecSpace, class T>
 void pack_summary(const ExecSpace& space, const SummaryLayout& s,
                   const Kokkos::View<T*, typename ExecSpace::memory_space>& buf,
                   const ssm::impl::ChunkStates<T, ExecSpace>& states,
                   const ssm::impl::ChunkDecays<T, ExecSpace>& decay,
-                  const Tensor4<T, ExecSpace>& dinit) {
+                  const Tensor4<T, ExecSpace>& dinit, const Vector<const int, ExecSpace>& starts) {
   const int H = int(states.extent(1)), chunks = int(states.extent(2)) - 1;
   const int P = dinit.extent(2) > 0 ? int(dinit.extent(2)) : 1;
+  const bool has_starts = validate::given(starts);
   if (s.size() == 0) return;
   Kokkos::parallel_for(
       "kdnn::cp::ssd_pack_summary", Kokkos::RangePolicy<ExecSpace>(space, 0, s.size()),
       KOKKOS_LAMBDA(std::size_t i) {
         if (i < s.BH) {
-          T prod = 1;
+          T prod = has_starts && starts(int(i) / H) ? 0 : 1;
           for (int c = 0; c < chunks; ++c) prod *= decay(i / H, i % H, c);
           buf(i) = prod;
           return;
         }
         const std::size_t j = i - s.BH, part = j / (s.BH * s.NP), bh = j / s.NP % s.BH;
         const int e = int(j % s.NP), b = int(bh) / H, h = int(bh) % H;
-        buf(i) = part == 0 ? states(b, h, chunks, e) : dinit(b, h, e % P, e / P);
+        buf(i) = part == 0                      ? states(b, h, chunks, e)
+                 : has_starts && starts(b) != 0 ? T(0)
+                                                : dinit(b, h, e % P, e / P);
       });
 }
 
-/// The forward scan over the ranks before `rank`: h_in = Σ_{q<r} (Π Λ)·S_q;
-/// then states(c) += (Π_{c'<c} decay_c')·h_in for c ≤ chunks, and the
-/// rank's final state (when given) from the corrected last row.
+/// The forward scan over the ranks before `rank`: h_in = Σ_{q<r} (Π Λ)·S_q
+/// (0 where `starts` is set); then states(c) += (Π_{c'<c} decay_c')·h_in
+/// for c ≤ chunks, and the rank's final state (when given) from the
+/// corrected last row.
 template <class ExecSpace, class T>
 void correct_states(const ExecSpace& space, const SummaryLayout& s, int rank,
                     const Kokkos::View<T*, typename ExecSpace::memory_space>& all,
                     const ssm::impl::ChunkStates<T, ExecSpace>& states,
                     const ssm::impl::ChunkDecays<T, ExecSpace>& decay,
-                    const Tensor4<T, ExecSpace>& final_state) {
+                    const Tensor4<T, ExecSpace>& final_state,
+                    const Vector<const int, ExecSpace>& starts) {
   const int H = int(states.extent(1)), chunks = int(states.extent(2)) - 1;
-  const bool has_final = validate::given(final_state);
+  const bool has_final = validate::given(final_state), has_starts = validate::given(starts);
   const int P = has_final ? int(final_state.extent(2)) : 1;
   const std::size_t count = s.BH * s.NP;
   if (count == 0) return;
@@ -146,6 +176,7 @@ void correct_states(const ExecSpace& space, const SummaryLayout& s, int rank,
         const int e = int(i % s.NP), b = int(bh) / H, h = int(bh) % H;
         T add = 0;
         for (int q = 0; q < rank; ++q) add = all(s.decay(q, bh)) * add + all(s.state(q, 0, bh, e));
+        if (has_starts && starts(b) != 0) add = 0;
         for (int c = 0; c <= chunks; ++c) {
           states(b, h, c, e) += add;
           if (c < chunks) add *= decay(b, h, c);
@@ -190,7 +221,8 @@ void correct_dstates(const ExecSpace& space, const SummaryLayout& s, int rank, i
 template <class ExecSpace, class T>
 StateStats scan_forward(const char* op, const ExecSpace& space, MPI_Comm comm,
                         kdnn::impl::SpaceLock& exclusive, const SummaryLayout& layout,
-                        const ssm::SsdForward<T, ExecSpace>& a, const ssm::SsdOptions& opts) {
+                        const ssm::SsdForward<T, ExecSpace>& a, const ssm::SsdOptions& opts,
+                        const Vector<const int, ExecSpace>& starts) {
   int rank = 0, ranks = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &ranks);
@@ -199,25 +231,15 @@ StateStats scan_forward(const char* op, const ExecSpace& space, MPI_Comm comm,
   ssm::impl::chunk_states<ExecSpace, T>(op, space, a, opts, states, decay);
   ssm::impl::state_pass(space, states, decay, a.initial_state, Tensor4<T, ExecSpace>());
   SummaryExchange<T, ExecSpace> ex(layout, ranks);
-  pack_summary(space, layout, ex.mine.device, states, decay, Tensor4<T, ExecSpace>());
+  pack_summary(space, layout, ex.mine.device, states, decay, Tensor4<T, ExecSpace>(), starts);
   ex.start(space, comm);
 
   ssm::impl::chunk_output(op, space, a, opts, states, true, false);  // Y_diag + D·x
   StateStats stats;
   ex.wait(space, stats, exclusive);
-  correct_states(space, layout, rank, ex.all.device, states, decay, a.final_state);
+  correct_states(space, layout, rank, ex.all.device, states, decay, a.final_state, starts);
   ssm::impl::chunk_output(op, space, a, opts, states, false, true);  // + Y_off
   return stats;
-}
-
-/// Packed sequences do not cross ranks yet: seq_idx is refused (on every
-/// rank, through agree()).
-template <class Args>
-void refuse_sequence_ids(const char* op, const Args& a) {
-  if (validate::given(a.seq_idx)) {
-    fail(op, ": seq_idx is given, expected none (packed sequences across ranks are not ",
-         "supported yet; the single-rank ssm::ssd_forward takes them)");
-  }
 }
 
 template <class ExecSpace, class T>
@@ -227,16 +249,20 @@ StateStats ssd_forward(const ExecSpace& space, MPI_Comm comm,
   const SummaryLayout layout{a.x.extent(0) * a.x.extent(2), a.x.extent(3) * a.B.extent(3), 1};
   agree(comm, [&] {
     ssm::impl::check_ssd_forward(op, space, a, opts);
-    refuse_sequence_ids(op, a);
+    SequenceEdges::check_size(op, a.seq_idx, 1);
     check_summary_size(op, layout);
   });
-  gather_signature(comm, op, ssd_fields<T>(a, opts));
+  const auto fields = ssd_fields<T>(a, opts);
+  const auto offsets = offsets_of(gather_signature(comm, op, fields), fields.size() - 1);
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
   kdnn::impl::SpaceLock exclusive(space);  // after the collective checks
+  const auto starts = rank_starts(space, comm, exclusive, a.seq_idx, offsets, rank);
   Tensor3<const T, ExecSpace> dt;
   agree(comm, [&] { dt = ssm::impl::step_sizes<ExecSpace, T>(op, space, a, opts); });
   StateStats stats;
   ssm::impl::around_forward(space, a, dt, [&](const ssm::SsdForward<T, ExecSpace>& s) {
-    stats = scan_forward(op, space, comm, exclusive, layout, s, opts);
+    stats = scan_forward(op, space, comm, exclusive, layout, s, opts, starts);
   });
   return stats;
 }
@@ -251,21 +277,22 @@ StateStats ssd_backward(const ExecSpace& space, MPI_Comm comm,
   const SummaryLayout layout{a.x.extent(0) * a.x.extent(2), a.x.extent(3) * a.B.extent(3), 2};
   agree(comm, [&] {
     ssm::impl::check_ssd_backward(op, space, a, opts);
-    refuse_sequence_ids(op, a);
+    SequenceEdges::check_size(op, a.seq_idx, 1);
     check_summary_size(op, layout);
   });
   auto fields = ssd_fields<T>(a, opts);
   fields.insert(fields.end() - 1,
                 Field{"dinitial_state", validate::given(a.dinitial_state), Field::rank0_only});
-  gather_signature(comm, op, fields);
+  const auto offsets = offsets_of(gather_signature(comm, op, fields), fields.size() - 1);
   kdnn::impl::SpaceLock exclusive(space);  // after the collective checks
+  const auto starts = rank_starts(space, comm, exclusive, a.seq_idx, offsets, rank);
   Tensor3<const T, ExecSpace> dt;
   agree(comm, [&] { dt = ssm::impl::step_sizes<ExecSpace, T>(op, space, a, opts); });
 
   StateStats stats;
   const SummaryLayout forward_layout{layout.BH, layout.NP, 1};
   const auto forward = [&](const ssm::SsdForward<T, ExecSpace>& f) {
-    scan_forward(op, space, comm, exclusive, forward_layout, f, opts);
+    scan_forward(op, space, comm, exclusive, forward_layout, f, opts, starts);
   };
   ssm::impl::around_backward(
       space, a, opts, dt, forward, [&](const ssm::SsdBackward<T, ExecSpace>& g) {
@@ -281,14 +308,15 @@ StateStats ssd_backward(const ExecSpace& space, MPI_Comm comm,
         ssm::impl::reverse_state_pass(space, dstates, decay, g.dfinal_state, dlocal,
                                       int(g.x.extent(3)));
         SummaryExchange<T, ExecSpace> ex(layout, ranks);
-        pack_summary(space, layout, ex.mine.device, states, decay, dlocal);
+        pack_summary(space, layout, ex.mine.device, states, decay, dlocal, starts);
         ex.start(space, comm);
 
         auto grads =
             ssm::impl::gradient_buffers(g);  // diag_backward adds what state_backward reads
         ssm::impl::diag_backward(op, space, g, opts, grads);
         ex.wait(space, stats, exclusive);
-        correct_states(space, layout, rank, ex.all.device, states, decay, Tensor4<T, ExecSpace>());
+        correct_states(space, layout, rank, ex.all.device, states, decay, Tensor4<T, ExecSpace>(),
+                       starts);
         correct_dstates(space, layout, rank, ranks, ex.all.device, dstates, decay,
                         g.dinitial_state);
         ssm::impl::state_backward(op, space, g, opts, states, dstates, grads);

@@ -81,7 +81,7 @@ template <class ExecSpace, class T, class Kernel>
 void set_conv_inputs(Kernel& k, const StridedTensor3<const T, ExecSpace>& x,
                      const Matrix<const T, ExecSpace>& w, const Vector<const T, ExecSpace>& bias,
                      const StridedTensor3<const T, ExecSpace>& init,
-                     const Matrix<const int, ExecSpace>& seq_idx, const CausalConv1dOptions& opts,
+                     const ConvSequenceIds<ExecSpace>& ids, const CausalConv1dOptions& opts,
                      int first, int last) {
   k.x = x;
   k.channels_inner = x.stride(2) <= x.stride(1);
@@ -93,8 +93,8 @@ void set_conv_inputs(Kernel& k, const StridedTensor3<const T, ExecSpace>& x,
   k.silu = opts.silu;
   k.first = first;
   k.last = last;
-  k.seq = seq_idx;
-  k.has_seq = validate::given(seq_idx) && x.extent(1) > 0;
+  k.seq = ids;
+  k.has_seq = ids.active;
 }
 
 /// Whether every given [B, ·, C] View has its channels contiguous (stride
@@ -114,15 +114,18 @@ void with_channel_stride(const Run& run, const Views&... views) {
   }
 }
 
-/// y at steps [first, last) (0 ≤ first ≤ last ≤ L); no checks.
+/// y at steps [first, last) (0 ≤ first ≤ last ≤ L); no checks. With
+/// seq_idx, `ids_before` [B, K−1] are the sequence ids of the initial
+/// state's steps (default: step 0's).
 template <class ExecSpace, class T>
 void conv_forward_steps(const ExecSpace& space, const ConvForward<T, ExecSpace>& a,
-                        const CausalConv1dOptions& opts, int first, int last) {
+                        const CausalConv1dOptions& opts, int first, int last,
+                        const Matrix<const int, ExecSpace>& ids_before = {}) {
   const char* label = "kdnn::ssm::causal_conv1d_forward";
+  const ConvSequenceIds<ExecSpace> ids(a.seq_idx, ids_before);
   const auto in_registers = [&](auto width) {
     ConvRegisterForward<ExecSpace, T, decltype(width)::value> k;
-    set_conv_inputs<ExecSpace, T>(k, a.x, a.w, a.bias, a.initial_state, a.seq_idx, opts, first,
-                                  last);
+    set_conv_inputs<ExecSpace, T>(k, a.x, a.w, a.bias, a.initial_state, ids, opts, first, last);
     k.y = a.y;
     set_runs(k);
     launch_runs(space, k, label);
@@ -130,8 +133,7 @@ void conv_forward_steps(const ExecSpace& space, const ConvForward<T, ExecSpace>&
   if (register_width<ExecSpace>(opts, int(a.w.extent(1)), in_registers)) return;
   const auto tiled = [&](auto unit) {
     ConvForwardKernel<ExecSpace, T, decltype(unit)::value> k;
-    set_conv_inputs<ExecSpace, T>(k, a.x, a.w, a.bias, a.initial_state, a.seq_idx, opts, first,
-                                  last);
+    set_conv_inputs<ExecSpace, T>(k, a.x, a.w, a.bias, a.initial_state, ids, opts, first, last);
     conv_tiling<ExecSpace>(k, int(a.x.extent(2)));
     k.y = a.y;
     launch_conv("ssm::causal_conv1d_forward", space, k, opts.launch, label);
@@ -140,22 +142,22 @@ void conv_forward_steps(const ExecSpace& space, const ConvForward<T, ExecSpace>&
 }
 
 /// final[b, j, c] = x̄[b, L−K+1+j, c]: the last K−1 steps of x̄ (with
-/// seq_idx, 0 at the steps outside the last step's sequence).
+/// sequence ids, 0 at the steps outside the last step's sequence).
 template <class ExecSpace, class T>
 void conv_final_state(const ExecSpace& space, const StridedTensor3<const T, ExecSpace>& x,
                       const StridedTensor3<const T, ExecSpace>& init,
                       const StridedTensor3<T, ExecSpace>& final_state,
-                      const Matrix<const int, ExecSpace>& seq_idx = {}) {
+                      const ConvSequenceIds<ExecSpace>& ids) {
   const int B = int(final_state.extent(0)), K1 = int(final_state.extent(1));
   const int C = int(final_state.extent(2)), L = int(x.extent(1));
-  const bool has_init = validate::given(init), has_seq = validate::given(seq_idx) && L > 0;
+  const bool has_init = validate::given(init);
   if (std::size_t(B) * K1 * C == 0) return;
   Kokkos::parallel_for(
       "kdnn::ssm::causal_conv1d_final_state",
       Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<3>>(space, {0, 0, 0}, {B, K1, C}),
       KOKKOS_LAMBDA(int b, int j, int c) {
         const int s = L - K1 + j;
-        const bool kept = !has_seq || in_last_sequence(seq_idx, b, s);
+        const bool kept = ids.in_last_sequence(b, s);
         final_state(b, j, c) = !kept      ? T(0)
                                : s >= 0   ? x(b, s, c)
                                : has_init ? init(b, s + K1, c)
@@ -209,18 +211,19 @@ void set_conv_gradients(Kernel& k, const ConvBackward<T, ExecSpace>& a, bool par
 
 /// The backward at steps s in [first, last) of x̄ (−K+1 ≤ first ≤ last ≤ L;
 /// s < 0 writes d(initial state)); with `params`, also dw and dbias (then the
-/// range must cover [0, L)). No checks.
+/// range must cover [0, L)). No checks. `ids_before` as in conv_forward_steps.
 template <class ExecSpace, class T>
 void conv_backward_steps(const ExecSpace& space, const ConvBackward<T, ExecSpace>& a,
-                         const CausalConv1dOptions& opts, int first, int last, bool params) {
+                         const CausalConv1dOptions& opts, int first, int last, bool params,
+                         const Matrix<const int, ExecSpace>& ids_before = {}) {
   const char* op = "ssm::causal_conv1d_backward";
+  const ConvSequenceIds<ExecSpace> ids(a.seq_idx, ids_before);
   const char* label = "kdnn::ssm::causal_conv1d_backward";
   const long long B = a.x.extent(0);
   Matrix<T, ExecSpace> partial;
   const auto in_registers = [&](auto width) {
     ConvRegisterBackward<ExecSpace, T, decltype(width)::value> k;
-    set_conv_inputs<ExecSpace, T>(k, a.x, a.w, a.bias, a.initial_state, a.seq_idx, opts, first,
-                                  last);
+    set_conv_inputs<ExecSpace, T>(k, a.x, a.w, a.bias, a.initial_state, ids, opts, first, last);
     set_runs(k);
     set_conv_gradients(k, a, params, B * k.runs());
     launch_runs(space, k, label);
@@ -228,8 +231,7 @@ void conv_backward_steps(const ExecSpace& space, const ConvBackward<T, ExecSpace
   };
   const auto tiled = [&](auto unit) {
     ConvBackwardKernel<ExecSpace, T, decltype(unit)::value> k;
-    set_conv_inputs<ExecSpace, T>(k, a.x, a.w, a.bias, a.initial_state, a.seq_idx, opts, first,
-                                  last);
+    set_conv_inputs<ExecSpace, T>(k, a.x, a.w, a.bias, a.initial_state, ids, opts, first, last);
     conv_tiling<ExecSpace>(k, int(a.x.extent(2)));
     set_conv_gradients(k, a, params, B * k.time_tiles());
     launch_conv(op, space, k, opts.launch, label);
@@ -290,7 +292,8 @@ void causal_conv1d_forward(const ExecSpace& space, const ConvForward<T, ExecSpac
   check_conv_forward("ssm::causal_conv1d_forward", a);
   conv_forward_steps(space, a, opts, 0, int(a.x.extent(1)));
   if (validate::given(a.final_state)) {
-    conv_final_state(space, a.x, a.initial_state, a.final_state, a.seq_idx);
+    conv_final_state(space, a.x, a.initial_state, a.final_state,
+                     ConvSequenceIds<ExecSpace>(a.seq_idx, {}));
   }
 }
 

@@ -8,26 +8,46 @@
 #include <cstddef>
 
 #include "kdnn/core/tensor.hpp"
+#include "kdnn/core/validate.hpp"
 #include "kdnn/ssm/impl/sigmoid.hpp"
 
 namespace kdnn::ssm::impl {
 
-/// The sequence that step s of x̄ belongs to under seq_idx [B, L] (L > 0):
-/// seq_idx[b, s] clamped to [0, L), so the initial state (s < 0) continues
-/// the first step's sequence and the steps past L take the last step's.
-template <class SeqIdx>
-KOKKOS_INLINE_FUNCTION int sequence_of(const SeqIdx& seq_idx, int b, int s) {
-  const int L = int(seq_idx.extent(1));
-  return seq_idx(b, s < 0 ? 0 : s < L ? s : L - 1);
-}
+/// The sequence ids of x̄'s steps (packed sequences): seq_idx [B, L] for
+/// steps 0 … L−1 and, in a context-parallel call, `before` [B, K−1] for the
+/// K−1 steps before step 0 (the halo, whose steps may belong to other
+/// sequences); without `before`, those steps continue step 0's sequence.
+/// The steps past L take the last step's id.
+template <class ExecSpace>
+struct ConvSequenceIds {
+  Matrix<const int, ExecSpace> steps, before;
+  /// Whether the ids apply: seq_idx given and a step to take an id from.
+  bool active = false;
 
-/// Whether step s of x̄ is in the last step's sequence: the final state
-/// keeps those steps (the state that sequence's decoding continues from)
-/// and holds 0 for the others, so only they get its gradient.
-template <class SeqIdx>
-KOKKOS_INLINE_FUNCTION bool in_last_sequence(const SeqIdx& seq_idx, int b, int s) {
-  return sequence_of(seq_idx, b, s) == sequence_of(seq_idx, b, int(seq_idx.extent(1)) - 1);
-}
+  ConvSequenceIds() = default;
+  ConvSequenceIds(const Matrix<const int, ExecSpace>& seq_idx,
+                  const Matrix<const int, ExecSpace>& ids_before)
+      : steps(seq_idx),
+        before(ids_before),
+        active(validate::given(seq_idx) &&
+               (seq_idx.extent(1) > 0 || (ids_before.extent(0) > 0 && ids_before.extent(1) > 0))) {}
+
+  /// The sequence of step s (−K+1 ≤ s; only when `active`).
+  KOKKOS_INLINE_FUNCTION int of(int b, int s) const {
+    const int L = int(steps.extent(1)), K1 = int(before.extent(1));
+    if (s >= L) s = L - 1;
+    if (s >= 0) return steps(b, s);
+    return K1 > 0 ? before(b, s + K1) : steps(b, 0);
+  }
+
+  /// Whether step s is in the last step's sequence: the final state keeps
+  /// those steps (the state that sequence's decoding continues from) and
+  /// holds 0 for the others, so only they get its gradient. Always true
+  /// when not `active`.
+  KOKKOS_INLINE_FUNCTION bool in_last_sequence(int b, int s) const {
+    return !active || of(b, s) == of(b, int(steps.extent(1)) - 1);
+  }
+};
 
 /// The arguments of every conv kernel (the tiled ones, the host form, and
 /// the register ones, the GPU form).
@@ -44,18 +64,10 @@ struct ConvInputs {
   /// on consecutive channels then, else on consecutive runs of steps, so
   /// that neighbouring threads read neighbouring memory either way.
   bool channels_inner = true;
-  /// seq_idx [B, L] (packed sequences) or empty: x̄[s] enters the sums of
-  /// step t only when sequence_of(b, s) == sequence_of(b, t).
-  Matrix<const int, ExecSpace> seq;
-  bool has_seq = false;  ///< seq given and L > 0
-
-  KOKKOS_INLINE_FUNCTION int sequence_of(int b, int s) const {
-    return impl::sequence_of(seq, b, s);
-  }
-  /// Whether step s's terms reach the final state (always without seq_idx).
-  KOKKOS_INLINE_FUNCTION bool in_final_state(int b, int s) const {
-    return !has_seq || in_last_sequence(seq, b, s);
-  }
+  /// The sequence ids (packed sequences): x̄[s] enters the sums of step t
+  /// only when seq.of(b, s) == seq.of(b, t).
+  ConvSequenceIds<ExecSpace> seq;
+  bool has_seq = false;  ///< seq.active
 };
 
 /// The channels from c0 on of step s of batch entry b of a [B, ·, C] View:

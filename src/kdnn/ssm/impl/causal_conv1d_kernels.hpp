@@ -62,14 +62,14 @@ struct ConvTiles : ConvInputs<ExecSpace, T> {
 
   /// xs[j·ct + c] = x̄[b, s_first + j, c0 + c] for j < rows: the initial state
   /// (or 0) before step 0, x up to L, 0 after it. Pad channels are 0. With
-  /// packed sequences, ids[j] = sequence_of(b, s_first + j).
+  /// packed sequences, ids[j] = seq.of(b, s_first + j).
   KOKKOS_INLINE_FUNCTION void load_steps(const Member& team, const Tile& t, T* xs, int* ids,
                                          int s_first, int rows) const {
     const int L = int(x.extent(1)), K = int(w.extent(1));
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](int j) {
       const int s = s_first + j;
       if (this->has_seq)
-        Kokkos::single(Kokkos::PerThread(team), [&]() { ids[j] = this->sequence_of(t.b, s); });
+        Kokkos::single(Kokkos::PerThread(team), [&]() { ids[j] = this->seq.of(t.b, s); });
       T* dst = xs + j * ct;
       if (s >= 0 && s < L) {
         const auto src = channel_row<Unit>(x, t.b, s, t.c0);
@@ -283,7 +283,7 @@ struct ConvBackwardKernel : ConvTiles<ExecSpace, T, Unit> {
       const auto visible = [&](int k) {
         return this->same_sequence(s.ids, r + 2 * K - 2 - k, r + K - 1);
       };
-      const bool in_final = this->has_dfinal && fin >= 0 && this->in_final_state(t.b, step);
+      const bool in_final = this->has_dfinal && fin >= 0 && this->seq.in_last_sequence(t.b, step);
       if (in_final) {
         const auto df = channel_row<Unit>(dfinal, t.b, fin, t.c0);
         this->correlate(

@@ -110,14 +110,14 @@ struct ConvRegisterForward : ConvRuns<ExecSpace, T, K> {
     for (int k = 0; k + 1 < K; ++k) {
       const int s = r.s0 - (K - 1) + k;
       window[k + 1] = this->xbar(r.b, s, r.c);
-      if constexpr (Seq) ids[k + 1] = this->sequence_of(r.b, s);
+      if constexpr (Seq) ids[k + 1] = this->seq.of(r.b, s);
     }
     for (int i = 0; i < r.n; ++i) {
       const int t = r.s0 + i;
       this->push(window, this->x(r.b, t, r.c));
       T z;
       if constexpr (Seq) {
-        this->push(ids, this->sequence_of(r.b, t));
+        this->push(ids, this->seq.of(r.b, t));
         z = this->correlate(wk, bc, window, ids);
       } else {
         z = this->correlate(wk, bc, window);
@@ -159,13 +159,13 @@ struct ConvRegisterBackward : ConvRuns<ExecSpace, T, K> {
     for (int k = 0; k + 1 < K; ++k) {
       const int s = r.s0 - (K - 1) + k;
       xw[k + 1] = this->xbar(r.b, s, r.c);
-      if constexpr (Seq) ids[k + 1] = this->sequence_of(r.b, s);
+      if constexpr (Seq) ids[k + 1] = this->seq.of(r.b, s);
     }
     // Step t: x̄[t] enters the window, dz[t] is computed; from t = s0 + K − 1
     // on, the window of dz holds every term of dx̄[t − K + 1].
     for (int t = r.s0; t < r.s0 + r.n + K - 1; ++t) {
       this->push(xw, this->xbar(r.b, t, r.c));
-      if constexpr (Seq) this->push(ids, this->sequence_of(r.b, t));
+      if constexpr (Seq) this->push(ids, this->seq.of(r.b, t));
       T dz = T(0);
       if (t >= 0 && t < L) {
         const T g = dy(r.b, t, r.c);
@@ -192,7 +192,7 @@ struct ConvRegisterBackward : ConvRuns<ExecSpace, T, K> {
       T acc = T(0);
       for (int k = 0; k < K; ++k) acc += wk[k] * (same(0, K - 1 - k) ? dzw[K - 1 - k] : T(0));
       const int fin = s - (L - (K - 1));  // index into the final state
-      if (has_dfinal && fin >= 0 && (!Seq || this->in_final_state(r.b, s))) {
+      if (has_dfinal && fin >= 0 && (!Seq || this->seq.in_last_sequence(r.b, s))) {
         acc = acc + dfinal(r.b, fin, r.c);
       }
       if (s < 0) {
