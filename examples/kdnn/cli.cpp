@@ -172,6 +172,16 @@ std::optional<io::NpyArray> read_input(const std::string& dir, const std::string
   return io::read_npy(path.string());
 }
 
+std::vector<int> read_sequence_ids(const std::string& dir, const std::vector<std::size_t>& shape) {
+  const auto ids = read_input(dir, "seq_idx.npy", true);
+  if (!ids) return {};
+  if (ids->shape != shape) {
+    fail("seq_idx.npy has shape ", io::format_shape(ids->shape), ", expected ",
+         io::format_shape(shape));
+  }
+  return io::read_int_vector(*ids, "seq_idx.npy");
+}
+
 std::string format_index(const std::vector<std::size_t>& shape, std::size_t flat) {
   std::vector<std::size_t> index(shape.size());
   for (std::size_t axis = shape.size(); axis-- > 0;) {

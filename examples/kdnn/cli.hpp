@@ -79,6 +79,11 @@ void require_directory(const std::string& option, const std::string& dir);
 std::optional<io::NpyArray> read_input(const std::string& dir, const std::string& name,
                                        bool optional = false);
 
+/// The optional seq_idx.npy of `dir` (packed sequences: int32 or int64 ids
+/// of `shape`, e.g. [B, L]) as int; empty when absent. Throws naming the
+/// file for another dtype or shape, or an id outside int32.
+std::vector<int> read_sequence_ids(const std::string& dir, const std::vector<std::size_t>& shape);
+
 /// The flat index `flat` of an array of `shape` as "[i, j, k]".
 std::string format_index(const std::vector<std::size_t>& shape, std::size_t flat);
 

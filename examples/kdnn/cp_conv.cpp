@@ -39,7 +39,9 @@ equal a single-rank run.
                  init.npy [B, K-1, C] (the initial state), and the gradients
                  dy.npy [B, L, C], ddt_out.npy [B, L, H], dfinal.npy
                  [B, K-1, C] (of final.npy; any one starts the backward, a
-                 missing one is zero)
+                 missing one is zero); optional seq_idx.npy [B, L] (int32
+                 or int64: packed sequences, each step's sequence id; a
+                 window reads only the steps of its own sequence)
   --out DIR    existing directory; receives y.npy, dt_out.npy, final.npy
                [B, K-1, C]; with the backward also dxbc.npy, ddt.npy,
                dconv_w.npy, ddt_bias.npy, and dconv_b.npy / dinit.npy when
@@ -82,6 +84,7 @@ std::optional<Options> parse_options(const Args& args) {
 struct Inputs {
   NpyArray x, dt, w, dt_bias;
   std::optional<NpyArray> bias, init, dy, ddt_out, dfinal;
+  std::vector<int> seq_idx;  ///< [B, L] from seq_idx.npy, or empty
 };
 
 Inputs read_inputs(const std::string& dir) {
@@ -127,13 +130,14 @@ Inputs read_inputs(const std::string& dir) {
   require_finite(in.w, "conv_w.npy");
   require_finite(in.dt, "dt.npy");
   require_finite(in.dt_bias, "dt_bias.npy");
+  in.seq_idx = read_sequence_ids(dir, {dims["B"], dims["L"]});
   return in;
 }
 
 /// The sizes and flags rank 0 broadcasts.
 struct Header {
   std::int64_t f64 = 0, B = 0, L = 0, C = 0, K = 1, H = 0;
-  std::int64_t bias = 0, init = 0, dfinal = 0, backward = 0;
+  std::int64_t bias = 0, init = 0, dfinal = 0, backward = 0, seq_idx = 0;
 };
 
 /// The files the run writes, with their shapes.
@@ -186,6 +190,11 @@ int compute(const Options& o, const Inputs* in, const Header& h,
   f.dt = device_view<T***>(dt, B, n, H);
   f.dt_bias = device_view<T*>(dt_bias, H);
   f.dt_out = dt_out;
+  Sharding::Steps<int> ids;  // as long as the calls: on a host the View is this memory
+  if (h.seq_idx) {
+    ids = sh.scatter<int>(rank ? nullptr : in->seq_idx.data(), 1);
+    f.conv.seq_idx = device_view<int**>(ids, B, n);
+  }
   const cp::HaloStats sf = cp::conv_dt_forward(space, comm, f, o.cp);
 
   out.gathered("y.npy", y);
@@ -208,6 +217,7 @@ int compute(const Options& o, const Inputs* in, const Header& h,
     g.conv.w = f.conv.w;
     g.conv.bias = f.conv.bias;
     g.conv.initial_state = halo;
+    g.conv.seq_idx = f.conv.seq_idx;
     g.conv.dy = device_view<T***>(dy_mine, B, n, C);
     // d(final state) belongs to the last rank: rank 0 sends it there.
     std::vector<T> dfinal;
@@ -277,6 +287,7 @@ int run(const Args& args) {
                                               h.init = bool(in.init);
                                               h.dfinal = bool(in.dfinal);
                                               h.backward = in.dy || in.ddt_out || in.dfinal;
+                                              h.seq_idx = !in.seq_idx.empty();
                                               require_output_sizes(output_shapes(h, in.x.dtype));
                                               return in;
                                             });

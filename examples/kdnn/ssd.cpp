@@ -36,7 +36,9 @@ given. Rank 0 reads and writes; the results equal a single-rank run.
                  (A <= 0, checked), b.npy and c.npy [B, L, G, N] (G divides H);
                  optional d.npy [H], init.npy [B, H, P, N] (the initial state),
                  and the gradients dy.npy [B, L, H, P], dfinal.npy [B, H, P, N]
-                 (either one starts the backward; a missing one is zero)
+                 (either one starts the backward; a missing one is zero);
+                 optional seq_idx.npy [B, L] (int32 or int64: packed
+                 sequences, the state reset where the id changes)
   --out DIR    existing directory; receives y.npy and final.npy; with the
                backward also dx.npy, ddt.npy, da.npy, db.npy, dc.npy, and
                dd.npy / dinit.npy when d.npy / init.npy were given
@@ -70,6 +72,7 @@ std::optional<Options> parse_options(const Args& args) {
 struct Inputs {
   NpyArray x, dt, a, b, c;
   std::optional<NpyArray> d, init, dy, dfinal;
+  std::vector<int> seq_idx;  ///< [B, L] from seq_idx.npy, or empty
 };
 
 /// Fails at the first negative element of a finite float array, naming it:
@@ -130,13 +133,14 @@ Inputs read_inputs(const std::string& dir) {
   optional(in.init, "init.npy", state);
   optional(in.dy, "dy.npy", in.x.shape);
   optional(in.dfinal, "dfinal.npy", state);
+  in.seq_idx = read_sequence_ids(dir, {dims["B"], dims["L"]});
   return in;
 }
 
 /// The sizes and flags rank 0 broadcasts.
 struct Header {
   std::int64_t f64 = 0, B = 0, L = 0, H = 0, P = 0, G = 0, N = 0;
-  std::int64_t d = 0, init = 0, dfinal = 0, backward = 0;
+  std::int64_t d = 0, init = 0, dfinal = 0, backward = 0, seq_idx = 0;
 };
 
 /// The files the run writes, with their shapes, then the largest work
@@ -195,6 +199,11 @@ int compute(const Options& o, const Inputs* in, const Header& h,
   Tensor4<T, Space> fin("final", B, H, P, N);
   f.y = y;
   f.final_state = fin;
+  Sharding::Steps<int> ids;  // as long as the calls: on a host the View is this memory
+  if (h.seq_idx) {
+    ids = sh.scatter<int>(rank ? nullptr : in->seq_idx.data(), 1);
+    f.seq_idx = device_view<int**>(ids, B, n);
+  }
   const cp::StateStats sf = cp::ssd_forward(space, comm, f, o.ssd);
 
   out.gathered("y.npy", y);
@@ -214,7 +223,7 @@ int compute(const Options& o, const Inputs* in, const Header& h,
     }
     ssm::SsdBackward<T, Space> g;
     g.x = f.x, g.dt = f.dt, g.A = f.A, g.B = f.B, g.C = f.C, g.D = f.D;
-    g.initial_state = f.initial_state;
+    g.initial_state = f.initial_state, g.seq_idx = f.seq_idx;
     g.dy = device_view<T****>(dy, B, n, H, P);
     if (h.dfinal && rank == R - 1) g.dfinal_state = device_view<T****>(dfinal, B, H, P, N);
     const auto dx = out.template per_step<T****>("dx.npy", H, P);
@@ -271,6 +280,7 @@ int run(const Args& args) {
         h.init = bool(in.init);
         h.dfinal = bool(in.dfinal);
         h.backward = in.dy || in.dfinal;
+        h.seq_idx = !in.seq_idx.empty();
         require_output_sizes(output_shapes(h, in.x.dtype, R));
         return in;
       });

@@ -118,6 +118,14 @@ class CliTest : public ::testing::Test {
     }
   }
 
+  /// Writes in_/name as int64 (what numpy writes for Python integers), and
+  /// returns the values as doubles (the references' form).
+  std::vector<double> write_ids(const std::string& name, const Shape& shape,
+                                const std::vector<std::int64_t>& values) const {
+    kdnn::io::write_npy((in_ / name).string(), shape, values.data());
+    return std::vector<double>(values.begin(), values.end());
+  }
+
   /// Reads an output file, checking its dtype and shape.
   std::vector<double> read(const fs::path& path, kdnn::io::DType dtype, const Shape& shape) const {
     const auto a = kdnn::io::read_npy(path.string());

@@ -85,6 +85,29 @@ TEST_F(CliCpConv, UnevenSplitEqualsTheDoubleLoops) {
   EXPECT_ALLCLOSE(read(out_ / "ddt_bias.npy", DType::f64, {H}), d.ddt_bias, tol, tol);
 }
 
+// seq_idx.npy (packed sequences; int64, as numpy writes Python integers):
+// row 0's sequences of 2, 3, 1 and 7 steps start on rank 2's first step and
+// inside its halo, row 1's at step 5; equal to the double loops that count
+// only the steps of a step's own sequence.
+TEST_F(CliCpConv, PackedSequencesEqualTheDoubleLoops) {
+  write_problem(DType::f64, true);
+  conv_.dfinal = kdnn_test::normal(B * (K - 1) * C, 9);
+  write("dfinal.npy", DType::f64, {B, K - 1, C}, conv_.dfinal);
+  conv_.seq = write_ids("seq_idx.npy", {B, L}, {0, 0, 1, 1, 1, 2, 3, 3, 3, 3, 3, 3, 3,
+                                                7, 7, 7, 7, 7, 9, 9, 9, 9, 9, 9, 9, 9});
+  const auto r = run(args({"--split", "2,0,11"}), mpiexec(3));
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto f = ref::conv_forward(conv_);
+  const auto g = ref::conv_backward(conv_);
+  const double tol = 1e-12;
+  EXPECT_ALLCLOSE(read(out_ / "y.npy", DType::f64, {B, L, C}), f.y, tol, tol);
+  EXPECT_ALLCLOSE(read(out_ / "final.npy", DType::f64, {B, K - 1, C}), f.final_state, 0, 0);
+  EXPECT_ALLCLOSE(read(out_ / "dxbc.npy", DType::f64, {B, L, C}), g.dx, tol, tol);
+  EXPECT_ALLCLOSE(read(out_ / "dconv_w.npy", DType::f64, {C, K}), g.dw, tol, tol);
+  EXPECT_ALLCLOSE(read(out_ / "dconv_b.npy", DType::f64, {C}), g.dbias, tol, tol);
+  EXPECT_ALLCLOSE(read(out_ / "dinit.npy", DType::f64, {B, K - 1, C}), g.dinit, tol, tol);
+}
+
 TEST_F(CliCpConv, ForwardOnlyWritesTheForwardsFiles) {
   write_problem(DType::f32, false);
   const auto r = run(args({"--no-silu"}), mpiexec(1));
@@ -156,6 +179,16 @@ TEST_F(CliCpConv, BadInputFailsOnEveryRankAndWritesNothing) {
                      "dt.npy: shape (2, 14, 3), expected L 13 (from xbc.npy) at axis 1", 2);
   write("dt.npy", DType::f32, {B, L, H}, dt_);
   expect_mpi_failure(args({}), 1, "dt.npy has dtype float32, expected float64 (same as xbc.npy)",
+                     2);
+  write("dt.npy", DType::f64, {B, L, H}, dt_);
+  write_ids("seq_idx.npy", {B, L - 1}, std::vector<std::int64_t>(B * (L - 1), 0));
+  expect_mpi_failure(args({}), 1, "seq_idx.npy has shape (2, 12), expected (2, 13)", 2);
+  write("seq_idx.npy", DType::f64, {B, L}, ref::Vec(B * L, 0.0));
+  expect_mpi_failure(args({}), 1, "seq_idx.npy: dtype float64, expected int32 or int64", 2);
+  write_ids("seq_idx.npy", {B, L}, std::vector<std::int64_t>(B * L, std::int64_t(1) << 40));
+  expect_mpi_failure(args({}), 1,
+                     "seq_idx.npy: value 1099511627776 at flat index 0 is outside the range of "
+                     "int [-2147483648, 2147483647]",
                      2);
 }
 

@@ -55,6 +55,21 @@ class CliSsd : public CliTest {
       write("dfinal.npy", dtype, {B, H, P, N}, c_.dfinal);
     }
   }
+  /// Every float64 output of a run with the backward equals the recurrence's.
+  void expect_float64_outputs_equal_the_recurrence() const {
+    const auto f = ref::ssd_forward(c_);
+    const auto g = ref::ssd_backward(c_);
+    const double tol = 1e-11;
+    EXPECT_ALLCLOSE(read(out_ / "y.npy", DType::f64, {B, L, H, P}), f.y, tol, tol);
+    EXPECT_ALLCLOSE(read(out_ / "final.npy", DType::f64, {B, H, P, N}), f.final_state, tol, tol);
+    EXPECT_ALLCLOSE(read(out_ / "dx.npy", DType::f64, {B, L, H, P}), g.dx, tol, tol);
+    EXPECT_ALLCLOSE(read(out_ / "ddt.npy", DType::f64, {B, L, H}), g.ddt, tol, tol);
+    EXPECT_ALLCLOSE(read(out_ / "da.npy", DType::f64, {H}), g.dA, tol, tol);
+    EXPECT_ALLCLOSE(read(out_ / "db.npy", DType::f64, {B, L, G, N}), g.dB, tol, tol);
+    EXPECT_ALLCLOSE(read(out_ / "dc.npy", DType::f64, {B, L, G, N}), g.dC, tol, tol);
+    EXPECT_ALLCLOSE(read(out_ / "dd.npy", DType::f64, {H}), g.dD, tol, tol);
+    EXPECT_ALLCLOSE(read(out_ / "dinit.npy", DType::f64, {B, H, P, N}), g.dinit, tol, tol);
+  }
   Strings args(Strings extra) const {
     Strings a = {"ssd", "--in", in_.string(), "--out", out_.string()};
     a.insert(a.end(), extra.begin(), extra.end());
@@ -72,18 +87,23 @@ TEST_F(CliSsd, UnevenSplitEqualsTheRecurrence) {
   EXPECT_EQ(r.out,
             "ssd: B=2 L=19 H=4 P=3 G=2 N=2 Q=4 float64, 3 rank(s), state bytes sent per rank "
             "896 (forward), 1664 (backward)\n");
-  const auto f = ref::ssd_forward(c_);
-  const auto g = ref::ssd_backward(c_);
-  const double tol = 1e-11;
-  EXPECT_ALLCLOSE(read(out_ / "y.npy", DType::f64, {B, L, H, P}), f.y, tol, tol);
-  EXPECT_ALLCLOSE(read(out_ / "final.npy", DType::f64, {B, H, P, N}), f.final_state, tol, tol);
-  EXPECT_ALLCLOSE(read(out_ / "dx.npy", DType::f64, {B, L, H, P}), g.dx, tol, tol);
-  EXPECT_ALLCLOSE(read(out_ / "ddt.npy", DType::f64, {B, L, H}), g.ddt, tol, tol);
-  EXPECT_ALLCLOSE(read(out_ / "da.npy", DType::f64, {H}), g.dA, tol, tol);
-  EXPECT_ALLCLOSE(read(out_ / "db.npy", DType::f64, {B, L, G, N}), g.dB, tol, tol);
-  EXPECT_ALLCLOSE(read(out_ / "dc.npy", DType::f64, {B, L, G, N}), g.dC, tol, tol);
-  EXPECT_ALLCLOSE(read(out_ / "dd.npy", DType::f64, {H}), g.dD, tol, tol);
-  EXPECT_ALLCLOSE(read(out_ / "dinit.npy", DType::f64, {B, H, P, N}), g.dinit, tol, tol);
+  expect_float64_outputs_equal_the_recurrence();
+}
+
+// seq_idx.npy (packed sequences): row 0's second sequence starts on rank
+// 2's first step (split 5,0,14), row 1's inside a chunk of rank 0; the
+// state is reset there, as in the recurrence.
+TEST_F(CliSsd, PackedSequencesEqualTheRecurrence) {
+  write_problem(DType::f64, true);
+  std::vector<std::int64_t> ids(B * L, 0);
+  for (std::size_t t = 0; t < L; ++t) {
+    ids[t] = t < 5 ? 4 : t < 12 ? 5 : 6;  // starts at 5 and 12
+    ids[L + t] = t < 3 ? 0 : 1;           // a start at 3
+  }
+  c_.seq = write_ids("seq_idx.npy", {B, L}, ids);
+  const auto r = run(args({"--split", "5,0,14", "--chunk", "4"}), mpiexec(3));
+  ASSERT_EQ(r.status, 0) << r.err;
+  expect_float64_outputs_equal_the_recurrence();
 }
 
 TEST_F(CliSsd, ForwardOnlyWritesTheForwardsFiles) {

@@ -17,12 +17,26 @@ struct ConvShape {
 };
 
 /// The inputs and upstream gradients of one conv case (bias, init, dfinal
-/// may be empty: not given).
+/// may be empty: not given). seq [B, L] (packed sequences, ids as doubles;
+/// may be empty): a product w·x̄[s] enters step t only when s and t are in
+/// one sequence, the initial state continuing step 0's and the steps past
+/// L taking the last step's.
 struct ConvCase {
   ConvShape s;
   Vec x, w, bias, init, dy, dfinal;
   bool silu = true;
+  Vec seq;
 };
+
+/// Whether steps s and t (−K+1 ≤ s, t ≤ L) of row b are in one sequence.
+inline bool same_sequence(const ConvCase& a, int b, int s, int t) {
+  if (a.seq.empty()) return true;
+  const auto id = [&](int u) {
+    const int L = a.s.L;
+    return a.seq[std::size_t(b) * L + (u < 0 ? 0 : u < L ? u : L - 1)];
+  };
+  return id(s) == id(t);
+}
 
 /// x̄[b, t, c] for −K+1 ≤ t < L.
 inline double xbar(const ConvCase& a, int b, int t, int c) {
@@ -34,7 +48,10 @@ inline double xbar(const ConvCase& a, int b, int t, int c) {
 
 inline double conv_z(const ConvCase& a, int b, int t, int c) {
   double z = a.bias.empty() ? 0 : a.bias[c];
-  for (int k = 0; k < a.s.K; ++k) z += a.w[c * a.s.K + k] * xbar(a, b, t - a.s.K + 1 + k, c);
+  for (int k = 0; k < a.s.K; ++k) {
+    const int src = t - a.s.K + 1 + k;
+    if (same_sequence(a, b, src, t)) z += a.w[c * a.s.K + k] * xbar(a, b, src, c);
+  }
   return z;
 }
 
@@ -55,9 +72,10 @@ inline ConvForwardResult conv_forward(const ConvCase& a) {
       }
     }
     for (int j = 0; j < s.K - 1; ++j) {
+      const int src = s.L - s.K + 1 + j;
       for (int c = 0; c < s.C; ++c) {
         r.final_state[(std::size_t(b) * (s.K - 1) + j) * s.C + c] =
-            xbar(a, b, s.L - s.K + 1 + j, c);
+            same_sequence(a, b, src, s.L - 1) ? xbar(a, b, src, c) : 0.0;
       }
     }
   }
@@ -90,6 +108,7 @@ inline ConvBackwardResult conv_backward(const ConvCase& a) {
         r.dbias[c] += dz;
         for (int k = 0; k < s.K; ++k) {
           const int src = t - s.K + 1 + k;
+          if (!same_sequence(a, b, src, t)) continue;
           r.dw[c * s.K + k] += dz * xbar(a, b, src, c);
           dxbar(b, src, c) += dz * a.w[c * s.K + k];
         }
@@ -97,8 +116,10 @@ inline ConvBackwardResult conv_backward(const ConvCase& a) {
     }
     if (a.dfinal.empty()) continue;
     for (int j = 0; j < s.K - 1; ++j) {
+      const int src = s.L - s.K + 1 + j;
+      if (!same_sequence(a, b, src, s.L - 1)) continue;
       for (int c = 0; c < s.C; ++c) {
-        dxbar(b, s.L - s.K + 1 + j, c) += a.dfinal[(std::size_t(b) * (s.K - 1) + j) * s.C + c];
+        dxbar(b, src, c) += a.dfinal[(std::size_t(b) * (s.K - 1) + j) * s.C + c];
       }
     }
   }

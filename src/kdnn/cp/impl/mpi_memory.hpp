@@ -15,9 +15,12 @@
 
 namespace kdnn::cp::impl {
 
+/// The MPI datatype of float, double or int (sequence ids) elements.
 template <class T>
 MPI_Datatype mpi_type() {
-  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "float or double");
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, int>,
+                "float, double or int");
+  if constexpr (std::is_same_v<T, int>) return MPI_INT;
   return std::is_same_v<T, float> ? MPI_FLOAT : MPI_DOUBLE;
 }
 

@@ -17,6 +17,7 @@
 #include "kdnn/core/error.hpp"
 #include "kdnn/core/impl/space_lock.hpp"
 #include "kdnn/core/tensor.hpp"
+#include "kdnn/cp/impl/mpi_memory.hpp"
 
 namespace kdnn::cp::impl {
 
@@ -67,8 +68,9 @@ class SequenceEdges {
     MPI_Comm_size(comm, &ranks);
     const int count = B_ * (1 + tail);
     ids_.resize(std::size_t(count) * ranks);
-    lock.released_while(
-        [&] { MPI_Allgather(mine.data(), count, MPI_INT, ids_.data(), count, MPI_INT, comm); });
+    lock.released_while([&] {
+      MPI_Allgather(mine.data(), count, mpi_type<int>(), ids_.data(), count, mpi_type<int>(), comm);
+    });
   }
 
   /// The id of step p (global index) in batch entry b: p must be among the
