@@ -173,6 +173,15 @@ def int32_array(op, name, t, shape, device):
     return t.to(torch.int32, copy=True).contiguous()
 
 
+def offsets(op, name, t, device):
+    """Packed sequences' offsets (cu_seqlens: an integer vector [S + 1]) as
+    an int32 copy on `device`; kdnn checks the values (0 first, never
+    decreasing, the number of steps last)."""
+    t = torch.as_tensor(t, device=device)
+    require(t.dim() == 1, f"{op}: {name} has shape {list(t.shape)}, expected [S + 1] (a vector)")
+    return int32_array(op, name, t, list(t.shape), device)
+
+
 def windows(op, window, count, device):
     """window = (lo, hi), each an integer vector [count], as two int32
     tensors; None as (None, None)."""

@@ -97,5 +97,5 @@ def ssd(x, dt, A, B, C, D=None, initial_states=None, z=None, dt_bias=None, *, ch
     return_final_states = flag("cp.ssd", "return_final_states", return_final_states)
     if seq_idx is not None:
         seq_idx = int32_array("cp.ssd", "seq_idx", seq_idx, list(x.shape[:2]), x.device)
-    y, final = _Ssd.apply(*args, chunk, steps, handle, seq_idx)
+    y, final, _ = _Ssd.apply(*args, chunk, steps, handle, seq_idx)
     return (y, final) if return_final_states else y

@@ -7,7 +7,7 @@ import torch
 
 from . import _kdnn
 from ._tensors import (Operands, contiguous, empty_in_order_of, first_order, flag, int32_array,
-                       int32_vector, integer, number, require, stream_of)
+                       int32_vector, integer, number, offsets, require, stream_of)
 
 ACTIVATIONS = (None, "silu", "swish")
 
@@ -175,28 +175,35 @@ class _Ssd(torch.autograd.Function):
     """The SSD on one rank (comm None) or, over the communicator with Fortran
     handle comm, on this rank's steps (kdnn.cp.ssd). steps = (dt_softplus,
     dt_min, dt_max): the transform of dt with dt_bias (ssd.hpp); seq_idx:
-    packed sequences (this rank's steps under comm)."""
+    packed sequences (this rank's steps under comm); cu_seqlens (one rank):
+    their offsets, for each sequence's final state (the third output, None
+    without them; it has no gradient, as mamba's varlen states)."""
 
     @staticmethod
     def forward(ctx, x, dt, A, B, C, D, initial_states, dt_bias, z, chunk, steps, comm,
-                seq_idx=None):
+                seq_idx=None, cu_seqlens=None):
         b, _, h, p = x.shape
         y = torch.empty_like(x)
         final = x.new_empty(b, h, p, B.shape[-1])
         ungated = None if z is None else torch.empty_like(x)  # spares the backward a forward
         args = (x, dt, A, B, C, D, initial_states, dt_bias, z, y, final, ungated)
+        states = None
         if comm is None:
-            _kdnn.ssd_forward(*args, seq_idx, chunk, *steps, stream_of(x))
+            if cu_seqlens is not None:
+                states = x.new_empty(cu_seqlens.shape[0] - 1, h, p, B.shape[-1])
+            _kdnn.ssd_forward(*args, seq_idx, cu_seqlens, states, chunk, *steps, stream_of(x))
         else:
             _kdnn.cp_ssd_forward(*args, seq_idx, chunk, *steps, comm, stream_of(x))
         ctx.save_for_backward(x, dt, A, B, C, D, initial_states, dt_bias, z, ungated, seq_idx)
         ctx.chunk, ctx.steps, ctx.comm = chunk, steps, comm
         ctx.set_materialize_grads(False)
-        return y, final
+        if states is not None:
+            ctx.mark_non_differentiable(states)
+        return y, final, states
 
     @staticmethod
     @first_order("ssd")
-    def backward(ctx, dy, dfinal):
+    def backward(ctx, dy, dfinal, _dstates=None):
         x, dt, A, B, C, D, init, dt_bias, z, ungated, seq_idx = ctx.saved_tensors
         dy = torch.zeros_like(x) if dy is None else dy.contiguous()
         dx, ddt, dA = torch.empty_like(x), torch.empty_like(dt), torch.empty_like(A)
@@ -209,7 +216,7 @@ class _Ssd(torch.autograd.Function):
             _kdnn.ssd_backward(*args, seq_idx, ctx.chunk, *ctx.steps, stream_of(x))
         else:
             _kdnn.cp_ssd_backward(*args, seq_idx, ctx.chunk, *ctx.steps, ctx.comm, stream_of(x))
-        return dx, ddt, dA, dB, dC, dD, dinit, ddt_bias, dz, None, None, None, None
+        return dx, ddt, dA, dB, dC, dD, dinit, ddt_bias, dz, None, None, None, None, None
 
 
 def ssd_operands(op, x, dt, A, B, C, D, initial_states, z, dt_bias, chunk_size, dt_softplus,
@@ -239,7 +246,8 @@ def ssd_operands(op, x, dt, A, B, C, D, initial_states, z, dt_bias, chunk_size, 
 
 
 def ssd(x, dt, A, B, C, D=None, initial_states=None, z=None, dt_bias=None, *, chunk_size,
-        dt_softplus=False, dt_limit=(0.0, math.inf), return_final_states=False, seq_idx=None):
+        dt_softplus=False, dt_limit=(0.0, math.inf), return_final_states=False, seq_idx=None,
+        cu_seqlens=None, return_varlen_states=False):
     """Mamba-2's SSD scan, with the arguments of mamba's
     mamba_chunk_scan_combined:
         h_t = exp(dt_t A) h_{t-1} + dt_t x_t B_t^T,   y_t = h_t C_t + D x_t,
@@ -263,11 +271,34 @@ def ssd(x, dt, A, B, C, D=None, initial_states=None, z=None, dt_bias=None, *, ch
     the state is reset (no decay crosses it, exactly), so that each sequence
     is scanned as if alone. initial_states continue step 0's sequence; the
     final state is the last sequence's. Copied at the call.
+
+    Each sequence's final state (mamba's varlen states): with B = 1,
+    return_varlen_states=True and cu_seqlens [S + 1] (integers: 0, the
+    offsets where each sequence starts along L, then L; seq_idx given too,
+    its id changing exactly there), the states [S, H, P, N] after each
+    sequence's last step (0 for an empty sequence), returned last. They have
+    no gradient (as mamba's).
     """
     *args, chunk, steps = ssd_operands("ssd", x, dt, A, B, C, D, initial_states, z, dt_bias,
                                        chunk_size, dt_softplus, dt_limit)
     return_final_states = flag("ssd", "return_final_states", return_final_states)
+    return_varlen_states = flag("ssd", "return_varlen_states", return_varlen_states)
     if seq_idx is not None:
         seq_idx = int32_array("ssd", "seq_idx", seq_idx, list(x.shape[:2]), x.device)
-    y, final = _Ssd.apply(*args, chunk, steps, None, seq_idx)
-    return (y, final) if return_final_states else y
+    if return_varlen_states:
+        require(cu_seqlens is not None,
+                "ssd: return_varlen_states=True without cu_seqlens, expected the sequences' "
+                "offsets cu_seqlens [S + 1]")
+        cu_seqlens = offsets("ssd", "cu_seqlens", cu_seqlens, x.device)
+    else:
+        require(cu_seqlens is None,
+                "ssd: cu_seqlens is given with return_varlen_states=False, expected it only with "
+                "return_varlen_states=True (seq_idx packs the sequences; cu_seqlens says where "
+                "their states are read)")
+    y, final, states = _Ssd.apply(*args, chunk, steps, None, seq_idx, cu_seqlens)
+    out = [y]
+    if return_final_states:
+        out.append(final)
+    if return_varlen_states:
+        out.append(states)
+    return tuple(out) if len(out) > 1 else y

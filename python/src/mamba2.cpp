@@ -97,14 +97,17 @@ void dt_backward(const Array& dt, const Array& bias, const Array& dout, const Ar
 void ssd_forward(const Array& x, const Array& dt, const Array& A, const Array& B, const Array& C,
                  const Optional& D, const Optional& init, const Optional& dt_bias,
                  const Optional& z, const Array& y, const Optional& final_state,
-                 const Optional& y_ungated, const Optional& seq_idx, int chunk, bool dt_softplus,
-                 double dt_min, double dt_max, std::uintptr_t stream) {
+                 const Optional& y_ungated, const Optional& seq_idx, const Optional& cu_seqlens,
+                 const Optional& sequence_states, int chunk, bool dt_softplus, double dt_min,
+                 double dt_max, std::uintptr_t stream) {
   dispatch(x, "ssd: x", stream, [&](auto space, auto zero) {
     using Space = decltype(space);
     using T = decltype(zero);
     const SsdInputs in{x, dt, A, B, C, D, init, dt_bias, z};
     auto f = ssd_forward_arguments<T, Space>("ssd", in, y, final_state, y_ungated);
     f.seq_idx = view_of<kdnn::Matrix<const int, Space>>(seq_idx, "ssd: seq_idx");
+    f.cu_seqlens = view_of<kdnn::Vector<const int, Space>>(cu_seqlens, "ssd: cu_seqlens");
+    f.sequence_states = view_of<kdnn::Tensor4<T, Space>>(sequence_states, "ssd: sequence_states");
     ssm::ssd_forward(space, f, ssd_options(chunk, dt_softplus, dt_min, dt_max));
   });
 }
@@ -143,8 +146,8 @@ void bind_mamba2(nb::module_& m) {
         "dt_min"_a, "dt_max"_a, "stream"_a);
   m.def("ssd_forward", &ssd_forward, "x"_a, "dt"_a, "A"_a, "B"_a, "C"_a, "D"_a.none(),
         "init"_a.none(), "dt_bias"_a.none(), "z"_a.none(), "y"_a, "final_state"_a.none(),
-        "y_ungated"_a.none(), "seq_idx"_a.none(), "chunk"_a, "dt_softplus"_a, "dt_min"_a,
-        "dt_max"_a, "stream"_a);
+        "y_ungated"_a.none(), "seq_idx"_a.none(), "cu_seqlens"_a.none(), "sequence_states"_a.none(),
+        "chunk"_a, "dt_softplus"_a, "dt_min"_a, "dt_max"_a, "stream"_a);
   m.def("ssd_backward", &ssd_backward, "x"_a, "dt"_a, "A"_a, "B"_a, "C"_a, "D"_a.none(),
         "init"_a.none(), "dt_bias"_a.none(), "z"_a.none(), "y_ungated"_a.none(), "dy"_a,
         "dfinal"_a.none(), "dx"_a, "ddt"_a, "dA"_a, "dB"_a, "dC"_a, "dD"_a.none(), "dinit"_a.none(),

@@ -78,10 +78,6 @@ def test_positional_arguments_as_mamba():
 def test_options_kdnn_does_not_have():
     t = {k: v.detach() for k, v in inputs(torch.float64).items()}
     core = [t[k] for k in ("x", "dt", "A", "B", "C")]
-    with pytest.raises(kdnn.Error, match="cu_seqlens is not supported"):
-        mamba_chunk_scan_combined(*core, 4, cu_seqlens=torch.tensor([0, 19]))
-    with pytest.raises(kdnn.Error, match="return_varlen_states is not supported"):
-        mamba_chunk_scan_combined(*core, 4, return_varlen_states=True)
     with pytest.raises(kdnn.Error, match=r"A\[0\]=.*expected A <= 0"):
         mamba_chunk_scan_combined(core[0], core[1], -core[2], *core[3:], 4, dt_softplus=True)
 
@@ -155,3 +151,91 @@ def test_seq_idx_is_checked_and_copied():
     want = torch.autograd.grad(kdnn.ssd(x, *core[1:], chunk_size=4, dt_softplus=True,
                                         seq_idx=packed_ids([[9, 10], [5, 14]])).sum(), x)[0]
     torch.testing.assert_close(g, want, rtol=0, atol=0)
+
+
+def per_sequence_states(t, lengths, chunk_size, **options):
+    """Row 0's sequences run alone through the reference: each one's final
+    state (zeros for an empty one); the first starts from the initial
+    state."""
+    states, start = [], 0
+    for i, n in enumerate(lengths):
+        if n == 0:
+            states.append(torch.zeros_like(t["initial_states"][:1]))
+            continue
+        steps = slice(start, start + n)
+        piece = {k: t[k][:1, steps] for k in ("x", "dt", "B", "C")}
+        init = t["initial_states"][:1] if start == 0 else None
+        states.append(reference(piece["x"], piece["dt"], t["A"], piece["B"], piece["C"],
+                                chunk_size, dt_bias=t["dt_bias"], initial_states=init,
+                                **options)[1])
+        start += n
+    return torch.cat(states)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("chunk_size", [4, 8])
+def test_varlen_states_equal_the_calls_per_sequence(dtype, chunk_size):
+    t = {k: v.detach() for k, v in inputs(dtype, b=1).items()}
+    lengths = [0, 1, 3, 4, 0, 5, 6]  # ends inside chunks and on their edges, empty sequences
+    offsets = torch.tensor([0] + lengths).cumsum(0)
+    # An empty sequence's id has no step; the first step's id is 0, whose
+    # sequence the initial states continue (mamba's rule).
+    seq_idx = packed_ids([lengths], first_ids=[-1])
+    core = [t[k] for k in ("x", "dt", "A", "B", "C")]
+    y, final, states = mamba_chunk_scan_combined(
+        *core, chunk_size, D=t["D"], z=t["z"], dt_bias=t["dt_bias"],
+        initial_states=t["initial_states"], seq_idx=seq_idx, cu_seqlens=offsets,
+        dt_softplus=True, return_final_states=True, return_varlen_states=True)
+    want = per_sequence_states(t, lengths, chunk_size, dt_softplus=True)
+    torch.testing.assert_close(states, want, **TOLERANCE[dtype])
+    torch.testing.assert_close(final, want[-1:], **TOLERANCE[dtype])
+    # The other outputs are the call's without the states, to the bit.
+    y_alone = mamba_chunk_scan_combined(*core, chunk_size, D=t["D"], z=t["z"],
+                                        dt_bias=t["dt_bias"], initial_states=t["initial_states"],
+                                        seq_idx=seq_idx, dt_softplus=True)
+    torch.testing.assert_close(y, y_alone, rtol=0, atol=0)
+    # Without return_varlen_states, cu_seqlens is ignored (as mamba does).
+    ignored = mamba_chunk_scan_combined(*core, chunk_size, D=t["D"], z=t["z"],
+                                        dt_bias=t["dt_bias"], initial_states=t["initial_states"],
+                                        seq_idx=seq_idx, cu_seqlens=offsets, dt_softplus=True)
+    torch.testing.assert_close(ignored, y_alone, rtol=0, atol=0)
+
+
+def test_varlen_states_have_no_gradient():
+    t = inputs(torch.float64, b=1)
+    core = [t[k] for k in ("x", "dt", "A", "B", "C")]
+    seq_idx = packed_ids([[7, 12]])
+    y, states = kdnn.ssd(*core, chunk_size=4, dt_softplus=True, seq_idx=seq_idx,
+                         cu_seqlens=[0, 7, 19], return_varlen_states=True)
+    assert y.requires_grad and not states.requires_grad
+    assert list(states.shape) == [2, 4, 3, 5]
+
+
+def test_varlen_states_are_checked():
+    t = {k: v.detach() for k, v in inputs(torch.float64).items()}
+    t["dt"] = t["dt"].abs()  # step sizes as they are (no softplus)
+    core = [t[k] for k in ("x", "dt", "A", "B", "C")]
+    one = [c[:1] if c.dim() > 1 else c for c in core]
+    seq_idx = packed_ids([[7, 12]])
+    with pytest.raises(kdnn.Error, match="return_varlen_states=True without cu_seqlens"):
+        mamba_chunk_scan_combined(*one, 4, seq_idx=seq_idx, return_varlen_states=True)
+    with pytest.raises(kdnn.Error, match="cu_seqlens is given with return_varlen_states=False"):
+        kdnn.ssd(*one, chunk_size=4, seq_idx=seq_idx, cu_seqlens=[0, 7, 19])
+    with pytest.raises(kdnn.Error, match=r"x has extent\(0\)=2, expected 1 with cu_seqlens"):
+        kdnn.ssd(*core, chunk_size=4, seq_idx=packed_ids([[7, 12], [7, 12]]),
+                 cu_seqlens=[0, 7, 19], return_varlen_states=True)
+    with pytest.raises(kdnn.Error, match="cu_seqlens is given without seq_idx"):
+        kdnn.ssd(*one, chunk_size=4, cu_seqlens=[0, 7, 19], return_varlen_states=True)
+    with pytest.raises(kdnn.Error, match=r"cu_seqlens\[2\]=18, expected 19"):
+        kdnn.ssd(*one, chunk_size=4, seq_idx=seq_idx, cu_seqlens=[0, 7, 18],
+                 return_varlen_states=True)
+    with pytest.raises(kdnn.Error, match="expected a new id: cu_seqlens starts a sequence at "
+                                         "step 5"):
+        kdnn.ssd(*one, chunk_size=4, seq_idx=seq_idx, cu_seqlens=[0, 5, 19],
+                 return_varlen_states=True)
+    with pytest.raises(kdnn.Error, match=r"cu_seqlens has shape \[1, 3\], expected \[S \+ 1\]"):
+        kdnn.ssd(*one, chunk_size=4, seq_idx=seq_idx, cu_seqlens=[[0, 7, 19]],
+                 return_varlen_states=True)
+    with pytest.raises(kdnn.Error, match="cu_seqlens has dtype torch.float32, expected integers"):
+        kdnn.ssd(*one, chunk_size=4, seq_idx=seq_idx, cu_seqlens=[0.0, 7.0, 19.0],
+                 return_varlen_states=True)

@@ -339,6 +339,14 @@ TEST(CpSsd, MismatchOnOneRankGivesEveryRankTheSameError) {
     EXPECT_EQ(call(packed), "cp::ssd_forward: seq_idx given=1 on rank " + std::to_string(odd) +
                                 ", expected 0 (as on rank 0; every rank must agree)");
   }
+  // Per-sequence states are ssm::ssd_forward's only.
+  auto varlen = f;
+  DeviceView<int*> cu("cu_seqlens", 2);
+  if (rank == odd) varlen.cu_seqlens = cu;
+  EXPECT_EQ(call(varlen),
+            "cp::ssd_forward: cu_seqlens or sequence_states is given, expected neither (the "
+            "context-parallel SSD gives no per-sequence states: ssm::ssd_forward does) (on rank " +
+                std::to_string(odd) + " of " + std::to_string(R) + ")");
   EXPECT_EQ(call(f), "");
 }
 

@@ -14,12 +14,6 @@ from .. import mamba2
 from .._tensors import Error, require
 
 
-def _unsupported(op, **options):
-    for name, value in options.items():
-        if value is not None and value is not False:
-            raise Error(f"{op}: {name} is not supported by kdnn yet (packed sequences)")
-
-
 def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None,
                               initial_states=None, seq_idx=None, cu_seqlens=None,
                               dt_softplus=False, dt_limit=(0.0, float("inf")),
@@ -32,10 +26,13 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bia
     seq_idx (batch, seqlen), integers: packed sequences, the state reset
     where the id changes, as mamba's; as there, the initial states belong
     to sequence id 0 (a row whose first id is not 0 starts from zeros).
-    cu_seqlens and return_varlen_states are not supported yet."""
+    With return_varlen_states (batch 1, cu_seqlens (num_sequences + 1) and
+    seq_idx given), also each sequence's final state (num_sequences,
+    nheads, headdim, dstate), returned last, without a gradient, as mamba's;
+    cu_seqlens is ignored otherwise, as there."""
     op = "compat.mamba_ssm.mamba_chunk_scan_combined"
-    _unsupported(op, cu_seqlens=cu_seqlens, return_varlen_states=return_varlen_states)
-    for name, value in (("dt_softplus", dt_softplus), ("return_final_states", return_final_states)):
+    for name, value in (("dt_softplus", dt_softplus), ("return_final_states", return_final_states),
+                        ("return_varlen_states", return_varlen_states)):
         if not isinstance(value, bool):
             raise Error(f"{op}: {name}={value!r}, expected True or False")
     require(isinstance(dt, torch.Tensor) and dt.dim() == 3,
@@ -50,7 +47,10 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bia
         if first.dim() == 2 and first.shape[1] > 0:  # else kdnn.ssd names the bad shape
             keep = (first[:, 0] == 0).to(initial_states.dtype)
             initial_states = initial_states * keep.reshape(-1, *([1] * (initial_states.dim() - 1)))
-    y, final = mamba2.ssd(x, dt, A, B, C, D, initial_states, z, dt_bias, chunk_size=chunk_size,
-                          dt_softplus=dt_softplus, dt_limit=dt_limit, return_final_states=True,
-                          seq_idx=seq_idx)
-    return (y, final) if return_final_states else y
+    y, final, *states = mamba2.ssd(
+        x, dt, A, B, C, D, initial_states, z, dt_bias, chunk_size=chunk_size,
+        dt_softplus=dt_softplus, dt_limit=dt_limit, return_final_states=True, seq_idx=seq_idx,
+        cu_seqlens=cu_seqlens if return_varlen_states else None,
+        return_varlen_states=return_varlen_states)
+    return (y, *([final] if return_final_states else []), *states) if (
+        return_final_states or return_varlen_states) else y

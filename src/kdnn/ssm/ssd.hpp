@@ -32,7 +32,12 @@
 // exactly, not the underflow of a large exponent), so that each sequence is
 // scanned as if alone. The initial state belongs to step 0's sequence, and
 // the final state is the last sequence's. Any int32 ids (compared with the
-// previous step's, never ordered).
+// previous step's, never ordered). With one batch entry, cu_seqlens [S + 1]
+// (the sequences' offsets along L, checked to agree with seq_idx: its id
+// changes exactly where a sequence starts) asks for every sequence's final
+// state, sequence_states [S, H, P, N] (mamba's varlen states; the state the
+// scan holds after the sequence's last step, 0 for an empty sequence).
+// They have no gradient: ssd_backward takes none, as mamba.
 //
 // The mask j ≤ i is applied before exponentiating, and every exponent is
 // ≤ 0 when A ≤ 0, so decays that underflow give 0, never inf or NaN. The
@@ -98,6 +103,13 @@ struct SsdForward {
   /// which spares the backward recomputing it.
   Tensor4<T, ExecSpace> y_ungated;
   Matrix<const int, ExecSpace> seq_idx;  ///< [B, L] packed sequences; optional
+  /// [S + 1] the packed sequences' offsets (mamba's cu_seqlens), with B = 1
+  /// and seq_idx: sequence s holds steps [cu_seqlens[s], cu_seqlens[s + 1]).
+  /// Optional, with sequence_states only.
+  Vector<const int, ExecSpace> cu_seqlens;
+  /// output [S, H, P, N]: each sequence's final state (mamba's varlen
+  /// states); optional, with cu_seqlens only.
+  Tensor4<T, ExecSpace> sequence_states;
 };
 
 /// The arguments of ssd_backward: the forward's inputs, dy and the gradients

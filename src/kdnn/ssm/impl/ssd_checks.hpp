@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kdnn/core/error.hpp"
+#include "kdnn/core/impl/sequence_offsets.hpp"
 #include "kdnn/core/impl/space_lock.hpp"
 #include "kdnn/core/validate.hpp"
 #include "kdnn/ssm/impl/dt_transform.hpp"
@@ -159,17 +160,92 @@ std::vector<validate::MemoryRange> check_ssd_operands(const char* op, const Exec
           memory_of("seq_idx", a.seq_idx)};
 }
 
+/// Throws at the first step t > 0 where seq_idx [1, L] changes its id and
+/// the offsets `cu` start no sequence, or the other way round: one device
+/// reduction (a binary search over `cu` per step), then the host waits.
+template <class ExecSpace>
+void check_ids_follow_offsets(const char* op, const ExecSpace& space,
+                              const Matrix<const int, ExecSpace>& seq_idx,
+                              const Vector<const int, ExecSpace>& cu) {
+  const int L = int(seq_idx.extent(1)), count = int(cu.extent(0));
+  if (L < 2) return;
+  int first = L;
+  Kokkos::parallel_reduce(
+      "kdnn::ssm::ssd_check_ids_follow_offsets", Kokkos::RangePolicy<ExecSpace>(space, 1, L),
+      KOKKOS_LAMBDA(int t, int& lowest) {
+        int lo = 0, hi = count;  // the first offset >= t
+        while (lo < hi) {
+          const int mid = (lo + hi) / 2;
+          if (cu(mid) < t) {
+            lo = mid + 1;
+          } else {
+            hi = mid;
+          }
+        }
+        const bool offset = lo < count && cu(lo) == t;
+        const bool change = seq_idx(0, t) != seq_idx(0, t - 1);
+        if (offset != change && t < lowest) lowest = t;
+      },
+      Kokkos::Min<int>(first));
+  if (first >= L) return;
+  int ids[2] = {0, 0};
+  Kokkos::deep_copy(space, Kokkos::View<int*, Kokkos::HostSpace>(ids, 2),
+                    Kokkos::subview(seq_idx, 0, Kokkos::make_pair(first - 1, first + 1)));
+  space.fence();
+  fail(op, ": seq_idx[0, ", first - 1, "]=", ids[0], ", seq_idx[0, ", first, "]=", ids[1],
+       ids[0] == ids[1] ? ", expected a new id: cu_seqlens starts a sequence at step "
+                        : ", expected the same id: cu_seqlens starts no sequence at step ",
+       first);
+}
+
+/// The per-sequence states (cu_seqlens and sequence_states, given together):
+/// one batch entry of packed sequences, seq_idx given and following the
+/// offsets, and sequence_states [S, H, P, N].
+template <class ExecSpace, class T>
+void check_sequence_states(const char* op, const ExecSpace& space,
+                           const SsdForward<T, ExecSpace>& a) {
+  if (!validate::given(a.cu_seqlens)) {
+    fail(op, ": sequence_states is given without cu_seqlens, expected both (cu_seqlens [S + 1] ",
+         "says where each sequence ends)");
+  }
+  if (!validate::given(a.sequence_states)) {
+    fail(op, ": cu_seqlens is given without sequence_states, expected both (the output [S, H, ",
+         "P, N])");
+  }
+  if (a.x.extent(0) != 1) {
+    fail(op, ": x has extent(0)=", a.x.extent(0),
+         ", expected 1 with cu_seqlens (the sequences are packed along L of one batch entry)");
+  }
+  if (!validate::given(a.seq_idx)) {
+    fail(op, ": cu_seqlens is given without seq_idx, expected both (seq_idx resets the state ",
+         "where each sequence starts)");
+  }
+  kdnn::impl::host_sequence_offsets(op, "cu_seqlens", space, a.cu_seqlens, a.x.extent(1),
+                                    "L, x's extent(1)");
+  validate::extent(op, "sequence_states", a.sequence_states, 0, a.cu_seqlens.extent(0) - 1,
+                   "S, cu_seqlens' extent(0) - 1");
+  validate::extent(op, "sequence_states", a.sequence_states, 1, a.x.extent(2), "H, x's extent(2)");
+  validate::extent(op, "sequence_states", a.sequence_states, 2, a.x.extent(3), "P, x's extent(3)");
+  validate::extent(op, "sequence_states", a.sequence_states, 3, a.B.extent(3), "N, B's extent(3)");
+  check_ids_follow_offsets(op, space, a.seq_idx, a.cu_seqlens);
+}
+
 template <class ExecSpace, class T>
 void check_ssd_forward(const char* op, const ExecSpace& space, const SsdForward<T, ExecSpace>& a,
                        const SsdOptions& opts) {
-  const auto inputs = check_ssd_operands<ExecSpace, T>(op, space, a, opts);
+  auto inputs = check_ssd_operands<ExecSpace, T>(op, space, a, opts);
   validate::same_shape(op, "y", a.y, "x", a.x);
   if (validate::given(a.final_state)) check_ssd_state(op, "final_state", a.final_state, a.x, a.B);
+  if (validate::given(a.cu_seqlens) || validate::given(a.sequence_states)) {
+    check_sequence_states(op, space, a);
+  }
   using validate::memory_of;
-  validate::disjoint(op,
-                     {memory_of("y", a.y), memory_of("final_state", a.final_state),
-                      memory_of("y_ungated", a.y_ungated)},
-                     inputs);
+  inputs.push_back(memory_of("cu_seqlens", a.cu_seqlens));
+  validate::disjoint(
+      op,
+      {memory_of("y", a.y), memory_of("final_state", a.final_state),
+       memory_of("y_ungated", a.y_ungated), memory_of("sequence_states", a.sequence_states)},
+      inputs);
 }
 
 template <class ExecSpace, class T>

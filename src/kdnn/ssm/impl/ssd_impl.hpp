@@ -22,6 +22,7 @@ void scan_forward(const char* op, const ExecSpace& space, const SsdForward<T, Ex
   ChunkDecays<T, ExecSpace> decay;
   chunk_states<ExecSpace, T>(op, space, a, opts, states, decay);
   state_pass(space, states, decay, a.initial_state, a.final_state);
+  sequence_states(space, a, opts, states);
   chunk_output(op, space, a, opts, states, true, true);
 }
 

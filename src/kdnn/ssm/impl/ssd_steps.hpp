@@ -5,7 +5,7 @@
 // cp/impl/ssd_impl.hpp) compose it. Nothing else of ssm::impl is meant to be
 // reached from outside ssm/.
 //
-//   forward:   chunk_states → state_pass → chunk_output
+//   forward:   chunk_states → state_pass (→ sequence_states) → chunk_output
 //   backward:  chunk_states → state_pass → chunk_dstates → reverse_state_pass
 //              → fused_backward (one rank), or gradient_buffers →
 //              diag_backward (no state needed: may overlap communication) →
@@ -51,6 +51,7 @@
 #include "kdnn/ssm/impl/ssd_diag_backward_kernel.hpp"
 #include "kdnn/ssm/impl/ssd_gradient_gpu_kernel.hpp"
 #include "kdnn/ssm/impl/ssd_gradient_mma_kernel.hpp"
+#include "kdnn/ssm/impl/ssd_sequence_states_kernel.hpp"
 #include "kdnn/ssm/impl/ssd_skip.hpp"
 #include "kdnn/ssm/impl/ssd_state_backward_kernel.hpp"
 #include "kdnn/ssm/ssd.hpp"
@@ -299,6 +300,21 @@ void state_pass(const ExecSpace& space, const ChunkStates<T, ExecSpace>& states,
           for (int j = 0; j < w; ++j) final_state(b, h, (e0 + j) % P, (e0 + j) / P) = s[j];
         }
       });
+}
+
+/// Each packed sequence's final state, a.sequence_states (with cu_seqlens),
+/// from the chunk states after state_pass (ssd_sequence_states_kernel.hpp).
+template <class ExecSpace, class T>
+void sequence_states(const ExecSpace& space, const SsdForward<T, ExecSpace>& a,
+                     const SsdOptions& opts, const ChunkStates<T, ExecSpace>& states) {
+  if (a.sequence_states.size() == 0) return;
+  SsdSequenceStates<ExecSpace, T> k;
+  set_ssd_inputs<ExecSpace, T>(k, a, opts);
+  k.cu = a.cu_seqlens;
+  k.entering = states;
+  k.out = a.sequence_states;
+  Kokkos::parallel_for("kdnn::ssm::ssd_sequence_states",
+                       Kokkos::RangePolicy<ExecSpace>(space, 0, a.sequence_states.size()), k);
 }
 
 /// The reverse state pass, in place: on entry dstates(b, h, c) = dS_c (the
