@@ -19,7 +19,7 @@ import torch
 
 from . import _kdnn
 from ._tensors import Error, Operands, first_order, flag, int32_array, stream_of
-from .mamba2 import _Ssd, conv_silu, dt_limits, ssd_operands
+from .mamba2 import _Ssd, conv_silu, dt_limits, ssd_operands, ssd_outputs, varlen_offsets
 
 available = _kdnn.has_cp
 
@@ -80,7 +80,8 @@ def conv_dt(x, weight, dt, dt_bias, bias=None, *, comm, activation="silu",
 
 
 def ssd(x, dt, A, B, C, D=None, initial_states=None, z=None, dt_bias=None, *, chunk_size, comm,
-        dt_softplus=False, dt_limit=(0.0, math.inf), return_final_states=False, seq_idx=None):
+        dt_softplus=False, dt_limit=(0.0, math.inf), return_final_states=False, seq_idx=None,
+        cu_seqlens=None, return_varlen_states=False):
     """This rank's steps of kdnn.ssd on a sequence split across `comm`:
     x [B, L_r, H, P], dt [B, L_r, H], B and C [B, L_r, G, N], z [B, L_r, H, P];
     A [H], D [H] or [H, P] and dt_bias [H] the same on every rank;
@@ -90,12 +91,19 @@ def ssd(x, dt, A, B, C, D=None, initial_states=None, z=None, dt_bias=None, *, ch
     rank. With return_final_states, also the state after this rank's steps
     (the last rank's: the sequence's). seq_idx [B, L_r]: packed sequences as
     in kdnn.ssd, given on every rank or on none; where a rank's first step
-    starts a sequence, the state from the ranks before does not enter it."""
+    starts a sequence, the state from the ranks before does not enter it.
+    With return_varlen_states (B = 1, seq_idx given), cu_seqlens [S_r + 1]
+    are this rank's offsets: 0, where each sequence starts inside its
+    steps, then L_r; the states [S_r, H, P, N] after each of those
+    segments' last step are returned last: the final state of every
+    sequence that ends on this rank, wherever it started (and, for its last
+    segment, the state at the rank's end)."""
     handle = _handle(comm)
     *args, chunk, steps = ssd_operands("cp.ssd", x, dt, A, B, C, D, initial_states, z, dt_bias,
                                        chunk_size, dt_softplus, dt_limit, steps="L_r")
     return_final_states = flag("cp.ssd", "return_final_states", return_final_states)
+    cu_seqlens = varlen_offsets("cp.ssd", cu_seqlens, return_varlen_states, x.device)
     if seq_idx is not None:
         seq_idx = int32_array("cp.ssd", "seq_idx", seq_idx, list(x.shape[:2]), x.device)
-    y, final, _ = _Ssd.apply(*args, chunk, steps, handle, seq_idx)
-    return (y, final) if return_final_states else y
+    y, final, states = _Ssd.apply(*args, chunk, steps, handle, seq_idx, cu_seqlens)
+    return ssd_outputs(y, final, states, return_final_states, cu_seqlens is not None)

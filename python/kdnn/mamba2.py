@@ -175,9 +175,10 @@ class _Ssd(torch.autograd.Function):
     """The SSD on one rank (comm None) or, over the communicator with Fortran
     handle comm, on this rank's steps (kdnn.cp.ssd). steps = (dt_softplus,
     dt_min, dt_max): the transform of dt with dt_bias (ssd.hpp); seq_idx:
-    packed sequences (this rank's steps under comm); cu_seqlens (one rank):
-    their offsets, for each sequence's final state (the third output, None
-    without them; it has no gradient, as mamba's varlen states)."""
+    packed sequences (this rank's steps under comm); cu_seqlens: their
+    offsets (under comm, within this rank's steps), for the state after each
+    one's last step (the third output, None without them; it has no
+    gradient, as mamba's varlen states)."""
 
     @staticmethod
     def forward(ctx, x, dt, A, B, C, D, initial_states, dt_bias, z, chunk, steps, comm,
@@ -188,12 +189,13 @@ class _Ssd(torch.autograd.Function):
         ungated = None if z is None else torch.empty_like(x)  # spares the backward a forward
         args = (x, dt, A, B, C, D, initial_states, dt_bias, z, y, final, ungated)
         states = None
+        if cu_seqlens is not None:
+            states = x.new_empty(cu_seqlens.shape[0] - 1, h, p, B.shape[-1])
+        packed = (seq_idx, cu_seqlens, states, chunk, *steps)
         if comm is None:
-            if cu_seqlens is not None:
-                states = x.new_empty(cu_seqlens.shape[0] - 1, h, p, B.shape[-1])
-            _kdnn.ssd_forward(*args, seq_idx, cu_seqlens, states, chunk, *steps, stream_of(x))
+            _kdnn.ssd_forward(*args, *packed, stream_of(x))
         else:
-            _kdnn.cp_ssd_forward(*args, seq_idx, chunk, *steps, comm, stream_of(x))
+            _kdnn.cp_ssd_forward(*args, *packed, comm, stream_of(x))
         ctx.save_for_backward(x, dt, A, B, C, D, initial_states, dt_bias, z, ungated, seq_idx)
         ctx.chunk, ctx.steps, ctx.comm = chunk, steps, comm
         ctx.set_materialize_grads(False)
@@ -282,23 +284,30 @@ def ssd(x, dt, A, B, C, D=None, initial_states=None, z=None, dt_bias=None, *, ch
     *args, chunk, steps = ssd_operands("ssd", x, dt, A, B, C, D, initial_states, z, dt_bias,
                                        chunk_size, dt_softplus, dt_limit)
     return_final_states = flag("ssd", "return_final_states", return_final_states)
-    return_varlen_states = flag("ssd", "return_varlen_states", return_varlen_states)
+    cu_seqlens = varlen_offsets("ssd", cu_seqlens, return_varlen_states, x.device)
     if seq_idx is not None:
         seq_idx = int32_array("ssd", "seq_idx", seq_idx, list(x.shape[:2]), x.device)
-    if return_varlen_states:
-        require(cu_seqlens is not None,
-                "ssd: return_varlen_states=True without cu_seqlens, expected the sequences' "
-                "offsets cu_seqlens [S + 1]")
-        cu_seqlens = offsets("ssd", "cu_seqlens", cu_seqlens, x.device)
-    else:
-        require(cu_seqlens is None,
-                "ssd: cu_seqlens is given with return_varlen_states=False, expected it only with "
-                "return_varlen_states=True (seq_idx packs the sequences; cu_seqlens says where "
-                "their states are read)")
     y, final, states = _Ssd.apply(*args, chunk, steps, None, seq_idx, cu_seqlens)
-    out = [y]
-    if return_final_states:
-        out.append(final)
-    if return_varlen_states:
-        out.append(states)
+    return ssd_outputs(y, final, states, return_final_states, cu_seqlens is not None)
+
+
+def varlen_offsets(op, cu_seqlens, return_varlen_states, device):
+    """cu_seqlens as the int32 offsets the SSD reads, with
+    return_varlen_states (a bool) only; None without."""
+    if flag(op, "return_varlen_states", return_varlen_states):
+        require(cu_seqlens is not None,
+                f"{op}: return_varlen_states=True without cu_seqlens, expected the sequences' "
+                "offsets cu_seqlens [S + 1]")
+        return offsets(op, "cu_seqlens", cu_seqlens, device)
+    require(cu_seqlens is None,
+            f"{op}: cu_seqlens is given with return_varlen_states=False, expected it only with "
+            "return_varlen_states=True (seq_idx packs the sequences; cu_seqlens says where their "
+            "states are read)")
+    return None
+
+
+def ssd_outputs(y, final, states, return_final_states, return_varlen_states):
+    """y, then the final state and the sequences' states where asked for."""
+    out = [y] + ([final] if return_final_states else []) + (
+        [states] if return_varlen_states else [])
     return tuple(out) if len(out) > 1 else y

@@ -77,14 +77,18 @@ void conv_dt_backward(const Array& x, const Array& w, const Optional& bias, cons
 void ssd_forward(const Array& x, const Array& dt, const Array& A, const Array& B, const Array& C,
                  const Optional& D, const Optional& init, const Optional& dt_bias,
                  const Optional& z, const Array& y, const Array& final_state,
-                 const Optional& y_ungated, const Optional& seq_idx, int chunk, bool dt_softplus,
-                 double dt_min, double dt_max, std::int64_t comm, std::uintptr_t stream) {
+                 const Optional& y_ungated, const Optional& seq_idx, const Optional& cu_seqlens,
+                 const Optional& sequence_states, int chunk, bool dt_softplus, double dt_min,
+                 double dt_max, std::int64_t comm, std::uintptr_t stream) {
   dispatch(x, "cp.ssd: x", stream, [&](auto space, auto zero) {
     using Space = decltype(space);
     using T = decltype(zero);
     const SsdInputs in{x, dt, A, B, C, D, init, dt_bias, z};
     auto f = ssd_forward_arguments<T, Space>("cp.ssd", in, y, final_state, y_ungated);
     f.seq_idx = view_of<kdnn::Matrix<const int, Space>>(seq_idx, "cp.ssd: seq_idx");
+    f.cu_seqlens = view_of<kdnn::Vector<const int, Space>>(cu_seqlens, "cp.ssd: cu_seqlens");
+    f.sequence_states =
+        view_of<kdnn::Tensor4<T, Space>>(sequence_states, "cp.ssd: sequence_states");
     cp::ssd_forward(space, comm_of(comm), f, ssd_options(chunk, dt_softplus, dt_min, dt_max));
   });
 }
@@ -119,8 +123,8 @@ void bind_cp(nb::module_& m) {
         "seq_idx"_a.none(), "silu"_a, "dt_min"_a, "dt_max"_a, "comm"_a, "stream"_a);
   m.def("cp_ssd_forward", &ssd_forward, "x"_a, "dt"_a, "A"_a, "B"_a, "C"_a, "D"_a.none(),
         "init"_a.none(), "dt_bias"_a.none(), "z"_a.none(), "y"_a, "final_state"_a,
-        "y_ungated"_a.none(), "seq_idx"_a.none(), "chunk"_a, "dt_softplus"_a, "dt_min"_a,
-        "dt_max"_a, "comm"_a, "stream"_a);
+        "y_ungated"_a.none(), "seq_idx"_a.none(), "cu_seqlens"_a.none(), "sequence_states"_a.none(),
+        "chunk"_a, "dt_softplus"_a, "dt_min"_a, "dt_max"_a, "comm"_a, "stream"_a);
   m.def("cp_ssd_backward", &ssd_backward, "x"_a, "dt"_a, "A"_a, "B"_a, "C"_a, "D"_a.none(),
         "init"_a.none(), "dt_bias"_a.none(), "z"_a.none(), "y_ungated"_a.none(), "dy"_a,
         "dfinal"_a.none(), "dx"_a, "ddt"_a, "dA"_a, "dB"_a, "dC"_a, "dD"_a.none(), "dinit"_a.none(),

@@ -76,6 +76,7 @@ Vec slice(const Vec& v, int B, int L, int E, int first, int n) {
 
 struct Result {
   Vec y, final_state, dx, ddt, dA, dB, dC, dD, dinit, ddt_bias, dz;
+  Vec sequence_states;  ///< with `offsets` only
   cp::StateStats forward, backward;
 };
 
@@ -89,10 +90,12 @@ struct Around {
 /// The run on steps [first, first + n): the single-rank operators when
 /// `comm` is null, else this rank's share. Rank 0 holds the initial state
 /// and its gradient, the last rank d(final state); every rank asks for its
-/// final state.
+/// final state, and with `offsets` (the steps' own cu_seqlens) for the
+/// states after each of their sequences.
 template <class T>
 Result run(const SsdCase& a, int first, int n, int chunk, MPI_Comm comm,
-           kdnn::KernelForm form = kdnn::KernelForm::automatic, const Around& around = {}) {
+           kdnn::KernelForm form = kdnn::KernelForm::automatic, const Around& around = {},
+           const Vec& offsets = {}) {
   const bool single = comm == MPI_COMM_NULL;
   const int rank = single ? 0 : comm_rank(), last = single ? 0 : comm_size() - 1;
   const auto& s = a.s;
@@ -131,6 +134,13 @@ Result run(const SsdCase& a, int first, int n, int chunk, MPI_Comm comm,
   f.x = x, f.dt = dt, f.A = A, f.B = Bm, f.C = Cm, f.D = D, f.initial_state = init;
   f.dt_bias = dt_bias, f.z = z, f.seq_idx = seq;
   f.y = y, f.final_state = fin;
+  DeviceView<int*> cu;
+  DeviceView<T****> states;
+  if (!offsets.empty()) {
+    cu = to_device<int*>(offsets, offsets.size());
+    states = DeviceView<T****>("states", offsets.size() - 1, s.H, s.P, s.N);
+    f.cu_seqlens = cu, f.sequence_states = states;
+  }
   ssm::SsdBackward<T, Space> g;
   g.x = x, g.dt = dt, g.A = A, g.B = Bm, g.C = Cm, g.D = D, g.initial_state = init;
   g.dt_bias = dt_bias, g.z = z, g.seq_idx = seq;
@@ -158,6 +168,7 @@ Result run(const SsdCase& a, int first, int n, int chunk, MPI_Comm comm,
   if (dinit.size()) r.dinit = to_host(dinit);
   if (!around.dt_bias.empty()) r.ddt_bias = to_host(ddt_bias);
   if (!around.z.empty()) r.dz = to_host(dz);
+  if (!offsets.empty()) r.sequence_states = to_host(states);
   return r;
 }
 
@@ -339,15 +350,57 @@ TEST(CpSsd, MismatchOnOneRankGivesEveryRankTheSameError) {
     EXPECT_EQ(call(packed), "cp::ssd_forward: seq_idx given=1 on rank " + std::to_string(odd) +
                                 ", expected 0 (as on rank 0; every rank must agree)");
   }
-  // Per-sequence states are ssm::ssd_forward's only.
+  // Per-sequence states on one rank only: that rank's mistake (no
+  // sequence_states), every rank's error.
   auto varlen = f;
   DeviceView<int*> cu("cu_seqlens", 2);
   if (rank == odd) varlen.cu_seqlens = cu;
   EXPECT_EQ(call(varlen),
-            "cp::ssd_forward: cu_seqlens or sequence_states is given, expected neither (the "
-            "context-parallel SSD gives no per-sequence states: ssm::ssd_forward does) (on rank " +
+            "cp::ssd_forward: cu_seqlens is given without sequence_states, expected both (the "
+            "output [S, H, P, N]) (on rank " +
                 std::to_string(odd) + " of " + std::to_string(R) + ")");
   EXPECT_EQ(call(f), "");
+}
+
+// Each rank's per-sequence states, from its own offsets (0, the starts
+// inside its steps, its step count), are the float64 recurrence's states
+// after each of those segments: the final state of every sequence that ends
+// on the rank, wherever it started (the state passed from the ranks before
+// included), 0 for an empty one; for every split, with an initial state.
+TEST(CpSsd, SequenceStatesOfEachRankEqualTheRecurrence) {
+  const int R = comm_size(), rank = comm_rank();
+  const int chunk = 8;
+  SsdCase a = make_problem({1, 45, 2, 3, 1, 4}, true, true, false);
+  std::vector<int> starts;  // the sequences' global offsets (an empty one repeats)
+  int id = 5;
+  for (const int n : {1, 7, 0, 8, 9, 20}) {
+    starts.push_back(int(a.seq.size()));
+    for (int i = 0; i < n; ++i) a.seq.push_back(id);
+    ++id;
+  }
+  const std::size_t state = std::size_t(a.s.H) * a.s.P * a.s.N;
+  for (const auto& lengths : kdnn_test::rank_splits(R, a.s.L, chunk - 1, chunk)) {
+    const int first = std::accumulate(lengths.begin(), lengths.begin() + rank, 0);
+    const int n = lengths[rank];
+    Vec offsets{0};
+    for (const int c : starts) {
+      if (c > first && c < first + n) offsets.push_back(c - first);
+    }
+    offsets.push_back(n);
+    std::string text;
+    for (int l : lengths) text += std::to_string(l) + " ";
+    SCOPED_TRACE("split " + text + "rank " + std::to_string(rank));
+    const Result r =
+        run<double>(a, first, n, chunk, MPI_COMM_WORLD, kdnn::KernelForm::automatic, {}, offsets);
+    ASSERT_EQ(r.sequence_states.size(), (offsets.size() - 1) * state);
+    for (std::size_t q = 0; q + 1 < offsets.size(); ++q) {
+      const int begin = int(offsets[q]), end = int(offsets[q + 1]);
+      const Vec want = end > begin ? state_at(a, first + end) : Vec(state, 0.0);
+      const Vec got(r.sequence_states.begin() + q * state,
+                    r.sequence_states.begin() + (q + 1) * state);
+      EXPECT_ALLCLOSE(got, want, 1e-12, 1e-12) << "segment " << q;
+    }
+  }
 }
 
 }  // namespace

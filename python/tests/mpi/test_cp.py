@@ -167,6 +167,38 @@ def test_packed_sequences_equal_the_single_rank_operators(pattern):
 
 
 @pytest.mark.parametrize("pattern", PATTERNS)
+def test_varlen_states_of_each_rank_equal_the_single_rank_ones(pattern):
+    """Each rank's offsets (0, the starts inside its steps, its step count):
+    the state after each of its segments, and so the final state of every
+    sequence that ends on it, equals the single-rank call's."""
+    torch.manual_seed(4)
+    L, h, p, g, n = 23, 2, 3, 1, 4
+    f64 = dict(dtype=torch.float64)
+    starts = [5, 6, 13, 13, 20]  # an empty sequence at 13
+    seq = torch.tensor([[sum(1 for c in starts if c <= t) for t in range(L)]])
+    first, count = split(L, pattern)
+    x, dt = torch.randn(1, L, h, p, **f64), F.softplus(torch.randn(1, L, h, **f64))
+    A, B, C = -torch.rand(h, **f64) - 0.1, torch.randn(1, L, g, n, **f64), torch.randn(1, L, g, n, **f64)
+    s0 = torch.randn(1, h, p, n, **f64)
+    mine = [0] + [c - first for c in starts if first < c < first + count] + [count]
+    _, states = kdnn.cp.ssd(x[:, first:first + count], dt[:, first:first + count], A,
+                            B[:, first:first + count], C[:, first:first + count], None,
+                            s0 if rank == 0 else None, chunk_size=4, comm=comm,
+                            seq_idx=seq[:, first:first + count], cu_seqlens=mine,
+                            return_varlen_states=True)
+    assert list(states.shape) == [len(mine) - 1, h, p, n]
+    for q in range(len(mine) - 1):
+        if mine[q + 1] == mine[q]:
+            torch.testing.assert_close(states[q], torch.zeros_like(states[q]), rtol=0, atol=0)
+            continue
+        end = first + mine[q + 1]
+        # The single-rank scan's final state after `end` steps of the same ids.
+        _, want = kdnn.ssd(x[:, :end], dt[:, :end], A, B[:, :end], C[:, :end], None, s0,
+                           chunk_size=4, seq_idx=seq[:, :end], return_final_states=True)
+        torch.testing.assert_close(states[q], want[0])
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
 def test_ssd_step_sizes_and_gate_equal_the_single_rank_scan(pattern):
     """dt_bias, dt_softplus, dt_limit and z on each rank's steps; dt_bias's
     gradient a partial sum as A's."""

@@ -32,6 +32,12 @@
 // sequence (its id differs from the step before it), the state entering the
 // rank is dropped and its summary passes none of it on (Λ_r = 0, and dS_r =
 // 0 in the backward). Starts inside a rank reset its chunks as on one rank.
+// With one batch entry, cu_seqlens [S_r + 1] (optional, any rank) are the
+// rank's own offsets: 0, each start inside its steps, then L_r; the rank's
+// sequence_states [S_r, H, P, N] receive the state after each of those
+// segments' last step (the true state, the other ranks' included): the
+// final state of each sequence that ends on the rank, wherever it started,
+// and for the last segment the state at the rank's end.
 //
 // Per rank: initial_state (forward and backward) and dinitial_state belong
 // to the start of the sequence, rank 0 only; final_state (optional, any

@@ -238,6 +238,7 @@ StateStats scan_forward(const char* op, const ExecSpace& space, MPI_Comm comm,
   StateStats stats;
   ex.wait(space, stats, exclusive);
   correct_states(space, layout, rank, ex.all.device, states, decay, a.final_state, starts);
+  ssm::impl::sequence_states(space, a, opts, states);
   ssm::impl::chunk_output(op, space, a, opts, states, false, true);  // + Y_off
   return stats;
 }
@@ -248,10 +249,6 @@ StateStats ssd_forward(const ExecSpace& space, MPI_Comm comm,
   const char* op = "cp::ssd_forward";
   const SummaryLayout layout{a.x.extent(0) * a.x.extent(2), a.x.extent(3) * a.B.extent(3), 1};
   agree(comm, [&] {
-    if (validate::given(a.cu_seqlens) || validate::given(a.sequence_states)) {
-      fail(op, ": cu_seqlens or sequence_states is given, expected neither (the ",
-           "context-parallel SSD gives no per-sequence states: ssm::ssd_forward does)");
-    }
     ssm::impl::check_ssd_forward(op, space, a, opts);
     SequenceEdges::check_size(op, a.seq_idx, 1);
     check_summary_size(op, layout);

@@ -204,6 +204,7 @@ void check_ids_follow_offsets(const char* op, const ExecSpace& space,
 template <class ExecSpace, class T>
 void check_sequence_states(const char* op, const ExecSpace& space,
                            const SsdForward<T, ExecSpace>& a) {
+  const kdnn::impl::SpaceLock exclusive(space);  // the checks read the offsets and ids on `space`
   if (!validate::given(a.cu_seqlens)) {
     fail(op, ": sequence_states is given without cu_seqlens, expected both (cu_seqlens [S + 1] ",
          "says where each sequence ends)");
