@@ -38,6 +38,7 @@
 
 #include "kdnn/attention/impl/fused_backward_data.hpp"
 #include "kdnn/attention/impl/fused_forward_gpu_kernel.hpp"
+#include "kdnn/attention/impl/row_blocks.hpp"
 #include "kdnn/core/impl/backend_traits.hpp"
 #include "kdnn/core/impl/compiled_sizes.hpp"
 #include "kdnn/core/impl/register_team.hpp"
@@ -187,9 +188,8 @@ struct FusedBackwardKVGpuKernel
 
   KOKKOS_INLINE_FUNCTION void one_block(const Member& team, int item, void* scratch) const {
     const int H = int(this->q.extent(1)), S = int(this->q.extent(2)), Sk = int(this->k.extent(2));
-    const int blocks = (Sk + BR - 1) / BR;
-    const int bh = item / blocks, b = bh / H, h = bh % H, j0 = item % blocks * BR;
-    const int cols = Sk - j0 < BR ? Sk - j0 : BR;
+    const RowBlock kb = row_block(item, H, Sk, BR);
+    const int bh = kb.bh, b = kb.b, h = kb.h, j0 = kb.start, cols = kb.count;
     kdnn::impl::ScratchCarver carver(scratch);
     const Work w = Base::carve(carver);
     kdnn::impl::ThreadRegisters<T, NT, RM*(DC + DVC), Base::kPrivate> grad;  // dK, then dV
@@ -277,9 +277,8 @@ struct FusedBackwardQGpuKernel
 
   KOKKOS_INLINE_FUNCTION void one_block(const Member& team, int item, void* scratch) const {
     const int H = int(this->q.extent(1)), S = int(this->q.extent(2)), Sk = int(this->k.extent(2));
-    const int blocks = (S + BR - 1) / BR;
-    const int bh = item / blocks, b = bh / H, h = bh % H, i0 = item % blocks * BR;
-    const int rows = S - i0 < BR ? S - i0 : BR;
+    const RowBlock qb = row_block(item, H, S, BR);
+    const int bh = qb.bh, b = qb.b, h = qb.h, i0 = qb.start, rows = qb.count;
     kdnn::impl::ScratchCarver carver(scratch);
     const Work w = Base::carve(carver);
     kdnn::impl::ThreadRegisters<T, NT, RM * DC, Base::kPrivate> grad;  // dQ / scale

@@ -27,6 +27,7 @@
 
 #include "kdnn/attention/impl/fused_backward_data.hpp"
 #include "kdnn/attention/impl/fused_forward_kernel.hpp"
+#include "kdnn/attention/impl/row_blocks.hpp"
 #include "kdnn/core/impl/team_tile_copy.hpp"
 #include "kdnn/core/impl/team_work.hpp"
 
@@ -101,10 +102,11 @@ struct FusedBackwardKVKernel : FusedBackwardData<ExecSpace, T> {
     const int Sk = int(in.k.extent(2)), Dv = int(in.v.extent(3));
     const int dpad = Tile::pad(D), dvp = Tile::pad(Dv);
     const int bq = in.bq, bk = in.bk;
-    const int blocks = with_dq ? 1 : (Sk + bk - 1) / bk;  // key blocks per head's teams
-    const int bh = item / blocks, b = bh / H, h = bh % H, hk = in.kv_head(h);
-    const int j_begin = with_dq ? 0 : item % blocks * bk;
-    const int j_end = with_dq ? Sk : j_begin + bk;
+    // One team per head (with dQ: every key) or per block of keys.
+    const RowBlock kb =
+        with_dq ? RowBlock{item / H, item % H, item, 0, Sk} : row_block(item, H, Sk, bk);
+    const int bh = kb.bh, b = kb.b, h = kb.h, hk = in.kv_head(h);
+    const int j_begin = kb.start, j_end = kb.start + kb.count;
     kdnn::impl::ScratchCarver carver(scratch);
     const Work w = carve(carver, bq, bk, D, Dv);
 
@@ -230,10 +232,8 @@ struct FusedBackwardQKernel : FusedBackwardData<ExecSpace, T> {
     const int H = int(in.q.extent(1)), S = int(in.q.extent(2)), D = int(in.q.extent(3));
     const int Sk = int(in.k.extent(2)), Dv = int(in.v.extent(3)), dpad = Tile::pad(D);
     const int bq = in.bq, bk = in.bk;
-    const int blocks = (S + bq - 1) / bq;
-    const int block = item % blocks, bh = item / blocks;
-    const int b = bh / H, h = bh % H, hk = in.kv_head(h), i0 = block * bq;
-    const int rows = S - i0 < bq ? S - i0 : bq;
+    const RowBlock qb = row_block(item, H, S, bq);
+    const int b = qb.b, h = qb.h, bh = qb.bh, hk = in.kv_head(h), i0 = qb.start, rows = qb.count;
     kdnn::impl::ScratchCarver carver(scratch);
     const Work w = carve(carver, bq, bk, D, Dv);
 

@@ -34,6 +34,7 @@
 
 #include "kdnn/attention/impl/flash_mma_team.hpp"
 #include "kdnn/attention/impl/fused_backward_data.hpp"
+#include "kdnn/attention/impl/row_blocks.hpp"
 #include "kdnn/core/impl/register_tile.hpp"
 #include "kdnn/core/impl/scratch_layout.hpp"
 #include "kdnn/core/impl/unroll.hpp"
@@ -95,9 +96,9 @@ struct FusedBackwardMmaKernel
 
   KOKKOS_INLINE_FUNCTION void one_block(const Member& team, int item, void* scratch) const {
     const int H = int(this->q.extent(1)), S = int(this->q.extent(2)), Sk = int(this->k.extent(2));
-    const int blocks = (Sk + BK - 1) / BK, tiles = (S + BQ - 1) / BQ;
-    const int bh = item / blocks, b = bh / H, h = bh % H, jb = item % blocks, j0 = jb * BK;
-    const int cols = Sk - j0 < BK ? Sk - j0 : BK;  // the team's keys
+    const int tiles = (S + BQ - 1) / BQ;
+    const RowBlock kb = row_block(item, H, Sk, BK);
+    const int bh = kb.bh, b = kb.b, h = kb.h, j0 = kb.start, jb = j0 / BK, cols = kb.count;
     kdnn::impl::ScratchCarver carver(scratch);
     const Work w = carve(carver);
 

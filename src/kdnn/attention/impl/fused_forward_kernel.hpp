@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "kdnn/attention/impl/fused_forward_data.hpp"
+#include "kdnn/attention/impl/row_blocks.hpp"
 #include "kdnn/attention/impl/visible_keys.hpp"
 #include "kdnn/attention/types.hpp"
 #include "kdnn/core/compat.hpp"
@@ -83,10 +84,8 @@ struct FusedForwardKernel : FusedForwardData<ExecSpace, T> {
   KOKKOS_INLINE_FUNCTION void one_block(const Member& team, int item, void* scratch) const {
     const int H = int(q.extent(1)), S = int(q.extent(2)), D = int(q.extent(3));
     const int Sk = int(k.extent(2)), Dv = int(v.extent(3)), dvp = Tile::pad(Dv);
-    const int blocks = (S + bq - 1) / bq;
-    const int block = item % blocks, bh = item / blocks;
-    const int b = bh / H, h = bh % H, hk = this->kv_head(h), i0 = block * bq;
-    const int rows = S - i0 < bq ? S - i0 : bq;
+    const RowBlock qb = row_block(item, H, S, bq);
+    const int b = qb.b, h = qb.h, bh = qb.bh, hk = this->kv_head(h), i0 = qb.start, rows = qb.count;
     const AlibiRow<T> bias = this->alibi.template row<T>(b, h);
     kdnn::impl::ScratchCarver carver(scratch);
     const Work w = carve(carver, bq, bk, D, Dv);

@@ -34,6 +34,7 @@
 
 #include "kdnn/attention/impl/flash_mma_team.hpp"
 #include "kdnn/attention/impl/fused_forward_data.hpp"
+#include "kdnn/attention/impl/row_blocks.hpp"
 #include "kdnn/core/compat.hpp"
 #include "kdnn/core/impl/exp_vectorisable.hpp"
 #include "kdnn/core/impl/register_tile.hpp"
@@ -74,10 +75,8 @@ struct FusedForwardMmaKernel
 
   KOKKOS_INLINE_FUNCTION void one_block(const Member& team, int item, void* scratch) const {
     const int H = int(q.extent(1)), S = int(q.extent(2)), Sk = int(k.extent(2));
-    const int blocks = (S + BQ - 1) / BQ;
-    const int block = item % blocks, bh = item / blocks;
-    const int b = bh / H, h = bh % H, hk = this->kv_head(h), i0 = block * BQ;
-    const int rows = S - i0 < BQ ? S - i0 : BQ;
+    const RowBlock qb = row_block(item, H, S, BQ);
+    const int b = qb.b, h = qb.h, bh = qb.bh, hk = this->kv_head(h), i0 = qb.start, rows = qb.count;
     const AlibiRow<T> bias = this->alibi.template row<T>(b, h);
     kdnn::impl::ScratchCarver carver(scratch);
     const auto w = Base::carve(carver);
