@@ -47,6 +47,13 @@ Head h takes rows h*D ... (h+1)*D-1 of w_q and w_k and rows h*Dv ... of w_v.
                                                (0 <= lo <= hi <= Sk)
                    seq_q.npy [B]  queries i >= seq_q[b] are padding (<= S)
                    seq_k.npy [B]  keys j >= seq_k[b] are padding (<= Sk)
+                 and packed sequences (flash-attn's varlen layout), both or
+                 neither, int32 or int64, with batch B = 1:
+                   cu_seqlens_q.npy [N+1]  sequence n's queries are rows
+                                           cu_seqlens_q[n] ... cu_seqlens_q[n+1]-1
+                   cu_seqlens_k.npy [N+1]  its keys, likewise (0 first, never
+                                           decreasing, S and Sk last); a query
+                                           sees only its own sequence's keys
   --out DIR      existing directory; receives o.npy [B, S, E_o] and, with
                  do.npy, dq.npy dk.npy dv.npy dw_q.npy dw_k.npy dw_v.npy
                  dw_o.npy, db_q.npy db_k.npy db_v.npy db_o.npy for each bias
@@ -71,7 +78,7 @@ Head h takes rows h*D ... (h+1)*D-1 of w_q and w_k and rows h*Dv ... of w_v.
 A query that sees no key gets O = b_o (+ residual) and passes no gradient; a
 padded query (i >= seq_q[b]) gets a zero row in o.npy and zero gradients,
 dresidual included. Window and length values are checked by the layer
-(errors name them mask.lo_win, mask.seq_q, ...).
+(errors name them mask.lo_win, mask.seq_q, ..., seqs.cu_seqlens_q).
 
 Prints one summary line: the sizes, dtype, options (numbers in the shortest
 form that reads back exactly) and the files written.
@@ -116,8 +123,13 @@ constexpr const char* kFloatNames[kFloatFiles] = {
 constexpr bool is_optional(FloatFile f) { return f >= b_q; }
 
 // The mask's files.
-enum IntFile { lo_win, hi_win, seq_q, seq_k, kIntFiles };
-constexpr const char* kIntNames[kIntFiles] = {"lo_win.npy", "hi_win.npy", "seq_q.npy", "seq_k.npy"};
+enum IntFile { lo_win, hi_win, seq_q, seq_k, cu_seqlens_q, cu_seqlens_k, kIntFiles };
+constexpr const char* kIntNames[kIntFiles] = {"lo_win.npy", "hi_win.npy",       "seq_q.npy",
+                                              "seq_k.npy",  "cu_seqlens_q.npy", "cu_seqlens_k.npy"};
+/// The axis an int file's one dimension shares with the others.
+constexpr const char* int_axis(IntFile f) {
+  return f == lo_win || f == hi_win ? "S" : f == seq_q || f == seq_k ? "batch" : "N+1";
+}
 
 struct Inputs {
   std::array<std::optional<NpyArray>, kFloatFiles> f;
@@ -199,7 +211,12 @@ Inputs read_inputs(const std::string& dir, const at::MhaOptions& layer) {
   for (int m = 0; m < kIntFiles; ++m) {
     if (!ints[m]) continue;
     in.mask[m] = io::read_int_vector(*ints[m], kIntNames[m]);  // int32 or int64
-    dims.check(*ints[m], kIntNames[m], {m == lo_win || m == hi_win ? "S" : "batch"});
+    dims.check(*ints[m], kIntNames[m], {int_axis(IntFile(m))});
+  }
+  if (ints[cu_seqlens_q].has_value() != ints[cu_seqlens_k].has_value()) {
+    fail(ints[cu_seqlens_q] ? "cu_seqlens_q.npy" : "cu_seqlens_k.npy", " is given without ",
+         ints[cu_seqlens_q] ? "cu_seqlens_k.npy" : "cu_seqlens_q.npy",
+         ", expected both (packed sequences) or neither");
   }
 
   at::MhaShape& s = in.shape;
@@ -259,6 +276,8 @@ Result compute(const Options& o, const Inputs& in) {
   mask.hi_win = mask_view(in.mask[hi_win], "hi_win");
   mask.seq_q = mask_view(in.mask[seq_q], "seq_q");
   mask.seq_k = mask_view(in.mask[seq_k], "seq_k");
+  const at::PackedSequences<Space> seqs{mask_view(in.mask[cu_seqlens_q], "cu_seqlens_q"),
+                                        mask_view(in.mask[cu_seqlens_k], "cu_seqlens_k")};
 
   const auto sizes = at::mha_buffer_sizes(s);
   const at::Vector<T, Space> reserve("reserve", sizes.reserve);
@@ -267,7 +286,7 @@ Result compute(const Options& o, const Inputs& in) {
   Result result;
   result.outputs.push_back({"o.npy", io::allocate_npy(in.dtype, {s.batch, s.seq_q, s.o_size})});
   const auto O = output_view<T***>(result.outputs[0].array, "o.npy");
-  at::mha_forward(space, o.layer, mask, w, Q, K, V, R, O, reserve, workspace);
+  at::mha_forward(space, o.layer, mask, w, Q, K, V, R, O, reserve, workspace, seqs);
   copy_to_output(result.outputs[0].array, O);
   if (!in.has(dout)) return result;
 
@@ -292,7 +311,7 @@ Result compute(const Options& o, const Inputs& in) {
   dw.w_o = output_view<T**>(*grads[w_o], "dw_o.npy");
   dw.b_q = grad1(b_q), dw.b_k = grad1(b_k), dw.b_v = grad1(b_v), dw.b_o = grad1(b_o);
   const auto dO = input3(dout);
-  at::mha_backward_data(space, o.layer, mask, w, dO, dQ, dK, dV, dR, reserve, workspace);
+  at::mha_backward_data(space, o.layer, mask, w, dO, dQ, dK, dV, dR, reserve, workspace, seqs);
   at::mha_backward_weights(space, o.layer, w, Q, K, V, dw, at::WgradMode::set, reserve);
 
   const auto copy = [&](FloatFile f, const auto& view) {

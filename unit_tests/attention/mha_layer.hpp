@@ -31,6 +31,7 @@ struct DeviceLayer {
   kdnn::attention::MhaParams<T, Space> w, dw;
   DeviceView<T***> q, k, v, residual, out, dq, dk, dv, dresidual, dout;
   DeviceView<T*> reserve, workspace;
+  kdnn::attention::PackedSequences<Space> seqs;  ///< packed sequences; none by default
 
   DeviceLayer(const MhaCase& cs, const MhaData& d,
               kdnn::attention::AttentionAlgo algo = kdnn::attention::AttentionAlgo::fused)
@@ -93,12 +94,12 @@ struct DeviceLayer {
   }
 
   void forward() {
-    kdnn::attention::mha_forward(Space(), opts, mask, w, q, k, v, residual, out, reserve,
-                                 workspace);
+    kdnn::attention::mha_forward(Space(), opts, mask, w, q, k, v, residual, out, reserve, workspace,
+                                 seqs);
   }
   void backward(kdnn::attention::WgradMode mode = kdnn::attention::WgradMode::set) {
     kdnn::attention::mha_backward_data(Space(), opts, mask, w, dout, dq, dk, dv, dresidual, reserve,
-                                       workspace);
+                                       workspace, seqs);
     kdnn::attention::mha_backward_weights(Space(), opts, w, q, k, v, dw, mode, reserve);
   }
 

@@ -571,6 +571,75 @@ TEST_F(CliMha, MaskFilesAreCheckedByShapeThenByTheLayer) {
   expect_error(mha(c), kInput, "lo_win.npy: dtype float32, expected int32 or int64");
 }
 
+// Packed sequences (cu_seqlens_q.npy, cu_seqlens_k.npy; int64 and int32):
+// o.npy and the row gradients are each sequence's layer alone,
+// concatenated, the weight gradients their sums; a query sees only its own
+// sequence's keys (the sequence without queries only adds keys).
+TEST_F(CliMha, PackedSequencesAreEachSequencesLayer) {
+  const std::vector<int> len_q{2, 0, 3}, len_k{3, 2, 3};
+  MhaCase c;
+  c.B = 1, c.S = 5, c.Sk = 8, c.causal = true, c.residual = true;
+  const MhaData d = MhaData::random(c, 23);
+  write_case(c, d, DType::f64, true);
+  write_ints("cu_seqlens_q.npy", DType::i64, {0, 2, 2, 5});
+  write_ints("cu_seqlens_k.npy", DType::i32, {0, 3, 5, 8});
+  const Result r = run(mha(c));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find(" mask=cu_seqlens_q,cu_seqlens_k "), std::string::npos) << r.out;
+  // Rows [from, from + count) of a [1, rows, width] tensor.
+  const auto rows = [](const std::vector<double>& x, int from, int count, int width) {
+    return std::vector<double>(x.begin() + std::size_t(from) * width,
+                               x.begin() + std::size_t(from + count) * width);
+  };
+  std::vector<double> o_want;
+  std::vector<std::vector<double>> grad_want(gradients(c).size());
+  for (std::size_t n = 0, i = 0, j = 0; n < len_q.size(); i += len_q[n], j += len_k[n], ++n) {
+    MhaCase one = c;
+    one.S = len_q[n], one.Sk = len_k[n];
+    MhaData part = d;
+    part.q = rows(d.q, int(i), len_q[n], c.Eq);
+    part.residual = rows(d.residual, int(i), len_q[n], c.Eo);
+    part.dout = rows(d.dout, int(i), len_q[n], c.Eo);
+    part.k = rows(d.k, int(j), len_k[n], c.Ek);
+    part.v = rows(d.v, int(j), len_k[n], c.Ev);
+    const auto o = reference_mha_forward(one, part);
+    o_want.insert(o_want.end(), o.begin(), o.end());
+    const auto grads = gradients(c);
+    for (std::size_t g = 0; g < grads.size(); ++g) {
+      const auto each = reference_gradient(one, part, grads[g].of);
+      const bool row_wise = grads[g].of == &MhaData::q || grads[g].of == &MhaData::k ||
+                            grads[g].of == &MhaData::v || grads[g].of == &MhaData::residual;
+      if (row_wise) {
+        grad_want[g].insert(grad_want[g].end(), each.begin(), each.end());
+      } else {
+        grad_want[g].resize(each.size(), 0.0);
+        for (std::size_t e = 0; e < each.size(); ++e) grad_want[g][e] += each[e];
+      }
+    }
+  }
+  EXPECT_ALLCLOSE(read(out_ / "o.npy", DType::f64, dims(c.B, c.S, c.Eo)), o_want, 1e-6, 1e-8);
+  const auto grads = gradients(c);
+  for (std::size_t g = 0; g < grads.size(); ++g) {
+    EXPECT_ALLCLOSE(read(out_ / grads[g].file, DType::f64, grads[g].shape), grad_want[g], 1e-6,
+                    1e-8)
+        << grads[g].file;
+  }
+  // One file without the other, files that disagree, offsets the layer
+  // refuses (each an error that writes nothing: --out emptied first).
+  fs::remove_all(out_);
+  fs::create_directories(out_);
+  fs::remove(in_ / "cu_seqlens_k.npy");
+  expect_error(mha(c), kInput,
+               "cu_seqlens_q.npy is given without cu_seqlens_k.npy, expected both (packed "
+               "sequences) or neither");
+  write_ints("cu_seqlens_k.npy", DType::i32, {0, 8});
+  expect_error(mha(c), kInput,
+               "cu_seqlens_k.npy: shape (2,), expected N+1 4 (from cu_seqlens_q.npy)");
+  write_ints("cu_seqlens_k.npy", DType::i32, {0, 3, 5, 7});
+  expect_error(mha(c), kInput,
+               "kdnn: error: attention::mha_forward: seqs.cu_seqlens_k[3]=7, expected 8");
+}
+
 TEST_F(CliMha, NonFiniteInputsAreRejectedWithTheirPosition) {
   const MhaCase c{};
   const double inf = std::numeric_limits<double>::infinity();

@@ -20,6 +20,15 @@
 // b_o (+ residual) and it passes no gradient; a padded query (i ≥ seq_q[b])
 // gets a zero output row and zero gradients, residual included.
 //
+// Packed sequences (flash-attn's varlen layout): with `seqs`
+// (fused_attention_varlen.hpp's PackedSequences) given to mha_forward and
+// mha_backward_data, q, k and v are one batch entry (B = 1) holding N
+// sequences along S and Sk, at the offsets cu_seqlens_q and cu_seqlens_k;
+// each sequence's queries see only its own keys (causal and dropout per
+// sequence, as fused_attention_varlen_forward), with the fused algorithm
+// only and a mask without per-entry vectors. The projections and
+// mha_backward_weights are row by row and need nothing more.
+//
 // Two algorithms compute the A_h (MhaOptions::algo), with the same results
 // up to rounding and the same dropout mask for the same (seed, offset):
 // AttentionAlgo::fused (the default) is fused_attention.hpp's flash-style
@@ -53,6 +62,7 @@
 #include <Kokkos_Core.hpp>
 
 #include "kdnn/attention/dropout.hpp"
+#include "kdnn/attention/fused_attention_varlen.hpp"
 #include "kdnn/attention/softmax.hpp"
 #include "kdnn/attention/types.hpp"
 #include "kdnn/core/impl/eti.hpp"
@@ -121,12 +131,13 @@ inline MhaBufferSizes mha_buffer_sizes(const MhaShape& shape);
                           const Tensor3<const T, ExecSpace>&, const Tensor3<const T, ExecSpace>&, \
                           const Tensor3<const T, ExecSpace>&, const Tensor3<const T, ExecSpace>&, \
                           const Tensor3<T, ExecSpace>&, const Vector<T, ExecSpace>&,              \
-                          const Vector<T, ExecSpace>&);                                           \
+                          const Vector<T, ExecSpace>&, const PackedSequences<ExecSpace>&);        \
   PREFIX void mha_backward_data(                                                                  \
       const ExecSpace&, const MhaOptions&, const AttentionMask<ExecSpace>&,                       \
       const MhaParams<const T, ExecSpace>&, const Tensor3<const T, ExecSpace>&,                   \
       const Tensor3<T, ExecSpace>&, const Tensor3<T, ExecSpace>&, const Tensor3<T, ExecSpace>&,   \
-      const Tensor3<T, ExecSpace>&, const Vector<T, ExecSpace>&, const Vector<T, ExecSpace>&);    \
+      const Tensor3<T, ExecSpace>&, const Vector<T, ExecSpace>&, const Vector<T, ExecSpace>&,     \
+      const PackedSequences<ExecSpace>&);                                                         \
   PREFIX void mha_backward_weights(                                                               \
       const ExecSpace&, const MhaOptions&, const MhaParams<const T, ExecSpace>&,                  \
       const Tensor3<const T, ExecSpace>&, const Tensor3<const T, ExecSpace>&,                     \
@@ -151,7 +162,8 @@ using NoDeduce = typename NoDeduceT<X>::type;
 }  // namespace impl
 
 /// out = the layer applied to (q, k, v) (+ residual, optional); fills
-/// `reserve` for the backward calls. T is the weights' scalar type.
+/// `reserve` for the backward calls. T is the weights' scalar type. `seqs`:
+/// packed sequences (see above), or none.
 template <class ExecSpace, class W, class T = std::remove_const_t<W>>
 void mha_forward(const ExecSpace& space, const MhaOptions& opts,
                  const AttentionMask<ExecSpace>& mask, const MhaParams<W, ExecSpace>& weights,
@@ -161,15 +173,16 @@ void mha_forward(const ExecSpace& space, const MhaOptions& opts,
                  const impl::NoDeduce<Tensor3<const T, ExecSpace>>& residual,
                  const impl::NoDeduce<Tensor3<T, ExecSpace>>& out,
                  const impl::NoDeduce<Vector<T, ExecSpace>>& reserve,
-                 const impl::NoDeduce<Vector<T, ExecSpace>>& workspace) {
+                 const impl::NoDeduce<Vector<T, ExecSpace>>& workspace,
+                 const PackedSequences<ExecSpace>& seqs = {}) {
   const kdnn::impl::SpaceLock exclusive(space);
   impl::mha_forward<ExecSpace, T>(space, opts, mask, weights.as_const(), q, k, v, residual, out,
-                                  reserve, workspace);
+                                  reserve, workspace, seqs);
 }
 
 /// From dout = dL/dout: dq, dk, dv and, if given, dresidual (dout with the
 /// padded query rows zeroed). Needs the forward's reserve; leaves in it the
-/// projections' gradients for mha_backward_weights.
+/// projections' gradients for mha_backward_weights. `seqs`: the forward's.
 template <class ExecSpace, class W, class T = std::remove_const_t<W>>
 void mha_backward_data(const ExecSpace& space, const MhaOptions& opts,
                        const AttentionMask<ExecSpace>& mask, const MhaParams<W, ExecSpace>& weights,
@@ -179,10 +192,11 @@ void mha_backward_data(const ExecSpace& space, const MhaOptions& opts,
                        const impl::NoDeduce<Tensor3<T, ExecSpace>>& dv,
                        const impl::NoDeduce<Tensor3<T, ExecSpace>>& dresidual,
                        const impl::NoDeduce<Vector<T, ExecSpace>>& reserve,
-                       const impl::NoDeduce<Vector<T, ExecSpace>>& workspace) {
+                       const impl::NoDeduce<Vector<T, ExecSpace>>& workspace,
+                       const PackedSequences<ExecSpace>& seqs = {}) {
   const kdnn::impl::SpaceLock exclusive(space);
   impl::mha_backward_data<ExecSpace, T>(space, opts, mask, weights.as_const(), dout, dq, dk, dv,
-                                        dresidual, reserve, workspace);
+                                        dresidual, reserve, workspace, seqs);
 }
 
 /// The weight and bias gradients (a bias gradient is written iff it is given

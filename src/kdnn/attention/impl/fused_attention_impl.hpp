@@ -375,7 +375,8 @@ FusedForwardData<ExecSpace, T> forward_data(
     const char* op, const ExecSpace& space, const StridedTensor4<const T, ExecSpace>& q,
     const StridedTensor4<const T, ExecSpace>& k, const StridedTensor4<const T, ExecSpace>& v,
     const StridedTensor4<T, ExecSpace>& o, const Tensor3<T, ExecSpace>& lse,
-    const FusedAttentionOptions& opts, const AttentionMask<ExecSpace>& mask, MaskCheck mask_check) {
+    const FusedAttentionOptions& opts, const AttentionMask<ExecSpace>& mask, MaskCheck mask_check,
+    const EntryRows& queries, const EntryRows& keys) {
   validate_fused<ExecSpace, T>(op, space, opts, q, k, v, "o", StridedTensor4<const T, ExecSpace>(o),
                                "lse", Tensor3<const T, ExecSpace>(lse));
   validate::distinct_elements(op, "o", o);
@@ -386,12 +387,13 @@ FusedForwardData<ExecSpace, T> forward_data(
     check_mask(op, mask, q.extent(0), q.extent(2), k.extent(2), q.extent(1));
   }
   FusedForwardData<ExecSpace, T> data;
-  data.q = q, data.k = k, data.v = v, data.o = o, data.lse = lse;
+  data.q = entry_rows(q, queries), data.k = entry_rows(k, keys), data.v = entry_rows(v, keys);
+  data.o = entry_rows(o, queries), data.lse = entry_values(lse, queries);
   data.group = k.extent(1) > 0 ? int(q.extent(1) / k.extent(1)) : 1;
-  data.visible = VisibleKeys<ExecSpace>(mask, int(q.extent(2)), int(k.extent(2)));
+  data.visible = VisibleKeys<ExecSpace>(mask, queries.extent, keys.extent);
   data.scale = T(opts.scale);
   data.softcap = score_cap<T>(opts);
-  data.alibi = AlibiSlopes<ExecSpace>(mask, int(q.extent(1)), int(q.extent(2)), int(k.extent(2)));
+  data.alibi = AlibiSlopes<ExecSpace>(mask, int(q.extent(1)), queries.extent, keys.extent);
   data.keep_scale = T(1.0 / (1.0 - opts.dropout.p));
   data.neg_inf = -std::numeric_limits<T>::infinity();
   data.dropout = dropout_mask(opts.dropout);
@@ -403,13 +405,42 @@ FusedForwardData<ExecSpace, T> forward_data(
 template <class Kernel, class ExecSpace, class T>
 void launch_forward_team(const char* op, const ExecSpace& space,
                          const FusedForwardData<ExecSpace, T>& data,
-                         const FusedAttentionOptions& opts, const std::string& label) {
-  const int B = int(data.q.extent(0)), H = int(data.q.extent(1)), S = int(data.q.extent(2));
+                         const FusedAttentionOptions& opts, const std::string& label,
+                         const EntryRows& queries) {
   Kernel kernel;
   static_cast<FusedForwardData<ExecSpace, T>&>(kernel) = data;
-  const auto plan = plan_fused_gpu<ExecSpace, Kernel>(
-      op, space, B * H * ((S + Kernel::BQ - 1) / Kernel::BQ), opts);
+  kernel.blocks = row_blocks(op, space, queries, int(data.q.extent(1)), Kernel::BQ);
+  if (kernel.blocks.items == 0) return;
+  const auto plan = plan_fused_gpu<ExecSpace, Kernel>(op, space, kernel.blocks.items, opts);
   plan.launch(label, space, kernel);
+}
+
+/// Runs the forward's kernel on `data` (forward_data) over the blocks of
+/// `queries`, in the form the options and the head sizes choose.
+template <class ExecSpace, class T>
+void run_fused_forward(const char* op, const ExecSpace& space,
+                       const FusedForwardData<ExecSpace, T>& data,
+                       const FusedAttentionOptions& opts, const EntryRows& queries,
+                       const EntryRows& keys) {
+  const int D = int(data.q.extent(3)), Dv = int(data.v.extent(3));
+  const std::string sizes = "D=" + std::to_string(D) + ", Dv=" + std::to_string(Dv) + "]";
+  if (visit_forward_team<ExecSpace, T>(space, opts, D, Dv, [&](auto kernel, const char* form) {
+        launch_forward_team<typename decltype(kernel)::type>(
+            op, space, data, opts,
+            std::string("kdnn::attention::fused_attention_forward[") + form + " " + sizes, queries);
+      })) {
+    return;
+  }
+
+  using Kernel = FusedForwardKernel<ExecSpace, T>;
+  Kernel kernel;
+  static_cast<FusedForwardData<ExecSpace, T>&>(kernel) = data;
+  fused_block_sizes<ExecSpace>(queries.extent, keys.extent, D, Dv, kernel.bq, kernel.bk);
+  kernel.blocks = row_blocks(op, space, queries, int(data.q.extent(1)), kernel.bq);
+  if (kernel.blocks.items == 0) return;
+  const auto plan = plan_fused<ExecSpace, Kernel>(op, space, kernel.blocks.items, opts, kernel.bq,
+                                                  kernel.bk, D, Dv);
+  plan.launch("kdnn::attention::fused_attention_forward", space, kernel);
 }
 
 template <class ExecSpace, class T>
@@ -420,27 +451,11 @@ void fused_attention_forward(const ExecSpace& space, const StridedTensor4<const 
                              const Tensor3<T, ExecSpace>& lse, const FusedAttentionOptions& opts,
                              const AttentionMask<ExecSpace>& mask, MaskCheck mask_check) {
   constexpr const char* op = "attention::fused_attention_forward";
-  const auto data = forward_data<ExecSpace, T>(op, space, q, k, v, o, lse, opts, mask, mask_check);
-  const int B = int(q.extent(0)), H = int(q.extent(1)), S = int(q.extent(2)), Sk = int(k.extent(2)),
-            D = int(q.extent(3)), Dv = int(v.extent(3));
-  if (B == 0 || H == 0 || S == 0) return;
-  const std::string sizes = "D=" + std::to_string(D) + ", Dv=" + std::to_string(Dv) + "]";
-
-  if (visit_forward_team<ExecSpace, T>(space, opts, D, Dv, [&](auto kernel, const char* form) {
-        launch_forward_team<typename decltype(kernel)::type>(
-            op, space, data, opts,
-            std::string("kdnn::attention::fused_attention_forward[") + form + " " + sizes);
-      })) {
-    return;
-  }
-
-  using Kernel = FusedForwardKernel<ExecSpace, T>;
-  Kernel kernel;
-  static_cast<FusedForwardData<ExecSpace, T>&>(kernel) = data;
-  fused_block_sizes<ExecSpace>(S, Sk, D, Dv, kernel.bq, kernel.bk);
-  const auto plan = plan_fused<ExecSpace, Kernel>(
-      op, space, B * H * ((S + kernel.bq - 1) / kernel.bq), opts, kernel.bq, kernel.bk, D, Dv);
-  plan.launch("kdnn::attention::fused_attention_forward", space, kernel);
+  const EntryRows queries{int(q.extent(0)), int(q.extent(2))},
+      keys{int(k.extent(0)), int(k.extent(2))};
+  const auto data =
+      forward_data<ExecSpace, T>(op, space, q, k, v, o, lse, opts, mask, mask_check, queries, keys);
+  run_fused_forward<ExecSpace, T>(op, space, data, opts, queries, keys);
 }
 
 /// delta[b, h, i] = dO_i·O_i, the softmax backward's row sums.
@@ -473,45 +488,45 @@ void launch_backward_teams(const char* op, const ExecSpace& space,
                            const StridedTensor4<T, ExecSpace>& dq,
                            const StridedTensor4<T, ExecSpace>& dk,
                            const StridedTensor4<T, ExecSpace>& dv,
-                           const FusedAttentionOptions& opts, const std::string& tag) {
-  const int B = int(data.q.extent(0)), H = int(data.q.extent(1)), S = int(data.q.extent(2)),
-            Sk = int(data.k.extent(2));
+                           const FusedAttentionOptions& opts, const std::string& tag,
+                           const EntryRows& queries, const EntryRows& keys) {
+  const int H = int(data.q.extent(1));
   data.bq = KV::BQ;  // the rows load_rows reads
   data.bk = KV::BK;
   constexpr bool kv_adds_dq = std::is_void_v<Q>;
-  if (kv_adds_dq && Sk == 0) kdnn::impl::fill_rank4(space, dq, T(0));
-  if (Sk > 0) {
-    KV kv;
-    static_cast<FusedBackwardData<ExecSpace, T>&>(kv) = data;
-    kv.dk = dk, kv.dv = dv;
-    const int items = B * H * ((Sk + KV::BK - 1) / KV::BK);
-    const auto plan = plan_fused_gpu<ExecSpace, KV>(op, space, items, opts);
+  if (kv_adds_dq) kdnn::impl::fill_rank4(space, dq, T(0));  // the shares are added to it
+  KV kv;
+  static_cast<FusedBackwardData<ExecSpace, T>&>(kv) = data;
+  kv.dk = entry_rows(dk, keys), kv.dv = entry_rows(dv, keys);
+  kv.blocks = row_blocks(op, space, keys, H, KV::BK);
+  if (kv.blocks.items > 0) {
+    const auto plan = plan_fused_gpu<ExecSpace, KV>(op, space, kv.blocks.items, opts);
     if constexpr (kv_adds_dq) {
       // One counter for the teams' claims, then one per (b, h, query tile).
       const Kokkos::View<int*, typename ExecSpace::memory_space> counters(
           Kokkos::view_alloc(space, std::string("kdnn::attention::fused_backward_turns")),
-          1 + std::size_t(B) * H * ((S + KV::BQ - 1) / KV::BQ));
-      kv.dq = dq;
+          1 + std::size_t(queries.entries) * H * ((queries.extent + KV::BQ - 1) / KV::BQ));
+      kv.dq = entry_rows(dq, queries);
       kv.turns = counters.data() + 1;
-      kdnn::impl::fill_rank4(space, dq, T(0));  // the shares are added to it
       plan.launch("kdnn::attention::fused_backward" + tag, space, kv, counters.data());
     } else {
       plan.launch("kdnn::attention::fused_backward_kv" + tag, space, kv);
     }
   }
   if constexpr (!kv_adds_dq) {
-    if (S == 0) return;
     Q qk;
     static_cast<FusedBackwardData<ExecSpace, T>&>(qk) = data;
-    qk.dq = dq;
-    const auto plan =
-        plan_fused_gpu<ExecSpace, Q>(op, space, B * H * ((S + Q::BQ - 1) / Q::BQ), opts);
+    qk.dq = entry_rows(dq, queries);
+    qk.blocks = row_blocks(op, space, queries, H, Q::BQ);
+    if (qk.blocks.items == 0) return;
+    const auto plan = plan_fused_gpu<ExecSpace, Q>(op, space, qk.blocks.items, opts);
     plan.launch("kdnn::attention::fused_backward_q" + tag, space, qk);
   }
 }
 
 /// Runs the backward's kernels with dK and dV per query head (`group` query
-/// heads per key/value head of k and v).
+/// heads per key/value head of k and v), on flat tensors whose entries'
+/// rows `queries` and `keys` give (entry_rows.hpp).
 template <class ExecSpace, class T>
 void run_fused_backward(
     const char* op, const ExecSpace& space, const StridedTensor4<const T, ExecSpace>& q,
@@ -519,11 +534,14 @@ void run_fused_backward(
     const StridedTensor4<const T, ExecSpace>& dout, const Tensor3<const T, ExecSpace>& lse,
     const Tensor3<const T, ExecSpace>& delta, const StridedTensor4<T, ExecSpace>& dq,
     const StridedTensor4<T, ExecSpace>& dk, const StridedTensor4<T, ExecSpace>& dv,
-    const FusedAttentionOptions& opts, const AttentionMask<ExecSpace>& mask, int group) {
-  const int B = int(q.extent(0)), H = int(q.extent(1)), S = int(q.extent(2)), Sk = int(k.extent(2)),
-            D = int(q.extent(3)), Dv = int(v.extent(3));
+    const FusedAttentionOptions& opts, const AttentionMask<ExecSpace>& mask, int group,
+    const EntryRows& queries, const EntryRows& keys) {
+  const int H = int(q.extent(1)), S = queries.extent, Sk = keys.extent, D = int(q.extent(3)),
+            Dv = int(v.extent(3));
   FusedBackwardData<ExecSpace, T> data;
-  data.q = q, data.k = k, data.v = v, data.dout = dout, data.lse = lse, data.delta = delta;
+  data.q = entry_rows(q, queries), data.k = entry_rows(k, keys), data.v = entry_rows(v, keys);
+  data.dout = entry_rows(dout, queries);
+  data.lse = entry_values(lse, queries), data.delta = entry_values(delta, queries);
   data.group = group;
   data.visible = VisibleKeys<ExecSpace>(mask, S, Sk);
   data.dropout = dropout_mask(opts.dropout);
@@ -537,32 +555,35 @@ void run_fused_backward(
   if (visit_backward_teams<ExecSpace, T>(
           space, opts, D, Dv, [&](auto kv, auto q, const char* form) {
             launch_backward_teams<typename decltype(kv)::type, typename decltype(q)::type>(
-                op, space, data, dq, dk, dv, opts, std::string("[") + form + " " + sizes);
+                op, space, data, dq, dk, dv, opts, std::string("[") + form + " " + sizes, queries,
+                keys);
           })) {
     return;
   }
 
-  const bool per_head = backward_per_head(space, B, H, opts);
-  if (Sk > 0 || per_head) {
-    using KV = FusedBackwardKVKernel<ExecSpace, T>;
-    KV kv;
-    static_cast<FusedBackwardData<ExecSpace, T>&>(kv) = data;
-    kv.dq = dq, kv.dk = dk, kv.dv = dv;
-    kv.with_dq = per_head;
-    const int league = per_head ? B * H : B * H * ((Sk + data.bk - 1) / data.bk);
-    const auto plan = plan_fused<ExecSpace, KV>(op, space, league, opts, data.bq, data.bk, D, Dv);
+  const bool per_head = backward_per_head(space, queries.entries, H, opts);
+  using KV = FusedBackwardKVKernel<ExecSpace, T>;
+  KV kv;
+  static_cast<FusedBackwardData<ExecSpace, T>&>(kv) = data;
+  kv.dq = entry_rows(dq, queries), kv.dk = entry_rows(dk, keys), kv.dv = entry_rows(dv, keys);
+  kv.with_dq = per_head;
+  // Per head: one team per (b, h), which reads no blocks.
+  kv.blocks = row_blocks(op, space, per_head ? EntryRows{queries.entries, 1} : keys, H, data.bk);
+  if (kv.blocks.items > 0) {
+    const auto plan =
+        plan_fused<ExecSpace, KV>(op, space, kv.blocks.items, opts, data.bq, data.bk, D, Dv);
     plan.launch("kdnn::attention::fused_backward_kv", space, kv);
   }
   if (per_head) return;
-  if (S > 0) {
-    using Q = FusedBackwardQKernel<ExecSpace, T>;
-    Q qk;
-    static_cast<FusedBackwardData<ExecSpace, T>&>(qk) = data;
-    qk.dq = dq;
-    const auto plan = plan_fused<ExecSpace, Q>(op, space, B * H * ((S + data.bq - 1) / data.bq),
-                                               opts, data.bq, data.bk, D, Dv);
-    plan.launch("kdnn::attention::fused_backward_q", space, qk);
-  }
+  using Q = FusedBackwardQKernel<ExecSpace, T>;
+  Q qk;
+  static_cast<FusedBackwardData<ExecSpace, T>&>(qk) = data;
+  qk.dq = entry_rows(dq, queries);
+  qk.blocks = row_blocks(op, space, queries, H, data.bq);
+  if (qk.blocks.items == 0) return;
+  const auto plan =
+      plan_fused<ExecSpace, Q>(op, space, qk.blocks.items, opts, data.bq, data.bk, D, Dv);
+  plan.launch("kdnn::attention::fused_backward_q", space, qk);
 }
 
 /// into(b, g, ·, ·) = Σ_r heads(b, g·group + r, ·, ·), r = 0 .. group − 1 in
@@ -585,16 +606,15 @@ void sum_group_heads(const ExecSpace& space, const Tensor4<T, ExecSpace>& heads,
       });
 }
 
+/// Checks the backward's tensors and options (not the mask).
 template <class ExecSpace, class T>
-void fused_attention_backward(
-    const ExecSpace& space, const StridedTensor4<const T, ExecSpace>& q,
+void check_fused_backward(
+    const char* op, const ExecSpace& space, const StridedTensor4<const T, ExecSpace>& q,
     const StridedTensor4<const T, ExecSpace>& k, const StridedTensor4<const T, ExecSpace>& v,
     const StridedTensor4<const T, ExecSpace>& o, const Tensor3<const T, ExecSpace>& lse,
     const StridedTensor4<const T, ExecSpace>& dout, const StridedTensor4<T, ExecSpace>& dq,
     const StridedTensor4<T, ExecSpace>& dk, const StridedTensor4<T, ExecSpace>& dv,
-    const FusedBackwardScratch<T, ExecSpace>& scratch, const FusedAttentionOptions& opts,
-    const AttentionMask<ExecSpace>& mask, MaskCheck mask_check) {
-  constexpr const char* op = "attention::fused_attention_backward";
+    const FusedBackwardScratch<T, ExecSpace>& scratch, const FusedAttentionOptions& opts) {
   validate_fused<ExecSpace, T>(op, space, opts, q, k, v, "o", o, "lse", lse);
   validate::same_shape(op, "dout", dout, "o", o);
   validate::same_shape(op, "dq", dq, "q", q);
@@ -629,9 +649,24 @@ void fused_attention_backward(
        memory_of("dv_shares", scratch.dv_shares)},
       {memory_of("q", q), memory_of("k", k), memory_of("v", v), memory_of("o", o),
        memory_of("lse", lse), memory_of("dout", dout)});
+}
+
+/// The backward on checked flat tensors whose entries' rows `queries` and
+/// `keys` give (entry_rows.hpp): δ, the kernels, GQA's group sums.
+template <class ExecSpace, class T>
+void run_fused_backward_checked(
+    const char* op, const ExecSpace& space, const StridedTensor4<const T, ExecSpace>& q,
+    const StridedTensor4<const T, ExecSpace>& k, const StridedTensor4<const T, ExecSpace>& v,
+    const StridedTensor4<const T, ExecSpace>& o, const Tensor3<const T, ExecSpace>& lse,
+    const StridedTensor4<const T, ExecSpace>& dout, const StridedTensor4<T, ExecSpace>& dq,
+    const StridedTensor4<T, ExecSpace>& dk, const StridedTensor4<T, ExecSpace>& dv,
+    const FusedBackwardScratch<T, ExecSpace>& scratch, const FusedAttentionOptions& opts,
+    const AttentionMask<ExecSpace>& mask, const EntryRows& queries, const EntryRows& keys) {
   const int B = int(q.extent(0)), H = int(q.extent(1)), S = int(q.extent(2)), Sk = int(k.extent(2));
-  if (mask_check == MaskCheck::here) check_mask(op, mask, B, S, Sk, H);
   if (B == 0 || H == 0) return;
+  const Tensor3<T, ExecSpace>& delta_workspace = scratch.delta;
+  const bool given_delta = delta_workspace.data() != nullptr;
+  const int group = int(q.extent(1) / k.extent(1));
 
   // δ_i = dO_i·O_i, the softmax backward's row sums (O(B·H·S) memory): in
   // the caller's workspace, or allocated for the call.
@@ -657,11 +692,28 @@ void fused_attention_backward(
   run_fused_backward<ExecSpace, T>(op, space, q, k, v, dout, lse, delta, dq,
                                    group > 1 ? StridedTensor4<T, ExecSpace>(dk_heads) : dk,
                                    group > 1 ? StridedTensor4<T, ExecSpace>(dv_heads) : dv, opts,
-                                   mask, group);
+                                   mask, group, queries, keys);
   if (group > 1) {
     sum_group_heads<ExecSpace, T>(space, dk_heads, dk, group);
     sum_group_heads<ExecSpace, T>(space, dv_heads, dv, group);
   }
+}
+
+template <class ExecSpace, class T>
+void fused_attention_backward(
+    const ExecSpace& space, const StridedTensor4<const T, ExecSpace>& q,
+    const StridedTensor4<const T, ExecSpace>& k, const StridedTensor4<const T, ExecSpace>& v,
+    const StridedTensor4<const T, ExecSpace>& o, const Tensor3<const T, ExecSpace>& lse,
+    const StridedTensor4<const T, ExecSpace>& dout, const StridedTensor4<T, ExecSpace>& dq,
+    const StridedTensor4<T, ExecSpace>& dk, const StridedTensor4<T, ExecSpace>& dv,
+    const FusedBackwardScratch<T, ExecSpace>& scratch, const FusedAttentionOptions& opts,
+    const AttentionMask<ExecSpace>& mask, MaskCheck mask_check) {
+  constexpr const char* op = "attention::fused_attention_backward";
+  check_fused_backward<ExecSpace, T>(op, space, q, k, v, o, lse, dout, dq, dk, dv, scratch, opts);
+  const int B = int(q.extent(0)), H = int(q.extent(1)), S = int(q.extent(2)), Sk = int(k.extent(2));
+  if (mask_check == MaskCheck::here) check_mask(op, mask, B, S, Sk, H);
+  run_fused_backward_checked<ExecSpace, T>(op, space, q, k, v, o, lse, dout, dq, dk, dv, scratch,
+                                           opts, mask, EntryRows{B, S}, EntryRows{B, Sk});
 }
 
 }  // namespace kdnn::attention::impl

@@ -23,8 +23,8 @@ struct FusedBackwardData {
   using Tile = kdnn::impl::GemmTile<ExecSpace, T>;
   /// [B,H,S,D], [B,Hkv,Sk,D], [B,Hkv,Sk,Dv], [B,H,S,Dv]; any strides, the
   /// last dimension contiguous
-  kdnn::impl::StridedRows4<const T> q, k, v, dout;
-  Tensor3<const T, ExecSpace> lse, delta;  ///< [B, H, S]
+  kdnn::impl::StridedRows4<const T> q, k, v, dout;  ///< dense or packed, as the forward's
+  kdnn::impl::StridedRows3<const T> lse, delta;     ///< [B, H, S]
   VisibleKeys<ExecSpace> visible;
   DropoutMask dropout;
   T scale = 1, keep_scale = 1;
@@ -33,6 +33,9 @@ struct FusedBackwardData {
   int bq = 1, bk = 1;            ///< multiples of Tile::align
   int group = 1;                 ///< query heads per key/value head, H / Hkv
   kdnn::impl::TeamWork work;     ///< set by the launch
+  /// The launch's items: blocks of keys (dK, dV) or of queries (dQ), set
+  /// by the launch
+  RowBlocks<ExecSpace> blocks;
 
   /// The key/value head query head h reads (grouped-query attention). The
   /// kernels write dK and dV per query head; the group's sum is taken after.

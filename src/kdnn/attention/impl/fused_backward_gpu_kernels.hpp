@@ -187,9 +187,9 @@ struct FusedBackwardKVGpuKernel
   kdnn::impl::StridedRows4<T> dk, dv;
 
   KOKKOS_INLINE_FUNCTION void one_block(const Member& team, int item, void* scratch) const {
-    const int H = int(this->q.extent(1)), S = int(this->q.extent(2)), Sk = int(this->k.extent(2));
-    const RowBlock kb = row_block(item, H, Sk, BR);
+    const RowBlock kb = this->blocks(item);
     const int bh = kb.bh, b = kb.b, h = kb.h, j0 = kb.start, cols = kb.count;
+    const int queries = this->q.rows(b);  // the entry's queries
     kdnn::impl::ScratchCarver carver(scratch);
     const Work w = Base::carve(carver);
     kdnn::impl::ThreadRegisters<T, NT, RM*(DC + DVC), Base::kPrivate> grad;  // dK, then dV
@@ -200,8 +200,8 @@ struct FusedBackwardKVGpuKernel
       KDNN_IMPL_UNROLL
       for (int e = 0; e < RM * (DC + DVC); ++e) grad(t)[e] = T(0);
     });
-    for (int i0 = 0; i0 < S; i0 += BC) {
-      const int rows = S - i0 < BC ? S - i0 : BC;
+    for (int i0 = 0; i0 < queries; i0 += BC) {
+      const int rows = queries - i0 < BC ? queries - i0 : BC;
       team.team_barrier();  // the previous tile is done with
       int any = 0;
       this->load_rows(team, b, h, i0, rows, w.first, w.last, w.lse, w.delta, j0, j0 + cols, any);
@@ -276,15 +276,15 @@ struct FusedBackwardQGpuKernel
   kdnn::impl::StridedRows4<T> dq;
 
   KOKKOS_INLINE_FUNCTION void one_block(const Member& team, int item, void* scratch) const {
-    const int H = int(this->q.extent(1)), S = int(this->q.extent(2)), Sk = int(this->k.extent(2));
-    const RowBlock qb = row_block(item, H, S, BR);
+    const RowBlock qb = this->blocks(item);
     const int bh = qb.bh, b = qb.b, h = qb.h, i0 = qb.start, rows = qb.count;
+    const int keys = this->k.rows(b);  // the entry's keys
     kdnn::impl::ScratchCarver carver(scratch);
     const Work w = Base::carve(carver);
     kdnn::impl::ThreadRegisters<T, NT, RM * DC, Base::kPrivate> grad;  // dQ / scale
 
     int any = 0;
-    this->load_rows(team, b, h, i0, rows, w.first, w.last, w.lse, w.delta, 0, Sk, any);
+    this->load_rows(team, b, h, i0, rows, w.first, w.last, w.lse, w.delta, 0, keys, any);
     Base::template load_tile<D>(team, this->q, b, h, i0, rows, BR, this->scale, w.own_a);
     Base::template load_tile<DV>(team, this->dout, b, h, i0, rows, BR, T(1), w.own_b);
     Base::threads(team, [&](int t) {
@@ -293,7 +293,7 @@ struct FusedBackwardQGpuKernel
     });
     const auto seen = this->visible.team_bounds(team, b, i0, rows);
     for (int j0 = seen.lo / BC * BC; j0 < seen.hi; j0 += BC) {
-      const int cols = Sk - j0 < BC ? Sk - j0 : BC;
+      const int cols = keys - j0 < BC ? keys - j0 : BC;
       team.team_barrier();  // the previous tile is done with
       Base::template load_tile<D>(team, this->k, b, this->kv_head(h), j0, cols, BC, T(1), w.str_a);
       Base::template load_tile<DV>(team, this->v, b, this->kv_head(h), j0, cols, BC, T(1), w.str_b);

@@ -98,25 +98,25 @@ struct FusedBackwardKVKernel : FusedBackwardData<ExecSpace, T> {
   /// Work item `item` (a block), in the team's scratch.
   KOKKOS_INLINE_FUNCTION void one_block(const Member& team, int item, void* scratch) const {
     const auto& in = *this;
-    const int H = int(in.q.extent(1)), S = int(in.q.extent(2)), D = int(in.q.extent(3));
-    const int Sk = int(in.k.extent(2)), Dv = int(in.v.extent(3));
+    const int H = int(in.q.extent(1)), D = int(in.q.extent(3)), Dv = int(in.v.extent(3));
     const int dpad = Tile::pad(D), dvp = Tile::pad(Dv);
     const int bq = in.bq, bk = in.bk;
     // One team per head (with dQ: every key) or per block of keys.
     const RowBlock kb =
-        with_dq ? RowBlock{item / H, item % H, item, 0, Sk} : row_block(item, H, Sk, bk);
+        with_dq ? RowBlock{item / H, item % H, item, 0, in.k.rows(item / H)} : in.blocks(item);
     const int bh = kb.bh, b = kb.b, h = kb.h, hk = in.kv_head(h);
+    const int queries = in.q.rows(b);  // the entry's queries
     const int j_begin = kb.start, j_end = kb.start + kb.count;
     kdnn::impl::ScratchCarver carver(scratch);
     const Work w = carve(carver, bq, bk, D, Dv);
 
     if (with_dq)
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, S), [&](int i) {
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, queries), [&](int i) {
         Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D),
                              [&](int d) { dq(b, h, i, d) = T(0); });
       });
-    for (int j0 = j_begin; j0 < j_end && j0 < Sk; j0 += bk) {
-      const int cols = Sk - j0 < bk ? Sk - j0 : bk;
+    for (int j0 = j_begin; j0 < j_end; j0 += bk) {
+      const int cols = j_end - j0 < bk ? j_end - j0 : bk;
       team.team_barrier();  // the previous block is done with
       const auto key = [&](const auto& view) {
         return [&](int c) { return &view(b, hk, j0 + c, 0); };
@@ -127,8 +127,8 @@ struct FusedBackwardKVKernel : FusedBackwardData<ExecSpace, T> {
       Kokkos::parallel_for(Kokkos::TeamVectorRange(team, bk * dpad),
                            [&](int x) { w.dk[x] = T(0); });
       Kokkos::parallel_for(Kokkos::TeamVectorRange(team, bk * dvp), [&](int x) { w.dv[x] = T(0); });
-      for (int i0 = 0; i0 < S; i0 += bq) {
-        const int rows = S - i0 < bq ? S - i0 : bq;
+      for (int i0 = 0; i0 < queries; i0 += bq) {
+        const int rows = queries - i0 < bq ? queries - i0 : bq;
         team.team_barrier();  // the previous tile is done with
         int any = 0;
         this->load_rows(team, b, h, i0, rows, w.first, w.last, w.lse, w.delta, j0, j0 + cols, any);
@@ -182,7 +182,7 @@ struct FusedBackwardKVKernel : FusedBackwardData<ExecSpace, T> {
     if (!with_dq) return;
     // dQ = scale·(Σ over the key blocks of dS'·K), once the sums are done.
     team.team_barrier();
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, S), [&](int i) {
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, queries), [&](int i) {
       Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D),
                            [&](int d) { dq(b, h, i, d) *= in.scale; });
     });
@@ -229,16 +229,16 @@ struct FusedBackwardQKernel : FusedBackwardData<ExecSpace, T> {
   /// Work item `item` (a block), in the team's scratch.
   KOKKOS_INLINE_FUNCTION void one_block(const Member& team, int item, void* scratch) const {
     const auto& in = *this;
-    const int H = int(in.q.extent(1)), S = int(in.q.extent(2)), D = int(in.q.extent(3));
-    const int Sk = int(in.k.extent(2)), Dv = int(in.v.extent(3)), dpad = Tile::pad(D);
+    const int D = int(in.q.extent(3)), Dv = int(in.v.extent(3)), dpad = Tile::pad(D);
     const int bq = in.bq, bk = in.bk;
-    const RowBlock qb = row_block(item, H, S, bq);
+    const RowBlock qb = in.blocks(item);
     const int b = qb.b, h = qb.h, bh = qb.bh, hk = in.kv_head(h), i0 = qb.start, rows = qb.count;
+    const int keys = in.k.rows(b);  // the entry's keys
     kdnn::impl::ScratchCarver carver(scratch);
     const Work w = carve(carver, bq, bk, D, Dv);
 
     int any = 0;
-    this->load_rows(team, b, h, i0, rows, w.first, w.last, w.lse, w.delta, 0, Sk, any);
+    this->load_rows(team, b, h, i0, rows, w.first, w.last, w.lse, w.delta, 0, keys, any);
     const auto query = [&](const auto& view) {
       return [&](int r) { return &view(b, h, i0 + r, 0); };
     };
@@ -247,7 +247,7 @@ struct FusedBackwardQKernel : FusedBackwardData<ExecSpace, T> {
     Kokkos::parallel_for(Kokkos::TeamVectorRange(team, bq * dpad), [&](int x) { w.dq[x] = T(0); });
     const auto seen = in.visible.team_bounds(team, b, i0, rows);
     for (int j0 = seen.lo / bk * bk; j0 < seen.hi; j0 += bk) {
-      const int cols = Sk - j0 < bk ? Sk - j0 : bk;
+      const int cols = keys - j0 < bk ? keys - j0 : bk;
       team.team_barrier();  // the previous tile is done with
       const auto key = [&](const auto& view) {
         return [&](int c) { return &view(b, hk, j0 + c, 0); };

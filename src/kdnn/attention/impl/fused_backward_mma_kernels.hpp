@@ -95,10 +95,10 @@ struct FusedBackwardMmaKernel
   };
 
   KOKKOS_INLINE_FUNCTION void one_block(const Member& team, int item, void* scratch) const {
-    const int H = int(this->q.extent(1)), S = int(this->q.extent(2)), Sk = int(this->k.extent(2));
-    const int tiles = (S + BQ - 1) / BQ;
-    const RowBlock kb = row_block(item, H, Sk, BK);
+    const int tiles = (int(this->q.extent(2)) + BQ - 1) / BQ;  // query tiles of the longest entry
+    const RowBlock kb = this->blocks(item);
     const int bh = kb.bh, b = kb.b, h = kb.h, j0 = kb.start, jb = j0 / BK, cols = kb.count;
+    const int queries = this->q.rows(b);  // the entry's queries
     kdnn::impl::ScratchCarver carver(scratch);
     const Work w = carve(carver);
 
@@ -116,8 +116,8 @@ struct FusedBackwardMmaKernel
       for (int e = 0; e < MT * NV * CR; ++e) dvacc(t)[e] = T(0);
     });
 
-    for (int i0 = 0; i0 < S; i0 += BQ) {
-      const int rows = S - i0 < BQ ? S - i0 : BQ;  // the tile's queries
+    for (int i0 = 0; i0 < queries; i0 += BQ) {
+      const int rows = queries - i0 < BQ ? queries - i0 : BQ;  // the tile's queries
       // The key blocks that add to this tile's dQ: those over the hull of
       // its rows' visible keys; this one's turn among them.
       int lo = 0, hi = 0;

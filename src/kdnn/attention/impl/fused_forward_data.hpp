@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "kdnn/attention/impl/alibi.hpp"
+#include "kdnn/attention/impl/row_blocks.hpp"
 #include "kdnn/attention/impl/visible_keys.hpp"
 #include "kdnn/attention/types.hpp"
 #include "kdnn/core/compat.hpp"
@@ -58,10 +59,11 @@ struct ScoreCap {
 template <class ExecSpace, class T>
 struct FusedForwardData {
   /// [B, H, S, D], [B, Hkv, Sk, D], [B, Hkv, Sk, Dv]; any strides, the last
-  /// dimension contiguous (as o's)
+  /// dimension contiguous (as o's); dense, or packed sequences (each entry
+  /// its own rows: q.rows(b), k.rows(b))
   kdnn::impl::StridedRows4<const T> q, k, v;
-  kdnn::impl::StridedRows4<T> o;  ///< [B, H, S, Dv]
-  Tensor3<T, ExecSpace> lse;      ///< [B, H, S]
+  kdnn::impl::StridedRows4<T> o;    ///< [B, H, S, Dv]
+  kdnn::impl::StridedRows3<T> lse;  ///< [B, H, S]
   VisibleKeys<ExecSpace> visible;
   DropoutMask dropout;
   T scale = 1, keep_scale = 1;
@@ -70,6 +72,7 @@ struct FusedForwardData {
   T neg_inf = 0;                 ///< −infinity (set on the host)
   int group = 1;                 ///< query heads per key/value head, H / Hkv
   kdnn::impl::TeamWork work;     ///< set by the launch
+  RowBlocks<ExecSpace> blocks;   ///< the launch's items: blocks of queries (set by the launch)
 
   /// The key/value head query head h reads (grouped-query attention).
   KOKKOS_INLINE_FUNCTION int kv_head(int h) const { return h / group; }

@@ -124,9 +124,10 @@ struct FusedForwardGpuKernel : FusedForwardData<ExecSpace, T>,
   }
 
   KOKKOS_INLINE_FUNCTION void one_block(const Member& team, int item, void* scratch) const {
-    const int H = int(q.extent(1)), S = int(q.extent(2)), Sk = int(k.extent(2));
-    const RowBlock qb = row_block(item, H, S, BQ);
+    const int S = int(q.extent(2)), Sk = int(k.extent(2));  // the dropout's index
+    const RowBlock qb = this->blocks(item);
     const int b = qb.b, h = qb.h, bh = qb.bh, hk = this->kv_head(h), i0 = qb.start, rows = qb.count;
+    const int keys = k.rows(b);  // the entry's keys
     const AlibiRow<T> bias = this->alibi.template row<T>(b, h);
     kdnn::impl::ScratchCarver carver(scratch);
     const Work w = carve(carver);
@@ -164,7 +165,7 @@ struct FusedForwardGpuKernel : FusedForwardData<ExecSpace, T>,
 
     const auto seen = visible.team_bounds(team, b, i0, rows);
     for (int j0 = seen.lo / BK * BK; j0 < seen.hi; j0 += BK) {
-      const int cols = Sk - j0 < BK ? Sk - j0 : BK;
+      const int cols = keys - j0 < BK ? keys - j0 : BK;
       team.team_barrier();  // the previous tile is done with kv and pt
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK * D), [&](int e) {
         const int c = e / D, d = e % D;

@@ -82,10 +82,11 @@ struct FusedForwardKernel : FusedForwardData<ExecSpace, T> {
 
   /// Work item `item` (a query block), in the team's scratch.
   KOKKOS_INLINE_FUNCTION void one_block(const Member& team, int item, void* scratch) const {
-    const int H = int(q.extent(1)), S = int(q.extent(2)), D = int(q.extent(3));
+    const int S = int(q.extent(2)), D = int(q.extent(3));
     const int Sk = int(k.extent(2)), Dv = int(v.extent(3)), dvp = Tile::pad(Dv);
-    const RowBlock qb = row_block(item, H, S, bq);
+    const RowBlock qb = this->blocks(item);
     const int b = qb.b, h = qb.h, bh = qb.bh, hk = this->kv_head(h), i0 = qb.start, rows = qb.count;
+    const int keys = k.rows(b);  // the entry's keys
     const AlibiRow<T> bias = this->alibi.template row<T>(b, h);
     kdnn::impl::ScratchCarver carver(scratch);
     const Work w = carve(carver, bq, bk, D, Dv);
@@ -110,7 +111,7 @@ struct FusedForwardKernel : FusedForwardData<ExecSpace, T> {
     });
     const auto seen = visible.team_bounds(team, b, i0, rows);
     for (int j0 = seen.lo / bk * bk; j0 < seen.hi; j0 += bk) {
-      const int cols = Sk - j0 < bk ? Sk - j0 : bk;
+      const int cols = keys - j0 < bk ? keys - j0 : bk;
       team.team_barrier();  // the previous tile is done with
       kdnn::impl::team_copy_rows(
           team, [&](int c) { return &k(b, hk, j0 + c, 0); }, cols, bk, D, D, w.k, D);

@@ -74,9 +74,10 @@ struct FusedForwardMmaKernel
   using Data::work;
 
   KOKKOS_INLINE_FUNCTION void one_block(const Member& team, int item, void* scratch) const {
-    const int H = int(q.extent(1)), S = int(q.extent(2)), Sk = int(k.extent(2));
-    const RowBlock qb = row_block(item, H, S, BQ);
+    const int S = int(q.extent(2)), Sk = int(k.extent(2));  // the dropout's index
+    const RowBlock qb = this->blocks(item);
     const int b = qb.b, h = qb.h, bh = qb.bh, hk = this->kv_head(h), i0 = qb.start, rows = qb.count;
+    const int keys = k.rows(b);  // the entry's keys
     const AlibiRow<T> bias = this->alibi.template row<T>(b, h);
     kdnn::impl::ScratchCarver carver(scratch);
     const auto w = Base::carve(carver);
@@ -114,7 +115,7 @@ struct FusedForwardMmaKernel
     const auto add_op = [](double x, double y) { return x + y; };
     const auto seen = visible.team_bounds(team, b, i0, rows);
     for (int j0 = seen.lo / BK * BK; j0 < seen.hi; j0 += BK) {
-      const int cols = Sk - j0 < BK ? Sk - j0 : BK;
+      const int cols = keys - j0 < BK ? keys - j0 : BK;
       team.team_barrier();  // the previous tile is done with kt and vt
       Base::template load_tile<D>(team, k, b, hk, j0, cols, T(1), w.kt, LDK);
       Base::template load_tile<DV>(team, v, b, hk, j0, cols, T(1), w.vt, LDV);

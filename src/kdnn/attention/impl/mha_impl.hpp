@@ -16,10 +16,12 @@
 //   dq = dQ·W_q,  dk = dK·W_k,  dv = dV·W_v
 //   dW_q = dQᵀ·q, db_q = Σ dQ (same for K, V);  dW_o = Gᵀ·A, db_o = Σ G.
 #include <cmath>
+#include <optional>
 
 #include "kdnn/attention/batched_gemm.hpp"
 #include "kdnn/attention/dropout.hpp"
 #include "kdnn/attention/fused_attention.hpp"
+#include "kdnn/attention/fused_attention_varlen.hpp"
 #include "kdnn/attention/impl/mha_buffers.hpp"
 #include "kdnn/attention/impl/mha_kernels.hpp"
 #include "kdnn/attention/impl/visible_keys.hpp"
@@ -145,15 +147,34 @@ View grouped(const View& x, std::size_t group) {
   return View(x.data(), x.extent(0), x.extent(1) / group, group * x.extent(2), x.extent(3));
 }
 
+/// Whether the layer's call packs sequences; if so, checks that it can (one
+/// batch entry, the fused algorithm) and the packing against S and Sk.
+template <class ExecSpace>
+std::optional<Packing<ExecSpace>> layer_packing(const char* op, const ExecSpace& space,
+                                                const MhaShape& s,
+                                                const PackedSequences<ExecSpace>& seqs,
+                                                const AttentionMask<ExecSpace>& mask) {
+  if (seqs.cu_seqlens_q.extent(0) == 0 && seqs.cu_seqlens_k.extent(0) == 0) return std::nullopt;
+  if (s.batch != 1) {
+    fail(op, ": packed sequences (seqs) with a batch of ", s.batch,
+         ", expected 1 (the sequences lie along S and Sk)");
+  }
+  if (s.algo != AttentionAlgo::fused) {
+    fail(op, ": packed sequences (seqs) with opts.algo=unfused, expected AttentionAlgo::fused");
+  }
+  return packing(op, space, seqs, s.seq_q, s.seq_k, 0, mask);
+}
+
 template <class ExecSpace, class T>
 void mha_forward(const ExecSpace& space, const MhaOptions& opts,
                  const AttentionMask<ExecSpace>& mask, const MhaParams<const T, ExecSpace>& w,
                  const Tensor3<const T, ExecSpace>& q, const Tensor3<const T, ExecSpace>& k,
                  const Tensor3<const T, ExecSpace>& v, const Tensor3<const T, ExecSpace>& residual,
                  const Tensor3<T, ExecSpace>& out, const Vector<T, ExecSpace>& reserve,
-                 const Vector<T, ExecSpace>& workspace) {
+                 const Vector<T, ExecSpace>& workspace, const PackedSequences<ExecSpace>& seqs) {
   constexpr const char* op = "attention::mha_forward";
   const MhaShape s = mha_shape(op, opts, mask, w, {"q", "k", "v"}, q, k, v);
+  const auto packed = layer_packing(op, space, s, seqs, mask);
   require_output_shape(op, "out", out, s);
   if (validate::given(residual)) validate::same_shape(op, "residual", residual, "out", out);
   const MhaReserve<T, ExecSpace> r(s, reserve.data());
@@ -178,7 +199,10 @@ void mha_forward(const ExecSpace& space, const MhaOptions& opts,
   attention::linear_forward(space, v, w.w_v, w.b_v, ws.v);
   split_heads(space, Tensor3<const T, ExecSpace>(ws.v), r.vh);
 
-  if (s.algo == AttentionAlgo::fused) {
+  if (packed) {
+    packed_fused_forward<ExecSpace, T>(op, space, r.qh, r.kh, r.vh, r.oh, r.lse, fopts, *packed);
+    merge_heads(space, Tensor4<const T, ExecSpace>(r.oh), r.a);
+  } else if (s.algo == AttentionAlgo::fused) {
     // Checked above: mha_shape's checks imply fused_attention_forward's,
     // the mask's included (checked once per layer call).
     impl::fused_attention_forward<ExecSpace, T>(space, r.qh, r.kh, r.vh, r.oh, r.lse, fopts, mask,
@@ -212,11 +236,13 @@ void mha_backward_data(const ExecSpace& space, const MhaOptions& opts,
                        const Tensor3<const T, ExecSpace>& dout, const Tensor3<T, ExecSpace>& dq,
                        const Tensor3<T, ExecSpace>& dk, const Tensor3<T, ExecSpace>& dv,
                        const Tensor3<T, ExecSpace>& dresidual, const Vector<T, ExecSpace>& reserve,
-                       const Vector<T, ExecSpace>& workspace) {
+                       const Vector<T, ExecSpace>& workspace,
+                       const PackedSequences<ExecSpace>& seqs) {
   constexpr const char* op = "attention::mha_backward_data";
   const MhaShape s =
       mha_shape(op, opts, mask, w, {"dq", "dk", "dv"}, Tensor3<const T, ExecSpace>(dq),
                 Tensor3<const T, ExecSpace>(dk), Tensor3<const T, ExecSpace>(dv));
+  const auto packed = layer_packing(op, space, s, seqs, mask);
   require_output_shape(op, "dout", dout, s);
   if (validate::given(dresidual)) validate::same_shape(op, "dresidual", dresidual, "dout", dout);
   const MhaReserve<T, ExecSpace> r(s, reserve.data());
@@ -241,7 +267,11 @@ void mha_backward_data(const ExecSpace& space, const MhaOptions& opts,
   kdnn::impl::gemm(space, false, false, T(1), rows_of(g), w.w_o, T(0), rows_of(ws.da));
   split_heads(space, Tensor3<const T, ExecSpace>(ws.da), ws.doh);
 
-  if (s.algo == AttentionAlgo::fused) {
+  if (packed) {
+    packed_fused_backward<ExecSpace, T>(op, space, r.qh, r.kh, r.vh, r.oh, r.lse, ws.doh, ws.dqh,
+                                        ws.dkh, ws.dvh, {ws.delta, ws.dk_shares, ws.dv_shares},
+                                        fopts, *packed);
+  } else if (s.algo == AttentionAlgo::fused) {
     // The probabilities recomputed from Q_h, K_h and the forward's lse;
     // every scratch tensor in the workspace.
     impl::fused_attention_backward<ExecSpace, T>(

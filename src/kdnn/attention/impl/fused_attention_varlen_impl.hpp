@@ -1,0 +1,188 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+#pragma once
+// Definition of kdnn::attention::impl::fused_attention_varlen_forward and
+// _backward: the packing is checked once on the host; the packed tensors
+// pass the dense checks as one flat entry [1, H, T, ·], and the dense
+// kernels run over each sequence's own rows and blocks (entry_rows.hpp,
+// row_blocks.hpp).
+#include <Kokkos_Core.hpp>
+#include <string>
+
+#include "kdnn/attention/fused_attention_varlen.hpp"
+#include "kdnn/attention/impl/entry_rows.hpp"
+#include "kdnn/attention/impl/fused_attention_impl.hpp"
+#include "kdnn/core/impl/sequence_offsets.hpp"
+#include "kdnn/core/validate.hpp"
+
+namespace kdnn::attention::impl {
+
+/// A packed [T, H, ·] tensor as the flat entry [1, H, T, ·]; unmanaged (the
+/// caller's View holds the memory).
+template <class View>
+auto flat_entry(const View& x) {
+  static_assert(unsigned(View::rank) == 3, "flat_entry: a packed [T, H, ·] View");
+  using Flat = Kokkos::View<typename View::value_type****, Kokkos::LayoutStride,
+                            typename View::memory_space>;
+  return Flat(x.data(), Kokkos::LayoutStride(1, 0, x.extent(1), x.stride(1), x.extent(0),
+                                             x.stride(0), x.extent(2), x.stride(2)));
+}
+
+/// lse [H, T] as the flat entry [1, H, T].
+template <class View>
+auto flat_values(const View& lse) {
+  static_assert(unsigned(View::rank) == 2, "flat_values: a packed [H, T] View");
+  using Flat =
+      Kokkos::View<typename View::value_type***, Kokkos::LayoutRight, typename View::memory_space>;
+  return Flat(lse.data(), 1, lse.extent(0), lse.extent(1));
+}
+
+/// The sequences' rows, and the caller's mask with their lengths as its
+/// seq_q and seq_k.
+template <class ExecSpace>
+struct Packing {
+  EntryRows queries, keys;
+  AttentionMask<ExecSpace> mask;
+};
+
+/// Checks the packing against Tq queries and Tk keys (copying the offsets
+/// to the host) and the mask against its sequences and H heads.
+template <class ExecSpace>
+Packing<ExecSpace> packing(const char* op, const ExecSpace& space,
+                           const PackedSequences<ExecSpace>& seqs, std::size_t Tq, std::size_t Tk,
+                           std::size_t H, const AttentionMask<ExecSpace>& mask) {
+  const auto refuse = [&](const char* name, std::size_t extent) {
+    if (extent > 0) {
+      fail(op, ": mask.", name, " has extent(0)=", extent,
+           ", expected none (packed sequences take their lengths and positions from "
+           "cu_seqlens_q and cu_seqlens_k)");
+    }
+  };
+  refuse("seq_q", mask.seq_q.extent(0));
+  refuse("seq_k", mask.seq_k.extent(0));
+  refuse("lo_win", mask.lo_win.extent(0));
+  refuse("hi_win", mask.hi_win.extent(0));
+  if (seqs.cu_seqlens_q.extent(0) != seqs.cu_seqlens_k.extent(0)) {
+    fail(op, ": seqs.cu_seqlens_k has extent(0)=", seqs.cu_seqlens_k.extent(0), ", expected ",
+         seqs.cu_seqlens_q.extent(0), " (N + 1, as seqs.cu_seqlens_q)");
+  }
+  Packing<ExecSpace> p;
+  const auto rows = [&](const char* name, const Vector<const int, ExecSpace>& cu, std::size_t total,
+                        const char* what) {
+    EntryRows r;
+    r.offsets = kdnn::impl::host_sequence_offsets(op, name, space, cu, total, what);
+    r.entries = int(r.offsets.extent(0)) - 1;
+    for (int n = 0; n < r.entries; ++n) {
+      const int length = r.offsets(n + 1) - r.offsets(n);
+      r.extent = length > r.extent ? length : r.extent;
+    }
+    r.device = cu.data();
+    return r;
+  };
+  p.queries = rows("seqs.cu_seqlens_q", seqs.cu_seqlens_q, Tq, "Tq, the packed queries");
+  p.keys = rows("seqs.cu_seqlens_k", seqs.cu_seqlens_k, Tk, "Tk, the packed keys");
+  check_mask(op, mask, std::size_t(p.queries.entries), std::size_t(p.queries.extent),
+             std::size_t(p.keys.extent), H);
+  // The lengths on the device, as the dense mask's padding lengths.
+  const auto lengths = [&](const EntryRows& r, const char* label) {
+    Vector<int, ExecSpace> out(Kokkos::view_alloc(space, Kokkos::WithoutInitializing,
+                                                  std::string("kdnn::attention::") + label),
+                               std::size_t(r.entries));
+    const auto host = Kokkos::create_mirror_view(Kokkos::HostSpace(), out);
+    for (int n = 0; n < r.entries; ++n) host(n) = r.offsets(n + 1) - r.offsets(n);
+    Kokkos::deep_copy(space, out, host);
+    space.fence();  // the host copy is freed on return
+    return out;
+  };
+  p.mask = mask;
+  p.mask.seq_q = lengths(p.queries, "varlen_seq_q");
+  p.mask.seq_k = lengths(p.keys, "varlen_seq_k");
+  return p;
+}
+
+/// Checks that the packed tensors agree: q [Tq, H, D], k [Tk, Hkv, D],
+/// v [Tk, Hkv, Dv], o (or dout) [Tq, H, Dv], lse [H, Tq] (the number of
+/// heads, H a multiple of Hkv, is checked with the dense tensors).
+template <class ExecSpace, class T>
+void check_packed_shapes(const char* op, const StridedTensor3<const T, ExecSpace>& q,
+                         const StridedTensor3<const T, ExecSpace>& k,
+                         const StridedTensor3<const T, ExecSpace>& v, const char* o_name,
+                         const StridedTensor3<const T, ExecSpace>& o,
+                         const Matrix<const T, ExecSpace>& lse) {
+  validate::extent(op, "k", k, 2, q.extent(2), "D, q's extent(2)");
+  validate::extent(op, "v", v, 0, k.extent(0), "Tk, k's extent(0)");
+  validate::extent(op, "v", v, 1, k.extent(1), "Hkv, k's extent(1)");
+  validate::extent(op, o_name, o, 0, q.extent(0), "Tq, q's extent(0)");
+  validate::extent(op, o_name, o, 1, q.extent(1), "H, q's extent(1)");
+  validate::extent(op, o_name, o, 2, v.extent(2), "Dv, v's extent(2)");
+  validate::extent(op, "lse", lse, 0, q.extent(1), "H, q's extent(1)");
+  validate::extent(op, "lse", lse, 1, q.extent(0), "Tq, q's extent(0)");
+}
+
+/// The forward on the flat entries [1, H, T, ·] of packed tensors whose
+/// rows `p` gives (checked: packing), lse [1, H, Tq].
+template <class ExecSpace, class T>
+void packed_fused_forward(const char* op, const ExecSpace& space,
+                          const StridedTensor4<const T, ExecSpace>& q,
+                          const StridedTensor4<const T, ExecSpace>& k,
+                          const StridedTensor4<const T, ExecSpace>& v,
+                          const StridedTensor4<T, ExecSpace>& o, const Tensor3<T, ExecSpace>& lse,
+                          const FusedAttentionOptions& opts, const Packing<ExecSpace>& p) {
+  const auto data = forward_data<ExecSpace, T>(op, space, q, k, v, o, lse, opts, p.mask,
+                                               MaskCheck::done_by_caller, p.queries, p.keys);
+  run_fused_forward<ExecSpace, T>(op, space, data, opts, p.queries, p.keys);
+}
+
+/// The same for the backward, with the scratch's buffers where given.
+template <class ExecSpace, class T>
+void packed_fused_backward(
+    const char* op, const ExecSpace& space, const StridedTensor4<const T, ExecSpace>& q,
+    const StridedTensor4<const T, ExecSpace>& k, const StridedTensor4<const T, ExecSpace>& v,
+    const StridedTensor4<const T, ExecSpace>& o, const Tensor3<const T, ExecSpace>& lse,
+    const StridedTensor4<const T, ExecSpace>& dout, const StridedTensor4<T, ExecSpace>& dq,
+    const StridedTensor4<T, ExecSpace>& dk, const StridedTensor4<T, ExecSpace>& dv,
+    const FusedBackwardScratch<T, ExecSpace>& scratch, const FusedAttentionOptions& opts,
+    const Packing<ExecSpace>& p) {
+  check_fused_backward<ExecSpace, T>(op, space, q, k, v, o, lse, dout, dq, dk, dv, scratch, opts);
+  run_fused_backward_checked<ExecSpace, T>(op, space, q, k, v, o, lse, dout, dq, dk, dv, scratch,
+                                           opts, p.mask, p.queries, p.keys);
+}
+
+template <class ExecSpace, class T>
+void fused_attention_varlen_forward(
+    const ExecSpace& space, const StridedTensor3<const T, ExecSpace>& q,
+    const StridedTensor3<const T, ExecSpace>& k, const StridedTensor3<const T, ExecSpace>& v,
+    const StridedTensor3<T, ExecSpace>& o, const Matrix<T, ExecSpace>& lse,
+    const PackedSequences<ExecSpace>& seqs, const FusedAttentionOptions& opts,
+    const AttentionMask<ExecSpace>& mask) {
+  constexpr const char* op = "attention::fused_attention_varlen_forward";
+  check_packed_shapes<ExecSpace, T>(op, q, k, v, "o", o, lse);
+  const Packing<ExecSpace> p =
+      packing(op, space, seqs, q.extent(0), k.extent(0), q.extent(1), mask);
+  packed_fused_forward<ExecSpace, T>(op, space, flat_entry(q), flat_entry(k), flat_entry(v),
+                                     flat_entry(o), flat_values(lse), opts, p);
+}
+
+template <class ExecSpace, class T>
+void fused_attention_varlen_backward(
+    const ExecSpace& space, const StridedTensor3<const T, ExecSpace>& q,
+    const StridedTensor3<const T, ExecSpace>& k, const StridedTensor3<const T, ExecSpace>& v,
+    const StridedTensor3<const T, ExecSpace>& o, const Matrix<const T, ExecSpace>& lse,
+    const StridedTensor3<const T, ExecSpace>& dout, const StridedTensor3<T, ExecSpace>& dq,
+    const StridedTensor3<T, ExecSpace>& dk, const StridedTensor3<T, ExecSpace>& dv,
+    const PackedSequences<ExecSpace>& seqs, const FusedAttentionOptions& opts,
+    const AttentionMask<ExecSpace>& mask) {
+  constexpr const char* op = "attention::fused_attention_varlen_backward";
+  check_packed_shapes<ExecSpace, T>(op, q, k, v, "o", o, lse);
+  validate::same_shape(op, "dout", dout, "o", o);
+  validate::same_shape(op, "dq", dq, "q", q);
+  validate::same_shape(op, "dk", dk, "k", k);
+  validate::same_shape(op, "dv", dv, "v", v);
+  const Packing<ExecSpace> p =
+      packing(op, space, seqs, q.extent(0), k.extent(0), q.extent(1), mask);
+  packed_fused_backward<ExecSpace, T>(op, space, flat_entry(q), flat_entry(k), flat_entry(v),
+                                      flat_entry(o), flat_values(lse), flat_entry(dout),
+                                      flat_entry(dq), flat_entry(dk), flat_entry(dv),
+                                      FusedBackwardScratch<T, ExecSpace>{}, opts, p);
+}
+
+}  // namespace kdnn::attention::impl
