@@ -3,6 +3,7 @@
 
     kdnn.sinkhorn(x, *, iters, order, eps, backward)          mHC Sinkhorn-Knopp
     kdnn.flash_attention(q, k, v, *, causal, scale, ...)      fused attention
+    kdnn.flash_attention_varlen(q, k, v, cu_q, cu_k, *, ...)  ... of packed sequences
     kdnn.multi_head_attention(q, k, v, w_q, ..., *, heads)    the attention layer
     kdnn.causal_conv1d(x, weight, bias, *, activation, ...)   Mamba's conv1d
     kdnn.causal_conv1d_update(x, conv_state, weight, ...)     its decoding step
@@ -26,7 +27,7 @@ except ImportError as e:  # pragma: no cover
 
 from . import _kdnn
 from ._tensors import Error
-from .attention import flash_attention
+from .attention import flash_attention, flash_attention_varlen
 from .mamba2 import causal_conv1d, causal_conv1d_update, dt_softplus, ssd
 from .mha import multi_head_attention
 from .sinkhorn import sinkhorn
@@ -36,5 +37,6 @@ __version__ = _kdnn.version
 backend = _kdnn.backend()
 atexit.register(_kdnn.finalize)
 
-__all__ = ["Error", "sinkhorn", "flash_attention", "multi_head_attention", "causal_conv1d",
-           "causal_conv1d_update", "dt_softplus", "ssd", "cp", "compat", "nn", "backend"]
+__all__ = ["Error", "sinkhorn", "flash_attention", "flash_attention_varlen", "multi_head_attention",
+           "causal_conv1d", "causal_conv1d_update", "dt_softplus", "ssd", "cp", "compat", "nn",
+           "backend"]

@@ -1,12 +1,14 @@
 # SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
-"""kdnn.flash_attention: fused attention with O(S) memory, differentiable."""
+"""kdnn.flash_attention: fused attention with O(S) memory, differentiable;
+kdnn.flash_attention_varlen: the same over packed variable-length
+sequences."""
 import math
 
 import torch
 
 from . import _kdnn
 from ._tensors import (Error, Operands, dropout_options, empty_in_order_of, first_order, flag,
-                       integer, number, require, rows_contiguous, stream_of, windows)
+                       integer, number, offsets, require, rows_contiguous, stream_of, windows)
 
 
 class _FlashAttention(torch.autograd.Function):
@@ -130,4 +132,75 @@ def flash_attention(q, k, v, *, causal=False, window=None, band=None, scale=None
     slopes = _alibi_slopes(op, alibi_slopes, q.shape[0], q.shape[1], q.device)
     o, lse = _FlashAttention.apply(q, k, v, lo_win, hi_win, slopes,
                                    (scale, softcap, causal, band, *dropout, allow_tf32))
+    return (o, lse) if return_lse else o
+
+
+class _FlashAttentionVarlen(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, cu_q, cu_k, slopes, config):
+        scale, softcap, causal, band, dropout_p, seed, offset, allow_tf32 = config
+        T, H, _ = q.shape
+        o = empty_in_order_of(q, (T, H, v.shape[-1]))
+        lse = q.new_empty(H, T)  # flash-attn's varlen layout
+        args = (scale, softcap, causal, band, slopes, dropout_p, seed, offset, allow_tf32)
+        _kdnn.flash_attention_varlen_forward(q, k, v, o, lse, cu_q, cu_k, *args, stream_of(q))
+        ctx.save_for_backward(q, k, v, o, lse, cu_q, cu_k)
+        ctx.args = args
+        ctx.mark_non_differentiable(lse)
+        return o, lse
+
+    @staticmethod
+    @first_order("flash_attention_varlen")
+    def backward(ctx, do, _):
+        q, k, v, o, lse, cu_q, cu_k = ctx.saved_tensors
+        dq, dk, dv = (empty_in_order_of(t, t.shape) for t in (q, k, v))
+        _kdnn.flash_attention_varlen_backward(q, k, v, o, lse, rows_contiguous(do), dq, dk, dv,
+                                              cu_q, cu_k, *ctx.args, stream_of(q))
+        return dq, dk, dv, None, None, None, None
+
+
+def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, band=None,
+                           scale=None, softcap=0.0, alibi_slopes=None, dropout_p=0.0, seed=None,
+                           offset=0, allow_tf32=False, return_lse=False):
+    """flash_attention over packed variable-length sequences (flash-attn's
+    varlen layout), differentiable.
+
+    q [Tq, H, D], k [Tk, Hkv, D], v [Tk, Hkv, Dv]: N sequences packed along
+    the first dimension; cu_seqlens_q and cu_seqlens_k, integer vectors
+    [N + 1] (0 first, never decreasing, Tq and Tk last): sequence n's
+    queries are rows cu_seqlens_q[n] to cu_seqlens_q[n + 1] - 1 of q, its
+    keys those of cu_seqlens_k in k and v, and a query sees only its own
+    sequence's keys. Returns [Tq, H, Dv]. Each sequence is attended as one
+    batch entry of flash_attention with the sequence's own lengths: causal
+    (top-left aligned), band (bottom-right aligned per sequence, as
+    flash-attn's window_size), scale, softcap, dropout and allow_tf32 as
+    there; alibi_slopes [H] or [N, H]. Hkv divides H (GQA). The lengths may
+    be anything, 0 included: the kernels work on each sequence's own blocks.
+    Dropout draws element (n, h, i, j) of the sequences padded to the
+    longest. return_lse: also return lse [H, Tq] (-inf for a query that sees
+    no key; not differentiable). The offsets are copied to the host and
+    checked (a synchronisation).
+    """
+    op = "flash_attention_varlen"
+    check = Operands(op)
+    q = check(q, "q", 3, "[Tq, H, D]", strides="rows")
+    k = check(k, "k", 3, "[Tk, Hkv, D]", strides="rows")
+    v = check(v, "v", 3, "[Tk, Hkv, Dv]", strides="rows")
+    cu_q = offsets(op, "cu_seqlens_q", cu_seqlens_q, q.device)
+    cu_k = offsets(op, "cu_seqlens_k", cu_seqlens_k, q.device)
+    causal = flag(op, "causal", causal)
+    band = _band(op, band)
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1]) if q.shape[-1] > 0 else 1.0
+    scale = number(op, "scale", scale)
+    require(math.isfinite(scale), f"{op}: scale={scale!r}, expected a finite number")
+    softcap = number(op, "softcap", softcap)
+    require(math.isfinite(softcap) and softcap >= 0,
+            f"{op}: softcap={softcap!r}, expected a finite number >= 0 (0: none)")
+    dropout = dropout_options(op, dropout_p, seed, offset)
+    allow_tf32 = flag(op, "allow_tf32", allow_tf32)
+    return_lse = flag(op, "return_lse", return_lse)
+    slopes = _alibi_slopes(op, alibi_slopes, max(cu_q.shape[0] - 1, 0), q.shape[1], q.device)
+    o, lse = _FlashAttentionVarlen.apply(q, k, v, cu_q, cu_k, slopes,
+                                         (scale, softcap, causal, band, *dropout, allow_tf32))
     return (o, lse) if return_lse else o

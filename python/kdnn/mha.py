@@ -7,7 +7,7 @@ import torch
 
 from . import _kdnn
 from ._tensors import (Operands, dropout_options, first_order, flag, int32_vector, integer, number,
-                       require, stream_of, windows)
+                       offsets, require, stream_of, windows)
 
 ALGOS = ("fused", "unfused")
 PARAMS = {"w_q": "[H*D, Eq]", "w_k": "[Hkv*D, Ek]", "w_v": "[Hkv*Dv, Ev]", "w_o": "[Eo, H*Dv]",
@@ -50,8 +50,8 @@ class _MultiHeadAttention(torch.autograd.Function):
 
 def multi_head_attention(query, key, value, w_q, w_k, w_v, w_o, b_q=None, b_k=None, b_v=None,
                          b_o=None, *, heads, kv_heads=None, residual=None, causal=False,
-                         window=None, seq_lengths=None, scale=None, dropout_p=0.0, seed=None,
-                         offset=0, algo="fused"):
+                         window=None, seq_lengths=None, cu_seqlens=None, scale=None,
+                         dropout_p=0.0, seed=None, offset=0, algo="fused"):
     """The multi-head attention layer, batch first:
 
         Q = query w_q^T + b_q,  K = key w_k^T + b_k,  V = value w_v^T + b_v
@@ -68,7 +68,13 @@ def multi_head_attention(query, key, value, w_q, w_k, w_v, w_o, b_q=None, b_k=No
     lo[i] <= j < hi[i], cuDNN's windows), seq_lengths = (seq_q, seq_k)
     integer vectors [B] (queries i >= seq_q[b] are padding: their output and
     gradients are zero; keys j >= seq_k[b] are not seen). A query that sees
-    no key outputs b_o (+ residual). scale: default 1/sqrt(D). Dropout on the
+    no key outputs b_o (+ residual). cu_seqlens = (cu_seqlens_q,
+    cu_seqlens_k), integer vectors [N + 1] each: packed sequences
+    (flash-attn's varlen layout) along S and Sk of the one batch entry
+    (B = 1, algo "fused"): sequence n's queries are rows cu_seqlens_q[n] to
+    cu_seqlens_q[n + 1] - 1 and see only its keys, those of cu_seqlens_k
+    (kdnn.flash_attention_varlen's semantics); the offsets are copied to the
+    host and checked. scale: default 1/sqrt(D). Dropout on the
     probabilities as kdnn.flash_attention's. algo: "fused" (flash attention,
     O(S) memory) or "unfused" (keeps the probabilities [B, H, S, Sk]).
     Returns out [B, S, Eo].
@@ -106,6 +112,14 @@ def multi_head_attention(query, key, value, w_q, w_k, w_v, w_o, b_q=None, b_k=No
                                   query.device)
         c["seq_k"] = int32_vector("multi_head_attention", "seq_lengths[1]", seq_lengths[1], B,
                                   query.device)
+    if cu_seqlens is not None:
+        require(isinstance(cu_seqlens, (tuple, list)) and len(cu_seqlens) == 2,
+                f"multi_head_attention: cu_seqlens is a {type(cu_seqlens).__name__}, expected "
+                "(cu_seqlens_q, cu_seqlens_k)")
+        c["cu_seqlens_q"] = offsets("multi_head_attention", "cu_seqlens[0]", cu_seqlens[0],
+                                    query.device)
+        c["cu_seqlens_k"] = offsets("multi_head_attention", "cu_seqlens[1]", cu_seqlens[1],
+                                    query.device)
     sizes = _kdnn.mha_buffer_sizes(B, S, Sk, query.shape[2], key.shape[2], value.shape[2], heads,
                                    kv_heads, wq.shape[0] // heads, wv.shape[0] // kv_heads,
                                    wo.shape[0], c["unfused"])

@@ -29,6 +29,7 @@ struct Config {
   std::uint64_t seed = 0, offset = 0;
   bool unfused = false, causal = false;
   Optional lo_win, hi_win, seq_q, seq_k;  ///< int32 [S], [S], [B], [B] or None
+  Optional cu_seqlens_q, cu_seqlens_k;    ///< int32 [N + 1] each, or None: packed sequences
 
   at::MhaOptions options() const {
     at::MhaOptions o;
@@ -50,6 +51,13 @@ struct Config {
     m.seq_q = view_of<Ints>(seq_q, "multi_head_attention: seq_lengths_q");
     m.seq_k = view_of<Ints>(seq_k, "multi_head_attention: seq_lengths_k");
     return m;
+  }
+
+  template <class Space>
+  at::PackedSequences<Space> packing() const {
+    using Ints = kdnn::Vector<const int, Space>;
+    return {view_of<Ints>(cu_seqlens_q, "multi_head_attention: cu_seqlens[0]"),
+            view_of<Ints>(cu_seqlens_k, "multi_head_attention: cu_seqlens[1]")};
   }
 };
 
@@ -94,14 +102,14 @@ void forward(const Array& q, const Array& k, const Array& v, const Optional& res
     using T = decltype(zero);
     using In = kdnn::Tensor3<const T, Space>;
     using Buffer = kdnn::Vector<T, Space>;
-    at::mha_forward(space, c.options(), c.mask<Space>(), w.views<const T, Space>(""),
-                    view_of<In>(q, "multi_head_attention: query"),
-                    view_of<In>(k, "multi_head_attention: key"),
-                    view_of<In>(v, "multi_head_attention: value"),
-                    view_of<In>(residual, "multi_head_attention: residual"),
-                    view_of<kdnn::Tensor3<T, Space>>(out, "multi_head_attention: out"),
-                    view_of<Buffer>(reserve, "multi_head_attention: reserve"),
-                    view_of<Buffer>(workspace, "multi_head_attention: workspace"));
+    at::mha_forward(
+        space, c.options(), c.mask<Space>(), w.views<const T, Space>(""),
+        view_of<In>(q, "multi_head_attention: query"), view_of<In>(k, "multi_head_attention: key"),
+        view_of<In>(v, "multi_head_attention: value"),
+        view_of<In>(residual, "multi_head_attention: residual"),
+        view_of<kdnn::Tensor3<T, Space>>(out, "multi_head_attention: out"),
+        view_of<Buffer>(reserve, "multi_head_attention: reserve"),
+        view_of<Buffer>(workspace, "multi_head_attention: workspace"), c.packing<Space>());
   });
 }
 
@@ -124,7 +132,8 @@ void backward(const Array& dout, const Array& dq, const Array& dk, const Array& 
                           view_of<Out>(dk, "multi_head_attention backward: dkey"),
                           view_of<Out>(dv, "multi_head_attention backward: dvalue"),
                           view_of<Out>(dresidual, "multi_head_attention backward: dresidual"), res,
-                          view_of<Buffer>(workspace, "multi_head_attention backward: workspace"));
+                          view_of<Buffer>(workspace, "multi_head_attention backward: workspace"),
+                          c.packing<Space>());
     at::mha_backward_weights(space, opts, weights,
                              view_of<In>(q, "multi_head_attention backward: query"),
                              view_of<In>(k, "multi_head_attention backward: key"),
@@ -149,7 +158,9 @@ void bind_mha(nb::module_& m) {
       .def_rw("lo_win", &Config::lo_win, nb::arg().none())
       .def_rw("hi_win", &Config::hi_win, nb::arg().none())
       .def_rw("seq_q", &Config::seq_q, nb::arg().none())
-      .def_rw("seq_k", &Config::seq_k, nb::arg().none());
+      .def_rw("seq_k", &Config::seq_k, nb::arg().none())
+      .def_rw("cu_seqlens_q", &Config::cu_seqlens_q, nb::arg().none())
+      .def_rw("cu_seqlens_k", &Config::cu_seqlens_k, nb::arg().none());
   nb::class_<Params>(m, "MhaParams")
       .def(nb::init<Array, Array, Array, Array, Optional, Optional, Optional, Optional>(), "w_q"_a,
            "w_k"_a, "w_v"_a, "w_o"_a, "b_q"_a.none(), "b_k"_a.none(), "b_v"_a.none(),

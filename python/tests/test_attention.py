@@ -272,3 +272,55 @@ def test_windows_gradcheck_and_errors():
         kdnn.flash_attention(q, k, v, window=3)
     with pytest.raises(kdnn.Error, match=r"flash_attention: window\[0\] holds values in "):
         kdnn.flash_attention(q, k, v, window=([2**40] * 4, [1] * 4))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("mask", [dict(), dict(causal=True), dict(band=(3, 0), softcap=0.7),
+                                  dict(alibi_slopes=[[0.5, 0.25], [0.1, 1.0], [2.0, 0.0]])])
+def test_varlen_equals_each_sequence_alone(dtype, mask):
+    # Lengths 0, 1 and longer than one block of the host form (128).
+    lengths_q, lengths_k = [0, 1, 150], [4, 3, 140]
+    cu_q, cu_k = torch.tensor([0, 0, 1, 151]), torch.tensor([0, 4, 7, 147])
+    kw = dict(dtype=dtype, requires_grad=True)
+    q, k, v = (torch.randn(n, h, 16, **kw) for n, h in ((151, 2), (147, 1), (147, 1)))
+    out, lse = kdnn.flash_attention_varlen(q, k, v, cu_q, cu_k, return_lse=True, **mask)
+    assert out.shape == (151, 2, 16) and lse.shape == (2, 151)
+    outs, lses = [], []
+    for n in range(3):
+        rows_q = slice(int(cu_q[n]), int(cu_q[n + 1]))
+        rows_k = slice(int(cu_k[n]), int(cu_k[n + 1]))
+        each = dict(mask)
+        if "alibi_slopes" in each:
+            each["alibi_slopes"] = each["alibi_slopes"][n]
+        o, l = kdnn.flash_attention(q[rows_q].transpose(0, 1)[None], k[rows_k].transpose(0, 1)[None],
+                                    v[rows_k].transpose(0, 1)[None], return_lse=True, **each)
+        outs.append(o[0].transpose(0, 1))
+        lses.append(l[0])
+    assert_matches(out, torch.cat(outs), (q, k, v), **TOLERANCE[dtype])
+    torch.testing.assert_close(lse, torch.cat(lses, dim=1), **TOLERANCE[dtype])
+
+
+def test_varlen_gradcheck_dropout_and_errors():
+    kw = dict(dtype=torch.float64, requires_grad=True)
+    q, k, v = torch.randn(7, 2, 3, **kw), torch.randn(6, 2, 3, **kw), torch.randn(6, 2, 2, **kw)
+    cu_q, cu_k = torch.tensor([0, 4, 7], dtype=torch.int32), torch.tensor([0, 2, 6])
+
+    def f(q, k, v):
+        return kdnn.flash_attention_varlen(q, k, v, cu_q, cu_k, causal=True, dropout_p=0.3,
+                                           seed=5, offset=2)
+    assert torch.autograd.gradcheck(f, (q, k, v))
+    assert not torch.equal(f(q, k, v), kdnn.flash_attention_varlen(q, k, v, cu_q, cu_k,
+                                                                   causal=True))
+    with pytest.raises(kdnn.Error, match="cu_seqlens_q has dtype torch.float32, expected integers"):
+        kdnn.flash_attention_varlen(q, k, v, cu_q.float(), cu_k)
+    with pytest.raises(kdnn.Error, match=r"cu_seqlens_k has shape \[1, 3\], expected \[S \+ 1\]"):
+        kdnn.flash_attention_varlen(q, k, v, cu_q, cu_k[None])
+    with pytest.raises(kdnn.Error, match=r"cu_seqlens_k\[2\]=6 < seqs.cu_seqlens_k\[1\]=7"):
+        kdnn.flash_attention_varlen(q, k, v, cu_q, torch.tensor([0, 7, 6]))
+    with pytest.raises(kdnn.Error, match=r"alibi_slopes has shape \[3, 2\], expected \[H\] = \[2\] "
+                                         r"or \[B, H\] = \[2, 2\]"):
+        kdnn.flash_attention_varlen(q, k, v, cu_q, cu_k, alibi_slopes=torch.ones(3, 2))
+    with pytest.raises(kdnn.Error, match=r"q has shape \[1, 7, 2, 3\], expected 3 dimensions"):
+        kdnn.flash_attention_varlen(q[None], k, v, cu_q, cu_k)
+    with pytest.raises(TypeError):
+        kdnn.flash_attention_varlen(q, k, v, cu_q, cu_k, True)  # options are keywords

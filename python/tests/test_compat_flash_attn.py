@@ -3,7 +3,8 @@
 attention (bottom-right aligned causal mask and windows, GQA, the
 (batch, seqlen, nheads, headdim) layout), written here in PyTorch from the
 peer's documentation; the log-sum-exp it returns, the packed forms, and
-the options kdnn does not have."""
+the options kdnn does not have; the varlen forms against the reference
+on each sequence alone."""
 import math
 
 import pytest
@@ -11,7 +12,10 @@ import torch
 from common import DTYPES, TOLERANCE, assert_matches
 
 import kdnn
-from kdnn.compat.flash_attn import flash_attn_func, flash_attn_kvpacked_func, flash_attn_qkvpacked_func
+from kdnn.compat.flash_attn import (flash_attn_func, flash_attn_kvpacked_func,
+                                    flash_attn_qkvpacked_func, flash_attn_varlen_func,
+                                    flash_attn_varlen_kvpacked_func,
+                                    flash_attn_varlen_qkvpacked_func)
 
 
 def window(Sk, causal, window_size):
@@ -191,3 +195,73 @@ def test_gradcheck_of_the_packed_forms_through_their_strides():
     kv = torch.randn(1, 7, 2, 1, 4, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(
         lambda a, b: flash_attn_kvpacked_func(a, b, window_size=(2, 1)), (q, kv))
+
+
+VARLEN_MASKS = [dict(causal=False), dict(causal=True), dict(causal=False, window_size=(3, 1)),
+                dict(causal=True, window_size=(4, -1), softcap=0.5),
+                dict(causal=False, alibi_slopes=torch.tensor([0.5, 0.25, 0.125, 1.0])),
+                dict(causal=True, alibi_slopes=torch.linspace(0.1, 1.6, 16).reshape(4, 4))]
+
+
+def varlen_ref(q, k, v, lengths_q, lengths_k, alibi_slopes=None, **mask):
+    """flash-attn's varlen semantics: each sequence attended alone
+    (attention_ref with batch 1), out and lse concatenated; lse (nheads,
+    total_q)."""
+    outs, lses = [], []
+    i = j = 0
+    for n, (sq, sk) in enumerate(zip(lengths_q, lengths_k)):
+        slopes = alibi_slopes
+        if slopes is not None and slopes.dim() == 2:
+            slopes = slopes[n]
+        out, lse = attention_ref(q[None, i:i + sq], k[None, j:j + sk], v[None, j:j + sk],
+                                 alibi_slopes=slopes, **mask)
+        outs.append(out[0])
+        lses.append(lse[0])
+        i, j = i + sq, j + sk
+    return torch.cat(outs), torch.cat(lses, dim=1)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("mask", VARLEN_MASKS)
+@pytest.mark.parametrize("heads_k", [4, 2])
+def test_varlen_matches_each_sequence_alone(dtype, mask, heads_k):
+    lengths_q, lengths_k = [0, 5, 1, 17], [3, 5, 4, 9]
+    cu_q = torch.tensor([0] + lengths_q, dtype=torch.int32).cumsum(0, dtype=torch.int32)
+    cu_k = torch.tensor([0] + lengths_k, dtype=torch.int32).cumsum(0, dtype=torch.int32)
+    kw = dict(dtype=dtype, requires_grad=True)
+    q = torch.randn(sum(lengths_q), 4, 16, **kw)
+    k = torch.randn(sum(lengths_k), heads_k, 16, **kw)
+    v = torch.randn(sum(lengths_k), heads_k, 8, **kw)
+    out = flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lengths_q), max(lengths_k), **mask)
+    assert out.shape == (sum(lengths_q), 4, 8)
+    want, want_lse = varlen_ref(q, k, v, lengths_q, lengths_k, **mask)
+    assert_matches(out, want, (q, k, v), **TOLERANCE[dtype])
+    _, lse, probs = flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lengths_q), max(lengths_k),
+                                           return_attn_probs=True, **mask)
+    assert probs is None
+    torch.testing.assert_close(lse, want_lse.to(lse.dtype), **TOLERANCE[dtype])
+
+
+def test_varlen_packed_forms_gradcheck_and_errors():
+    lengths = [3, 0, 6]
+    cu = torch.tensor([0, 3, 3, 9], dtype=torch.int32)
+    kw = dict(dtype=torch.float64, requires_grad=True)
+    qkv = torch.randn(9, 3, 2, 4, **kw)
+    q, k, v = qkv[:, 0], qkv[:, 1], qkv[:, 2]
+    torch.testing.assert_close(
+        flash_attn_varlen_qkvpacked_func(qkv, cu, 6, causal=True),
+        flash_attn_varlen_func(q, k, v, cu, cu, 6, 6, causal=True))
+    torch.testing.assert_close(
+        flash_attn_varlen_kvpacked_func(q, qkv[:, 1:], cu, cu, 6, 6, window_size=(1, 1)),
+        varlen_ref(q, k, v, lengths, lengths, window_size=(1, 1))[0])
+    assert torch.autograd.gradcheck(
+        lambda q, k, v: flash_attn_varlen_func(q, k, v, cu, cu, 6, 6, causal=True),
+        (q.detach().requires_grad_(), k.detach().requires_grad_(), v.detach().requires_grad_()))
+    with pytest.raises(kdnn.Error, match="block_table is given"):
+        flash_attn_varlen_func(q, k, v, cu, cu, 6, 6, block_table=torch.zeros(1, 1))
+    with pytest.raises(kdnn.Error, match="max_seqlen_k=-1"):
+        flash_attn_varlen_func(q, k, v, cu, cu, 6, -1)
+    with pytest.raises(kdnn.Error, match=r"cu_seqlens_q\[3\]=8, expected 9"):
+        flash_attn_varlen_func(q, k, v, torch.tensor([0, 3, 3, 8]), cu, 6, 6)
+    with pytest.raises(kdnn.Error, match="expected \\(total, nheads, headdim\\)"):
+        flash_attn_varlen_func(q[None], k, v, cu, cu, 6, 6)

@@ -185,3 +185,41 @@ def test_masks_are_checked_and_copied():
     (out * g).sum().backward()
     for got, expected in zip((x.grad for x in leaves(t)), want):
         torch.testing.assert_close(got, expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_packed_sequences_are_each_sequences_layer(dtype):
+    """cu_seqlens: one batch entry of packed sequences; each sequence's rows
+    of the output are the layer on that sequence alone, and the gradients
+    of every input and weight are those of the sum of those layers."""
+    lengths_q, lengths_k = [3, 0, 6], [4, 2, 5]
+    t, H = layer(dtype, B=1, S=9, Sk=11, residual=True, Hkv=1)
+    cu = ([0, 3, 3, 9], torch.tensor([0, 4, 6, 11]))
+    out = run(t, H, kv_heads=1, causal=True, cu_seqlens=cu)
+    parts = []
+    i = j = 0
+    for sq, sk in zip(lengths_q, lengths_k):
+        part = dict(t, q=t["q"][:, i:i + sq], k=t["k"][:, j:j + sk], v=t["v"][:, j:j + sk],
+                    residual=t["residual"][:, i:i + sq])
+        parts.append(run(part, H, kv_heads=1, causal=True))
+        i, j = i + sq, j + sk
+    assert_matches(out, torch.cat(parts, dim=1), leaves(t), **TOLERANCE[dtype])
+
+
+def test_packed_sequences_gradcheck_and_errors():
+    t, H = layer(torch.float64, B=1, S=5, Sk=5, Eq=3, Ek=2, Ev=3, D=2, Dv=2, Eo=3)
+    names = [name for name, x in t.items() if x is not None]
+    cu = ([0, 2, 5], [0, 3, 5])
+
+    def f(*xs):
+        return run(dict(t, **dict(zip(names, xs))), H, cu_seqlens=cu)
+    assert torch.autograd.gradcheck(f, [t[n] for n in names])
+    with pytest.raises(kdnn.Error, match="cu_seqlens is a int, expected"):
+        run(t, H, cu_seqlens=3)
+    with pytest.raises(kdnn.Error, match=r"seqs.cu_seqlens_k\[2\]=4, expected 5"):
+        run(t, H, cu_seqlens=([0, 2, 5], [0, 3, 4]))
+    with pytest.raises(kdnn.Error, match="expected AttentionAlgo::fused"):
+        run(t, H, cu_seqlens=cu, algo="unfused")
+    t2, _ = layer(torch.float64, B=2, S=5, Sk=5)
+    with pytest.raises(kdnn.Error, match="packed sequences \\(seqs\\) with a batch of 2"):
+        run(t2, H, cu_seqlens=cu)

@@ -2,7 +2,7 @@
 """The interfaces of the libraries kdnn's users come from, on kdnn's kernels:
 changing an import is all a user does.
 
-    from kdnn.compat.flash_attn import flash_attn_func
+    from kdnn.compat.flash_attn import flash_attn_func, flash_attn_varlen_func
     from kdnn.compat.causal_conv1d import causal_conv1d_fn, causal_conv1d_update
     from kdnn.compat.mamba_ssm import mamba_chunk_scan_combined
     from kdnn.compat.transformer_engine import mhc_fused_sinkhorn

@@ -1,7 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 """flash-attn's flash_attn_func (and its packed forms) on kdnn's fused
 attention: q (batch, seqlen, nheads, headdim), k and v (batch, seqlen_k,
-nheads_k, headdim), nheads_k dividing nheads (GQA, MQA).
+nheads_k, headdim), nheads_k dividing nheads (GQA, MQA); and
+flash_attn_varlen_func (and its packed forms) on
+kdnn.flash_attention_varlen: q (total_q, nheads, headdim), k and v
+(total_k, nheads_k, headdim), sequences at the offsets cu_seqlens_q and
+cu_seqlens_k, each masked, aligned and biased with its own lengths.
 
 flash-attn's causal mask and windows are aligned to the bottom right: query
 i sees key j when i + seqlen_k - seqlen_q - window_size[0] <= j <=
@@ -95,3 +99,86 @@ def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=Fal
     return flash_attn_func(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], dropout_p, softmax_scale,
                            causal, window_size, softcap, alibi_slopes, deterministic,
                            return_attn_probs)
+
+
+def _varlen_alibi_lse(lse, alibi_slopes, cu_q, cu_k):
+    """flash-attn's lse under its causal form with ALiBi (see
+    flash_attn_func): kdnn's plus slope·d, d = i + seqlen_k - seqlen_q the
+    diagonal of query i of its sequence."""
+    heads, total = lse.shape
+    cu_q = torch.as_tensor(cu_q, device=lse.device, dtype=torch.int64)
+    cu_k = torch.as_tensor(cu_k, device=lse.device, dtype=torch.int64)
+    lengths_q, lengths_k = cu_q[1:] - cu_q[:-1], cu_k[1:] - cu_k[:-1]
+    seq = torch.repeat_interleave(torch.arange(lengths_q.shape[0], device=lse.device), lengths_q,
+                                  output_size=total)
+    diagonal = (torch.arange(total, device=lse.device) - cu_q[seq] + (lengths_k - lengths_q)[seq])
+    slopes = torch.as_tensor(alibi_slopes, device=lse.device, dtype=lse.dtype)
+    per_token = slopes.reshape(heads, 1) if slopes.dim() == 1 else slopes[seq].transpose(0, 1)
+    return lse + per_token * diagonal.to(lse.dtype)
+
+
+def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                           dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                           softcap=0.0, alibi_slopes=None, deterministic=False,
+                           return_attn_probs=False, block_table=None):
+    """flash-attn's flash_attn_varlen_func. Returns out (total_q, nheads,
+    headdim_v); with return_attn_probs, (out, softmax_lse (nheads,
+    total_q), None), as flash_attn_func's. The lengths are read from
+    cu_seqlens_q and cu_seqlens_k (kdnn copies them to the host and checks
+    them); max_seqlen_k bounds the window as flash-attn's (a bound of
+    max_seqlen_k or more is none), max_seqlen_q is accepted. alibi_slopes
+    (nheads,) or (batch, nheads), batch the number of sequences. block_table
+    (a paged KV cache) is not supported."""
+    op = "compat.flash_attn.flash_attn_varlen_func"
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        require(isinstance(t, torch.Tensor) and t.dim() == 3,
+                f"{op}: {name} has shape {list(getattr(t, 'shape', []))}, expected (total, nheads, "
+                "headdim)")
+    require(block_table is None,
+            f"{op}: block_table is given, expected None (kdnn has no paged KV cache)")
+    require(isinstance(window_size, (tuple, list)) and len(window_size) == 2
+            and all(isinstance(w, int) and not isinstance(w, bool) for w in window_size),
+            f"{op}: window_size={window_size!r}, expected (left, right) integers (-1: no bound)")
+    if not isinstance(causal, bool):
+        raise Error(f"{op}: causal={causal!r}, expected True or False")
+    for name, m in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
+        require(isinstance(m, int) and not isinstance(m, bool) and m >= 0,
+                f"{op}: {name}={m!r}, expected an integer >= 0")
+    scale = 1.0 / math.sqrt(q.shape[-1]) if softmax_scale is None else softmax_scale
+    band = _band(max_seqlen_k, causal, window_size)
+    out, lse = attention.flash_attention_varlen(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, band=band, scale=scale, softcap=softcap,
+        alibi_slopes=alibi_slopes, dropout_p=dropout_p, return_lse=True)
+    if not return_attn_probs:
+        return out
+    if alibi_slopes is not None and band == (-1, 0):
+        lse = _varlen_alibi_lse(lse, alibi_slopes, cu_seqlens_q, cu_seqlens_k)
+    return out, torch.where(lse == -math.inf, math.inf, lse), None
+
+
+def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                    max_seqlen_k, dropout_p=0.0, softmax_scale=None, causal=False,
+                                    window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                                    deterministic=False, return_attn_probs=False):
+    """flash_attn_varlen_func with kv (total_k, 2, nheads_k, headdim)."""
+    require(isinstance(kv, torch.Tensor) and kv.dim() == 4 and kv.shape[1] == 2,
+            f"compat.flash_attn.flash_attn_varlen_kvpacked_func: kv has shape "
+            f"{list(getattr(kv, 'shape', []))}, expected (total_k, 2, nheads_k, headdim)")
+    return flash_attn_varlen_func(q, kv[:, 0], kv[:, 1], cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                  max_seqlen_k, dropout_p, softmax_scale, causal, window_size,
+                                  softcap, alibi_slopes, deterministic, return_attn_probs)
+
+
+def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0,
+                                     softmax_scale=None, causal=False, window_size=(-1, -1),
+                                     softcap=0.0, alibi_slopes=None, deterministic=False,
+                                     return_attn_probs=False):
+    """flash_attn_varlen_func with qkv (total, 3, nheads, headdim), the
+    queries' and keys' offsets both cu_seqlens."""
+    require(isinstance(qkv, torch.Tensor) and qkv.dim() == 4 and qkv.shape[1] == 3,
+            f"compat.flash_attn.flash_attn_varlen_qkvpacked_func: qkv has shape "
+            f"{list(getattr(qkv, 'shape', []))}, expected (total, 3, nheads, headdim)")
+    return flash_attn_varlen_func(qkv[:, 0], qkv[:, 1], qkv[:, 2], cu_seqlens, cu_seqlens,
+                                  max_seqlen, max_seqlen, dropout_p, softmax_scale, causal,
+                                  window_size, softcap, alibi_slopes, deterministic,
+                                  return_attn_probs)
