@@ -22,6 +22,9 @@
 // one TF32 pass: Launch::allow_tf32); on a host only /automatic.
 // The space is fenced at the end of every timed iteration. compare_ssd.py
 // runs this and PyTorch's chunked formulation at the same sizes.
+// forward_packed and backward_packed run the same L steps as packed
+// sequences (seq_idx) of lengths drawn from [64, 4096] (packed_lengths.hpp):
+// the target is within 1.2x the time of the unpacked rows.
 #include <benchmark/benchmark.h>
 
 #include <Kokkos_Core.hpp>
@@ -34,6 +37,7 @@
 #include "bench_main.hpp"
 #include "kdnn/core/impl/backend_traits.hpp"
 #include "kdnn/ssm/ssd.hpp"
+#include "packed_lengths.hpp"
 
 namespace {
 
@@ -56,7 +60,7 @@ struct Form {
   bool allow_tf32;
 };
 
-void run(benchmark::State& state, bool backward, Form form) {
+void run(benchmark::State& state, bool backward, Form form, bool packed) {
   const std::int64_t B = state.range(0), L = state.range(1), H = state.range(2);
   const std::int64_t P = state.range(3), N = state.range(4), Q = state.range(5), G = 1;
   Space space;
@@ -72,10 +76,14 @@ void run(benchmark::State& state, bool backward, Form form) {
   opts.launch.form = form.form;
   opts.launch.allow_tf32 = form.allow_tf32;
   const double chunks = double(B) * H * ((L + Q - 1) / Q);
+  kdnn::Matrix<const int, Space> seq_idx;
+  if (packed)
+    seq_idx = kdnn_bench::packed_ids<Space>(B, kdnn_bench::packed_lengths(int(L), 64, 4096));
   double flop = 0;
   if (!backward) {
     ssm::SsdForward<T, Space> args;
     args.x = x, args.dt = dt, args.A = A, args.B = Bm, args.C = Cm, args.D = D;
+    args.seq_idx = seq_idx;
     args.y = kdnn::Tensor4<T, Space>("y", B, L, H, P);
     args.final_state = kdnn::Tensor4<T, Space>("final", B, H, P, N);
     ssm::ssd_forward(space, args, opts);  // warm-up
@@ -88,6 +96,7 @@ void run(benchmark::State& state, bool backward, Form form) {
   } else {
     ssm::SsdBackward<T, Space> args;
     args.x = x, args.dt = dt, args.A = A, args.B = Bm, args.C = Cm, args.D = D;
+    args.seq_idx = seq_idx;
     args.dy = random_view(kdnn::Tensor4<T, Space>("dy", B, L, H, P), 7);
     args.dx = kdnn::Tensor4<T, Space>("dx", B, L, H, P);
     args.ddt = kdnn::Tensor3<T, Space>("ddt", B, L, H);
@@ -123,14 +132,17 @@ int main(int argc, char** argv) {
           forms.push_back({"tf32", kdnn::KernelForm::tensor_cores, true});
         }
         for (const auto& size : sizes) {
-          for (const bool backward : {false, true}) {
-            for (const Form& form : forms) {
-              const std::string name =
-                  std::string("ssd_f32/") + (backward ? "backward/" : "forward/") + form.name;
-              benchmark::RegisterBenchmark(name.c_str(), run, backward, form)
-                  ->Args(size)
-                  ->Unit(benchmark::kMillisecond)
-                  ->UseRealTime();
+          for (const bool packed : {false, true}) {
+            for (const bool backward : {false, true}) {
+              for (const Form& form : forms) {
+                const std::string name = std::string("ssd_f32/") +
+                                         (backward ? "backward" : "forward") +
+                                         (packed ? "_packed/" : "/") + form.name;
+                benchmark::RegisterBenchmark(name.c_str(), run, backward, form, packed)
+                    ->Args(size)
+                    ->Unit(benchmark::kMillisecond)
+                    ->UseRealTime();
+              }
             }
           }
         }

@@ -8,7 +8,10 @@
 //             copy bandwidth of this machine in this run, for reference
 // and, on a GPU, forward_tiled and backward_tiled: the same with
 // launch.form = host, the tiled kernels (team scratch) instead of the
-// register windows, so that one run compares both forms.
+// register windows, so that one run compares both forms. Each but copy also
+// runs as NAME_packed: the same steps as packed sequences (seq_idx) of
+// lengths drawn from [64, 4096] (packed_lengths.hpp); the target is within
+// 1.2x the time of the unpacked row.
 // Each reports `bytes`, the bytes it must move at least once, and GB/s
 // (bytes / time, 1e9 bytes):
 //   forward:  read x, write y            2·B·L·C·4 + C·K·4 (w)
@@ -28,6 +31,7 @@
 
 #include "bench_main.hpp"
 #include "kdnn/ssm/causal_conv1d.hpp"
+#include "packed_lengths.hpp"
 
 namespace {
 
@@ -45,7 +49,7 @@ View random_view(const View& v, unsigned seed) {
   return v;
 }
 
-void run(benchmark::State& state, Op op) {
+void run(benchmark::State& state, Op op, bool packed) {
   const std::size_t B = state.range(0), L = state.range(1), C = state.range(2), K = state.range(3);
   const double n = double(B) * L * C;
   double bytes = 0;
@@ -64,6 +68,10 @@ void run(benchmark::State& state, Op op) {
     const kdnn::Tensor3<T, Space> x = random_view(kdnn::Tensor3<T, Space>("x", B, L, C), 1);
     const kdnn::Matrix<T, Space> w = random_view(kdnn::Matrix<T, Space>("w", C, K), 2);
     const kdnn::Vector<T, Space> bias = random_view(kdnn::Vector<T, Space>("bias", C), 3);
+    kdnn::Matrix<const int, Space> seq_idx;
+    if (packed) {
+      seq_idx = kdnn_bench::packed_ids<Space>(B, kdnn_bench::packed_lengths(int(L), 64, 4096));
+    }
     ssm::CausalConv1dOptions opts;
     opts.silu = true;
     if (op == Op::forward_tiled || op == Op::backward_tiled) {
@@ -75,6 +83,7 @@ void run(benchmark::State& state, Op op) {
       args.x = x;
       args.w = w;
       args.bias = bias;
+      args.seq_idx = seq_idx;
       args.y = kdnn::Tensor3<T, Space>("y", B, L, C);
       ssm::causal_conv1d_forward(space, args, opts);  // warm-up
       space.fence();
@@ -88,6 +97,7 @@ void run(benchmark::State& state, Op op) {
       args.x = x;
       args.w = w;
       args.bias = bias;
+      args.seq_idx = seq_idx;
       args.dy = random_view(kdnn::Tensor3<T, Space>("dy", B, L, C), 4);
       args.dx = kdnn::Tensor3<T, Space>("dx", B, L, C);
       args.dw = kdnn::Matrix<T, Space>("dw", C, K);
@@ -120,11 +130,15 @@ int main(int argc, char** argv) {
         }
         for (const auto& size : sizes) {
           for (const auto& op : ops) {
-            const std::string name = std::string("ssm_conv_f32/") + op.first;
-            benchmark::RegisterBenchmark(name.c_str(), run, op.second)
-                ->Args(size)
-                ->Unit(benchmark::kMillisecond)
-                ->UseRealTime();
+            for (const bool packed : {false, true}) {
+              if (packed && op.second == Op::copy) continue;
+              const std::string name =
+                  std::string("ssm_conv_f32/") + op.first + (packed ? "_packed" : "");
+              benchmark::RegisterBenchmark(name.c_str(), run, op.second, packed)
+                  ->Args(size)
+                  ->Unit(benchmark::kMillisecond)
+                  ->UseRealTime();
+            }
           }
         }
       });
