@@ -47,10 +47,8 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bia
         if first.dim() == 2 and first.shape[1] > 0:  # else kdnn.ssd names the bad shape
             keep = (first[:, 0] == 0).to(initial_states.dtype)
             initial_states = initial_states * keep.reshape(-1, *([1] * (initial_states.dim() - 1)))
-    y, final, *states = mamba2.ssd(
+    return mamba2.ssd(
         x, dt, A, B, C, D, initial_states, z, dt_bias, chunk_size=chunk_size,
-        dt_softplus=dt_softplus, dt_limit=dt_limit, return_final_states=True, seq_idx=seq_idx,
-        cu_seqlens=cu_seqlens if return_varlen_states else None,
+        dt_softplus=dt_softplus, dt_limit=dt_limit, return_final_states=return_final_states,
+        seq_idx=seq_idx, cu_seqlens=cu_seqlens if return_varlen_states else None,
         return_varlen_states=return_varlen_states)
-    return (y, *([final] if return_final_states else []), *states) if (
-        return_final_states or return_varlen_states) else y
