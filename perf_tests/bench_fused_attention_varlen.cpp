@@ -49,11 +49,11 @@ void packed(benchmark::State& state, Phase phase) {
   const int T = int(state.range(0)), H = int(state.range(1)), D = int(state.range(2));
   const std::vector<int> lengths =
       kdnn_bench::packed_lengths(T, int(state.range(3)), int(state.range(4)));
-  using View3 = Kokkos::View<float***, Space>;
+  using View3 = kdnn::Tensor3<float, Space>;
   const auto q = random_view<View3>("q", 1, T, H, D), k = random_view<View3>("k", 2, T, H, D),
              v = random_view<View3>("v", 3, T, H, D), g = random_view<View3>("dout", 4, T, H, D);
   View3 o("o", T, H, D), dq("dq", T, H, D), dk("dk", T, H, D), dv("dv", T, H, D);
-  Kokkos::View<float**, Space> lse("lse", H, T);
+  kdnn::Matrix<float, Space> lse("lse", H, T);
   const auto cu = kdnn_bench::packed_offsets<Space>(lengths);
   const at::PackedSequences<Space> seqs{cu, cu};
   at::FusedAttentionOptions opts;
@@ -78,12 +78,12 @@ void packed(benchmark::State& state, Phase phase) {
 
 void one_sequence(benchmark::State& state, Phase phase) {
   const int H = int(state.range(1)), D = int(state.range(2)), L = int(state.range(4));
-  using View4 = Kokkos::View<float****, Space>;
+  using View4 = kdnn::Tensor4<float, Space>;
   const auto q = random_view<View4>("q", 1, 1, H, L, D), k = random_view<View4>("k", 2, 1, H, L, D),
              v = random_view<View4>("v", 3, 1, H, L, D),
              g = random_view<View4>("dout", 4, 1, H, L, D);
   View4 o("o", 1, H, L, D), dq("dq", 1, H, L, D), dk("dk", 1, H, L, D), dv("dv", 1, H, L, D);
-  Kokkos::View<float***, Space> lse("lse", 1, H, L);
+  kdnn::Tensor3<float, Space> lse("lse", 1, H, L);
   at::FusedAttentionOptions opts;
   opts.scale = 1 / std::sqrt(double(D));
   at::AttentionMask<Space> mask;
@@ -110,12 +110,14 @@ int main(int argc, char** argv) {
       argc, argv, "32768x8x64x64x4096", 5, "TxHxDxMINxMAX", [](const auto& sizes) {
         const std::pair<const char*, Phase> phases[] = {{"forward", Phase::forward},
                                                         {"backward", Phase::backward}};
+        using Run = void (*)(benchmark::State&, Phase);
+        const std::pair<const char*, Run> runs[] = {{"packed", &packed},
+                                                    {"one_sequence", &one_sequence}};
         for (const auto& size : sizes) {
           for (const auto& phase : phases) {
-            for (const auto& [name, run] :
-                 {std::pair{"packed", &packed}, std::pair{"one_sequence", &one_sequence}}) {
-              const std::string label = std::string("varlen_f32/") + name + "_" + phase.first;
-              benchmark::RegisterBenchmark(label.c_str(), run, phase.second)
+            for (const auto& run : runs) {
+              const std::string label = std::string("varlen_f32/") + run.first + "_" + phase.first;
+              benchmark::RegisterBenchmark(label.c_str(), run.second, phase.second)
                   ->Args(size)
                   ->Unit(benchmark::kMillisecond)
                   ->UseRealTime();

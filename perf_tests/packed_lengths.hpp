@@ -24,8 +24,8 @@ inline std::vector<int> packed_lengths(int total, int lo, int hi) {
 
 /// The offsets [N + 1] of `lengths` on the device.
 template <class Space>
-Kokkos::View<int*, Space> packed_offsets(const std::vector<int>& lengths) {
-  Kokkos::View<int*, Space> cu("cu_seqlens", lengths.size() + 1);
+Kokkos::View<int*, Kokkos::LayoutRight, Space> packed_offsets(const std::vector<int>& lengths) {
+  Kokkos::View<int*, Kokkos::LayoutRight, Space> cu("cu_seqlens", lengths.size() + 1);
   const auto host = Kokkos::create_mirror_view(cu);
   host(0) = 0;
   for (std::size_t n = 0; n < lengths.size(); ++n) host(n + 1) = host(n) + lengths[n];
