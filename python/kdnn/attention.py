@@ -74,6 +74,19 @@ def _alibi_slopes(op, slopes, batch, heads, device):
     return t.reshape(-1, heads).to(torch.float64, copy=True).contiguous()
 
 
+def _score_options(op, scale, softcap, head_dim):
+    """The scores' scale (None: 1/sqrt(D)) and cap, each checked finite (the
+    cap >= 0; 0: none)."""
+    if scale is None:
+        scale = 1.0 / math.sqrt(head_dim) if head_dim > 0 else 1.0
+    scale = number(op, "scale", scale)
+    require(math.isfinite(scale), f"{op}: scale={scale!r}, expected a finite number")
+    softcap = number(op, "softcap", softcap)
+    require(math.isfinite(softcap) and softcap >= 0,
+            f"{op}: softcap={softcap!r}, expected a finite number >= 0 (0: none)")
+    return scale, softcap
+
+
 def flash_attention(q, k, v, *, causal=False, window=None, band=None, scale=None, softcap=0.0,
                     alibi_slopes=None, dropout_p=0.0, seed=None, offset=0, allow_tf32=False,
                     return_lse=False):
@@ -119,13 +132,7 @@ def flash_attention(q, k, v, *, causal=False, window=None, band=None, scale=None
     causal = flag(op, "causal", causal)
     lo_win, hi_win = windows(op, window, q.shape[2], q.device)
     band = _band(op, band)
-    if scale is None:
-        scale = 1.0 / math.sqrt(q.shape[-1]) if q.shape[-1] > 0 else 1.0
-    scale = number(op, "scale", scale)
-    require(math.isfinite(scale), f"{op}: scale={scale!r}, expected a finite number")
-    softcap = number(op, "softcap", softcap)
-    require(math.isfinite(softcap) and softcap >= 0,
-            f"{op}: softcap={softcap!r}, expected a finite number >= 0 (0: none)")
+    scale, softcap = _score_options(op, scale, softcap, q.shape[-1])
     dropout = dropout_options(op, dropout_p, seed, offset)
     allow_tf32 = flag(op, "allow_tf32", allow_tf32)
     return_lse = flag(op, "return_lse", return_lse)
@@ -190,13 +197,7 @@ def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False,
     cu_k = offsets(op, "cu_seqlens_k", cu_seqlens_k, q.device)
     causal = flag(op, "causal", causal)
     band = _band(op, band)
-    if scale is None:
-        scale = 1.0 / math.sqrt(q.shape[-1]) if q.shape[-1] > 0 else 1.0
-    scale = number(op, "scale", scale)
-    require(math.isfinite(scale), f"{op}: scale={scale!r}, expected a finite number")
-    softcap = number(op, "softcap", softcap)
-    require(math.isfinite(softcap) and softcap >= 0,
-            f"{op}: softcap={softcap!r}, expected a finite number >= 0 (0: none)")
+    scale, softcap = _score_options(op, scale, softcap, q.shape[-1])
     dropout = dropout_options(op, dropout_p, seed, offset)
     allow_tf32 = flag(op, "allow_tf32", allow_tf32)
     return_lse = flag(op, "return_lse", return_lse)
