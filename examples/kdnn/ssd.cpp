@@ -5,6 +5,8 @@
 // rank computes. Runs with one rank as well.
 #include <mpi.h>
 
+#include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <iostream>
 #include <optional>
@@ -14,6 +16,7 @@
 #include "cli.hpp"
 #include "cp_io.hpp"
 #include "kdnn/core/error.hpp"
+#include "kdnn/core/impl/sequence_offsets.hpp"
 #include "kdnn/cp/cp.hpp"
 
 namespace kdnn::cli {
@@ -38,8 +41,13 @@ given. Rank 0 reads and writes; the results equal a single-rank run.
                  and the gradients dy.npy [B, L, H, P], dfinal.npy [B, H, P, N]
                  (either one starts the backward; a missing one is zero);
                  optional seq_idx.npy [B, L] (int32 or int64: packed
-                 sequences, the state reset where the id changes)
-  --out DIR    existing directory; receives y.npy and final.npy; with the
+                 sequences, the state reset where the id changes) and, with
+                 B = 1, cu_seqlens.npy [S + 1] (the S sequences' offsets: 0
+                 first, never decreasing, L last; seq_idx.npy, when given,
+                 changes its id exactly there, and is made from them when not)
+  --out DIR    existing directory; receives y.npy and final.npy, and with
+               cu_seqlens.npy varlen_states.npy [S, H, P, N] (each sequence's
+               state after its last step, 0 for an empty one); with the
                backward also dx.npy, ddt.npy, da.npy, db.npy, dc.npy, and
                dd.npy / dinit.npy when d.npy / init.npy were given
                (parameter gradients summed over the ranks)
@@ -72,7 +80,8 @@ std::optional<Options> parse_options(const Args& args) {
 struct Inputs {
   NpyArray x, dt, a, b, c;
   std::optional<NpyArray> d, init, dy, dfinal;
-  std::vector<int> seq_idx;  ///< [B, L] from seq_idx.npy, or empty
+  std::vector<int> seq_idx;     ///< [B, L] from seq_idx.npy (or cu_seqlens.npy), or empty
+  std::vector<int> cu_seqlens;  ///< [S + 1] from cu_seqlens.npy, or empty
 };
 
 /// Fails at the first negative element of a finite float array, naming it:
@@ -91,6 +100,44 @@ void require_non_negative(const NpyArray& a, const char* file, const char* what)
   } else {
     first(a.data<float>());
   }
+}
+
+/// cu_seqlens.npy, when `dir` has it, into in.cu_seqlens: checked (B = 1,
+/// the offsets of L steps, seq_idx.npy's id changes exactly at them), and
+/// in.seq_idx made from it when seq_idx.npy was not given (sequence s's
+/// steps get id s).
+void read_sequence_offsets(const std::string& dir, std::size_t B, std::size_t L, Inputs& in) {
+  const auto file = read_input(dir, "cu_seqlens.npy", true);
+  if (!file) return;
+  if (file->shape.size() != 1) {
+    fail("cu_seqlens.npy has shape ", io::format_shape(file->shape), ", expected [S + 1]");
+  }
+  if (B != 1) {
+    fail("cu_seqlens.npy is given with B=", B,
+         " (x.npy's axis 0), expected B=1 (the sequences are packed along L of one batch entry)");
+  }
+  std::vector<int> cu = io::read_int_vector(*file, "cu_seqlens.npy");
+  using HostView = Kokkos::View<int*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  kdnn::impl::host_sequence_offsets("ssd", "cu_seqlens.npy", Kokkos::DefaultHostExecutionSpace(),
+                                    HostView(cu.data(), cu.size()), L, "L, x.npy's axis 1");
+  if (in.seq_idx.empty()) {
+    in.seq_idx.resize(L);
+    for (std::size_t s = 0; s + 1 < cu.size(); ++s) {
+      std::fill(in.seq_idx.begin() + cu[s], in.seq_idx.begin() + cu[s + 1], int(s));
+    }
+  } else {
+    for (std::size_t t = 1; t < L; ++t) {
+      const bool start = std::binary_search(cu.begin(), cu.end(), int(t));
+      if (start != (in.seq_idx[t] != in.seq_idx[t - 1])) {
+        fail("seq_idx.npy[0, ", t - 1, "]=", in.seq_idx[t - 1], ", seq_idx.npy[0, ", t,
+             "]=", in.seq_idx[t],
+             start ? ", expected a new id: cu_seqlens.npy starts a sequence at step "
+                   : ", expected the same id: cu_seqlens.npy starts no sequence at step ",
+             t);
+      }
+    }
+  }
+  in.cu_seqlens = std::move(cu);
 }
 
 Inputs read_inputs(const std::string& dir) {
@@ -134,6 +181,7 @@ Inputs read_inputs(const std::string& dir) {
   optional(in.dy, "dy.npy", in.x.shape);
   optional(in.dfinal, "dfinal.npy", state);
   in.seq_idx = read_sequence_ids(dir, {dims["B"], dims["L"]});
+  read_sequence_offsets(dir, dims["B"], dims["L"], in);
   return in;
 }
 
@@ -141,7 +189,43 @@ Inputs read_inputs(const std::string& dir) {
 struct Header {
   std::int64_t f64 = 0, B = 0, L = 0, H = 0, P = 0, G = 0, N = 0;
   std::int64_t d = 0, init = 0, dfinal = 0, backward = 0, seq_idx = 0;
+  std::int64_t offsets = 0;  ///< S + 1 with cu_seqlens.npy, else 0
 };
+
+/// Where each packed sequence's final state is computed: the rank that
+/// holds its last step, and the segment of that rank's own offsets
+/// (cp::ssd_forward's cu_seqlens) that ends there; rank −1 for an empty
+/// sequence, whose state is 0.
+struct StateSource {
+  int rank = -1, segment = 0;
+};
+
+/// Rank r's own offsets of the packed sequences `cu` (cp::ssd_forward's
+/// cu_seqlens): 0, each distinct offset strictly inside its steps
+/// [start, start + n), shifted by start, then n. Its segments are never
+/// empty (for n > 0), so each is the part of one sequence on the rank.
+std::vector<int> rank_offsets(const std::vector<int>& cu, std::int64_t start, std::int64_t n) {
+  std::vector<int> own = {0};
+  for (const int o : cu) {
+    if (o > start && o < start + n && o - start != own.back()) own.push_back(int(o - start));
+  }
+  own.push_back(int(n));
+  return own;
+}
+
+std::vector<StateSource> state_sources(const std::vector<int>& cu, const Sharding& sh) {
+  std::vector<StateSource> sources(cu.empty() ? 0 : cu.size() - 1);
+  for (std::size_t s = 0; s < sources.size(); ++s) {
+    if (cu[s] == cu[s + 1]) continue;
+    const std::int64_t last = cu[s + 1] - 1;
+    int r = 0;
+    while (last >= sh.offset(r) + sh.lengths[r]) ++r;
+    const auto own = rank_offsets(cu, sh.offset(r), sh.lengths[r]);
+    const auto end = std::upper_bound(own.begin(), own.end(), int(last - sh.offset(r)));
+    sources[s] = {r, int(end - own.begin()) - 1};
+  }
+  return sources;
+}
 
 /// The files the run writes, with their shapes, then the largest work
 /// buffers of cp::ssd_forward / ssd_backward on R ranks: a summary of
@@ -162,10 +246,54 @@ std::vector<OutputShape> output_shapes(const Header& h, DType dtype, int R) {
     if (h.d) out.push_back({"dd.npy", dtype, S{H}});
     if (h.init) out.push_back({"dinit.npy", dtype, S{B, H, P, N}});
   }
+  if (h.offsets)
+    out.push_back({"varlen_states.npy", dtype, S{std::size_t(h.offsets) - 1, H, P, N}});
   // No overflow: B, H, P, N are at most 2^31 - 1.
   out.push_back({"the state passing's buffers", dtype,
                  S{std::size_t(R) + 2, B * H, 1 + (h.backward ? 2 : 1) * P * N}});
   return out;
+}
+
+/// varlen_states.npy [S, H, P, N] on rank 0: each rank sends the states of
+/// the sequences that end on it (`sources`, in sequence order; `states` its
+/// cp::ssd_forward sequence_states); an empty sequence's state is 0.
+template <class T>
+void gather_sequence_states(Collector<T>& out, const std::vector<StateSource>& sources,
+                            const Tensor4<T, Space>& states, std::int64_t state_size) {
+  const Sharding& sh = out.s;
+  const std::size_t S = sources.size(), E = std::size_t(state_size);
+  std::vector<T> mine;
+  if (states.size() > 0) copy_back(states, mine);
+  io::NpyArray whole;
+  if (sh.rank == 0) {
+    whole = io::allocate_npy(io::dtype_of<T>(),
+                             {S, states.extent(1), states.extent(2), states.extent(3)});
+    std::fill(whole.data<T>(), whole.data<T>() + whole.size(), T(0));
+  }
+  for (int r = 0; r < sh.ranks(); ++r) {
+    std::vector<std::size_t> ends;  // the sequences whose state rank r holds
+    for (std::size_t s = 0; s < S; ++s) {
+      if (sources[s].rank == r) ends.push_back(s);
+    }
+    if (ends.empty() || (sh.rank != 0 && sh.rank != r)) continue;
+    std::vector<T> part(ends.size() * E);
+    if (sh.rank == r) {
+      for (std::size_t i = 0; i < ends.size(); ++i) {
+        const auto row = mine.begin() + std::ptrdiff_t(sources[ends[i]].segment * E);
+        std::copy(row, row + std::ptrdiff_t(E), part.begin() + std::ptrdiff_t(i * E));
+      }
+      if (r != 0) MPI_Send(part.data(), int(part.size()), cp::impl::mpi_type<T>(), 0, 3, sh.comm);
+    } else {
+      MPI_Recv(part.data(), int(part.size()), cp::impl::mpi_type<T>(), r, 3, sh.comm,
+               MPI_STATUS_IGNORE);
+    }
+    if (sh.rank != 0) continue;
+    for (std::size_t i = 0; i < ends.size(); ++i) {
+      std::copy(part.begin() + std::ptrdiff_t(i * E), part.begin() + std::ptrdiff_t((i + 1) * E),
+                whole.data<T>() + ends[i] * E);
+    }
+  }
+  if (sh.rank == 0) out.outputs.push_back({"varlen_states.npy", std::move(whole)});
 }
 
 template <class T>
@@ -204,10 +332,29 @@ int compute(const Options& o, const Inputs* in, const Header& h,
     ids = sh.scatter<int>(rank ? nullptr : in->seq_idx.data(), 1);
     f.seq_idx = device_view<int**>(ids, B, n);
   }
+  // Packed sequences' states: the offsets on every rank, and each rank's
+  // own (kept alive with the call: on a host the View is this memory).
+  std::vector<int> cu, own;
+  if (h.offsets) {
+    cu.resize(std::size_t(h.offsets));
+    if (rank == 0) cu = in->cu_seqlens;
+    MPI_Bcast(cu.data(), int(cu.size()), MPI_INT, 0, comm);
+    const std::int64_t S = h.offsets - 1;  // S·H·P·N fits 63 bits: output_shapes checked it
+    if (S * H * P * N > INT_MAX) {         // the same on every rank
+      fail("cu_seqlens.npy: ", S, " sequences' states of H·P·N=", H * P * N,
+           " values, expected at most 2^31 - 1 values in all (MPI counts are int)");
+    }
+    if (n > 0) {
+      own = rank_offsets(cu, sh.offset(rank), n);
+      f.cu_seqlens = device_view<int*>(own, own.size());
+      f.sequence_states = Tensor4<T, Space>("sequence_states", own.size() - 1, H, P, N);
+    }
+  }
   const cp::StateStats sf = cp::ssd_forward(space, comm, f, o.ssd);
 
   out.gathered("y.npy", y);
   out.from_rank("final.npy", fin, R - 1);
+  if (h.offsets) gather_sequence_states(out, state_sources(cu, sh), f.sequence_states, H * P * N);
 
   cp::StateStats sb;
   if (h.backward) {
@@ -281,6 +428,7 @@ int run(const Args& args) {
         h.dfinal = bool(in.dfinal);
         h.backward = in.dy || in.dfinal;
         h.seq_idx = !in.seq_idx.empty();
+        h.offsets = std::int64_t(in.cu_seqlens.size());
         require_output_sizes(output_shapes(h, in.x.dtype, R));
         return in;
       });

@@ -24,7 +24,8 @@ namespace ref = kdnn_test::ssm_ref;
 
 class CliSsd : public CliTest {
  protected:
-  static constexpr std::size_t B = 2, L = 19, H = 4, P = 3, G = 2, N = 2;
+  static constexpr std::size_t L = 19, H = 4, P = 3, G = 2, N = 2;
+  std::size_t B = 2;
   ref::SsdCase c_;
 
   void write_problem(DType dtype, bool backward) {
@@ -104,6 +105,77 @@ TEST_F(CliSsd, PackedSequencesEqualTheRecurrence) {
   const auto r = run(args({"--split", "5,0,14", "--chunk", "4"}), mpiexec(3));
   ASSERT_EQ(r.status, 0) << r.err;
   expect_float64_outputs_equal_the_recurrence();
+}
+
+// cu_seqlens.npy (B = 1): each sequence's final state in varlen_states.npy,
+// the state of the float64 recurrence after its last step, for a split
+// (4,7,8) where sequence 2 ends on rank 0's edge, sequence 3 starts on rank
+// 1's and sequence 4 runs from rank 1 into rank 2; sequence 1 is empty (a
+// zero state). The ids come from the offsets, or from a seq_idx.npy that
+// agrees with them: the same files either way, gradients included.
+TEST_F(CliSsd, PackedSequenceStatesEqualTheRecurrence) {
+  B = 1;
+  write_problem(DType::f64, true);
+  const std::vector<std::int64_t> cu = {0, 3, 3, 4, 10, 19};
+  write_ids("cu_seqlens.npy", {cu.size()}, cu);
+  c_.seq.assign(L, 0.0);
+  for (std::size_t s = 0; s + 1 < cu.size(); ++s) {
+    for (auto t = cu[s]; t < cu[s + 1]; ++t) c_.seq[std::size_t(t)] = double(s);
+  }
+  const auto expected_states = [&] {
+    ref::Vec states;
+    for (std::size_t s = 0; s + 1 < cu.size(); ++s) {
+      for (std::size_t h = 0; h < H; ++h) {
+        const auto hs = ref::ssd_states(c_, 0, int(h));
+        const auto& last = hs[std::size_t(cu[s + 1])];  // h_t after step cu[s + 1] - 1
+        for (const double e : last) states.push_back(cu[s] == cu[s + 1] ? 0.0 : e);
+      }
+    }
+    return states;
+  }();
+  for (const bool with_ids : {false, true}) {
+    SCOPED_TRACE(with_ids ? "seq_idx.npy given" : "ids from cu_seqlens.npy");
+    if (with_ids) {
+      std::vector<std::int64_t> ids(L);
+      for (std::size_t t = 0; t < L; ++t) ids[t] = 7 - 2 * std::int64_t(c_.seq[t]);  // any ids
+      write_ids("seq_idx.npy", {B, L}, ids);
+    }
+    const auto r = run(args({"--split", "4,7,8", "--chunk", "4"}), mpiexec(3));
+    ASSERT_EQ(r.status, 0) << r.err;
+    expect_float64_outputs_equal_the_recurrence();
+    EXPECT_ALLCLOSE(read(out_ / "varlen_states.npy", DType::f64, {cu.size() - 1, H, P, N}),
+                    expected_states, 1e-11, 1e-11);
+    for (const auto& name : files(out_)) std::filesystem::remove(out_ / name);
+  }
+}
+
+// Offsets that are not those of L steps, or that seq_idx.npy contradicts,
+// or a batch of more than one entry: an error naming the file, on every
+// rank, and no output.
+TEST_F(CliSsd, BadSequenceOffsetsFailOnEveryRank) {
+  write_problem(DType::f64, false);
+  write_ids("cu_seqlens.npy", {3}, {0, 5, 19});
+  expect_mpi_failure(args({}), 1, "cu_seqlens.npy is given with B=2 (x.npy's axis 0), expected B=1",
+                     2);
+  B = 1;
+  write_problem(DType::f64, false);
+  write_ids("cu_seqlens.npy", {1, 3}, {0, 5, 19});
+  expect_mpi_failure(args({}), 1, "cu_seqlens.npy has shape (1, 3), expected [S + 1]", 2);
+  write_ids("cu_seqlens.npy", {3}, {0, 5, 18});
+  expect_mpi_failure(args({}), 1, "ssd: cu_seqlens.npy[2]=18, expected 19 (L, x.npy's axis 1)", 2);
+  write_ids("cu_seqlens.npy", {4}, {0, 6, 5, 19});
+  expect_mpi_failure(args({}), 1,
+                     "ssd: cu_seqlens.npy[2]=5 < cu_seqlens.npy[1]=6, expected offsets that "
+                     "never decrease",
+                     2);
+  write_ids("cu_seqlens.npy", {3}, {0, 5, 19});
+  std::vector<std::int64_t> ids(L, 0);
+  for (std::size_t t = 6; t < L; ++t) ids[t] = 1;  // starts at 6, not 5
+  write_ids("seq_idx.npy", {B, L}, ids);
+  expect_mpi_failure(args({}), 1,
+                     "seq_idx.npy[0, 4]=0, seq_idx.npy[0, 5]=0, expected a new id: "
+                     "cu_seqlens.npy starts a sequence at step 5",
+                     2);
 }
 
 TEST_F(CliSsd, ForwardOnlyWritesTheForwardsFiles) {

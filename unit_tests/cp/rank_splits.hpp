@@ -1,11 +1,24 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // The ways the context-parallel tests split a sequence over ranks, and
-// pack sequences into it.
+// pack sequences into it; this process's rank and the number of ranks.
 #pragma once
+#include <mpi.h>
+
 #include <algorithm>
 #include <vector>
 
 namespace kdnn_test {
+
+inline int comm_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+inline int comm_size() {
+  int p = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &p);
+  return p;
+}
 
 /// Split patterns of L steps over R ranks (step counts per rank, in rank
 /// order): even (the remainder on the first ranks); short ranks (every other

@@ -31,17 +31,6 @@ using ssm_ref::Vec;
 namespace cp = kdnn::cp;
 namespace ssm = kdnn::ssm;
 
-int comm_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int comm_size() {
-  int p = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &p);
-  return p;
-}
-
 /// One whole-sequence problem: conv inputs [B, L, C], dt [B, L, H] and the
 /// upstream gradients.
 struct Problem {

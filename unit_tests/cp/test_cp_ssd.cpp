@@ -35,17 +35,6 @@ using ssm_ref::Vec;
 namespace cp = kdnn::cp;
 namespace ssm = kdnn::ssm;
 
-int comm_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int comm_size() {
-  int p = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &p);
-  return p;
-}
-
 SsdCase make_problem(SsdShape s, bool d, bool init, bool dfinal) {
   SsdCase a;
   a.s = s;

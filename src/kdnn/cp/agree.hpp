@@ -18,8 +18,15 @@ namespace kdnn::cp {
 /// of `comm`. Collective. If they threw on any rank, every rank throws
 /// kdnn::Error with the message of the lowest such rank, as
 /// "<message> (on rank r of P)".
-template <class Checks>
-void agree(MPI_Comm comm, const Checks& local_checks) {
+///
+/// With `lock`, the caller's hold on an execution space (a class with
+/// `released_while(wait)`, such as kdnn's space lock): the checks run under
+/// it and the ranks' exchange with it released, so that a thread waiting
+/// for the other ranks never keeps this rank's other threads off the space
+/// (two threads' calls on two communicators, reaching the ranks in
+/// different orders, would each wait for the other).
+template <class Lock, class Checks>
+void agree(MPI_Comm comm, Lock& lock, const Checks& local_checks) {
   int rank = 0, size = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
@@ -32,13 +39,31 @@ void agree(MPI_Comm comm, const Checks& local_checks) {
     failed_at = rank;
   }
   int first = size;
-  MPI_Allreduce(&failed_at, &first, 1, MPI_INT, MPI_MIN, comm);
-  if (first == size) return;
-  int length = int(message.size());
-  MPI_Bcast(&length, 1, MPI_INT, first, comm);
-  message.resize(std::size_t(length));
-  MPI_Bcast(message.data(), length, MPI_CHAR, first, comm);
-  fail(message, " (on rank ", first, " of ", size, ")");
+  lock.released_while([&] {
+    MPI_Allreduce(&failed_at, &first, 1, MPI_INT, MPI_MIN, comm);
+    if (first == size) return;
+    int length = int(message.size());
+    MPI_Bcast(&length, 1, MPI_INT, first, comm);
+    message.resize(std::size_t(length));
+    MPI_Bcast(message.data(), length, MPI_CHAR, first, comm);
+  });
+  if (first < size) fail(message, " (on rank ", first, " of ", size, ")");
+}
+
+namespace impl {
+/// No execution space held: agree()'s exchange runs as it is.
+struct Unlocked {
+  template <class Wait>
+  void released_while(const Wait& wait) {
+    wait();
+  }
+};
+}  // namespace impl
+
+template <class Checks>
+void agree(MPI_Comm comm, const Checks& local_checks) {
+  impl::Unlocked none;
+  agree(comm, none, local_checks);
 }
 
 /// One named integer a rank contributes to a Signature.

@@ -260,7 +260,7 @@ StateStats ssd_forward(const ExecSpace& space, MPI_Comm comm,
   kdnn::impl::SpaceLock exclusive(space);  // after the collective checks
   const auto starts = rank_starts(space, comm, exclusive, a.seq_idx, offsets, rank);
   Tensor3<const T, ExecSpace> dt;
-  agree(comm, [&] { dt = ssm::impl::step_sizes<ExecSpace, T>(op, space, a, opts); });
+  agree(comm, exclusive, [&] { dt = ssm::impl::step_sizes<ExecSpace, T>(op, space, a, opts); });
   StateStats stats;
   ssm::impl::around_forward(space, a, dt, [&](const ssm::SsdForward<T, ExecSpace>& s) {
     stats = scan_forward(op, space, comm, exclusive, layout, s, opts, starts);
@@ -288,7 +288,7 @@ StateStats ssd_backward(const ExecSpace& space, MPI_Comm comm,
   kdnn::impl::SpaceLock exclusive(space);  // after the collective checks
   const auto starts = rank_starts(space, comm, exclusive, a.seq_idx, offsets, rank);
   Tensor3<const T, ExecSpace> dt;
-  agree(comm, [&] { dt = ssm::impl::step_sizes<ExecSpace, T>(op, space, a, opts); });
+  agree(comm, exclusive, [&] { dt = ssm::impl::step_sizes<ExecSpace, T>(op, space, a, opts); });
 
   StateStats stats;
   const SummaryLayout forward_layout{layout.BH, layout.NP, 1};
