@@ -10,7 +10,10 @@
 # (PyTorch, the Triton kernel, the device copy bandwidth; table.md) and
 # perf_tests/compare_mha.py (PyTorch float32; mha_table.md),
 # perf_tests/compare_fused_attention.py (PyTorch's scaled_dot_product_attention,
-# PyTorch >= 2; fused_attention_table.md), perf_tests/compare_ssm_conv.py
+# PyTorch >= 2; fused_attention_table.md),
+# perf_tests/compare_fused_attention_varlen.py (packed sequences against SDPA
+# per sequence and kdnn on one sequence; fused_attention_varlen_table.md),
+# perf_tests/compare_ssm_conv.py
 # (Mamba-2's causal conv1d + SiLU against PyTorch's F.conv1d; ssm_conv_table.md),
 # perf_tests/compare_ssd.py (Mamba-2's SSD against the chunked PyTorch
 # formulation; ssd_table.md), and writes the logs and tables to OUT_DIR, and
@@ -20,7 +23,8 @@
 # to be committed as perf_tests/results/h100.json beside h100.md.
 # scripts/gpu-window.sh runs this after a smoke stage, within one time limit.
 # KDNN_COMMIT names the commit when the copy has no git history.
-# KDNN_GPU_BENCH="sinkhorn fused-attention attention ssm-conv ssd" (the default)
+# KDNN_GPU_BENCH="sinkhorn fused-attention varlen-attention attention ssm-conv
+# ssd" (the default)
 # picks the benchmark families and their order; KDNN_GPU_TESTS="unit host cli
 # examples python cp" (the default; set and empty: none) the test steps ("cp":
 # the context-parallel tests and the Mamba-2 block example on 2 ranks sharing
@@ -34,7 +38,7 @@
 # and packaging importable) adds mamba's Triton SSD to the SSD comparison;
 # KDNN_TE_ROOT (a NVIDIA/TransformerEngine checkout; only its Triton mHC
 # kernels are loaded) adds its Sinkhorn at n = 4 to the Sinkhorn comparison;
-# KDNN_{SINKHORN,FUSED,MHA,SSM_CONV,SSD}_SIZES
+# KDNN_{SINKHORN,FUSED,VARLEN,MHA,SSM_CONV,SSD}_SIZES
 # replace a family's default sizes (KDNN_FUSED_TIMEOUT, KDNN_FUSED_REPETITIONS:
 # the fused attention's limit per size and C++ benchmark repetitions), KDNN_UNIT_TIMEOUT the unit tests' limit (s).
 # A cuda13 build's cuBLAS is the system's libcublas.so.13 or, where there is
@@ -159,7 +163,7 @@ if [[ " $tests " == *" cp "* ]]; then
     tail -n 3 "$out/mamba2_cp_block.log"
   fi
 fi
-bench=${KDNN_GPU_BENCH-sinkhorn fused-attention attention ssm-conv ssd}  # empty: none
+bench=${KDNN_GPU_BENCH-sinkhorn fused-attention varlen-attention attention ssm-conv ssd}  # empty: none
 bench_ssd() {
   echo "== SSD benchmarks (kdnn, the chunked PyTorch formulation float32 on this GPU)"
   local mamba=()
@@ -192,6 +196,14 @@ bench_fused_attention() {
       status=1
   done
 }
+bench_varlen_attention() {
+  echo "== packed-sequence attention benchmarks (kdnn varlen, PyTorch SDPA per sequence on this GPU)"
+  timeout 180 "$python" perf_tests/compare_fused_attention_varlen.py --device cuda \
+    --bench "$build/perf_tests/kdnn_perf_fused_attention_varlen" \
+    --sizes "${KDNN_VARLEN_SIZES:-32768x8x64x64x4096}" \
+    --json "$out/rows_fused_attention_varlen.json" | tee "$out/fused_attention_varlen_table.md" ||
+    status=1
+}
 bench_attention() {
   echo "== attention benchmarks (kdnn, PyTorch float32 on this GPU)"
   timeout 300 "$python" perf_tests/compare_mha.py --device cuda \
@@ -215,6 +227,7 @@ for family in $bench; do
   case $family in
     sinkhorn) bench_sinkhorn ;;
     fused-attention) bench_fused_attention ;;
+    varlen-attention) bench_varlen_attention ;;
     attention) bench_attention ;;
     ssm-conv) bench_ssm_conv ;;
     ssd) bench_ssd ;;
