@@ -11,6 +11,7 @@
 #include "kdnn/attention/fused_attention_varlen.hpp"
 #include "kdnn/attention/impl/entry_rows.hpp"
 #include "kdnn/attention/impl/fused_attention_impl.hpp"
+#include "kdnn/core/impl/host_filled.hpp"
 #include "kdnn/core/impl/sequence_offsets.hpp"
 #include "kdnn/core/validate.hpp"
 
@@ -84,14 +85,14 @@ Packing<ExecSpace> packing(const char* op, const ExecSpace& space,
              std::size_t(p.keys.extent), H);
   // The lengths on the device, as the dense mask's padding lengths.
   const auto lengths = [&](const EntryRows& r, const char* label) {
-    Vector<int, ExecSpace> out(Kokkos::view_alloc(space, Kokkos::WithoutInitializing,
+    return kdnn::impl::filled_on_host(
+        space,
+        Vector<int, ExecSpace>(Kokkos::view_alloc(space, Kokkos::WithoutInitializing,
                                                   std::string("kdnn::attention::") + label),
-                               std::size_t(r.entries));
-    const auto host = Kokkos::create_mirror_view(Kokkos::HostSpace(), out);
-    for (int n = 0; n < r.entries; ++n) host(n) = r.offsets(n + 1) - r.offsets(n);
-    Kokkos::deep_copy(space, out, host);
-    space.fence();  // the host copy is freed on return
-    return out;
+                               std::size_t(r.entries)),
+        [&](const auto& host) {
+          for (int n = 0; n < r.entries; ++n) host(n) = r.offsets(n + 1) - r.offsets(n);
+        });
   };
   p.mask = mask;
   p.mask.seq_q = lengths(p.queries, "varlen_seq_q");

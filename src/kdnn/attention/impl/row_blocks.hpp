@@ -15,6 +15,7 @@
 
 #include "kdnn/attention/impl/entry_rows.hpp"
 #include "kdnn/core/error.hpp"
+#include "kdnn/core/impl/host_filled.hpp"
 
 namespace kdnn::attention::impl {
 
@@ -69,23 +70,23 @@ RowBlocks<ExecSpace> row_blocks(const char* op, const ExecSpace& space, const En
   }
   out.items = int(items);
   if (rows.offsets.extent(0) == 0 || blocks == 0) return out;
-  Kokkos::View<int* [3], typename ExecSpace::memory_space> table(
-      Kokkos::view_alloc(space, Kokkos::WithoutInitializing,
-                         std::string("kdnn::attention::row_blocks")),
-      std::size_t(blocks));
-  const auto host = Kokkos::create_mirror_view(Kokkos::HostSpace(), table);
-  std::size_t t = 0;
-  for (int b = 0; b < rows.entries; ++b) {
-    const int length = rows.offsets(b + 1) - rows.offsets(b);
-    for (int start = 0; start < length; start += size, ++t) {
-      host(t, 0) = b;
-      host(t, 1) = start;
-      host(t, 2) = length - start < size ? length - start : size;
-    }
-  }
-  Kokkos::deep_copy(space, table, host);
-  space.fence();  // the host table is freed on return
-  out.table = table;
+  using Table = Kokkos::View<int* [3], typename ExecSpace::memory_space>;
+  out.table = kdnn::impl::filled_on_host(
+      space,
+      Table(Kokkos::view_alloc(space, Kokkos::WithoutInitializing,
+                               std::string("kdnn::attention::row_blocks")),
+            std::size_t(blocks)),
+      [&](const auto& host) {
+        std::size_t t = 0;
+        for (int b = 0; b < rows.entries; ++b) {
+          const int length = rows.offsets(b + 1) - rows.offsets(b);
+          for (int start = 0; start < length; start += size, ++t) {
+            host(t, 0) = b;
+            host(t, 1) = start;
+            host(t, 2) = length - start < size ? length - start : size;
+          }
+        }
+      });
   return out;
 }
 

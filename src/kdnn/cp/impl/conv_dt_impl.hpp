@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "kdnn/core/impl/host_filled.hpp"
 #include "kdnn/core/impl/space_lock.hpp"
 #include "kdnn/core/validate.hpp"
 #include "kdnn/cp/agree.hpp"
@@ -66,14 +67,14 @@ Matrix<const int, ExecSpace> halo_sequence_ids(const ExecSpace& space, MPI_Comm 
   if (!validate::given(seq_idx) || K == 1) return {};
   const SequenceEdges edges(space, comm, lock, seq_idx, offsets, K - 1);
   const int B = int(seq_idx.extent(0));
-  Matrix<int, ExecSpace> ids("kdnn::cp::halo_sequence_ids", B, K - 1);
-  const auto host = Kokkos::create_mirror_view(ids);
-  for (int b = 0; b < B; ++b) {
-    for (int j = 0; j < K - 1; ++j) host(b, j) = edges.id(b, offsets[rank] - (K - 1) + j);
-  }
-  Kokkos::deep_copy(space, ids, host);
-  space.fence();  // `host` is freed on return
-  return ids;
+  return kdnn::impl::filled_on_host(space,
+                                    Matrix<int, ExecSpace>("kdnn::cp::halo_sequence_ids", B, K - 1),
+                                    [&](const auto& host) {
+                                      for (int b = 0; b < B; ++b) {
+                                        for (int j = 0; j < K - 1; ++j)
+                                          host(b, j) = edges.id(b, offsets[rank] - (K - 1) + j);
+                                      }
+                                    });
 }
 
 template <class Dt>

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kdnn/core/impl/host_filled.hpp"
 #include "kdnn/core/impl/space_lock.hpp"
 #include "kdnn/core/validate.hpp"
 #include "kdnn/cp/agree.hpp"
@@ -115,12 +116,11 @@ Vector<const int, ExecSpace> rank_starts(const ExecSpace& space, MPI_Comm comm,
   if (!validate::given(seq_idx)) return {};
   const SequenceEdges edges(space, comm, lock, seq_idx, offsets, 1);
   const int B = int(seq_idx.extent(0));
-  Vector<int, ExecSpace> starts("kdnn::cp::ssd_rank_starts", B);
-  const auto host = Kokkos::create_mirror_view(starts);
-  for (int b = 0; b < B; ++b) host(b) = edges.starts_sequence(rank, b) ? 1 : 0;
-  Kokkos::deep_copy(space, starts, host);
-  space.fence();  // `host` is freed on return
-  return starts;
+  return kdnn::impl::filled_on_host(space, Vector<int, ExecSpace>("kdnn::cp::ssd_rank_starts", B),
+                                    [&](const auto& host) {
+                                      for (int b = 0; b < B; ++b)
+                                        host(b) = edges.starts_sequence(rank, b) ? 1 : 0;
+                                    });
 }
 
 /// Packs this rank's summary: Λ = Π_c decay_c, S = the chunk states' last

@@ -94,7 +94,6 @@ void set_conv_inputs(Kernel& k, const StridedTensor3<const T, ExecSpace>& x,
   k.first = first;
   k.last = last;
   k.seq = ids;
-  k.has_seq = ids.active;
 }
 
 /// Whether every given [B, ·, C] View has its channels contiguous (stride

@@ -67,7 +67,6 @@ struct ConvInputs {
   /// The sequence ids (packed sequences): x̄[s] enters the sums of step t
   /// only when seq.of(b, s) == seq.of(b, t).
   ConvSequenceIds<ExecSpace> seq;
-  bool has_seq = false;  ///< seq.active
 };
 
 /// The channels from c0 on of step s of batch entry b of a [B, ·, C] View:

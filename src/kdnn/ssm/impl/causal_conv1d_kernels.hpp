@@ -68,7 +68,7 @@ struct ConvTiles : ConvInputs<ExecSpace, T> {
     const int L = int(x.extent(1)), K = int(w.extent(1));
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](int j) {
       const int s = s_first + j;
-      if (this->has_seq)
+      if (this->seq.active)
         Kokkos::single(Kokkos::PerThread(team), [&]() { ids[j] = this->seq.of(t.b, s); });
       T* dst = xs + j * ct;
       if (s >= 0 && s < L) {
@@ -143,7 +143,7 @@ struct ConvTiles : ConvInputs<ExecSpace, T> {
   /// Whether rows a and b of a tile's ids hold steps of one sequence
   /// (always, without packed sequences).
   KOKKOS_FORCEINLINE_FUNCTION bool same_sequence(const int* ids, int a, int b) const {
-    return !this->has_seq || ids[a] == ids[b];
+    return !this->seq.active || ids[a] == ids[b];
   }
 };
 

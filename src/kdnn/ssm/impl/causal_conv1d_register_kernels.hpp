@@ -58,11 +58,11 @@ struct ConvRuns : ConvInputs<ExecSpace, T> {
     bc = this->has_bias ? this->bias(c) : T(0);
   }
 
-  /// kernel.steps<Seq>(run_of(idx)) with Seq = has_seq: the window of
+  /// kernel.steps<Seq>(run_of(idx)) with Seq = seq.active: the window of
   /// sequence ids is compiled in only for packed sequences.
   template <class Kernel>
   KOKKOS_FORCEINLINE_FUNCTION static void run_steps(const Kernel& kernel, long long idx) {
-    if (kernel.has_seq) {
+    if (kernel.seq.active) {
       kernel.template steps<true>(kernel.run_of(idx));
     } else {
       kernel.template steps<false>(kernel.run_of(idx));
