@@ -215,14 +215,17 @@ std::vector<int> rank_offsets(const std::vector<int>& cu, std::int64_t start, st
 
 std::vector<StateSource> state_sources(const std::vector<int>& cu, const Sharding& sh) {
   std::vector<StateSource> sources(cu.empty() ? 0 : cu.size() - 1);
-  for (std::size_t s = 0; s < sources.size(); ++s) {
-    if (cu[s] == cu[s + 1]) continue;
-    const std::int64_t last = cu[s + 1] - 1;
-    int r = 0;
-    while (last >= sh.offset(r) + sh.lengths[r]) ++r;
-    const auto own = rank_offsets(cu, sh.offset(r), sh.lengths[r]);
-    const auto end = std::upper_bound(own.begin(), own.end(), int(last - sh.offset(r)));
-    sources[s] = {r, int(end - own.begin()) - 1};
+  // The ranks in order, each one's offsets made once; the sequences in
+  // order, each taken by the rank where it ends.
+  std::size_t s = 0;
+  std::int64_t start = 0;
+  for (int r = 0; r < sh.ranks(); start += sh.lengths[r], ++r) {
+    const auto own = rank_offsets(cu, start, sh.lengths[r]);
+    for (; s < sources.size() && cu[s + 1] <= start + sh.lengths[r]; ++s) {
+      if (cu[s] == cu[s + 1]) continue;
+      const auto end = std::upper_bound(own.begin(), own.end(), int(cu[s + 1] - 1 - start));
+      sources[s] = {r, int(end - own.begin()) - 1};
+    }
   }
   return sources;
 }
