@@ -33,6 +33,7 @@
 
 #include "kdnn/core/impl/backend_traits.hpp"
 #include "kdnn/core/impl/block_sums.hpp"
+#include "kdnn/core/impl/eti.hpp"
 #include "kdnn/core/impl/team_plan.hpp"
 #include "kdnn/core/impl/unroll.hpp"
 #include "kdnn/core/validate.hpp"
@@ -793,5 +794,46 @@ void chunk_dstates(const char* op, const ExecSpace& space, const SsdBackward<T, 
       op, space, k, [&](kdnn::impl::ScratchCarver& s) { decltype(k)::carve(s, k.Qp, k.Pp, k.Np); },
       "kdnn::ssm::ssd_chunk_dstates");
 }
+
+// The steps above are compiled into libkdnn with the operators (ssd_eti.cpp)
+// for the pairs of core/impl/eti.hpp: the context-parallel SSD, the CLI and
+// the tests that run single steps call them without compiling their kernels
+// again (each such file took as long as the operators' own under nvcc).
+#define KDNN_SSD_STEPS(PREFIX, ExecSpace, T)                                                      \
+  PREFIX void chunk_states<ExecSpace, T, SsdForward<T, ExecSpace>>(                               \
+      const char*, const ExecSpace&, const SsdForward<T, ExecSpace>&, const SsdOptions&,          \
+      ChunkStates<T, ExecSpace>&, ChunkDecays<T, ExecSpace>&);                                    \
+  PREFIX void chunk_states<ExecSpace, T, SsdBackward<T, ExecSpace>>(                              \
+      const char*, const ExecSpace&, const SsdBackward<T, ExecSpace>&, const SsdOptions&,         \
+      ChunkStates<T, ExecSpace>&, ChunkDecays<T, ExecSpace>&);                                    \
+  PREFIX void state_pass<ExecSpace, T>(                                                           \
+      const ExecSpace&, const ChunkStates<T, ExecSpace>&, const ChunkDecays<T, ExecSpace>&,       \
+      const Tensor4<const T, ExecSpace>&, const Tensor4<T, ExecSpace>&);                          \
+  PREFIX void sequence_states<ExecSpace, T>(const ExecSpace&, const SsdForward<T, ExecSpace>&,    \
+                                            const SsdOptions&, const ChunkStates<T, ExecSpace>&); \
+  PREFIX void reverse_state_pass<ExecSpace, T>(                                                   \
+      const ExecSpace&, const ChunkStates<T, ExecSpace>&, const ChunkDecays<T, ExecSpace>&,       \
+      const Tensor4<const T, ExecSpace>&, const Tensor4<T, ExecSpace>&, int);                     \
+  PREFIX void chunk_output<ExecSpace, T>(const char*, const ExecSpace&,                           \
+                                         const SsdForward<T, ExecSpace>&, const SsdOptions&,      \
+                                         const ChunkStates<T, ExecSpace>&, bool, bool);           \
+  PREFIX void diag_backward<ExecSpace, T>(const char*, const ExecSpace&,                          \
+                                          const SsdBackward<T, ExecSpace>&, const SsdOptions&,    \
+                                          SsdGradients<ExecSpace, T>&);                           \
+  PREFIX void state_backward<ExecSpace, T>(                                                       \
+      const char*, const ExecSpace&, const SsdBackward<T, ExecSpace>&, const SsdOptions&,         \
+      const ChunkStates<T, ExecSpace>&, const ChunkStates<T, ExecSpace>&,                         \
+      const SsdGradients<ExecSpace, T>&);                                                         \
+  PREFIX void fused_backward<ExecSpace, T>(                                                       \
+      const char*, const ExecSpace&, const SsdBackward<T, ExecSpace>&, const SsdOptions&,         \
+      const ChunkStates<T, ExecSpace>&, const ChunkStates<T, ExecSpace>&,                         \
+      const SsdGradients<ExecSpace, T>&);                                                         \
+  PREFIX void chunk_dstates<ExecSpace, T>(const char*, const ExecSpace&,                          \
+                                          const SsdBackward<T, ExecSpace>&, const SsdOptions&,    \
+                                          ChunkStates<T, ExecSpace>&);
+
+#define KDNN_SSD_STEPS_EXTERN(ExecSpace, T) KDNN_SSD_STEPS(extern template, ExecSpace, T)
+KDNN_ETI_FOR_EACH(KDNN_SSD_STEPS_EXTERN)
+#undef KDNN_SSD_STEPS_EXTERN
 
 }  // namespace kdnn::ssm::impl
