@@ -30,6 +30,7 @@
 #include <Kokkos_Core.hpp>
 #include <cstddef>
 #include <string>
+#include <type_traits>
 
 #include "kdnn/core/impl/backend_traits.hpp"
 #include "kdnn/core/impl/block_sums.hpp"
@@ -832,7 +833,48 @@ void chunk_dstates(const char* op, const ExecSpace& space, const SsdBackward<T, 
                                           const SsdBackward<T, ExecSpace>&, const SsdOptions&,    \
                                           ChunkStates<T, ExecSpace>&);
 
-#define KDNN_SSD_STEPS_EXTERN(ExecSpace, T) KDNN_SSD_STEPS(extern template, ExecSpace, T)
+// With them, the GPU forms' tensor-core launches for each compiled size
+// (SsdGpuSizes), which the tests of those kernels call one by one.
+#define KDNN_SSD_SCORES_OF_SIZE(PREFIX, ExecSpace, T, K)                                  \
+  PREFIX ChunkScores<T, ExecSpace>                                                        \
+  mma_scores<ExecSpace, T, K, SsdScores::cb, SsdForward<T, ExecSpace>>(                   \
+      const char*, const ExecSpace&, const SsdForward<T, ExecSpace>&, const SsdOptions&,  \
+      const Tensor4<const T, ExecSpace>&);                                                \
+  PREFIX ChunkScores<T, ExecSpace>                                                        \
+  mma_scores<ExecSpace, T, K, SsdScores::cb, SsdBackward<T, ExecSpace>>(                  \
+      const char*, const ExecSpace&, const SsdBackward<T, ExecSpace>&, const SsdOptions&, \
+      const Tensor4<const T, ExecSpace>&);                                                \
+  PREFIX ChunkScores<T, ExecSpace>                                                        \
+  mma_scores<ExecSpace, T, K, SsdScores::dy_xt, SsdBackward<T, ExecSpace>>(               \
+      const char*, const ExecSpace&, const SsdBackward<T, ExecSpace>&, const SsdOptions&, \
+      const Tensor4<const T, ExecSpace>&);
+#define KDNN_SSD_GRADIENT_OF_SIZES(PREFIX, ExecSpace, T, P, N, Which)                     \
+  PREFIX void launch_mma_gradient<ExecSpace, T, P, N, Which>(                             \
+      const char*, const ExecSpace&, const SsdBackward<T, ExecSpace>&, const SsdOptions&, \
+      const ChunkStates<T, ExecSpace>&, const ChunkStates<T, ExecSpace>&,                 \
+      const ChunkScores<T, ExecSpace>&, const SsdGradients<ExecSpace, T>&,                \
+      const SsdStepSums<ExecSpace>&);
+#define KDNN_SSD_STEPS_OF_SIZES(PREFIX, ExecSpace, T, P, N)                                     \
+  PREFIX ChunkScores<T, ExecSpace> group_scores<ExecSpace, T, P, N, SsdForward<T, ExecSpace>>(  \
+      const char*, const ExecSpace&, const SsdForward<T, ExecSpace>&, const SsdOptions&);       \
+  PREFIX ChunkScores<T, ExecSpace> group_scores<ExecSpace, T, P, N, SsdBackward<T, ExecSpace>>( \
+      const char*, const ExecSpace&, const SsdBackward<T, ExecSpace>&, const SsdOptions&);      \
+  KDNN_SSD_GRADIENT_OF_SIZES(PREFIX, ExecSpace, T, P, N, SsdGradient::dx)                       \
+  KDNN_SSD_GRADIENT_OF_SIZES(PREFIX, ExecSpace, T, P, N, SsdGradient::dB)                       \
+  KDNN_SSD_GRADIENT_OF_SIZES(PREFIX, ExecSpace, T, P, N, SsdGradient::dC)
+static_assert(std::is_same_v<SsdGpuSizes, kdnn::impl::CompiledSizes<64, 128>>,
+              "KDNN_SSD_SIZED_STEPS lists the sizes of SsdGpuSizes");
+#define KDNN_SSD_SIZED_STEPS(PREFIX, ExecSpace, T)       \
+  KDNN_SSD_SCORES_OF_SIZE(PREFIX, ExecSpace, T, 64)      \
+  KDNN_SSD_SCORES_OF_SIZE(PREFIX, ExecSpace, T, 128)     \
+  KDNN_SSD_STEPS_OF_SIZES(PREFIX, ExecSpace, T, 64, 64)  \
+  KDNN_SSD_STEPS_OF_SIZES(PREFIX, ExecSpace, T, 64, 128) \
+  KDNN_SSD_STEPS_OF_SIZES(PREFIX, ExecSpace, T, 128, 64) \
+  KDNN_SSD_STEPS_OF_SIZES(PREFIX, ExecSpace, T, 128, 128)
+
+#define KDNN_SSD_STEPS_EXTERN(ExecSpace, T)     \
+  KDNN_SSD_STEPS(extern template, ExecSpace, T) \
+  KDNN_SSD_SIZED_STEPS(extern template, ExecSpace, T)
 KDNN_ETI_FOR_EACH(KDNN_SSD_STEPS_EXTERN)
 #undef KDNN_SSD_STEPS_EXTERN
 
