@@ -23,7 +23,8 @@ namespace kdnn::attention::impl {
 
 /// The bias of one (batch entry, head): −slope·|i + shift − j|, exact for
 /// distances below 2^24 in float. slope = 0: none (the bias is ±0, and a
-/// score plus ±0 is the score).
+/// score plus ±0 is the score). Kernels take a head's row from the mask
+/// they already hold (VisibleKeys::alibi).
 template <class T>
 struct AlibiRow {
   T slope = 0;
@@ -32,33 +33,6 @@ struct AlibiRow {
   KOKKOS_FORCEINLINE_FUNCTION T operator()(int i, int j) const {
     const int d = i + shift - j;
     return slope * T(d < 0 ? d : -d);
-  }
-};
-
-/// mask.alibi_slopes and the lengths that align it, as kernels read them.
-template <class ExecSpace>
-struct AlibiSlopes {
-  AttentionMask<ExecSpace> mask;         ///< alibi_slopes [1 or B, H] (empty: no bias)
-  int heads = 0, queries = 0, keys = 0;  ///< H, S, Sk
-
-  AlibiSlopes() = default;
-  AlibiSlopes(const AttentionMask<ExecSpace>& m, int h, int s, int sk)
-      : mask(m), heads(h), queries(s), keys(sk) {}
-
-  /// The bias of head h of batch entry b.
-  template <class T>
-  KOKKOS_INLINE_FUNCTION AlibiRow<T> row(int b, int h) const {
-    const auto& slopes = mask.alibi_slopes;
-    AlibiRow<T> a;
-    if (slopes.extent(0) == 0) return a;
-    a.slope = T(slopes(slopes.extent(0) == 1 ? 0 : b, h));
-    a.shift = mask.diagonal_shift(b, queries, keys);
-    return a;
-  }
-  /// The same for bh = b·H + h.
-  template <class T>
-  KOKKOS_INLINE_FUNCTION AlibiRow<T> row(int bh) const {
-    return row<T>(bh / heads, bh % heads);
   }
 };
 

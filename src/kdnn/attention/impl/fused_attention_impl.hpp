@@ -393,7 +393,6 @@ FusedForwardData<ExecSpace, T> forward_data(
   data.visible = VisibleKeys<ExecSpace>(mask, queries.extent, keys.extent);
   data.scale = T(opts.scale);
   data.softcap = score_cap<T>(opts);
-  data.alibi = AlibiSlopes<ExecSpace>(mask, int(q.extent(1)), queries.extent, keys.extent);
   data.keep_scale = T(1.0 / (1.0 - opts.dropout.p));
   data.neg_inf = -std::numeric_limits<T>::infinity();
   data.dropout = dropout_mask(opts.dropout);
@@ -547,7 +546,6 @@ void run_fused_backward(
   data.dropout = dropout_mask(opts.dropout);
   data.scale = T(opts.scale);
   data.softcap = score_cap<T>(opts);
-  data.alibi = AlibiSlopes<ExecSpace>(mask, H, S, Sk);
   data.keep_scale = T(1.0 / (1.0 - opts.dropout.p));
   fused_block_sizes<ExecSpace>(S, Sk, D, Dv, data.bq, data.bk);
   const std::string sizes = "D=" + std::to_string(D) + ", Dv=" + std::to_string(Dv) + "]";

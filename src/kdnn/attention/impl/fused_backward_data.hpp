@@ -28,11 +28,10 @@ struct FusedBackwardData {
   VisibleKeys<ExecSpace> visible;
   DropoutMask dropout;
   T scale = 1, keep_scale = 1;
-  ScoreCap<T> softcap;           ///< applied to the scaled scores, as in the forward
-  AlibiSlopes<ExecSpace> alibi;  ///< ALiBi's bias, added to the capped scores
-  int bq = 1, bk = 1;            ///< multiples of Tile::align
-  int group = 1;                 ///< query heads per key/value head, H / Hkv
-  kdnn::impl::TeamWork work;     ///< set by the launch
+  ScoreCap<T> softcap;        ///< applied to the scaled scores, as in the forward
+  int bq = 1, bk = 1;         ///< multiples of Tile::align
+  int group = 1;              ///< query heads per key/value head, H / Hkv
+  kdnn::impl::TeamWork work;  ///< set by the launch
   /// The launch's items: blocks of keys (dK, dV) or of queries (dQ), set
   /// by the launch
   RowBlocks<ExecSpace> blocks;
@@ -40,6 +39,12 @@ struct FusedBackwardData {
   /// The key/value head query head h reads (grouped-query attention). The
   /// kernels write dK and dV per query head; the group's sum is taken after.
   KOKKOS_INLINE_FUNCTION int kv_head(int h) const { return h / group; }
+
+  /// ALiBi's bias of bh = b·H + h, added to the capped scores.
+  KOKKOS_INLINE_FUNCTION AlibiRow<T> alibi(int bh) const {
+    const int H = int(q.extent(1));
+    return visible.template alibi<T>(bh / H, bh % H);
+  }
 
   /// Pd and dS' (dS without the scale) of a pair from its score
   /// s = (scale·q)·k, ALiBi's `bias` and dPd = dO·v: P is 0 where the pair
@@ -71,7 +76,7 @@ struct FusedBackwardData {
                                          const int* first, const int* last, const T* row_lse,
                                          const T* row_delta, const At& at) const {
     const int S = int(q.extent(2)), Sk = int(k.extent(2));
-    const AlibiRow<T> bias = alibi.template row<T>(bh);
+    const AlibiRow<T> bias = alibi(bh);
     const auto one = [&](int r, int c, bool keep, auto all_seen) {
       const int j = j0 + c;
       T& s = at.s(r, c);

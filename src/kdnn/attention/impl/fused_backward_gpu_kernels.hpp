@@ -145,7 +145,7 @@ struct FlashBackwardBase
     kdnn::impl::register_tile_product<RM, RN, D>(own_a, 1, LD, str_a, 1, LD, s);
     kdnn::impl::register_tile_product<RM, RN, DV>(own_b, 1, LDV, str_b, 1, LDV, dp);
     const std::uint64_t base = std::uint64_t(bh) * S * Sk;
-    const AlibiRow<T> bias = this->alibi.template row<T>(bh);
+    const AlibiRow<T> bias = this->alibi(bh);
     KDNN_IMPL_UNROLL
     for (int i = 0; i < RM; ++i) {
       KDNN_IMPL_UNROLL

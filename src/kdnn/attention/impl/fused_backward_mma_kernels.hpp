@@ -161,7 +161,7 @@ struct FusedBackwardMmaKernel
     constexpr auto transposed = kdnn::impl::MmaOrder::transposed;
     Base::template tile_rows_product<D, transposed>(team, kf, w.qt, LDK, sacc);
     Base::template tile_rows_product<DV, transposed>(team, vf, w.dot, LDV, dpacc);
-    const AlibiRow<T> bias = this->alibi.template row<T>(bh);
+    const AlibiRow<T> bias = this->alibi(bh);
     // Accumulator (row, col): key j0 + row, query i0 + col.
     threads(team, [&](int t) {
       Base::template each_accumulator<NK>(t, [&](int e, int, int row, int col) {

@@ -67,12 +67,11 @@ struct FusedForwardData {
   VisibleKeys<ExecSpace> visible;
   DropoutMask dropout;
   T scale = 1, keep_scale = 1;
-  ScoreCap<T> softcap;           ///< applied to the scaled scores
-  AlibiSlopes<ExecSpace> alibi;  ///< ALiBi's bias, added to the capped scores
-  T neg_inf = 0;                 ///< −infinity (set on the host)
-  int group = 1;                 ///< query heads per key/value head, H / Hkv
-  kdnn::impl::TeamWork work;     ///< set by the launch
-  RowBlocks<ExecSpace> blocks;   ///< the launch's items: blocks of queries (set by the launch)
+  ScoreCap<T> softcap;          ///< applied to the scaled scores
+  T neg_inf = 0;                ///< −infinity (set on the host)
+  int group = 1;                ///< query heads per key/value head, H / Hkv
+  kdnn::impl::TeamWork work;    ///< set by the launch
+  RowBlocks<ExecSpace> blocks;  ///< the launch's items: blocks of queries (set by the launch)
 
   /// The key/value head query head h reads (grouped-query attention).
   KOKKOS_INLINE_FUNCTION int kv_head(int h) const { return h / group; }

@@ -87,7 +87,7 @@ struct FusedForwardKernel : FusedForwardData<ExecSpace, T> {
     const RowBlock qb = this->blocks(item);
     const int b = qb.b, h = qb.h, bh = qb.bh, hk = this->kv_head(h), i0 = qb.start, rows = qb.count;
     const int keys = k.rows(b);  // the entry's keys
-    const AlibiRow<T> bias = this->alibi.template row<T>(b, h);
+    const AlibiRow<T> bias = this->visible.template alibi<T>(b, h);
     kdnn::impl::ScratchCarver carver(scratch);
     const Work w = carve(carver, bq, bk, D, Dv);
 

@@ -78,7 +78,7 @@ struct FusedForwardMmaKernel
     const RowBlock qb = this->blocks(item);
     const int b = qb.b, h = qb.h, bh = qb.bh, hk = this->kv_head(h), i0 = qb.start, rows = qb.count;
     const int keys = k.rows(b);  // the entry's keys
-    const AlibiRow<T> bias = this->alibi.template row<T>(b, h);
+    const AlibiRow<T> bias = this->visible.template alibi<T>(b, h);
     kdnn::impl::ScratchCarver carver(scratch);
     const auto w = Base::carve(carver);
 

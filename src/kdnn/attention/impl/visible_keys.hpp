@@ -54,6 +54,18 @@ struct VisibleKeys {
     }
   }
 
+  /// ALiBi's bias of head h of batch entry b (alibi.hpp), aligned by the
+  /// entry's lengths as the band is.
+  template <class T>
+  KOKKOS_INLINE_FUNCTION AlibiRow<T> alibi(int b, int h) const {
+    const auto& slopes = mask.alibi_slopes;
+    AlibiRow<T> a;
+    if (slopes.extent(0) == 0) return a;
+    a.slope = T(slopes(slopes.extent(0) == 1 ? 0 : b, h));
+    a.shift = mask.diagonal_shift(b, queries, keys);
+    return a;
+  }
+
   /// What a block of queries sees, for a team: the union [lo, hi) of the
   /// key ranges of queries i0 … i0 + rows − 1 of batch entry b (lo > hi
   /// when none sees a key) and the keys [common_lo, common_hi) every one of
