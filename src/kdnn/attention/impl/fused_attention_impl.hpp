@@ -649,18 +649,22 @@ void check_fused_backward(
        memory_of("lse", lse), memory_of("dout", dout)});
 }
 
-/// The backward on checked flat tensors whose entries' rows `queries` and
-/// `keys` give (entry_rows.hpp): δ, the kernels, GQA's group sums.
+/// The backward on flat tensors whose entries' rows `queries` and `keys`
+/// give (entry_rows.hpp): the checks (of the mask where mask_check says
+/// so), δ, the kernels, GQA's group sums.
 template <class ExecSpace, class T>
-void run_fused_backward_checked(
+void fused_backward_on_rows(
     const char* op, const ExecSpace& space, const StridedTensor4<const T, ExecSpace>& q,
     const StridedTensor4<const T, ExecSpace>& k, const StridedTensor4<const T, ExecSpace>& v,
     const StridedTensor4<const T, ExecSpace>& o, const Tensor3<const T, ExecSpace>& lse,
     const StridedTensor4<const T, ExecSpace>& dout, const StridedTensor4<T, ExecSpace>& dq,
     const StridedTensor4<T, ExecSpace>& dk, const StridedTensor4<T, ExecSpace>& dv,
     const FusedBackwardScratch<T, ExecSpace>& scratch, const FusedAttentionOptions& opts,
-    const AttentionMask<ExecSpace>& mask, const EntryRows& queries, const EntryRows& keys) {
+    const AttentionMask<ExecSpace>& mask, MaskCheck mask_check, const EntryRows& queries,
+    const EntryRows& keys) {
+  check_fused_backward<ExecSpace, T>(op, space, q, k, v, o, lse, dout, dq, dk, dv, scratch, opts);
   const int B = int(q.extent(0)), H = int(q.extent(1)), S = int(q.extent(2)), Sk = int(k.extent(2));
+  if (mask_check == MaskCheck::here) check_mask(op, mask, B, S, Sk, H);
   if (B == 0 || H == 0) return;
   const Tensor3<T, ExecSpace>& delta_workspace = scratch.delta;
   const bool given_delta = delta_workspace.data() != nullptr;
@@ -707,11 +711,9 @@ void fused_attention_backward(
     const FusedBackwardScratch<T, ExecSpace>& scratch, const FusedAttentionOptions& opts,
     const AttentionMask<ExecSpace>& mask, MaskCheck mask_check) {
   constexpr const char* op = "attention::fused_attention_backward";
-  check_fused_backward<ExecSpace, T>(op, space, q, k, v, o, lse, dout, dq, dk, dv, scratch, opts);
-  const int B = int(q.extent(0)), H = int(q.extent(1)), S = int(q.extent(2)), Sk = int(k.extent(2));
-  if (mask_check == MaskCheck::here) check_mask(op, mask, B, S, Sk, H);
-  run_fused_backward_checked<ExecSpace, T>(op, space, q, k, v, o, lse, dout, dq, dk, dv, scratch,
-                                           opts, mask, EntryRows{B, S}, EntryRows{B, Sk});
+  const int B = int(q.extent(0)), S = int(q.extent(2)), Sk = int(k.extent(2));
+  fused_backward_on_rows<ExecSpace, T>(op, space, q, k, v, o, lse, dout, dq, dk, dv, scratch, opts,
+                                       mask, mask_check, EntryRows{B, S}, EntryRows{B, Sk});
 }
 
 }  // namespace kdnn::attention::impl

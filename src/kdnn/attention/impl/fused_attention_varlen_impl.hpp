@@ -143,9 +143,8 @@ void packed_fused_backward(
     const StridedTensor4<T, ExecSpace>& dk, const StridedTensor4<T, ExecSpace>& dv,
     const FusedBackwardScratch<T, ExecSpace>& scratch, const FusedAttentionOptions& opts,
     const Packing<ExecSpace>& p) {
-  check_fused_backward<ExecSpace, T>(op, space, q, k, v, o, lse, dout, dq, dk, dv, scratch, opts);
-  run_fused_backward_checked<ExecSpace, T>(op, space, q, k, v, o, lse, dout, dq, dk, dv, scratch,
-                                           opts, p.mask, p.queries, p.keys);
+  fused_backward_on_rows<ExecSpace, T>(op, space, q, k, v, o, lse, dout, dq, dk, dv, scratch, opts,
+                                       p.mask, MaskCheck::done_by_caller, p.queries, p.keys);
 }
 
 template <class ExecSpace, class T>
