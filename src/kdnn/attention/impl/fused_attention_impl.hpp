@@ -716,21 +716,25 @@ void fused_attention_backward(
                                        mask, mask_check, EntryRows{B, S}, EntryRows{B, Sk});
 }
 
-// The two runs that hold the fused kernels, compiled into libkdnn with the
-// operators (fused_attention_eti.cpp) and declared extern: the layer
-// (mha_impl.hpp) and the packed operators reach the kernels through them
-// without compiling them again.
-#define KDNN_FUSED_ATTENTION_RUNS(PREFIX, ExecSpace, T)                                     \
-  PREFIX void run_fused_forward<ExecSpace, T>(                                              \
-      const char*, const ExecSpace&, const FusedForwardData<ExecSpace, T>&,                 \
-      const FusedAttentionOptions&, const EntryRows&, const EntryRows&);                    \
-  PREFIX void fused_backward_on_rows<ExecSpace, T>(                                         \
-      const char*, const ExecSpace&, const StridedTensor4<const T, ExecSpace>&,             \
-      const StridedTensor4<const T, ExecSpace>&, const StridedTensor4<const T, ExecSpace>&, \
-      const StridedTensor4<const T, ExecSpace>&, const Tensor3<const T, ExecSpace>&,        \
-      const StridedTensor4<const T, ExecSpace>&, const StridedTensor4<T, ExecSpace>&,       \
-      const StridedTensor4<T, ExecSpace>&, const StridedTensor4<T, ExecSpace>&,             \
-      const FusedBackwardScratch<T, ExecSpace>&, const FusedAttentionOptions&,              \
+// The functions that hold the fused kernels (the two runs, and the launch
+// check, whose plans name every kernel: on a GPU, planning instantiates a
+// kernel), compiled into libkdnn with the operators
+// (fused_attention_eti.cpp) and declared extern: the layer (mha_impl.hpp)
+// and the packed operators reach the kernels through them without
+// compiling them again.
+#define KDNN_FUSED_ATTENTION_RUNS(PREFIX, ExecSpace, T)                                           \
+  PREFIX void check_fused_launch<ExecSpace, T>(const char*, const ExecSpace&, int, int, int, int, \
+                                               int, int, const FusedAttentionOptions&, bool);     \
+  PREFIX void run_fused_forward<ExecSpace, T>(                                                    \
+      const char*, const ExecSpace&, const FusedForwardData<ExecSpace, T>&,                       \
+      const FusedAttentionOptions&, const EntryRows&, const EntryRows&);                          \
+  PREFIX void fused_backward_on_rows<ExecSpace, T>(                                               \
+      const char*, const ExecSpace&, const StridedTensor4<const T, ExecSpace>&,                   \
+      const StridedTensor4<const T, ExecSpace>&, const StridedTensor4<const T, ExecSpace>&,       \
+      const StridedTensor4<const T, ExecSpace>&, const Tensor3<const T, ExecSpace>&,              \
+      const StridedTensor4<const T, ExecSpace>&, const StridedTensor4<T, ExecSpace>&,             \
+      const StridedTensor4<T, ExecSpace>&, const StridedTensor4<T, ExecSpace>&,                   \
+      const FusedBackwardScratch<T, ExecSpace>&, const FusedAttentionOptions&,                    \
       const AttentionMask<ExecSpace>&, MaskCheck, const EntryRows&, const EntryRows&);
 #define KDNN_FUSED_ATTENTION_RUNS_EXTERN(ExecSpace, T) \
   KDNN_FUSED_ATTENTION_RUNS(extern template, ExecSpace, T)
