@@ -20,6 +20,7 @@
 #include "kdnn/attention/impl/visible_keys.hpp"
 #include "kdnn/core/impl/backend_traits.hpp"
 #include "kdnn/core/impl/largest_magnitude.hpp"
+#include "kdnn/core/impl/row_major_index.hpp"
 #include "kdnn/core/impl/strided_fill.hpp"
 #include "kdnn/core/impl/team_plan.hpp"
 #include "kdnn/core/validate.hpp"
@@ -463,11 +464,12 @@ void row_deltas(const ExecSpace& space, const StridedTensor4<const T, ExecSpace>
                 const StridedTensor4<const T, ExecSpace>& o, const Tensor3<T, ExecSpace>& delta) {
   if (delta.size() == 0) return;
   const int Dv = int(o.extent(3));
-  const std::size_t H = delta.extent(1), S = delta.extent(2);
+  const kdnn::impl::RowMajorIndex<3> at(delta);
   Kokkos::parallel_for(
       "kdnn::attention::fused_delta", Kokkos::RangePolicy<ExecSpace>(space, 0, delta.size()),
       KOKKOS_LAMBDA(std::size_t row) {
-        const int b = int(row / S / H), h = int(row / S % H), i = int(row % S);
+        const auto bhi = at(row);
+        const std::size_t b = bhi[0], h = bhi[1], i = bhi[2];
         // In double, in team_gemm's order: with T = double bitwise the
         // sum that gives dP at a one-hot row's key (dP − δ = 0 there). Each
         // row is contiguous (unit last stride, checked).
@@ -587,20 +589,17 @@ void run_fused_backward(
 /// into(b, g, ·, ·) = Σ_r heads(b, g·group + r, ·, ·), r = 0 .. group − 1 in
 /// order: dK or dV of a key/value head from its query heads' shares.
 template <class ExecSpace, class T>
-void sum_group_heads(const ExecSpace& space, const Tensor4<T, ExecSpace>& heads,
+void sum_group_heads(const ExecSpace& space, const StridedTensor4<T, ExecSpace>& heads,
                      const StridedTensor4<T, ExecSpace>& into, int group) {
-  const std::size_t Hkv = into.extent(1), Sk = into.extent(2), Dh = into.extent(3);
-  const std::size_t row = Sk * Dh;  // one head's values
-  const std::size_t stride = row * std::size_t(group);
-  const T* from = heads.data();
+  const kdnn::impl::RowMajorIndex<4> at(into);
   Kokkos::parallel_for(
       "kdnn::attention::fused_sum_group_heads",
       Kokkos::RangePolicy<ExecSpace>(space, 0, into.size()), KOKKOS_LAMBDA(std::size_t x) {
-        const T* first = from + x / row * stride + x % row;
-        T sum = first[0];
-        for (int r = 1; r < group; ++r) sum += first[r * row];
-        const std::size_t bg = x / row;  // b·Hkv + g
-        into(bg / Hkv, bg % Hkv, x % row / Dh, x % Dh) = sum;
+        const auto i = at(x);  // (b, g, key, d)
+        const std::size_t first = i[1] * std::size_t(group);
+        T sum = heads(i[0], first, i[2], i[3]);
+        for (int r = 1; r < group; ++r) sum += heads(i[0], first + r, i[2], i[3]);
+        into(i[0], i[1], i[2], i[3]) = sum;
       });
 }
 
@@ -677,27 +676,26 @@ void fused_backward_on_rows(
                   : Tensor3<T, ExecSpace>("kdnn::attention::fused_delta", B, H, S);
   row_deltas<ExecSpace, T>(space, dout, o, delta);
 
-  // Grouped-query attention: the kernels write dK and dV per query head,
-  // into the caller's buffers or ones for the call; the group's heads are
-  // summed after, in order.
-  const auto per_query_head = [&](const StridedTensor4<T, ExecSpace>& grad,
-                                  const Tensor4<T, ExecSpace>& given,
-                                  const char* name) -> Tensor4<T, ExecSpace> {
-    if (group == 1) return {};
+  // Where the kernels write dK and dV: the gradients themselves, or, for
+  // grouped-query attention, one share per query head, in the caller's
+  // buffers or ones for the call, whose group's heads are summed after, in
+  // order.
+  const auto written = [&](const StridedTensor4<T, ExecSpace>& grad,
+                           const Tensor4<T, ExecSpace>& given,
+                           const char* name) -> StridedTensor4<T, ExecSpace> {
+    if (group == 1) return grad;
     if (validate::given(given)) return given;
     return Tensor4<T, ExecSpace>(Kokkos::view_alloc(space, Kokkos::WithoutInitializing,
                                                     std::string("kdnn::attention::fused_") + name),
                                  B, H, Sk, grad.extent(3));
   };
-  const Tensor4<T, ExecSpace> dk_heads = per_query_head(dk, scratch.dk_shares, "dk_heads"),
-                              dv_heads = per_query_head(dv, scratch.dv_shares, "dv_heads");
-  run_fused_backward<ExecSpace, T>(op, space, q, k, v, dout, lse, delta, dq,
-                                   group > 1 ? StridedTensor4<T, ExecSpace>(dk_heads) : dk,
-                                   group > 1 ? StridedTensor4<T, ExecSpace>(dv_heads) : dv, opts,
-                                   mask, group, queries, keys);
+  const StridedTensor4<T, ExecSpace> dk_written = written(dk, scratch.dk_shares, "dk_heads"),
+                                     dv_written = written(dv, scratch.dv_shares, "dv_heads");
+  run_fused_backward<ExecSpace, T>(op, space, q, k, v, dout, lse, delta, dq, dk_written, dv_written,
+                                   opts, mask, group, queries, keys);
   if (group > 1) {
-    sum_group_heads<ExecSpace, T>(space, dk_heads, dk, group);
-    sum_group_heads<ExecSpace, T>(space, dv_heads, dv, group);
+    sum_group_heads<ExecSpace, T>(space, dk_written, dk, group);
+    sum_group_heads<ExecSpace, T>(space, dv_written, dv, group);
   }
 }
 

@@ -6,6 +6,8 @@
 #include <Kokkos_Core.hpp>
 #include <cstddef>
 
+#include "kdnn/core/impl/row_major_index.hpp"
+
 namespace kdnn::impl {
 
 /// view(b, h, i, d) = value for every element, asynchronously on `space`;
@@ -15,12 +17,12 @@ void fill_rank4(const ExecSpace& space, const View& view,
                 const typename View::non_const_value_type& value) {
   static_assert(unsigned(View::rank) == 4, "fill_rank4: a View of rank 4");
   if (view.size() == 0) return;
-  const std::size_t n1 = view.extent(1), n2 = view.extent(2), n3 = view.extent(3);
+  const RowMajorIndex<4> at(view);
   Kokkos::parallel_for(
       "kdnn::fill_rank4", Kokkos::RangePolicy<ExecSpace>(space, 0, view.size()),
       KOKKOS_LAMBDA(std::size_t x) {
-        const std::size_t r = x / n3;
-        view(r / n2 / n1, r / n2 % n1, r % n2, x % n3) = value;
+        const auto i = at(x);
+        view(i[0], i[1], i[2], i[3]) = value;
       });
 }
 
