@@ -10,6 +10,7 @@
 #include "kdnn/core/impl/backend_traits.hpp"
 #include "kdnn/core/impl/block_sums.hpp"
 #include "kdnn/core/impl/compiled_sizes.hpp"
+#include "kdnn/core/impl/eti.hpp"
 #include "kdnn/core/impl/team_plan.hpp"
 #include "kdnn/core/validate.hpp"
 #include "kdnn/ssm/causal_conv1d.hpp"
@@ -333,5 +334,24 @@ void causal_conv1d_backward(const ExecSpace& space, const ConvBackward<T, ExecSp
   if (validate::given(a.dinitial_state)) conv_backward_steps(space, a, opts, -(K - 1), 0, false);
   conv_backward_steps(space, a, opts, 0, int(a.x.extent(1)), true);
 }
+
+// The steps that hold the conv's kernels, which the context-parallel conv
+// (cp/impl/conv_dt_impl.hpp) launches around its halo exchange: compiled
+// once in libkdnn (ssm_eti.cpp) for the pairs of core/impl/eti.hpp, like the
+// operators, and declared extern here for every other file.
+#define KDNN_CONV_STEPS(PREFIX, ExecSpace, T)                                                      \
+  PREFIX void conv_forward_steps<ExecSpace, T>(const ExecSpace&, const ConvForward<T, ExecSpace>&, \
+                                               const CausalConv1dOptions&, int, int,               \
+                                               const Matrix<const int, ExecSpace>&);               \
+  PREFIX void conv_backward_steps<ExecSpace, T>(                                                   \
+      const ExecSpace&, const ConvBackward<T, ExecSpace>&, const CausalConv1dOptions&, int, int,   \
+      bool, const Matrix<const int, ExecSpace>&);                                                  \
+  PREFIX void conv_final_state<ExecSpace, T>(                                                      \
+      const ExecSpace&, const StridedTensor3<const T, ExecSpace>&,                                 \
+      const StridedTensor3<const T, ExecSpace>&, const StridedTensor3<T, ExecSpace>&,              \
+      const ConvSequenceIds<ExecSpace>&);
+#define KDNN_CONV_STEPS_EXTERN(ExecSpace, T) KDNN_CONV_STEPS(extern template, ExecSpace, T)
+KDNN_ETI_FOR_EACH(KDNN_CONV_STEPS_EXTERN)
+#undef KDNN_CONV_STEPS_EXTERN
 
 }  // namespace kdnn::ssm::impl
