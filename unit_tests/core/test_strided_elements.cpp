@@ -71,13 +71,13 @@ TEST(FillRank4, WritesEveryElementOfAStridedViewAndNothingBetween) {
     for (int h = 0; h < 4; ++h)
       for (int i = 0; i < 3; ++i)
         for (int d = 0; d < 6; ++d) {
-          const bool inside = h >= heads.first && h < heads.second && d >= cols.first &&
-                              d < cols.second;
+          const bool inside =
+              h >= heads.first && h < heads.second && d >= cols.first && d < cols.second;
           EXPECT_EQ(host(b, h, i, d), inside ? 7.0 : -1.0) << b << h << i << d;
         }
   // An empty View: nothing to do, and no launch over a zero range.
-  const auto none = Kokkos::subview(full, Kokkos::ALL, std::pair<int, int>(0, 0), Kokkos::ALL,
-                                    Kokkos::ALL);
+  const auto none =
+      Kokkos::subview(full, Kokkos::ALL, std::pair<int, int>(0, 0), Kokkos::ALL, Kokkos::ALL);
   ki::fill_rank4(Space(), none, 3.0);
 }
 
