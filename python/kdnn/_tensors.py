@@ -161,6 +161,7 @@ def int32_array(op, name, t, shape, device):
     tensor of `shape` (a list) kdnn reads on `device`: a copy (editing the
     caller's tensor after the forward changes nothing), its values checked
     to fit."""
+    _on_a_kdnn_device(op, name, t)
     t = torch.as_tensor(t, device=device)
     if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
         raise Error(f"{op}: {name} has dtype {t.dtype}, expected integers")
@@ -173,10 +174,19 @@ def int32_array(op, name, t, shape, device):
     return t.to(torch.int32, copy=True).contiguous()
 
 
+def _on_a_kdnn_device(op, name, t):
+    """An index tensor must hold values kdnn can read: one on a device this
+    kdnn does not compute on (the meta device's hold none) is refused."""
+    if isinstance(t, torch.Tensor) and t.device.type not in DEVICES:
+        raise Error(f"{op}: {name} is on {t.device}, expected a tensor on "
+                    f"{' or '.join(DEVICES)} (the devices this kdnn was built for)")
+
+
 def offsets(op, name, t, device):
     """Packed sequences' offsets (cu_seqlens: an integer vector [S + 1]) as
     an int32 copy on `device`; kdnn checks the values (0 first, never
     decreasing, the number of steps last)."""
+    _on_a_kdnn_device(op, name, t)
     t = torch.as_tensor(t, device=device)
     require(t.dim() == 1, f"{op}: {name} has shape {list(t.shape)}, expected [S + 1] (a vector)")
     return int32_array(op, name, t, list(t.shape), device)
@@ -191,6 +201,28 @@ def windows(op, window, count, device):
             f"{op}: window is a {type(window).__name__}, expected (lo, hi)")
     return (int32_vector(op, "window[0]", window[0], count, device),
             int32_vector(op, "window[1]", window[1], count, device))
+
+
+def finite_parameter(op, name, t):
+    """A small parameter (dt_bias [H]: always checked, as kdnn's policy on
+    non-finite data says) with no NaN or infinity, naming the first."""
+    bad = (~torch.isfinite(t)).nonzero()
+    if bad.shape[0]:
+        index = ", ".join(str(int(i)) for i in bad[0])
+        raise Error(f"{op}: {name}[{index}]={t[tuple(bad[0])].item()}, expected finite values "
+                    "(a parameter)")
+    return t
+
+
+def writable(op, name, t):
+    """Refuses a tensor that kdnn would write in place but whose elements
+    share memory (an expanded tensor: a stride of 0 across an extent > 1),
+    naming it."""
+    shared = [d for d in range(t.dim()) if t.stride(d) == 0 and t.shape[d] > 1]
+    require(not shared,
+            f"{op}: {name} is expanded (stride 0 in dimension {shared[0] if shared else 0}, shape "
+            f"{list(t.shape)}), expected a tensor whose elements kdnn can write in place "
+            f"(e.g. {name}.clone())")
 
 
 def require(condition, message):

@@ -14,12 +14,12 @@ from ._tensors import (Error, Operands, dropout_options, empty_in_order_of, firs
 class _FlashAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, lo_win, hi_win, slopes, config):
-        scale, softcap, causal, band, dropout_p, seed, offset, allow_tf32 = config
+        scale, softcap, causal, band, dropout_p, seed, offset, allow_tf32, check_finite = config
         B, H, S, _ = q.shape
         o = empty_in_order_of(q, (B, H, S, v.shape[-1]))  # q's memory order: no copy for a peer
         lse = q.new_empty(B, H, S)  # the rows' log-sum-exp, for the backward
         args = (scale, softcap, causal, lo_win, hi_win, band, slopes, dropout_p, seed, offset,
-                allow_tf32)
+                allow_tf32, check_finite)
         _kdnn.flash_attention_forward(q, k, v, o, lse, *args, stream_of(q))
         ctx.save_for_backward(q, k, v, o, lse)
         ctx.args = args
@@ -89,7 +89,7 @@ def _score_options(op, scale, softcap, head_dim):
 
 def flash_attention(q, k, v, *, causal=False, window=None, band=None, scale=None, softcap=0.0,
                     alibi_slopes=None, dropout_p=0.0, seed=None, offset=0, allow_tf32=False,
-                    return_lse=False):
+                    return_lse=False, check_finite=False):
     """softmax(scale * q k^T, masked) v, fused: the scores never reach memory
     (O(S) memory), as F.scaled_dot_product_attention.
 
@@ -122,7 +122,10 @@ def flash_attention(q, k, v, *, causal=False, window=None, band=None, scale=None
     instead of three (float32 accuracy, the default); nothing changes
     elsewhere or in float64. return_lse: also return the rows' log-sum-exp
     of their visible scaled scores, [B, H, S] (-inf for a row that sees no
-    key; not differentiable).
+    key; not differentiable). check_finite: refuse a NaN or an infinity in
+    q, k, v (and in the incoming gradient), naming the first; without it
+    they propagate to the outputs that depend on them, as in PyTorch
+    (docs/api.md).
     """
     op = "flash_attention"
     check = Operands(op)
@@ -137,19 +140,22 @@ def flash_attention(q, k, v, *, causal=False, window=None, band=None, scale=None
     allow_tf32 = flag(op, "allow_tf32", allow_tf32)
     return_lse = flag(op, "return_lse", return_lse)
     slopes = _alibi_slopes(op, alibi_slopes, q.shape[0], q.shape[1], q.device)
+    check_finite = flag(op, "check_finite", check_finite)
     o, lse = _FlashAttention.apply(q, k, v, lo_win, hi_win, slopes,
-                                   (scale, softcap, causal, band, *dropout, allow_tf32))
+                                   (scale, softcap, causal, band, *dropout, allow_tf32,
+                                    check_finite))
     return (o, lse) if return_lse else o
 
 
 class _FlashAttentionVarlen(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, cu_q, cu_k, slopes, config):
-        scale, softcap, causal, band, dropout_p, seed, offset, allow_tf32 = config
+        scale, softcap, causal, band, dropout_p, seed, offset, allow_tf32, check_finite = config
         T, H, _ = q.shape
         o = empty_in_order_of(q, (T, H, v.shape[-1]))
         lse = q.new_empty(H, T)  # flash-attn's varlen layout
-        args = (scale, softcap, causal, band, slopes, dropout_p, seed, offset, allow_tf32)
+        args = (scale, softcap, causal, band, slopes, dropout_p, seed, offset, allow_tf32,
+                check_finite)
         _kdnn.flash_attention_varlen_forward(q, k, v, o, lse, cu_q, cu_k, *args, stream_of(q))
         ctx.save_for_backward(q, k, v, o, lse, cu_q, cu_k)
         ctx.args = args
@@ -168,7 +174,7 @@ class _FlashAttentionVarlen(torch.autograd.Function):
 
 def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, band=None,
                            scale=None, softcap=0.0, alibi_slopes=None, dropout_p=0.0, seed=None,
-                           offset=0, allow_tf32=False, return_lse=False):
+                           offset=0, allow_tf32=False, return_lse=False, check_finite=False):
     """flash_attention over packed variable-length sequences (flash-attn's
     varlen layout), differentiable.
 
@@ -180,8 +186,8 @@ def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False,
     sequence's keys. Returns [Tq, H, Dv]. Each sequence is attended as one
     batch entry of flash_attention with the sequence's own lengths: causal
     (top-left aligned), band (bottom-right aligned per sequence, as
-    flash-attn's window_size), scale, softcap, dropout and allow_tf32 as
-    there; alibi_slopes [H] or [N, H]. Hkv divides H (GQA). The lengths may
+    flash-attn's window_size), scale, softcap, dropout, allow_tf32 and
+    check_finite as there; alibi_slopes [H] or [N, H]. Hkv divides H (GQA). The lengths may
     be anything, 0 included: the kernels work on each sequence's own blocks.
     Dropout draws element (n, h, i, j) of the sequences padded to the
     longest. return_lse: also return lse [H, Tq] (-inf for a query that sees
@@ -202,6 +208,8 @@ def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False,
     allow_tf32 = flag(op, "allow_tf32", allow_tf32)
     return_lse = flag(op, "return_lse", return_lse)
     slopes = _alibi_slopes(op, alibi_slopes, max(cu_q.shape[0] - 1, 0), q.shape[1], q.device)
+    check_finite = flag(op, "check_finite", check_finite)
     o, lse = _FlashAttentionVarlen.apply(q, k, v, cu_q, cu_k, slopes,
-                                         (scale, softcap, causal, band, *dropout, allow_tf32))
+                                         (scale, softcap, causal, band, *dropout, allow_tf32,
+                                          check_finite))
     return (o, lse) if return_lse else o

@@ -18,20 +18,53 @@ import math
 import torch
 
 from . import _kdnn
-from ._tensors import Error, Operands, first_order, flag, int32_array, stream_of
+from ._tensors import (Error, Operands, finite_parameter, first_order, flag, int32_array,
+                       stream_of)
 from .mamba2 import _Ssd, conv_silu, dt_limits, ssd_operands, ssd_outputs, varlen_offsets
 
 available = _kdnn.has_cp
 
 
 def _handle(comm):
-    """The communicator's Fortran handle (mpi4py's Comm.py2f())."""
+    """The Fortran handle (Comm.py2f()) of `comm`, a live mpi4py
+    intracommunicator; anything else is a kdnn.Error naming comm. Local: a
+    rank without a usable communicator cannot reach the others."""
     if not available:
         raise Error("kdnn.cp: this kdnn was built without MPI (install an MPI and mpi4py, then "
                     "reinstall kdnn)")
-    if not hasattr(comm, "py2f"):
-        raise Error(f"kdnn.cp: comm is a {type(comm).__name__}, expected an mpi4py communicator")
-    return comm.py2f()
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        MPI = None
+    if MPI is None or not isinstance(comm, MPI.Comm):
+        raise Error(f"kdnn.cp: comm is a {type(comm).__name__}, expected an mpi4py communicator "
+                    "(mpi4py.MPI.Intracomm)")
+    if not MPI.Is_initialized() or MPI.Is_finalized():
+        state = "finalised" if MPI.Is_finalized() else "not initialised"
+        raise Error(f"kdnn.cp: comm cannot be used, MPI is {state}, expected a communicator of "
+                    "an initialised MPI")
+    if comm == MPI.COMM_NULL:
+        raise Error("kdnn.cp: comm is MPI.COMM_NULL (a null or freed communicator), expected a "
+                    "live communicator")
+    handle = comm.py2f()
+    if not isinstance(handle, int) or not -2**31 <= handle < 2**31:
+        raise Error(f"kdnn.cp: comm has the handle {handle!r}, expected a Fortran integer "
+                    "(comm.py2f())")
+    return handle  # the extension checks that it names a live intracommunicator
+
+
+def _collective(handle, checks):
+    """checks() (this rank's checks of the call's arguments) with the
+    verdict agreed by every rank of the communicator: an error on any rank
+    is the same kdnn.Error on every rank, never a rank raising alone while
+    the others wait in MPI. Returns what checks() returns."""
+    message, result = None, None
+    try:
+        result = checks()
+    except Exception as e:  # noqa: BLE001 -- any rank's failure must reach every rank
+        message = str(e) if isinstance(e, Error) else f"{type(e).__name__}: {e}"
+    _kdnn.cp_agree(message, handle)
+    return result
 
 
 class _ConvDt(torch.autograd.Function):
@@ -60,33 +93,41 @@ class _ConvDt(torch.autograd.Function):
 
 
 def conv_dt(x, weight, dt, dt_bias, bias=None, *, comm, activation="silu",
-            dt_limit=(0.0, math.inf), seq_idx=None):
+            dt_limit=(0.0, math.inf), seq_idx=None, check_finite=False):
     """This rank's steps of kdnn.causal_conv1d(x, weight, bias, activation,
     seq_idx) and kdnn.dt_softplus(dt, dt_bias, dt_limit) on a sequence split
     across `comm`: x [B, L_r, C], weight [C, K], dt [B, L_r, H], dt_bias [H],
     seq_idx [B, L_r] (packed sequences, given on every rank or on none).
-    Returns (y [B, L_r, C], dt_out [B, L_r, H])."""
+    check_finite as theirs. Returns (y [B, L_r, C], dt_out [B, L_r, H])."""
     handle = _handle(comm)
-    check = Operands("cp.conv_dt")
-    x = check(x, "x", 3, "[B, L_r, C]")
-    weight = check(weight, "weight", 2, "[C, K]")
-    dt = check(dt, "dt", 3, "[B, L_r, H]")
-    dt_bias = check(dt_bias, "dt_bias", 1, "[H]")
-    bias = check(bias, "bias", 1, "[C]", optional=True)
-    config = (conv_silu("cp.conv_dt", weight, activation), *dt_limits("cp.conv_dt", dt_limit))
-    if seq_idx is not None:
-        seq_idx = int32_array("cp.conv_dt", "seq_idx", seq_idx, list(x.shape[:2]), x.device)
+
+    def checks():
+        check = Operands("cp.conv_dt")
+        checked = [check(x, "x", 3, "[B, L_r, C]"), check(weight, "weight", 2, "[C, K]"),
+                   check(dt, "dt", 3, "[B, L_r, H]"), check(dt_bias, "dt_bias", 1, "[H]"),
+                   check(bias, "bias", 1, "[C]", optional=True)]
+        checked[3] = finite_parameter("cp.conv_dt", "dt_bias", checked[3])
+        config = (conv_silu("cp.conv_dt", checked[1], activation),
+                  *dt_limits("cp.conv_dt", dt_limit),
+                  flag("cp.conv_dt", "check_finite", check_finite))
+        ids = None if seq_idx is None else int32_array("cp.conv_dt", "seq_idx", seq_idx,
+                                                       list(checked[0].shape[:2]),
+                                                       checked[0].device)
+        return checked, config, ids
+
+    (x, weight, dt, dt_bias, bias), config, seq_idx = _collective(handle, checks)
     return _ConvDt.apply(x, weight, bias, dt, dt_bias, config, handle, seq_idx)
 
 
 def ssd(x, dt, A, B, C, D=None, initial_states=None, z=None, dt_bias=None, *, chunk_size, comm,
         dt_softplus=False, dt_limit=(0.0, math.inf), return_final_states=False, seq_idx=None,
-        cu_seqlens=None, return_varlen_states=False):
+        cu_seqlens=None, return_varlen_states=False, check_finite=False):
     """This rank's steps of kdnn.ssd on a sequence split across `comm`:
     x [B, L_r, H, P], dt [B, L_r, H], B and C [B, L_r, G, N], z [B, L_r, H, P];
     A [H], D [H] or [H, P] and dt_bias [H] the same on every rank;
     initial_states [B, H, P, N] the sequence's, given on rank 0 only (None
-    elsewhere). dt_bias, dt_softplus, dt_limit and z as in kdnn.ssd. Chunks
+    elsewhere). dt_bias, dt_softplus, dt_limit, z and check_finite as in
+    kdnn.ssd. Chunks
     of chunk_size steps are counted from the sequence's start, as on one
     rank. With return_final_states, also the state after this rank's steps
     (the last rank's: the sequence's). seq_idx [B, L_r]: packed sequences as
@@ -99,11 +140,17 @@ def ssd(x, dt, A, B, C, D=None, initial_states=None, z=None, dt_bias=None, *, ch
     sequence that ends on this rank, wherever it started (and, for its last
     segment, the state at the rank's end)."""
     handle = _handle(comm)
-    *args, chunk, steps = ssd_operands("cp.ssd", x, dt, A, B, C, D, initial_states, z, dt_bias,
-                                       chunk_size, dt_softplus, dt_limit, steps="L_r")
-    return_final_states = flag("cp.ssd", "return_final_states", return_final_states)
-    cu_seqlens = varlen_offsets("cp.ssd", cu_seqlens, return_varlen_states, x.device)
-    if seq_idx is not None:
-        seq_idx = int32_array("cp.ssd", "seq_idx", seq_idx, list(x.shape[:2]), x.device)
+
+    def checks():
+        *args, chunk, steps = ssd_operands("cp.ssd", x, dt, A, B, C, D, initial_states, z,
+                                           dt_bias, chunk_size, dt_softplus, dt_limit,
+                                           check_finite, steps="L_r")
+        final = flag("cp.ssd", "return_final_states", return_final_states)
+        offsets = varlen_offsets("cp.ssd", cu_seqlens, return_varlen_states, args[0].device)
+        ids = None if seq_idx is None else int32_array("cp.ssd", "seq_idx", seq_idx,
+                                                       list(args[0].shape[:2]), args[0].device)
+        return args, chunk, steps, final, offsets, ids
+
+    args, chunk, steps, return_final_states, cu_seqlens, seq_idx = _collective(handle, checks)
     y, final, states = _Ssd.apply(*args, chunk, steps, handle, seq_idx, cu_seqlens)
     return ssd_outputs(y, final, states, return_final_states, cu_seqlens is not None)

@@ -7,7 +7,8 @@ import torch
 
 from . import _kdnn
 from ._tensors import (Operands, contiguous, empty_in_order_of, first_order, flag, int32_array,
-                       int32_vector, integer, number, offsets, require, stream_of)
+                       finite_parameter, int32_vector, integer, number, offsets, require,
+                       stream_of, writable)
 
 ACTIVATIONS = (None, "silu", "swish")
 
@@ -38,14 +39,14 @@ def _new(t, like):
 
 class _CausalConv1d(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, bias, initial_state, silu, seq_idx):
+    def forward(ctx, x, weight, bias, initial_state, silu, seq_idx, check_finite):
         B, _, C = x.shape
         y = empty_in_order_of(x, x.shape, last_inner=False)  # x's memory order: no copy
         final = x.new_empty(B, weight.shape[1] - 1, C)
         _kdnn.causal_conv1d_forward(x, weight, bias, initial_state, y, final, seq_idx, silu,
-                                    stream_of(x))
+                                    check_finite, stream_of(x))
         ctx.save_for_backward(x, weight, bias, initial_state, seq_idx)
-        ctx.silu = silu
+        ctx.silu, ctx.check_finite = silu, check_finite
         ctx.set_materialize_grads(False)
         return y, final
 
@@ -58,12 +59,12 @@ class _CausalConv1d(torch.autograd.Function):
         dx, dw = empty_in_order_of(x, x.shape, last_inner=False), torch.empty_like(weight)
         dbias, dinit = _new(bias, bias), _new(init, init)
         _kdnn.causal_conv1d_backward(x, weight, bias, init, dy, contiguous(dfinal), dx, dw, dbias,
-                                     dinit, seq_idx, ctx.silu, stream_of(x))
-        return dx, dw, dbias, dinit, None, None
+                                     dinit, seq_idx, ctx.silu, ctx.check_finite, stream_of(x))
+        return dx, dw, dbias, dinit, None, None, None
 
 
 def causal_conv1d(x, weight, bias=None, initial_state=None, *, activation=None,
-                  return_final_states=False, seq_idx=None):
+                  return_final_states=False, seq_idx=None, check_finite=False):
     """Mamba's causal depthwise conv1d, channel-last:
     y[b, t, c] = act(bias[c] + sum_k weight[c, k] * x[b, t - K + 1 + k, c]),
     the K - 1 steps before t = 0 taken from initial_state (zeros if None).
@@ -80,6 +81,10 @@ def causal_conv1d(x, weight, bias=None, initial_state=None, *, activation=None,
     forward and backward, as if each sequence were convolved alone. The
     initial_state continues step 0's sequence; the final states keep only
     the last step's sequence (zeros for the steps of others).
+
+    check_finite: refuse a NaN or an infinity in x, weight, bias,
+    initial_state (and the incoming gradients), naming the first; without
+    it they propagate, as in PyTorch (docs/api.md).
     """
     check = Operands("causal_conv1d")
     x = check(x, "x", 3, "[B, L, C]", strides="any")
@@ -90,12 +95,13 @@ def causal_conv1d(x, weight, bias=None, initial_state=None, *, activation=None,
     return_final_states = flag("causal_conv1d", "return_final_states", return_final_states)
     if seq_idx is not None:
         seq_idx = int32_array("causal_conv1d", "seq_idx", seq_idx, list(x.shape[:2]), x.device)
-    y, final = _CausalConv1d.apply(x, weight, bias, initial_state, silu, seq_idx)
+    check_finite = flag("causal_conv1d", "check_finite", check_finite)
+    y, final = _CausalConv1d.apply(x, weight, bias, initial_state, silu, seq_idx, check_finite)
     return (y, final) if return_final_states else y
 
 
 def causal_conv1d_update(x, conv_state, weight, bias=None, *, activation=None,
-                         cache_seqlens=None, conv_state_indices=None):
+                         cache_seqlens=None, conv_state_indices=None, check_finite=False):
     """One decoding step (or a few) of causal_conv1d on a rolling state, as
     causal-conv1d's causal_conv1d_update: with x̄ the state followed by x's
     steps, y[b, c, t] = act(bias[c] + sum_k weight[c, k] * x̄[b, c, W + t - K + 1 + k]),
@@ -111,7 +117,8 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, *, activation=None,
     (the caller advances p). Both are integer vectors, checked on the host.
     For inference: inputs that require grad are refused while grad mode is
     on (kdnn has no backward for it), and the state is left as it was when a
-    check fails.
+    check fails. check_finite: refuse a NaN or an infinity in x, conv_state,
+    weight or bias, naming the first (docs/api.md).
     """
     op = "causal_conv1d_update"
     check = Operands(op)
@@ -119,9 +126,11 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, *, activation=None,
     x = check(x, "x", -2, "[B, C] or [B, C, Lnew]")
     require(x.dim() <= 3, f"{op}: x has shape {list(x.shape)}, expected [B, C] or [B, C, Lnew]")
     state = check(conv_state, "conv_state", 3, "[B, C, W]")
+    writable(op, "conv_state", conv_state)
     weight = check(weight, "weight", 2, "[C, K]")
     bias = check(bias, "bias", 1, "[C]", optional=True)
     silu = conv_silu(op, weight, activation)
+    check_finite = flag(op, "check_finite", check_finite)
     if torch.is_grad_enabled():
         for name, t in (("x", x_in), ("conv_state", conv_state), ("weight", weight), ("bias", bias)):
             require(t is None or not t.requires_grad,
@@ -136,7 +145,7 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, *, activation=None,
     y = torch.empty_like(steps)
     # The update writes the state in place: into the caller's tensor, or
     # into a contiguous copy of it that is copied back.
-    _kdnn.causal_conv1d_update(steps, state, weight, bias, y, rows, positions, silu,
+    _kdnn.causal_conv1d_update(steps, state, weight, bias, y, rows, positions, silu, check_finite,
                                stream_of(x))
     if state.data_ptr() != conv_state.data_ptr():
         conv_state.copy_(state)
@@ -145,11 +154,11 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, *, activation=None,
 
 class _DtSoftplus(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, dt, dt_bias, lo, hi):
+    def forward(ctx, dt, dt_bias, lo, hi, check_finite):
         out = torch.empty_like(dt)
-        _kdnn.dt_softplus_forward(dt, dt_bias, out, lo, hi, stream_of(dt))
+        _kdnn.dt_softplus_forward(dt, dt_bias, out, lo, hi, check_finite, stream_of(dt))
         ctx.save_for_backward(dt, dt_bias)
-        ctx.limits = (lo, hi)
+        ctx.options = (lo, hi, check_finite)
         return out
 
     @staticmethod
@@ -157,18 +166,21 @@ class _DtSoftplus(torch.autograd.Function):
     def backward(ctx, dout):
         dt, dt_bias = ctx.saved_tensors
         ddt, dbias = torch.empty_like(dt), torch.empty_like(dt_bias)
-        _kdnn.dt_softplus_backward(dt, dt_bias, dout.contiguous(), ddt, dbias, *ctx.limits,
+        _kdnn.dt_softplus_backward(dt, dt_bias, dout.contiguous(), ddt, dbias, *ctx.options,
                                    stream_of(dt))
-        return ddt, dbias, None, None
+        return ddt, dbias, None, None, None
 
 
-def dt_softplus(dt, dt_bias, *, dt_limit=(0.0, math.inf)):
+def dt_softplus(dt, dt_bias, *, dt_limit=(0.0, math.inf), check_finite=False):
     """Mamba-2's step sizes: clamp(softplus(dt + dt_bias), *dt_limit)
-    (softplus linear above 20, as PyTorch). dt [B, L, H], dt_bias [H]."""
+    (softplus linear above 20, as PyTorch). dt [B, L, H], dt_bias [H]
+    (finite: a parameter, always checked). check_finite: refuse a NaN or an
+    infinity in dt (and the incoming gradient) too (docs/api.md)."""
     check = Operands("dt_softplus")
     dt = check(dt, "dt", 3, "[B, L, H]")
-    dt_bias = check(dt_bias, "dt_bias", 1, "[H]")
-    return _DtSoftplus.apply(dt, dt_bias, *dt_limits("dt_softplus", dt_limit))
+    dt_bias = finite_parameter("dt_softplus", "dt_bias", check(dt_bias, "dt_bias", 1, "[H]"))
+    return _DtSoftplus.apply(dt, dt_bias, *dt_limits("dt_softplus", dt_limit),
+                             flag("dt_softplus", "check_finite", check_finite))
 
 
 class _Ssd(torch.autograd.Function):
@@ -222,7 +234,7 @@ class _Ssd(torch.autograd.Function):
 
 
 def ssd_operands(op, x, dt, A, B, C, D, initial_states, z, dt_bias, chunk_size, dt_softplus,
-                 dt_limit, steps="L"):
+                 dt_limit, check_finite, steps="L"):
     """The SSD's arguments checked (and made contiguous) for operator `op`,
     in _Ssd's order up to comm; `steps` names the sequence dimension in
     messages."""
@@ -240,16 +252,22 @@ def ssd_operands(op, x, dt, A, B, C, D, initial_states, z, dt_bias, chunk_size, 
                 "(from x)")
         D = D.reshape(-1)  # [H·P] per channel: kdnn's flat form (a view; its gradient flows back)
     initial_states = check(initial_states, "initial_states", 4, "[B, H, P, N]", optional=True)
+    if initial_states is not None:  # checked here, so that errors name it as the caller does
+        want = [x.shape[0], x.shape[2], x.shape[3], B.shape[3]]
+        require(list(initial_states.shape) == want,
+                f"{op}: initial_states has shape {list(initial_states.shape)}, expected "
+                f"[B, H, P, N] = {want} (from x and B)")
     dt_bias = check(dt_bias, "dt_bias", 1, "[H]", optional=True)
     z = check(z, "z", 4, f"[B, {steps}, H, P]", optional=True)
     chunk_size = integer(op, "chunk_size", chunk_size, 1, 2**31 - 1)
-    step_options = (flag(op, "dt_softplus", dt_softplus), *dt_limits(op, dt_limit))
+    step_options = (flag(op, "dt_softplus", dt_softplus), *dt_limits(op, dt_limit),
+                    flag(op, "check_finite", check_finite))
     return x, dt, A, B, C, D, initial_states, dt_bias, z, chunk_size, step_options
 
 
 def ssd(x, dt, A, B, C, D=None, initial_states=None, z=None, dt_bias=None, *, chunk_size,
         dt_softplus=False, dt_limit=(0.0, math.inf), return_final_states=False, seq_idx=None,
-        cu_seqlens=None, return_varlen_states=False):
+        cu_seqlens=None, return_varlen_states=False, check_finite=False):
     """Mamba-2's SSD scan, with the arguments of mamba's
     mamba_chunk_scan_combined:
         h_t = exp(dt_t A) h_{t-1} + dt_t x_t B_t^T,   y_t = h_t C_t + D x_t,
@@ -265,8 +283,10 @@ def ssd(x, dt, A, B, C, D=None, initial_states=None, z=None, dt_bias=None, *, ch
     other than (0, inf), the step sizes are clamp(f(dt + dt_bias), *dt_limit)
     with f softplus (dt_softplus) or the identity; with z [B, L, H, P], the
     output is y * silu(z). Without the transform, dt is the step sizes. The
-    step sizes must be finite and >= 0 and A <= 0: a bad value is a
-    kdnn.Error naming the first one.
+    step sizes must be >= 0, A finite and <= 0, D and dt_bias finite: a bad
+    value is a kdnn.Error naming the first one. check_finite: refuse a NaN
+    or an infinity in any input (and the incoming gradients) too; without
+    it they propagate, as in PyTorch (docs/api.md).
 
     Packed sequences: seq_idx [B, L] (integers), each step's sequence; a
     step whose id differs from the previous step's starts a sequence, where
@@ -282,7 +302,7 @@ def ssd(x, dt, A, B, C, D=None, initial_states=None, z=None, dt_bias=None, *, ch
     no gradient (as mamba's).
     """
     *args, chunk, steps = ssd_operands("ssd", x, dt, A, B, C, D, initial_states, z, dt_bias,
-                                       chunk_size, dt_softplus, dt_limit)
+                                       chunk_size, dt_softplus, dt_limit, check_finite)
     return_final_states = flag("ssd", "return_final_states", return_final_states)
     cu_seqlens = varlen_offsets("ssd", cu_seqlens, return_varlen_states, x.device)
     if seq_idx is not None:

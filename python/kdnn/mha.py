@@ -51,7 +51,7 @@ class _MultiHeadAttention(torch.autograd.Function):
 def multi_head_attention(query, key, value, w_q, w_k, w_v, w_o, b_q=None, b_k=None, b_v=None,
                          b_o=None, *, heads, kv_heads=None, residual=None, causal=False,
                          window=None, seq_lengths=None, cu_seqlens=None, scale=None,
-                         dropout_p=0.0, seed=None, offset=0, algo="fused"):
+                         dropout_p=0.0, seed=None, offset=0, algo="fused", check_finite=False):
     """The multi-head attention layer, batch first:
 
         Q = query w_q^T + b_q,  K = key w_k^T + b_k,  V = value w_v^T + b_v
@@ -77,6 +77,9 @@ def multi_head_attention(query, key, value, w_q, w_k, w_v, w_o, b_q=None, b_k=No
     host and checked. scale: default 1/sqrt(D). Dropout on the
     probabilities as kdnn.flash_attention's. algo: "fused" (flash attention,
     O(S) memory) or "unfused" (keeps the probabilities [B, H, S, Sk]).
+    check_finite: refuse a NaN or an infinity in the inputs, the weights
+    and the incoming gradient, naming the first (the layer's names: q, k,
+    v for query, key, value); without it they propagate, as in PyTorch.
     Returns out [B, S, Eo].
     """
     check = Operands("multi_head_attention")
@@ -105,7 +108,8 @@ def multi_head_attention(query, key, value, w_q, w_k, w_v, w_o, b_q=None, b_k=No
             f"multi_head_attention: w_q has {wq.shape[0]} rows and w_v {wv.shape[0]}, expected "
             f"multiples of heads={heads} and kv_heads={kv_heads}")
     c = {"heads": heads, "kv_heads": kv_heads, "scale": scale, "dropout_p": dropout[0],
-         "seed": dropout[1], "offset": dropout[2], "unfused": algo == "unfused", "causal": causal}
+         "seed": dropout[1], "offset": dropout[2], "unfused": algo == "unfused", "causal": causal,
+         "check_finite": flag("multi_head_attention", "check_finite", check_finite)}
     c["lo_win"], c["hi_win"] = windows("multi_head_attention", window, S, query.device)
     if seq_lengths is not None:
         c["seq_q"] = int32_vector("multi_head_attention", "seq_lengths[0]", seq_lengths[0], B,

@@ -5,7 +5,7 @@ import math
 import torch
 
 from . import _kdnn
-from ._tensors import Operands, first_order, integer, number, require, stream_of
+from ._tensors import Operands, first_order, flag, integer, number, require, stream_of
 
 ORDERS = ("columns_first", "rows_first")
 BACKWARDS = ("implicit", "unrolled", "block")
@@ -13,32 +13,34 @@ BACKWARDS = ("implicit", "unrolled", "block")
 
 class _Sinkhorn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, iters, rows_first, eps, method):
+    def forward(ctx, x, iters, rows_first, eps, method, check_finite):
         r = torch.empty_like(x)
         # An unrolled backward that cannot run fails here, before the forward.
         unrolled = method == "unrolled" and ctx.needs_input_grad[0]
-        _kdnn.sinkhorn_forward(x, r, iters, rows_first, eps, unrolled, stream_of(x))
+        _kdnn.sinkhorn_forward(x, r, iters, rows_first, eps, unrolled, check_finite, stream_of(x))
         # The unrolled backward replays the forward from x; the implicit and
         # block ones need only the result.
         ctx.save_for_backward(x if method == "unrolled" else r)
-        ctx.config = (iters, rows_first, eps, method)
+        ctx.config = (iters, rows_first, eps, method, check_finite)
         return r
 
     @staticmethod
     @first_order("sinkhorn")
     def backward(ctx, g):
         (saved,) = ctx.saved_tensors
-        iters, rows_first, eps, method = ctx.config
+        iters, rows_first, eps, method, check_finite = ctx.config
         g = g.contiguous()
         dx = torch.empty_like(saved)
         if method == "unrolled":
-            _kdnn.sinkhorn_backward_unrolled(saved, g, dx, iters, rows_first, eps, stream_of(g))
+            _kdnn.sinkhorn_backward_unrolled(saved, g, dx, iters, rows_first, eps, check_finite,
+                                             stream_of(g))
         else:
-            _kdnn.sinkhorn_backward(saved, g, dx, method == "block", stream_of(g))
-        return dx, None, None, None, None
+            _kdnn.sinkhorn_backward(saved, g, dx, method == "block", check_finite, stream_of(g))
+        return dx, None, None, None, None, None
 
 
-def sinkhorn(x, *, iters=20, order="columns_first", eps=0.0, backward="implicit"):
+def sinkhorn(x, *, iters=20, order="columns_first", eps=0.0, backward="implicit",
+             check_finite=False):
     """R = Sinkhorn(exp(x)): `iters` times, divide by the column sums and then
     by the row sums (order="rows_first": rows first, as TransformerEngine and
     TileKernels); eps > 0 is TileKernels' regulariser (a softmax first
@@ -52,6 +54,10 @@ def sinkhorn(x, *, iters=20, order="columns_first", eps=0.0, backward="implicit"
     (exactly autograd's gradient through the `iters` iterations as run;
     use it with few iterations) or "block" (the implicit gradient on the
     2n x 2n system, for comparison).
+
+    check_finite: refuse a NaN or an infinity in x (and in the incoming
+    gradient), naming the first; without it they give NaN, as PyTorch's
+    loop would (docs/api.md).
     """
     x = Operands("sinkhorn")(x, "x", -2, "[..., n, n]")
     require(x.shape[-1] == x.shape[-2],
@@ -63,5 +69,6 @@ def sinkhorn(x, *, iters=20, order="columns_first", eps=0.0, backward="implicit"
     require(math.isfinite(eps) and 0.0 <= eps <= 1.0, f"sinkhorn: eps={eps!r}, expected in [0, 1]")
     n = x.shape[-1]
     batch = x if x.dim() == 3 else x.reshape(-1, n, n)
-    r = _Sinkhorn.apply(batch, iters, order == "rows_first", float(eps), backward)
+    check_finite = flag("sinkhorn", "check_finite", check_finite)
+    r = _Sinkhorn.apply(batch, iters, order == "rows_first", float(eps), backward, check_finite)
     return r if x.dim() == 3 else r.reshape(x.shape)

@@ -24,8 +24,10 @@ using namespace nb::literals;
 namespace {
 
 at::FusedAttentionOptions options(double scale, double softcap, double dropout_p,
-                                  std::uint64_t seed, std::uint64_t offset, bool allow_tf32) {
+                                  std::uint64_t seed, std::uint64_t offset, bool allow_tf32,
+                                  bool check_finite) {
   at::FusedAttentionOptions o;
+  o.check_finite = check_finite;
   o.scale = scale;
   o.softcap = softcap;
   o.launch.allow_tf32 = allow_tf32;
@@ -57,7 +59,7 @@ void forward(const StridedArray& q, const StridedArray& k, const StridedArray& v
              const StridedArray& o, const Array& lse, double scale, double softcap, bool causal,
              const Optional& lo_win, const Optional& hi_win, const std::pair<int, int>& band,
              const Optional& alibi_slopes, double dropout_p, std::uint64_t seed,
-             std::uint64_t offset, bool allow_tf32, std::uintptr_t stream) {
+             std::uint64_t offset, bool allow_tf32, bool check_finite, std::uintptr_t stream) {
   dispatch(q, "flash_attention: q", stream, [&](auto space, auto zero) {
     using Space = decltype(space);
     using T = decltype(zero);
@@ -65,7 +67,7 @@ void forward(const StridedArray& q, const StridedArray& k, const StridedArray& v
     const auto mask = mask_of<Space>(causal, lo_win, hi_win, band, alibi_slopes);
     // Scores past T's range are an error, not NaN (the backward takes the
     // same q, k and scale, so the forward's check covers it).
-    auto opts = options(scale, softcap, dropout_p, seed, offset, allow_tf32);
+    auto opts = options(scale, softcap, dropout_p, seed, offset, allow_tf32, check_finite);
     opts.check_scores = true;
     at::fused_attention_forward(
         space, view_of<In>(q, "flash_attention: q"), view_of<In>(k, "flash_attention: k"),
@@ -80,7 +82,8 @@ void backward(const StridedArray& q, const StridedArray& k, const StridedArray& 
               const StridedArray& dq, const StridedArray& dk, const StridedArray& dv, double scale,
               double softcap, bool causal, const Optional& lo_win, const Optional& hi_win,
               const std::pair<int, int>& band, const Optional& alibi_slopes, double dropout_p,
-              std::uint64_t seed, std::uint64_t offset, bool allow_tf32, std::uintptr_t stream) {
+              std::uint64_t seed, std::uint64_t offset, bool allow_tf32, bool check_finite,
+              std::uintptr_t stream) {
   dispatch(q, "flash_attention backward: q", stream, [&](auto space, auto zero) {
     using Space = decltype(space);
     using T = decltype(zero);
@@ -97,7 +100,7 @@ void backward(const StridedArray& q, const StridedArray& k, const StridedArray& 
         view_of<Out>(dq, "flash_attention backward: dq"),
         view_of<Out>(dk, "flash_attention backward: dk"),
         view_of<Out>(dv, "flash_attention backward: dv"),
-        options(scale, softcap, dropout_p, seed, offset, allow_tf32), mask);
+        options(scale, softcap, dropout_p, seed, offset, allow_tf32, check_finite), mask);
   });
 }
 
@@ -113,14 +116,15 @@ void varlen_forward(const StridedArray& q, const StridedArray& k, const StridedA
                     const StridedArray& o, const Array& lse, const Array& cu_q, const Array& cu_k,
                     double scale, double softcap, bool causal, const std::pair<int, int>& band,
                     const Optional& alibi_slopes, double dropout_p, std::uint64_t seed,
-                    std::uint64_t offset, bool allow_tf32, std::uintptr_t stream) {
+                    std::uint64_t offset, bool allow_tf32, bool check_finite,
+                    std::uintptr_t stream) {
   constexpr const char* op = "flash_attention_varlen";
   dispatch(q, "flash_attention_varlen: q", stream, [&](auto space, auto zero) {
     using Space = decltype(space);
     using T = decltype(zero);
     using In = kdnn::StridedTensor3<const T, Space>;
     const auto mask = mask_of<Space>(causal, {}, {}, band, alibi_slopes);
-    auto opts = options(scale, softcap, dropout_p, seed, offset, allow_tf32);
+    auto opts = options(scale, softcap, dropout_p, seed, offset, allow_tf32, check_finite);
     opts.check_scores = true;  // as flash_attention's forward
     at::fused_attention_varlen_forward(
         space, view_of<In>(q, "flash_attention_varlen: q"),
@@ -137,7 +141,7 @@ void varlen_backward(const StridedArray& q, const StridedArray& k, const Strided
                      const Array& cu_q, const Array& cu_k, double scale, double softcap,
                      bool causal, const std::pair<int, int>& band, const Optional& alibi_slopes,
                      double dropout_p, std::uint64_t seed, std::uint64_t offset, bool allow_tf32,
-                     std::uintptr_t stream) {
+                     bool check_finite, std::uintptr_t stream) {
   constexpr const char* op = "flash_attention_varlen backward";
   dispatch(q, "flash_attention_varlen backward: q", stream, [&](auto space, auto zero) {
     using Space = decltype(space);
@@ -155,7 +159,7 @@ void varlen_backward(const StridedArray& q, const StridedArray& k, const Strided
         view_of<Out>(dq, "flash_attention_varlen backward: dq"),
         view_of<Out>(dk, "flash_attention_varlen backward: dk"),
         view_of<Out>(dv, "flash_attention_varlen backward: dv"), packing<Space>(cu_q, cu_k, op),
-        options(scale, softcap, dropout_p, seed, offset, allow_tf32), mask);
+        options(scale, softcap, dropout_p, seed, offset, allow_tf32, check_finite), mask);
   });
 }
 
@@ -164,18 +168,20 @@ void varlen_backward(const StridedArray& q, const StridedArray& k, const Strided
 void bind_attention(nb::module_& m) {
   m.def("flash_attention_forward", &forward, "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a, "scale"_a,
         "softcap"_a, "causal"_a, "lo_win"_a.none(), "hi_win"_a.none(), "band"_a,
-        "alibi_slopes"_a.none(), "dropout_p"_a, "seed"_a, "offset"_a, "allow_tf32"_a, "stream"_a);
+        "alibi_slopes"_a.none(), "dropout_p"_a, "seed"_a, "offset"_a, "allow_tf32"_a,
+        "check_finite"_a, "stream"_a);
   m.def("flash_attention_backward", &backward, "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a, "dout"_a,
         "dq"_a, "dk"_a, "dv"_a, "scale"_a, "softcap"_a, "causal"_a, "lo_win"_a.none(),
         "hi_win"_a.none(), "band"_a, "alibi_slopes"_a.none(), "dropout_p"_a, "seed"_a, "offset"_a,
-        "allow_tf32"_a, "stream"_a);
+        "allow_tf32"_a, "check_finite"_a, "stream"_a);
   m.def("flash_attention_varlen_forward", &varlen_forward, "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a,
         "cu_seqlens_q"_a, "cu_seqlens_k"_a, "scale"_a, "softcap"_a, "causal"_a, "band"_a,
-        "alibi_slopes"_a.none(), "dropout_p"_a, "seed"_a, "offset"_a, "allow_tf32"_a, "stream"_a);
+        "alibi_slopes"_a.none(), "dropout_p"_a, "seed"_a, "offset"_a, "allow_tf32"_a,
+        "check_finite"_a, "stream"_a);
   m.def("flash_attention_varlen_backward", &varlen_backward, "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a,
         "dout"_a, "dq"_a, "dk"_a, "dv"_a, "cu_seqlens_q"_a, "cu_seqlens_k"_a, "scale"_a,
         "softcap"_a, "causal"_a, "band"_a, "alibi_slopes"_a.none(), "dropout_p"_a, "seed"_a,
-        "offset"_a, "allow_tf32"_a, "stream"_a);
+        "offset"_a, "allow_tf32"_a, "check_finite"_a, "stream"_a);
 }
 
 }  // namespace kdnn_python

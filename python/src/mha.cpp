@@ -27,7 +27,7 @@ struct Config {
   std::optional<double> scale;
   double dropout_p = 0;
   std::uint64_t seed = 0, offset = 0;
-  bool unfused = false, causal = false;
+  bool unfused = false, causal = false, check_finite = false;
   Optional lo_win, hi_win, seq_q, seq_k;  ///< int32 [S], [S], [B], [B] or None
   Optional cu_seqlens_q, cu_seqlens_k;    ///< int32 [N + 1] each, or None: packed sequences
 
@@ -38,6 +38,7 @@ struct Config {
     o.sm_scaler = scale;
     o.dropout = {dropout_p, seed, offset};
     o.algo = unfused ? at::AttentionAlgo::unfused : at::AttentionAlgo::fused;
+    o.check_finite = check_finite;
     return o;
   }
 
@@ -155,6 +156,7 @@ void bind_mha(nb::module_& m) {
       .def_rw("offset", &Config::offset)
       .def_rw("unfused", &Config::unfused)
       .def_rw("causal", &Config::causal)
+      .def_rw("check_finite", &Config::check_finite)
       .def_rw("lo_win", &Config::lo_win, nb::arg().none())
       .def_rw("hi_win", &Config::hi_win, nb::arg().none())
       .def_rw("seq_q", &Config::seq_q, nb::arg().none())

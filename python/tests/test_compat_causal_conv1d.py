@@ -162,7 +162,7 @@ def test_update_serving_errors_leave_the_state():
     before = state.clone()
     with pytest.raises(kdnn.Error, match=r"state_indices\[1\]=3, expected a state row in \[0, 3\)"):
         causal_conv1d_update(x, state, w, conv_state_indices=torch.tensor([0, 3], dtype=torch.int32))
-    with pytest.raises(kdnn.Error, match=r"state_indices\[1\]=0 is also state_indices\[0\]"):
+    with pytest.raises(kdnn.Error, match=r"conv_state_indices\[1\]=0 is also conv_state_indices\[0\]"):
         causal_conv1d_update(x, state, w, conv_state_indices=[0, 0])
     with pytest.raises(kdnn.Error, match=r"cache_seqlens\[0\]=-1, expected a position >= 0"):
         causal_conv1d_update(x, state[:2], w, cache_seqlens=[-1, 0])
@@ -192,7 +192,7 @@ def test_update_state_layouts_and_errors():
     torch.testing.assert_close(state, want_state)
     short = torch.randn(2, 4, 2, dtype=torch.float64)
     before = short.clone()
-    with pytest.raises(kdnn.Error, match=r"state has extent\(2\)=2, expected W >= K-1=3"):
+    with pytest.raises(kdnn.Error, match=r"conv_state has extent\(2\)=2, expected W >= K-1=3"):
         causal_conv1d_update(x, short, w)
     assert torch.equal(short, before)  # untouched by the failed call
     with pytest.raises(kdnn.Error, match="x requires grad; the decoding step has no backward"):

@@ -62,12 +62,15 @@ def ssd_args(dt_value=0.5, a_value=-1.0):
 
 @pytest.mark.parametrize("value", [-0.5, math.nan, math.inf])
 def test_ssd_refuses_a_bad_dt_naming_it(value):
-    with raises(r"dt\[0, 3, 1\]=.*expected a finite dt >= 0"):
-        kdnn.ssd(*ssd_args(dt_value=value), chunk_size=4)
+    # A negative step always; a NaN or an infinity with check_finite
+    # (without it, it propagates: test_non_finite.py).
+    check = {} if value < 0 else {"check_finite": True}
+    with raises(r"dt\[0, 3, 1\]=.*expected (dt >= 0|finite values)"):
+        kdnn.ssd(*ssd_args(dt_value=value), chunk_size=4, **check)
 
 
 def test_ssd_refuses_a_positive_a():
-    with raises(r"A\[0\]=0.5, expected A <= 0"):
+    with raises(r"A\[0\]=0.5, expected a finite A <= 0"):
         kdnn.ssd(*ssd_args(a_value=0.5), chunk_size=4)
 
 
@@ -203,8 +206,8 @@ def test_scores_past_float32_are_an_error_not_nan():
     torch.testing.assert_close(out, q.double())
     bad = q.clone()
     bad[0, 0, 2, 1] = math.nan
-    with raises("fused_attention_forward: k holds a value that is not finite"):
-        kdnn.flash_attention(q, bad, q)
+    with raises(r"fused_attention_forward: k\[0, 0, 2, 1\]=nan, expected finite values"):
+        kdnn.flash_attention(q, bad, q, check_finite=True)
 
 
 def test_an_unrolled_backward_that_cannot_run_fails_at_the_forward():

@@ -198,7 +198,7 @@ def test_ssd_step_options_are_checked():
     # with it (a zero bias, the default limits) it is clamped to 0.
     bad = dt.detach().clone()
     bad[0, 3, 1] = -0.5
-    with pytest.raises(kdnn.Error, match=r"dt\[0, 3, 1\]=-0.5, expected a finite dt >= 0"):
+    with pytest.raises(kdnn.Error, match=r"dt\[0, 3, 1\]=-0.5, expected dt >= 0"):
         kdnn.ssd(x, bad, A, B, C, chunk_size=8)
     zero = torch.zeros(4, dtype=torch.float64)
     torch.testing.assert_close(kdnn.ssd(x, bad, A, B, C, None, None, None, zero, chunk_size=8),

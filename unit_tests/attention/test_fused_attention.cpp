@@ -1152,8 +1152,8 @@ TEST(FusedAttentionMemory, ExtraAllocationsDoNotGrowWithTheKeyLength) {
 }
 
 // check_scores: a scale with which scale·q·k can pass float's range is an
-// error naming it (unchecked, such scores are inf and the softmax NaN), a
-// non-finite q or k too; what fits runs.
+// error naming it (unchecked, such scores are inf and the softmax NaN); what
+// fits runs; a non-finite q or k is check_finite's.
 TEST(FusedAttentionErrors, ScoresPastTheRangeAreRefusedWhenChecked) {
   DeviceView<float****> q("q", 1, 2, 3, 4), k("k", 1, 2, 5, 4), v("v", 1, 2, 5, 6),
       o("o", 1, 2, 3, 6);
@@ -1181,14 +1181,28 @@ TEST(FusedAttentionErrors, ScoresPastTheRangeAreRefusedWhenChecked) {
   opts.scale = 1e37;  // within double's range
   at::fused_attention_forward(Space(), qd, kd, vd, od, lsed, opts);
 
+  // A NaN or an infinity is check_finite's, not check_scores': it propagates
+  // unless check_finite refuses it; check_scores still guards the finite
+  // values beside it.
   opts.scale = 0.5;
   Kokkos::deep_copy(Kokkos::subview(q, 0, 1, 2, 3), std::numeric_limits<float>::quiet_NaN());
+  at::fused_attention_forward(Space(), q, k, v, o, lse, opts);
+  const auto out = to_host(o);
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    const bool row_1_2 = i / 6 == 1 * 3 + 2;  // o[0, 1, 2, :]: the row of the NaN
+    EXPECT_EQ(std::isnan(out[i]), row_1_2) << "element " << i;
+  }
+  opts.scale = 1e37;
   EXPECT_KDNN_ERROR(at::fused_attention_forward(Space(), q, k, v, o, lse, opts),
-                    "q holds a value that is not finite (check_scores)");
+                    "opts.scale=1e+37 with max|q|=3");
+  opts.scale = 0.5;
+  opts.check_finite = true;
+  EXPECT_KDNN_ERROR(at::fused_attention_forward(Space(), q, k, v, o, lse, opts),
+                    "q[0, 1, 2, 3]=nan, expected finite values (check_finite)");
   Kokkos::deep_copy(q, 3.0f);
   Kokkos::deep_copy(Kokkos::subview(k, 0, 0, 4, 0), -std::numeric_limits<float>::infinity());
   EXPECT_KDNN_ERROR(at::fused_attention_forward(Space(), q, k, v, o, lse, opts),
-                    "k holds a value that is not finite (check_scores)");
+                    "k[0, 0, 4, 0]=-inf, expected finite values (check_finite)");
 }
 
 TEST(FusedAttentionErrors, BadInputIsAKdnnError) {

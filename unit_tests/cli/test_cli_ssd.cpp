@@ -228,7 +228,8 @@ TEST_F(CliSsd, BadInputFailsOnEveryRankAndWritesNothing) {
                      "--chunk: expected an integer >= 1 (at most 2147483647), got '0'", 2);
   expect_mpi_failure(args({"--split", "2,0,10"}), 1, "--split: counts sum to 12, expected L=19", 3);
   write("a.npy", DType::f64, {H}, {-1, 0.5, -1, -1});
-  expect_mpi_failure(args({}), 1, "cp::ssd_forward: A[1]=0.5, expected A <= 0 (check_a)", 2);
+  expect_mpi_failure(args({}), 1,
+                     "cp::ssd_forward: A[1]=0.5, expected a finite A <= 0 (check_parameters)", 2);
   write("a.npy", DType::f64, {H}, c_.A);
   write("b.npy", DType::f64, {B, L, 3, N}, ref::Vec(B * L * 3 * N, 0.0));
   write("c.npy", DType::f64, {B, L, 3, N}, ref::Vec(B * L * 3 * N, 0.0));

@@ -263,6 +263,25 @@ TEST(CpConvDt, MismatchOnOneRankGivesEveryRankTheSameError) {
     EXPECT_EQ(call(packed), "cp::conv_dt_forward: seq_idx given=1 on rank " + std::to_string(odd) +
                                 ", expected 0 (as on rank 0; every rank must agree)");
   }
+  // Parameters valid on each rank alone but with other values on one: the
+  // weights and dt_bias, compared by fingerprint; and dt's limits.
+  if (P > 1) {
+    const std::string on_odd = " on rank " + std::to_string(odd);
+    const std::string same =
+        " differs from rank 0's, expected the same values on every rank "
+        "(a parameter of the whole sequence)";
+    auto weights = a;
+    if (rank == odd) weights.conv.w = to_device<double**>(std::vector<double>(3 * K, 0.5), 3, K);
+    EXPECT_EQ(call(weights), "cp::conv_dt_forward: weight" + on_odd + same);
+    auto bias = a;
+    if (rank == odd) bias.dt_bias = to_device<double*>({0, 1}, H);
+    EXPECT_EQ(call(bias), "cp::conv_dt_forward: dt_bias" + on_odd + same);
+    cp::ConvDtOptions limited;
+    if (rank == odd) limited.dt.dt_min = 0.25;
+    EXPECT_EQ(error_of([&] { cp::conv_dt_forward(Space(), MPI_COMM_WORLD, a, limited); }),
+              "cp::conv_dt_forward: opts.dt.dt_min=0.25" + on_odd +
+                  ", expected 0 (as on rank 0; every rank must agree)");
+  }
   EXPECT_EQ(call(a), "");
 }
 

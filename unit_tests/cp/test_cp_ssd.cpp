@@ -317,12 +317,12 @@ TEST(CpSsd, MismatchOnOneRankGivesEveryRankTheSameError) {
             "cp::ssd_forward: B has extent(2)=3, expected a number of groups G >= 1 "
             "that divides H=4 (on rank " +
                 std::to_string(odd) + " of " + std::to_string(R) + ")");
-  // A positive entry of A, refused with check_a.
+  // A positive entry of A, refused with check_parameters.
   auto positive = f;
   if (rank == odd) positive.A = to_device<double*>({-1, 0.5, -1, -1}, H);
   EXPECT_EQ(call(positive, ssm::SsdOptions{4, true}),
-            "cp::ssd_forward: A[1]=0.5, expected A <= 0 (check_a) (on rank " + std::to_string(odd) +
-                " of " + std::to_string(R) + ")");
+            "cp::ssd_forward: A[1]=0.5, expected a finite A <= 0 (check_parameters) (on rank " +
+                std::to_string(odd) + " of " + std::to_string(R) + ")");
   if (R > 1) {
     auto late = f;
     DeviceView<double****> init("init", B, H, 3, N);
@@ -348,7 +348,59 @@ TEST(CpSsd, MismatchOnOneRankGivesEveryRankTheSameError) {
             "cp::ssd_forward: cu_seqlens is given without sequence_states, expected both (the "
             "output [S, H, P, N]) (on rank " +
                 std::to_string(odd) + " of " + std::to_string(R) + ")");
+  if (R > 1) {
+    // Valid on each rank alone, different between ranks: the parameters'
+    // values, D's form and the step sizes' limits.
+    auto other_a = f;
+    if (rank == odd) other_a.A = to_device<double*>({-1, -1, -2, -1}, H);
+    EXPECT_EQ(call(other_a), "cp::ssd_forward: A on rank " + std::to_string(odd) +
+                                 " differs from rank 0's, expected the same values on every rank "
+                                 "(a parameter of the whole sequence)");
+    auto per_channel = f;
+    DeviceView<double*> d_head("D", H), d_channel("D", H * 3);
+    per_channel.D = rank == odd ? d_channel : d_head;
+    EXPECT_EQ(call(per_channel), "cp::ssd_forward: D's length (H, or H·P per channel)=12 on rank " +
+                                     std::to_string(odd) +
+                                     ", expected 4 (as on rank 0; every rank must agree)");
+    auto bias = f;
+    bias.dt_bias = rank == odd ? to_device<double*>({0, 0, 0, 1}, H) : DeviceView<double*>("b", H);
+    EXPECT_EQ(call(bias), "cp::ssd_forward: dt_bias on rank " + std::to_string(odd) +
+                              " differs from rank 0's, expected the same values on every rank "
+                              "(a parameter of the whole sequence)");
+    ssm::SsdOptions limited{4};
+    limited.dt_max = rank == odd ? 2.0 : limited.dt_max;
+    EXPECT_EQ(call(f, limited), "cp::ssd_forward: opts.dt_max=2 on rank " + std::to_string(odd) +
+                                    ", expected inf (as on rank 0; every rank must agree)");
+  }
   EXPECT_EQ(call(f), "");
+}
+
+// The communicator is checked before it is used: MPI_COMM_NULL (what a freed
+// communicator becomes) and an intercommunicator are errors naming comm.
+TEST(CpSsd, ANullOrInterCommunicatorIsAnErrorNamingComm) {
+  DeviceView<double****> x("x", 1, 2, 2, 3), y("y", 1, 2, 2, 3);
+  DeviceView<double***> dt("dt", 1, 2, 2);
+  DeviceView<double*> A = to_device<double*>({-1, -1}, 2);
+  DeviceView<double****> Bm("B", 1, 2, 1, 2), Cm("C", 1, 2, 1, 2);
+  ssm::SsdForward<double, Space> f;
+  f.x = x, f.dt = dt, f.A = A, f.B = Bm, f.C = Cm, f.y = y;
+  EXPECT_EQ(error_of([&] { cp::ssd_forward(Space(), MPI_COMM_NULL, f); }),
+            "cp::ssd_forward: comm is MPI_COMM_NULL, expected a live communicator");
+  MPI_Comm freed = MPI_COMM_NULL;
+  MPI_Comm_dup(MPI_COMM_WORLD, &freed);
+  MPI_Comm_free(&freed);
+  EXPECT_EQ(error_of([&] { cp::ssd_forward(Space(), freed, f); }),
+            "cp::ssd_forward: comm is MPI_COMM_NULL, expected a live communicator");
+  const int R = comm_size(), rank = comm_rank();
+  if (R > 1) {
+    MPI_Comm half = MPI_COMM_NULL, inter = MPI_COMM_NULL;
+    MPI_Comm_split(MPI_COMM_WORLD, rank % 2, rank, &half);
+    MPI_Intercomm_create(half, 0, MPI_COMM_WORLD, 1 - rank % 2, 7, &inter);
+    EXPECT_EQ(error_of([&] { cp::ssd_forward(Space(), inter, f); }),
+              "cp::ssd_forward: comm is an intercommunicator, expected an intracommunicator");
+    MPI_Comm_free(&inter);
+    MPI_Comm_free(&half);
+  }
 }
 
 // Each rank's per-sequence states, from its own offsets (0, the starts

@@ -75,7 +75,7 @@ TYPED_TEST(ConvUpdate, MatchesItsDefinition) {
     ssm::ConvUpdate<T, Space> args;
     args.x = to_device<T***>(x, u.B, u.C, u.L);
     const auto st = to_device<T***>(state, u.B, u.C, u.W);
-    args.state = st;
+    args.conv_state = st;
     args.w = to_device<T**>(w, u.C, u.K);
     if (u.bias) args.bias = to_device<T*>(bias, u.C);
     const DeviceView<T***> y("y", u.B, u.C, u.L);
@@ -106,8 +106,8 @@ TYPED_TEST(ConvUpdate, StepByStepIsTheWholeSequence) {
   ssm::causal_conv1d_forward(Space(), whole);
 
   ssm::ConvUpdate<T, Space> step;
-  const DeviceView<T***> state("state", B, C, K - 1), y("y", B, C, 1);
-  step.state = state;
+  const DeviceView<T***> state("conv_state", B, C, K - 1), y("y", B, C, 1);
+  step.conv_state = state;
   step.w = whole.w;
   step.bias = whole.bias;
   step.y = y;
@@ -133,7 +133,7 @@ TYPED_TEST(ConvUpdate, StepByStepIsTheWholeSequence) {
 }
 
 // The serving options, against the peer's formulation: state rows chosen by
-// state_indices (rows not chosen stay as they were), and a circular state
+// conv_state_indices (rows not chosen stay as they were), and a circular state
 // read at slots p − K + 1 … p − 1 and written at p … p + Lnew − 1 (mod W,
 // in order), p = cache_seqlens[b]; each alone and both together.
 TYPED_TEST(ConvUpdate, StateIndicesAndACircularStateAreThePeers) {
@@ -141,7 +141,7 @@ TYPED_TEST(ConvUpdate, StateIndicesAndACircularStateAreThePeers) {
   const double tol = sizeof(T) == 8 ? 1e-13 : 1e-5;
   struct ServingCase {
     int B, C, L, W, K, Bs;
-    std::vector<int> rows, positions;  // state_indices, cache_seqlens (empty: none)
+    std::vector<int> rows, positions;  // conv_state_indices, cache_seqlens (empty: none)
   };
   const std::vector<ServingCase> cases = {
       {3, 4, 1, 5, 4, 6, {4, 0, 2}, {0, 7, 3}},  // both; one step
@@ -187,7 +187,7 @@ TYPED_TEST(ConvUpdate, StateIndicesAndACircularStateAreThePeers) {
     ssm::ConvUpdate<T, Space> args;
     args.x = to_device<T***>(x, u.B, u.C, u.L);
     const auto st = to_device<T***>(state, u.Bs, u.C, u.W);
-    args.state = st;
+    args.conv_state = st;
     args.w = to_device<T**>(w, u.C, u.K);
     args.bias = to_device<T*>(bias, u.C);
     const DeviceView<T***> y("y", u.B, u.C, u.L);
@@ -196,7 +196,7 @@ TYPED_TEST(ConvUpdate, StateIndicesAndACircularStateAreThePeers) {
       return v.empty() ? DeviceView<int*>()
                        : to_device<int*>(std::vector<double>(v.begin(), v.end()), v.size());
     };
-    args.state_indices = ints(u.rows);
+    args.conv_state_indices = ints(u.rows);
     args.cache_seqlens = ints(u.positions);
     ssm::causal_conv1d_update(Space(), args);
     EXPECT_ALLCLOSE(to_host(y), y_ref, tol, tol);
@@ -205,11 +205,11 @@ TYPED_TEST(ConvUpdate, StateIndicesAndACircularStateAreThePeers) {
 }
 
 TEST(ConvUpdate, EmptyAndBadArguments) {
-  const DeviceView<double***> x("x", 2, 3, 1), y("y", 2, 3, 1), state("state", 2, 3, 3);
+  const DeviceView<double***> x("x", 2, 3, 1), y("y", 2, 3, 1), state("conv_state", 2, 3, 3);
   const DeviceView<double**> w("w", 3, 4);
   Kokkos::deep_copy(state, 1.0);
   ssm::ConvUpdate<double, Space> a;
-  a.x = x, a.state = state, a.w = w, a.y = y;
+  a.x = x, a.conv_state = state, a.w = w, a.y = y;
   // No new step: the state stays.
   a.x = DeviceView<double***>("x0", 2, 3, 0);
   a.y = DeviceView<double***>("y0", 2, 3, 0);
@@ -220,13 +220,13 @@ TEST(ConvUpdate, EmptyAndBadArguments) {
   ssm::ConvUpdate<double, Space> empty = a;
   empty.x = DeviceView<double***>("x", 0, 3, 1);
   empty.y = DeviceView<double***>("y", 0, 3, 1);
-  empty.state = DeviceView<double***>("state", 0, 3, 3);
+  empty.conv_state = DeviceView<double***>("conv_state", 0, 3, 3);
   ssm::causal_conv1d_update(Space(), empty);
 
   ssm::ConvUpdate<double, Space> bad = a;
-  bad.state = DeviceView<double***>("state", 2, 3, 2);
+  bad.conv_state = DeviceView<double***>("conv_state", 2, 3, 2);
   EXPECT_KDNN_ERROR(ssm::causal_conv1d_update(Space(), bad),
-                    "ssm::causal_conv1d_update: state has extent(2)=2, expected W >= K-1=3");
+                    "ssm::causal_conv1d_update: conv_state has extent(2)=2, expected W >= K-1=3");
   bad = a;
   bad.w = DeviceView<double**>("w", 4, 4);
   EXPECT_KDNN_ERROR(ssm::causal_conv1d_update(Space(), bad),
@@ -241,17 +241,19 @@ TEST(ConvUpdate, EmptyAndBadArguments) {
   // state is left as it was.
   const auto ints = [](const std::vector<double>& v) { return to_device<int*>(v, v.size()); };
   bad = a;
-  bad.state_indices = ints({1, 2});
+  bad.conv_state_indices = ints({1, 2});
+  EXPECT_KDNN_ERROR(
+      ssm::causal_conv1d_update(Space(), bad),
+      "conv_state_indices[1]=2, expected a state row in [0, 2) (conv_state's extent(0))");
+  bad.conv_state_indices = ints({1, 1});
+  EXPECT_KDNN_ERROR(
+      ssm::causal_conv1d_update(Space(), bad),
+      "conv_state_indices[1]=1 is also conv_state_indices[0], expected distinct rows");
+  bad.conv_state_indices = ints({-1, 0});
+  EXPECT_KDNN_ERROR(ssm::causal_conv1d_update(Space(), bad), "conv_state_indices[0]=-1, expected");
+  bad.conv_state_indices = ints({0});
   EXPECT_KDNN_ERROR(ssm::causal_conv1d_update(Space(), bad),
-                    "state_indices[1]=2, expected a state row in [0, 2) (state's extent(0))");
-  bad.state_indices = ints({1, 1});
-  EXPECT_KDNN_ERROR(ssm::causal_conv1d_update(Space(), bad),
-                    "state_indices[1]=1 is also state_indices[0], expected distinct rows");
-  bad.state_indices = ints({-1, 0});
-  EXPECT_KDNN_ERROR(ssm::causal_conv1d_update(Space(), bad), "state_indices[0]=-1, expected");
-  bad.state_indices = ints({0});
-  EXPECT_KDNN_ERROR(ssm::causal_conv1d_update(Space(), bad),
-                    "state_indices has extent(0)=1, expected 2 (B, x's extent(0))");
+                    "conv_state_indices has extent(0)=1, expected 2 (B, x's extent(0))");
   bad = a;
   bad.cache_seqlens = ints({0, -3});
   EXPECT_KDNN_ERROR(ssm::causal_conv1d_update(Space(), bad),

@@ -948,7 +948,9 @@ TEST(SsdAccuracy, Float32DaWhenDecaysUnderflowInsideAChunk) {
   }
 }
 
-TEST(SsdErrors, CheckDtRefusesNegativeAndNonFiniteSteps) {
+// check_dt refuses a negative step; a NaN or an infinity is check_finite's
+// (without it, it propagates, as in PyTorch).
+TEST(SsdErrors, CheckDtRefusesNegativeStepsAndCheckFiniteNonFiniteOnes) {
   using T = double;
   const SsdShape s{2, 10, 4, 3, 2, 2};
   const SsdCase a = make_case(s, kAll, 5);
@@ -965,15 +967,18 @@ TEST(SsdErrors, CheckDtRefusesNegativeAndNonFiniteSteps) {
     dt[(1 * s.L + 7) * s.H + 2] = bad;  // [1, 7, 2]
     dt[(1 * s.L + 8) * s.H + 0] = -1;   // a later one
     f.dt = to_device<T***>(dt, s.B, s.L, s.H);
-    EXPECT_KDNN_ERROR(ssm::ssd_forward(Space(), f, opts),
-                      "dt[1, 7, 2]=" +
-                          std::string(bad < 0   ? "-0.5"
-                                      : bad > 0 ? "inf"
-                                                : "nan") +
-                          ", expected a finite dt >= 0 (check_dt)");
-    opts.check_dt = false;  // not checked unless asked for
-    EXPECT_NO_THROW(ssm::ssd_forward(Space(), f, opts));
-    opts.check_dt = true;
+    const std::string first = bad < 0 ? "dt[1, 7, 2]=-0.5" : "dt[1, 8, 0]=-1";
+    EXPECT_KDNN_ERROR(ssm::ssd_forward(Space(), f, opts), first + ", expected dt >= 0 (check_dt)");
+    ssm::SsdOptions finite;
+    finite.check_finite = true;
+    if (bad < 0) {
+      EXPECT_NO_THROW(ssm::ssd_forward(Space(), f, finite));  // finite, if negative
+    } else {
+      EXPECT_KDNN_ERROR(ssm::ssd_forward(Space(), f, finite),
+                        std::string("dt[1, 7, 2]=") + (bad > 0 ? "inf" : "nan") +
+                            ", expected finite values (check_finite)");
+    }
+    EXPECT_NO_THROW(ssm::ssd_forward(Space(), f, ssm::SsdOptions()));  // not checked unless asked
   }
 }
 
@@ -1093,8 +1098,12 @@ TEST(SsdErrors, BadArgumentsAreNamed) {
   // A > 0 is refused only when asked for.
   DeviceView<T*> positive = to_device<T*>({-1, -0.5, 0.25, -2}, 4);
   EXPECT_KDNN_ERROR(forward([&](F& f) { f.A = positive; }, ssm::SsdOptions{8, true}),
-                    "A[2]=0.25, expected A <= 0");
+                    "A[2]=0.25, expected a finite A <= 0");
   EXPECT_NO_THROW(forward([&](F& f) { f.A = positive; }, ssm::SsdOptions{8, false}));
+  // -inf would zero every decay and make dt's gradient NaN.
+  DeviceView<T*> minus_inf = to_device<T*>({-1, -std::numeric_limits<T>::infinity(), -0.5, -2}, 4);
+  EXPECT_KDNN_ERROR(forward([&](F& f) { f.A = minus_inf; }, ssm::SsdOptions{8, true}),
+                    "A[1]=-inf, expected a finite A <= 0");
 
   ssm::SsdBackward<T, Space> g;
   v.set_inputs(g);

@@ -373,7 +373,7 @@ TEST(SsdAroundErrors, BadArgumentsAreNamed) {
                       a.dt_bias = {};
                       o.dt_softplus = false, o.dt_min = -1, o.check_dt = true;
                     }),
-                    "expected a finite dt >= 0 (check_dt)");
+                    "expected dt >= 0 (check_dt)");
   // The pieces take the step sizes themselves.
   ssm::SsdForward<T, Space> plain;
   v.set_inputs(plain);

@@ -8,8 +8,10 @@ contiguous ([batch, dim, seqlen], stride(2) == 1); the output and x's
 gradient are written in x's layout, as the peer's: no copy. The final
 states are channel-last.
 """
+import torch
+
 from .. import mamba2
-from .._tensors import Error
+from .._tensors import Error, writable
 
 ACTIVATIONS = (None, "silu", "swish")
 
@@ -37,6 +39,13 @@ def causal_conv1d_fn(x, weight, bias=None, seq_idx=None, initial_states=None,
     if getattr(x, "dim", lambda: 0)() != 3:
         raise Error(f"{op}: x has shape {list(getattr(x, 'shape', []))}, expected (batch, dim, "
                     "seqlen)")
+    if initial_states is not None:  # checked here, so that errors name it as the caller does
+        width = list(getattr(weight, "shape", [0, 0]))[-1]
+        want = [x.shape[0], x.shape[1], width - 1]
+        if not isinstance(initial_states, torch.Tensor) or list(initial_states.shape) != want:
+            raise Error(f"{op}: initial_states has shape "
+                        f"{list(getattr(initial_states, 'shape', []))}, expected (batch, dim, "
+                        f"width - 1) = {want}")
     init = None if initial_states is None else initial_states.transpose(1, 2)
     y, final = mamba2.causal_conv1d(x.transpose(1, 2), weight, bias, init, activation=activation,
                                     return_final_states=True, seq_idx=seq_idx)
@@ -45,9 +54,29 @@ def causal_conv1d_fn(x, weight, bias=None, seq_idx=None, initial_states=None,
         return out
     final = final.transpose(1, 2)
     if final_states_out is not None:
+        _check_final_states_out(op, final_states_out, final)
         final_states_out.copy_(final)
         final = final_states_out
     return out, final
+
+
+def _check_final_states_out(op, out, final):
+    """final_states_out must take the final states as they are: a tensor of
+    their shape, dtype and device that can be written in place (no
+    broadcast, no cast, no leaf that requires grad, no expanded memory)."""
+    what = f"a torch.Tensor {list(final.shape)} (batch, dim, width - 1) of dtype {final.dtype}"
+    if not isinstance(out, torch.Tensor):
+        raise Error(f"{op}: final_states_out is a {type(out).__name__}, expected {what}")
+    for name, have, want in (("shape", list(out.shape), list(final.shape)),
+                             ("dtype", out.dtype, final.dtype),
+                             ("device", out.device, final.device)):
+        if have != want:
+            raise Error(f"{op}: final_states_out has {name} {have}, expected {want} (as the final "
+                        "states)")
+    if out.requires_grad and out.is_leaf and torch.is_grad_enabled():
+        raise Error(f"{op}: final_states_out is a leaf that requires grad, expected a tensor kdnn "
+                    "can write in place (detach it, or call under torch.no_grad())")
+    writable(op, "final_states_out", out)
 
 
 def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cache_seqlens=None,

@@ -18,6 +18,8 @@ gradients are written in flash-attn's layout: no copy. float32 and float64
 (flash-attn's fp16 and bf16 are not kdnn's types).
 """
 import math
+import numbers
+import operator
 
 import torch
 
@@ -33,6 +35,23 @@ def _band(Sk, causal, window_size):
     right bound is 0."""
     left, right = (-1 if w < 0 or w >= Sk else w for w in window_size)
     return left, 0 if causal else right
+
+
+def _integer(value):
+    """value as a Python int when it is an integer (Python's, NumPy's, any
+    numbers.Integral but bool), else None."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        return None
+    return operator.index(value)
+
+
+def _window(op, window_size):
+    """window_size as (left, right) Python integers (NumPy's accepted)."""
+    pair = tuple(window_size) if isinstance(window_size, (tuple, list)) else ()
+    bounds = tuple(_integer(w) for w in pair)
+    require(len(bounds) == 2 and None not in bounds,
+            f"{op}: window_size={window_size!r}, expected (left, right) integers (-1: no bound)")
+    return bounds
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
@@ -54,9 +73,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
         require(isinstance(t, torch.Tensor) and t.dim() == 4,
                 f"{op}: {name} has shape {list(getattr(t, 'shape', []))}, expected (batch, seqlen, "
                 "nheads, headdim)")
-    require(isinstance(window_size, (tuple, list)) and len(window_size) == 2
-            and all(isinstance(w, int) and not isinstance(w, bool) for w in window_size),
-            f"{op}: window_size={window_size!r}, expected (left, right) integers (-1: no bound)")
+    window_size = _window(op, window_size)
     if not isinstance(causal, bool):
         raise Error(f"{op}: causal={causal!r}, expected True or False")
     S, Sk = q.shape[1], k.shape[1]
@@ -101,6 +118,20 @@ def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=Fal
                            return_attn_probs)
 
 
+def _longest(cu_seqlens):
+    """The longest length of packed sequences' offsets, or None when they
+    are not a vector of integers (flash_attention_varlen says why)."""
+    if not isinstance(cu_seqlens, torch.Tensor):
+        try:
+            cu_seqlens = torch.as_tensor(cu_seqlens)
+        except (TypeError, ValueError, RuntimeError):
+            return None
+    if (cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2 or cu_seqlens.is_floating_point()
+            or cu_seqlens.is_complex() or cu_seqlens.device.type == "meta"):
+        return None
+    return int((cu_seqlens[1:] - cu_seqlens[:-1]).max())
+
+
 def _varlen_alibi_lse(lse, alibi_slopes, cu_q, cu_k):
     """flash-attn's lse under its causal form with ALiBi (see
     flash_attn_func): kdnn's plus slope·d, d = i + seqlen_k - seqlen_q the
@@ -113,6 +144,8 @@ def _varlen_alibi_lse(lse, alibi_slopes, cu_q, cu_k):
                                   output_size=total)
     diagonal = (torch.arange(total, device=lse.device) - cu_q[seq] + (lengths_k - lengths_q)[seq])
     slopes = torch.as_tensor(alibi_slopes, device=lse.device, dtype=lse.dtype)
+    if slopes.dim() == 2 and slopes.shape[0] == 1:  # [1, nheads]: every sequence's
+        slopes = slopes[0]
     per_token = slopes.reshape(heads, 1) if slopes.dim() == 1 else slopes[seq].transpose(0, 1)
     return lse + per_token * diagonal.to(lse.dtype)
 
@@ -136,14 +169,20 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                 "headdim)")
     require(block_table is None,
             f"{op}: block_table is given, expected None (kdnn has no paged KV cache)")
-    require(isinstance(window_size, (tuple, list)) and len(window_size) == 2
-            and all(isinstance(w, int) and not isinstance(w, bool) for w in window_size),
-            f"{op}: window_size={window_size!r}, expected (left, right) integers (-1: no bound)")
+    window_size = _window(op, window_size)
     if not isinstance(causal, bool):
         raise Error(f"{op}: causal={causal!r}, expected True or False")
-    for name, m in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
-        require(isinstance(m, int) and not isinstance(m, bool) and m >= 0,
+    for name, m, cu in (("max_seqlen_q", max_seqlen_q, cu_seqlens_q),
+                        ("max_seqlen_k", max_seqlen_k, cu_seqlens_k)):
+        require(_integer(m) is not None and m >= 0,
                 f"{op}: {name}={m!r}, expected an integer >= 0")
+        # flash-attn sizes its grid by them: a shorter bound would drop rows
+        # or keys, which kdnn refuses rather than reproduce.
+        longest = _longest(cu)
+        require(longest is None or m >= longest,
+                f"{op}: {name}={m!r}, expected at least the longest sequence's length "
+                f"({longest}, from cu_seqlens_{name[-1]})")
+    max_seqlen_k = _integer(max_seqlen_k)
     scale = 1.0 / math.sqrt(q.shape[-1]) if softmax_scale is None else softmax_scale
     band = _band(max_seqlen_k, causal, window_size)
     out, lse = attention.flash_attention_varlen(

@@ -21,8 +21,9 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bia
     """mamba's mamba_chunk_scan_combined: returns out (batch, seqlen,
     nheads, headdim), y·SiLU(z) when z is given, and with
     return_final_states also the final states (batch, nheads, headdim,
-    dstate). dt (after dt_bias, softplus and dt_limit) must be finite and
-    >= 0 and A <= 0 (kdnn.Error otherwise, naming the first bad value).
+    dstate). dt (after dt_bias, softplus and dt_limit) must be >= 0, A
+    finite and <= 0, D and dt_bias finite (kdnn.Error otherwise, naming the
+    first bad value); a NaN in the data propagates, as in PyTorch.
     seq_idx (batch, seqlen), integers: packed sequences, the state reset
     where the id changes, as mamba's; as there, the initial states belong
     to sequence id 0 (a row whose first id is not 0 starts from zeros).

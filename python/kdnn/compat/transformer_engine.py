@@ -6,7 +6,7 @@ same), differentiated through the iterations as run (kdnn's unrolled
 backward). Any n (the peer's kernels take n = 4), float32 and float64.
 """
 from ..sinkhorn import sinkhorn as _sinkhorn
-from .._tensors import Error
+from .._tensors import Error, integer
 
 
 def mhc_fused_sinkhorn(H_res, n=4, recompute_hist=True, iters=20):
@@ -19,5 +19,6 @@ def mhc_fused_sinkhorn(H_res, n=4, recompute_hist=True, iters=20):
         raise Error(f"{op}: H_res has shape {shape}, expected (..., n, n) with n={n!r}")
     if not isinstance(recompute_hist, bool):
         raise Error(f"{op}: recompute_hist={recompute_hist!r}, expected True or False")
+    iters = integer(op, "iters", iters, 1, 2**31 - 1)
     return _sinkhorn(H_res, iters=iters, order="rows_first", eps=0.0,
                               backward="unrolled")

@@ -243,6 +243,160 @@ def test_comm_must_be_a_communicator():
                     torch.randn(1, 4, 1, 2), torch.randn(1, 4, 1, 2), chunk_size=4, comm=0)
 
 
+def ssd_call(**changes):
+    """kdnn.cp.ssd on a small valid problem (2 steps per rank), with
+    `changes` to its arguments (a value of None drops an optional one)."""
+    torch.manual_seed(3)
+    args = dict(x=torch.randn(1, 2, 2, 3), dt=torch.full((1, 2, 2), 0.5), A=-torch.ones(2),
+                B=torch.randn(1, 2, 1, 2), C=torch.randn(1, 2, 1, 2), D=torch.ones(2),
+                dt_bias=torch.zeros(2), chunk_size=4, comm=comm)
+    args.update(changes)
+    return kdnn.cp.ssd(**args)
+
+
+def conv_dt_call(**changes):
+    """kdnn.cp.conv_dt on a small valid problem, with `changes`."""
+    torch.manual_seed(4)
+    args = dict(x=torch.randn(1, 3, 4), weight=torch.ones(4, 3), dt=torch.randn(1, 3, 2),
+                dt_bias=torch.zeros(2), comm=comm)
+    args.update(changes)
+    return kdnn.cp.conv_dt(**args)
+
+
+# Arguments that are wrong wherever they are given: on the last rank only,
+# every rank must raise the same kdnn.Error (they used to raise on that
+# rank while the others waited in MPI forever).
+BAD_ON_ONE_RANK = [
+    (ssd_call, dict(D=torch.ones(3)), r"cp.ssd: D has shape \[3\]"),
+    (ssd_call, dict(chunk_size=0), r"cp.ssd: chunk_size=0, expected an integer in \[1, "),
+    (ssd_call, dict(dt_limit=(1.0, 0.5)), r"cp.ssd: dt_limit=\(1.0, 0.5\), expected"),
+    (ssd_call, dict(seq_idx=torch.zeros(1, 2)), r"cp.ssd: seq_idx has dtype torch.float32"),
+    (ssd_call, dict(x=torch.randn(1, 2, 2, 3).half()), r"cp.ssd: x has dtype torch.float16"),
+    (conv_dt_call, dict(activation="relu"), r"cp.conv_dt: activation='relu', expected one of"),
+    (conv_dt_call, dict(weight=torch.ones(4, 3, 1)), r"cp.conv_dt: weight has shape \[4, 3, 1\]"),
+    (conv_dt_call, dict(dt_limit=(0.0, -1.0)), r"cp.conv_dt: dt_limit=\(0.0, -1.0\), expected"),
+    (conv_dt_call, dict(seq_idx=[[0.5, 0.5, 0.5]]), r"cp.conv_dt: seq_idx has dtype"),
+]
+
+
+@pytest.mark.parametrize("call, bad, message", BAD_ON_ONE_RANK)
+def test_a_bad_argument_on_one_rank_is_the_same_error_on_every_rank(call, bad, message):
+    changes = bad if rank == size - 1 else {}
+    with pytest.raises(kdnn.Error, match=message + rf".* \(on rank {size - 1} of {size}\)$"):
+        call(**changes)
+    call()  # the ranks are still in step: a good call after it succeeds on every rank
+
+
+def _with_nan(shape, at):
+    t = torch.randn(*shape)
+    t[at] = float("nan")
+    return t
+
+
+@pytest.mark.parametrize("call, data, message", [
+    (ssd_call, dict(x=_with_nan((1, 2, 2, 3), (0, 1, 0, 2))), r"x\[0, 1, 0, 2\]=nan"),
+    (conv_dt_call, dict(x=_with_nan((1, 3, 4), (0, 2, 1))), r"x\[0, 2, 1\]=nan"),
+    (conv_dt_call, dict(dt=_with_nan((1, 3, 2), (0, 0, 1))), r"dt\[0, 0, 1\]=nan"),
+])
+def test_check_finite_is_collective(call, data, message):
+    # A NaN on the last rank: without check_finite it propagates there (no
+    # error, every rank returns); with it, every rank raises the same error.
+    out = call(**(data if rank == size - 1 else {}))
+    outs = out if isinstance(out, tuple) else (out,)
+    assert any(torch.isnan(o).any().item() for o in outs) == (rank == size - 1)
+    with pytest.raises(kdnn.Error, match=message + rf", expected finite values \(check_finite\) "
+                                                   rf"\(on rank {size - 1} of {size}\)$"):
+        call(check_finite=True, **(data if rank == size - 1 else {}))
+
+
+# Arguments that are valid on each rank alone but differ between ranks
+# (each rank returned a result, a wrong one): the same kdnn.Error everywhere.
+DIFFER_BETWEEN_RANKS = [
+    (ssd_call, dict(D=torch.ones(2, 3)), r"D's length \(H, or H·P per channel\)=6 on rank"),
+    (ssd_call, dict(dt_limit=(0.0, 2.0)), r"opts.dt_max=2 on rank \d+, expected inf"),
+    (ssd_call, dict(A=-2 * torch.ones(2)), r"cp::ssd_forward: A on rank \d+ differs from rank 0's"),
+    (ssd_call, dict(dt_bias=torch.ones(2)), r"dt_bias on rank \d+ differs from rank 0's"),
+    (ssd_call, dict(D=2 * torch.ones(2)), r"D on rank \d+ differs from rank 0's"),
+    (ssd_call, dict(x=torch.randn(1, 2, 2, 3, dtype=torch.float64),
+                    dt=torch.full((1, 2, 2), 0.5, dtype=torch.float64),
+                    A=-torch.ones(2, dtype=torch.float64), B=torch.randn(1, 2, 1, 2).double(),
+                    C=torch.randn(1, 2, 1, 2).double(), D=torch.ones(2).double(),
+                    dt_bias=torch.zeros(2).double()),
+     r"x has dtype float64 on rank \d+, expected float32"),
+    (conv_dt_call, dict(weight=2 * torch.ones(4, 3)), r"weight on rank \d+ differs from rank 0's"),
+    (conv_dt_call, dict(dt_bias=torch.ones(2)), r"dt_bias on rank \d+ differs from rank 0's"),
+    (conv_dt_call, dict(bias=torch.ones(4)), r"bias given=1 on rank"),
+]
+
+
+@pytest.mark.skipif(size < 2, reason="needs two ranks")
+@pytest.mark.parametrize("call, different, message", DIFFER_BETWEEN_RANKS)
+def test_arguments_that_differ_between_ranks_are_an_error_on_every_rank(call, different, message):
+    with pytest.raises(kdnn.Error, match=message):
+        call(**(different if rank == size - 1 else {}))
+    call()
+
+
+class _FakeComm:
+    def py2f(self):
+        return 0
+
+
+class _HugeHandle(MPI.Intracomm):
+    def py2f(self):
+        return 2**40
+
+
+class _GarbageHandle(MPI.Intracomm):
+    def py2f(self):
+        return 123456
+
+
+class _StringHandle(MPI.Intracomm):
+    def py2f(self):
+        return "0"
+
+
+def _freed():
+    dup = comm.Dup()
+    dup.Free()  # mpi4py sets it to MPI.COMM_NULL
+    return dup
+
+
+BAD_COMMUNICATORS = [
+    (lambda: _FakeComm(), "comm is a _FakeComm, expected an mpi4py communicator"),
+    (lambda: MPI.COMM_NULL, "comm is MPI.COMM_NULL"),
+    (lambda: comm.Get_group(), "comm is a Group, expected an mpi4py communicator"),
+    (_freed, "comm is MPI.COMM_NULL"),
+    (lambda: _GarbageHandle(comm), "comm has the handle 123456, which names no communicator"),
+    (lambda: _HugeHandle(comm), "comm has the handle 1099511627776, expected a Fortran integer"),
+    (lambda: _StringHandle(comm), "comm has the handle '0', expected a Fortran integer"),
+]
+
+
+@pytest.mark.parametrize("make, message", BAD_COMMUNICATORS)
+def test_a_bad_communicator_is_an_error_naming_comm(make, message):
+    # Every rank passes it: a rank without a usable communicator cannot
+    # reach the others, so this check is each rank's own.
+    bad = make()
+    for call in (ssd_call, conv_dt_call):
+        with pytest.raises(kdnn.Error, match=message):
+            call(comm=bad)
+
+
+@pytest.mark.skipif(size < 2, reason="an intercommunicator needs two ranks")
+def test_an_intercommunicator_is_refused():
+    half = comm.Split(rank % 2, rank)
+    inter = half.Create_intercomm(0, comm, 1 - rank % 2 if size > 1 else 0, tag=7)
+    try:
+        with pytest.raises(kdnn.Error, match="comm is an intercommunicator, expected an "
+                                             "intracommunicator"):
+            ssd_call(comm=inter)
+    finally:
+        inter.Free()
+        half.Free()
+
+
 class _AllgatherSteps(torch.autograd.Function):
     """Every rank's [B, n_r, ...] into the whole [B, L, ...] on every rank
     (ranks in order); its backward keeps this rank's steps."""

@@ -58,10 +58,14 @@ struct FusedAttentionOptions {
   /// says).
   Launch launch;
   FusedBackwardSchedule backward = FusedBackwardSchedule::automatic;  ///< the backward's split
-  /// Refuse q and k that are not finite, and a scale with which a score
-  /// scale·q_i·k_j could pass T's largest value (|scale|·D·max|q|·max|k|
-  /// above half of it): a reduction over q and k that the host waits for.
+  /// Refuse a scale with which a score scale·q_i·k_j of finite q and k
+  /// could pass T's largest value (|scale|·D·max|q|·max|k| above half of
+  /// it): a reduction over q and k that the host waits for.
   bool check_scores = false;
+  /// Refuse a NaN or an infinity in q, k, v (and the backward's dout),
+  /// naming the first: a reduction over each that the host waits for.
+  /// Without it they propagate, as in PyTorch (docs/api.md).
+  bool check_finite = false;
 };
 
 }  // namespace kdnn::attention

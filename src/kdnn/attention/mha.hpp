@@ -100,6 +100,11 @@ struct MhaOptions {
   /// Hkv, the key/value heads, dividing H (grouped-query attention; 1:
   /// multi-query); 0: H, one key/value head per query head.
   int kv_heads = 0;
+  /// Refuse a NaN or an infinity in the inputs, the residual, the weights
+  /// (and the backward's dout), naming the first: a reduction over each
+  /// that the host waits for. Without it they propagate, as in PyTorch
+  /// (docs/api.md).
+  bool check_finite = false;
 };
 
 /// The sizes that fix a layer's buffers (B, S, Sk, the feature sizes and

@@ -7,6 +7,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -66,15 +67,59 @@ void agree(MPI_Comm comm, const Checks& local_checks) {
   agree(comm, none, local_checks);
 }
 
+/// Throws kdnn::Error naming `comm` unless MPI is initialised and not yet
+/// finalised (no communicator can be used then).
+inline void check_mpi_running(const char* op) {
+  int initialised = 0, finalised = 0;
+  MPI_Initialized(&initialised);
+  MPI_Finalized(&finalised);
+  if (!initialised || finalised) {
+    fail(op, ": comm cannot be used, MPI is ", finalised ? "finalised" : "not initialised",
+         ", expected a communicator of an initialised MPI");
+  }
+}
+
+/// Throws kdnn::Error naming `comm` unless it is a live intracommunicator
+/// of an initialised MPI: MPI_COMM_NULL (a freed communicator is set to
+/// it), an intercommunicator, or MPI not initialised or already finalised.
+/// Local: a rank with no usable communicator cannot reach the others.
+inline void check_communicator(const char* op, MPI_Comm comm) {
+  check_mpi_running(op);
+  if (comm == MPI_COMM_NULL) fail(op, ": comm is MPI_COMM_NULL, expected a live communicator");
+  int inter = 0;
+  MPI_Comm_test_inter(comm, &inter);
+  if (inter) fail(op, ": comm is an intercommunicator, expected an intracommunicator");
+}
+
+/// The name of a floating-point type of `bytes` bytes, as a rank reports it.
+inline const char* dtype_name(std::int64_t bytes) {
+  return bytes == 4 ? "float32" : bytes == 8 ? "float64" : bytes == 2 ? "a 16-bit type" : "?";
+}
+
 /// One named integer a rank contributes to a Signature.
 struct Field {
   const char* name;
   std::int64_t value;
   enum Rule {
-    same,        ///< must be equal on every rank
-    rank0_only,  ///< nonzero ("given") on rank 0 at most
-    any          ///< may differ (gathered for the caller, e.g. each rank's length)
+    same,         ///< must be equal on every rank
+    rank0_only,   ///< nonzero ("given") on rank 0 at most
+    any,          ///< may differ (gathered for the caller, e.g. each rank's length)
+    same_dtype,   ///< sizeof of the element type: equal on every rank, named as a dtype
+    same_real,    ///< the bits of a double option (Field::real): equal on every rank
+    same_values,  ///< a parameter's fingerprint (impl::fingerprint): equal on every rank
   } rule = same;
+
+  /// A double option that must be the same on every rank (NaN never is).
+  static Field real(const char* name, double v) {
+    std::int64_t bits;
+    std::memcpy(&bits, &v, sizeof bits);
+    return {name, bits, same_real};
+  }
+  static double real_of(std::int64_t bits) {
+    double v;
+    std::memcpy(&v, &bits, sizeof v);
+    return v;
+  }
 };
 
 /// Gathers each rank's fields (the same names, in the same order, on every
@@ -95,9 +140,23 @@ inline std::vector<std::vector<std::int64_t>> gather_signature(MPI_Comm comm, co
   for (int r = 1; r < size; ++r) {
     for (int f = 0; f < n; ++f) {
       const std::int64_t v = by_rank[r][f], v0 = by_rank[0][f];
-      if (fields[f].rule == Field::same && v != v0) {
+      const Field::Rule rule = fields[f].rule;
+      if (rule == Field::same && v != v0) {
         fail(op, ": ", fields[f].name, "=", v, " on rank ", r, ", expected ", v0,
              " (as on rank 0; every rank must agree)");
+      }
+      if (rule == Field::same_dtype && v != v0) {
+        fail(op, ": ", fields[f].name, " has dtype ", dtype_name(v), " on rank ", r, ", expected ",
+             dtype_name(v0), " (as on rank 0; every rank must agree)");
+      }
+      if (rule == Field::same_real && v != v0) {
+        fail(op, ": ", fields[f].name, "=", Field::real_of(v), " on rank ", r, ", expected ",
+             Field::real_of(v0), " (as on rank 0; every rank must agree)");
+      }
+      if (rule == Field::same_values && v != v0) {
+        fail(op, ": ", fields[f].name, " on rank ", r,
+             " differs from rank 0's, expected the same values on every rank (a parameter of the "
+             "whole sequence)");
       }
       if (fields[f].rule == Field::rank0_only && v != 0) {
         fail(op, ": ", fields[f].name, " given on rank ", r,

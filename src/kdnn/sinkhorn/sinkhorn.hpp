@@ -90,6 +90,10 @@ struct ForwardOptions {
   /// Sinkhorn. Finite, in [0, 1].
   double eps = 0;
   Launch launch;
+  /// Refuse a NaN or an infinity in X (and, in backward_unrolled, in G),
+  /// naming the first: a reduction the host waits for. Without it they
+  /// propagate, as in PyTorch (docs/api.md).
+  bool check_finite = false;
 };
 
 enum class Method { implicit, block };
@@ -112,6 +116,9 @@ struct BackwardOptions {
   /// CG iteration cap per system. 0 = default: 2n (implicit), 4n (block).
   int max_iters = 0;
   Launch launch;
+  /// Refuse a NaN or an infinity in R or G, naming the first (as
+  /// ForwardOptions::check_finite).
+  bool check_finite = false;
 };
 
 /// The default CG rtol of BackwardOptions for scalar type T.

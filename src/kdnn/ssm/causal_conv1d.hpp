@@ -49,6 +49,11 @@ struct CausalConv1dOptions {
   /// channels in team scratch (the host form, and any other K), for which
   /// team_size and vector_length are requests as in every team kernel.
   Launch launch;
+  /// Refuse a NaN or an infinity in x, w, bias, initial_state (and the
+  /// backward's dy and dfinal_state), naming the first: a reduction over
+  /// each that the host waits for. Without it they propagate, as in PyTorch
+  /// (docs/api.md).
+  bool check_finite = false;
 };
 
 /// The arguments of causal_conv1d_forward. Optional Views may be left empty

@@ -9,10 +9,10 @@
 //
 // for t < Lnew, and the state becomes the last W steps of x̄. W ≥ K − 1
 // (a longer state keeps older inputs, as the peer's). Channel-first, the
-// peer's decoding layout: x and y [B, C, Lnew], state [B, C, W]. Forward
+// peer's decoding layout: x and y [B, C, Lnew], conv_state [B, C, W]. Forward
 // only (inference). As the peer's, two options for serving:
-// - state_indices [B]: batch entry b reads and writes state row
-//   state_indices[b] of a state [Bs, C, W] (continuous batching); the
+// - conv_state_indices [B]: batch entry b reads and writes state row
+//   conv_state_indices[b] of a state [Bs, C, W] (continuous batching); the
 //   indices are distinct and in [0, Bs) (two entries on one row would race).
 // - cache_seqlens [B]: the state is a circular buffer whose next step goes
 //   to slot p mod W, p = cache_seqlens[b] ≥ 0: x̄ is the K − 1 steps before
@@ -27,20 +27,24 @@
 
 namespace kdnn::ssm {
 
-/// The arguments of causal_conv1d_update. `bias`, `state_indices` and
+/// The arguments of causal_conv1d_update. `bias`, `conv_state_indices` and
 /// `cache_seqlens` may be left empty.
 template <class T, class ExecSpace>
 struct ConvUpdate {
   Tensor3<const T, ExecSpace> x;  ///< [B, C, Lnew], the new steps
-  /// [B, C, W] (with state_indices [Bs, C, W]), W ≥ K − 1; read, then
+  /// [B, C, W] (with conv_state_indices [Bs, C, W]), W ≥ K − 1; read, then
   /// updated in place
-  Tensor3<T, ExecSpace> state;
-  Matrix<const T, ExecSpace> w;                ///< [C, K], K ≥ 1
-  Vector<const T, ExecSpace> bias;             ///< [C]; optional (zero)
-  Tensor3<T, ExecSpace> y;                     ///< output [B, C, Lnew]
-  Vector<const int, ExecSpace> state_indices;  ///< [B]; optional: state row b
-  Vector<const int, ExecSpace> cache_seqlens;  ///< [B]; optional: a circular state
-  bool silu = true;                            ///< apply SiLU to the output
+  Tensor3<T, ExecSpace> conv_state;
+  Matrix<const T, ExecSpace> w;                     ///< [C, K], K ≥ 1
+  Vector<const T, ExecSpace> bias;                  ///< [C]; optional (zero)
+  Tensor3<T, ExecSpace> y;                          ///< output [B, C, Lnew]
+  Vector<const int, ExecSpace> conv_state_indices;  ///< [B]; optional: conv_state row b
+  Vector<const int, ExecSpace> cache_seqlens;       ///< [B]; optional: a circular state
+  bool silu = true;                                 ///< apply SiLU to the output
+  /// Refuse a NaN or an infinity in x, conv_state, w or bias, naming the
+  /// first (a reduction over each that the host waits for); without it they
+  /// propagate, as in PyTorch (docs/api.md).
+  bool check_finite = false;
 };
 
 }  // namespace kdnn::ssm
@@ -60,7 +64,7 @@ KDNN_ETI_FOR_EACH(KDNN_CAUSAL_CONV1D_UPDATE_EXTERN)
 
 /// y from x and the state, and the state advanced by x's steps: one thread
 /// per (batch entry, channel). Asynchronous on `space` after the host-side
-/// checks, which throw kdnn::Error naming the argument (given state_indices
+/// checks, which throw kdnn::Error naming the argument (given conv_state_indices
 /// or cache_seqlens are copied to the host to be checked: on a GPU, a wait).
 template <class ExecSpace, class T>
 void causal_conv1d_update(const ExecSpace& space, const ConvUpdate<T, ExecSpace>& args) {

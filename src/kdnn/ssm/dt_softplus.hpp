@@ -21,6 +21,10 @@ namespace kdnn::ssm {
 struct DtSoftplusOptions {
   double dt_min = 0;                                        ///< lower clamp (not NaN)
   double dt_max = std::numeric_limits<double>::infinity();  ///< upper clamp, ≥ dt_min
+  /// Refuse a NaN or an infinity in dt, dt_bias (and the backward's
+  /// ddt_out), naming the first: a reduction over each that the host waits
+  /// for. Without it they propagate, as in PyTorch (docs/api.md).
+  bool check_finite = false;
 };
 
 }  // namespace kdnn::ssm

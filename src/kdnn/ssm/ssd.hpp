@@ -62,9 +62,11 @@
 namespace kdnn::ssm {
 
 struct SsdOptions {
-  int chunk = 64;         ///< Q, steps per chunk (≥ 1); L need not be a multiple
-  bool check_a = false;   ///< refuse A with a positive entry (a device reduction and a copy)
-  bool check_dt = false;  ///< refuse a negative or non-finite dt (a device reduction)
+  int chunk = 64;  ///< Q, steps per chunk (≥ 1); L need not be a multiple
+  /// Refuse A not finite or > 0, and D or dt_bias not finite: the small
+  /// parameters, copied to the host (a wait for the device).
+  bool check_parameters = false;
+  bool check_dt = false;  ///< refuse a negative dt (a device reduction)
   /// The chunk kernels' launch; only `form` and `allow_tf32` apply:
   /// KernelForm::gpu launches them as on a GPU anywhere: the GPU forms of
   /// the forward's and the backward's chunk kernels for P, N in {64, 128}
@@ -83,6 +85,10 @@ struct SsdOptions {
   /// transform only: see transforms_dt; (0, ∞) clamps a negative dt to 0).
   double dt_min = 0;
   double dt_max = std::numeric_limits<double>::infinity();
+  /// Refuse a NaN or an infinity in any input (and the backward's dy and
+  /// dfinal_state), naming the first: a reduction over each that the host
+  /// waits for. Without it they propagate, as in PyTorch (docs/api.md).
+  bool check_finite = false;
 };
 
 /// The arguments of ssd_forward. Optional Views may be left empty.
@@ -192,7 +198,8 @@ KDNN_ETI_FOR_EACH(KDNN_SSD_EXTERN)
 
 /// y (and the final state). Asynchronous on `space` after the host-side
 /// checks, which throw kdnn::Error naming the argument (with
-/// opts.check_a, the check of A waits for the device).
+/// opts.check_parameters, check_dt or check_finite, the checks wait for the
+/// device).
 template <class ExecSpace, class T>
 void ssd_forward(const ExecSpace& space, const SsdForward<T, ExecSpace>& args,
                  const SsdOptions& opts = {}) {

@@ -19,6 +19,7 @@
 #include "kdnn/attention/impl/fused_forward_mma_kernel.hpp"
 #include "kdnn/attention/impl/visible_keys.hpp"
 #include "kdnn/core/impl/backend_traits.hpp"
+#include "kdnn/core/impl/finite_values.hpp"
 #include "kdnn/core/impl/largest_magnitude.hpp"
 #include "kdnn/core/impl/row_major_index.hpp"
 #include "kdnn/core/impl/strided_fill.hpp"
@@ -207,20 +208,18 @@ void check_fused_sizes(const char* op, const ExecSpace& space, const FusedAttent
   }
 }
 
-/// With opts.check_scores, refuses q and k that could take a score past T's
-/// range: |scale·q_i·k_j| <= |scale|·D·max|q|·max|k|, compared in
-/// logarithms (which cannot overflow) with half of T's largest value, the
-/// margin for the rounding of the sums.
+/// With opts.check_scores, refuses finite q and k that could take a score
+/// past T's range: |scale·q_i·k_j| <= |scale|·D·max|q|·max|k| over their
+/// finite values, compared in logarithms (which cannot overflow) with half
+/// of T's largest value, the margin for the rounding of the sums. Values
+/// that are not finite are opts.check_finite's (they propagate otherwise).
 template <class ExecSpace, class T>
 void check_score_range(const char* op, const ExecSpace& space, const FusedAttentionOptions& opts,
                        const StridedTensor4<const T, ExecSpace>& q,
                        const StridedTensor4<const T, ExecSpace>& k) {
   if (!opts.check_scores) return;
-  const double max_q = kdnn::impl::largest_magnitude(space, q);
-  const double max_k = kdnn::impl::largest_magnitude(space, k);
-  const double inf = std::numeric_limits<double>::infinity();
-  if (!(max_q < inf)) fail(op, ": q holds a value that is not finite (check_scores)");
-  if (!(max_k < inf)) fail(op, ": k holds a value that is not finite (check_scores)");
+  const double max_q = kdnn::impl::largest_finite_magnitude(space, q);
+  const double max_k = kdnn::impl::largest_finite_magnitude(space, k);
   const double D = double(q.extent(3)), scale = std::abs(opts.scale);
   if (D == 0 || max_q == 0 || max_k == 0 || scale == 0) return;
   const double log_bound = std::log(scale) + std::log(D) + std::log(max_q) + std::log(max_k);
@@ -290,6 +289,11 @@ void validate_fused(const char* op, const ExecSpace& space, const FusedAttention
   validate::unit_last_stride(op, o_name, o);
   check_fused_sizes<ExecSpace, T>(op, space, opts, q.extent(0), q.extent(1), q.extent(2),
                                   k.extent(2), q.extent(3), v.extent(3));
+  if (opts.check_finite) {
+    kdnn::impl::check_finite(op, space, "q", q);
+    kdnn::impl::check_finite(op, space, "k", k);
+    kdnn::impl::check_finite(op, space, "v", v);
+  }
   check_score_range<ExecSpace, T>(op, space, opts, q, k);
 }
 
@@ -614,6 +618,9 @@ void check_fused_backward(
     const FusedBackwardScratch<T, ExecSpace>& scratch, const FusedAttentionOptions& opts) {
   validate_fused<ExecSpace, T>(op, space, opts, q, k, v, "o", o, "lse", lse);
   validate::same_shape(op, "dout", dout, "o", o);
+  // o from the forward of finite inputs is finite; lse is -inf for a query
+  // that sees no key, by design: only the incoming gradient is new here.
+  if (opts.check_finite) kdnn::impl::check_finite(op, space, "dout", dout);
   validate::same_shape(op, "dq", dq, "q", q);
   validate::same_shape(op, "dk", dk, "k", k);
   validate::same_shape(op, "dv", dv, "v", v);

@@ -17,6 +17,7 @@
 //   dW_q = dQᵀ·q, db_q = Σ dQ (same for K, V);  dW_o = Gᵀ·A, db_o = Σ G.
 #include <cmath>
 #include <optional>
+#include <utility>
 
 #include "kdnn/attention/batched_gemm.hpp"
 #include "kdnn/attention/dropout.hpp"
@@ -28,6 +29,7 @@
 #include "kdnn/attention/linear.hpp"
 #include "kdnn/attention/mha.hpp"
 #include "kdnn/attention/softmax.hpp"
+#include "kdnn/core/impl/finite_values.hpp"
 #include "kdnn/core/impl/gemm.hpp"
 #include "kdnn/core/validate.hpp"
 
@@ -165,6 +167,24 @@ std::optional<Packing<ExecSpace>> layer_packing(const char* op, const ExecSpace&
   return packing(op, space, seqs, s.seq_q, s.seq_k, 0, mask);
 }
 
+/// opts.check_finite of the layer: the weights and the named tensors hold no
+/// NaN or infinity.
+template <class ExecSpace, class T, class... Named>
+void check_layer_finite(const char* op, const ExecSpace& space, const MhaOptions& opts,
+                        const MhaParams<const T, ExecSpace>& w, const Named&... named) {
+  if (!opts.check_finite) return;
+  using kdnn::impl::check_finite;
+  (check_finite(op, space, named.first, named.second), ...);
+  check_finite(op, space, "weights.w_q", w.w_q);
+  check_finite(op, space, "weights.w_k", w.w_k);
+  check_finite(op, space, "weights.w_v", w.w_v);
+  check_finite(op, space, "weights.w_o", w.w_o);
+  check_finite(op, space, "weights.b_q", w.b_q);
+  check_finite(op, space, "weights.b_k", w.b_k);
+  check_finite(op, space, "weights.b_v", w.b_v);
+  check_finite(op, space, "weights.b_o", w.b_o);
+}
+
 template <class ExecSpace, class T>
 void mha_forward(const ExecSpace& space, const MhaOptions& opts,
                  const AttentionMask<ExecSpace>& mask, const MhaParams<const T, ExecSpace>& w,
@@ -191,6 +211,8 @@ void mha_forward(const ExecSpace& space, const MhaOptions& opts,
        memory_of("weights.b_q", w.b_q), memory_of("weights.b_k", w.b_k),
        memory_of("weights.b_v", w.b_v), memory_of("weights.b_o", w.b_o)});
   check_fused_plans<ExecSpace, T>(op, space, s, fopts, false);
+  check_layer_finite(op, space, opts, w, std::pair("q", q), std::pair("k", k), std::pair("v", v),
+                     std::pair("residual", residual));
 
   attention::linear_forward(space, q, w.w_q, w.b_q, ws.q);
   split_heads(space, Tensor3<const T, ExecSpace>(ws.q), r.qh);
@@ -259,6 +281,7 @@ void mha_backward_data(const ExecSpace& space, const MhaOptions& opts,
       {memory_of("dout", dout), memory_of("weights.w_q", w.w_q), memory_of("weights.w_k", w.w_k),
        memory_of("weights.w_v", w.w_v), memory_of("weights.w_o", w.w_o)});
   check_fused_plans<ExecSpace, T>(op, space, s, fopts, true);
+  check_layer_finite(op, space, opts, w, std::pair("dout", dout));
 
   // G = dL/dout with the padded rows zeroed, kept for backward-weights.
   output_rows(space, dout, {}, mask.seq_q, r.dout);
@@ -325,6 +348,7 @@ void mha_backward_weights(const ExecSpace& space, const MhaOptions& opts,
   constexpr const char* op = "attention::mha_backward_weights";
   validate_wgrad_mode(op, mode);
   const MhaShape s = mha_shape(op, opts, AttentionMask<ExecSpace>{}, w, {"q", "k", "v"}, q, k, v);
+  check_layer_finite(op, space, opts, w, std::pair("q", q), std::pair("k", k), std::pair("v", v));
   validate::same_shape(op, "grads.w_q", grads.w_q, "weights.w_q", w.w_q);
   validate::same_shape(op, "grads.w_k", grads.w_k, "weights.w_k", w.w_k);
   validate::same_shape(op, "grads.w_v", grads.w_v, "weights.w_v", w.w_v);

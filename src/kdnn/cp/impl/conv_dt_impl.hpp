@@ -8,10 +8,10 @@
 
 #include <Kokkos_Core.hpp>
 #include <cstdint>
-#include <cstring>
 #include <string>
 #include <vector>
 
+#include "kdnn/core/impl/fingerprint.hpp"
 #include "kdnn/core/impl/host_filled.hpp"
 #include "kdnn/core/impl/space_lock.hpp"
 #include "kdnn/core/validate.hpp"
@@ -33,25 +33,30 @@ struct HaloStats;
 
 namespace kdnn::cp::impl {
 
-inline std::int64_t bits_of(double v) {
-  std::int64_t b;
-  std::memcpy(&b, &v, sizeof b);
-  return b;
-}
-
-/// The fields every rank of a conv + dt call must agree on, and its length.
-template <class T, class Conv>
-std::vector<Field> conv_dt_fields(const Conv& conv, std::size_t H, const ConvDtOptions& opts) {
-  return {{"sizeof(T)", std::int64_t(sizeof(T))},
+/// The fields every rank of a conv + dt call must agree on, its length last:
+/// the dtype, the shapes and options, and the parameters' values (weight,
+/// bias and dt_bias by fingerprint: the same parameters on every rank).
+template <class T, class ExecSpace, class Conv>
+std::vector<Field> conv_dt_fields(const ExecSpace& space, const Conv& conv,
+                                  const Vector<const T, ExecSpace>& dt_bias,
+                                  const ConvDtOptions& opts) {
+  using kdnn::impl::fingerprint;
+  const auto values = [&](const char* name, const auto& v) {
+    return Field{name, std::int64_t(fingerprint(space, v)), Field::same_values};
+  };
+  return {{"x", std::int64_t(sizeof(T)), Field::same_dtype},
           {"B", std::int64_t(conv.x.extent(0))},
           {"C", std::int64_t(conv.x.extent(2))},
           {"K", std::int64_t(conv.w.extent(1))},
-          {"H", std::int64_t(H)},
+          {"H", std::int64_t(dt_bias.extent(0))},
           {"bias given", validate::given(conv.bias)},
           {"opts.conv.silu", opts.conv.silu},
-          {"opts.dt.dt_min (bits)", bits_of(opts.dt.dt_min)},
-          {"opts.dt.dt_max (bits)", bits_of(opts.dt.dt_max)},
+          Field::real("opts.dt.dt_min", opts.dt.dt_min),
+          Field::real("opts.dt.dt_max", opts.dt.dt_max),
           {"seq_idx given", validate::given(conv.seq_idx)},
+          values("weight", conv.w),
+          values("bias", conv.bias),
+          values("dt_bias", dt_bias),
           {"L", std::int64_t(conv.x.extent(1)), Field::any}};
 }
 
@@ -193,6 +198,7 @@ template <class ExecSpace, class T>
 HaloStats conv_dt_forward(const ExecSpace& space, MPI_Comm comm,
                           const ConvDtForward<T, ExecSpace>& a, const ConvDtOptions& opts) {
   const char* op = "cp::conv_dt_forward";
+  check_communicator(op, comm);
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
   agree(comm, [&] {
@@ -204,9 +210,11 @@ HaloStats conv_dt_forward(const ExecSpace& space, MPI_Comm comm,
                         validate::memory_of("initial_state", a.conv.initial_state)});
     ssm::impl::check_dt_forward<ExecSpace, T>(op, a.dt, a.dt_bias, a.dt_out, opts.dt);
     check_dt_steps(op, "dt", a.dt, a.conv.x.extent(0), a.conv.x.extent(1));
+    ssm::impl::check_conv_finite(op, space, a.conv, opts.conv);
+    ssm::impl::check_dt_finite<ExecSpace, T>(op, space, a.dt, a.dt_bias, {}, opts.dt);
     SequenceEdges::check_size(op, a.conv.seq_idx, int(a.conv.w.extent(1)) - 1);
   });
-  auto fields = conv_dt_fields<T>(a.conv, a.dt.extent(2), opts);
+  auto fields = conv_dt_fields<T>(space, a.conv, a.dt_bias, opts);
   const std::size_t length_field = fields.size() - 1;
   const bool has_init = validate::given(a.conv.initial_state);
   fields.push_back({"initial_state", has_init, Field::rank0_only});
@@ -267,6 +275,7 @@ template <class ExecSpace, class T>
 HaloStats conv_dt_backward(const ExecSpace& space, MPI_Comm comm,
                            const ConvDtBackward<T, ExecSpace>& a, const ConvDtOptions& opts) {
   const char* op = "cp::conv_dt_backward";
+  check_communicator(op, comm);
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
   agree(comm, [&] {
@@ -278,9 +287,11 @@ HaloStats conv_dt_backward(const ExecSpace& space, MPI_Comm comm,
     ssm::impl::check_dt_backward<ExecSpace, T>(op, a.dt, a.dt_bias, a.ddt_out, a.ddt, a.ddt_bias,
                                                opts.dt);
     check_dt_steps(op, "dt", a.dt, a.conv.x.extent(0), a.conv.x.extent(1));
+    ssm::impl::check_conv_finite(op, space, a.conv, opts.conv);
+    ssm::impl::check_dt_finite<ExecSpace, T>(op, space, a.dt, a.dt_bias, a.ddt_out, opts.dt);
     SequenceEdges::check_size(op, a.conv.seq_idx, int(a.conv.w.extent(1)) - 1);
   });
-  auto fields = conv_dt_fields<T>(a.conv, a.dt.extent(2), opts);
+  auto fields = conv_dt_fields<T>(space, a.conv, a.dt_bias, opts);
   const std::size_t length_field = fields.size() - 1;
   const bool has_dinit = validate::given(a.conv.dinitial_state);
   fields.push_back({"dbias given", validate::given(a.conv.dbias)});

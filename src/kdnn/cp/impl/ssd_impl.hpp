@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kdnn/core/impl/fingerprint.hpp"
 #include "kdnn/core/impl/host_filled.hpp"
 #include "kdnn/core/impl/space_lock.hpp"
 #include "kdnn/core/validate.hpp"
@@ -28,10 +29,16 @@ struct StateStats;
 
 namespace kdnn::cp::impl {
 
-/// The fields every rank of an SSD call must agree on; the last is L.
-template <class T, class Args>
-std::vector<Field> ssd_fields(const Args& a, const ssm::SsdOptions& opts) {
-  return {{"sizeof(T)", std::int64_t(sizeof(T))},
+/// The fields every rank of an SSD call must agree on, L last: the dtype,
+/// the shapes and options, and the parameters' values (A, D and dt_bias by
+/// fingerprint: the same parameters on every rank).
+template <class T, class ExecSpace, class Args>
+std::vector<Field> ssd_fields(const ExecSpace& space, const Args& a, const ssm::SsdOptions& opts) {
+  using kdnn::impl::fingerprint;
+  const auto values = [&](const char* name, const auto& v) {
+    return Field{name, std::int64_t(fingerprint(space, v)), Field::same_values};
+  };
+  return {{"x", std::int64_t(sizeof(T)), Field::same_dtype},
           {"B", std::int64_t(a.x.extent(0))},
           {"H", std::int64_t(a.x.extent(2))},
           {"P", std::int64_t(a.x.extent(3))},
@@ -39,12 +46,18 @@ std::vector<Field> ssd_fields(const Args& a, const ssm::SsdOptions& opts) {
           {"N", std::int64_t(a.B.extent(3))},
           {"opts.chunk", opts.chunk},
           {"D given", validate::given(a.D)},
+          {"D's length (H, or H·P per channel)", std::int64_t(a.D.extent(0))},
           {"dt_bias given", validate::given(a.dt_bias)},
           {"opts.dt_softplus", opts.dt_softplus},
+          Field::real("opts.dt_min", opts.dt_min),
+          Field::real("opts.dt_max", opts.dt_max),
           {"z given", validate::given(a.z)},
           {"y_ungated given", validate::given(a.y_ungated)},
           {"initial_state", validate::given(a.initial_state), Field::rank0_only},
           {"seq_idx given", validate::given(a.seq_idx)},
+          values("A", a.A),
+          values("D", a.D),
+          values("dt_bias", a.dt_bias),
           {"L", std::int64_t(a.x.extent(1)), Field::any}};
 }
 
@@ -247,13 +260,14 @@ template <class ExecSpace, class T>
 StateStats ssd_forward(const ExecSpace& space, MPI_Comm comm,
                        const ssm::SsdForward<T, ExecSpace>& a, const ssm::SsdOptions& opts) {
   const char* op = "cp::ssd_forward";
+  check_communicator(op, comm);
   const SummaryLayout layout{a.x.extent(0) * a.x.extent(2), a.x.extent(3) * a.B.extent(3), 1};
   agree(comm, [&] {
     ssm::impl::check_ssd_forward(op, space, a, opts);
     SequenceEdges::check_size(op, a.seq_idx, 1);
     check_summary_size(op, layout);
   });
-  const auto fields = ssd_fields<T>(a, opts);
+  const auto fields = ssd_fields<T>(space, a, opts);
   const auto offsets = offsets_of(gather_signature(comm, op, fields), fields.size() - 1);
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
@@ -272,6 +286,7 @@ template <class ExecSpace, class T>
 StateStats ssd_backward(const ExecSpace& space, MPI_Comm comm,
                         const ssm::SsdBackward<T, ExecSpace>& a, const ssm::SsdOptions& opts) {
   const char* op = "cp::ssd_backward";
+  check_communicator(op, comm);
   int rank = 0, ranks = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &ranks);
@@ -281,7 +296,7 @@ StateStats ssd_backward(const ExecSpace& space, MPI_Comm comm,
     SequenceEdges::check_size(op, a.seq_idx, 1);
     check_summary_size(op, layout);
   });
-  auto fields = ssd_fields<T>(a, opts);
+  auto fields = ssd_fields<T>(space, a, opts);
   fields.insert(fields.end() - 1,
                 Field{"dinitial_state", validate::given(a.dinitial_state), Field::rank0_only});
   const auto offsets = offsets_of(gather_signature(comm, op, fields), fields.size() - 1);

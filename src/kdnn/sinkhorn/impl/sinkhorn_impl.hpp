@@ -10,6 +10,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "kdnn/core/impl/finite_values.hpp"
 #include "kdnn/core/validate.hpp"
 #include "kdnn/sinkhorn/impl/cg_backward_gpu_kernel.hpp"
 #include "kdnn/sinkhorn/impl/cg_backward_kernel.hpp"
@@ -141,6 +142,7 @@ void forward(const ExecSpace& space, const Batch<const T, ExecSpace>& X,
   validate_batch_size(op, "X", X.extent(0), X.extent(1));
   validate_forward_options(op, opts);
   validate_report(op, report, X.extent(0), std::pair("X", X), std::pair("R", R));
+  if (opts.check_finite) kdnn::impl::check_finite(op, space, "X", X);
   const int batch = int(X.extent(0)), n = int(X.extent(1));
   if (batch == 0) return;
 
@@ -193,6 +195,10 @@ void backward(const ExecSpace& space, const Batch<const T, ExecSpace>& R,
   }
   validate_report(op, report, R.extent(0), std::pair("R", R), std::pair("G", G),
                   std::pair("dX", dX));
+  if (opts.check_finite) {
+    kdnn::impl::check_finite(op, space, "R", R);
+    kdnn::impl::check_finite(op, space, "G", G);
+  }
   const int batch = int(R.extent(0)), n = int(R.extent(1));
   if (batch == 0) return;
 
@@ -280,6 +286,10 @@ void backward_unrolled(const ExecSpace& space, const Batch<const T, ExecSpace>& 
   validate::same_shape(op, "dX", dX, "X", X);
   validate::no_alias(op, "dX", dX, "X", X);
   validate::no_alias(op, "dX", dX, "G", G);
+  if (opts.check_finite) {
+    kdnn::impl::check_finite(op, space, "X", X);
+    kdnn::impl::check_finite(op, space, "G", G);
+  }
   if (k.batch == 0) return;
   k.X = X;
   k.G = G;

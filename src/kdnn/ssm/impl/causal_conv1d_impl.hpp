@@ -11,6 +11,7 @@
 #include "kdnn/core/impl/block_sums.hpp"
 #include "kdnn/core/impl/compiled_sizes.hpp"
 #include "kdnn/core/impl/eti.hpp"
+#include "kdnn/core/impl/finite_values.hpp"
 #include "kdnn/core/impl/team_plan.hpp"
 #include "kdnn/core/validate.hpp"
 #include "kdnn/ssm/causal_conv1d.hpp"
@@ -286,10 +287,35 @@ void check_conv_forward(const char* op, const ConvForward<T, ExecSpace>& a) {
   validate::disjoint(op, {memory_of("y", a.y), memory_of("final_state", a.final_state)}, inputs);
 }
 
+/// opts.check_finite of the conv's forward: no NaN or infinity in its inputs.
+template <class ExecSpace, class T>
+void check_conv_finite(const char* op, const ExecSpace& space, const ConvForward<T, ExecSpace>& a,
+                       const CausalConv1dOptions& opts) {
+  if (!opts.check_finite) return;
+  using kdnn::impl::check_finite;
+  check_finite(op, space, "x", a.x);
+  check_finite(op, space, "w", a.w);
+  check_finite(op, space, "bias", a.bias);
+  check_finite(op, space, "initial_state", a.initial_state);
+}
+
+/// The same of the backward: its inputs and the incoming gradients.
+template <class ExecSpace, class T>
+void check_conv_finite(const char* op, const ExecSpace& space, const ConvBackward<T, ExecSpace>& a,
+                       const CausalConv1dOptions& opts) {
+  if (!opts.check_finite) return;
+  ConvForward<T, ExecSpace> inputs;
+  inputs.x = a.x, inputs.w = a.w, inputs.bias = a.bias, inputs.initial_state = a.initial_state;
+  check_conv_finite(op, space, inputs, opts);
+  kdnn::impl::check_finite(op, space, "dy", a.dy);
+  kdnn::impl::check_finite(op, space, "dfinal_state", a.dfinal_state);
+}
+
 template <class ExecSpace, class T>
 void causal_conv1d_forward(const ExecSpace& space, const ConvForward<T, ExecSpace>& a,
                            const CausalConv1dOptions& opts) {
   check_conv_forward("ssm::causal_conv1d_forward", a);
+  check_conv_finite("ssm::causal_conv1d_forward", space, a, opts);
   conv_forward_steps(space, a, opts, 0, int(a.x.extent(1)));
   if (validate::given(a.final_state)) {
     conv_final_state(space, a.x, a.initial_state, a.final_state,
@@ -330,6 +356,7 @@ template <class ExecSpace, class T>
 void causal_conv1d_backward(const ExecSpace& space, const ConvBackward<T, ExecSpace>& a,
                             const CausalConv1dOptions& opts) {
   check_conv_backward("ssm::causal_conv1d_backward", a);
+  check_conv_finite("ssm::causal_conv1d_backward", space, a, opts);
   const int K = int(a.w.extent(1));
   if (validate::given(a.dinitial_state)) conv_backward_steps(space, a, opts, -(K - 1), 0, false);
   conv_backward_steps(space, a, opts, 0, int(a.x.extent(1)), true);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kdnn/core/error.hpp"
+#include "kdnn/core/impl/finite_values.hpp"
 #include "kdnn/core/validate.hpp"
 #include "kdnn/ssm/causal_conv1d_update.hpp"
 #include "kdnn/ssm/impl/causal_conv1d_inputs.hpp"
@@ -22,10 +23,10 @@ struct ConvUpdateKernel {
   bool has_bias = false, indexed = false, circular = false;
 
   KOKKOS_INLINE_FUNCTION void operator()(long long row) const {
-    const int C = int(a.x.extent(1)), L = int(a.x.extent(2)), W = int(a.state.extent(2));
+    const int C = int(a.x.extent(1)), L = int(a.x.extent(2)), W = int(a.conv_state.extent(2));
     const int K = int(a.w.extent(1));
     const int b = int(row / C), c = int(row % C);
-    T* state = &a.state(indexed ? a.state_indices(b) : b, c, 0);
+    T* state = &a.conv_state(indexed ? a.conv_state_indices(b) : b, c, 0);
     const T* x = &a.x(b, c, 0);
     // x̄[s] for s >= W − K + 1: the state's last K − 1 steps (in time order),
     // then the new steps.
@@ -52,22 +53,22 @@ struct ConvUpdateKernel {
 };
 
 /// Checks the optional serving vectors of `a` (copied to the host):
-/// state_indices distinct in [0, Bs), cache_seqlens >= 0.
+/// conv_state_indices distinct in [0, Bs), cache_seqlens >= 0.
 template <class ExecSpace, class T>
 void check_serving_vectors(const char* op, const ConvUpdate<T, ExecSpace>& a) {
   const std::size_t B = a.x.extent(0);
-  if (validate::given(a.state_indices)) {
-    validate::extent(op, "state_indices", a.state_indices, 0, B, "B, x's extent(0)");
-    const auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), a.state_indices);
-    std::vector<std::size_t> owner(a.state.extent(0), B);  // B: no entry yet
+  if (validate::given(a.conv_state_indices)) {
+    validate::extent(op, "conv_state_indices", a.conv_state_indices, 0, B, "B, x's extent(0)");
+    const auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), a.conv_state_indices);
+    std::vector<std::size_t> owner(a.conv_state.extent(0), B);  // B: no entry yet
     for (std::size_t b = 0; b < B; ++b) {
-      if (h(b) < 0 || std::size_t(h(b)) >= a.state.extent(0)) {
-        fail(op, ": state_indices[", b, "]=", h(b), ", expected a state row in [0, ",
-             a.state.extent(0), ") (state's extent(0))");
+      if (h(b) < 0 || std::size_t(h(b)) >= a.conv_state.extent(0)) {
+        fail(op, ": conv_state_indices[", b, "]=", h(b), ", expected a state row in [0, ",
+             a.conv_state.extent(0), ") (conv_state's extent(0))");
       }
       if (owner[h(b)] != B) {
-        fail(op, ": state_indices[", b, "]=", h(b), " is also state_indices[", owner[h(b)],
-             "], expected distinct rows (two batch entries would update one state)");
+        fail(op, ": conv_state_indices[", b, "]=", h(b), " is also conv_state_indices[",
+             owner[h(b)], "], expected distinct rows (two batch entries would update one state)");
       }
       owner[h(b)] = b;
     }
@@ -89,24 +90,30 @@ void causal_conv1d_update(const ExecSpace& space, const ConvUpdate<T, ExecSpace>
   const std::size_t B = a.x.extent(0), C = a.x.extent(1), K = a.w.extent(1);
   if (K < 1) fail(op, ": w has extent(1)=", K, ", expected K >= 1");
   validate::extent(op, "w", a.w, 0, C, "C, x's extent(1)");
-  const bool indexed = validate::given(a.state_indices);
-  if (!indexed) validate::extent(op, "state", a.state, 0, B, "B, x's extent(0)");
-  validate::extent(op, "state", a.state, 1, C, "C, x's extent(1)");
-  if (a.state.extent(2) < K - 1) {
-    fail(op, ": state has extent(2)=", a.state.extent(2), ", expected W >= K-1=", K - 1,
+  const bool indexed = validate::given(a.conv_state_indices);
+  if (!indexed) validate::extent(op, "conv_state", a.conv_state, 0, B, "B, x's extent(0)");
+  validate::extent(op, "conv_state", a.conv_state, 1, C, "C, x's extent(1)");
+  if (a.conv_state.extent(2) < K - 1) {
+    fail(op, ": conv_state has extent(2)=", a.conv_state.extent(2), ", expected W >= K-1=", K - 1,
          " (from w's extent(1))");
   }
   if (validate::given(a.bias)) validate::extent(op, "bias", a.bias, 0, C, "C, x's extent(1)");
   validate::same_shape(op, "y", a.y, "x", a.x);
   if (C > std::size_t(INT_MAX) || a.x.extent(2) > std::size_t(INT_MAX) ||
-      a.state.extent(2) > std::size_t(INT_MAX / 2) || K > std::size_t(INT_MAX / 2)) {
-    fail(op, ": x has shape [", B, ", ", C, ", ", a.x.extent(2), "], W=", a.state.extent(2),
+      a.conv_state.extent(2) > std::size_t(INT_MAX / 2) || K > std::size_t(INT_MAX / 2)) {
+    fail(op, ": x has shape [", B, ", ", C, ", ", a.x.extent(2), "], W=", a.conv_state.extent(2),
          " and K=", K, ", expected C, Lnew < 2^31 and W, K < 2^30");
   }
   using validate::memory_of;
-  validate::disjoint(op, {memory_of("y", a.y), memory_of("state", a.state)},
+  validate::disjoint(op, {memory_of("y", a.y), memory_of("conv_state", a.conv_state)},
                      {memory_of("x", a.x), memory_of("w", a.w), memory_of("bias", a.bias)});
   check_serving_vectors(op, a);
+  if (a.check_finite) {
+    kdnn::impl::check_finite(op, space, "x", a.x);
+    kdnn::impl::check_finite(op, space, "conv_state", a.conv_state);
+    kdnn::impl::check_finite(op, space, "w", a.w);
+    kdnn::impl::check_finite(op, space, "bias", a.bias);
+  }
   if (B * C == 0) return;
   ConvUpdateKernel<ExecSpace, T> kernel{a, validate::given(a.bias), indexed,
                                         validate::given(a.cache_seqlens)};

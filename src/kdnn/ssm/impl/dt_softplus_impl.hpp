@@ -4,6 +4,7 @@
 #include <climits>
 
 #include "kdnn/core/error.hpp"
+#include "kdnn/core/impl/finite_values.hpp"
 #include "kdnn/core/validate.hpp"
 #include "kdnn/ssm/dt_softplus.hpp"
 #include "kdnn/ssm/impl/dt_transform.hpp"
@@ -18,6 +19,18 @@ void check_dt(const char* op, const Tensor3<const T, ExecSpace>& dt,
   if (dt.size() > std::size_t(INT_MAX)) {
     fail(op, ": dt has ", dt.size(), " elements, expected fewer than 2^31");
   }
+}
+
+/// opts.check_finite: no NaN or infinity in dt, dt_bias or (the backward's)
+/// ddt_out, which may be left empty.
+template <class ExecSpace, class T>
+void check_dt_finite(const char* op, const ExecSpace& space, const Tensor3<const T, ExecSpace>& dt,
+                     const Vector<const T, ExecSpace>& dt_bias,
+                     const Tensor3<const T, ExecSpace>& ddt_out, const DtSoftplusOptions& opts) {
+  if (!opts.check_finite) return;
+  kdnn::impl::check_finite(op, space, "dt", dt);
+  kdnn::impl::check_finite(op, space, "dt_bias", dt_bias);
+  kdnn::impl::check_finite(op, space, "ddt_out", ddt_out);
 }
 
 /// Every host-side check of dt_softplus_forward (`op` names the caller).
@@ -52,6 +65,7 @@ void dt_softplus_forward(const ExecSpace& space, const Tensor3<const T, ExecSpac
                          const Vector<const T, ExecSpace>& dt_bias,
                          const Tensor3<T, ExecSpace>& dt_out, const DtSoftplusOptions& opts) {
   check_dt_forward<ExecSpace, T>("ssm::dt_softplus_forward", dt, dt_bias, dt_out, opts);
+  check_dt_finite<ExecSpace, T>("ssm::dt_softplus_forward", space, dt, dt_bias, {}, opts);
   transform_dt(space, dt, dt_bias, dt_out.data(), DtTransform<T>(true, opts.dt_min, opts.dt_max));
 }
 
@@ -63,6 +77,7 @@ void dt_softplus_backward(const ExecSpace& space, const Tensor3<const T, ExecSpa
                           const DtSoftplusOptions& opts) {
   check_dt_backward<ExecSpace, T>("ssm::dt_softplus_backward", dt, dt_bias, ddt_out, ddt, ddt_bias,
                                   opts);
+  check_dt_finite<ExecSpace, T>("ssm::dt_softplus_backward", space, dt, dt_bias, ddt_out, opts);
   transform_dt_backward(space, dt, dt_bias, ddt_out.data(), ddt.data(), ddt_bias,
                         DtTransform<T>(true, opts.dt_min, opts.dt_max));
 }

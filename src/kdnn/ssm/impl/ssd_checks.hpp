@@ -5,11 +5,16 @@
 // (kdnn::cp), which runs them on every rank.
 #include <Kokkos_Core.hpp>
 #include <climits>
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kdnn/core/error.hpp"
+#include "kdnn/core/impl/finite_values.hpp"
+#include "kdnn/core/impl/first_element.hpp"
 #include "kdnn/core/impl/sequence_offsets.hpp"
 #include "kdnn/core/impl/space_lock.hpp"
 #include "kdnn/core/validate.hpp"
@@ -27,50 +32,56 @@ void check_ssd_state(const char* op, const char* name, const State& s, const X& 
   validate::extent(op, name, s, 3, b.extent(3), "N, B's extent(3)");
 }
 
-/// Throws at the first dt (in memory order) that is negative or not finite,
-/// naming its [b, t, h]: one device reduction, then one value copied back,
-/// both on the caller's `space` (so after its pending writes to dt) and
-/// under the space's lock (the context-parallel SSD checks before it takes
-/// the lock for its launches).
+/// Throws at the first dt (row-major) that is negative (opts.check_dt); a
+/// NaN or an infinity is opts.check_finite's. One reduction on `space`,
+/// under its lock.
 template <class ExecSpace, class T>
 void check_dt_values(const char* op, const ExecSpace& space,
                      const Tensor3<const T, ExecSpace>& dt) {
-  const std::size_t n = dt.size();
-  if (n == 0) return;
-  const kdnn::impl::SpaceLock exclusive(space);
-  std::size_t first = n;
-  Kokkos::parallel_reduce(
-      "kdnn::ssm::ssd_check_dt", Kokkos::RangePolicy<ExecSpace>(space, 0, n),
-      KOKKOS_LAMBDA(std::size_t i, std::size_t & lowest) {
-        const T v = dt.data()[i];
-        // v >= 0 is false for NaN; v - v is NaN for ±inf.
-        if (!(v >= T(0) && v - v == T(0)) && i < lowest) lowest = i;
-      },
-      Kokkos::Min<std::size_t>(first));
-  if (first >= n) return;  // none (the reduction's identity is the largest size_t)
-  const std::size_t H = dt.extent(2), t = first / H % dt.extent(1), b = first / H / dt.extent(1);
-  T value{};
-  Kokkos::deep_copy(space, value, Kokkos::subview(dt, b, t, first % H));
-  space.fence();
-  fail(op, ": dt[", b, ", ", t, ", ", first % H, "]=", value,
-       ", expected a finite dt >= 0 (check_dt)");
+  const auto found = kdnn::impl::first_element_where(
+      space, dt, KOKKOS_LAMBDA(const T& v) { return v < T(0); });
+  if (found) {
+    fail(op, ": ", kdnn::impl::element_name("dt", found->first, found->second),
+         ", expected dt >= 0 (check_dt)");
+  }
 }
 
-/// A ≤ 0 for every head (opts.check_a): A copied to the host on the
+/// The small parameters (opts.check_parameters): A finite and ≤ 0 for every
+/// head, D and dt_bias (where given) finite; each copied to the host on the
 /// caller's `space`, under its lock.
 template <class ExecSpace, class T>
-void check_a_values(const char* op, const ExecSpace& space, const Vector<const T, ExecSpace>& A) {
+void check_parameter_values(const char* op, const ExecSpace& space,
+                            const Vector<const T, ExecSpace>& A,
+                            const Vector<const T, ExecSpace>& D,
+                            const Vector<const T, ExecSpace>& dt_bias) {
   const kdnn::impl::SpaceLock exclusive(space);
-  const auto a = Kokkos::create_mirror(Kokkos::HostSpace(), A);
-  Kokkos::deep_copy(space, a, A);
-  space.fence();
+  const auto host = [&](const Vector<const T, ExecSpace>& v) {
+    const auto h = Kokkos::create_mirror(Kokkos::HostSpace(), v);
+    Kokkos::deep_copy(space, h, v);
+    space.fence();
+    return h;
+  };
+  const T largest = std::numeric_limits<T>::max();
+  const auto a = host(A);
   for (std::size_t h = 0; h < a.extent(0); ++h) {
-    if (!(a(h) <= T(0))) fail(op, ": A[", h, "]=", a(h), ", expected A <= 0 (check_a)");
+    // -inf would make every decay 0 and dt's gradient 0·inf = NaN.
+    if (!(a(h) <= T(0) && a(h) >= -largest)) {
+      fail(op, ": A[", h, "]=", a(h), ", expected a finite A <= 0 (check_parameters)");
+    }
+  }
+  for (const auto& [name, v] : {std::pair("D", D), std::pair("dt_bias", dt_bias)}) {
+    const auto values = host(v);
+    for (std::size_t i = 0; i < values.extent(0); ++i) {
+      if (!(std::abs(values(i)) <= largest)) {
+        fail(op, ": ", name, "[", i, "]=", values(i),
+             ", expected finite values (check_parameters)");
+      }
+    }
   }
 }
 
 /// Checks of x, dt, A, B, C and the chunk size shared by every SSD operator;
-/// the values (opts.check_a, opts.check_dt) are read on `space`.
+/// the values (opts.check_dt) are read on `space`.
 template <class ExecSpace, class T>
 void check_ssd_inputs(const char* op, const ExecSpace& space, const Tensor4<const T, ExecSpace>& x,
                       const Tensor3<const T, ExecSpace>& dt, const Vector<const T, ExecSpace>& A,
@@ -94,7 +105,6 @@ void check_ssd_inputs(const char* op, const ExecSpace& space, const Tensor4<cons
     fail(op, ": x has shape [", x.extent(0), ", ", x.extent(1), ", ", H, ", ", x.extent(3),
          "] and N=", B.extent(3), ", expected L and B·H·ceil(L/Q) < 2^31, P, N <= 4096");
   }
-  if (opts.check_a) check_a_values<ExecSpace, T>(op, space, A);
   if (opts.check_dt) check_dt_values<ExecSpace, T>(op, space, dt);
 }
 
@@ -130,6 +140,19 @@ std::vector<validate::MemoryRange> check_ssd_operands(const char* op, const Exec
   SsdOptions raw = opts;
   raw.check_dt = opts.check_dt && !transforms_dt(a, opts);
   check_ssd_inputs<ExecSpace, T>(op, space, a.x, a.dt, a.A, a.B, a.C, raw);
+  if (opts.check_parameters) check_parameter_values<ExecSpace, T>(op, space, a.A, a.D, a.dt_bias);
+  if (opts.check_finite) {
+    using kdnn::impl::check_finite;
+    check_finite(op, space, "x", a.x);
+    check_finite(op, space, "dt", a.dt);
+    check_finite(op, space, "A", a.A);
+    check_finite(op, space, "B", a.B);
+    check_finite(op, space, "C", a.C);
+    check_finite(op, space, "D", a.D);
+    check_finite(op, space, "initial_state", a.initial_state);
+    check_finite(op, space, "dt_bias", a.dt_bias);
+    check_finite(op, space, "z", a.z);
+  }
   if (validate::given(a.D)) check_skip_length(op, "D", a.D.extent(0), a.x);
   if (validate::given(a.initial_state)) {
     check_ssd_state(op, "initial_state", a.initial_state, a.x, a.B);
@@ -257,6 +280,10 @@ void check_ssd_backward(const char* op, const ExecSpace& space, const SsdBackwar
   validate::same_shape(op, "dy", a.dy, "x", a.x);
   if (validate::given(a.dfinal_state)) {
     check_ssd_state(op, "dfinal_state", a.dfinal_state, a.x, a.B);
+  }
+  if (opts.check_finite) {
+    kdnn::impl::check_finite(op, space, "dy", a.dy);
+    kdnn::impl::check_finite(op, space, "dfinal_state", a.dfinal_state);
   }
   validate::same_shape(op, "dx", a.dx, "x", a.x);
   validate::same_shape(op, "ddt", a.ddt, "dt", a.dt);
