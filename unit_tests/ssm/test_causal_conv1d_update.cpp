@@ -233,7 +233,7 @@ TEST(ConvUpdate, EmptyAndBadArguments) {
                     "w has extent(0)=4, expected 3 (C, x's extent(1))");
   bad = a;
   bad.y = DeviceView<double***>(state.data(), 2, 3, 1);
-  EXPECT_KDNN_ERROR(ssm::causal_conv1d_update(Space(), bad), "outputs y and state overlap");
+  EXPECT_KDNN_ERROR(ssm::causal_conv1d_update(Space(), bad), "outputs y and conv_state overlap");
   bad = a;
   bad.y = DeviceView<double***>(x.data(), 2, 3, 1);
   EXPECT_KDNN_ERROR(ssm::causal_conv1d_update(Space(), bad), "output y overlaps input x");

@@ -109,7 +109,7 @@ struct Field {
     same_values,  ///< a parameter's fingerprint (impl::fingerprint): equal on every rank
   } rule = same;
 
-  /// A double option that must be the same on every rank (NaN never is).
+  /// A double option that must be the same on every rank, compared by its bits.
   static Field real(const char* name, double v) {
     std::int64_t bits;
     std::memcpy(&bits, &v, sizeof bits);
