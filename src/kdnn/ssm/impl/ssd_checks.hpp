@@ -56,7 +56,7 @@ void check_parameter_values(const char* op, const ExecSpace& space,
                             const Vector<const T, ExecSpace>& dt_bias) {
   const kdnn::impl::SpaceLock exclusive(space);
   const auto host = [&](const Vector<const T, ExecSpace>& v) {
-    const auto h = Kokkos::create_mirror(Kokkos::HostSpace(), v);
+    auto h = Kokkos::create_mirror(Kokkos::HostSpace(), v);
     Kokkos::deep_copy(space, h, v);
     space.fence();
     return h;
