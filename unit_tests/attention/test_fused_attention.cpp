@@ -606,8 +606,9 @@ TEST(FusedAttentionAlibi, RefusesSlopesOfTheWrongShapeOrSizeAndOperatorsWithoutT
 }
 
 // The GPU forms run where the launch asks for them (always with
-// KernelForm::gpu, on a GPU backend with automatic) for their head sizes
-// only (D and Dv each compiled); the tensor-core forms where asked for, or
+// KernelForm::gpu, on a GPU backend with automatic) for D and Dv up to
+// their largest compiled head size (the next larger compiled size, the
+// extra columns masked); the tensor-core forms where asked for, or
 // automatically on a device that has tensor cores, for D and Dv each in
 // {32, 64, 128}, the GPU forms' choice for other sizes. Their team scratch
 // fits a CUDA team's 48 KiB of level 0 for every pair of them, so on a GPU
@@ -616,7 +617,7 @@ TEST(FusedAttentionGpuForm, RunsForTheCompiledHeadSizesWithinOnChipScratch) {
   using kdnn::KernelForm;
   const bool gpu = !kdnn::impl::BackendTraits<Space>::is_host;
   const bool tensor_cores = kdnn::impl::has_tensor_cores(Space());
-  const auto compiled = [](int d) { return d == 32 || d == 64 || d == 128 || d == 256; };
+  const auto compiled = [](int d) { return d > 0 && d <= 256; };  // rounded up
   const auto mma = [](int d) { return d == 32 || d == 64 || d == 128; };
   at::FusedAttentionOptions opts;
   for (int D : {16, 32, 48, 64, 128, 256, 512}) {
@@ -626,15 +627,17 @@ TEST(FusedAttentionGpuForm, RunsForTheCompiledHeadSizesWithinOnChipScratch) {
       const bool both_mma = mma(D) && mma(Dv);
       const KernelForm gpu_or_host = both ? KernelForm::gpu : KernelForm::host;
       const KernelForm backward_double =
-          both && D != 256 && Dv != 256 ? KernelForm::gpu : KernelForm::host;
-      const auto forward = [&] { return at::impl::forward_form(Space(), opts, D, Dv); };
+          both && D <= 128 && Dv <= 128 ? KernelForm::gpu : KernelForm::host;
+      const auto forward = [&] {
+        return at::impl::forward_form<Space, float>(Space(), opts, D, Dv);
+      };
       const auto backward = [&](auto t) {
         return at::impl::backward_form<Space, decltype(t)>(Space(), opts, D, Dv);
       };
       opts.launch.form = KernelForm::gpu;
       EXPECT_EQ(forward(), gpu_or_host) << pair;
       EXPECT_EQ(backward(0.0f), gpu_or_host) << pair;
-      // The backward in double: not where either head is 256 (off-chip).
+      // The backward in double: not where either head is past 128 (off-chip).
       EXPECT_EQ(backward(0.0), backward_double) << pair;
       opts.launch.form = KernelForm::tensor_cores;
       EXPECT_EQ(forward(), both_mma ? KernelForm::tensor_cores : gpu_or_host) << pair;
@@ -650,8 +653,8 @@ TEST(FusedAttentionGpuForm, RunsForTheCompiledHeadSizesWithinOnChipScratch) {
     }
   }
   const std::size_t level0 = 48 * 1024 - kdnn::impl::kScratchAlign;
-  const auto check = [&](auto d, auto dv) {
-    constexpr int D = decltype(d)::value, Dv = decltype(dv)::value;
+  const auto check = [&](auto sizes) {
+    constexpr int D = decltype(sizes)::values[0], Dv = decltype(sizes)::values[1];
     SCOPED_TRACE("D=" + std::to_string(D) + ", Dv=" + std::to_string(Dv));
     EXPECT_LE((at::impl::FusedForwardGpuKernel<Space, float, D, Dv>::scratch_bytes()), level0);
     EXPECT_LE((at::impl::FusedForwardGpuKernel<Space, double, D, Dv>::scratch_bytes()), level0);
@@ -666,12 +669,13 @@ TEST(FusedAttentionGpuForm, RunsForTheCompiledHeadSizesWithinOnChipScratch) {
   int pairs = 0;
   for (int D : {32, 64, 128, 256}) {
     for (int Dv : {32, 64, 128, 256}) {
-      at::impl::dispatch_head_sizes(D, Dv, [&](auto d, auto dv) {
-        EXPECT_EQ(decltype(d)::value, D);
-        EXPECT_EQ(decltype(dv)::value, Dv);
-        check(d, dv);
-        ++pairs;
-      });
+      at::impl::FlashHeadPairs::dispatch(std::array<int, 2>{D, Dv}, kdnn::impl::SizeMatch::exact,
+                                         [&](auto sizes) {
+                                           EXPECT_EQ(decltype(sizes)::values[0], D);
+                                           EXPECT_EQ(decltype(sizes)::values[1], Dv);
+                                           check(sizes);
+                                           ++pairs;
+                                         });
     }
   }
   EXPECT_EQ(pairs, 16);
@@ -681,9 +685,9 @@ TEST(FusedAttentionGpuForm, RunsForTheCompiledHeadSizesWithinOnChipScratch) {
   int mma_pairs = 0;
   for (int D : {32, 64, 128}) {
     for (int Dv : {32, 64, 128}) {
-      kdnn::impl::dispatch_sizes<at::impl::MmaHeadSizes, at::impl::MmaHeadSizes>(
-          D, Dv, [&](auto d, auto dv) {
-            constexpr int HD = decltype(d)::value, HDV = decltype(dv)::value;
+      at::impl::MmaHeadPairs::dispatch(
+          std::array<int, 2>{D, Dv}, kdnn::impl::SizeMatch::exact, [&](auto sizes) {
+            constexpr int HD = decltype(sizes)::values[0], HDV = decltype(sizes)::values[1];
             constexpr auto full = kdnn::impl::MmaPrecision::full;
             SCOPED_TRACE("D=" + std::to_string(HD) + ", Dv=" + std::to_string(HDV));
             const auto fits = [](std::size_t bytes) { return bytes <= 40936; };
@@ -700,6 +704,72 @@ TEST(FusedAttentionGpuForm, RunsForTheCompiledHeadSizesWithinOnChipScratch) {
     }
   }
   EXPECT_EQ(mma_pairs, 9);
+}
+
+// Head sizes between the compiled ones (those of real models: 80, 96, 160,
+// 192; D != Dv either way) run the GPU form at the next larger compiled
+// pair, the extra columns zero in its tiles and never stored: forward and
+// backward agree with the host form's, with a causal mask, grouped-query
+// heads and dropout, and the columns of o, dq, dk and dv past the call's
+// own (the rest of wider tensors) keep their values.
+TYPED_TEST(FusedAttention, HeadSizesBetweenCompiledOnesRoundUpOnTheGpuForm) {
+  using T = TypeParam;
+  using kdnn::KernelForm;
+  unsigned seed = 700;
+  const int pad = 8;  // extra columns of the wider outputs
+  for (const auto& [D, Dv] : std::vector<std::pair<int, int>>{
+           {80, 80}, {96, 96}, {160, 160}, {192, 192}, {96, 40}, {40, 160}}) {
+    const std::string pair = "D=" + std::to_string(D) + ", Dv=" + std::to_string(Dv);
+    SCOPED_TRACE(pair);
+    const FusedCase c{"", 2, 4, 37, 45, D, Dv, true, {}, {}, {}, {}, 0.1};
+    const auto [q, k, v, g] = random_inputs<T>(c, seed, 2);  // two query heads per k/v head
+    const at::AttentionMask<Space> mask = mask_of(c);
+    const auto run = [&, &q = q, &k = k, &v = v, &g = g](KernelForm form) {
+      const at::FusedAttentionOptions opts = case_options(c, 11, 3, form);
+      // Outputs as the first columns of wider tensors filled with 7.
+      const auto wide = [&](const char* name, int rows, int cols) {
+        DeviceView<T****> all(std::string(name), c.B, c.H, rows, cols + pad);
+        Kokkos::deep_copy(all, T(7));
+        return all;
+      };
+      const auto first = [](const DeviceView<T****>& all, int cols) {
+        return Kokkos::subview(all, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL, std::make_pair(0, cols));
+      };
+      auto o_all = wide("o", c.S, Dv), dq_all = wide("dq", c.S, D);
+      DeviceView<T****> dk_all("dk", c.B, 2, c.Sk, D + pad), dv_all("dv", c.B, 2, c.Sk, Dv + pad);
+      Kokkos::deep_copy(dk_all, T(7));
+      Kokkos::deep_copy(dv_all, T(7));
+      DeviceView<T***> lse("lse", c.B, c.H, c.S);
+      const auto o = first(o_all, Dv);
+      at::fused_attention_forward(Space(), q, k, v, o, lse, opts, mask);
+      at::fused_attention_backward(Space(), q, k, v, o, lse, g, first(dq_all, D), first(dk_all, D),
+                                   first(dv_all, Dv), opts, mask);
+      return std::vector<std::vector<double>>{to_host(o_all), to_host(lse), to_host(dq_all),
+                                              to_host(dk_all), to_host(dv_all)};
+    };
+    const at::FusedAttentionOptions gpu_opts = case_options(c, 11, 3, KernelForm::gpu);
+    EXPECT_EQ((at::impl::forward_form<Space, T>(Space(), gpu_opts, D, Dv)), KernelForm::gpu);
+    EXPECT_EQ((at::impl::backward_form<Space, T>(Space(), gpu_opts, D, Dv)),
+              sizeof(T) > 4 && std::max(D, Dv) > 128 ? KernelForm::host : KernelForm::gpu);
+    const auto host = run(KernelForm::host), gpu = run(KernelForm::gpu);
+    const double tol = sizeof(T) == 8 ? 1e-12 : 2e-5;
+    const char* names[] = {"o", "lse", "dq", "dk", "dv"};
+    for (int x = 0; x < 5; ++x) EXPECT_ALLCLOSE(gpu[x], host[x], tol, tol) << names[x];
+    // The columns past the call's: still 7.
+    const auto past_untouched = [&](const std::vector<double>& all, int cols, const char* name) {
+      const int width = cols + pad;
+      for (std::size_t e = 0; e < all.size(); ++e) {
+        if (int(e % width) >= cols && all[e] != 7) {
+          ADD_FAILURE() << name << " element " << e << " past column " << cols << " is " << all[e];
+          return;
+        }
+      }
+    };
+    past_untouched(gpu[0], Dv, "o");
+    past_untouched(gpu[2], D, "dq");
+    past_untouched(gpu[3], D, "dk");
+    past_untouched(gpu[4], Dv, "dv");
+  }
 }
 
 // Each form (KernelForm::host, ::gpu and ::tensor_cores, each for the head
@@ -1029,9 +1099,11 @@ TEST(FusedAttentionLaunch, ResultsDoNotDependOnTheLaunchShape) {
 // Blocks past on-chip scratch: a GPU launch (forced here) strides a bounded
 // league over them in a team workspace (core/impl/team_work.hpp), a host
 // launch gives each its team and level-1 scratch; bitwise the same results.
+// Dv is past every GPU form's head sizes, so the GPU launch runs the host
+// kernel.
 TEST(FusedAttentionLaunch, GpuLaunchPastLevelZeroMatchesTheDefault) {
   using T = double;
-  const int S = 150, Sk = 130, D = 128, Dv = 96;
+  const int S = 150, Sk = 130, D = 128, Dv = 264;
   const FusedCase c{"past level 0", 2, 3, S, Sk, D, Dv, true, {}, {}, {}, {}, 0};
   unsigned seed = 611;
   const auto in = random_inputs<T>(c, seed);  // named below: a lambda takes them

@@ -4,6 +4,7 @@
 // launch plan (query-block and key-tile sizes per backend and D), the kernel
 // (impl/fused_forward_kernel.hpp).
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -11,12 +12,9 @@
 
 #include "kdnn/attention/fused_attention.hpp"
 #include "kdnn/attention/impl/dropout_impl.hpp"
-#include "kdnn/attention/impl/fused_backward_gpu_kernels.hpp"
+#include "kdnn/attention/impl/fused_attention_forms.hpp"
 #include "kdnn/attention/impl/fused_backward_kernels.hpp"
-#include "kdnn/attention/impl/fused_backward_mma_kernels.hpp"
-#include "kdnn/attention/impl/fused_forward_gpu_kernel.hpp"
 #include "kdnn/attention/impl/fused_forward_kernel.hpp"
-#include "kdnn/attention/impl/fused_forward_mma_kernel.hpp"
 #include "kdnn/attention/impl/visible_keys.hpp"
 #include "kdnn/core/impl/backend_traits.hpp"
 #include "kdnn/core/impl/finite_values.hpp"
@@ -56,111 +54,6 @@ inline DropoutMask dropout_mask(const DropoutOptions& opts) {
   return m;
 }
 
-/// Whether the tensor-core forms (fused_forward_mma_kernel.hpp,
-/// fused_backward_mma_kernels.hpp) are compiled for D and Dv.
-inline bool mma_head_sizes(int D, int Dv) {
-  return MmaHeadSizes::contains(D) && MmaHeadSizes::contains(Dv);
-}
-
-/// The form the forward runs (kdnn::impl::chosen_form): its GPU form
-/// (fused_forward_gpu_kernel.hpp) where D and Dv are among its head sizes,
-/// its tensor-core form where they are among MmaHeadSizes.
-template <class ExecSpace>
-KernelForm forward_form(const ExecSpace& space, const FusedAttentionOptions& opts, int D, int Dv) {
-  return kdnn::impl::chosen_form(space, opts.launch.form,
-                                 FlashHeadSizes::contains(D) && FlashHeadSizes::contains(Dv),
-                                 mma_head_sizes(D, Dv));
-}
-
-/// The form the backward runs: as forward_form, with the GPU form's head
-/// sizes for T (fused_backward_gpu_kernels.hpp).
-template <class ExecSpace, class T>
-KernelForm backward_form(const ExecSpace& space, const FusedAttentionOptions& opts, int D, int Dv) {
-  return kdnn::impl::chosen_form(
-      space, opts.launch.form,
-      FlashBackwardHeadSizes<T>::contains(D) && FlashBackwardHeadSizes<T>::contains(Dv),
-      mma_head_sizes(D, Dv));
-}
-
-/// Calls run(D, DV), two std::integral_constant<int, …>, when the forward's
-/// GPU form is compiled for D and Dv; says whether it did.
-template <class Run>
-bool dispatch_head_sizes(int D, int Dv, const Run& run) {
-  return kdnn::impl::dispatch_sizes<FlashHeadSizes, FlashHeadSizes>(D, Dv, run);
-}
-
-/// As dispatch_head_sizes, for the backward's GPU form for T.
-template <class T, class Run>
-bool dispatch_backward_head_sizes(int D, int Dv, const Run& run) {
-  return kdnn::impl::dispatch_sizes<FlashBackwardHeadSizes<T>, FlashBackwardHeadSizes<T>>(D, Dv,
-                                                                                          run);
-}
-
-/// Calls run(D, DV, P) for the tensor-core forms compiled for D and Dv
-/// (std::integral_constant<int, …> each) with the precision P
-/// (std::integral_constant<MmaPrecision, …>) of T and the launch: one TF32
-/// pass for float where allow_tf32 says so, else full; says whether it did.
-template <class T, class Run>
-bool dispatch_mma(int D, int Dv, const kdnn::Launch& launch, const Run& run) {
-  return kdnn::impl::dispatch_sizes<MmaHeadSizes, MmaHeadSizes>(D, Dv, [&](auto hd, auto hdv) {
-    kdnn::impl::with_mma_precision<T>(launch, [&](auto p) { run(hd, hdv, p); });
-  });
-}
-
-/// A kernel type as a value, for the visitors below.
-template <class Kernel>
-struct KernelType {
-  using type = Kernel;
-};
-
-/// Calls f(KernelType<K>{}, form's name) with the register-tiled kernel of
-/// the form the forward runs for T, D and Dv; false (calling nothing) where
-/// that is the host form. The one place a forward form meets its kernel.
-template <class ExecSpace, class T, class F>
-bool visit_forward_team(const ExecSpace& space, const FusedAttentionOptions& opts, int D, int Dv,
-                        const F& f) {
-  switch (forward_form(space, opts, D, Dv)) {
-    case KernelForm::tensor_cores:
-      return dispatch_mma<T>(D, Dv, opts.launch, [&](auto hd, auto hdv, auto p) {
-        f(KernelType<FusedForwardMmaKernel<ExecSpace, T, decltype(hd)::value, decltype(hdv)::value,
-                                           decltype(p)::value>>{},
-          "tensor cores");
-      });
-    case KernelForm::gpu:
-      return dispatch_head_sizes(D, Dv, [&](auto hd, auto hdv) {
-        f(KernelType<
-              FusedForwardGpuKernel<ExecSpace, T, decltype(hd)::value, decltype(hdv)::value>>{},
-          "gpu");
-      });
-    default:
-      return false;
-  }
-}
-
-/// As visit_forward_team for the backward: f(KernelType<KV>{},
-/// KernelType<Q>{}, form's name) with its kernels (launch_backward_teams;
-/// Q void where KV adds dQ).
-template <class ExecSpace, class T, class F>
-bool visit_backward_teams(const ExecSpace& space, const FusedAttentionOptions& opts, int D, int Dv,
-                          const F& f) {
-  switch (backward_form<ExecSpace, T>(space, opts, D, Dv)) {
-    case KernelForm::tensor_cores:
-      return dispatch_mma<T>(D, Dv, opts.launch, [&](auto hd, auto hdv, auto p) {
-        f(KernelType<FusedBackwardMmaKernel<ExecSpace, T, decltype(hd)::value, decltype(hdv)::value,
-                                            decltype(p)::value>>{},
-          KernelType<void>{}, "tensor cores");
-      });
-    case KernelForm::gpu:
-      return dispatch_backward_head_sizes<T>(D, Dv, [&](auto hd, auto hdv) {
-        constexpr int HD = decltype(hd)::value, HDV = decltype(hdv)::value;
-        f(KernelType<FusedBackwardKVGpuKernel<ExecSpace, T, HD, HDV>>{},
-          KernelType<FusedBackwardQGpuKernel<ExecSpace, T, HD, HDV>>{}, "gpu");
-      });
-    default:
-      return false;
-  }
-}
-
 /// The kernels index with int: every extent, and the teams of each launch
 /// (B·H·⌈S/bq⌉ query blocks, B·H·⌈Sk/bk⌉ key blocks), counted in 64 bits,
 /// must stay below 2^31.
@@ -176,29 +69,26 @@ void check_fused_sizes(const char* op, const ExecSpace& space, const FusedAttent
   for (const std::size_t extent : {B, H, S, Sk, D, Dv}) {
     if (extent > limit) fail(op, ": ", shape(), ", expected every extent below 2^31");
   }
-  int bq = 1, bk = 1;
-  fused_block_sizes<ExecSpace>(int(S), int(Sk), int(D), int(Dv), bq, bk);
-  // The other forms' blocks may be smaller.
-  const KernelForm forward = forward_form(space, opts, int(D), int(Dv));
-  if (forward == KernelForm::gpu) {
-    dispatch_head_sizes(int(D), int(Dv), [&](auto hd, auto hdv) {
-      bq = std::min(bq, FlashShape<T, decltype(hd)::value, decltype(hdv)::value>::BQ);
-    });
-  }
-  if (backward_form<ExecSpace, T>(space, opts, int(D), int(Dv)) == KernelForm::gpu) {
-    dispatch_backward_head_sizes<T>(int(D), int(Dv), [&](auto hd, auto hdv) {
-      constexpr int BR = FlashBackwardShape<T, decltype(hd)::value, decltype(hdv)::value>::BR;
-      bq = std::min(bq, BR);
-      bk = std::min(bk, BR);
-    });
-  }
-  if (forward == KernelForm::tensor_cores) {
-    // Queries per team of the forward, keys per team of the backward.
-    dispatch_mma<T>(int(D), int(Dv), opts.launch, [&](auto hd, auto hdv, auto) {
-      constexpr int BR = FlashMmaShape<T, decltype(hd)::value, decltype(hdv)::value>::BQ;
-      bq = std::min(bq, BR);
-      bk = std::min(bk, BR);
-    });
+  // The smallest blocks of queries (bq) and keys (bk) of the kernels the
+  // forward and the backward run.
+  int bq = std::numeric_limits<int>::max(), bk = bq;
+  const auto take = [&](auto... kernel) {
+    const auto one = [&](auto k) {
+      using K = typename decltype(k)::type;
+      if constexpr (!std::is_void_v<K>)
+        bq = std::min(bq, int(K::BQ)), bk = std::min(bk, int(K::BK));
+    };
+    (one(kernel), ...);
+  };
+  const std::array<int, 2> heads_sizes{int(D), int(Dv)};
+  const bool forward_team = FusedForwardForms<ExecSpace, T>::visit(
+      space, opts.launch, heads_sizes, [&](auto kernel, const char*) { take(kernel); });
+  const bool backward_teams = FusedBackwardForms<ExecSpace, T>::visit(
+      space, opts.launch, heads_sizes, [&](auto kv, auto q, const char*) { take(kv, q); });
+  if (!forward_team || !backward_teams) {  // a host form
+    int host_bq = 1, host_bk = 1;
+    fused_block_sizes<ExecSpace>(int(S), int(Sk), int(D), int(Dv), host_bq, host_bk);
+    bq = std::min(bq, host_bq), bk = std::min(bk, host_bk);
   }
   const std::size_t heads = B * H;  // < 2^62
   const std::size_t teams = heads * std::max((S + bq - 1) / bq, (Sk + bk - 1) / bk);
@@ -351,17 +241,19 @@ void check_fused_launch(const char* op, const ExecSpace& space, int B, int H, in
   fused_block_sizes<ExecSpace>(S, Sk, D, Dv, bq, bk);
   if (!backward) {
     if (S == 0) return;
-    if (!visit_forward_team<ExecSpace, T>(space, opts, D, Dv, [&](auto kernel, const char*) {
-          plan_fused_gpu<ExecSpace, typename decltype(kernel)::type>(op, space, 1, opts);
-        })) {
+    if (!FusedForwardForms<ExecSpace, T>::visit(
+            space, opts.launch, std::array<int, 2>{D, Dv}, [&](auto kernel, const char*) {
+              plan_fused_gpu<ExecSpace, typename decltype(kernel)::type>(op, space, 1, opts);
+            })) {
       plan_fused<ExecSpace, FusedForwardKernel<ExecSpace, T>>(op, space, 1, opts, bq, bk, D, Dv);
     }
     return;
   }
-  if (visit_backward_teams<ExecSpace, T>(space, opts, D, Dv, [&](auto kv, auto q, const char*) {
-        plan_backward_teams<typename decltype(kv)::type, typename decltype(q)::type>(op, space, S,
-                                                                                     Sk, opts);
-      })) {
+  if (FusedBackwardForms<ExecSpace, T>::visit(
+          space, opts.launch, std::array<int, 2>{D, Dv}, [&](auto kv, auto q, const char*) {
+            plan_backward_teams<typename decltype(kv)::type, typename decltype(q)::type>(
+                op, space, S, Sk, opts);
+          })) {
     return;
   }
   const bool per_head = backward_per_head(space, B, H, opts);  // one kernel
@@ -428,11 +320,13 @@ void run_fused_forward(const char* op, const ExecSpace& space,
                        const EntryRows& keys) {
   const int D = int(data.q.extent(3)), Dv = int(data.v.extent(3));
   const std::string sizes = "D=" + std::to_string(D) + ", Dv=" + std::to_string(Dv) + "]";
-  if (visit_forward_team<ExecSpace, T>(space, opts, D, Dv, [&](auto kernel, const char* form) {
-        launch_forward_team<typename decltype(kernel)::type>(
-            op, space, data, opts,
-            std::string("kdnn::attention::fused_attention_forward[") + form + " " + sizes, queries);
-      })) {
+  if (FusedForwardForms<ExecSpace, T>::visit(
+          space, opts.launch, std::array<int, 2>{D, Dv}, [&](auto kernel, const char* form) {
+            launch_forward_team<typename decltype(kernel)::type>(
+                op, space, data, opts,
+                std::string("kdnn::attention::fused_attention_forward[") + form + " " + sizes,
+                queries);
+          })) {
     return;
   }
 
@@ -556,8 +450,8 @@ void run_fused_backward(
   fused_block_sizes<ExecSpace>(S, Sk, D, Dv, data.bq, data.bk);
   const std::string sizes = "D=" + std::to_string(D) + ", Dv=" + std::to_string(Dv) + "]";
 
-  if (visit_backward_teams<ExecSpace, T>(
-          space, opts, D, Dv, [&](auto kv, auto q, const char* form) {
+  if (FusedBackwardForms<ExecSpace, T>::visit(
+          space, opts.launch, std::array<int, 2>{D, Dv}, [&](auto kv, auto q, const char* form) {
             launch_backward_teams<typename decltype(kv)::type, typename decltype(q)::type>(
                 op, space, data, dq, dk, dv, opts, std::string("[") + form + " " + sizes, queries,
                 keys);

@@ -114,15 +114,17 @@ struct FlashBackwardBase
     return w;
   }
 
-  /// Copies `count` rows of a [B, H, rows, Width] view (from row i0 of
+  /// Copies `count` rows of a [B, H, rows, ≤ Width] view (from row i0 of
   /// head (b, h)) into a [n, Width + 1] scratch tile, times `factor`, pad
-  /// rows zero.
+  /// rows and the columns past the view's (a head size rounded up to
+  /// Width) zero.
   template <int Width, class View>
   static KOKKOS_INLINE_FUNCTION void load_tile(const Member& team, const View& view, int b, int h,
                                                int i0, int count, int n, T factor, T* dst) {
+    const int width = int(view.extent(3));
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n * Width), [&](int e) {
       const int r = e / Width, d = e % Width;
-      dst[r * (Width + 1) + d] = r < count ? factor * view(b, h, i0 + r, d) : T(0);
+      dst[r * (Width + 1) + d] = r < count && d < width ? factor * view(b, h, i0 + r, d) : T(0);
     });
   }
 
@@ -239,16 +241,23 @@ struct FusedBackwardKVGpuKernel
         for (int e = 0; e < RM * DC; ++e) dk_t[e] += dk_tile[e];
       });
     }
+    // The call's head sizes (at most D and DV: the columns past them were
+    // zero and are not stored).
+    const int d_qk = int(dk.extent(3)), d_v = int(dv.extent(3));
     Base::threads(team, [&](int t) {
       const int k0 = (t / CG) * RM, c = t % CG;
       KDNN_IMPL_UNROLL
       for (int i = 0; i < RM; ++i) {
         if (k0 + i >= cols) continue;
         KDNN_IMPL_UNROLL
-        for (int j = 0; j < DC; ++j) dk(b, h, j0 + k0 + i, c * DC + j) = grad(t)[i * DC + j];
+        for (int j = 0; j < DC; ++j) {
+          if (c * DC + j < d_qk) dk(b, h, j0 + k0 + i, c * DC + j) = grad(t)[i * DC + j];
+        }
         KDNN_IMPL_UNROLL
-        for (int j = 0; j < DVC; ++j)
-          dv(b, h, j0 + k0 + i, c * DVC + j) = grad(t)[RM * DC + i * DVC + j];
+        for (int j = 0; j < DVC; ++j) {
+          if (c * DVC + j < d_v)
+            dv(b, h, j0 + k0 + i, c * DVC + j) = grad(t)[RM * DC + i * DVC + j];
+        }
       }
     });
   }
@@ -318,14 +327,16 @@ struct FusedBackwardQGpuKernel
         for (int e = 0; e < RM * DC; ++e) grad(t)[e] += tile[e];
       });
     }
+    const int d_qk = int(dq.extent(3));  // at most D: the columns past it are not stored
     Base::threads(team, [&](int t) {
       const int r0 = (t / CG) * RM, d0 = (t % CG) * DC;
       KDNN_IMPL_UNROLL
       for (int i = 0; i < RM; ++i) {
         if (r0 + i >= rows) continue;
         KDNN_IMPL_UNROLL
-        for (int j = 0; j < DC; ++j)
-          dq(b, h, i0 + r0 + i, d0 + j) = this->scale * grad(t)[i * DC + j];
+        for (int j = 0; j < DC; ++j) {
+          if (d0 + j < d_qk) dq(b, h, i0 + r0 + i, d0 + j) = this->scale * grad(t)[i * DC + j];
+        }
       }
     });
   }

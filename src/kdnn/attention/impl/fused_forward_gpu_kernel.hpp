@@ -128,6 +128,9 @@ struct FusedForwardGpuKernel : FusedForwardData<ExecSpace, T>,
     const RowBlock qb = this->blocks(item);
     const int b = qb.b, h = qb.h, bh = qb.bh, hk = this->kv_head(h), i0 = qb.start, rows = qb.count;
     const int keys = k.rows(b);  // the entry's keys
+    // The call's head sizes, at most D and DV: the columns past them are
+    // zero in the tiles and not stored (a compiled size rounded up to).
+    const int d_qk = int(q.extent(3)), d_v = int(v.extent(3));
     const AlibiRow<T> bias = this->visible.template alibi<T>(b, h);
     kdnn::impl::ScratchCarver carver(scratch);
     const Work w = carve(carver);
@@ -143,7 +146,7 @@ struct FusedForwardGpuKernel : FusedForwardData<ExecSpace, T>,
     // Qᵀ, scaled (pad rows zero); empty accumulators.
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ * D), [&](int e) {
       const int r = e / D, d = e % D;
-      w.qt[d * BQ + r] = r < rows ? scale * q(b, h, i0 + r, d) : T(0);
+      w.qt[d * BQ + r] = r < rows && d < d_qk ? scale * q(b, h, i0 + r, d) : T(0);
     });
     threads(team, [&](int t) {
       const int r0 = (t / CG) * RM;
@@ -169,7 +172,7 @@ struct FusedForwardGpuKernel : FusedForwardData<ExecSpace, T>,
       team.team_barrier();  // the previous tile is done with kv and pt
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK * D), [&](int e) {
         const int c = e / D, d = e % D;
-        w.kv[d * BK + c] = c < cols ? k(b, hk, j0 + c, d) : T(0);
+        w.kv[d * BK + c] = c < cols && d < d_qk ? k(b, hk, j0 + c, d) : T(0);
       });
       team.team_barrier();
 
@@ -231,7 +234,7 @@ struct FusedForwardGpuKernel : FusedForwardData<ExecSpace, T>,
       team.team_barrier();  // every thread is done reading Kᵀ
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK * DV), [&](int e) {
         const int c = e / DV, d = e % DV;
-        w.kv[c * DV + d] = c < cols ? v(b, hk, j0 + c, d) : T(0);
+        w.kv[c * DV + d] = c < cols && d < d_v ? v(b, hk, j0 + c, d) : T(0);
       });
       team.team_barrier();
 
@@ -267,7 +270,9 @@ struct FusedForwardGpuKernel : FusedForwardData<ExecSpace, T>,
         const T inv = li > 0 ? T(1 / li) : T(0);
         T* orow = &o(b, h, i0 + r, 0);
         KDNN_IMPL_UNROLL
-        for (int j = 0; j < DVC; ++j) orow[d0 + j] = acc(t)[i * DVC + j] * inv;
+        for (int j = 0; j < DVC; ++j) {
+          if (d0 + j < d_v) orow[d0 + j] = acc(t)[i * DVC + j] * inv;
+        }
         if (t % CG == 0) {
           lse(b, h, i0 + r) = li > 0 ? T(double(m_alpha(t)[i]) + compat::log(li)) : neg_inf;
         }
