@@ -717,14 +717,16 @@ TYPED_TEST(FusedAttention, HeadSizesBetweenCompiledOnesRoundUpOnTheGpuForm) {
   using kdnn::KernelForm;
   unsigned seed = 700;
   const int pad = 8;  // extra columns of the wider outputs
-  for (const auto& [D, Dv] : std::vector<std::pair<int, int>>{
+  for (const auto& sizes : std::vector<std::pair<int, int>>{
            {80, 80}, {96, 96}, {160, 160}, {192, 192}, {96, 40}, {40, 160}}) {
+    const int D = sizes.first, Dv = sizes.second;  // named: lambdas take them
     const std::string pair = "D=" + std::to_string(D) + ", Dv=" + std::to_string(Dv);
     SCOPED_TRACE(pair);
     const FusedCase c{"", 2, 4, 37, 45, D, Dv, true, {}, {}, {}, {}, 0.1};
-    const auto [q, k, v, g] = random_inputs<T>(c, seed, 2);  // two query heads per k/v head
+    const auto in = random_inputs<T>(c, seed, 2);  // two query heads per k/v head
+    const DeviceView<T****>&q = in[0], &k = in[1], &v = in[2], &g = in[3];
     const at::AttentionMask<Space> mask = mask_of(c);
-    const auto run = [&, &q = q, &k = k, &v = v, &g = g](KernelForm form) {
+    const auto run = [&](KernelForm form) {
       const at::FusedAttentionOptions opts = case_options(c, 11, 3, form);
       // Outputs as the first columns of wider tensors filled with 7.
       const auto wide = [&](const char* name, int rows, int cols) {

@@ -51,8 +51,8 @@ TEST(Forms, AGridHoldsEveryPairInOrderOrOnlyItsCorners) {
   EXPECT_EQ(pairs_of(Grid::corners{}), (std::vector<Pair>{{16, 8}, {16, 128}, {64, 8}, {64, 128}}));
   // The build's choice (config.hpp).
   using Built = ki::SizeGrid<Axis, ki::CompiledSizes<8, 128>>;
-  EXPECT_EQ(pairs_of(Built{}), KDNN_COMPILED_SIZE_CORNERS ? pairs_of(Grid::corners{})
-                                                          : pairs_of(Grid::all{}));
+  EXPECT_EQ(pairs_of(Built{}),
+            KDNN_COMPILED_SIZE_CORNERS ? pairs_of(Grid::corners{}) : pairs_of(Grid::all{}));
   EXPECT_EQ(Grid::all::largest(0), 64);
   EXPECT_EQ(Grid::all::largest(1), 128);
   EXPECT_EQ(ki::SizeList<>::largest(0), 0);
@@ -106,12 +106,11 @@ TEST(Forms, ATableRunsTheChosenFormAtItsAdmittedTuple) {
     launch.form = asked;
     launch.allow_tf32 = tf32;
     std::string got = "none";
-    const bool said = Table::visit(Host(), launch, std::array<int, 2>{a, b},
-                                   [&](auto first, auto second, const char* form) {
-                                     got = std::string(form) + " " +
-                                           std::to_string(decltype(first)::type::tag) + "/" +
-                                           std::to_string(decltype(second)::type::tag);
-                                   });
+    const bool said = Table::visit(
+        Host(), launch, std::array<int, 2>{a, b}, [&](auto first, auto second, const char* form) {
+          got = std::string(form) + " " + std::to_string(decltype(first)::type::tag) + "/" +
+                std::to_string(decltype(second)::type::tag);
+        });
     EXPECT_EQ(said, got != "none");
     EXPECT_EQ(Table::chosen(Host(), asked, std::array<int, 2>{a, b}) != KernelForm::host, said);
     return got;

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <climits>
 #include <cmath>
 #include <limits>
@@ -410,8 +411,9 @@ double tensor_core_scores_error(const SsdCase& a, const ssm::SsdForward<T, Space
                                 const ssm::SsdOptions& opts) {
   namespace impl = ssm::impl;
   const auto& s = a.s;
-  EXPECT_TRUE(impl::ssd_tensor_cores(Space(), opts));
-  const auto stored = impl::group_scores<Space, T, 64, 64>("test", Space(), f, opts);
+  EXPECT_EQ(impl::SsdForms<T>::chosen(Space(), opts.launch.form, std::array<int, 2>{s.P, s.N}),
+            kdnn::KernelForm::tensor_cores);
+  const auto stored = impl::chunk_group_scores<Space, T>("test", Space(), f, opts);
   const int Q = std::min(opts.chunk, s.L), chunks = (s.L + Q - 1) / Q;
   const std::size_t ld = impl::scores_ld<T>(Q);
   EXPECT_EQ(stored.extent(0), std::size_t(s.B) * chunks * s.G);
@@ -522,7 +524,6 @@ template <class T>
 double tensor_core_gradient_error(const SsdCase& a, const ssm::SsdForward<T, Space>&,
                                   const ssm::SsdOptions& opts) {
   namespace impl = ssm::impl;
-  using Which = impl::SsdGradient;
   const auto& s = a.s;
   const ssm_ref::SsdIndex ix{s};
   const int Q = std::min(opts.chunk, s.L), chunks = (s.L + Q - 1) / Q;
@@ -542,20 +543,7 @@ double tensor_core_gradient_error(const SsdCase& a, const ssm::SsdForward<T, Spa
     return typename impl::SsdStepSums<Space>::Steps("sums", s.B, s.H, s.L);
   };
   const impl::SsdStepSums<Space> sums{steps(), steps(), steps(), steps()};
-  EXPECT_TRUE(impl::ssd_tensor_cores(Space(), opts));
-  impl::dispatch_ssd_sizes(s.P, s.N, [&](auto p, auto n) {
-    constexpr int Pc = decltype(p)::value, Nc = decltype(n)::value;
-    const auto cb = impl::group_scores<Space, T, Pc, Nc>("test", Space(), args, opts);
-    const auto dy_xt =
-        impl::mma_scores<Space, T, Pc, impl::SsdScores::dy_xt>("test", Space(), args, opts, v.dy);
-    const auto gradient = [&](auto which, const auto& scores) {
-      impl::launch_mma_gradient<Space, T, Pc, Nc, decltype(which)::value>(
-          "test", Space(), args, opts, states, dstates, scores, g, sums);
-    };
-    gradient(std::integral_constant<Which, Which::dx>{}, cb);
-    gradient(std::integral_constant<Which, Which::dB>{}, dy_xt);
-    gradient(std::integral_constant<Which, Which::dC>{}, dy_xt);
-  });
+  EXPECT_TRUE(impl::mma_gradients("test", Space(), args, opts, states, dstates, g, sums));
   const Vec dx = to_host(g.dx), dB = to_host(g.dBh), dC = to_host(g.dCh);
   const auto in = [](double value) { return double(T(value)); };  // as T holds it
   double worst = 0;

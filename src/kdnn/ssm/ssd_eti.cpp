@@ -7,9 +7,8 @@
 
 namespace kdnn::ssm::impl {
 
-#define KDNN_SSD_INSTANTIATE(ExecSpace, T)   \
-  KDNN_SSD_OPERATORS(template, ExecSpace, T) \
-  KDNN_SSD_STEPS(template, ExecSpace, T) KDNN_SSD_SIZED_STEPS(template, ExecSpace, T)
+#define KDNN_SSD_INSTANTIATE(ExecSpace, T) \
+  KDNN_SSD_OPERATORS(template, ExecSpace, T) KDNN_SSD_STEPS(template, ExecSpace, T)
 KDNN_ETI_FOR_EACH(KDNN_SSD_INSTANTIATE)
 #undef KDNN_SSD_INSTANTIATE
 

@@ -95,7 +95,8 @@ using FusedBackwardForms = kdnn::impl::Forms<
 /// The form the forward runs for D and Dv (Forms::chosen).
 template <class ExecSpace, class T>
 KernelForm forward_form(const ExecSpace& space, const FusedAttentionOptions& opts, int D, int Dv) {
-  return FusedForwardForms<ExecSpace, T>::chosen(space, opts.launch.form, std::array<int, 2>{D, Dv});
+  return FusedForwardForms<ExecSpace, T>::chosen(space, opts.launch.form,
+                                                 std::array<int, 2>{D, Dv});
 }
 
 /// The form the backward runs for D and Dv.

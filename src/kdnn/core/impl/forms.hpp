@@ -177,7 +177,8 @@ struct Form {
 /// The name a launch label gives a form.
 constexpr const char* form_name(KernelForm form) {
   return form == KernelForm::tensor_cores ? "tensor cores"
-                                          : form == KernelForm::gpu ? "gpu" : "host";
+         : form == KernelForm::gpu        ? "gpu"
+                                          : "host";
 }
 
 /// An operator's forms (Form...), at most one tensor-core and one GPU form.

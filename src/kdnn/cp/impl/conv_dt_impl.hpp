@@ -18,6 +18,7 @@
 #include "kdnn/cp/agree.hpp"
 #include "kdnn/cp/impl/mpi_memory.hpp"
 #include "kdnn/cp/impl/sequence_edges.hpp"
+#include "kdnn/cp/impl/timed_wait.hpp"
 #include "kdnn/cp/sequence_split.hpp"
 #include "kdnn/ssm/impl/causal_conv1d_impl.hpp"
 #include "kdnn/ssm/impl/dt_softplus_impl.hpp"
@@ -146,12 +147,7 @@ struct Exchange {
     }
   }
   void wait(const ExecSpace& space, HaloStats& stats, double posted, kdnn::impl::SpaceLock& lock) {
-    space.fence();  // the compute launched while the messages were in flight
-    const double before = MPI_Wtime();
-    lock.released_while(
-        [&] { MPI_Waitall(int(requests.size()), requests.data(), MPI_STATUSES_IGNORE); });
-    stats.overlapped_seconds = before - posted;
-    stats.waited_seconds = MPI_Wtime() - before;
+    timed_wait(space, requests, posted, lock, stats);
     recv_buf.from_mpi(space);
   }
   void count_into(HaloStats& stats, std::size_t BC) const {

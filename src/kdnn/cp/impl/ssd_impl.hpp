@@ -18,6 +18,7 @@
 #include "kdnn/cp/agree.hpp"
 #include "kdnn/cp/impl/mpi_memory.hpp"
 #include "kdnn/cp/impl/sequence_edges.hpp"
+#include "kdnn/cp/impl/timed_wait.hpp"
 #include "kdnn/cp/sequence_split.hpp"
 #include "kdnn/ssm/impl/ssd_around.hpp"
 #include "kdnn/ssm/impl/ssd_checks.hpp"
@@ -87,7 +88,7 @@ struct SummaryExchange {
   SummaryLayout layout;
   int ranks;
   MpiBuffer<T, ExecSpace> mine, all;
-  MPI_Request request = MPI_REQUEST_NULL;
+  std::vector<MPI_Request> requests{MPI_REQUEST_NULL};  ///< the all-gather's
   double posted = 0;
 
   SummaryExchange(const SummaryLayout& l, int R)
@@ -100,15 +101,11 @@ struct SummaryExchange {
   void start(const ExecSpace& space, MPI_Comm comm) {
     mine.to_mpi(space);
     MPI_Iallgather(mine.mpi_data(), int(layout.size()), mpi_type<T>(), all.mpi_data(),
-                   int(layout.size()), mpi_type<T>(), comm, &request);
+                   int(layout.size()), mpi_type<T>(), comm, &requests[0]);
     posted = MPI_Wtime();
   }
   void wait(const ExecSpace& space, StateStats& stats, kdnn::impl::SpaceLock& lock) {
-    space.fence();  // the compute launched while the summaries were in flight
-    const double before = MPI_Wtime();
-    lock.released_while([&] { MPI_Wait(&request, MPI_STATUS_IGNORE); });
-    stats.overlapped_seconds = before - posted;
-    stats.waited_seconds = MPI_Wtime() - before;
+    timed_wait(space, requests, posted, lock, stats);
     all.from_mpi(space);
     const std::int64_t bytes = std::int64_t(layout.size() * sizeof(T)) * (ranks - 1);
     stats.bytes_sent = bytes;

@@ -28,7 +28,6 @@
 // float and double at P = N = 128, Q = 256, within the 48 KiB a CUDA team
 // gets on-chip (tested).
 #include <Kokkos_Core.hpp>
-#include <climits>
 #include <type_traits>
 
 #include "kdnn/core/impl/backend_traits.hpp"
@@ -80,23 +79,6 @@ struct SsdGpuShape {
   /// n rounded up to a multiple of BK.
   KOKKOS_INLINE_FUNCTION static constexpr int pad(int n) { return ssd_gpu_pad<T>(n); }
 };
-
-/// Calls run(P, N), two std::integral_constant<int, …>, when P and N are
-/// among SsdGpuSizes; says whether it did.
-template <class Run>
-bool dispatch_ssd_sizes(int P, int N, const Run& run) {
-  return kdnn::impl::dispatch_sizes<SsdGpuSizes, SsdGpuSizes>(P, N, run);
-}
-
-/// Whether a chunk kernel runs its GPU form: the launch asks for it, P and
-/// N are compiled sizes, the chunk fits kSsdGpuMaxChunk, and its teams
-/// (`blocks` per chunk) number below 2^31 (else the host form runs).
-template <class ExecSpace>
-bool ssd_gpu_form(const Launch& launch, long long B, long long H, long long chunks, int Q, int P,
-                  int N, int blocks) {
-  return kdnn::impl::use_gpu_form<ExecSpace>(launch.form) && SsdGpuSizes::contains(P) &&
-         SsdGpuSizes::contains(N) && Q <= kSsdGpuMaxChunk && B * H * chunks * blocks <= INT_MAX;
-}
 
 /// What every GPU chunk kernel shares: the shape, the work items (chunk and
 /// row block) and the decays' scan (the team and its launch body:

@@ -51,6 +51,7 @@
 #include "kdnn/ssm/impl/ssd_chunk_state_mma_kernel.hpp"
 #include "kdnn/ssm/impl/ssd_da_diag_gpu_kernel.hpp"
 #include "kdnn/ssm/impl/ssd_diag_backward_kernel.hpp"
+#include "kdnn/ssm/impl/ssd_forms.hpp"
 #include "kdnn/ssm/impl/ssd_gradient_gpu_kernel.hpp"
 #include "kdnn/ssm/impl/ssd_gradient_mma_kernel.hpp"
 #include "kdnn/ssm/impl/ssd_sequence_states_kernel.hpp"
@@ -104,19 +105,20 @@ void launch_gpu_chunks(const char* op, const ExecSpace& space, Kernel kernel, co
   plan.launch(label, space, kernel);
 }
 
-/// Runs run(P, N) (integral constants) and returns true when the chunk
-/// kernels of a's sizes run their GPU forms with `blocks` row blocks per
-/// chunk.
-template <class ExecSpace, class Args, class Run>
-bool gpu_chunk_form(const Args& a, const SsdOptions& opts, int Q, int chunks, int blocks,
-                    const Run& run) {
+/// Runs run(step), the SsdStep the table (ssd_forms.hpp) gives a's sizes on
+/// `space`, and returns true when the chunk kernels run a GPU or tensor-core
+/// form with `blocks` row blocks per chunk; false, running nothing, where
+/// they run the host form.
+template <class ExecSpace, class T, class Args, class Run>
+bool gpu_chunk_form(const ExecSpace& space, const Args& a, const SsdOptions& opts, int Q,
+                    int chunks, int blocks, const Run& run) {
   const int P = int(a.x.extent(3)), N = int(a.B.extent(3));
   if (!ssd_gpu_form<ExecSpace>(opts.launch, a.x.extent(0), a.x.extent(2), chunks, Q, P, N,
                                blocks)) {
     return false;
   }
-  dispatch_ssd_sizes(P, N, run);
-  return true;
+  return SsdForms<T>::visit(space, opts.launch, std::array<int, 2>{P, N},
+                            [&](auto step, const char*) { run(step); });
 }
 
 /// Row blocks per chunk of the GPU forms whose teams own kSsdGpuRows<T>
@@ -129,31 +131,18 @@ int gpu_row_blocks(int Q) {
 /// As gpu_chunk_form, for the backward's kernels (the same answer in its
 /// two halves).
 template <class ExecSpace, class T, class Run>
-bool gpu_backward_form(const SsdBackward<T, ExecSpace>& a, const SsdOptions& opts, const Run& run) {
+bool gpu_backward_form(const ExecSpace& space, const SsdBackward<T, ExecSpace>& a,
+                       const SsdOptions& opts, const Run& run) {
   SsdChunks<ExecSpace, T> sizes;
   set_ssd_inputs<ExecSpace, T>(sizes, a, opts);
-  return gpu_chunk_form<ExecSpace>(a, opts, sizes.Q, sizes.chunks, gpu_row_blocks<T>(sizes.Q), run);
-}
-
-/// Whether the SSD's chunk products run on tensor cores on `space`
-/// (kdnn::impl::chosen_form): where the launch asks for them, or
-/// automatically on a device that has them: C·Bᵀ
-/// (ssd_chunk_scores_mma_kernel.hpp), the chunk sums of outer products
-/// (ssd_chunk_state_mma_kernel.hpp), the forward's output
-/// (ssd_chunk_output_mma_kernel.hpp) and the backward's gradients
-/// (ssd_gradient_mma_kernel.hpp, with dY·X̃ᵀ). The callers have chosen the GPU forms
-/// (gpu_chunk_form) already.
-template <class ExecSpace>
-bool ssd_tensor_cores(const ExecSpace& space, const SsdOptions& opts) {
-  return kdnn::impl::chosen_form(space, opts.launch.form, true, true) ==
-         kdnn::KernelForm::tensor_cores;
+  return gpu_chunk_form<ExecSpace, T>(space, a, opts, sizes.Q, sizes.chunks,
+                                      gpu_row_blocks<T>(sizes.Q), run);
 }
 
 /// Launches the chunk sums of outer products (ssd_chunk_sums.hpp: S_c, or
-/// dS_c) in a GPU form for P and N: on tensor cores where ssd_tensor_cores
-/// says so, else with FMAs; `sums` their operands, `label` the kernel's
-/// name before its form.
-template <class ExecSpace, class T, int P, int N, class Args>
+/// dS_c) in the form of Step (an SsdStep: on tensor cores or with FMAs);
+/// `sums` their operands, `label` the kernel's name before its form.
+template <class ExecSpace, class T, class Step, class Args>
 void launch_gpu_chunk_sums(const char* op, const ExecSpace& space, const Args& a,
                            const SsdOptions& opts, const SsdChunkSums<ExecSpace, T>& sums,
                            const std::string& label) {
@@ -163,12 +152,11 @@ void launch_gpu_chunk_sums(const char* op, const ExecSpace& space, const Args& a
     kernel.blocks = decltype(kernel)::kBlocks;
     launch_gpu_chunks(op, space, kernel, (label + form).c_str());
   };
-  if (ssd_tensor_cores(space, opts)) {
-    kdnn::impl::with_mma_precision<T>(opts.launch, [&](auto p) {
-      launch(SsdChunkStateMmaKernel<ExecSpace, T, P, N, decltype(p)::value>{}, "[tensor cores]");
-    });
+  if constexpr (Step::mma) {
+    launch(SsdChunkStateMmaKernel<ExecSpace, T, Step::P, Step::N, Step::precision>{},
+           "[tensor cores]");
   } else {
-    launch(SsdChunkStateGpuKernel<ExecSpace, T, P, N>{}, "[gpu]");
+    launch(SsdChunkStateGpuKernel<ExecSpace, T, Step::P, Step::N>{}, "[gpu]");
   }
 }
 
@@ -188,14 +176,14 @@ void chunk_states(const char* op, const ExecSpace& space, const Args& a, const S
       k.chunks);
   k.states = states;
   k.decay = decay;
-  const auto gpu = [&](auto p, auto n) {
+  const auto gpu = [&](auto step) {
     SsdChunkSums<ExecSpace, T> sums;
     sums.states = states;
     sums.decay = decay;
-    launch_gpu_chunk_sums<ExecSpace, T, decltype(p)::value, decltype(n)::value>(
-        op, space, a, opts, sums, "kdnn::ssm::ssd_chunk_states");
+    launch_gpu_chunk_sums<ExecSpace, T, decltype(step)>(op, space, a, opts, sums,
+                                                        "kdnn::ssm::ssd_chunk_states");
   };
-  if (gpu_chunk_form<ExecSpace>(a, opts, k.Q, k.chunks, k.N() / kSsdGpuRows<T>, gpu)) {
+  if (gpu_chunk_form<ExecSpace, T>(space, a, opts, k.Q, k.chunks, k.N() / kSsdGpuRows<T>, gpu)) {
     return;
   }
   launch_chunks(
@@ -362,51 +350,64 @@ void reverse_state_pass(const ExecSpace& space, const ChunkStates<T, ExecSpace>&
 }
 
 /// The products of every chunk's steps with each other on tensor cores
-/// (ssd_chunk_scores_mma_kernel.hpp): C·Bᵀ per group (K = N), or dY·X̃ᵀ
-/// per head (K = P, from `dy`).
-template <class ExecSpace, class T, int K, SsdScores Which, class Args>
+/// (ssd_chunk_scores_mma_kernel.hpp) at `Precision`: C·Bᵀ per group (K =
+/// N), or dY·X̃ᵀ per head (K = P, from `dy`).
+template <class ExecSpace, class T, int K, SsdScores Which, kdnn::impl::MmaPrecision Precision,
+          class Args>
 ChunkScores<T, ExecSpace> mma_scores(const char* op, const ExecSpace& space, const Args& a,
                                      const SsdOptions& opts,
                                      const Tensor4<const T, ExecSpace>& dy = {}) {
-  ChunkScores<T, ExecSpace> scores;
-  kdnn::impl::with_mma_precision<T>(opts.launch, [&](auto p) {
-    SsdChunkScoresMmaKernel<ExecSpace, T, K, Which, decltype(p)::value> k;
-    set_ssd_inputs<ExecSpace, T>(k, a, opts);
-    k.dy = dy;
-    const std::size_t ld = scores_ld<T>(k.Q);
-    scores = ChunkScores<T, ExecSpace>(
-        Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("kdnn::ssm::ssd_scores")),
-        k.rows(), ld * ld);
-    k.scores = scores;
-    k.blocks = k.row_blocks(k.Q);
-    launch_gpu_chunks(op, space, k,
-                      Which == SsdScores::cb ? "kdnn::ssm::ssd_chunk_scores[tensor cores]"
-                                             : "kdnn::ssm::ssd_dy_xt[tensor cores]");
-  });
+  SsdChunkScoresMmaKernel<ExecSpace, T, K, Which, Precision> k;
+  set_ssd_inputs<ExecSpace, T>(k, a, opts);
+  k.dy = dy;
+  const std::size_t ld = scores_ld<T>(k.Q);
+  ChunkScores<T, ExecSpace> scores(
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("kdnn::ssm::ssd_scores")),
+      k.rows(), ld * ld);
+  k.scores = scores;
+  k.blocks = k.row_blocks(k.Q);
+  launch_gpu_chunks(op, space, k,
+                    Which == SsdScores::cb ? "kdnn::ssm::ssd_chunk_scores[tensor cores]"
+                                           : "kdnn::ssm::ssd_dy_xt[tensor cores]");
   return scores;
 }
 
 /// C·Bᵀ of every chunk once per group for the GPU forms' output kernel and
-/// dX̃ gradient: on tensor cores (mma_scores) where ssd_tensor_cores says
-/// so, for every H and G; else with FMAs (SsdChunkScoresGpuKernel) where
-/// heads share a group (H > G), and empty where they do not (those kernels
-/// then compute it themselves).
-template <class ExecSpace, class T, int P, int N, class Args>
+/// dX̃ gradient, in the form of Step: on tensor cores (mma_scores) for every
+/// H and G; else with FMAs (SsdChunkScoresGpuKernel) where heads share a
+/// group (H > G), and empty where they do not (those kernels then compute
+/// it themselves).
+template <class ExecSpace, class T, class Step, class Args>
 ChunkScores<T, ExecSpace> group_scores(const char* op, const ExecSpace& space, const Args& a,
                                        const SsdOptions& opts) {
-  if (ssd_tensor_cores(space, opts)) {
-    return mma_scores<ExecSpace, T, N, SsdScores::cb>(op, space, a, opts);
+  if constexpr (Step::mma) {
+    return mma_scores<ExecSpace, T, Step::N, SsdScores::cb, Step::precision>(op, space, a, opts);
+  } else {
+    if (a.x.extent(2) <= a.B.extent(2)) return {};
+    SsdChunkScoresGpuKernel<ExecSpace, T, Step::P, Step::N> k;
+    set_ssd_inputs<ExecSpace, T>(k, a, opts);
+    const std::size_t ld = scores_ld<T>(k.Q);
+    ChunkScores<T, ExecSpace> scores(
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("kdnn::ssm::ssd_scores")),
+        a.x.extent(0) * std::size_t(k.chunks) * a.B.extent(2), ld * ld);
+    k.scores = scores;
+    k.blocks = k.row_blocks(k.Q);
+    launch_gpu_chunks(op, space, k, "kdnn::ssm::ssd_chunk_scores[gpu]");
+    return scores;
   }
-  if (a.x.extent(2) <= a.B.extent(2)) return {};
-  SsdChunkScoresGpuKernel<ExecSpace, T, P, N> k;
-  set_ssd_inputs<ExecSpace, T>(k, a, opts);
-  const std::size_t ld = scores_ld<T>(k.Q);
-  ChunkScores<T, ExecSpace> scores(
-      Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("kdnn::ssm::ssd_scores")),
-      a.x.extent(0) * std::size_t(k.chunks) * a.B.extent(2), ld * ld);
-  k.scores = scores;
-  k.blocks = k.row_blocks(k.Q);
-  launch_gpu_chunks(op, space, k, "kdnn::ssm::ssd_chunk_scores[gpu]");
+}
+
+/// group_scores in the form the table gives a's sizes on `space` (empty
+/// where the host form runs): the stored products alone, for tests.
+template <class ExecSpace, class T, class Args>
+ChunkScores<T, ExecSpace> chunk_group_scores(const char* op, const ExecSpace& space, const Args& a,
+                                             const SsdOptions& opts) {
+  SsdChunks<ExecSpace, T> sizes;
+  set_ssd_inputs<ExecSpace, T>(sizes, a, opts);
+  ChunkScores<T, ExecSpace> scores;
+  gpu_chunk_form<ExecSpace, T>(
+      space, a, opts, sizes.Q, sizes.chunks, gpu_row_blocks<T>(sizes.Q),
+      [&](auto step) { scores = group_scores<ExecSpace, T, decltype(step)>(op, space, a, opts); });
   return scores;
 }
 
@@ -426,26 +427,24 @@ void chunk_output(const char* op, const ExecSpace& space, const SsdForward<T, Ex
   set_ssd_inputs<ExecSpace, T>(k, a, opts);
   k.out = out;
   const int Q = k.Q, blocks = gpu_row_blocks<T>(Q);
-  const auto gpu = [&](auto p, auto n) {
-    constexpr int Pc = decltype(p)::value, Nc = decltype(n)::value;
+  const auto gpu = [&](auto step) {
+    using Step = decltype(step);
     const auto launch = [&](auto g, int g_blocks, const char* label) {
       set_ssd_inputs<ExecSpace, T>(g, a, opts);
       g.blocks = g_blocks;
       g.out = out;
-      if (diag) g.scores = group_scores<ExecSpace, T, Pc, Nc>(op, space, a, opts);
+      if (diag) g.scores = group_scores<ExecSpace, T, Step>(op, space, a, opts);
       launch_gpu_chunks(op, space, g, label);
     };
-    if (ssd_tensor_cores(space, opts)) {
-      kdnn::impl::with_mma_precision<T>(opts.launch, [&](auto pr) {
-        using K = SsdChunkOutputMmaKernel<ExecSpace, T, Pc, Nc, decltype(pr)::value>;
-        launch(K{}, K::blocks_per_chunk(Q), "kdnn::ssm::ssd_chunk_output[tensor cores]");
-      });
+    if constexpr (Step::mma) {
+      using K = SsdChunkOutputMmaKernel<ExecSpace, T, Step::P, Step::N, Step::precision>;
+      launch(K{}, K::blocks_per_chunk(Q), "kdnn::ssm::ssd_chunk_output[tensor cores]");
     } else {
-      launch(SsdChunkOutputGpuKernel<ExecSpace, T, Pc, Nc>{}, blocks,
+      launch(SsdChunkOutputGpuKernel<ExecSpace, T, Step::P, Step::N>{}, blocks,
              "kdnn::ssm::ssd_chunk_output[gpu]");
     }
   };
-  if (gpu_chunk_form<ExecSpace>(a, opts, Q, k.chunks, blocks, gpu)) {
+  if (gpu_chunk_form<ExecSpace, T>(space, a, opts, Q, k.chunks, blocks, gpu)) {
     return;
   }
   launch_chunks(
@@ -516,21 +515,22 @@ SsdDiagBackwardKernel<ExecSpace, T> diag_backward_kernel(const SsdBackward<T, Ex
 template <class ExecSpace, class T>
 void diag_backward(const char* op, const ExecSpace& space, const SsdBackward<T, ExecSpace>& a,
                    const SsdOptions& opts, SsdGradients<ExecSpace, T>& g) {
-  const auto gpu = [&](auto p, auto n) {
-    constexpr int Pc = decltype(p)::value, Nc = decltype(n)::value;
-    SsdDaDiagGpuKernel<ExecSpace, T, Pc, Nc> k;
+  const auto gpu = [&](auto step) {
+    using Step = decltype(step);
+    SsdDaDiagGpuKernel<ExecSpace, T, Step::P, Step::N> k;
     set_ssd_inputs<ExecSpace, T>(k, a, opts);
     k.dy = a.dy;
     k.da_diag = g.da_diag;
-    if (ssd_tensor_cores(space, opts)) {
-      g.cb = group_scores<ExecSpace, T, Pc, Nc>(op, space, a, opts);
-      g.dy_xt = mma_scores<ExecSpace, T, Pc, SsdScores::dy_xt>(op, space, a, opts, a.dy);
+    if constexpr (Step::mma) {
+      g.cb = group_scores<ExecSpace, T, Step>(op, space, a, opts);
+      g.dy_xt = mma_scores<ExecSpace, T, Step::P, SsdScores::dy_xt, Step::precision>(op, space, a,
+                                                                                     opts, a.dy);
       k.cb = g.cb;
       k.dy_xt = g.dy_xt;
     }
     launch_gpu_chunks(op, space, k, "kdnn::ssm::ssd_da_diag[gpu]");
   };
-  if (gpu_backward_form(a, opts, gpu)) return;
+  if (gpu_backward_form(space, a, opts, gpu)) return;
   const auto k = diag_backward_kernel(a, opts, g);
   launch_chunks(
       op, space, k, [&](kdnn::impl::ScratchCarver& s) { decltype(k)::carve(s, k.Qp, k.Pp, k.Np); },
@@ -653,32 +653,60 @@ void set_gradient_inputs(Kernel& k, const SsdBackward<T, ExecSpace>& a, const Ss
 }
 
 /// One of the backward's gradients on tensor cores
-/// (ssd_gradient_mma_kernel.hpp): dx with the step sums row_a, sx and sd
-/// (V the group's C·Bᵀ, group_scores), or dB or dC per head (V the head's
-/// dY·X̃ᵀ, mma_scores), dC with dcum; from H_c in `states` and dH_{c+1} in
-/// `dstates`.
-template <class ExecSpace, class T, int P, int N, SsdGradient Which>
+/// (ssd_gradient_mma_kernel.hpp) for Step: dx with the step sums row_a, sx
+/// and sd (V the group's C·Bᵀ, group_scores), or dB or dC per head (V the
+/// head's dY·X̃ᵀ, mma_scores), dC with dcum; from H_c in `states` and
+/// dH_{c+1} in `dstates`.
+template <class ExecSpace, class T, class Step, SsdGradient Which>
 void launch_mma_gradient(const char* op, const ExecSpace& space, const SsdBackward<T, ExecSpace>& a,
                          const SsdOptions& opts, const ChunkStates<T, ExecSpace>& states,
                          const ChunkStates<T, ExecSpace>& dstates,
                          const ChunkScores<T, ExecSpace>& v, const SsdGradients<ExecSpace, T>& g,
                          const SsdStepSums<ExecSpace>& sums) {
-  kdnn::impl::with_mma_precision<T>(opts.launch, [&](auto pr) {
-    SsdGradientMmaKernel<ExecSpace, T, P, N, Which, decltype(pr)::value> k;
-    set_gradient_inputs(k, a, opts, states, dstates, g, sums);
-    k.blocks = k.blocks_per_chunk(k.Q);
-    k.scores = v;
-    launch_gpu_chunks(op, space, k,
-                      Which == SsdGradient::dx   ? "kdnn::ssm::ssd_dx[tensor cores]"
-                      : Which == SsdGradient::dB ? "kdnn::ssm::ssd_dB[tensor cores]"
-                                                 : "kdnn::ssm::ssd_dC[tensor cores]");
+  SsdGradientMmaKernel<ExecSpace, T, Step::P, Step::N, Which, Step::precision> k;
+  set_gradient_inputs(k, a, opts, states, dstates, g, sums);
+  k.blocks = k.blocks_per_chunk(k.Q);
+  k.scores = v;
+  launch_gpu_chunks(op, space, k,
+                    Which == SsdGradient::dx   ? "kdnn::ssm::ssd_dx[tensor cores]"
+                    : Which == SsdGradient::dB ? "kdnn::ssm::ssd_dB[tensor cores]"
+                                               : "kdnn::ssm::ssd_dC[tensor cores]");
+}
+
+/// The backward's gradients dX̃ (into g.dx), dB and dC per head (g.dBh,
+/// g.dCh) on tensor cores, where the table runs a's sizes there, from H_c in
+/// `states` and dH_{c+1} in `dstates`, with their products C·Bᵀ and dY·X̃ᵀ:
+/// the second half's products before its finish, for tests. Says whether
+/// it ran them.
+template <class ExecSpace, class T>
+bool mma_gradients(const char* op, const ExecSpace& space, const SsdBackward<T, ExecSpace>& a,
+                   const SsdOptions& opts, const ChunkStates<T, ExecSpace>& states,
+                   const ChunkStates<T, ExecSpace>& dstates, const SsdGradients<ExecSpace, T>& g,
+                   const SsdStepSums<ExecSpace>& sums) {
+  bool ran = false;
+  gpu_backward_form(space, a, opts, [&](auto step) {
+    using Step = decltype(step);
+    if constexpr (Step::mma) {
+      using Which = SsdGradient;
+      const auto cb = group_scores<ExecSpace, T, Step>(op, space, a, opts);
+      const auto dy_xt = mma_scores<ExecSpace, T, Step::P, SsdScores::dy_xt, Step::precision>(
+          op, space, a, opts, a.dy);
+      launch_mma_gradient<ExecSpace, T, Step, Which::dx>(op, space, a, opts, states, dstates, cb, g,
+                                                         sums);
+      launch_mma_gradient<ExecSpace, T, Step, Which::dB>(op, space, a, opts, states, dstates, dy_xt,
+                                                         g, sums);
+      launch_mma_gradient<ExecSpace, T, Step, Which::dC>(op, space, a, opts, states, dstates, dy_xt,
+                                                         g, sums);
+      ran = true;
+    }
   });
+  return ran;
 }
 
 /// The GPU forms of the second half (see the top of this file): dX̃ (into
 /// dx), dB, dC, then da, ddt and the per-chunk sums (returned). On tensor
 /// cores from the products the first half left in g.cb and g.dy_xt.
-template <class ExecSpace, class T, int P, int N>
+template <class ExecSpace, class T, class Step>
 Matrix<double, ExecSpace> gpu_state_backward(const char* op, const ExecSpace& space,
                                              const SsdBackward<T, ExecSpace>& a,
                                              const SsdOptions& opts,
@@ -692,9 +720,9 @@ Matrix<double, ExecSpace> gpu_state_backward(const char* op, const ExecSpace& sp
   };
   SsdStepSums<ExecSpace> sums{steps("kdnn::ssm::ssd_row_a"), steps("kdnn::ssm::ssd_dcum"),
                               steps("kdnn::ssm::ssd_sx"), steps("kdnn::ssm::ssd_sd")};
+  constexpr int P = Step::P, N = Step::N;
   // On tensor cores the first half's products (diag_backward).
-  const bool mma = ssd_tensor_cores(space, opts);
-  const auto scores = mma ? g.cb : group_scores<ExecSpace, T, P, N>(op, space, a, opts);
+  const auto scores = Step::mma ? g.cb : group_scores<ExecSpace, T, Step>(op, space, a, opts);
   const auto gradient = [&](auto which, const char* label) {
     SsdGradientGpuKernel<ExecSpace, T, P, N, decltype(which)::value> k;
     if constexpr (decltype(which)::value == SsdGradient::dx) k.scores = scores;
@@ -703,12 +731,12 @@ Matrix<double, ExecSpace> gpu_state_backward(const char* op, const ExecSpace& sp
     launch_gpu_chunks(op, space, k, label);
   };
   using Which = SsdGradient;
-  if (mma) {
-    launch_mma_gradient<ExecSpace, T, P, N, Which::dx>(op, space, a, opts, states, dstates, scores,
+  if constexpr (Step::mma) {
+    launch_mma_gradient<ExecSpace, T, Step, Which::dx>(op, space, a, opts, states, dstates, scores,
                                                        g, sums);
-    launch_mma_gradient<ExecSpace, T, P, N, Which::dB>(op, space, a, opts, states, dstates, g.dy_xt,
+    launch_mma_gradient<ExecSpace, T, Step, Which::dB>(op, space, a, opts, states, dstates, g.dy_xt,
                                                        g, sums);
-    launch_mma_gradient<ExecSpace, T, P, N, Which::dC>(op, space, a, opts, states, dstates, g.dy_xt,
+    launch_mma_gradient<ExecSpace, T, Step, Which::dC>(op, space, a, opts, states, dstates, g.dy_xt,
                                                        g, sums);
   } else {
     gradient(std::integral_constant<Which, Which::dx>{}, "kdnn::ssm::ssd_dx[gpu]");
@@ -734,12 +762,12 @@ template <class ExecSpace, class T>
 void state_backward(const char* op, const ExecSpace& space, const SsdBackward<T, ExecSpace>& a,
                     const SsdOptions& opts, const ChunkStates<T, ExecSpace>& states,
                     const ChunkStates<T, ExecSpace>& dstates, const SsdGradients<ExecSpace, T>& g) {
-  const auto gpu = [&](auto p, auto n) {
-    const auto partial = gpu_state_backward<ExecSpace, T, decltype(p)::value, decltype(n)::value>(
-        op, space, a, opts, states, dstates, g);
+  const auto gpu = [&](auto step) {
+    const auto partial =
+        gpu_state_backward<ExecSpace, T, decltype(step)>(op, space, a, opts, states, dstates, g);
     finish_backward(space, a, partial, g);
   };
-  if (gpu_backward_form(a, opts, gpu)) return;
+  if (gpu_backward_form(space, a, opts, gpu)) return;
   const auto k =
       state_backward_kernel<SsdStateBackwardKernel<ExecSpace, T>>(a, opts, states, dstates, g);
   launch_chunks(
@@ -754,7 +782,7 @@ template <class ExecSpace, class T>
 void fused_backward(const char* op, const ExecSpace& space, const SsdBackward<T, ExecSpace>& a,
                     const SsdOptions& opts, const ChunkStates<T, ExecSpace>& states,
                     const ChunkStates<T, ExecSpace>& dstates, const SsdGradients<ExecSpace, T>& g) {
-  if (gpu_backward_form(a, opts, [](auto, auto) {})) {
+  if (gpu_backward_form(space, a, opts, [](auto) {})) {
     auto halves = g;
     if (halves.da_diag.extent(0) == 0) halves.da_diag = gradient_buffers(a).da_diag;
     diag_backward(op, space, a, opts, halves);
@@ -780,15 +808,15 @@ void chunk_dstates(const char* op, const ExecSpace& space, const SsdBackward<T, 
       Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("kdnn::ssm::ssd_dstates")),
       a.x.extent(0), a.x.extent(2), k.chunks, std::size_t(k.P()) * k.N());
   k.dstates = dstates;
-  const auto gpu = [&](auto p, auto n) {
+  const auto gpu = [&](auto step) {
     SsdChunkSums<ExecSpace, T> sums;
     sums.states = dstates;
     sums.dy = a.dy;
     sums.gradient = true;
-    launch_gpu_chunk_sums<ExecSpace, T, decltype(p)::value, decltype(n)::value>(
-        op, space, a, opts, sums, "kdnn::ssm::ssd_chunk_dstates");
+    launch_gpu_chunk_sums<ExecSpace, T, decltype(step)>(op, space, a, opts, sums,
+                                                        "kdnn::ssm::ssd_chunk_dstates");
   };
-  if (gpu_chunk_form<ExecSpace>(a, opts, k.Q, k.chunks, k.N() / kSsdGpuRows<T>, gpu)) {
+  if (gpu_chunk_form<ExecSpace, T>(space, a, opts, k.Q, k.chunks, k.N() / kSsdGpuRows<T>, gpu)) {
     return;
   }
   launch_chunks(
@@ -800,6 +828,8 @@ void chunk_dstates(const char* op, const ExecSpace& space, const SsdBackward<T, 
 // for the pairs of core/impl/eti.hpp: the context-parallel SSD, the CLI and
 // the tests that run single steps call them without compiling their kernels
 // again (each such file took as long as the operators' own under nvcc).
+// Each visits the table (ssd_forms.hpp), so each instantiates every form
+// at every listed size: no list of sizes is kept here.
 #define KDNN_SSD_STEPS(PREFIX, ExecSpace, T)                                                      \
   PREFIX void chunk_states<ExecSpace, T, SsdForward<T, ExecSpace>>(                               \
       const char*, const ExecSpace&, const SsdForward<T, ExecSpace>&, const SsdOptions&,          \
@@ -831,50 +861,15 @@ void chunk_dstates(const char* op, const ExecSpace& space, const SsdBackward<T, 
       const SsdGradients<ExecSpace, T>&);                                                         \
   PREFIX void chunk_dstates<ExecSpace, T>(const char*, const ExecSpace&,                          \
                                           const SsdBackward<T, ExecSpace>&, const SsdOptions&,    \
-                                          ChunkStates<T, ExecSpace>&);
+                                          ChunkStates<T, ExecSpace>&);                            \
+  PREFIX ChunkScores<T, ExecSpace> chunk_group_scores<ExecSpace, T, SsdForward<T, ExecSpace>>(    \
+      const char*, const ExecSpace&, const SsdForward<T, ExecSpace>&, const SsdOptions&);         \
+  PREFIX bool mma_gradients<ExecSpace, T>(                                                        \
+      const char*, const ExecSpace&, const SsdBackward<T, ExecSpace>&, const SsdOptions&,         \
+      const ChunkStates<T, ExecSpace>&, const ChunkStates<T, ExecSpace>&,                         \
+      const SsdGradients<ExecSpace, T>&, const SsdStepSums<ExecSpace>&);
 
-// With them, the GPU forms' tensor-core launches for each compiled size
-// (SsdGpuSizes), which the tests of those kernels call one by one.
-#define KDNN_SSD_SCORES_OF_SIZE(PREFIX, ExecSpace, T, K)                                  \
-  PREFIX ChunkScores<T, ExecSpace>                                                        \
-  mma_scores<ExecSpace, T, K, SsdScores::cb, SsdForward<T, ExecSpace>>(                   \
-      const char*, const ExecSpace&, const SsdForward<T, ExecSpace>&, const SsdOptions&,  \
-      const Tensor4<const T, ExecSpace>&);                                                \
-  PREFIX ChunkScores<T, ExecSpace>                                                        \
-  mma_scores<ExecSpace, T, K, SsdScores::cb, SsdBackward<T, ExecSpace>>(                  \
-      const char*, const ExecSpace&, const SsdBackward<T, ExecSpace>&, const SsdOptions&, \
-      const Tensor4<const T, ExecSpace>&);                                                \
-  PREFIX ChunkScores<T, ExecSpace>                                                        \
-  mma_scores<ExecSpace, T, K, SsdScores::dy_xt, SsdBackward<T, ExecSpace>>(               \
-      const char*, const ExecSpace&, const SsdBackward<T, ExecSpace>&, const SsdOptions&, \
-      const Tensor4<const T, ExecSpace>&);
-#define KDNN_SSD_GRADIENT_OF_SIZES(PREFIX, ExecSpace, T, P, N, Which)                     \
-  PREFIX void launch_mma_gradient<ExecSpace, T, P, N, Which>(                             \
-      const char*, const ExecSpace&, const SsdBackward<T, ExecSpace>&, const SsdOptions&, \
-      const ChunkStates<T, ExecSpace>&, const ChunkStates<T, ExecSpace>&,                 \
-      const ChunkScores<T, ExecSpace>&, const SsdGradients<ExecSpace, T>&,                \
-      const SsdStepSums<ExecSpace>&);
-#define KDNN_SSD_STEPS_OF_SIZES(PREFIX, ExecSpace, T, P, N)                                     \
-  PREFIX ChunkScores<T, ExecSpace> group_scores<ExecSpace, T, P, N, SsdForward<T, ExecSpace>>(  \
-      const char*, const ExecSpace&, const SsdForward<T, ExecSpace>&, const SsdOptions&);       \
-  PREFIX ChunkScores<T, ExecSpace> group_scores<ExecSpace, T, P, N, SsdBackward<T, ExecSpace>>( \
-      const char*, const ExecSpace&, const SsdBackward<T, ExecSpace>&, const SsdOptions&);      \
-  KDNN_SSD_GRADIENT_OF_SIZES(PREFIX, ExecSpace, T, P, N, SsdGradient::dx)                       \
-  KDNN_SSD_GRADIENT_OF_SIZES(PREFIX, ExecSpace, T, P, N, SsdGradient::dB)                       \
-  KDNN_SSD_GRADIENT_OF_SIZES(PREFIX, ExecSpace, T, P, N, SsdGradient::dC)
-static_assert(std::is_same_v<SsdGpuSizes, kdnn::impl::CompiledSizes<64, 128>>,
-              "KDNN_SSD_SIZED_STEPS lists the sizes of SsdGpuSizes");
-#define KDNN_SSD_SIZED_STEPS(PREFIX, ExecSpace, T)       \
-  KDNN_SSD_SCORES_OF_SIZE(PREFIX, ExecSpace, T, 64)      \
-  KDNN_SSD_SCORES_OF_SIZE(PREFIX, ExecSpace, T, 128)     \
-  KDNN_SSD_STEPS_OF_SIZES(PREFIX, ExecSpace, T, 64, 64)  \
-  KDNN_SSD_STEPS_OF_SIZES(PREFIX, ExecSpace, T, 64, 128) \
-  KDNN_SSD_STEPS_OF_SIZES(PREFIX, ExecSpace, T, 128, 64) \
-  KDNN_SSD_STEPS_OF_SIZES(PREFIX, ExecSpace, T, 128, 128)
-
-#define KDNN_SSD_STEPS_EXTERN(ExecSpace, T)     \
-  KDNN_SSD_STEPS(extern template, ExecSpace, T) \
-  KDNN_SSD_SIZED_STEPS(extern template, ExecSpace, T)
+#define KDNN_SSD_STEPS_EXTERN(ExecSpace, T) KDNN_SSD_STEPS(extern template, ExecSpace, T)
 KDNN_ETI_FOR_EACH(KDNN_SSD_STEPS_EXTERN)
 #undef KDNN_SSD_STEPS_EXTERN
 
