@@ -158,11 +158,15 @@ TYPED_TEST(SinkhornGpuForm, DispatchesOnlyTheCompiledSizes) {
     sk::ForwardOptions o{iters};
     o.launch.form = kdnn::KernelForm::gpu;
     const auto gpu_ran = [&] {  // the dispatch every operator's GPU form goes through
-      int ran = 0;
-      const bool said = sk::impl::run_gpu_form<Space>(
-          o.launch, n, [&](auto size) { ran = decltype(size)::value; });
-      EXPECT_EQ(ran, said ? n : 0);
-      return said;
+      int lanes = 0;            // the n the lane form ran with
+      sk::impl::run_matrix_form(
+          "op", Space(), o.launch, n, [](auto) {},
+          [&](auto size) {
+            lanes = decltype(size)::value;
+            return true;
+          });
+      EXPECT_TRUE(lanes == 0 || lanes == n) << lanes;
+      return lanes == n;
     };
     const bool compiled = n == 8 || n == 16 || n == 32;
     EXPECT_EQ(gpu_ran(), compiled) << "n=" << n;
@@ -184,8 +188,9 @@ TEST(SinkhornGpuForm, ThreadFormRunsForTheSmallSizes) {
       kdnn::Launch launch;
       launch.form = form;
       int ran = 0;
-      const bool said = sk::impl::run_thread_form<Space>(
-          "op", launch, n, [&](auto size) { ran = decltype(size)::value; });
+      const bool said = sk::impl::run_matrix_form(
+          "op", Space(), launch, n, [&](auto size) { ran = decltype(size)::value; },
+          [](auto) { return false; });
       const bool gpu =
           form == kdnn::KernelForm::gpu || (form == kdnn::KernelForm::automatic && !kHost);
       EXPECT_EQ(said, gpu && n <= 4) << "n=" << n << " form=" << int(form);
@@ -195,17 +200,20 @@ TEST(SinkhornGpuForm, ThreadFormRunsForTheSmallSizes) {
   kdnn::Launch bad;
   bad.form = kdnn::KernelForm::gpu;
   bad.team_size = -1;
-  EXPECT_KDNN_ERROR(sk::impl::run_thread_form<Space>("op", bad, 4, [](auto) {}),
+  EXPECT_KDNN_ERROR(sk::impl::run_matrix_form(
+                        "op", Space(), bad, 4, [](auto) {}, [](auto) { return false; }),
                     "launch.team_size=-1, expected >= 0");
   // Checked as the other forms check them, though the thread form uses
   // neither: a request is valid or not whichever form runs (on a GPU the
   // automatic form is this one at n <= 4, on a host the host form).
   bad.team_size = 100000;
-  EXPECT_KDNN_ERROR(sk::impl::run_thread_form<Space>("op", bad, 4, [](auto) {}),
+  EXPECT_KDNN_ERROR(sk::impl::run_matrix_form(
+                        "op", Space(), bad, 4, [](auto) {}, [](auto) { return false; }),
                     "launch.team_size=100000, expected at most");
   bad.team_size = 0;
   bad.vector_length = 3;
-  EXPECT_KDNN_ERROR(sk::impl::run_thread_form<Space>("op", bad, 4, [](auto) {}),
+  EXPECT_KDNN_ERROR(sk::impl::run_matrix_form(
+                        "op", Space(), bad, 4, [](auto) {}, [](auto) { return false; }),
                     "launch.vector_length=3, expected a power of two");
 }
 

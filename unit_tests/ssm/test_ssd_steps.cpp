@@ -72,7 +72,7 @@ Steps run_steps(const ssm_ref::SsdCase& a, int chunk, kdnn::KernelForm form) {
   impl::diag_backward(op, space, args, opts, g);
   space.fence();
   // The GPU forms' first half is da_diag alone (ssd_steps.hpp).
-  if (!impl::gpu_backward_form(Space(), args, opts, [](auto) {})) {
+  if (!impl::gpu_backward_form(space, args, opts, [](auto) {})) {
     out.emplace_back("diag dx", to_host(g.dx));
     out.emplace_back("diag dB", to_host(g.dBh));
     out.emplace_back("diag dC", to_host(g.dCh));

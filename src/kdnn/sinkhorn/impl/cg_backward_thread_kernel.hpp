@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
-// Sinkhorn implicit and block backwards, thread form (thread_form.hpp), for
+// Sinkhorn implicit and block backwards, thread form (matrix_forms.hpp), for
 // a compile-time n = N in ThreadMatrixSizes (1 … 4): one thread per matrix.
 // R, W = G∘R, the system's right-hand side and CG's vectors live in local
 // arrays that every loop indexes with compile-time constants (N known, loops

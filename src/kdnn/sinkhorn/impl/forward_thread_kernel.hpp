@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
-// Sinkhorn forward, thread form (thread_form.hpp), for a compile-time n = N
+// Sinkhorn forward, thread form (matrix_forms.hpp), for a compile-time n = N
 // in ThreadMatrixSizes (1 … 4, mHC's sizes): one thread per matrix, all of
 // it in registers; consecutive threads take consecutive matrices, so a
 // warp's loads and stores cover one contiguous span of the batch, a

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // The launch of Sinkhorn's lane forms (KernelForm::gpu at n >= 8; the thread
-// forms of thread_form.hpp take n <= 4), for a
+// forms of matrix_forms.hpp take n <= 4), for a
 // compile-time n = N in LaneFormSizes: each matrix is owned by the N
 // vector lanes of one team thread, lane k keeping row k and column k of the
 // matrix in registers (LaneRegisters), and a team holds several matrices
@@ -33,7 +33,7 @@
 namespace kdnn::sinkhorn::impl {
 
 /// The matrix sizes n the lane forms are compiled for; n <= 4 takes the
-/// thread forms (thread_form.hpp), whose matrix is too small to share
+/// thread forms (matrix_forms.hpp), whose matrix is too small to share
 /// between lanes.
 using LaneFormSizes = kdnn::impl::CompiledSizes<8, 16, 32>;
 

@@ -18,7 +18,7 @@
 #include "kdnn/sinkhorn/impl/forward_gpu_kernel.hpp"
 #include "kdnn/sinkhorn/impl/forward_kernel.hpp"
 #include "kdnn/sinkhorn/impl/forward_thread_kernel.hpp"
-#include "kdnn/sinkhorn/impl/thread_form.hpp"
+#include "kdnn/sinkhorn/impl/matrix_forms.hpp"
 #include "kdnn/sinkhorn/impl/unrolled_backward_gpu_kernel.hpp"
 #include "kdnn/sinkhorn/impl/unrolled_backward_kernel.hpp"
 #include "kdnn/sinkhorn/impl/unrolled_backward_thread_kernel.hpp"
@@ -88,20 +88,6 @@ void forward_gpu(const char* op, const ExecSpace& space, const ForwardKernel<Exe
   g.run(op, space, launch);
 }
 
-/// The lane-layout GPU form for n = N in LaneFormSizes: calls
-/// run(std::integral_constant<int, N>) where the launch asks for that form
-/// (kdnn::impl::use_gpu_form) and the backend has N vector lanes, and says
-/// whether it did.
-template <class ExecSpace, class Run>
-bool run_gpu_form(const Launch& launch, int n, const Run& run) {
-  if (!kdnn::impl::use_gpu_form<ExecSpace>(launch.form)) return false;
-  if (kdnn::impl::BackendTraits<ExecSpace>::is_gpu &&
-      n > Kokkos::TeamPolicy<ExecSpace>::vector_length_max()) {
-    return false;
-  }
-  return LaneFormSizes::dispatch(n, run);
-}
-
 /// Runs the GPU form of the implicit or block backward
 /// (cg_backward_gpu_kernel.hpp) with n = N; `k` is the host form's kernel,
 /// already set up, whose operands and settings it takes.
@@ -165,11 +151,11 @@ void forward(const ExecSpace& space, const Batch<const T, ExecSpace>& X,
     t.transpose = k.transpose;
     t.run(space);
   };
-  if (run_thread_form<ExecSpace>(op, opts.launch, n, thread)) return;
-  const auto gpu = [&](auto size) {
+  const auto lanes = [&](auto size) {
     forward_gpu<decltype(size)::value>(op, space, k, opts.launch);
+    return true;
   };
-  if (run_gpu_form<ExecSpace>(opts.launch, n, gpu)) return;
+  if (run_matrix_form(op, space, opts.launch, n, thread, lanes)) return;
   k.run(op, space, n, opts.launch);
 }
 
@@ -223,11 +209,11 @@ void backward(const ExecSpace& space, const Batch<const T, ExecSpace>& R,
     t.batch = batch;
     t.run(space);
   };
-  if (run_thread_form<ExecSpace>(op, opts.launch, n, thread)) return;
-  const auto gpu = [&](auto size) {
+  const auto lanes = [&](auto size) {
     backward_gpu<decltype(size)::value>(op, space, k, opts.launch);
+    return true;
   };
-  if (run_gpu_form<ExecSpace>(opts.launch, n, gpu)) return;
+  if (run_matrix_form(op, space, opts.launch, n, thread, lanes)) return;
   k.run(op, space, block ? 2 * n : n, opts.launch);
 }
 
@@ -265,13 +251,10 @@ void run_unrolled(const char* op, const ExecSpace& space,
     t.transpose = k.transpose;
     t.run(op, space, launch, step);
   };
-  if (run_thread_form<ExecSpace>(op, launch, k.n, thread)) return;
-  bool ran = false;
-  const auto gpu = [&](auto size) {
-    ran = backward_unrolled_gpu<decltype(size)::value>(op, space, k, launch, step);
+  const auto lanes = [&](auto size) {
+    return backward_unrolled_gpu<decltype(size)::value>(op, space, k, launch, step);
   };
-  run_gpu_form<ExecSpace>(launch, k.n, gpu);
-  if (ran) return;
+  if (run_matrix_form(op, space, launch, k.n, thread, lanes)) return;
   UnrolledBackwardKernel<ExecSpace, T> team = k;
   team.run(op, space, k.n, launch, step);
 }

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
-// Sinkhorn unrolled backward, thread form (thread_form.hpp), for a
+// Sinkhorn unrolled backward, thread form (matrix_forms.hpp), for a
 // compile-time n = N in ThreadMatrixSizes (1 … 4): one thread per matrix, P,
 // the adjoints and dP's running sum in registers. The recurrences are
 // UnrolledBackwardKernel's (unrolled_backward_kernel.hpp) and the arithmetic
@@ -74,7 +74,7 @@ struct UnrolledBackwardThreadKernel : UnrolledBackwardData<ExecSpace, T> {
   }
 
   /// Plans and runs the launch; `launch`'s tile (matrices per team) and team
-  /// size apply, its vector length (checked by run_thread_form) does not.
+  /// size apply, its vector length (checked by run_matrix_form) does not.
   void run(const char* op, const ExecSpace& space, const Launch& launch, Step step = Step::launch) {
     Launch request = launch;
     request.vector_length = 0;  // one thread per matrix: no vector lanes

@@ -47,12 +47,11 @@ struct SsdStepsOf {
 };
 
 template <class T>
-using SsdForms =
-    kdnn::impl::Forms<kdnn::impl::Form<KernelForm::tensor_cores, SsdGpuPairs,
-                                       kdnn::impl::SizeMatch::exact,
-                                       SsdStepsOf<T, KernelForm::tensor_cores>>,
-                      kdnn::impl::Form<KernelForm::gpu, SsdGpuPairs, kdnn::impl::SizeMatch::exact,
-                                       SsdStepsOf<T, KernelForm::gpu>>>;
+using SsdForms = kdnn::impl::Forms<
+    kdnn::impl::Form<KernelForm::tensor_cores, SsdGpuPairs, kdnn::impl::SizeMatch::exact,
+                     SsdStepsOf<T, KernelForm::tensor_cores>>,
+    kdnn::impl::Form<KernelForm::gpu, SsdGpuPairs, kdnn::impl::SizeMatch::exact,
+                     SsdStepsOf<T, KernelForm::gpu>>>;
 
 /// Calls run(P, N), two std::integral_constant<int, …>, when (P, N) is one
 /// of the table's pairs; says whether it did.
