@@ -609,8 +609,9 @@ TEST(FusedAttentionAlibi, RefusesSlopesOfTheWrongShapeOrSizeAndOperatorsWithoutT
 // KernelForm::gpu, on a GPU backend with automatic) for D and Dv up to
 // their largest compiled head size (the next larger compiled size, the
 // extra columns masked); the tensor-core forms where asked for, or
-// automatically on a device that has tensor cores, for D and Dv each in
-// {32, 64, 128}, the GPU forms' choice for other sizes. Their team scratch
+// automatically on a device that has tensor cores, for D and Dv each up to
+// 128 (rounded up likewise), the GPU forms' choice for larger sizes. Their
+// team scratch
 // fits a CUDA team's 48 KiB of level 0 for every pair of them, so on a GPU
 // they never take a team workspace.
 TEST(FusedAttentionGpuForm, RunsForTheCompiledHeadSizesWithinOnChipScratch) {
@@ -618,7 +619,7 @@ TEST(FusedAttentionGpuForm, RunsForTheCompiledHeadSizesWithinOnChipScratch) {
   const bool gpu = !kdnn::impl::BackendTraits<Space>::is_host;
   const bool tensor_cores = kdnn::impl::has_tensor_cores(Space());
   const auto compiled = [](int d) { return d > 0 && d <= 256; };  // rounded up
-  const auto mma = [](int d) { return d == 32 || d == 64 || d == 128; };
+  const auto mma = [](int d) { return d > 0 && d <= 128; };       // rounded up
   at::FusedAttentionOptions opts;
   for (int D : {16, 32, 48, 64, 128, 256, 512}) {
     for (int Dv : {8, 32, 64, 96, 128, 256}) {
@@ -707,12 +708,13 @@ TEST(FusedAttentionGpuForm, RunsForTheCompiledHeadSizesWithinOnChipScratch) {
 }
 
 // Head sizes between the compiled ones (those of real models: 80, 96, 160,
-// 192; D != Dv either way) run the GPU form at the next larger compiled
-// pair, the extra columns zero in its tiles and never stored: forward and
-// backward agree with the host form's, with a causal mask, grouped-query
-// heads and dropout, and the columns of o, dq, dk and dv past the call's
-// own (the rest of wider tensors) keep their values.
-TYPED_TEST(FusedAttention, HeadSizesBetweenCompiledOnesRoundUpOnTheGpuForm) {
+// 192; D != Dv either way) run the GPU and tensor-core forms at the next
+// larger compiled pair (the tensor-core forms up to 128, the GPU forms
+// beyond), the extra columns zero in their tiles and never stored: forward
+// and backward agree with the host form's, with a causal mask,
+// grouped-query heads and dropout, and the columns of o, dq, dk and dv past
+// the call's own (the rest of wider tensors) keep their values.
+TYPED_TEST(FusedAttention, HeadSizesBetweenCompiledOnesRoundUpOnTheGpuForms) {
   using T = TypeParam;
   using kdnn::KernelForm;
   unsigned seed = 700;
@@ -749,28 +751,42 @@ TYPED_TEST(FusedAttention, HeadSizesBetweenCompiledOnesRoundUpOnTheGpuForm) {
       return std::vector<std::vector<double>>{to_host(o_all), to_host(lse), to_host(dq_all),
                                               to_host(dk_all), to_host(dv_all)};
     };
-    const at::FusedAttentionOptions gpu_opts = case_options(c, 11, 3, KernelForm::gpu);
-    EXPECT_EQ((at::impl::forward_form<Space, T>(Space(), gpu_opts, D, Dv)), KernelForm::gpu);
-    EXPECT_EQ((at::impl::backward_form<Space, T>(Space(), gpu_opts, D, Dv)),
-              sizeof(T) > 4 && std::max(D, Dv) > 128 ? KernelForm::host : KernelForm::gpu);
-    const auto host = run(KernelForm::host), gpu = run(KernelForm::gpu);
+    const bool wide = std::max(D, Dv) > 128;
+    const auto form_of = [&](KernelForm asked) {
+      const at::FusedAttentionOptions opts = case_options(c, 11, 3, asked);
+      return std::pair{at::impl::forward_form<Space, T>(Space(), opts, D, Dv),
+                       at::impl::backward_form<Space, T>(Space(), opts, D, Dv)};
+    };
+    // The double backward's GPU form stops at 128 (its tiles' scratch).
+    const KernelForm gpu_backward = sizeof(T) > 4 && wide ? KernelForm::host : KernelForm::gpu;
+    EXPECT_EQ(form_of(KernelForm::gpu), std::pair(KernelForm::gpu, gpu_backward));
+    EXPECT_EQ(form_of(KernelForm::tensor_cores),
+              wide ? std::pair(KernelForm::gpu, gpu_backward)
+                   : std::pair(KernelForm::tensor_cores, KernelForm::tensor_cores));
+    const auto host = run(KernelForm::host);
+    // The tensor-core forms' float products are 3×TF32: float's accuracy.
     const double tol = sizeof(T) == 8 ? 1e-12 : 2e-5;
     const char* names[] = {"o", "lse", "dq", "dk", "dv"};
-    for (int x = 0; x < 5; ++x) EXPECT_ALLCLOSE(gpu[x], host[x], tol, tol) << names[x];
-    // The columns past the call's: still 7.
-    const auto past_untouched = [&](const std::vector<double>& all, int cols, const char* name) {
-      const int width = cols + pad;
-      for (std::size_t e = 0; e < all.size(); ++e) {
-        if (int(e % width) >= cols && all[e] != 7) {
-          ADD_FAILURE() << name << " element " << e << " past column " << cols << " is " << all[e];
-          return;
+    for (const KernelForm form : {KernelForm::gpu, KernelForm::tensor_cores}) {
+      SCOPED_TRACE(form_suffix(form));
+      const auto got = run(form);
+      for (int x = 0; x < 5; ++x) EXPECT_ALLCLOSE(got[x], host[x], tol, tol) << names[x];
+      // The columns past the call's: still 7.
+      const auto past_untouched = [&](const std::vector<double>& all, int cols, const char* name) {
+        const int width = cols + pad;
+        for (std::size_t e = 0; e < all.size(); ++e) {
+          if (int(e % width) >= cols && all[e] != 7) {
+            ADD_FAILURE() << name << " element " << e << " past column " << cols << " is "
+                          << all[e];
+            return;
+          }
         }
-      }
-    };
-    past_untouched(gpu[0], Dv, "o");
-    past_untouched(gpu[2], D, "dq");
-    past_untouched(gpu[3], D, "dk");
-    past_untouched(gpu[4], Dv, "dv");
+      };
+      past_untouched(got[0], Dv, "o");
+      past_untouched(got[2], D, "dq");
+      past_untouched(got[3], D, "dk");
+      past_untouched(got[4], Dv, "dv");
+    }
   }
 }
 

@@ -138,12 +138,14 @@ struct FlashMmaTeam
 
   /// Thread t's A register e of `factor`·view(b, h, i0 + row, ·) over Width
   /// columns: Width / Mma::K k-steps per m-tile, e = (mt·KS + ks)·AR + r;
-  /// rows past `rows` zero.
+  /// rows past `rows` and columns past the view's (a head size rounded up
+  /// to Width) zero.
   template <int Width, class View>
   static KOKKOS_FORCEINLINE_FUNCTION T a_element(int t, int e, const View& view, int b, int h,
                                                  int i0, int rows, T factor) {
     const kdnn::impl::FragmentIndex f = kdnn::impl::mma_a_place<Mma, MT, Width>(t, e);
-    return f.row < rows ? factor * view(b, h, i0 + f.row, f.col) : T(0);
+    return f.row < rows && f.col < int(view.extent(3)) ? factor * view(b, h, i0 + f.row, f.col)
+                                                       : T(0);
   }
 
   /// The A fragments of `factor`·view(b, h, r0 + row, ·) over Width
@@ -177,15 +179,17 @@ struct FlashMmaTeam
   }
 
   /// The [BK, ld] scratch tile of rows r0 … r0 + BK − 1 of
-  /// `factor`·view(b, h, ·, ·) over Width columns, zero past `count` rows:
-  /// the tiles every kernel streams (K and V by keys, scale·Q and dO by
+  /// `factor`·view(b, h, ·, ·) over Width columns, zero past `count` rows
+  /// and past the view's columns (a head size rounded up to Width): the
+  /// tiles every kernel streams (K and V by keys, scale·Q and dO by
   /// queries).
   template <int Width, class Team_, class View>
   static KOKKOS_INLINE_FUNCTION void load_tile(const Team_& team, const View& view, int b, int h,
                                                int r0, int count, T factor, T* tile, int ld) {
+    const int width = int(view.extent(3));
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BK * Width), [&](int e) {
       const int r = e / Width, d = e % Width;
-      tile[r * ld + d] = r < count ? factor * view(b, h, r0 + r, d) : T(0);
+      tile[r * ld + d] = r < count && d < width ? factor * view(b, h, r0 + r, d) : T(0);
     });
   }
 

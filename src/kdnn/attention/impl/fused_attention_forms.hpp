@@ -6,10 +6,10 @@
 // (fused_forward_gpu_kernel.hpp, fused_backward_gpu_kernels.hpp), each at
 // the head-size pairs (D, Dv) it is compiled for; the host forms
 // (fused_forward_kernel.hpp, fused_backward_kernels.hpp) run every other
-// call. The GPU forms mask the columns past a call's head sizes, so a call
-// runs on the next larger compiled pair (D = 80 on 128, as flash-attn
-// does); the tensor-core forms run their own pairs only. The checks, plans
-// and runs of fused_attention_impl.hpp walk these tables.
+// call. The GPU and tensor-core forms mask the columns past a call's head
+// sizes, so a call runs on the next larger compiled pair (D = 80 on 128, as
+// flash-attn does). The checks, plans and runs of fused_attention_impl.hpp
+// walk these tables.
 #include <array>
 
 #include "kdnn/attention/fused_attention.hpp"
@@ -80,14 +80,14 @@ struct BackwardGpuKernels {
 
 template <class ExecSpace, class T>
 using FusedForwardForms = kdnn::impl::Forms<
-    kdnn::impl::Form<KernelForm::tensor_cores, MmaHeadPairs, kdnn::impl::SizeMatch::exact,
+    kdnn::impl::Form<KernelForm::tensor_cores, MmaHeadPairs, kdnn::impl::SizeMatch::round_up,
                      ForwardMmaKernels<ExecSpace, T>>,
     kdnn::impl::Form<KernelForm::gpu, FlashHeadPairs, kdnn::impl::SizeMatch::round_up,
                      ForwardGpuKernels<ExecSpace, T>>>;
 
 template <class ExecSpace, class T>
 using FusedBackwardForms = kdnn::impl::Forms<
-    kdnn::impl::Form<KernelForm::tensor_cores, MmaHeadPairs, kdnn::impl::SizeMatch::exact,
+    kdnn::impl::Form<KernelForm::tensor_cores, MmaHeadPairs, kdnn::impl::SizeMatch::round_up,
                      BackwardMmaKernels<ExecSpace, T>>,
     kdnn::impl::Form<KernelForm::gpu, FlashBackwardHeadPairs<T>, kdnn::impl::SizeMatch::round_up,
                      BackwardGpuKernels<ExecSpace, T>>>;

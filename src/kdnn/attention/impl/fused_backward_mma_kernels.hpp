@@ -85,13 +85,16 @@ struct FusedBackwardMmaKernel
   }
 
   /// Kᵀ of the team's keys as a view (b, h, d, key), zero past its `cols`
-  /// keys: the A operand of dQᵀ.
+  /// keys: the A operand of dQᵀ (its rows d past k's columns are not read:
+  /// add_dq's passes stop at them).
   struct KeysTransposed {
     kdnn::impl::StridedRows4<const T> k;
     int j0, cols;
     KOKKOS_INLINE_FUNCTION T operator()(int b, int h, int d, int key) const {
       return key < cols ? k(b, h, j0 + key, d) : T(0);
     }
+    /// Its columns (extent 3): the keys.
+    KOKKOS_INLINE_FUNCTION std::size_t extent(int) const { return std::size_t(cols); }
   };
 
   KOKKOS_INLINE_FUNCTION void one_block(const Member& team, int item, void* scratch) const {
@@ -142,12 +145,15 @@ struct FusedBackwardMmaKernel
       pass_turn(team, tile_turns);
     }
 
+    // Columns past the call's head sizes (rounded up to D and DV) are not
+    // stored.
+    const int d_qk = int(dk.extent(3)), d_v = int(dv.extent(3));
     threads(team, [&](int t) {
       Base::template each_accumulator<ND>(t, [&](int e, int, int row, int col) {
-        if (row < cols) dk(b, h, j0 + row, col) = dkacc(t)[e];
+        if (row < cols && col < d_qk) dk(b, h, j0 + row, col) = dkacc(t)[e];
       });
       Base::template each_accumulator<NV>(t, [&](int e, int, int row, int col) {
-        if (row < cols) dv(b, h, j0 + row, col) = dvacc(t)[e];
+        if (row < cols && col < d_v) dv(b, h, j0 + row, col) = dvacc(t)[e];
       });
     });
   }
@@ -190,12 +196,13 @@ struct FusedBackwardMmaKernel
   KOKKOS_INLINE_FUNCTION void add_dq(const Member& team, int b, int h, int i0, int rows,
                                      const KeysTransposed& kt, const Work& w, Acc& acc) const {
     constexpr int R = NT / 32 * Base::WR;  // rows of D per pass
-    for (int d0 = 0; d0 < D; d0 += R) {
-      const auto ktf = Base::template fragments<BK>(kt, b, this->kv_head(h), d0, D - d0, T(1));
+    const int d_qk = int(dq.extent(3));    // at most D: a head size rounded up to it
+    for (int d0 = 0; d0 < d_qk; d0 += R) {
+      const auto ktf = Base::template fragments<BK>(kt, b, this->kv_head(h), d0, d_qk - d0, T(1));
       Base::template tile_rows_product<BK>(team, ktf, w.ds, LDS, acc);
       threads(team, [&](int t) {
         Base::template each_accumulator<NK>(t, [&](int e, int, int row, int col) {
-          if (d0 + row >= D || col >= rows) return;
+          if (d0 + row >= d_qk || col >= rows) return;
           volatile T* out = &dq(b, h, i0 + col, d0 + row);
           *out = *out + this->scale * acc(t)[e];
         });

@@ -191,7 +191,9 @@ struct FusedForwardMmaKernel
       Base::template each_accumulator<ND>(t, [&](int e, int slot, int row, int col) {
         if (row >= rows) return;
         const double li = l(t)[slot];
-        o(b, h, i0 + row, col) = oacc(t)[e] * (li > 0 ? T(1 / li) : T(0));
+        // Columns past Dv (a head size rounded up to DV) are not stored.
+        if (col < int(o.extent(3)))
+          o(b, h, i0 + row, col) = oacc(t)[e] * (li > 0 ? T(1 / li) : T(0));
         if (col == 0) {  // one register per row
           lse(b, h, i0 + row) = li > 0 ? T(double(m_alpha(t)[slot]) + compat::log(li)) : neg_inf;
         }

@@ -13,11 +13,13 @@
 // round_up) runs a call on the first listed tuple that covers it: the lists
 // are in ascending order, so that is the next larger compiled size.
 //
-// Builds that only compile (the CI's CUDA build) list the corners of each
-// grid (config.hpp's KDNN_COMPILED_SIZE_CORNERS): the smallest and largest
-// size of each axis in every combination, which keeps every form, every
-// precision and D ≠ Dv both ways; other sizes round up to them, or run the
-// host form where a form cannot round.
+// Builds that only compile (the CI's CUDA build) list two opposite corners
+// of each grid (config.hpp's KDNN_COMPILED_SIZE_CORNERS): the first axis's
+// smallest size with the second's largest, and its largest with the
+// second's smallest, which keeps every form, every precision, the smallest
+// and the largest size of each axis and D ≠ Dv both ways (and of a list of
+// single sizes, its smallest and largest); other sizes round up to them, or
+// run the host form where a form cannot round.
 #include <array>
 #include <cstddef>
 #include <tuple>
@@ -121,8 +123,8 @@ struct Grid<CompiledSizes<A...>, CompiledSizes<B...>> {
   using all = typename ListOf<decltype(std::tuple_cat(std::declval<Row<A>>()...))>::type;
 
   template <int a, int b>
-  static constexpr bool corner = (a == smallest_of<A...>() || a == largest_of<A...>()) &&
-                                 (b == smallest_of<B...>() || b == largest_of<B...>());
+  static constexpr bool corner = (a == smallest_of<A...>() && b == largest_of<B...>()) ||
+                                 (a == largest_of<A...>() && b == smallest_of<B...>());
   template <int a>
   using CornerRow = decltype(std::tuple_cat(
       std::declval<std::conditional_t<corner<a, B>, std::tuple<Sizes<a, B>>, std::tuple<>>>()...));
@@ -143,7 +145,8 @@ struct Line<CompiledSizes<A...>> {
 }  // namespace detail
 
 /// Every pair (a, b) of First's and Second's sizes (CompiledSizes), a in
-/// the outer loop; only the corners where KDNN_COMPILED_SIZE_CORNERS.
+/// the outer loop; only the two opposite corners (smallest a with largest
+/// b, largest a with smallest b) where KDNN_COMPILED_SIZE_CORNERS.
 template <class First, class Second>
 using SizeGrid = std::conditional_t<bool(KDNN_COMPILED_SIZE_CORNERS),
                                     typename detail::Grid<First, Second>::corners,
