@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "central_differences.hpp"
 #include "kdnn/core/impl/philox.hpp"
 #include "random.hpp"
 
@@ -171,17 +172,7 @@ inline std::vector<double> reference_gradient(const MhaCase& c, MhaData d,
     for (std::size_t k = 0; k < out.size(); ++k) L += d.dout[k] * out[k];
     return L;
   };
-  std::vector<double> g((d.*x).size());
-  for (std::size_t k = 0; k < g.size(); ++k) {
-    const double x0 = (d.*x)[k];
-    (d.*x)[k] = x0 + h;
-    const double up = loss();
-    (d.*x)[k] = x0 - h;
-    const double down = loss();
-    (d.*x)[k] = x0;
-    g[k] = (up - down) / (2 * h);
-  }
-  return g;
+  return central_differences(d.*x, loss, h);
 }
 
 }  // namespace kdnn_test

@@ -44,23 +44,6 @@ TEST(CompiledSizes, RunsTheListedSizesOnlyEachWithItsConstant) {
   EXPECT_EQ(dispatched<kdnn::impl::CompiledSizes<>>(-2, 10), std::vector<int>{});
 }
 
-TEST(CompiledSizes, PairsRunWhenBothSizesAreListed) {
-  using Other = kdnn::impl::CompiledSizes<16, 32>;
-  for (int x : {1, 2, 3, 8, 9}) {
-    for (int y : {8, 16, 32, 64}) {
-      int calls = 0;
-      const bool said = kdnn::impl::dispatch_sizes<Sizes, Other>(x, y, [&](auto cx, auto cy) {
-        ++calls;
-        EXPECT_EQ(decltype(cx)::value, x);
-        EXPECT_EQ(decltype(cy)::value, y);
-      });
-      const bool both = Sizes::contains(x) && Other::contains(y);
-      EXPECT_EQ(said, both) << x << ", " << y;
-      EXPECT_EQ(calls, both ? 1 : 0) << x << ", " << y;
-    }
-  }
-}
-
 // Each family's list, as its header documents it.
 TEST(CompiledSizes, EachFamilysList) {
   namespace at = kdnn::attention::impl;

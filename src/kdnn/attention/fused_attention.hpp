@@ -24,7 +24,6 @@
 #include "kdnn/attention/types.hpp"
 #include "kdnn/core/impl/eti.hpp"
 #include "kdnn/core/impl/space_lock.hpp"
-#include "kdnn/core/impl/view_checks.hpp"
 #include "kdnn/core/launch.hpp"
 
 namespace kdnn::attention {
@@ -68,35 +67,60 @@ struct FusedAttentionOptions {
   bool check_finite = false;
 };
 
+/// The arguments of fused_attention_forward.
+template <class T, class ExecSpace>
+struct FusedAttentionForward {
+  StridedTensor4<const T, ExecSpace> q;  ///< [B, H, S, D]
+  StridedTensor4<const T, ExecSpace> k;  ///< [B, Hkv, Sk, D]
+  StridedTensor4<const T, ExecSpace> v;  ///< [B, Hkv, Sk, Dv]
+  StridedTensor4<T, ExecSpace> o;        ///< output [B, H, S, Dv]
+  Tensor3<T, ExecSpace> lse;             ///< output [B, H, S]
+  AttentionMask<ExecSpace> mask;         ///< optional (every key visible)
+  /// [H]: attention sinks (gpt-oss's), one logit per query head that joins
+  /// every row's softmax denominator as a key with no value:
+  /// O_i = Σ_j e^{s_ij}·v_j / (e^{sink_h} + Σ_j e^{s_ij}), and lse includes
+  /// it. A row that sees no key then has O_i = 0 and lse = sink_h; a sink
+  /// of −inf is none. Optional.
+  Vector<const T, ExecSpace> sinks;
+};
+
+/// The arguments of fused_attention_backward: the forward's tensors and
+/// mask, dout = dL/dO and the gradients to write (overwritten). The
+/// workspaces are the caller's or, left empty, allocated for the call.
+template <class T, class ExecSpace>
+struct FusedAttentionBackward {
+  StridedTensor4<const T, ExecSpace> q;     ///< [B, H, S, D]
+  StridedTensor4<const T, ExecSpace> k;     ///< [B, Hkv, Sk, D]
+  StridedTensor4<const T, ExecSpace> v;     ///< [B, Hkv, Sk, Dv]
+  StridedTensor4<const T, ExecSpace> o;     ///< the forward's output [B, H, S, Dv]
+  Tensor3<const T, ExecSpace> lse;          ///< the forward's [B, H, S]
+  StridedTensor4<const T, ExecSpace> dout;  ///< [B, H, S, Dv]
+  StridedTensor4<T, ExecSpace> dq;          ///< output [B, H, S, D]
+  StridedTensor4<T, ExecSpace> dk;          ///< output [B, Hkv, Sk, D]
+  StridedTensor4<T, ExecSpace> dv;          ///< output [B, Hkv, Sk, Dv]
+  AttentionMask<ExecSpace> mask;            ///< the forward's
+  Vector<const T, ExecSpace> sinks;         ///< the forward's [H]; optional
+  /// output [H], the sinks' gradient (overwritten); optional, with sinks only.
+  Vector<T, ExecSpace> dsinks;
+  Tensor3<T, ExecSpace> delta;  ///< workspace [B, H, S] (the rows' dO·O); optional
+  /// Workspaces with Hkv < H: the query heads' shares of dK and dV,
+  /// [B, H, Sk, D] and [B, H, Sk, Dv]; optional.
+  Tensor4<T, ExecSpace> dk_shares, dv_shares;
+};
+
 }  // namespace kdnn::attention
 
-#define KDNN_FUSED_ATTENTION_OPERATORS(PREFIX, ExecSpace, T)                                \
-  PREFIX void fused_attention_forward(                                                      \
-      const ExecSpace&, const StridedTensor4<const T, ExecSpace>&,                          \
-      const StridedTensor4<const T, ExecSpace>&, const StridedTensor4<const T, ExecSpace>&, \
-      const StridedTensor4<T, ExecSpace>&, const Tensor3<T, ExecSpace>&,                    \
-      const FusedAttentionOptions&, const AttentionMask<ExecSpace>&, impl::MaskCheck);      \
-  PREFIX void fused_attention_backward(                                                     \
-      const ExecSpace&, const StridedTensor4<const T, ExecSpace>&,                          \
-      const StridedTensor4<const T, ExecSpace>&, const StridedTensor4<const T, ExecSpace>&, \
-      const StridedTensor4<const T, ExecSpace>&, const Tensor3<const T, ExecSpace>&,        \
-      const StridedTensor4<const T, ExecSpace>&, const StridedTensor4<T, ExecSpace>&,       \
-      const StridedTensor4<T, ExecSpace>&, const StridedTensor4<T, ExecSpace>&,             \
-      const impl::FusedBackwardScratch<T, ExecSpace>&, const FusedAttentionOptions&,        \
-      const AttentionMask<ExecSpace>&, impl::MaskCheck);
+#define KDNN_FUSED_ATTENTION_OPERATORS(PREFIX, ExecSpace, T)                          \
+  PREFIX void fused_attention_forward(const ExecSpace&,                               \
+                                      const FusedAttentionForward<T, ExecSpace>&,     \
+                                      const FusedAttentionOptions&, impl::MaskCheck); \
+  PREFIX void fused_attention_backward(const ExecSpace&,                              \
+                                       const FusedAttentionBackward<T, ExecSpace>&,   \
+                                       const FusedAttentionOptions&, impl::MaskCheck);
 
 namespace kdnn::attention {
 
 namespace impl {
-/// The backward's scratch, each View the caller's or, left empty, allocated
-/// for the call: delta [B, H, S] (the rows' dO·O) and, with Hkv < H, the
-/// query heads' shares of dK and dV [B, H, Sk, D] and [B, H, Sk, Dv].
-template <class T, class ExecSpace>
-struct FusedBackwardScratch {
-  Tensor3<T, ExecSpace> delta;
-  Tensor4<T, ExecSpace> dk_shares, dv_shares;
-};
-
 KDNN_FUSED_ATTENTION_OPERATORS(KDNN_TEMPLATE_EXEC_SPACE_T, ExecSpace, T)
 #define KDNN_FUSED_ATTENTION_EXTERN(ExecSpace, T) \
   KDNN_FUSED_ATTENTION_OPERATORS(extern template, ExecSpace, T)
@@ -105,42 +129,43 @@ KDNN_ETI_FOR_EACH(KDNN_FUSED_ATTENTION_EXTERN)
 }  // namespace impl
 
 /// O and lse from q, k, v (see above). Asynchronous on `space` after the
-/// host-side checks.
+/// host-side checks, which throw kdnn::Error naming the argument.
+template <class ExecSpace, class T>
+void fused_attention_forward(const ExecSpace& space,
+                             const FusedAttentionForward<T, ExecSpace>& args,
+                             const FusedAttentionOptions& opts = {}) {
+  const kdnn::impl::SpaceLock exclusive(space);
+  impl::fused_attention_forward<ExecSpace, T>(space, args, opts, impl::MaskCheck::here);
+}
+
+/// dq, dk, dv from the forward's q, k, v, o, lse and dout = dL/dO, with the
+/// forward's options and mask: the probabilities are recomputed tile by tile
+/// from lse. With Hkv < H, dk and dv [B, Hkv, Sk, ·] are the sums over each
+/// group's query heads, taken in head order from per-query-head shares
+/// (B·H·Sk·(D + Dv) values: args' workspaces, or allocated for the call).
+/// Deterministic: no atomics, every sum in a fixed order. Asynchronous on
+/// `space` after the host-side checks.
+template <class ExecSpace, class T>
+void fused_attention_backward(const ExecSpace& space,
+                              const FusedAttentionBackward<T, ExecSpace>& args,
+                              const FusedAttentionOptions& opts = {}) {
+  const kdnn::impl::SpaceLock exclusive(space);
+  impl::fused_attention_backward<ExecSpace, T>(space, args, opts, impl::MaskCheck::here);
+}
+
+/// fused_attention_forward with its tensors and mask as arguments (T is o's
+/// scalar type; each View converts to its FusedAttentionForward member).
 template <class ExecSpace, class QView, class KView, class VView, class OView, class LView>
 void fused_attention_forward(const ExecSpace& space, const QView& q, const KView& k, const VView& v,
                              const OView& o, const LView& lse,
                              const FusedAttentionOptions& opts = {},
                              const AttentionMask<ExecSpace>& mask = {}) {
-  const kdnn::impl::SpaceLock exclusive(space);
-  KDNN_CHECK_STRIDED_VIEW(ExecSpace, QView, 4, "[B, H, S, D]",
-                          "attention::fused_attention_forward: q");
-  KDNN_CHECK_STRIDED_VIEW(ExecSpace, KView, 4, "[B, Hkv, Sk, D]",
-                          "attention::fused_attention_forward: k");
-  KDNN_CHECK_STRIDED_VIEW(ExecSpace, VView, 4, "[B, Hkv, Sk, Dv]",
-                          "attention::fused_attention_forward: v");
-  KDNN_CHECK_STRIDED_VIEW(ExecSpace, OView, 4, "[B, H, S, Dv]",
-                          "attention::fused_attention_forward: o");
-  KDNN_CHECK_VIEW(ExecSpace, LView, 3, "[B, H, S]", "attention::fused_attention_forward: lse");
-  KDNN_CHECK_OUTPUT(OView, "attention::fused_attention_forward: o");
-  KDNN_CHECK_OUTPUT(LView, "attention::fused_attention_forward: lse");
-  KDNN_CHECK_SAME_TYPE(QView, OView, "attention::fused_attention_forward: q and o");
-  KDNN_CHECK_SAME_TYPE(KView, OView, "attention::fused_attention_forward: k and o");
-  KDNN_CHECK_SAME_TYPE(VView, OView, "attention::fused_attention_forward: v and o");
-  KDNN_CHECK_SAME_TYPE(LView, OView, "attention::fused_attention_forward: lse and o");
   using T = typename OView::non_const_value_type;
-  impl::fused_attention_forward<ExecSpace, T>(space, q, k, v, o, lse, opts, mask,
-                                              impl::MaskCheck::here);
+  fused_attention_forward(space, FusedAttentionForward<T, ExecSpace>{q, k, v, o, lse, mask}, opts);
 }
 
-/// dq, dk, dv from the forward's q, k, v, o, lse and dout = dL/dO, with the
-/// forward's options and mask: the probabilities are recomputed tile by tile
-/// from lse. `delta` [B, H, S] is a workspace the caller owns (it receives
-/// the rows' dO·O); the overload without it allocates one per call. With
-/// Hkv < H, dk and dv [B, Hkv, Sk, ·] are the sums over each group's query
-/// heads, taken in head order from per-query-head shares in buffers of
-/// B·H·Sk·(D + Dv) values allocated for the call.
-/// Deterministic: no atomics, every sum in a fixed order. Asynchronous on
-/// `space` after the host-side checks.
+/// fused_attention_backward with its tensors and mask as arguments, and
+/// `delta`, the [B, H, S] workspace (T is dq's scalar type).
 template <class ExecSpace, class QView, class KView, class VView, class OView, class LView,
           class GView, class DQView, class DKView, class DVView, class DeltaView>
 void fused_attention_backward(const ExecSpace& space, const QView& q, const KView& k,
@@ -148,35 +173,11 @@ void fused_attention_backward(const ExecSpace& space, const QView& q, const KVie
                               const DQView& dq, const DKView& dk, const DVView& dv,
                               const DeltaView& delta, const FusedAttentionOptions& opts = {},
                               const AttentionMask<ExecSpace>& mask = {}) {
-  const kdnn::impl::SpaceLock exclusive(space);
-#define KDNN_IMPL_ARG(name) "attention::fused_attention_backward: " name
-  KDNN_CHECK_STRIDED_VIEW(ExecSpace, QView, 4, "[B, H, S, D]", KDNN_IMPL_ARG("q"));
-  KDNN_CHECK_STRIDED_VIEW(ExecSpace, KView, 4, "[B, Hkv, Sk, D]", KDNN_IMPL_ARG("k"));
-  KDNN_CHECK_STRIDED_VIEW(ExecSpace, VView, 4, "[B, Hkv, Sk, Dv]", KDNN_IMPL_ARG("v"));
-  KDNN_CHECK_STRIDED_VIEW(ExecSpace, OView, 4, "[B, H, S, Dv]", KDNN_IMPL_ARG("o"));
-  KDNN_CHECK_VIEW(ExecSpace, LView, 3, "[B, H, S]", KDNN_IMPL_ARG("lse"));
-  KDNN_CHECK_STRIDED_VIEW(ExecSpace, GView, 4, "[B, H, S, Dv]", KDNN_IMPL_ARG("dout"));
-  KDNN_CHECK_STRIDED_VIEW(ExecSpace, DQView, 4, "[B, H, S, D]", KDNN_IMPL_ARG("dq"));
-  KDNN_CHECK_STRIDED_VIEW(ExecSpace, DKView, 4, "[B, Hkv, Sk, D]", KDNN_IMPL_ARG("dk"));
-  KDNN_CHECK_STRIDED_VIEW(ExecSpace, DVView, 4, "[B, Hkv, Sk, Dv]", KDNN_IMPL_ARG("dv"));
-  KDNN_CHECK_OUTPUT(DQView, KDNN_IMPL_ARG("dq"));
-  KDNN_CHECK_OUTPUT(DKView, KDNN_IMPL_ARG("dk"));
-  KDNN_CHECK_OUTPUT(DVView, KDNN_IMPL_ARG("dv"));
-  KDNN_CHECK_SAME_TYPE(QView, DQView, KDNN_IMPL_ARG("q and dq"));
-  KDNN_CHECK_SAME_TYPE(KView, DQView, KDNN_IMPL_ARG("k and dq"));
-  KDNN_CHECK_SAME_TYPE(VView, DQView, KDNN_IMPL_ARG("v and dq"));
-  KDNN_CHECK_SAME_TYPE(OView, DQView, KDNN_IMPL_ARG("o and dq"));
-  KDNN_CHECK_SAME_TYPE(LView, DQView, KDNN_IMPL_ARG("lse and dq"));
-  KDNN_CHECK_SAME_TYPE(GView, DQView, KDNN_IMPL_ARG("dout and dq"));
-  KDNN_CHECK_SAME_TYPE(DKView, DQView, KDNN_IMPL_ARG("dk and dq"));
-  KDNN_CHECK_SAME_TYPE(DVView, DQView, KDNN_IMPL_ARG("dv and dq"));
-  KDNN_CHECK_VIEW(ExecSpace, DeltaView, 3, "[B, H, S]", KDNN_IMPL_ARG("delta"));
-  KDNN_CHECK_OUTPUT(DeltaView, KDNN_IMPL_ARG("delta"));
-  KDNN_CHECK_SAME_TYPE(DeltaView, DQView, KDNN_IMPL_ARG("delta and dq"));
-#undef KDNN_IMPL_ARG
   using T = typename DQView::non_const_value_type;
-  impl::fused_attention_backward<ExecSpace, T>(space, q, k, v, o, lse, dout, dq, dk, dv,
-                                               {delta, {}, {}}, opts, mask, impl::MaskCheck::here);
+  fused_attention_backward(
+      space,
+      FusedAttentionBackward<T, ExecSpace>{q, k, v, o, lse, dout, dq, dk, dv, mask, {}, {}, delta},
+      opts);
 }
 
 /// The same, with the [B, H, S] workspace allocated for the call.
@@ -187,10 +188,9 @@ void fused_attention_backward(const ExecSpace& space, const QView& q, const KVie
                               const DQView& dq, const DKView& dk, const DVView& dv,
                               const FusedAttentionOptions& opts = {},
                               const AttentionMask<ExecSpace>& mask = {}) {
-  const kdnn::impl::SpaceLock exclusive(space);
   using T = typename DQView::non_const_value_type;
-  fused_attention_backward(space, q, k, v, o, lse, dout, dq, dk, dv, Tensor3<T, ExecSpace>(), opts,
-                           mask);
+  fused_attention_backward(
+      space, FusedAttentionBackward<T, ExecSpace>{q, k, v, o, lse, dout, dq, dk, dv, mask}, opts);
 }
 
 }  // namespace kdnn::attention

@@ -37,23 +37,47 @@ struct PackedSequences {
   Vector<const int, ExecSpace> cu_seqlens_k;  ///< [N + 1]: the keys' offsets into k and v
 };
 
+/// The arguments of fused_attention_varlen_forward.
+template <class T, class ExecSpace>
+struct FusedAttentionVarlenForward {
+  StridedTensor3<const T, ExecSpace> q;  ///< [Tq, H, D]
+  StridedTensor3<const T, ExecSpace> k;  ///< [Tk, Hkv, D]
+  StridedTensor3<const T, ExecSpace> v;  ///< [Tk, Hkv, Dv]
+  StridedTensor3<T, ExecSpace> o;        ///< output [Tq, H, Dv]
+  Matrix<T, ExecSpace> lse;              ///< output [H, Tq]
+  PackedSequences<ExecSpace> seqs;       ///< the packing
+  AttentionMask<ExecSpace> mask;         ///< optional, without per-entry vectors
+  Vector<const T, ExecSpace> sinks;      ///< [H], as FusedAttentionForward's; optional
+};
+
+/// The arguments of fused_attention_varlen_backward: the forward's tensors,
+/// packing and mask, dout = dL/dO and the gradients to write (overwritten).
+template <class T, class ExecSpace>
+struct FusedAttentionVarlenBackward {
+  StridedTensor3<const T, ExecSpace> q;     ///< [Tq, H, D]
+  StridedTensor3<const T, ExecSpace> k;     ///< [Tk, Hkv, D]
+  StridedTensor3<const T, ExecSpace> v;     ///< [Tk, Hkv, Dv]
+  StridedTensor3<const T, ExecSpace> o;     ///< the forward's output [Tq, H, Dv]
+  Matrix<const T, ExecSpace> lse;           ///< the forward's [H, Tq]
+  StridedTensor3<const T, ExecSpace> dout;  ///< [Tq, H, Dv]
+  StridedTensor3<T, ExecSpace> dq;          ///< output [Tq, H, D]
+  StridedTensor3<T, ExecSpace> dk;          ///< output [Tk, Hkv, D]
+  StridedTensor3<T, ExecSpace> dv;          ///< output [Tk, Hkv, Dv]
+  PackedSequences<ExecSpace> seqs;          ///< the forward's
+  AttentionMask<ExecSpace> mask;            ///< the forward's
+  Vector<const T, ExecSpace> sinks;         ///< the forward's [H]; optional
+  Vector<T, ExecSpace> dsinks;              ///< output [H]; optional, with sinks only
+};
+
 }  // namespace kdnn::attention
 
-#define KDNN_FUSED_ATTENTION_VARLEN_OPERATORS(PREFIX, ExecSpace, T)                         \
-  PREFIX void fused_attention_varlen_forward(                                               \
-      const ExecSpace&, const StridedTensor3<const T, ExecSpace>&,                          \
-      const StridedTensor3<const T, ExecSpace>&, const StridedTensor3<const T, ExecSpace>&, \
-      const StridedTensor3<T, ExecSpace>&, const Matrix<T, ExecSpace>&,                     \
-      const PackedSequences<ExecSpace>&, const FusedAttentionOptions&,                      \
-      const AttentionMask<ExecSpace>&);                                                     \
-  PREFIX void fused_attention_varlen_backward(                                              \
-      const ExecSpace&, const StridedTensor3<const T, ExecSpace>&,                          \
-      const StridedTensor3<const T, ExecSpace>&, const StridedTensor3<const T, ExecSpace>&, \
-      const StridedTensor3<const T, ExecSpace>&, const Matrix<const T, ExecSpace>&,         \
-      const StridedTensor3<const T, ExecSpace>&, const StridedTensor3<T, ExecSpace>&,       \
-      const StridedTensor3<T, ExecSpace>&, const StridedTensor3<T, ExecSpace>&,             \
-      const PackedSequences<ExecSpace>&, const FusedAttentionOptions&,                      \
-      const AttentionMask<ExecSpace>&);
+#define KDNN_FUSED_ATTENTION_VARLEN_OPERATORS(PREFIX, ExecSpace, T)                              \
+  PREFIX void fused_attention_varlen_forward(const ExecSpace&,                                   \
+                                             const FusedAttentionVarlenForward<T, ExecSpace>&,   \
+                                             const FusedAttentionOptions&);                      \
+  PREFIX void fused_attention_varlen_backward(const ExecSpace&,                                  \
+                                              const FusedAttentionVarlenBackward<T, ExecSpace>&, \
+                                              const FusedAttentionOptions&);
 
 namespace kdnn::attention {
 
@@ -67,28 +91,12 @@ KDNN_ETI_FOR_EACH(KDNN_FUSED_ATTENTION_VARLEN_EXTERN)
 
 /// O and lse of packed sequences (see above). Asynchronous on `space` after
 /// the host-side checks.
-template <class ExecSpace, class QView, class KView, class VView, class OView, class LView>
-void fused_attention_varlen_forward(const ExecSpace& space, const QView& q, const KView& k,
-                                    const VView& v, const OView& o, const LView& lse,
-                                    const PackedSequences<ExecSpace>& seqs,
-                                    const FusedAttentionOptions& opts = {},
-                                    const AttentionMask<ExecSpace>& mask = {}) {
+template <class ExecSpace, class T>
+void fused_attention_varlen_forward(const ExecSpace& space,
+                                    const FusedAttentionVarlenForward<T, ExecSpace>& args,
+                                    const FusedAttentionOptions& opts = {}) {
   const kdnn::impl::SpaceLock exclusive(space);
-#define KDNN_IMPL_ARG(name) "attention::fused_attention_varlen_forward: " name
-  KDNN_CHECK_STRIDED_VIEW(ExecSpace, QView, 3, "[Tq, H, D]", KDNN_IMPL_ARG("q"));
-  KDNN_CHECK_STRIDED_VIEW(ExecSpace, KView, 3, "[Tk, Hkv, D]", KDNN_IMPL_ARG("k"));
-  KDNN_CHECK_STRIDED_VIEW(ExecSpace, VView, 3, "[Tk, Hkv, Dv]", KDNN_IMPL_ARG("v"));
-  KDNN_CHECK_STRIDED_VIEW(ExecSpace, OView, 3, "[Tq, H, Dv]", KDNN_IMPL_ARG("o"));
-  KDNN_CHECK_VIEW(ExecSpace, LView, 2, "[H, Tq]", KDNN_IMPL_ARG("lse"));
-  KDNN_CHECK_OUTPUT(OView, KDNN_IMPL_ARG("o"));
-  KDNN_CHECK_OUTPUT(LView, KDNN_IMPL_ARG("lse"));
-  KDNN_CHECK_SAME_TYPE(QView, OView, KDNN_IMPL_ARG("q and o"));
-  KDNN_CHECK_SAME_TYPE(KView, OView, KDNN_IMPL_ARG("k and o"));
-  KDNN_CHECK_SAME_TYPE(VView, OView, KDNN_IMPL_ARG("v and o"));
-  KDNN_CHECK_SAME_TYPE(LView, OView, KDNN_IMPL_ARG("lse and o"));
-#undef KDNN_IMPL_ARG
-  using T = typename OView::non_const_value_type;
-  impl::fused_attention_varlen_forward<ExecSpace, T>(space, q, k, v, o, lse, seqs, opts, mask);
+  impl::fused_attention_varlen_forward<ExecSpace, T>(space, args, opts);
 }
 
 /// dq, dk, dv of packed sequences from the forward's q, k, v, o, lse and
@@ -96,6 +104,29 @@ void fused_attention_varlen_forward(const ExecSpace& space, const QView& q, cons
 /// (fused_attention_backward's method: deterministic, no atomics; with
 /// Hkv < H, buffers of H·Tk·(D + Dv) values for the call). Asynchronous on
 /// `space` after the host-side checks.
+template <class ExecSpace, class T>
+void fused_attention_varlen_backward(const ExecSpace& space,
+                                     const FusedAttentionVarlenBackward<T, ExecSpace>& args,
+                                     const FusedAttentionOptions& opts = {}) {
+  const kdnn::impl::SpaceLock exclusive(space);
+  impl::fused_attention_varlen_backward<ExecSpace, T>(space, args, opts);
+}
+
+/// fused_attention_varlen_forward with its tensors, packing and mask as
+/// arguments (T is o's scalar type).
+template <class ExecSpace, class QView, class KView, class VView, class OView, class LView>
+void fused_attention_varlen_forward(const ExecSpace& space, const QView& q, const KView& k,
+                                    const VView& v, const OView& o, const LView& lse,
+                                    const PackedSequences<ExecSpace>& seqs,
+                                    const FusedAttentionOptions& opts = {},
+                                    const AttentionMask<ExecSpace>& mask = {}) {
+  using T = typename OView::non_const_value_type;
+  fused_attention_varlen_forward(
+      space, FusedAttentionVarlenForward<T, ExecSpace>{q, k, v, o, lse, seqs, mask}, opts);
+}
+
+/// fused_attention_varlen_backward with its tensors, packing and mask as
+/// arguments (T is dq's scalar type).
 template <class ExecSpace, class QView, class KView, class VView, class OView, class LView,
           class GView, class DQView, class DKView, class DVView>
 void fused_attention_varlen_backward(const ExecSpace& space, const QView& q, const KView& k,
@@ -104,32 +135,11 @@ void fused_attention_varlen_backward(const ExecSpace& space, const QView& q, con
                                      const DVView& dv, const PackedSequences<ExecSpace>& seqs,
                                      const FusedAttentionOptions& opts = {},
                                      const AttentionMask<ExecSpace>& mask = {}) {
-  const kdnn::impl::SpaceLock exclusive(space);
-#define KDNN_IMPL_ARG(name) "attention::fused_attention_varlen_backward: " name
-  KDNN_CHECK_STRIDED_VIEW(ExecSpace, QView, 3, "[Tq, H, D]", KDNN_IMPL_ARG("q"));
-  KDNN_CHECK_STRIDED_VIEW(ExecSpace, KView, 3, "[Tk, Hkv, D]", KDNN_IMPL_ARG("k"));
-  KDNN_CHECK_STRIDED_VIEW(ExecSpace, VView, 3, "[Tk, Hkv, Dv]", KDNN_IMPL_ARG("v"));
-  KDNN_CHECK_STRIDED_VIEW(ExecSpace, OView, 3, "[Tq, H, Dv]", KDNN_IMPL_ARG("o"));
-  KDNN_CHECK_VIEW(ExecSpace, LView, 2, "[H, Tq]", KDNN_IMPL_ARG("lse"));
-  KDNN_CHECK_STRIDED_VIEW(ExecSpace, GView, 3, "[Tq, H, Dv]", KDNN_IMPL_ARG("dout"));
-  KDNN_CHECK_STRIDED_VIEW(ExecSpace, DQView, 3, "[Tq, H, D]", KDNN_IMPL_ARG("dq"));
-  KDNN_CHECK_STRIDED_VIEW(ExecSpace, DKView, 3, "[Tk, Hkv, D]", KDNN_IMPL_ARG("dk"));
-  KDNN_CHECK_STRIDED_VIEW(ExecSpace, DVView, 3, "[Tk, Hkv, Dv]", KDNN_IMPL_ARG("dv"));
-  KDNN_CHECK_OUTPUT(DQView, KDNN_IMPL_ARG("dq"));
-  KDNN_CHECK_OUTPUT(DKView, KDNN_IMPL_ARG("dk"));
-  KDNN_CHECK_OUTPUT(DVView, KDNN_IMPL_ARG("dv"));
-  KDNN_CHECK_SAME_TYPE(QView, DQView, KDNN_IMPL_ARG("q and dq"));
-  KDNN_CHECK_SAME_TYPE(KView, DQView, KDNN_IMPL_ARG("k and dq"));
-  KDNN_CHECK_SAME_TYPE(VView, DQView, KDNN_IMPL_ARG("v and dq"));
-  KDNN_CHECK_SAME_TYPE(OView, DQView, KDNN_IMPL_ARG("o and dq"));
-  KDNN_CHECK_SAME_TYPE(LView, DQView, KDNN_IMPL_ARG("lse and dq"));
-  KDNN_CHECK_SAME_TYPE(GView, DQView, KDNN_IMPL_ARG("dout and dq"));
-  KDNN_CHECK_SAME_TYPE(DKView, DQView, KDNN_IMPL_ARG("dk and dq"));
-  KDNN_CHECK_SAME_TYPE(DVView, DQView, KDNN_IMPL_ARG("dv and dq"));
-#undef KDNN_IMPL_ARG
   using T = typename DQView::non_const_value_type;
-  impl::fused_attention_varlen_backward<ExecSpace, T>(space, q, k, v, o, lse, dout, dq, dk, dv,
-                                                      seqs, opts, mask);
+  fused_attention_varlen_backward(
+      space,
+      FusedAttentionVarlenBackward<T, ExecSpace>{q, k, v, o, lse, dout, dq, dk, dv, seqs, mask},
+      opts);
 }
 
 }  // namespace kdnn::attention

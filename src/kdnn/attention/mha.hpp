@@ -128,26 +128,59 @@ struct MhaBufferSizes {
 /// not divide heads.
 inline MhaBufferSizes mha_buffer_sizes(const MhaShape& shape);
 
+/// The arguments of mha_forward. Optional Views may be left empty.
+template <class T, class ExecSpace>
+struct MhaForward {
+  MhaParams<const T, ExecSpace> weights;  ///< the layer's parameters
+  Tensor3<const T, ExecSpace> q;          ///< [B, S, E_q]
+  Tensor3<const T, ExecSpace> k;          ///< [B, Sk, E_k]
+  Tensor3<const T, ExecSpace> v;          ///< [B, Sk, E_v]
+  Tensor3<const T, ExecSpace> residual;   ///< [B, S, E_o]; optional
+  Tensor3<T, ExecSpace> out;              ///< output [B, S, E_o]
+  Vector<T, ExecSpace> reserve;           ///< mha_buffer_sizes' reserve, kept for the backward
+  Vector<T, ExecSpace> workspace;         ///< mha_buffer_sizes' workspace
+  AttentionMask<ExecSpace> mask;          ///< optional (every key visible)
+  PackedSequences<ExecSpace> seqs;        ///< packed sequences (see above); optional
+};
+
+/// The arguments of mha_backward_data: dout = dL/dout, the gradients of the
+/// inputs to write, and the forward's weights, reserve, mask and packing.
+template <class T, class ExecSpace>
+struct MhaBackwardData {
+  MhaParams<const T, ExecSpace> weights;  ///< the forward's
+  Tensor3<const T, ExecSpace> dout;       ///< [B, S, E_o]
+  Tensor3<T, ExecSpace> dq;               ///< output [B, S, E_q]
+  Tensor3<T, ExecSpace> dk;               ///< output [B, Sk, E_k]
+  Tensor3<T, ExecSpace> dv;               ///< output [B, Sk, E_v]
+  Tensor3<T, ExecSpace> dresidual;        ///< output [B, S, E_o]; optional
+  Vector<T, ExecSpace> reserve;           ///< the forward's
+  Vector<T, ExecSpace> workspace;         ///< mha_buffer_sizes' workspace
+  AttentionMask<ExecSpace> mask;          ///< the forward's
+  PackedSequences<ExecSpace> seqs;        ///< the forward's
+};
+
+/// The arguments of mha_backward_weights: the forward's weights and inputs,
+/// the gradients to write or add to (a bias gradient is written iff given,
+/// and then its bias must be), and the reserve after mha_backward_data.
+template <class T, class ExecSpace>
+struct MhaBackwardWeights {
+  MhaParams<const T, ExecSpace> weights;  ///< the forward's
+  Tensor3<const T, ExecSpace> q;          ///< the forward's [B, S, E_q]
+  Tensor3<const T, ExecSpace> k;          ///< the forward's [B, Sk, E_k]
+  Tensor3<const T, ExecSpace> v;          ///< the forward's [B, Sk, E_v]
+  MhaParams<T, ExecSpace> grads;          ///< outputs, weights' shapes
+  Vector<T, ExecSpace> reserve;           ///< after mha_backward_data
+  WgradMode mode = WgradMode::set;        ///< overwrite or add to grads
+};
+
 }  // namespace kdnn::attention
 
-#define KDNN_MHA_OPERATORS(PREFIX, ExecSpace, T)                                                  \
-  PREFIX void mha_forward(const ExecSpace&, const MhaOptions&, const AttentionMask<ExecSpace>&,   \
-                          const MhaParams<const T, ExecSpace>&,                                   \
-                          const Tensor3<const T, ExecSpace>&, const Tensor3<const T, ExecSpace>&, \
-                          const Tensor3<const T, ExecSpace>&, const Tensor3<const T, ExecSpace>&, \
-                          const Tensor3<T, ExecSpace>&, const Vector<T, ExecSpace>&,              \
-                          const Vector<T, ExecSpace>&, const PackedSequences<ExecSpace>&);        \
-  PREFIX void mha_backward_data(                                                                  \
-      const ExecSpace&, const MhaOptions&, const AttentionMask<ExecSpace>&,                       \
-      const MhaParams<const T, ExecSpace>&, const Tensor3<const T, ExecSpace>&,                   \
-      const Tensor3<T, ExecSpace>&, const Tensor3<T, ExecSpace>&, const Tensor3<T, ExecSpace>&,   \
-      const Tensor3<T, ExecSpace>&, const Vector<T, ExecSpace>&, const Vector<T, ExecSpace>&,     \
-      const PackedSequences<ExecSpace>&);                                                         \
-  PREFIX void mha_backward_weights(                                                               \
-      const ExecSpace&, const MhaOptions&, const MhaParams<const T, ExecSpace>&,                  \
-      const Tensor3<const T, ExecSpace>&, const Tensor3<const T, ExecSpace>&,                     \
-      const Tensor3<const T, ExecSpace>&, const MhaParams<T, ExecSpace>&, WgradMode,              \
-      const Vector<T, ExecSpace>&);
+#define KDNN_MHA_OPERATORS(PREFIX, ExecSpace, T)                                                 \
+  PREFIX void mha_forward(const ExecSpace&, const MhaForward<T, ExecSpace>&, const MhaOptions&); \
+  PREFIX void mha_backward_data(const ExecSpace&, const MhaBackwardData<T, ExecSpace>&,          \
+                                const MhaOptions&);                                              \
+  PREFIX void mha_backward_weights(const ExecSpace&, const MhaBackwardWeights<T, ExecSpace>&,    \
+                                   const MhaOptions&);
 
 namespace kdnn::attention {
 
@@ -166,9 +199,37 @@ template <class X>
 using NoDeduce = typename NoDeduceT<X>::type;
 }  // namespace impl
 
-/// out = the layer applied to (q, k, v) (+ residual, optional); fills
-/// `reserve` for the backward calls. T is the weights' scalar type. `seqs`:
-/// packed sequences (see above), or none.
+/// out = the layer applied to (q, k, v) (+ residual); fills the reserve for
+/// the backward calls.
+template <class ExecSpace, class T>
+void mha_forward(const ExecSpace& space, const MhaForward<T, ExecSpace>& args,
+                 const MhaOptions& opts) {
+  const kdnn::impl::SpaceLock exclusive(space);
+  impl::mha_forward<ExecSpace, T>(space, args, opts);
+}
+
+/// From dout = dL/dout: dq, dk, dv and, if given, dresidual (dout with the
+/// padded query rows zeroed). Needs the forward's reserve; leaves in it the
+/// projections' gradients for mha_backward_weights.
+template <class ExecSpace, class T>
+void mha_backward_data(const ExecSpace& space, const MhaBackwardData<T, ExecSpace>& args,
+                       const MhaOptions& opts) {
+  const kdnn::impl::SpaceLock exclusive(space);
+  impl::mha_backward_data<ExecSpace, T>(space, args, opts);
+}
+
+/// The weight and bias gradients, overwritten or added to (args.mode). Runs
+/// after mha_backward_data on the same reserve, which holds dL/dout and the
+/// projections' gradients.
+template <class ExecSpace, class T>
+void mha_backward_weights(const ExecSpace& space, const MhaBackwardWeights<T, ExecSpace>& args,
+                          const MhaOptions& opts) {
+  const kdnn::impl::SpaceLock exclusive(space);
+  impl::mha_backward_weights<ExecSpace, T>(space, args, opts);
+}
+
+/// mha_forward with its arguments one by one, cuDNN's order (T is the
+/// weights' scalar type; `seqs`: packed sequences, or none).
 template <class ExecSpace, class W, class T = std::remove_const_t<W>>
 void mha_forward(const ExecSpace& space, const MhaOptions& opts,
                  const AttentionMask<ExecSpace>& mask, const MhaParams<W, ExecSpace>& weights,
@@ -180,14 +241,13 @@ void mha_forward(const ExecSpace& space, const MhaOptions& opts,
                  const impl::NoDeduce<Vector<T, ExecSpace>>& reserve,
                  const impl::NoDeduce<Vector<T, ExecSpace>>& workspace,
                  const PackedSequences<ExecSpace>& seqs = {}) {
-  const kdnn::impl::SpaceLock exclusive(space);
-  impl::mha_forward<ExecSpace, T>(space, opts, mask, weights.as_const(), q, k, v, residual, out,
-                                  reserve, workspace, seqs);
+  mha_forward(space,
+              MhaForward<T, ExecSpace>{weights.as_const(), q, k, v, residual, out, reserve,
+                                       workspace, mask, seqs},
+              opts);
 }
 
-/// From dout = dL/dout: dq, dk, dv and, if given, dresidual (dout with the
-/// padded query rows zeroed). Needs the forward's reserve; leaves in it the
-/// projections' gradients for mha_backward_weights. `seqs`: the forward's.
+/// mha_backward_data with its arguments one by one, cuDNN's order.
 template <class ExecSpace, class W, class T = std::remove_const_t<W>>
 void mha_backward_data(const ExecSpace& space, const MhaOptions& opts,
                        const AttentionMask<ExecSpace>& mask, const MhaParams<W, ExecSpace>& weights,
@@ -199,15 +259,13 @@ void mha_backward_data(const ExecSpace& space, const MhaOptions& opts,
                        const impl::NoDeduce<Vector<T, ExecSpace>>& reserve,
                        const impl::NoDeduce<Vector<T, ExecSpace>>& workspace,
                        const PackedSequences<ExecSpace>& seqs = {}) {
-  const kdnn::impl::SpaceLock exclusive(space);
-  impl::mha_backward_data<ExecSpace, T>(space, opts, mask, weights.as_const(), dout, dq, dk, dv,
-                                        dresidual, reserve, workspace, seqs);
+  mha_backward_data(space,
+                    MhaBackwardData<T, ExecSpace>{weights.as_const(), dout, dq, dk, dv, dresidual,
+                                                  reserve, workspace, mask, seqs},
+                    opts);
 }
 
-/// The weight and bias gradients (a bias gradient is written iff it is given
-/// in `grads`; then the bias must be in `weights`), overwritten or added to
-/// (`mode`). Runs after mha_backward_data on the same reserve, which holds
-/// dL/dout and the projections' gradients; q, k, v are the forward's inputs.
+/// mha_backward_weights with its arguments one by one, cuDNN's order.
 template <class ExecSpace, class W, class T = std::remove_const_t<W>>
 void mha_backward_weights(const ExecSpace& space, const MhaOptions& opts,
                           const MhaParams<W, ExecSpace>& weights,
@@ -216,9 +274,9 @@ void mha_backward_weights(const ExecSpace& space, const MhaOptions& opts,
                           const impl::NoDeduce<Tensor3<const T, ExecSpace>>& v,
                           const impl::NoDeduce<MhaParams<T, ExecSpace>>& grads, WgradMode mode,
                           const impl::NoDeduce<Vector<T, ExecSpace>>& reserve) {
-  const kdnn::impl::SpaceLock exclusive(space);
-  impl::mha_backward_weights<ExecSpace, T>(space, opts, weights.as_const(), q, k, v, grads, mode,
-                                           reserve);
+  mha_backward_weights(
+      space, MhaBackwardWeights<T, ExecSpace>{weights.as_const(), q, k, v, grads, reserve, mode},
+      opts);
 }
 
 }  // namespace kdnn::attention

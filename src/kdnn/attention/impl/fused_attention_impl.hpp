@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
-// Definition of kdnn::attention::impl::fused_attention_forward: checks, the
-// launch plan (query-block and key-tile sizes per backend and D), the kernel
-// (impl/fused_forward_kernel.hpp).
+// Definitions of kdnn::attention::impl::fused_attention_forward and
+// _backward: the checks (fused_attention_checks.hpp), the launch plans, and
+// the runs of the forms the table (fused_attention_forms.hpp) chooses.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -12,37 +12,18 @@
 
 #include "kdnn/attention/fused_attention.hpp"
 #include "kdnn/attention/impl/dropout_impl.hpp"
+#include "kdnn/attention/impl/fused_attention_checks.hpp"
 #include "kdnn/attention/impl/fused_attention_forms.hpp"
 #include "kdnn/attention/impl/fused_backward_kernels.hpp"
 #include "kdnn/attention/impl/fused_forward_kernel.hpp"
 #include "kdnn/attention/impl/visible_keys.hpp"
 #include "kdnn/core/impl/backend_traits.hpp"
-#include "kdnn/core/impl/finite_values.hpp"
-#include "kdnn/core/impl/largest_magnitude.hpp"
 #include "kdnn/core/impl/row_major_index.hpp"
 #include "kdnn/core/impl/strided_fill.hpp"
 #include "kdnn/core/impl/team_plan.hpp"
 #include "kdnn/core/validate.hpp"
 
 namespace kdnn::attention::impl {
-
-/// Queries per team (bq) and keys per tile (bk). On a host, one thread per
-/// team: 128 when the sequence is longer than 64 and D, Dv ≤ 64 (the
-/// backward's per-head working set, ten tiles, then fills about 416 KiB,
-/// inside a core's L2, and the K/V tile copies and per-tile steps are spread
-/// over twice the queries: measured 7% faster at S = 2048, D = 64), else 64.
-/// On a GPU, warp-sized blocks, halved past D = 128 so that the team's
-/// scratch stays small.
-template <class ExecSpace>
-void fused_block_sizes(int S, int Sk, int D, int Dv, int& bq, int& bk) {
-  if (kdnn::impl::BackendTraits<ExecSpace>::is_host) {
-    const bool narrow = D <= 64 && Dv <= 64;
-    bq = narrow && S > 64 ? 128 : 64;
-    bk = narrow && Sk > 64 ? 128 : 64;
-  } else {
-    bq = bk = (D > 128 || Dv > 128) ? 16 : 32;
-  }
-}
 
 /// The dropout test of `opts` (dropout.hpp's rule, Philox keyed by seed).
 inline DropoutMask dropout_mask(const DropoutOptions& opts) {
@@ -54,137 +35,12 @@ inline DropoutMask dropout_mask(const DropoutOptions& opts) {
   return m;
 }
 
-/// The kernels index with int: every extent, and the teams of each launch
-/// (B·H·⌈S/bq⌉ query blocks, B·H·⌈Sk/bk⌉ key blocks), counted in 64 bits,
-/// must stay below 2^31.
-template <class ExecSpace, class T>
-void check_fused_sizes(const char* op, const ExecSpace& space, const FusedAttentionOptions& opts,
-                       std::size_t B, std::size_t H, std::size_t S, std::size_t Sk, std::size_t D,
-                       std::size_t Dv) {
-  const std::size_t limit = std::size_t(std::numeric_limits<int>::max());
-  const auto shape = [&] {
-    return "B=" + std::to_string(B) + ", H=" + std::to_string(H) + ", S=" + std::to_string(S) +
-           ", Sk=" + std::to_string(Sk) + ", D=" + std::to_string(D) + ", Dv=" + std::to_string(Dv);
-  };
-  for (const std::size_t extent : {B, H, S, Sk, D, Dv}) {
-    if (extent > limit) fail(op, ": ", shape(), ", expected every extent below 2^31");
-  }
-  // The smallest blocks of queries (bq) and keys (bk) of the kernels the
-  // forward and the backward run.
-  int bq = std::numeric_limits<int>::max(), bk = bq;
-  const auto take = [&](auto... kernel) {
-    const auto one = [&](auto k) {
-      using K = typename decltype(k)::type;
-      if constexpr (!std::is_void_v<K>)
-        bq = std::min(bq, int(K::BQ)), bk = std::min(bk, int(K::BK));
-    };
-    (one(kernel), ...);
-  };
-  const std::array<int, 2> heads_sizes{int(D), int(Dv)};
-  const bool forward_team = FusedForwardForms<ExecSpace, T>::visit(
-      space, opts.launch, heads_sizes, [&](auto kernel, const char*) { take(kernel); });
-  const bool backward_teams = FusedBackwardForms<ExecSpace, T>::visit(
-      space, opts.launch, heads_sizes, [&](auto kv, auto q, const char*) { take(kv, q); });
-  if (!forward_team || !backward_teams) {  // a host form
-    int host_bq = 1, host_bk = 1;
-    fused_block_sizes<ExecSpace>(int(S), int(Sk), int(D), int(Dv), host_bq, host_bk);
-    bq = std::min(bq, host_bq), bk = std::min(bk, host_bk);
-  }
-  const std::size_t heads = B * H;  // < 2^62
-  const std::size_t teams = heads * std::max((S + bq - 1) / bq, (Sk + bk - 1) / bk);
-  if (heads > limit || teams > limit) {
-    fail(op, ": ", shape(), " needs ", teams, " teams of ", bq, " queries or ", bk,
-         " keys, expected at most 2^31 - 1 (B·H·blocks)");
-  }
-}
-
-/// With opts.check_scores, refuses finite q and k that could take a score
-/// past T's range: |scale·q_i·k_j| <= |scale|·D·max|q|·max|k| over their
-/// finite values, compared in logarithms (which cannot overflow) with half
-/// of T's largest value, the margin for the rounding of the sums. Values
-/// that are not finite are opts.check_finite's (they propagate otherwise).
-template <class ExecSpace, class T>
-void check_score_range(const char* op, const ExecSpace& space, const FusedAttentionOptions& opts,
-                       const StridedTensor4<const T, ExecSpace>& q,
-                       const StridedTensor4<const T, ExecSpace>& k) {
-  if (!opts.check_scores) return;
-  const double max_q = kdnn::impl::largest_finite_magnitude(space, q);
-  const double max_k = kdnn::impl::largest_finite_magnitude(space, k);
-  const double D = double(q.extent(3)), scale = std::abs(opts.scale);
-  if (D == 0 || max_q == 0 || max_k == 0 || scale == 0) return;
-  const double log_bound = std::log(scale) + std::log(D) + std::log(max_q) + std::log(max_k);
-  const double limit = double(std::numeric_limits<T>::max()) / 2;
-  if (log_bound > std::log(limit)) {
-    fail(op, ": opts.scale=", opts.scale, " with max|q|=", max_q, ", max|k|=", max_k, " and D=", D,
-         " could take a score past ", limit, " (|scale|·D·max|q|·max|k| = ", std::exp(log_bound),
-         "), expected scores within ", sizeof(T) == sizeof(float) ? "float" : "double",
-         "'s range (check_scores)");
-  }
-}
-
 /// opts.softcap as the kernels apply it.
 template <class T>
 ScoreCap<T> score_cap(const FusedAttentionOptions& opts) {
   ScoreCap<T> c;
   if (opts.softcap > 0) c.cap = T(opts.softcap), c.inv = T(1.0 / opts.softcap);
   return c;
-}
-
-/// Checks the options and that q, k, v and the [B, H, S, Dv] and [B, H, S]
-/// tensors named in `outs` agree.
-template <class ExecSpace, class T>
-void validate_fused(const char* op, const ExecSpace& space, const FusedAttentionOptions& opts,
-                    const StridedTensor4<const T, ExecSpace>& q,
-                    const StridedTensor4<const T, ExecSpace>& k,
-                    const StridedTensor4<const T, ExecSpace>& v, const char* o_name,
-                    const StridedTensor4<const T, ExecSpace>& o, const char* lse_name,
-                    const Tensor3<const T, ExecSpace>& lse) {
-  validate::finite_as<T>(op, "opts.scale", opts.scale);
-  validate::finite_as<T>(op, "opts.softcap", opts.softcap);
-  if (!(opts.softcap >= 0 &&
-        (opts.softcap == 0 || 1 / opts.softcap <= double(std::numeric_limits<T>::max())))) {
-    fail(op, ": opts.softcap=", opts.softcap, ", expected 0 (none) or a value > 0 whose inverse ",
-         "is finite in ", sizeof(T) == sizeof(float) ? "float" : "double");
-  }
-  validate::in_half_open(op, "opts.dropout.p", opts.dropout.p, 0.0, 1.0);
-  const int schedule = int(opts.backward);
-  if (schedule < int(FusedBackwardSchedule::automatic) ||
-      schedule > int(FusedBackwardSchedule::per_key_block)) {
-    fail(op, ": opts.backward=", schedule,
-         ", expected FusedBackwardSchedule::automatic, per_head or per_key_block (0, 1 or 2)");
-  }
-  for (int d = 0; d < 2; ++d) {
-    const char* what = d == 0 ? "q's batch" : "q's heads";
-    validate::extent(op, o_name, o, d, q.extent(d), what);
-    validate::extent(op, lse_name, lse, d, q.extent(d), what);
-  }
-  validate::extent(op, "k", k, 0, q.extent(0), "q's batch");
-  validate::extent(op, "v", v, 0, q.extent(0), "q's batch");
-  // Grouped-query attention: Hkv key/value heads, each read by H / Hkv
-  // consecutive query heads.
-  const std::size_t H = q.extent(1), Hkv = k.extent(1);
-  if (Hkv == 0 ? H != 0 : H % Hkv != 0) {
-    fail(op, ": k has extent(1)=", Hkv, ", expected a number of key/value heads that divides H=", H,
-         " (q's extent(1))");
-  }
-  validate::extent(op, "v", v, 1, Hkv, "Hkv, k's extent(1)");
-  validate::extent(op, "k", k, 3, q.extent(3), "D, q's extent(3)");
-  validate::extent(op, "v", v, 2, k.extent(2), "Sk, k's extent(2)");
-  validate::extent(op, o_name, o, 2, q.extent(2), "S, q's extent(2)");
-  validate::extent(op, o_name, o, 3, v.extent(3), "Dv, v's extent(3)");
-  validate::extent(op, lse_name, lse, 2, q.extent(2), "S, q's extent(2)");
-  validate::unit_last_stride(op, "q", q);
-  validate::unit_last_stride(op, "k", k);
-  validate::unit_last_stride(op, "v", v);
-  validate::unit_last_stride(op, o_name, o);
-  check_fused_sizes<ExecSpace, T>(op, space, opts, q.extent(0), q.extent(1), q.extent(2),
-                                  k.extent(2), q.extent(3), v.extent(3));
-  if (opts.check_finite) {
-    kdnn::impl::check_finite(op, space, "q", q);
-    kdnn::impl::check_finite(op, space, "k", k);
-    kdnn::impl::check_finite(op, space, "v", v);
-  }
-  check_score_range<ExecSpace, T>(op, space, opts, q, k);
 }
 
 /// The launch plan of one fused kernel over `league` teams.
@@ -268,18 +124,23 @@ void check_fused_launch(const char* op, const ExecSpace& space, int B, int H, in
 /// Checks the forward's arguments (and the mask where `mask_check` says)
 /// and gathers what every form of it takes.
 template <class ExecSpace, class T>
-FusedForwardData<ExecSpace, T> forward_data(
-    const char* op, const ExecSpace& space, const StridedTensor4<const T, ExecSpace>& q,
-    const StridedTensor4<const T, ExecSpace>& k, const StridedTensor4<const T, ExecSpace>& v,
-    const StridedTensor4<T, ExecSpace>& o, const Tensor3<T, ExecSpace>& lse,
-    const FusedAttentionOptions& opts, const AttentionMask<ExecSpace>& mask, MaskCheck mask_check,
-    const EntryRows& queries, const EntryRows& keys) {
+FusedForwardData<ExecSpace, T> forward_data(const char* op, const ExecSpace& space,
+                                            const FusedAttentionForward<T, ExecSpace>& a,
+                                            const FusedAttentionOptions& opts, MaskCheck mask_check,
+                                            const EntryRows& queries, const EntryRows& keys) {
+  const auto& q = a.q;
+  const auto& k = a.k;
+  const auto& v = a.v;
+  const auto& o = a.o;
+  const auto& lse = a.lse;
+  const auto& mask = a.mask;
   validate_fused<ExecSpace, T>(op, space, opts, q, k, v, "o", StridedTensor4<const T, ExecSpace>(o),
-                               "lse", Tensor3<const T, ExecSpace>(lse));
+                               "lse", Tensor3<const T, ExecSpace>(lse), a.sinks);
   validate::distinct_elements(op, "o", o);
   using validate::memory_of;
-  validate::disjoint(op, {memory_of("o", o), memory_of("lse", lse)},
-                     {memory_of("q", q), memory_of("k", k), memory_of("v", v)});
+  validate::disjoint(
+      op, {memory_of("o", o), memory_of("lse", lse)},
+      {memory_of("q", q), memory_of("k", k), memory_of("v", v), memory_of("sinks", a.sinks)});
   if (mask_check == MaskCheck::here) {
     check_mask(op, mask, q.extent(0), q.extent(2), k.extent(2), q.extent(1));
   }
@@ -293,6 +154,7 @@ FusedForwardData<ExecSpace, T> forward_data(
   data.keep_scale = T(1.0 / (1.0 - opts.dropout.p));
   data.neg_inf = -std::numeric_limits<T>::infinity();
   data.dropout = dropout_mask(opts.dropout);
+  data.sinks = a.sinks;
   return data;
 }
 
@@ -342,17 +204,12 @@ void run_fused_forward(const char* op, const ExecSpace& space,
 }
 
 template <class ExecSpace, class T>
-void fused_attention_forward(const ExecSpace& space, const StridedTensor4<const T, ExecSpace>& q,
-                             const StridedTensor4<const T, ExecSpace>& k,
-                             const StridedTensor4<const T, ExecSpace>& v,
-                             const StridedTensor4<T, ExecSpace>& o,
-                             const Tensor3<T, ExecSpace>& lse, const FusedAttentionOptions& opts,
-                             const AttentionMask<ExecSpace>& mask, MaskCheck mask_check) {
+void fused_attention_forward(const ExecSpace& space, const FusedAttentionForward<T, ExecSpace>& a,
+                             const FusedAttentionOptions& opts, MaskCheck mask_check) {
   constexpr const char* op = "attention::fused_attention_forward";
-  const EntryRows queries{int(q.extent(0)), int(q.extent(2))},
-      keys{int(k.extent(0)), int(k.extent(2))};
-  const auto data =
-      forward_data<ExecSpace, T>(op, space, q, k, v, o, lse, opts, mask, mask_check, queries, keys);
+  const EntryRows queries{int(a.q.extent(0)), int(a.q.extent(2))},
+      keys{int(a.k.extent(0)), int(a.k.extent(2))};
+  const auto data = forward_data<ExecSpace, T>(op, space, a, opts, mask_check, queries, keys);
   run_fused_forward<ExecSpace, T>(op, space, data, opts, queries, keys);
 }
 
@@ -374,6 +231,39 @@ void row_deltas(const ExecSpace& space, const StridedTensor4<const T, ExecSpace>
         delta(b, h, i) =
             Dv == 0 ? T(0)
                     : T(kdnn::impl::gemm_order_dot<double>(Dv, &dout(b, h, i, 0), &o(b, h, i, 0)));
+      });
+}
+
+/// dsinks[h] = −Σ_{b,i} e^{sink_h − lse_{b,h,i}}·δ_{b,h,i}: a sink is a key
+/// with no value, so its dS = P_sink·(0 − δ) (the rows' shared δ = dO·O).
+/// One team per head sums its rows in double.
+template <class ExecSpace, class T>
+void sink_gradients(const ExecSpace& space, const Vector<const T, ExecSpace>& sinks,
+                    const Tensor3<const T, ExecSpace>& lse, const Tensor3<T, ExecSpace>& delta,
+                    const Vector<T, ExecSpace>& dsinks) {
+  const int H = int(lse.extent(1)), S = int(lse.extent(2));
+  const std::int64_t rows = std::int64_t(lse.extent(0)) * S;
+  const double neg_inf = -std::numeric_limits<double>::infinity();
+  using Policy = Kokkos::TeamPolicy<ExecSpace>;
+  Kokkos::parallel_for(
+      "kdnn::attention::fused_sink_gradients", Policy(space, H, Kokkos::AUTO),
+      KOKKOS_LAMBDA(const typename Policy::member_type& team) {
+        const int h = team.league_rank();
+        const double sink = double(sinks(h));
+        double sum = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, rows),
+            [&](std::int64_t x, double& part) {
+              const int b = int(x / S), i = int(x % S);
+              const double row_lse = double(lse(b, h, i));
+              // A row's sink probability: 0 where the sink is −inf (and lse
+              // may be too).
+              if (sink != neg_inf) {
+                part += compat::exp(sink - row_lse) * double(delta(b, h, i));
+              }
+            },
+            sum);
+        Kokkos::single(Kokkos::PerTeam(team), [&] { dsinks(h) = T(-sum); });
       });
 }
 
@@ -501,81 +391,29 @@ void sum_group_heads(const ExecSpace& space, const StridedTensor4<T, ExecSpace>&
       });
 }
 
-/// Checks the backward's tensors and options (not the mask).
-template <class ExecSpace, class T>
-void check_fused_backward(
-    const char* op, const ExecSpace& space, const StridedTensor4<const T, ExecSpace>& q,
-    const StridedTensor4<const T, ExecSpace>& k, const StridedTensor4<const T, ExecSpace>& v,
-    const StridedTensor4<const T, ExecSpace>& o, const Tensor3<const T, ExecSpace>& lse,
-    const StridedTensor4<const T, ExecSpace>& dout, const StridedTensor4<T, ExecSpace>& dq,
-    const StridedTensor4<T, ExecSpace>& dk, const StridedTensor4<T, ExecSpace>& dv,
-    const FusedBackwardScratch<T, ExecSpace>& scratch, const FusedAttentionOptions& opts) {
-  validate_fused<ExecSpace, T>(op, space, opts, q, k, v, "o", o, "lse", lse);
-  validate::same_shape(op, "dout", dout, "o", o);
-  // o from the forward of finite inputs is finite; lse is -inf for a query
-  // that sees no key, by design: only the incoming gradient is new here.
-  if (opts.check_finite) kdnn::impl::check_finite(op, space, "dout", dout);
-  validate::same_shape(op, "dq", dq, "q", q);
-  validate::same_shape(op, "dk", dk, "k", k);
-  validate::same_shape(op, "dv", dv, "v", v);
-  validate::unit_last_stride(op, "dout", dout);
-  validate::unit_last_stride(op, "dq", dq);
-  validate::unit_last_stride(op, "dk", dk);
-  validate::unit_last_stride(op, "dv", dv);
-  validate::distinct_elements(op, "dq", dq);
-  validate::distinct_elements(op, "dk", dk);
-  validate::distinct_elements(op, "dv", dv);
-  using validate::memory_of;
-  const Tensor3<T, ExecSpace>& delta_workspace = scratch.delta;
-  const bool given_delta = delta_workspace.data() != nullptr;
-  if (given_delta) validate::same_shape(op, "delta", delta_workspace, "lse", lse);
-  const int group = k.extent(1) > 0 ? int(q.extent(1) / k.extent(1)) : 1;
-  const auto check_shares = [&](const char* name, const Tensor4<T, ExecSpace>& shares,
-                                const StridedTensor4<T, ExecSpace>& grad) {
-    if (group == 1 || !validate::given(shares)) return;
-    validate::extent(op, name, shares, 0, q.extent(0), "B");
-    validate::extent(op, name, shares, 1, q.extent(1), "H, q's extent(1)");
-    validate::extent(op, name, shares, 2, grad.extent(2), "Sk");
-    validate::extent(op, name, shares, 3, grad.extent(3), "the head size");
-  };
-  check_shares("dk_shares", scratch.dk_shares, dk);
-  check_shares("dv_shares", scratch.dv_shares, dv);
-  validate::disjoint(
-      op,
-      {memory_of("dq", dq), memory_of("dk", dk), memory_of("dv", dv),
-       memory_of("delta", delta_workspace), memory_of("dk_shares", scratch.dk_shares),
-       memory_of("dv_shares", scratch.dv_shares)},
-      {memory_of("q", q), memory_of("k", k), memory_of("v", v), memory_of("o", o),
-       memory_of("lse", lse), memory_of("dout", dout)});
-}
-
 /// The backward on flat tensors whose entries' rows `queries` and `keys`
 /// give (entry_rows.hpp): the checks (of the mask where mask_check says
 /// so), δ, the kernels, GQA's group sums.
 template <class ExecSpace, class T>
-void fused_backward_on_rows(
-    const char* op, const ExecSpace& space, const StridedTensor4<const T, ExecSpace>& q,
-    const StridedTensor4<const T, ExecSpace>& k, const StridedTensor4<const T, ExecSpace>& v,
-    const StridedTensor4<const T, ExecSpace>& o, const Tensor3<const T, ExecSpace>& lse,
-    const StridedTensor4<const T, ExecSpace>& dout, const StridedTensor4<T, ExecSpace>& dq,
-    const StridedTensor4<T, ExecSpace>& dk, const StridedTensor4<T, ExecSpace>& dv,
-    const FusedBackwardScratch<T, ExecSpace>& scratch, const FusedAttentionOptions& opts,
-    const AttentionMask<ExecSpace>& mask, MaskCheck mask_check, const EntryRows& queries,
-    const EntryRows& keys) {
-  check_fused_backward<ExecSpace, T>(op, space, q, k, v, o, lse, dout, dq, dk, dv, scratch, opts);
+void fused_backward_on_rows(const char* op, const ExecSpace& space,
+                            const FusedAttentionBackward<T, ExecSpace>& a,
+                            const FusedAttentionOptions& opts, MaskCheck mask_check,
+                            const EntryRows& queries, const EntryRows& keys) {
+  check_fused_backward<ExecSpace, T>(op, space, a, opts);
+  const auto &q = a.q, &k = a.k, &dk = a.dk, &dv = a.dv;
   const int B = int(q.extent(0)), H = int(q.extent(1)), S = int(q.extent(2)), Sk = int(k.extent(2));
-  if (mask_check == MaskCheck::here) check_mask(op, mask, B, S, Sk, H);
+  if (mask_check == MaskCheck::here) check_mask(op, a.mask, B, S, Sk, H);
   if (B == 0 || H == 0) return;
-  const Tensor3<T, ExecSpace>& delta_workspace = scratch.delta;
-  const bool given_delta = delta_workspace.data() != nullptr;
   const int group = int(q.extent(1) / k.extent(1));
 
   // δ_i = dO_i·O_i, the softmax backward's row sums (O(B·H·S) memory): in
   // the caller's workspace, or allocated for the call.
   const Tensor3<T, ExecSpace> delta =
-      given_delta ? delta_workspace
-                  : Tensor3<T, ExecSpace>("kdnn::attention::fused_delta", B, H, S);
-  row_deltas<ExecSpace, T>(space, dout, o, delta);
+      validate::given(a.delta) ? a.delta
+                               : Tensor3<T, ExecSpace>("kdnn::attention::fused_delta", B, H, S);
+  row_deltas<ExecSpace, T>(space, a.dout, a.o, delta);
+  if (validate::given(a.dsinks))
+    sink_gradients<ExecSpace, T>(space, a.sinks, a.lse, delta, a.dsinks);
 
   // Where the kernels write dK and dV: the gradients themselves, or, for
   // grouped-query attention, one share per query head, in the caller's
@@ -590,10 +428,10 @@ void fused_backward_on_rows(
                                                     std::string("kdnn::attention::fused_") + name),
                                  B, H, Sk, grad.extent(3));
   };
-  const StridedTensor4<T, ExecSpace> dk_written = written(dk, scratch.dk_shares, "dk_heads"),
-                                     dv_written = written(dv, scratch.dv_shares, "dv_heads");
-  run_fused_backward<ExecSpace, T>(op, space, q, k, v, dout, lse, delta, dq, dk_written, dv_written,
-                                   opts, mask, group, queries, keys);
+  const StridedTensor4<T, ExecSpace> dk_written = written(dk, a.dk_shares, "dk_heads"),
+                                     dv_written = written(dv, a.dv_shares, "dv_heads");
+  run_fused_backward<ExecSpace, T>(op, space, q, k, a.v, a.dout, a.lse, delta, a.dq, dk_written,
+                                   dv_written, opts, a.mask, group, queries, keys);
   if (group > 1) {
     sum_group_heads<ExecSpace, T>(space, dk_written, dk, group);
     sum_group_heads<ExecSpace, T>(space, dv_written, dv, group);
@@ -601,18 +439,12 @@ void fused_backward_on_rows(
 }
 
 template <class ExecSpace, class T>
-void fused_attention_backward(
-    const ExecSpace& space, const StridedTensor4<const T, ExecSpace>& q,
-    const StridedTensor4<const T, ExecSpace>& k, const StridedTensor4<const T, ExecSpace>& v,
-    const StridedTensor4<const T, ExecSpace>& o, const Tensor3<const T, ExecSpace>& lse,
-    const StridedTensor4<const T, ExecSpace>& dout, const StridedTensor4<T, ExecSpace>& dq,
-    const StridedTensor4<T, ExecSpace>& dk, const StridedTensor4<T, ExecSpace>& dv,
-    const FusedBackwardScratch<T, ExecSpace>& scratch, const FusedAttentionOptions& opts,
-    const AttentionMask<ExecSpace>& mask, MaskCheck mask_check) {
+void fused_attention_backward(const ExecSpace& space, const FusedAttentionBackward<T, ExecSpace>& a,
+                              const FusedAttentionOptions& opts, MaskCheck mask_check) {
   constexpr const char* op = "attention::fused_attention_backward";
-  const int B = int(q.extent(0)), S = int(q.extent(2)), Sk = int(k.extent(2));
-  fused_backward_on_rows<ExecSpace, T>(op, space, q, k, v, o, lse, dout, dq, dk, dv, scratch, opts,
-                                       mask, mask_check, EntryRows{B, S}, EntryRows{B, Sk});
+  const int B = int(a.q.extent(0)), S = int(a.q.extent(2)), Sk = int(a.k.extent(2));
+  fused_backward_on_rows<ExecSpace, T>(op, space, a, opts, mask_check, EntryRows{B, S},
+                                       EntryRows{B, Sk});
 }
 
 // The functions that hold the fused kernels (the two runs, and the launch
@@ -628,13 +460,8 @@ void fused_attention_backward(
       const char*, const ExecSpace&, const FusedForwardData<ExecSpace, T>&,                       \
       const FusedAttentionOptions&, const EntryRows&, const EntryRows&);                          \
   PREFIX void fused_backward_on_rows<ExecSpace, T>(                                               \
-      const char*, const ExecSpace&, const StridedTensor4<const T, ExecSpace>&,                   \
-      const StridedTensor4<const T, ExecSpace>&, const StridedTensor4<const T, ExecSpace>&,       \
-      const StridedTensor4<const T, ExecSpace>&, const Tensor3<const T, ExecSpace>&,              \
-      const StridedTensor4<const T, ExecSpace>&, const StridedTensor4<T, ExecSpace>&,             \
-      const StridedTensor4<T, ExecSpace>&, const StridedTensor4<T, ExecSpace>&,                   \
-      const FusedBackwardScratch<T, ExecSpace>&, const FusedAttentionOptions&,                    \
-      const AttentionMask<ExecSpace>&, MaskCheck, const EntryRows&, const EntryRows&);
+      const char*, const ExecSpace&, const FusedAttentionBackward<T, ExecSpace>&,                 \
+      const FusedAttentionOptions&, MaskCheck, const EntryRows&, const EntryRows&);
 #define KDNN_FUSED_ATTENTION_RUNS_EXTERN(ExecSpace, T) \
   KDNN_FUSED_ATTENTION_RUNS(extern template, ExecSpace, T)
 KDNN_ETI_FOR_EACH(KDNN_FUSED_ATTENTION_RUNS_EXTERN)

@@ -120,69 +120,72 @@ void check_packed_shapes(const char* op, const StridedTensor3<const T, ExecSpace
 }
 
 /// The forward on the flat entries [1, H, T, ·] of packed tensors whose
-/// rows `p` gives (checked: packing), lse [1, H, Tq].
+/// rows `p` gives (checked: packing), lse [1, H, Tq]; p's mask replaces a's.
 template <class ExecSpace, class T>
 void packed_fused_forward(const char* op, const ExecSpace& space,
-                          const StridedTensor4<const T, ExecSpace>& q,
-                          const StridedTensor4<const T, ExecSpace>& k,
-                          const StridedTensor4<const T, ExecSpace>& v,
-                          const StridedTensor4<T, ExecSpace>& o, const Tensor3<T, ExecSpace>& lse,
-                          const FusedAttentionOptions& opts, const Packing<ExecSpace>& p) {
-  const auto data = forward_data<ExecSpace, T>(op, space, q, k, v, o, lse, opts, p.mask,
-                                               MaskCheck::done_by_caller, p.queries, p.keys);
+                          FusedAttentionForward<T, ExecSpace> a, const FusedAttentionOptions& opts,
+                          const Packing<ExecSpace>& p) {
+  a.mask = p.mask;
+  const auto data =
+      forward_data<ExecSpace, T>(op, space, a, opts, MaskCheck::done_by_caller, p.queries, p.keys);
   run_fused_forward<ExecSpace, T>(op, space, data, opts, p.queries, p.keys);
 }
 
-/// The same for the backward, with the scratch's buffers where given.
+/// The same for the backward.
 template <class ExecSpace, class T>
-void packed_fused_backward(
-    const char* op, const ExecSpace& space, const StridedTensor4<const T, ExecSpace>& q,
-    const StridedTensor4<const T, ExecSpace>& k, const StridedTensor4<const T, ExecSpace>& v,
-    const StridedTensor4<const T, ExecSpace>& o, const Tensor3<const T, ExecSpace>& lse,
-    const StridedTensor4<const T, ExecSpace>& dout, const StridedTensor4<T, ExecSpace>& dq,
-    const StridedTensor4<T, ExecSpace>& dk, const StridedTensor4<T, ExecSpace>& dv,
-    const FusedBackwardScratch<T, ExecSpace>& scratch, const FusedAttentionOptions& opts,
-    const Packing<ExecSpace>& p) {
-  fused_backward_on_rows<ExecSpace, T>(op, space, q, k, v, o, lse, dout, dq, dk, dv, scratch, opts,
-                                       p.mask, MaskCheck::done_by_caller, p.queries, p.keys);
+void packed_fused_backward(const char* op, const ExecSpace& space,
+                           FusedAttentionBackward<T, ExecSpace> a,
+                           const FusedAttentionOptions& opts, const Packing<ExecSpace>& p) {
+  a.mask = p.mask;
+  fused_backward_on_rows<ExecSpace, T>(op, space, a, opts, MaskCheck::done_by_caller, p.queries,
+                                       p.keys);
 }
 
 template <class ExecSpace, class T>
-void fused_attention_varlen_forward(
-    const ExecSpace& space, const StridedTensor3<const T, ExecSpace>& q,
-    const StridedTensor3<const T, ExecSpace>& k, const StridedTensor3<const T, ExecSpace>& v,
-    const StridedTensor3<T, ExecSpace>& o, const Matrix<T, ExecSpace>& lse,
-    const PackedSequences<ExecSpace>& seqs, const FusedAttentionOptions& opts,
-    const AttentionMask<ExecSpace>& mask) {
+void fused_attention_varlen_forward(const ExecSpace& space,
+                                    const FusedAttentionVarlenForward<T, ExecSpace>& a,
+                                    const FusedAttentionOptions& opts) {
   constexpr const char* op = "attention::fused_attention_varlen_forward";
-  check_packed_shapes<ExecSpace, T>(op, q, k, v, "o", o, lse);
+  check_packed_shapes<ExecSpace, T>(op, a.q, a.k, a.v, "o", a.o, a.lse);
   const Packing<ExecSpace> p =
-      packing(op, space, seqs, q.extent(0), k.extent(0), q.extent(1), mask);
-  packed_fused_forward<ExecSpace, T>(op, space, flat_entry(q), flat_entry(k), flat_entry(v),
-                                     flat_entry(o), flat_values(lse), opts, p);
+      packing(op, space, a.seqs, a.q.extent(0), a.k.extent(0), a.q.extent(1), a.mask);
+  packed_fused_forward<ExecSpace, T>(op, space,
+                                     {flat_entry(a.q),
+                                      flat_entry(a.k),
+                                      flat_entry(a.v),
+                                      flat_entry(a.o),
+                                      flat_values(a.lse),
+                                      {},
+                                      a.sinks},
+                                     opts, p);
 }
 
 template <class ExecSpace, class T>
-void fused_attention_varlen_backward(
-    const ExecSpace& space, const StridedTensor3<const T, ExecSpace>& q,
-    const StridedTensor3<const T, ExecSpace>& k, const StridedTensor3<const T, ExecSpace>& v,
-    const StridedTensor3<const T, ExecSpace>& o, const Matrix<const T, ExecSpace>& lse,
-    const StridedTensor3<const T, ExecSpace>& dout, const StridedTensor3<T, ExecSpace>& dq,
-    const StridedTensor3<T, ExecSpace>& dk, const StridedTensor3<T, ExecSpace>& dv,
-    const PackedSequences<ExecSpace>& seqs, const FusedAttentionOptions& opts,
-    const AttentionMask<ExecSpace>& mask) {
+void fused_attention_varlen_backward(const ExecSpace& space,
+                                     const FusedAttentionVarlenBackward<T, ExecSpace>& a,
+                                     const FusedAttentionOptions& opts) {
   constexpr const char* op = "attention::fused_attention_varlen_backward";
-  check_packed_shapes<ExecSpace, T>(op, q, k, v, "o", o, lse);
-  validate::same_shape(op, "dout", dout, "o", o);
-  validate::same_shape(op, "dq", dq, "q", q);
-  validate::same_shape(op, "dk", dk, "k", k);
-  validate::same_shape(op, "dv", dv, "v", v);
+  check_packed_shapes<ExecSpace, T>(op, a.q, a.k, a.v, "o", a.o, a.lse);
+  validate::same_shape(op, "dout", a.dout, "o", a.o);
+  validate::same_shape(op, "dq", a.dq, "q", a.q);
+  validate::same_shape(op, "dk", a.dk, "k", a.k);
+  validate::same_shape(op, "dv", a.dv, "v", a.v);
   const Packing<ExecSpace> p =
-      packing(op, space, seqs, q.extent(0), k.extent(0), q.extent(1), mask);
-  packed_fused_backward<ExecSpace, T>(op, space, flat_entry(q), flat_entry(k), flat_entry(v),
-                                      flat_entry(o), flat_values(lse), flat_entry(dout),
-                                      flat_entry(dq), flat_entry(dk), flat_entry(dv),
-                                      FusedBackwardScratch<T, ExecSpace>{}, opts, p);
+      packing(op, space, a.seqs, a.q.extent(0), a.k.extent(0), a.q.extent(1), a.mask);
+  packed_fused_backward<ExecSpace, T>(op, space,
+                                      {flat_entry(a.q),
+                                       flat_entry(a.k),
+                                       flat_entry(a.v),
+                                       flat_entry(a.o),
+                                       flat_values(a.lse),
+                                       flat_entry(a.dout),
+                                       flat_entry(a.dq),
+                                       flat_entry(a.dk),
+                                       flat_entry(a.dv),
+                                       {},
+                                       a.sinks,
+                                       a.dsinks},
+                                      opts, p);
 }
 
 }  // namespace kdnn::attention::impl

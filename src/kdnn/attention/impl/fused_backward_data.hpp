@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "kdnn/attention/impl/fused_forward_data.hpp"
+#include "kdnn/attention/impl/fused_forward_rules.hpp"
 #include "kdnn/core/impl/exp_vectorisable.hpp"
 #include "kdnn/core/impl/team_gemm.hpp"
 #include "kdnn/core/impl/team_work.hpp"
@@ -89,10 +89,7 @@ struct FusedBackwardData {
     };
     const auto each = [&](auto all_seen) {
       if (dropout.active) {
-        const std::uint64_t base = std::uint64_t(bh) * S * Sk;
-        sweep([&](int r, int c) {
-          one(r, c, dropout.keep(base + std::uint64_t(i0 + r) * Sk + (j0 + c)), all_seen);
-        });
+        sweep([&](int r, int c) { one(r, c, dropout.keep(bh, i0 + r, j0 + c, S, Sk), all_seen); });
       } else {
         sweep([&](int r, int c) { one(r, c, true, all_seen); });
       }

@@ -146,7 +146,6 @@ struct FlashBackwardBase
     T s[RM * RN], dp[RM * RN];
     kdnn::impl::register_tile_product<RM, RN, D>(own_a, 1, LD, str_a, 1, LD, s);
     kdnn::impl::register_tile_product<RM, RN, DV>(own_b, 1, LDV, str_b, 1, LDV, dp);
-    const std::uint64_t base = std::uint64_t(bh) * S * Sk;
     const AlibiRow<T> bias = this->alibi(bh);
     KDNN_IMPL_UNROLL
     for (int i = 0; i < RM; ++i) {
@@ -154,9 +153,7 @@ struct FlashBackwardBase
       for (int j = 0; j < RN; ++j) {
         const int r = query(i, j), c = key(i, j);
         const bool seen = (c >= first[r]) & (c < last[r]);  // pad rows and keys: unseen
-        const bool keep =
-            !this->dropout.active ||
-            this->dropout.keep(base + std::uint64_t(q_row0 + r) * Sk + std::uint64_t(c));
+        const bool keep = !this->dropout.active || this->dropout.keep(bh, q_row0 + r, c, S, Sk);
         T pd, ds;
         this->grads(s[i * RN + j], bias(q_row0 + r, c), dp[i * RN + j], seen, keep, row_lse[r],
                     row_delta[r], pd, ds);

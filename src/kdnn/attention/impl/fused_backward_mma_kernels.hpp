@@ -173,9 +173,7 @@ struct FusedBackwardMmaKernel
       Base::template each_accumulator<NK>(t, [&](int e, int, int row, int col) {
         const int key = j0 + row;
         const bool visible = (key >= w.first[col]) & (key < w.last[col]);
-        const bool keep = !this->dropout.active ||
-                          this->dropout.keep(std::uint64_t(bh) * S * Sk +
-                                             std::uint64_t(i0 + col) * Sk + std::uint64_t(key));
+        const bool keep = !this->dropout.active || this->dropout.keep(bh, i0 + col, key, S, Sk);
         T pd, ds;
         this->grads(sacc(t)[e], bias(i0 + col, key), dpacc(t)[e], visible, keep, w.lse[col],
                     w.delta[col], pd, ds);

@@ -39,7 +39,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "kdnn/attention/impl/fused_forward_data.hpp"
+#include "kdnn/attention/impl/fused_forward_rules.hpp"
 #include "kdnn/attention/impl/row_blocks.hpp"
 #include "kdnn/attention/impl/visible_keys.hpp"
 #include "kdnn/attention/types.hpp"
@@ -124,7 +124,6 @@ struct FusedForwardGpuKernel : FusedForwardData<ExecSpace, T>,
   }
 
   KOKKOS_INLINE_FUNCTION void one_block(const Member& team, int item, void* scratch) const {
-    const int S = int(q.extent(2)), Sk = int(k.extent(2));  // the dropout's index
     const RowBlock qb = this->blocks(item);
     const int b = qb.b, h = qb.h, bh = qb.bh, hk = this->kv_head(h), i0 = qb.start, rows = qb.count;
     const int keys = k.rows(b);  // the entry's keys
@@ -190,7 +189,7 @@ struct FusedForwardGpuKernel : FusedForwardData<ExecSpace, T>,
             const int key = j0 + c0 + j;
             T& x = st[i * RN + j];
             // pad keys: last <= Sk
-            x = (key >= first) & (key < last) ? this->softcap(x) + bias(i0 + r0 + i, key) : neg_inf;
+            x = this->score(x, (key >= first) & (key < last), bias, i0 + r0 + i, key);
             mx = x > mx ? x : mx;
           }
           w.part_max[(t % CG) * BQ + r0 + i] = mx;
@@ -213,20 +212,15 @@ struct FusedForwardGpuKernel : FusedForwardData<ExecSpace, T>,
             m_new = x > m_new ? x : m_new;
           }
           T& m = m_alpha(t)[i];
-          m_alpha(t)[RM + i] = m_new == neg_inf ? T(1) : kdnn::impl::exp_vectorisable(m - m_new);
+          m_alpha(t)[RM + i] = this->rescale(m, m_new);
           m = m_new;
           double sum = 0.0;
           KDNN_IMPL_UNROLL
           for (int j = 0; j < RN; ++j) {
-            const T x = st[i * RN + j];
-            const T e = kdnn::impl::exp_vectorisable(x - m_new);  // NaN if x = m' = −inf
-            const T p = x == neg_inf ? T(0) : e;
+            const T p = this->probability(st[i * RN + j], m_new);
             sum += double(p);
-            const int key = j0 + c0 + j;
-            const bool keep =
-                r >= rows || dropout.keep(std::uint64_t(bh) * S * Sk + std::uint64_t(i0 + r) * Sk +
-                                          std::uint64_t(key));
-            w.pt[(c0 + j) * BQ + r] = dropout.active ? (keep ? p * keep_scale : T(0)) : p;
+            const bool keep = r >= rows || this->keeps(bh, i0 + r, j0 + c0 + j);
+            w.pt[(c0 + j) * BQ + r] = dropout.active ? this->dropped(p, keep) : p;
           }
           w.part_sum[(t % CG) * BQ + r] = sum;
         }
@@ -266,16 +260,13 @@ struct FusedForwardGpuKernel : FusedForwardData<ExecSpace, T>,
       for (int i = 0; i < RM; ++i) {
         const int r = r0 + i;
         if (r >= rows) continue;
-        const double li = l(t)[i];
-        const T inv = li > 0 ? T(1 / li) : T(0);
+        const auto end = this->finish(h, m_alpha(t)[i], l(t)[i]);
         T* orow = &o(b, h, i0 + r, 0);
         KDNN_IMPL_UNROLL
         for (int j = 0; j < DVC; ++j) {
-          if (d0 + j < d_v) orow[d0 + j] = acc(t)[i * DVC + j] * inv;
+          if (d0 + j < d_v) orow[d0 + j] = acc(t)[i * DVC + j] * end.inv;
         }
-        if (t % CG == 0) {
-          lse(b, h, i0 + r) = li > 0 ? T(double(m_alpha(t)[i]) + compat::log(li)) : neg_inf;
-        }
+        if (t % CG == 0) lse(b, h, i0 + r) = end.lse;
       }
     });
   }

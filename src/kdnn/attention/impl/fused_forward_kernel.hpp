@@ -16,7 +16,7 @@
 #include <Kokkos_Core.hpp>
 #include <cstdint>
 
-#include "kdnn/attention/impl/fused_forward_data.hpp"
+#include "kdnn/attention/impl/fused_forward_rules.hpp"
 #include "kdnn/attention/impl/row_blocks.hpp"
 #include "kdnn/attention/impl/visible_keys.hpp"
 #include "kdnn/attention/types.hpp"
@@ -82,8 +82,7 @@ struct FusedForwardKernel : FusedForwardData<ExecSpace, T> {
 
   /// Work item `item` (a query block), in the team's scratch.
   KOKKOS_INLINE_FUNCTION void one_block(const Member& team, int item, void* scratch) const {
-    const int S = int(q.extent(2)), D = int(q.extent(3));
-    const int Sk = int(k.extent(2)), Dv = int(v.extent(3)), dvp = Tile::pad(Dv);
+    const int D = int(q.extent(3)), Dv = int(v.extent(3)), dvp = Tile::pad(Dv);
     const RowBlock qb = this->blocks(item);
     const int b = qb.b, h = qb.h, bh = qb.bh, hk = this->kv_head(h), i0 = qb.start, rows = qb.count;
     const int keys = k.rows(b);  // the entry's keys
@@ -132,22 +131,21 @@ struct FusedForwardKernel : FusedForwardData<ExecSpace, T> {
       if (unmasked) {
         kdnn::impl::team_sweep<ExecSpace>(team, cols, bq, [&](int c, int r) {
           T& x = w.st[c * bq + r];
-          x = this->softcap(x) + bias(i0 + r, j0 + c);
+          x = this->score(x, true, bias, i0 + r, j0 + c);
           w.alpha[r] = x > w.alpha[r] ? x : w.alpha[r];
         });
       } else {
         kdnn::impl::team_sweep<ExecSpace>(team, cols, bq, [&](int c, int r) {
           const int j = j0 + c;
           T& x = w.st[c * bq + r];
-          x = (j >= w.first[r]) & (j < w.last[r]) ? this->softcap(x) + bias(i0 + r, j) : neg_inf;
+          x = this->score(x, (j >= w.first[r]) & (j < w.last[r]), bias, i0 + r, j);
           w.alpha[r] = x > w.alpha[r] ? x : w.alpha[r];
         });
       }
       team.team_barrier();
       Kokkos::parallel_for(Kokkos::TeamVectorRange(team, bq), [&](int r) {
         const T m_new = w.alpha[r];
-        // α = e^{m−m'} rescales the old sums: 0 while m = −inf, 1 while m' is.
-        w.alpha[r] = m_new == neg_inf ? T(1) : kdnn::impl::exp_vectorisable(w.m[r] - m_new);
+        w.alpha[r] = this->rescale(w.m[r], m_new);
         w.m[r] = m_new;
         w.sum[r] = 0.0;
       });
@@ -155,14 +153,13 @@ struct FusedForwardKernel : FusedForwardData<ExecSpace, T> {
       if (unmasked) {
         kdnn::impl::team_sweep<ExecSpace>(team, cols, bq, [&](int c, int r) {
           T& x = w.st[c * bq + r];
-          x = kdnn::impl::exp_vectorisable(x - w.m[r]);
+          x = kdnn::impl::exp_vectorisable(x - w.m[r]);  // probability(), every score visible
           w.sum[r] += double(x);
         });
       } else {
         kdnn::impl::team_sweep<ExecSpace>(team, cols, bq, [&](int c, int r) {
           T& x = w.st[c * bq + r];
-          const T e = kdnn::impl::exp_vectorisable(x - w.m[r]);  // NaN if x = m = −inf
-          x = x == neg_inf ? T(0) : e;
+          x = this->probability(x, w.m[r]);
           w.sum[r] += double(x);
         });
       }
@@ -178,10 +175,8 @@ struct FusedForwardKernel : FusedForwardData<ExecSpace, T> {
         team.team_barrier();
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols), [&](int c) {
           T* sc = w.st + c * bq;
-          const std::uint64_t col = std::uint64_t(bh) * S * Sk + j0 + c;
           Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, rows), [&](int r) {
-            const std::uint64_t index = col + std::uint64_t(i0 + r) * Sk;
-            sc[r] = dropout.keep(index) ? sc[r] * keep_scale : T(0);
+            sc[r] = this->dropped(sc[r], this->keeps(bh, i0 + r, j0 + c));
           });
         });
       }
@@ -193,13 +188,10 @@ struct FusedForwardKernel : FusedForwardData<ExecSpace, T> {
     team.team_barrier();
 
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](int r) {
-      const double l = w.l[r];
-      const T inv = l > 0 ? T(1 / l) : T(0);
+      const auto end = this->finish(h, w.m[r], w.l[r]);
       Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, Dv),
-                           [&](int d) { o(b, h, i0 + r, d) = w.o[r * dvp + d] * inv; });
-      Kokkos::single(Kokkos::PerThread(team), [&] {
-        lse(b, h, i0 + r) = l > 0 ? T(double(w.m[r]) + compat::log(l)) : neg_inf;
-      });
+                           [&](int d) { o(b, h, i0 + r, d) = w.o[r * dvp + d] * end.inv; });
+      Kokkos::single(Kokkos::PerThread(team), [&] { lse(b, h, i0 + r) = end.lse; });
     });
   }
 };

@@ -22,7 +22,7 @@
 //    (flash_mma_team.hpp).
 // At the end O / l and lse = m + log l (−inf and a zero row for a row with
 // no visible key). Masks, windows, sequence lengths and dropout's elements
-// are those of every other form (fused_forward_data.hpp).
+// are those of every other form (fused_forward_rules.hpp).
 //
 // Numerics: the tensor cores sum each product step in their own order, so
 // this form equals the others to rounding, not bitwise (docs/attention.md
@@ -33,7 +33,7 @@
 #include <cstdint>
 
 #include "kdnn/attention/impl/flash_mma_team.hpp"
-#include "kdnn/attention/impl/fused_forward_data.hpp"
+#include "kdnn/attention/impl/fused_forward_rules.hpp"
 #include "kdnn/attention/impl/row_blocks.hpp"
 #include "kdnn/core/compat.hpp"
 #include "kdnn/core/impl/exp_vectorisable.hpp"
@@ -74,7 +74,6 @@ struct FusedForwardMmaKernel
   using Data::work;
 
   KOKKOS_INLINE_FUNCTION void one_block(const Member& team, int item, void* scratch) const {
-    const int S = int(q.extent(2)), Sk = int(k.extent(2));  // the dropout's index
     const RowBlock qb = this->blocks(item);
     const int b = qb.b, h = qb.h, bh = qb.bh, hk = this->kv_head(h), i0 = qb.start, rows = qb.count;
     const int keys = k.rows(b);  // the entry's keys
@@ -134,9 +133,8 @@ struct FusedForwardMmaKernel
         Base::template each_accumulator<NK>(t, [&](int e, int slot, int row, int col) {
           const int key = j0 + col;
           T& x = sacc(t)[e];
-          x = (key >= range(t)[slot]) & (key < range(t)[RT + slot])
-                  ? this->softcap(x) + bias(i0 + row, key)
-                  : neg_inf;
+          x = this->score(x, (key >= range(t)[slot]) & (key < range(t)[RT + slot]), bias, i0 + row,
+                          key);
           m_alpha(t)[RT + slot] = max_op(m_alpha(t)[RT + slot], x);
         });
       });
@@ -149,7 +147,7 @@ struct FusedForwardMmaKernel
         for (int slot = 0; slot < RT; ++slot) {
           const T m_new = m_alpha(t)[RT + slot];
           T& m = m_alpha(t)[slot];
-          const T alpha = m_new == neg_inf ? T(1) : kdnn::impl::exp_vectorisable(m - m_new);
+          const T alpha = this->rescale(m, m_new);
           m = m_new;
           m_alpha(t)[RT + slot] = alpha;
           l(t)[RT + slot] = 0.0;
@@ -158,18 +156,14 @@ struct FusedForwardMmaKernel
             dropout.active ? Base::template accumulator_bits<NK>(
                                  t,
                                  [&](int row, int col) {
-                                   return row >= rows || dropout.keep(std::uint64_t(bh) * S * Sk +
-                                                                      std::uint64_t(i0 + row) * Sk +
-                                                                      std::uint64_t(j0 + col));
+                                   return row >= rows || this->keeps(bh, i0 + row, j0 + col);
                                  })
                            : ~std::uint32_t(0);
         Base::template each_accumulator<NK>(t, [&](int e, int slot, int, int) {
           T& x = sacc(t)[e];
-          const T ex = kdnn::impl::exp_vectorisable(x - m_alpha(t)[slot]);  // NaN if x = m' = −inf
-          const T p = x == neg_inf ? T(0) : ex;
+          const T p = this->probability(x, m_alpha(t)[slot]);
           l(t)[RT + slot] += double(p);
-          const bool keep = (kept >> e) & 1u;
-          x = dropout.active ? (keep ? p * keep_scale : T(0)) : p;
+          x = dropout.active ? this->dropped(p, (kept >> e) & 1u) : p;
         });
       });
       kdnn::impl::team_quad_reduce<RT>(team, l, RT, add_op);
@@ -190,13 +184,10 @@ struct FusedForwardMmaKernel
     threads(team, [&](int t) {
       Base::template each_accumulator<ND>(t, [&](int e, int slot, int row, int col) {
         if (row >= rows) return;
-        const double li = l(t)[slot];
+        const auto end = this->finish(h, m_alpha(t)[slot], l(t)[slot]);
         // Columns past Dv (a head size rounded up to DV) are not stored.
-        if (col < int(o.extent(3)))
-          o(b, h, i0 + row, col) = oacc(t)[e] * (li > 0 ? T(1 / li) : T(0));
-        if (col == 0) {  // one register per row
-          lse(b, h, i0 + row) = li > 0 ? T(double(m_alpha(t)[slot]) + compat::log(li)) : neg_inf;
-        }
+        if (col < int(o.extent(3))) o(b, h, i0 + row, col) = oacc(t)[e] * end.inv;
+        if (col == 0) lse(b, h, i0 + row) = end.lse;  // one register per row
       });
     });
   }

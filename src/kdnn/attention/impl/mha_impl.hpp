@@ -127,6 +127,16 @@ inline FusedAttentionOptions fused_options(const MhaOptions& opts, const MhaShap
   return f;
 }
 
+/// The fused backward's arguments: the per-head tensors of the reserve and
+/// the workspace, every scratch tensor in the workspace.
+template <class ExecSpace, class T>
+FusedAttentionBackward<T, ExecSpace> fused_backward_args(
+    const MhaReserve<T, ExecSpace>& r, const MhaBackwardDataWorkspace<T, ExecSpace>& ws,
+    const AttentionMask<ExecSpace>& mask) {
+  return {r.qh,   r.kh, r.vh, r.oh, r.lse,    ws.doh,       ws.dqh,      ws.dkh,
+          ws.dvh, mask, {},   {},   ws.delta, ws.dk_shares, ws.dv_shares};
+}
+
 /// The fused path's launch plans, made but not launched, so that the one
 /// check of fused_attention_forward / _backward that the layer's own checks
 /// do not imply (a block's team scratch within the backend's limit, which
@@ -186,13 +196,13 @@ void check_layer_finite(const char* op, const ExecSpace& space, const MhaOptions
 }
 
 template <class ExecSpace, class T>
-void mha_forward(const ExecSpace& space, const MhaOptions& opts,
-                 const AttentionMask<ExecSpace>& mask, const MhaParams<const T, ExecSpace>& w,
-                 const Tensor3<const T, ExecSpace>& q, const Tensor3<const T, ExecSpace>& k,
-                 const Tensor3<const T, ExecSpace>& v, const Tensor3<const T, ExecSpace>& residual,
-                 const Tensor3<T, ExecSpace>& out, const Vector<T, ExecSpace>& reserve,
-                 const Vector<T, ExecSpace>& workspace, const PackedSequences<ExecSpace>& seqs) {
+void mha_forward(const ExecSpace& space, const MhaForward<T, ExecSpace>& a,
+                 const MhaOptions& opts) {
   constexpr const char* op = "attention::mha_forward";
+  const auto &w = a.weights, &q = a.q, &k = a.k, &v = a.v, &residual = a.residual, &out = a.out;
+  const auto &reserve = a.reserve, &workspace = a.workspace;
+  const auto& mask = a.mask;
+  const auto& seqs = a.seqs;
   const MhaShape s = mha_shape(op, opts, mask, w, {"q", "k", "v"}, q, k, v);
   const auto packed = layer_packing(op, space, s, seqs, mask);
   require_output_shape(op, "out", out, s);
@@ -222,12 +232,12 @@ void mha_forward(const ExecSpace& space, const MhaOptions& opts,
   split_heads(space, Tensor3<const T, ExecSpace>(ws.v), r.vh);
 
   if (packed) {
-    packed_fused_forward<ExecSpace, T>(op, space, r.qh, r.kh, r.vh, r.oh, r.lse, fopts, *packed);
+    packed_fused_forward<ExecSpace, T>(op, space, {r.qh, r.kh, r.vh, r.oh, r.lse}, fopts, *packed);
     merge_heads(space, Tensor4<const T, ExecSpace>(r.oh), r.a);
   } else if (s.algo == AttentionAlgo::fused) {
     // Checked above: mha_shape's checks imply fused_attention_forward's,
     // the mask's included (checked once per layer call).
-    impl::fused_attention_forward<ExecSpace, T>(space, r.qh, r.kh, r.vh, r.oh, r.lse, fopts, mask,
+    impl::fused_attention_forward<ExecSpace, T>(space, {r.qh, r.kh, r.vh, r.oh, r.lse, mask}, fopts,
                                                 MaskCheck::done_by_caller);
     merge_heads(space, Tensor4<const T, ExecSpace>(r.oh), r.a);
   } else {
@@ -253,14 +263,15 @@ void mha_forward(const ExecSpace& space, const MhaOptions& opts,
 }
 
 template <class ExecSpace, class T>
-void mha_backward_data(const ExecSpace& space, const MhaOptions& opts,
-                       const AttentionMask<ExecSpace>& mask, const MhaParams<const T, ExecSpace>& w,
-                       const Tensor3<const T, ExecSpace>& dout, const Tensor3<T, ExecSpace>& dq,
-                       const Tensor3<T, ExecSpace>& dk, const Tensor3<T, ExecSpace>& dv,
-                       const Tensor3<T, ExecSpace>& dresidual, const Vector<T, ExecSpace>& reserve,
-                       const Vector<T, ExecSpace>& workspace,
-                       const PackedSequences<ExecSpace>& seqs) {
+void mha_backward_data(const ExecSpace& space, const MhaBackwardData<T, ExecSpace>& a,
+                       const MhaOptions& opts) {
   constexpr const char* op = "attention::mha_backward_data";
+  const auto& w = a.weights;
+  const auto& dout = a.dout;
+  const auto &dq = a.dq, &dk = a.dk, &dv = a.dv, &dresidual = a.dresidual;
+  const auto &reserve = a.reserve, &workspace = a.workspace;
+  const auto& mask = a.mask;
+  const auto& seqs = a.seqs;
   const MhaShape s =
       mha_shape(op, opts, mask, w, {"dq", "dk", "dv"}, Tensor3<const T, ExecSpace>(dq),
                 Tensor3<const T, ExecSpace>(dk), Tensor3<const T, ExecSpace>(dv));
@@ -291,15 +302,13 @@ void mha_backward_data(const ExecSpace& space, const MhaOptions& opts,
   split_heads(space, Tensor3<const T, ExecSpace>(ws.da), ws.doh);
 
   if (packed) {
-    packed_fused_backward<ExecSpace, T>(op, space, r.qh, r.kh, r.vh, r.oh, r.lse, ws.doh, ws.dqh,
-                                        ws.dkh, ws.dvh, {ws.delta, ws.dk_shares, ws.dv_shares},
-                                        fopts, *packed);
+    packed_fused_backward<ExecSpace, T>(op, space, fused_backward_args(r, ws, mask), fopts,
+                                        *packed);
   } else if (s.algo == AttentionAlgo::fused) {
     // The probabilities recomputed from Q_h, K_h and the forward's lse;
     // every scratch tensor in the workspace.
-    impl::fused_attention_backward<ExecSpace, T>(
-        space, r.qh, r.kh, r.vh, r.oh, r.lse, ws.doh, ws.dqh, ws.dkh, ws.dvh,
-        {ws.delta, ws.dk_shares, ws.dv_shares}, fopts, mask, MaskCheck::done_by_caller);
+    impl::fused_attention_backward<ExecSpace, T>(space, fused_backward_args(r, ws, mask), fopts,
+                                                 MaskCheck::done_by_caller);
   } else {
     // dV_g = Σ_h∈g dropout(P_h)ᵀ·dA_h and dP_h = dropout⁻ᵀ(dA_h·V_gᵀ),
     // dropout's mask regenerated from its (seed, offset); each product on
@@ -338,14 +347,14 @@ void mha_backward_data(const ExecSpace& space, const MhaOptions& opts,
 }
 
 template <class ExecSpace, class T>
-void mha_backward_weights(const ExecSpace& space, const MhaOptions& opts,
-                          const MhaParams<const T, ExecSpace>& w,
-                          const Tensor3<const T, ExecSpace>& q,
-                          const Tensor3<const T, ExecSpace>& k,
-                          const Tensor3<const T, ExecSpace>& v,
-                          const MhaParams<T, ExecSpace>& grads, WgradMode mode,
-                          const Vector<T, ExecSpace>& reserve) {
+void mha_backward_weights(const ExecSpace& space, const MhaBackwardWeights<T, ExecSpace>& a,
+                          const MhaOptions& opts) {
   constexpr const char* op = "attention::mha_backward_weights";
+  const auto& w = a.weights;
+  const auto &q = a.q, &k = a.k, &v = a.v;
+  const auto& grads = a.grads;
+  const auto& reserve = a.reserve;
+  const WgradMode mode = a.mode;
   validate_wgrad_mode(op, mode);
   const MhaShape s = mha_shape(op, opts, AttentionMask<ExecSpace>{}, w, {"q", "k", "v"}, q, k, v);
   check_layer_finite(op, space, opts, w, std::pair("q", q), std::pair("k", k), std::pair("v", v));

@@ -23,12 +23,4 @@ struct CompiledSizes {
   }
 };
 
-/// Calls run(x, y) with x and y as std::integral_constant<int, …> when x is
-/// one of First's sizes and y one of Second's; says whether it did.
-template <class First, class Second, class Run>
-bool dispatch_sizes(int x, int y, const Run& run) {
-  if (!First::contains(x) || !Second::contains(y)) return false;
-  return First::dispatch(x, [&](auto cx) { Second::dispatch(y, [&](auto cy) { run(cx, cy); }); });
-}
-
 }  // namespace kdnn::impl
