@@ -15,6 +15,7 @@ import operator
 import torch
 
 from . import _kdnn
+from ._options import Options
 
 Error = _kdnn.Error
 FLOATS = (torch.float32, torch.float64)
@@ -95,15 +96,16 @@ def empty_in_order_of(t, shape, last_inner=True):
 
 
 def dropout_options(op, dropout_p, seed, offset):
-    """(p, seed, offset) checked for operator `op`; seed None draws a seed
-    from PyTorch's generator when p > 0 (torch.manual_seed reproduces it)."""
+    """The DropoutOptions record of (p, seed, offset), checked for operator
+    `op`; seed None draws a seed from PyTorch's generator when p > 0
+    (torch.manual_seed reproduces it)."""
     dropout_p = number(op, "dropout_p", dropout_p)
     require(0.0 <= dropout_p < 1.0, f"{op}: dropout_p={dropout_p!r}, expected in [0, 1)")
     if seed is None:
         seed = int(torch.randint(0, 2**62, (), dtype=torch.int64)) if dropout_p > 0 else 0
     seed = integer(op, "seed", seed, 0, 2**64 - 1)
     offset = integer(op, "offset", offset, 0, 2**64 - 1)
-    return dropout_p, seed, offset
+    return Options("DropoutOptions", p=dropout_p, seed=seed, offset=offset)
 
 
 def flag(op, name, value):

@@ -7,22 +7,24 @@ import math
 import torch
 
 from . import _kdnn
+from ._options import Options
 from ._tensors import (Error, Operands, dropout_options, empty_in_order_of, first_order, flag,
                        integer, number, offsets, require, rows_contiguous, stream_of, windows)
 
 
 class _FlashAttention(torch.autograd.Function):
+    """options: the FusedAttentionOptions record; mask: the AttentionMask
+    record (its windows and slopes: copies, not differentiated)."""
+
     @staticmethod
-    def forward(ctx, q, k, v, lo_win, hi_win, slopes, config):
-        scale, softcap, causal, band, dropout_p, seed, offset, allow_tf32, check_finite = config
+    def forward(ctx, q, k, v, options, mask):
         B, H, S, _ = q.shape
         o = empty_in_order_of(q, (B, H, S, v.shape[-1]))  # q's memory order: no copy for a peer
         lse = q.new_empty(B, H, S)  # the rows' log-sum-exp, for the backward
-        args = (scale, softcap, causal, lo_win, hi_win, band, slopes, dropout_p, seed, offset,
-                allow_tf32, check_finite)
-        _kdnn.flash_attention_forward(q, k, v, o, lse, *args, stream_of(q))
+        _kdnn.flash_attention_forward(q, k, v, o, lse, _forward_options(options), mask.bound(),
+                                      stream_of(q))
         ctx.save_for_backward(q, k, v, o, lse)
-        ctx.args = args
+        ctx.options, ctx.mask = options, mask
         ctx.mark_non_differentiable(lse)
         return o, lse
 
@@ -32,8 +34,24 @@ class _FlashAttention(torch.autograd.Function):
         q, k, v, o, lse = ctx.saved_tensors
         dq, dk, dv = (empty_in_order_of(t, t.shape) for t in (q, k, v))
         _kdnn.flash_attention_backward(q, k, v, o, lse, rows_contiguous(do), dq, dk, dv,
-                                       *ctx.args, stream_of(q))
-        return dq, dk, dv, None, None, None, None
+                                       ctx.options.bound(), ctx.mask.bound(), stream_of(q))
+        return dq, dk, dv, None, None
+
+
+def _forward_options(options):
+    """The bound options of a forward, which also refuses a scale with which
+    scores could pass the dtype's range (an error, not NaN; the backward
+    takes the same q, k and scale, so the forward's check covers it)."""
+    bound = options.bound()
+    bound.check_scores = True
+    return bound
+
+
+def _options(scale, softcap, dropout, allow_tf32, check_finite):
+    """The FusedAttentionOptions record of checked values (dropout: the
+    DropoutOptions record)."""
+    return Options("FusedAttentionOptions", scale=scale, softcap=softcap, dropout=dropout,
+                   launch=Options("Launch", allow_tf32=allow_tf32), check_finite=check_finite)
 
 
 def _band(op, band):
@@ -141,24 +159,25 @@ def flash_attention(q, k, v, *, causal=False, window=None, band=None, scale=None
     return_lse = flag(op, "return_lse", return_lse)
     slopes = _alibi_slopes(op, alibi_slopes, q.shape[0], q.shape[1], q.device)
     check_finite = flag(op, "check_finite", check_finite)
-    o, lse = _FlashAttention.apply(q, k, v, lo_win, hi_win, slopes,
-                                   (scale, softcap, causal, band, *dropout, allow_tf32,
-                                    check_finite))
+    mask = Options("AttentionMask", causal=causal, lo_win=lo_win, hi_win=hi_win,
+                   band_left=band[0], band_right=band[1], alibi_slopes=slopes)
+    o, lse = _FlashAttention.apply(q, k, v, _options(scale, softcap, dropout, allow_tf32,
+                                                     check_finite), mask)
     return (o, lse) if return_lse else o
 
 
 class _FlashAttentionVarlen(torch.autograd.Function):
+    """_FlashAttention's over packed sequences: cu_q, cu_k their offsets."""
+
     @staticmethod
-    def forward(ctx, q, k, v, cu_q, cu_k, slopes, config):
-        scale, softcap, causal, band, dropout_p, seed, offset, allow_tf32, check_finite = config
+    def forward(ctx, q, k, v, cu_q, cu_k, options, mask):
         T, H, _ = q.shape
         o = empty_in_order_of(q, (T, H, v.shape[-1]))
         lse = q.new_empty(H, T)  # flash-attn's varlen layout
-        args = (scale, softcap, causal, band, slopes, dropout_p, seed, offset, allow_tf32,
-                check_finite)
-        _kdnn.flash_attention_varlen_forward(q, k, v, o, lse, cu_q, cu_k, *args, stream_of(q))
+        _kdnn.flash_attention_varlen_forward(q, k, v, o, lse, cu_q, cu_k, _forward_options(options),
+                                             mask.bound(), stream_of(q))
         ctx.save_for_backward(q, k, v, o, lse, cu_q, cu_k)
-        ctx.args = args
+        ctx.options, ctx.mask = options, mask
         ctx.mark_non_differentiable(lse)
         return o, lse
 
@@ -168,7 +187,8 @@ class _FlashAttentionVarlen(torch.autograd.Function):
         q, k, v, o, lse, cu_q, cu_k = ctx.saved_tensors
         dq, dk, dv = (empty_in_order_of(t, t.shape) for t in (q, k, v))
         _kdnn.flash_attention_varlen_backward(q, k, v, o, lse, rows_contiguous(do), dq, dk, dv,
-                                              cu_q, cu_k, *ctx.args, stream_of(q))
+                                              cu_q, cu_k, ctx.options.bound(), ctx.mask.bound(),
+                                              stream_of(q))
         return dq, dk, dv, None, None, None, None
 
 
@@ -209,7 +229,9 @@ def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False,
     return_lse = flag(op, "return_lse", return_lse)
     slopes = _alibi_slopes(op, alibi_slopes, max(cu_q.shape[0] - 1, 0), q.shape[1], q.device)
     check_finite = flag(op, "check_finite", check_finite)
-    o, lse = _FlashAttentionVarlen.apply(q, k, v, cu_q, cu_k, slopes,
-                                         (scale, softcap, causal, band, *dropout, allow_tf32,
-                                          check_finite))
+    mask = Options("AttentionMask", causal=causal, band_left=band[0], band_right=band[1],
+                   alibi_slopes=slopes)
+    o, lse = _FlashAttentionVarlen.apply(q, k, v, cu_q, cu_k,
+                                         _options(scale, softcap, dropout, allow_tf32,
+                                                  check_finite), mask)
     return (o, lse) if return_lse else o

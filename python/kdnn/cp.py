@@ -18,9 +18,11 @@ import math
 import torch
 
 from . import _kdnn
+from ._options import Options
 from ._tensors import (Error, Operands, finite_parameter, first_order, flag, int32_array,
                        stream_of)
-from .mamba2 import _Ssd, conv_silu, dt_limits, ssd_operands, ssd_outputs, varlen_offsets
+from .mamba2 import (_Ssd, conv_options, conv_silu, dt_limits, dt_options, ssd_operands,
+                     ssd_outputs, varlen_offsets)
 
 available = _kdnn.has_cp
 
@@ -68,15 +70,18 @@ def _collective(handle, checks):
 
 
 class _ConvDt(torch.autograd.Function):
+    """options: the ConvDtOptions record; comm: the communicator's Fortran
+    handle."""
+
     @staticmethod
-    def forward(ctx, x, weight, bias, dt, dt_bias, config, comm, seq_idx):
+    def forward(ctx, x, weight, bias, dt, dt_bias, options, comm, seq_idx):
         B, _, C = x.shape
         y, dt_out = torch.empty_like(x), torch.empty_like(dt)
         halo = x.new_empty(B, weight.shape[1] - 1, C)  # the K - 1 steps before this rank's
-        _kdnn.cp_conv_dt_forward(x, weight, bias, dt, dt_bias, y, halo, dt_out, seq_idx, *config,
-                                 comm, stream_of(x))
+        _kdnn.cp_conv_dt_forward(x, weight, bias, dt, dt_bias, y, halo, dt_out, seq_idx,
+                                 options.bound(), comm, stream_of(x))
         ctx.save_for_backward(x, weight, bias, halo, dt, dt_bias, seq_idx)
-        ctx.config, ctx.comm = config, comm
+        ctx.options, ctx.comm = options, comm
         ctx.set_materialize_grads(True)
         return y, dt_out
 
@@ -87,8 +92,8 @@ class _ConvDt(torch.autograd.Function):
         dx, dw, ddt, ddt_bias = (torch.empty_like(t) for t in (x, weight, dt, dt_bias))
         dbias = None if bias is None else torch.empty_like(bias)
         _kdnn.cp_conv_dt_backward(x, weight, bias, halo, dy.contiguous(), dx, dw, dbias, dt, dt_bias,
-                                  ddt_out.contiguous(), ddt, ddt_bias, seq_idx, *ctx.config,
-                                  ctx.comm, stream_of(x))
+                                  ddt_out.contiguous(), ddt, ddt_bias, seq_idx,
+                                  ctx.options.bound(), ctx.comm, stream_of(x))
         return dx, dw, dbias, ddt, ddt_bias, None, None, None
 
 
@@ -107,16 +112,18 @@ def conv_dt(x, weight, dt, dt_bias, bias=None, *, comm, activation="silu",
                    check(dt, "dt", 3, "[B, L_r, H]"), check(dt_bias, "dt_bias", 1, "[H]"),
                    check(bias, "bias", 1, "[C]", optional=True)]
         checked[3] = finite_parameter("cp.conv_dt", "dt_bias", checked[3])
-        config = (conv_silu("cp.conv_dt", checked[1], activation),
-                  *dt_limits("cp.conv_dt", dt_limit),
-                  flag("cp.conv_dt", "check_finite", check_finite))
+        silu = conv_silu("cp.conv_dt", checked[1], activation)
+        limits = dt_limits("cp.conv_dt", dt_limit)
+        finite = flag("cp.conv_dt", "check_finite", check_finite)
+        options = Options("ConvDtOptions", conv=conv_options(silu, finite),
+                          dt=dt_options(limits, finite))
         ids = None if seq_idx is None else int32_array("cp.conv_dt", "seq_idx", seq_idx,
                                                        list(checked[0].shape[:2]),
                                                        checked[0].device)
-        return checked, config, ids
+        return checked, options, ids
 
-    (x, weight, dt, dt_bias, bias), config, seq_idx = _collective(handle, checks)
-    return _ConvDt.apply(x, weight, bias, dt, dt_bias, config, handle, seq_idx)
+    (x, weight, dt, dt_bias, bias), options, seq_idx = _collective(handle, checks)
+    return _ConvDt.apply(x, weight, bias, dt, dt_bias, options, handle, seq_idx)
 
 
 def ssd(x, dt, A, B, C, D=None, initial_states=None, z=None, dt_bias=None, *, chunk_size, comm,
@@ -142,15 +149,16 @@ def ssd(x, dt, A, B, C, D=None, initial_states=None, z=None, dt_bias=None, *, ch
     handle = _handle(comm)
 
     def checks():
-        *args, chunk, steps = ssd_operands("cp.ssd", x, dt, A, B, C, D, initial_states, z,
-                                           dt_bias, chunk_size, dt_softplus, dt_limit,
-                                           check_finite, steps="L_r")
+        *tensors, options = ssd_operands("cp.ssd", x, dt, A, B, C, D, initial_states, z,
+                                         dt_bias, chunk_size, dt_softplus, dt_limit,
+                                         check_finite, steps="L_r")
         final = flag("cp.ssd", "return_final_states", return_final_states)
-        offsets = varlen_offsets("cp.ssd", cu_seqlens, return_varlen_states, args[0].device)
+        offsets = varlen_offsets("cp.ssd", cu_seqlens, return_varlen_states, tensors[0].device)
         ids = None if seq_idx is None else int32_array("cp.ssd", "seq_idx", seq_idx,
-                                                       list(args[0].shape[:2]), args[0].device)
-        return args, chunk, steps, final, offsets, ids
+                                                       list(tensors[0].shape[:2]),
+                                                       tensors[0].device)
+        return tensors, options, final, offsets, ids
 
-    args, chunk, steps, return_final_states, cu_seqlens, seq_idx = _collective(handle, checks)
-    y, final, states = _Ssd.apply(*args, chunk, steps, handle, seq_idx, cu_seqlens)
+    tensors, options, return_final_states, cu_seqlens, seq_idx = _collective(handle, checks)
+    y, final, states = _Ssd.apply(*tensors, options, handle, seq_idx, cu_seqlens)
     return ssd_outputs(y, final, states, return_final_states, cu_seqlens is not None)

@@ -6,6 +6,7 @@ import math
 import torch
 
 from . import _kdnn
+from ._options import Options
 from ._tensors import (Operands, contiguous, empty_in_order_of, first_order, flag, int32_array,
                        finite_parameter, int32_vector, integer, number, offsets, require,
                        stream_of, writable)
@@ -37,16 +38,30 @@ def _new(t, like):
     return None if t is None else torch.empty_like(like)
 
 
+def conv_options(silu, check_finite):
+    """The CausalConv1dOptions record of checked values."""
+    return Options("CausalConv1dOptions", silu=silu, check_finite=check_finite)
+
+
+def dt_options(dt_limit, check_finite):
+    """The DtSoftplusOptions record of checked values (dt_limit: (low, high),
+    from dt_limits)."""
+    return Options("DtSoftplusOptions", dt_min=dt_limit[0], dt_max=dt_limit[1],
+                   check_finite=check_finite)
+
+
 class _CausalConv1d(torch.autograd.Function):
+    """options: the CausalConv1dOptions record."""
+
     @staticmethod
-    def forward(ctx, x, weight, bias, initial_state, silu, seq_idx, check_finite):
+    def forward(ctx, x, weight, bias, initial_state, seq_idx, options):
         B, _, C = x.shape
         y = empty_in_order_of(x, x.shape, last_inner=False)  # x's memory order: no copy
         final = x.new_empty(B, weight.shape[1] - 1, C)
-        _kdnn.causal_conv1d_forward(x, weight, bias, initial_state, y, final, seq_idx, silu,
-                                    check_finite, stream_of(x))
+        _kdnn.causal_conv1d_forward(x, weight, bias, initial_state, y, final, seq_idx,
+                                    options.bound(), stream_of(x))
         ctx.save_for_backward(x, weight, bias, initial_state, seq_idx)
-        ctx.silu, ctx.check_finite = silu, check_finite
+        ctx.options = options
         ctx.set_materialize_grads(False)
         return y, final
 
@@ -59,7 +74,7 @@ class _CausalConv1d(torch.autograd.Function):
         dx, dw = empty_in_order_of(x, x.shape, last_inner=False), torch.empty_like(weight)
         dbias, dinit = _new(bias, bias), _new(init, init)
         _kdnn.causal_conv1d_backward(x, weight, bias, init, dy, contiguous(dfinal), dx, dw, dbias,
-                                     dinit, seq_idx, ctx.silu, ctx.check_finite, stream_of(x))
+                                     dinit, seq_idx, ctx.options.bound(), stream_of(x))
         return dx, dw, dbias, dinit, None, None, None
 
 
@@ -96,7 +111,8 @@ def causal_conv1d(x, weight, bias=None, initial_state=None, *, activation=None,
     if seq_idx is not None:
         seq_idx = int32_array("causal_conv1d", "seq_idx", seq_idx, list(x.shape[:2]), x.device)
     check_finite = flag("causal_conv1d", "check_finite", check_finite)
-    y, final = _CausalConv1d.apply(x, weight, bias, initial_state, silu, seq_idx, check_finite)
+    y, final = _CausalConv1d.apply(x, weight, bias, initial_state, seq_idx,
+                                   conv_options(silu, check_finite))
     return (y, final) if return_final_states else y
 
 
@@ -145,20 +161,22 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, *, activation=None,
     y = torch.empty_like(steps)
     # The update writes the state in place: into the caller's tensor, or
     # into a contiguous copy of it that is copied back.
-    _kdnn.causal_conv1d_update(steps, state, weight, bias, y, rows, positions, silu, check_finite,
-                               stream_of(x))
+    _kdnn.causal_conv1d_update(steps, state, weight, bias, y, rows, positions,
+                               conv_options(silu, check_finite).bound(), stream_of(x))
     if state.data_ptr() != conv_state.data_ptr():
         conv_state.copy_(state)
     return y if x.dim() == 3 else y.squeeze(-1)
 
 
 class _DtSoftplus(torch.autograd.Function):
+    """options: the DtSoftplusOptions record."""
+
     @staticmethod
-    def forward(ctx, dt, dt_bias, lo, hi, check_finite):
+    def forward(ctx, dt, dt_bias, options):
         out = torch.empty_like(dt)
-        _kdnn.dt_softplus_forward(dt, dt_bias, out, lo, hi, check_finite, stream_of(dt))
+        _kdnn.dt_softplus_forward(dt, dt_bias, out, options.bound(), stream_of(dt))
         ctx.save_for_backward(dt, dt_bias)
-        ctx.options = (lo, hi, check_finite)
+        ctx.options = options
         return out
 
     @staticmethod
@@ -166,9 +184,9 @@ class _DtSoftplus(torch.autograd.Function):
     def backward(ctx, dout):
         dt, dt_bias = ctx.saved_tensors
         ddt, dbias = torch.empty_like(dt), torch.empty_like(dt_bias)
-        _kdnn.dt_softplus_backward(dt, dt_bias, dout.contiguous(), ddt, dbias, *ctx.options,
+        _kdnn.dt_softplus_backward(dt, dt_bias, dout.contiguous(), ddt, dbias, ctx.options.bound(),
                                    stream_of(dt))
-        return ddt, dbias, None, None, None
+        return ddt, dbias, None
 
 
 def dt_softplus(dt, dt_bias, *, dt_limit=(0.0, math.inf), check_finite=False):
@@ -179,37 +197,37 @@ def dt_softplus(dt, dt_bias, *, dt_limit=(0.0, math.inf), check_finite=False):
     check = Operands("dt_softplus")
     dt = check(dt, "dt", 3, "[B, L, H]")
     dt_bias = finite_parameter("dt_softplus", "dt_bias", check(dt_bias, "dt_bias", 1, "[H]"))
-    return _DtSoftplus.apply(dt, dt_bias, *dt_limits("dt_softplus", dt_limit),
-                             flag("dt_softplus", "check_finite", check_finite))
+    options = dt_options(dt_limits("dt_softplus", dt_limit),
+                         flag("dt_softplus", "check_finite", check_finite))
+    return _DtSoftplus.apply(dt, dt_bias, options)
 
 
 class _Ssd(torch.autograd.Function):
     """The SSD on one rank (comm None) or, over the communicator with Fortran
-    handle comm, on this rank's steps (kdnn.cp.ssd). steps = (dt_softplus,
-    dt_min, dt_max): the transform of dt with dt_bias (ssd.hpp); seq_idx:
-    packed sequences (this rank's steps under comm); cu_seqlens: their
-    offsets (under comm, within this rank's steps), for the state after each
-    one's last step (the third output, None without them; it has no
-    gradient, as mamba's varlen states)."""
+    handle comm, on this rank's steps (kdnn.cp.ssd). options: the SsdOptions
+    record; seq_idx: packed sequences (this rank's steps under comm);
+    cu_seqlens: their offsets (under comm, within this rank's steps), for
+    the state after each one's last step (the third output, None without
+    them; it has no gradient, as mamba's varlen states)."""
 
     @staticmethod
-    def forward(ctx, x, dt, A, B, C, D, initial_states, dt_bias, z, chunk, steps, comm,
-                seq_idx=None, cu_seqlens=None):
+    def forward(ctx, x, dt, A, B, C, D, initial_states, dt_bias, z, options, comm, seq_idx=None,
+                cu_seqlens=None):
         b, _, h, p = x.shape
         y = torch.empty_like(x)
         final = x.new_empty(b, h, p, B.shape[-1])
         ungated = None if z is None else torch.empty_like(x)  # spares the backward a forward
-        args = (x, dt, A, B, C, D, initial_states, dt_bias, z, y, final, ungated)
         states = None
         if cu_seqlens is not None:
             states = x.new_empty(cu_seqlens.shape[0] - 1, h, p, B.shape[-1])
-        packed = (seq_idx, cu_seqlens, states, chunk, *steps)
+        tensors = (x, dt, A, B, C, D, initial_states, dt_bias, z, y, final, ungated, seq_idx,
+                   cu_seqlens, states)
         if comm is None:
-            _kdnn.ssd_forward(*args, *packed, stream_of(x))
+            _kdnn.ssd_forward(*tensors, options.bound(), stream_of(x))
         else:
-            _kdnn.cp_ssd_forward(*args, *packed, comm, stream_of(x))
+            _kdnn.cp_ssd_forward(*tensors, options.bound(), comm, stream_of(x))
         ctx.save_for_backward(x, dt, A, B, C, D, initial_states, dt_bias, z, ungated, seq_idx)
-        ctx.chunk, ctx.steps, ctx.comm = chunk, steps, comm
+        ctx.options, ctx.comm = options, comm
         ctx.set_materialize_grads(False)
         if states is not None:
             ctx.mark_non_differentiable(states)
@@ -224,20 +242,20 @@ class _Ssd(torch.autograd.Function):
         dB, dC = torch.empty_like(B), torch.empty_like(C)
         dD, dinit = _new(D, D), _new(init, init)
         ddt_bias, dz = _new(dt_bias, dt_bias), _new(z, z)
-        args = (x, dt, A, B, C, D, init, dt_bias, z, ungated, dy, contiguous(dfinal), dx, ddt, dA,
-                dB, dC, dD, dinit, ddt_bias, dz)
+        tensors = (x, dt, A, B, C, D, init, dt_bias, z, ungated, dy, contiguous(dfinal), dx, ddt,
+                   dA, dB, dC, dD, dinit, ddt_bias, dz, seq_idx)
         if ctx.comm is None:
-            _kdnn.ssd_backward(*args, seq_idx, ctx.chunk, *ctx.steps, stream_of(x))
+            _kdnn.ssd_backward(*tensors, ctx.options.bound(), stream_of(x))
         else:
-            _kdnn.cp_ssd_backward(*args, seq_idx, ctx.chunk, *ctx.steps, ctx.comm, stream_of(x))
-        return dx, ddt, dA, dB, dC, dD, dinit, ddt_bias, dz, None, None, None, None, None
+            _kdnn.cp_ssd_backward(*tensors, ctx.options.bound(), ctx.comm, stream_of(x))
+        return dx, ddt, dA, dB, dC, dD, dinit, ddt_bias, dz, None, None, None, None
 
 
 def ssd_operands(op, x, dt, A, B, C, D, initial_states, z, dt_bias, chunk_size, dt_softplus,
                  dt_limit, check_finite, steps="L"):
-    """The SSD's arguments checked (and made contiguous) for operator `op`,
-    in _Ssd's order up to comm; `steps` names the sequence dimension in
-    messages."""
+    """The SSD's arguments checked (the tensors made contiguous) for
+    operator `op`: its tensors in _Ssd's order, then the SsdOptions record;
+    `steps` names the sequence dimension in messages."""
     check = Operands(op)
     x = check(x, "x", 4, f"[B, {steps}, H, P]")
     dt = check(dt, "dt", 3, f"[B, {steps}, H]")
@@ -260,9 +278,16 @@ def ssd_operands(op, x, dt, A, B, C, D, initial_states, z, dt_bias, chunk_size, 
     dt_bias = check(dt_bias, "dt_bias", 1, "[H]", optional=True)
     z = check(z, "z", 4, f"[B, {steps}, H, P]", optional=True)
     chunk_size = integer(op, "chunk_size", chunk_size, 1, 2**31 - 1)
-    step_options = (flag(op, "dt_softplus", dt_softplus), *dt_limits(op, dt_limit),
-                    flag(op, "check_finite", check_finite))
-    return x, dt, A, B, C, D, initial_states, dt_bias, z, chunk_size, step_options
+    dt_softplus = flag(op, "dt_softplus", dt_softplus)
+    dt_min, dt_max = dt_limits(op, dt_limit)
+    check_finite = flag(op, "check_finite", check_finite)
+    # The Python API always checks the parameters (A finite and <= 0, D and
+    # dt_bias finite) and dt >= 0 (after the transform when there is one);
+    # the data's finiteness with check_finite (docs/api.md).
+    options = Options("SsdOptions", chunk=chunk_size, check_parameters=True, check_dt=True,
+                      dt_softplus=dt_softplus, dt_min=dt_min, dt_max=dt_max,
+                      check_finite=check_finite)
+    return x, dt, A, B, C, D, initial_states, dt_bias, z, options
 
 
 def ssd(x, dt, A, B, C, D=None, initial_states=None, z=None, dt_bias=None, *, chunk_size,
@@ -301,13 +326,13 @@ def ssd(x, dt, A, B, C, D=None, initial_states=None, z=None, dt_bias=None, *, ch
     sequence's last step (0 for an empty sequence), returned last. They have
     no gradient (as mamba's).
     """
-    *args, chunk, steps = ssd_operands("ssd", x, dt, A, B, C, D, initial_states, z, dt_bias,
-                                       chunk_size, dt_softplus, dt_limit, check_finite)
+    *tensors, options = ssd_operands("ssd", x, dt, A, B, C, D, initial_states, z, dt_bias,
+                                     chunk_size, dt_softplus, dt_limit, check_finite)
     return_final_states = flag("ssd", "return_final_states", return_final_states)
     cu_seqlens = varlen_offsets("ssd", cu_seqlens, return_varlen_states, x.device)
     if seq_idx is not None:
         seq_idx = int32_array("ssd", "seq_idx", seq_idx, list(x.shape[:2]), x.device)
-    y, final, states = _Ssd.apply(*args, chunk, steps, None, seq_idx, cu_seqlens)
+    y, final, states = _Ssd.apply(*tensors, options, None, seq_idx, cu_seqlens)
     return ssd_outputs(y, final, states, return_final_states, cu_seqlens is not None)
 
 

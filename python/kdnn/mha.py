@@ -6,46 +6,45 @@ import math
 import torch
 
 from . import _kdnn
+from ._options import Options
 from ._tensors import (Operands, dropout_options, first_order, flag, int32_vector, integer, number,
                        offsets, require, stream_of, windows)
 
 ALGOS = ("fused", "unfused")
+_ALGO_OF = {name: getattr(_kdnn.AttentionAlgo, name) for name in ALGOS}  # as C++ names them
 PARAMS = {"w_q": "[H*D, Eq]", "w_k": "[Hkv*D, Ek]", "w_v": "[Hkv*Dv, Ev]", "w_o": "[Eo, H*Dv]",
           "b_q": "[H*D]", "b_k": "[Hkv*D]", "b_v": "[Hkv*Dv]", "b_o": "[Eo]"}
 
 
-def _config(values):
-    """The call's options as the _kdnn.MhaConfig the bindings read, made
-    afresh for each call: one kept in the autograd graph could outlive the
-    extension module at interpreter exit (nanobind then reports it leaked)."""
-    config = _kdnn.MhaConfig()
-    for name, value in values.items():
-        setattr(config, name, value)
-    return config
-
-
 class _MultiHeadAttention(torch.autograd.Function):
+    """options: the MhaOptions record; mask: the AttentionMask record
+    (windows and lengths, int32 copies); cu_q, cu_k: the packed sequences'
+    offsets, or None; sizes: the MhaBufferSizes record (elements of the
+    reserve and of the workspace)."""
+
     @staticmethod
-    def forward(ctx, config, sizes, q, k, v, residual, *params):
-        reserve = q.new_empty(sizes[0])  # kept for the backward
+    def forward(ctx, options, mask, cu_q, cu_k, sizes, q, k, v, residual, *params):
+        reserve = q.new_empty(sizes.reserve)  # kept for the backward
         out = q.new_empty(q.shape[0], q.shape[1], params[3].shape[0])
         _kdnn.mha_forward(q, k, v, residual, _kdnn.MhaParams(*params), out, reserve,
-                          q.new_empty(sizes[1]), _config(config), stream_of(q))
-        ctx.save_for_backward(q, k, v, reserve, *params)
-        ctx.config, ctx.sizes, ctx.has_residual = config, sizes, residual is not None
+                          q.new_empty(sizes.workspace), cu_q, cu_k, options.bound(), mask.bound(),
+                          stream_of(q))
+        ctx.save_for_backward(q, k, v, reserve, cu_q, cu_k, *params)
+        ctx.options, ctx.mask, ctx.sizes = options, mask, sizes
+        ctx.has_residual = residual is not None
         return out
 
     @staticmethod
     @first_order("multi_head_attention")
     def backward(ctx, dout):
-        q, k, v, reserve, *params = ctx.saved_tensors
+        q, k, v, reserve, cu_q, cu_k, *params = ctx.saved_tensors
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         dres = torch.empty_like(dout) if ctx.has_residual else None
         grads = [None if p is None else torch.empty_like(p) for p in params]
         _kdnn.mha_backward(dout.contiguous(), dq, dk, dv, dres, q, k, v, _kdnn.MhaParams(*params),
-                           _kdnn.MhaParams(*grads), reserve, q.new_empty(ctx.sizes[1]),
-                           _config(ctx.config), stream_of(q))
-        return (None, None, dq, dk, dv, dres, *grads)
+                           _kdnn.MhaParams(*grads), reserve, q.new_empty(ctx.sizes.workspace),
+                           cu_q, cu_k, ctx.options.bound(), ctx.mask.bound(), stream_of(q))
+        return (None, None, None, None, None, dq, dk, dv, dres, *grads)
 
 
 def multi_head_attention(query, key, value, w_q, w_k, w_v, w_o, b_q=None, b_k=None, b_v=None,
@@ -107,24 +106,30 @@ def multi_head_attention(query, key, value, w_q, w_k, w_v, w_o, b_q=None, b_k=No
     require(wq.shape[0] % heads == 0 and wv.shape[0] % kv_heads == 0,
             f"multi_head_attention: w_q has {wq.shape[0]} rows and w_v {wv.shape[0]}, expected "
             f"multiples of heads={heads} and kv_heads={kv_heads}")
-    c = {"heads": heads, "kv_heads": kv_heads, "scale": scale, "dropout_p": dropout[0],
-         "seed": dropout[1], "offset": dropout[2], "unfused": algo == "unfused", "causal": causal,
-         "check_finite": flag("multi_head_attention", "check_finite", check_finite)}
-    c["lo_win"], c["hi_win"] = windows("multi_head_attention", window, S, query.device)
+    options = Options("MhaOptions", heads=heads, kv_heads=kv_heads, sm_scaler=scale,
+                      dropout=dropout, algo=_ALGO_OF[algo],
+                      check_finite=flag("multi_head_attention", "check_finite", check_finite))
+    lo_win, hi_win = windows("multi_head_attention", window, S, query.device)
+    seq_q = seq_k = None
     if seq_lengths is not None:
-        c["seq_q"] = int32_vector("multi_head_attention", "seq_lengths[0]", seq_lengths[0], B,
-                                  query.device)
-        c["seq_k"] = int32_vector("multi_head_attention", "seq_lengths[1]", seq_lengths[1], B,
-                                  query.device)
+        seq_q = int32_vector("multi_head_attention", "seq_lengths[0]", seq_lengths[0], B,
+                             query.device)
+        seq_k = int32_vector("multi_head_attention", "seq_lengths[1]", seq_lengths[1], B,
+                             query.device)
+    mask = Options("AttentionMask", causal=causal, lo_win=lo_win, hi_win=hi_win, seq_q=seq_q,
+                   seq_k=seq_k)
+    cu_q = cu_k = None
     if cu_seqlens is not None:
         require(isinstance(cu_seqlens, (tuple, list)) and len(cu_seqlens) == 2,
                 f"multi_head_attention: cu_seqlens is a {type(cu_seqlens).__name__}, expected "
                 "(cu_seqlens_q, cu_seqlens_k)")
-        c["cu_seqlens_q"] = offsets("multi_head_attention", "cu_seqlens[0]", cu_seqlens[0],
-                                    query.device)
-        c["cu_seqlens_k"] = offsets("multi_head_attention", "cu_seqlens[1]", cu_seqlens[1],
-                                    query.device)
-    sizes = _kdnn.mha_buffer_sizes(B, S, Sk, query.shape[2], key.shape[2], value.shape[2], heads,
-                                   kv_heads, wq.shape[0] // heads, wv.shape[0] // kv_heads,
-                                   wo.shape[0], c["unfused"])
-    return _MultiHeadAttention.apply(c, sizes, query, key, value, residual, *params)
+        cu_q = offsets("multi_head_attention", "cu_seqlens[0]", cu_seqlens[0], query.device)
+        cu_k = offsets("multi_head_attention", "cu_seqlens[1]", cu_seqlens[1], query.device)
+    shape = Options("MhaShape", batch=B, seq_q=S, seq_k=Sk, q_size=query.shape[2],
+                    k_size=key.shape[2], v_size=value.shape[2], heads=heads, kv_heads=kv_heads,
+                    head_dim=wq.shape[0] // heads, v_head_dim=wv.shape[0] // kv_heads,
+                    o_size=wo.shape[0], algo=_ALGO_OF[algo])
+    found = _kdnn.mha_buffer_sizes(shape.bound())
+    sizes = Options("MhaBufferSizes", reserve=found.reserve, workspace=found.workspace)
+    return _MultiHeadAttention.apply(options, mask, cu_q, cu_k, sizes, query, key, value, residual,
+                                     *params)

@@ -5,38 +5,45 @@ import math
 import torch
 
 from . import _kdnn
+from ._options import Options
 from ._tensors import Operands, first_order, flag, integer, number, require, stream_of
 
 ORDERS = ("columns_first", "rows_first")
 BACKWARDS = ("implicit", "unrolled", "block")
+# The C++ enums' values of order and of the backwards that are a method.
+_ORDER_OF = {name: getattr(_kdnn.SinkhornOrder, name) for name in ORDERS}
+_METHOD_OF = {"implicit": _kdnn.SinkhornMethod.implicit, "block": _kdnn.SinkhornMethod.block}
 
 
 class _Sinkhorn(torch.autograd.Function):
+    """options: the SinkhornForwardOptions record; method: the backward
+    ("implicit", "unrolled" or "block")."""
+
     @staticmethod
-    def forward(ctx, x, iters, rows_first, eps, method, check_finite):
+    def forward(ctx, x, options, method):
         r = torch.empty_like(x)
         # An unrolled backward that cannot run fails here, before the forward.
         unrolled = method == "unrolled" and ctx.needs_input_grad[0]
-        _kdnn.sinkhorn_forward(x, r, iters, rows_first, eps, unrolled, check_finite, stream_of(x))
+        _kdnn.sinkhorn_forward(x, r, options.bound(), unrolled, stream_of(x))
         # The unrolled backward replays the forward from x; the implicit and
         # block ones need only the result.
         ctx.save_for_backward(x if method == "unrolled" else r)
-        ctx.config = (iters, rows_first, eps, method, check_finite)
+        ctx.options, ctx.method = options, method
         return r
 
     @staticmethod
     @first_order("sinkhorn")
     def backward(ctx, g):
         (saved,) = ctx.saved_tensors
-        iters, rows_first, eps, method, check_finite = ctx.config
         g = g.contiguous()
         dx = torch.empty_like(saved)
-        if method == "unrolled":
-            _kdnn.sinkhorn_backward_unrolled(saved, g, dx, iters, rows_first, eps, check_finite,
-                                             stream_of(g))
+        if ctx.method == "unrolled":
+            _kdnn.sinkhorn_backward_unrolled(saved, g, dx, ctx.options.bound(), stream_of(g))
         else:
-            _kdnn.sinkhorn_backward(saved, g, dx, method == "block", check_finite, stream_of(g))
-        return dx, None, None, None, None, None
+            options = Options("SinkhornBackwardOptions", method=_METHOD_OF[ctx.method],
+                              check_finite=ctx.options.check_finite)
+            _kdnn.sinkhorn_backward(saved, g, dx, options.bound(), stream_of(g))
+        return dx, None, None
 
 
 def sinkhorn(x, *, iters=20, order="columns_first", eps=0.0, backward="implicit",
@@ -70,5 +77,7 @@ def sinkhorn(x, *, iters=20, order="columns_first", eps=0.0, backward="implicit"
     n = x.shape[-1]
     batch = x if x.dim() == 3 else x.reshape(-1, n, n)
     check_finite = flag("sinkhorn", "check_finite", check_finite)
-    r = _Sinkhorn.apply(batch, iters, order == "rows_first", float(eps), backward, check_finite)
+    options = Options("SinkhornForwardOptions", iters=iters, order=_ORDER_OF[order], eps=eps,
+                      check_finite=check_finite)
+    r = _Sinkhorn.apply(batch, options, backward)
     return r if x.dim() == 3 else r.reshape(x.shape)

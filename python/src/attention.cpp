@@ -5,15 +5,13 @@
 // written in place; and its packed variable-length form
 // (kdnn.flash_attention_varlen) on [T, H, D] arrays with cu_seqlens.
 #include <nanobind/nanobind.h>
-#include <nanobind/stl/optional.h>
-#include <nanobind/stl/pair.h>
 
 #include <cstdint>
 #include <string>
-#include <utility>
 
 #include "kdnn/attention/fused_attention.hpp"
 #include "kdnn/attention/fused_attention_varlen.hpp"
+#include "options.hpp"
 #include "tensors.hpp"
 
 namespace kdnn_python {
@@ -23,73 +21,32 @@ using namespace nb::literals;
 
 namespace {
 
-at::FusedAttentionOptions options(double scale, double softcap, double dropout_p,
-                                  std::uint64_t seed, std::uint64_t offset, bool allow_tf32,
-                                  bool check_finite) {
-  at::FusedAttentionOptions o;
-  o.check_finite = check_finite;
-  o.scale = scale;
-  o.softcap = softcap;
-  o.launch.allow_tf32 = allow_tf32;
-  o.dropout.p = dropout_p;
-  o.dropout.seed = seed;
-  o.dropout.offset = offset;
-  return o;
-}
-
-/// The mask: causal, the per-query key windows lo[i] <= j < hi[i] (int32
-/// [S] each, or None), the band (left, right) around each query's
-/// bottom-right diagonal (−1: no bound) and ALiBi's slopes (float64
-/// [1 or B, H], or None).
-template <class Space>
-at::AttentionMask<Space> mask_of(bool causal, const Optional& lo, const Optional& hi,
-                                 const std::pair<int, int>& band, const Optional& alibi_slopes) {
-  using Ints = kdnn::Vector<const int, Space>;
-  at::AttentionMask<Space> mask;
-  mask.causal = causal;
-  mask.band_left = band.first, mask.band_right = band.second;
-  mask.lo_win = view_of<Ints>(lo, "flash_attention: window[0]");
-  mask.hi_win = view_of<Ints>(hi, "flash_attention: window[1]");
-  mask.alibi_slopes =
-      view_of<kdnn::Matrix<const double, Space>>(alibi_slopes, "flash_attention: alibi_slopes");
-  return mask;
-}
-
 void forward(const StridedArray& q, const StridedArray& k, const StridedArray& v,
-             const StridedArray& o, const Array& lse, double scale, double softcap, bool causal,
-             const Optional& lo_win, const Optional& hi_win, const std::pair<int, int>& band,
-             const Optional& alibi_slopes, double dropout_p, std::uint64_t seed,
-             std::uint64_t offset, bool allow_tf32, bool check_finite, std::uintptr_t stream) {
+             const StridedArray& o, const Array& lse, const at::FusedAttentionOptions& options,
+             const AttentionMaskArrays& mask, std::uintptr_t stream) {
   dispatch(q, "flash_attention: q", stream, [&](auto space, auto zero) {
     using Space = decltype(space);
     using T = decltype(zero);
     using In = kdnn::StridedTensor4<const T, Space>;
-    const auto mask = mask_of<Space>(causal, lo_win, hi_win, band, alibi_slopes);
-    // Scores past T's range are an error, not NaN (the backward takes the
-    // same q, k and scale, so the forward's check covers it).
-    auto opts = options(scale, softcap, dropout_p, seed, offset, allow_tf32, check_finite);
-    opts.check_scores = true;
-    at::fused_attention_forward(
-        space, view_of<In>(q, "flash_attention: q"), view_of<In>(k, "flash_attention: k"),
-        view_of<In>(v, "flash_attention: v"),
-        view_of<kdnn::StridedTensor4<T, Space>>(o, "flash_attention: out"),
-        view_of<kdnn::Tensor3<T, Space>>(lse, "flash_attention: lse"), opts, mask);
+    at::fused_attention_forward(space, view_of<In>(q, "flash_attention: q"),
+                                view_of<In>(k, "flash_attention: k"),
+                                view_of<In>(v, "flash_attention: v"),
+                                view_of<kdnn::StridedTensor4<T, Space>>(o, "flash_attention: out"),
+                                view_of<kdnn::Tensor3<T, Space>>(lse, "flash_attention: lse"),
+                                options, mask.views<Space>("flash_attention"));
   });
 }
 
 void backward(const StridedArray& q, const StridedArray& k, const StridedArray& v,
               const StridedArray& o, const Array& lse, const StridedArray& dout,
-              const StridedArray& dq, const StridedArray& dk, const StridedArray& dv, double scale,
-              double softcap, bool causal, const Optional& lo_win, const Optional& hi_win,
-              const std::pair<int, int>& band, const Optional& alibi_slopes, double dropout_p,
-              std::uint64_t seed, std::uint64_t offset, bool allow_tf32, bool check_finite,
+              const StridedArray& dq, const StridedArray& dk, const StridedArray& dv,
+              const at::FusedAttentionOptions& options, const AttentionMaskArrays& mask,
               std::uintptr_t stream) {
   dispatch(q, "flash_attention backward: q", stream, [&](auto space, auto zero) {
     using Space = decltype(space);
     using T = decltype(zero);
     using In = kdnn::StridedTensor4<const T, Space>;
     using Out = kdnn::StridedTensor4<T, Space>;
-    const auto mask = mask_of<Space>(causal, lo_win, hi_win, band, alibi_slopes);
     at::fused_attention_backward(
         space, view_of<In>(q, "flash_attention backward: q"),
         view_of<In>(k, "flash_attention backward: k"),
@@ -99,8 +56,8 @@ void backward(const StridedArray& q, const StridedArray& k, const StridedArray& 
         view_of<In>(dout, "flash_attention backward: grad"),
         view_of<Out>(dq, "flash_attention backward: dq"),
         view_of<Out>(dk, "flash_attention backward: dk"),
-        view_of<Out>(dv, "flash_attention backward: dv"),
-        options(scale, softcap, dropout_p, seed, offset, allow_tf32, check_finite), mask);
+        view_of<Out>(dv, "flash_attention backward: dv"), options,
+        mask.views<Space>("flash_attention"));
   });
 }
 
@@ -114,41 +71,33 @@ at::PackedSequences<Space> packing(const Array& cu_q, const Array& cu_k, const c
 
 void varlen_forward(const StridedArray& q, const StridedArray& k, const StridedArray& v,
                     const StridedArray& o, const Array& lse, const Array& cu_q, const Array& cu_k,
-                    double scale, double softcap, bool causal, const std::pair<int, int>& band,
-                    const Optional& alibi_slopes, double dropout_p, std::uint64_t seed,
-                    std::uint64_t offset, bool allow_tf32, bool check_finite,
+                    const at::FusedAttentionOptions& options, const AttentionMaskArrays& mask,
                     std::uintptr_t stream) {
   constexpr const char* op = "flash_attention_varlen";
   dispatch(q, "flash_attention_varlen: q", stream, [&](auto space, auto zero) {
     using Space = decltype(space);
     using T = decltype(zero);
     using In = kdnn::StridedTensor3<const T, Space>;
-    const auto mask = mask_of<Space>(causal, {}, {}, band, alibi_slopes);
-    auto opts = options(scale, softcap, dropout_p, seed, offset, allow_tf32, check_finite);
-    opts.check_scores = true;  // as flash_attention's forward
     at::fused_attention_varlen_forward(
         space, view_of<In>(q, "flash_attention_varlen: q"),
         view_of<In>(k, "flash_attention_varlen: k"), view_of<In>(v, "flash_attention_varlen: v"),
         view_of<kdnn::StridedTensor3<T, Space>>(o, "flash_attention_varlen: out"),
         view_of<kdnn::Matrix<T, Space>>(lse, "flash_attention_varlen: lse"),
-        packing<Space>(cu_q, cu_k, op), opts, mask);
+        packing<Space>(cu_q, cu_k, op), options, mask.views<Space>(op));
   });
 }
 
 void varlen_backward(const StridedArray& q, const StridedArray& k, const StridedArray& v,
                      const StridedArray& o, const Array& lse, const StridedArray& dout,
                      const StridedArray& dq, const StridedArray& dk, const StridedArray& dv,
-                     const Array& cu_q, const Array& cu_k, double scale, double softcap,
-                     bool causal, const std::pair<int, int>& band, const Optional& alibi_slopes,
-                     double dropout_p, std::uint64_t seed, std::uint64_t offset, bool allow_tf32,
-                     bool check_finite, std::uintptr_t stream) {
+                     const Array& cu_q, const Array& cu_k, const at::FusedAttentionOptions& options,
+                     const AttentionMaskArrays& mask, std::uintptr_t stream) {
   constexpr const char* op = "flash_attention_varlen backward";
   dispatch(q, "flash_attention_varlen backward: q", stream, [&](auto space, auto zero) {
     using Space = decltype(space);
     using T = decltype(zero);
     using In = kdnn::StridedTensor3<const T, Space>;
     using Out = kdnn::StridedTensor3<T, Space>;
-    const auto mask = mask_of<Space>(causal, {}, {}, band, alibi_slopes);
     at::fused_attention_varlen_backward(
         space, view_of<In>(q, "flash_attention_varlen backward: q"),
         view_of<In>(k, "flash_attention_varlen backward: k"),
@@ -159,29 +108,24 @@ void varlen_backward(const StridedArray& q, const StridedArray& k, const Strided
         view_of<Out>(dq, "flash_attention_varlen backward: dq"),
         view_of<Out>(dk, "flash_attention_varlen backward: dk"),
         view_of<Out>(dv, "flash_attention_varlen backward: dv"), packing<Space>(cu_q, cu_k, op),
-        options(scale, softcap, dropout_p, seed, offset, allow_tf32, check_finite), mask);
+        options, mask.views<Space>(op));
   });
 }
 
 }  // namespace
 
+// Tensors positionally, then the options (_kdnn.FusedAttentionOptions), the
+// mask (_kdnn.AttentionMask) and PyTorch's stream.
 void bind_attention(nb::module_& m) {
-  m.def("flash_attention_forward", &forward, "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a, "scale"_a,
-        "softcap"_a, "causal"_a, "lo_win"_a.none(), "hi_win"_a.none(), "band"_a,
-        "alibi_slopes"_a.none(), "dropout_p"_a, "seed"_a, "offset"_a, "allow_tf32"_a,
-        "check_finite"_a, "stream"_a);
+  m.def("flash_attention_forward", &forward, "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a, "options"_a,
+        "mask"_a, "stream"_a);
   m.def("flash_attention_backward", &backward, "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a, "dout"_a,
-        "dq"_a, "dk"_a, "dv"_a, "scale"_a, "softcap"_a, "causal"_a, "lo_win"_a.none(),
-        "hi_win"_a.none(), "band"_a, "alibi_slopes"_a.none(), "dropout_p"_a, "seed"_a, "offset"_a,
-        "allow_tf32"_a, "check_finite"_a, "stream"_a);
+        "dq"_a, "dk"_a, "dv"_a, "options"_a, "mask"_a, "stream"_a);
   m.def("flash_attention_varlen_forward", &varlen_forward, "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a,
-        "cu_seqlens_q"_a, "cu_seqlens_k"_a, "scale"_a, "softcap"_a, "causal"_a, "band"_a,
-        "alibi_slopes"_a.none(), "dropout_p"_a, "seed"_a, "offset"_a, "allow_tf32"_a,
-        "check_finite"_a, "stream"_a);
+        "cu_seqlens_q"_a, "cu_seqlens_k"_a, "options"_a, "mask"_a, "stream"_a);
   m.def("flash_attention_varlen_backward", &varlen_backward, "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a,
-        "dout"_a, "dq"_a, "dk"_a, "dv"_a, "cu_seqlens_q"_a, "cu_seqlens_k"_a, "scale"_a,
-        "softcap"_a, "causal"_a, "band"_a, "alibi_slopes"_a.none(), "dropout_p"_a, "seed"_a,
-        "offset"_a, "allow_tf32"_a, "check_finite"_a, "stream"_a);
+        "dout"_a, "dq"_a, "dk"_a, "dv"_a, "cu_seqlens_q"_a, "cu_seqlens_k"_a, "options"_a, "mask"_a,
+        "stream"_a);
 }
 
 }  // namespace kdnn_python

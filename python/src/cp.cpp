@@ -59,14 +59,10 @@ void agree(const std::optional<std::string>& message, std::int64_t handle) {
   });
 }
 
-cp::ConvDtOptions conv_dt_options(bool silu, double lo, double hi, bool check_finite) {
-  return {conv_options(silu, check_finite), ssm::DtSoftplusOptions{lo, hi, check_finite}};
-}
-
 void conv_dt_forward(const Array& x, const Array& w, const Optional& bias, const Array& dt,
                      const Array& dt_bias, const Array& y, const Array& halo, const Array& dt_out,
-                     const Optional& seq_idx, bool silu, double lo, double hi, bool check_finite,
-                     std::int64_t comm, std::uintptr_t stream) {
+                     const Optional& seq_idx, const cp::ConvDtOptions& options, std::int64_t comm,
+                     std::uintptr_t stream) {
   dispatch(x, "cp.conv_dt: x", stream, [&](auto space, auto zero) {
     using Space = decltype(space);
     using T = decltype(zero);
@@ -78,15 +74,15 @@ void conv_dt_forward(const Array& x, const Array& w, const Optional& bias, const
     f.dt = view_of<In3<T, Space>>(dt, "cp.conv_dt: dt");
     f.dt_bias = view_of<Vec<const T, Space>>(dt_bias, "cp.conv_dt: dt_bias");
     f.dt_out = view_of<kdnn::Tensor3<T, Space>>(dt_out, "cp.conv_dt: dt_out");
-    cp::conv_dt_forward(space, comm_of(comm), f, conv_dt_options(silu, lo, hi, check_finite));
+    cp::conv_dt_forward(space, comm_of(comm), f, options);
   });
 }
 
 void conv_dt_backward(const Array& x, const Array& w, const Optional& bias, const Array& halo,
                       const Array& dy, const Array& dx, const Array& dw, const Optional& dbias,
                       const Array& dt, const Array& dt_bias, const Array& ddt_out, const Array& ddt,
-                      const Array& ddt_bias, const Optional& seq_idx, bool silu, double lo,
-                      double hi, bool check_finite, std::int64_t comm, std::uintptr_t stream) {
+                      const Array& ddt_bias, const Optional& seq_idx,
+                      const cp::ConvDtOptions& options, std::int64_t comm, std::uintptr_t stream) {
   dispatch(x, "cp.conv_dt backward: x", stream, [&](auto space, auto zero) {
     using Space = decltype(space);
     using T = decltype(zero);
@@ -101,7 +97,7 @@ void conv_dt_backward(const Array& x, const Array& w, const Optional& bias, cons
     b.ddt_out = view_of<In3<T, Space>>(ddt_out, "cp.conv_dt backward: grad of dt_out");
     b.ddt = view_of<kdnn::Tensor3<T, Space>>(ddt, "cp.conv_dt backward: ddt");
     b.ddt_bias = view_of<Vec<T, Space>>(ddt_bias, "cp.conv_dt backward: ddt_bias");
-    cp::conv_dt_backward(space, comm_of(comm), b, conv_dt_options(silu, lo, hi, check_finite));
+    cp::conv_dt_backward(space, comm_of(comm), b, options);
   });
 }
 
@@ -109,8 +105,8 @@ void ssd_forward(const Array& x, const Array& dt, const Array& A, const Array& B
                  const Optional& D, const Optional& init, const Optional& dt_bias,
                  const Optional& z, const Array& y, const Array& final_state,
                  const Optional& y_ungated, const Optional& seq_idx, const Optional& cu_seqlens,
-                 const Optional& sequence_states, int chunk, bool dt_softplus, double dt_min,
-                 double dt_max, bool check_finite, std::int64_t comm, std::uintptr_t stream) {
+                 const Optional& sequence_states, const ssm::SsdOptions& options, std::int64_t comm,
+                 std::uintptr_t stream) {
   dispatch(x, "cp.ssd: x", stream, [&](auto space, auto zero) {
     using Space = decltype(space);
     using T = decltype(zero);
@@ -120,8 +116,7 @@ void ssd_forward(const Array& x, const Array& dt, const Array& A, const Array& B
     f.cu_seqlens = view_of<kdnn::Vector<const int, Space>>(cu_seqlens, "cp.ssd: cu_seqlens");
     f.sequence_states =
         view_of<kdnn::Tensor4<T, Space>>(sequence_states, "cp.ssd: sequence_states");
-    cp::ssd_forward(space, comm_of(comm), f,
-                    ssd_options(chunk, dt_softplus, dt_min, dt_max, check_finite));
+    cp::ssd_forward(space, comm_of(comm), f, options);
   });
 }
 
@@ -130,9 +125,8 @@ void ssd_backward(const Array& x, const Array& dt, const Array& A, const Array& 
                   const Optional& z, const Optional& y_ungated, const Array& dy,
                   const Optional& dfinal, const Array& dx, const Array& ddt, const Array& dA,
                   const Array& dB, const Array& dC, const Optional& dD, const Optional& dinit,
-                  const Optional& ddt_bias, const Optional& dz, const Optional& seq_idx, int chunk,
-                  bool dt_softplus, double dt_min, double dt_max, bool check_finite,
-                  std::int64_t comm, std::uintptr_t stream) {
+                  const Optional& ddt_bias, const Optional& dz, const Optional& seq_idx,
+                  const ssm::SsdOptions& options, std::int64_t comm, std::uintptr_t stream) {
   dispatch(x, "cp.ssd backward: x", stream, [&](auto space, auto zero) {
     using Space = decltype(space);
     using T = decltype(zero);
@@ -140,31 +134,30 @@ void ssd_backward(const Array& x, const Array& dt, const Array& A, const Array& 
     const SsdGradients out{dx, ddt, dA, dB, dC, dD, dinit, ddt_bias, dz};
     auto g = ssd_backward_arguments<T, Space>("cp.ssd", in, y_ungated, dy, dfinal, out);
     g.seq_idx = view_of<kdnn::Matrix<const int, Space>>(seq_idx, "cp.ssd backward: seq_idx");
-    cp::ssd_backward(space, comm_of(comm), g,
-                     ssd_options(chunk, dt_softplus, dt_min, dt_max, check_finite));
+    cp::ssd_backward(space, comm_of(comm), g, options);
   });
 }
 
 }  // namespace
 
+// Tensors positionally (None for an optional one), then the options
+// (_kdnn.ConvDtOptions, SsdOptions), the communicator's Fortran handle and
+// PyTorch's stream.
 void bind_cp(nb::module_& m) {
   m.def("cp_agree", &agree, "message"_a.none(), "comm"_a);
   m.def("cp_conv_dt_forward", &conv_dt_forward, "x"_a, "w"_a, "bias"_a.none(), "dt"_a, "dt_bias"_a,
-        "y"_a, "halo"_a, "dt_out"_a, "seq_idx"_a.none(), "silu"_a, "dt_min"_a, "dt_max"_a,
-        "check_finite"_a, "comm"_a, "stream"_a);
+        "y"_a, "halo"_a, "dt_out"_a, "seq_idx"_a.none(), "options"_a, "comm"_a, "stream"_a);
   m.def("cp_conv_dt_backward", &conv_dt_backward, "x"_a, "w"_a, "bias"_a.none(), "halo"_a, "dy"_a,
         "dx"_a, "dw"_a, "dbias"_a.none(), "dt"_a, "dt_bias"_a, "ddt_out"_a, "ddt"_a, "ddt_bias"_a,
-        "seq_idx"_a.none(), "silu"_a, "dt_min"_a, "dt_max"_a, "check_finite"_a, "comm"_a,
-        "stream"_a);
+        "seq_idx"_a.none(), "options"_a, "comm"_a, "stream"_a);
   m.def("cp_ssd_forward", &ssd_forward, "x"_a, "dt"_a, "A"_a, "B"_a, "C"_a, "D"_a.none(),
         "init"_a.none(), "dt_bias"_a.none(), "z"_a.none(), "y"_a, "final_state"_a,
         "y_ungated"_a.none(), "seq_idx"_a.none(), "cu_seqlens"_a.none(), "sequence_states"_a.none(),
-        "chunk"_a, "dt_softplus"_a, "dt_min"_a, "dt_max"_a, "check_finite"_a, "comm"_a, "stream"_a);
+        "options"_a, "comm"_a, "stream"_a);
   m.def("cp_ssd_backward", &ssd_backward, "x"_a, "dt"_a, "A"_a, "B"_a, "C"_a, "D"_a.none(),
         "init"_a.none(), "dt_bias"_a.none(), "z"_a.none(), "y_ungated"_a.none(), "dy"_a,
         "dfinal"_a.none(), "dx"_a, "ddt"_a, "dA"_a, "dB"_a, "dC"_a, "dD"_a.none(), "dinit"_a.none(),
-        "ddt_bias"_a.none(), "dz"_a.none(), "seq_idx"_a.none(), "chunk"_a, "dt_softplus"_a,
-        "dt_min"_a, "dt_max"_a, "check_finite"_a, "comm"_a, "stream"_a);
+        "ddt_bias"_a.none(), "dz"_a.none(), "seq_idx"_a.none(), "options"_a, "comm"_a, "stream"_a);
 }
 
 }  // namespace kdnn_python

@@ -45,13 +45,6 @@ void set_ssd_inputs(Args& a, const std::string& at, const SsdInputs& in) {
   a.z = view_of<In4<T, Space>>(in.z, at + "z");
 }
 
-inline kdnn::ssm::CausalConv1dOptions conv_options(bool silu, bool check_finite) {
-  kdnn::ssm::CausalConv1dOptions o;
-  o.silu = silu;
-  o.check_finite = check_finite;
-  return o;
-}
-
 template <class T, class Space, class X>
 kdnn::ssm::ConvForward<T, Space> conv_forward_arguments(const std::string& op, const X& x,
                                                         const Array& w, const Optional& bias,
@@ -82,21 +75,6 @@ kdnn::ssm::ConvBackward<T, Space> conv_backward_arguments(const std::string& op,
   b.dbias = view_of<kdnn::Vector<T, Space>>(dbias, at + "dbias");
   b.dinitial_state = view_of<Strided3<T, Space>>(dinit, at + "dinitial_state");
   return b;
-}
-
-/// The Python API always checks the parameters (A finite and <= 0, D and
-/// dt_bias finite) and dt >= 0 (after the transform when there is one); the
-/// data's finiteness with check_finite (docs/api.md).
-inline kdnn::ssm::SsdOptions ssd_options(int chunk, bool dt_softplus, double dt_min, double dt_max,
-                                         bool check_finite) {
-  kdnn::ssm::SsdOptions o;
-  o.chunk = chunk;
-  o.check_parameters = o.check_dt = true;
-  o.check_finite = check_finite;
-  o.dt_softplus = dt_softplus;
-  o.dt_min = dt_min;
-  o.dt_max = dt_max;
-  return o;
 }
 
 template <class T, class Space>

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // The extension module kdnn._kdnn: Kokkos' lifetime, kdnn::Error as the
-// Python exception kdnn.Error (a ValueError), and the operator families'
-// bindings (sinkhorn.cpp, attention.cpp, mha.cpp, mamba2.cpp, and cp.cpp with
-// MPI). The autograd functions
-// that call them are Python (python/kdnn/).
+// Python exception kdnn.Error (a ValueError), the options structs the
+// operators take (options.cpp), and the operator families' bindings
+// (sinkhorn.cpp, attention.cpp, mha.cpp, mamba2.cpp, and cp.cpp with MPI).
+// The autograd functions that call them are Python (python/kdnn/).
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
 
@@ -13,6 +13,7 @@
 #include "kdnn/config.hpp"
 #include "kdnn/core/error.hpp"
 #include "lifetime.hpp"
+#include "options.hpp"
 
 namespace nb = nanobind;
 
@@ -41,6 +42,7 @@ NB_MODULE(_kdnn, m) {
   m.def("host_backend", [] { return std::string(Kokkos::DefaultHostExecutionSpace::name()); });
   m.attr("version") = KDNN_VERSION_STRING;
 
+  kdnn_python::bind_options(m);  // first: the operators take its classes
   kdnn_python::bind_sinkhorn(m);
   kdnn_python::bind_attention(m);
   kdnn_python::bind_mha(m);
