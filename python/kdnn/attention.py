@@ -13,17 +13,18 @@ from ._tensors import (Error, Operands, dropout_options, empty_in_order_of, firs
 
 
 class _FlashAttention(torch.autograd.Function):
-    """options: the FusedAttentionOptions record; mask: the AttentionMask
-    record (its windows and slopes: copies, not differentiated)."""
+    """sinks: [H] or None; options: the FusedAttentionOptions record; mask:
+    the AttentionMask record (its windows and slopes: copies, not
+    differentiated)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, options, mask):
+    def forward(ctx, q, k, v, sinks, options, mask):
         B, H, S, _ = q.shape
         o = empty_in_order_of(q, (B, H, S, v.shape[-1]))  # q's memory order: no copy for a peer
         lse = q.new_empty(B, H, S)  # the rows' log-sum-exp, for the backward
-        _kdnn.flash_attention_forward(q, k, v, o, lse, _forward_options(options), mask.bound(),
-                                      stream_of(q))
-        ctx.save_for_backward(q, k, v, o, lse)
+        _kdnn.flash_attention_forward(q, k, v, o, lse, sinks, _forward_options(options),
+                                      mask.bound(), stream_of(q))
+        ctx.save_for_backward(q, k, v, o, lse, sinks)
         ctx.options, ctx.mask = options, mask
         ctx.mark_non_differentiable(lse)
         return o, lse
@@ -31,11 +32,12 @@ class _FlashAttention(torch.autograd.Function):
     @staticmethod
     @first_order("flash_attention")
     def backward(ctx, do, _):
-        q, k, v, o, lse = ctx.saved_tensors
+        q, k, v, o, lse, sinks = ctx.saved_tensors
         dq, dk, dv = (empty_in_order_of(t, t.shape) for t in (q, k, v))
-        _kdnn.flash_attention_backward(q, k, v, o, lse, rows_contiguous(do), dq, dk, dv,
-                                       ctx.options.bound(), ctx.mask.bound(), stream_of(q))
-        return dq, dk, dv, None, None
+        dsinks = torch.empty_like(sinks) if ctx.needs_input_grad[3] else None
+        _kdnn.flash_attention_backward(q, k, v, o, lse, rows_contiguous(do), dq, dk, dv, sinks,
+                                       dsinks, ctx.options.bound(), ctx.mask.bound(), stream_of(q))
+        return dq, dk, dv, dsinks, None, None
 
 
 def _forward_options(options):
@@ -52,6 +54,16 @@ def _options(scale, softcap, dropout, allow_tf32, check_finite):
     DropoutOptions record)."""
     return Options("FusedAttentionOptions", scale=scale, softcap=softcap, dropout=dropout,
                    launch=Options("Launch", allow_tf32=allow_tf32), check_finite=check_finite)
+
+
+def _sinks(check, sinks, heads):
+    """The attention sinks [H] (None: none), of the call's dtype and device
+    (`check`, the call's Operands), contiguous."""
+    sinks = check(sinks, "sinks", 1, "[H]", optional=True)
+    require(sinks is None or sinks.shape[0] == heads,
+            f"{check.op}: sinks has shape {list(getattr(sinks, 'shape', []))}, expected [H] = "
+            f"[{heads}]")
+    return sinks
 
 
 def _band(op, band):
@@ -106,8 +118,8 @@ def _score_options(op, scale, softcap, head_dim):
 
 
 def flash_attention(q, k, v, *, causal=False, window=None, band=None, scale=None, softcap=0.0,
-                    alibi_slopes=None, dropout_p=0.0, seed=None, offset=0, allow_tf32=False,
-                    return_lse=False, check_finite=False):
+                    alibi_slopes=None, sinks=None, dropout_p=0.0, seed=None, offset=0,
+                    allow_tf32=False, return_lse=False, check_finite=False):
     """softmax(scale * q k^T, masked) v, fused: the scores never reach memory
     (O(S) memory), as F.scaled_dot_product_attention.
 
@@ -130,7 +142,11 @@ def flash_attention(q, k, v, *, causal=False, window=None, band=None, scale=None
     softcap; 0: none). alibi_slopes [H] or [B, H] (real; not
     differentiated): ALiBi, -slope * |i + Sk - S - j| added to each (capped)
     score of query i and key j (flash-attn's alignment: plain |i - j| for
-    S = Sk). dropout_p: on the
+    S = Sk). sinks [H] (q's dtype and device; differentiable): attention
+    sinks, as gpt-oss's: query head h's logit joins every row's softmax
+    denominator as a key without a value, so that a row's probabilities sum
+    to less than 1 (a row that sees no key outputs zeros and its lse is the
+    sink; -inf: none). dropout_p: on the
     probabilities, scaled by 1/(1 - p); the mask is a counter-based function
     of (seed, offset, element), so the backward needs no stored mask.
     seed=None draws one from PyTorch's generator (torch.manual_seed makes it
@@ -159,10 +175,11 @@ def flash_attention(q, k, v, *, causal=False, window=None, band=None, scale=None
     return_lse = flag(op, "return_lse", return_lse)
     slopes = _alibi_slopes(op, alibi_slopes, q.shape[0], q.shape[1], q.device)
     check_finite = flag(op, "check_finite", check_finite)
+    sinks = _sinks(check, sinks, q.shape[1])
     mask = Options("AttentionMask", causal=causal, lo_win=lo_win, hi_win=hi_win,
                    band_left=band[0], band_right=band[1], alibi_slopes=slopes)
-    o, lse = _FlashAttention.apply(q, k, v, _options(scale, softcap, dropout, allow_tf32,
-                                                     check_finite), mask)
+    o, lse = _FlashAttention.apply(q, k, v, sinks, _options(scale, softcap, dropout, allow_tf32,
+                                                            check_finite), mask)
     return (o, lse) if return_lse else o
 
 
@@ -170,13 +187,13 @@ class _FlashAttentionVarlen(torch.autograd.Function):
     """_FlashAttention's over packed sequences: cu_q, cu_k their offsets."""
 
     @staticmethod
-    def forward(ctx, q, k, v, cu_q, cu_k, options, mask):
+    def forward(ctx, q, k, v, cu_q, cu_k, sinks, options, mask):
         T, H, _ = q.shape
         o = empty_in_order_of(q, (T, H, v.shape[-1]))
         lse = q.new_empty(H, T)  # flash-attn's varlen layout
-        _kdnn.flash_attention_varlen_forward(q, k, v, o, lse, cu_q, cu_k, _forward_options(options),
-                                             mask.bound(), stream_of(q))
-        ctx.save_for_backward(q, k, v, o, lse, cu_q, cu_k)
+        _kdnn.flash_attention_varlen_forward(q, k, v, o, lse, cu_q, cu_k, sinks,
+                                             _forward_options(options), mask.bound(), stream_of(q))
+        ctx.save_for_backward(q, k, v, o, lse, cu_q, cu_k, sinks)
         ctx.options, ctx.mask = options, mask
         ctx.mark_non_differentiable(lse)
         return o, lse
@@ -184,17 +201,19 @@ class _FlashAttentionVarlen(torch.autograd.Function):
     @staticmethod
     @first_order("flash_attention_varlen")
     def backward(ctx, do, _):
-        q, k, v, o, lse, cu_q, cu_k = ctx.saved_tensors
+        q, k, v, o, lse, cu_q, cu_k, sinks = ctx.saved_tensors
         dq, dk, dv = (empty_in_order_of(t, t.shape) for t in (q, k, v))
+        dsinks = torch.empty_like(sinks) if ctx.needs_input_grad[5] else None
         _kdnn.flash_attention_varlen_backward(q, k, v, o, lse, rows_contiguous(do), dq, dk, dv,
-                                              cu_q, cu_k, ctx.options.bound(), ctx.mask.bound(),
-                                              stream_of(q))
-        return dq, dk, dv, None, None, None, None
+                                              cu_q, cu_k, sinks, dsinks, ctx.options.bound(),
+                                              ctx.mask.bound(), stream_of(q))
+        return dq, dk, dv, None, None, dsinks, None, None
 
 
 def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, band=None,
-                           scale=None, softcap=0.0, alibi_slopes=None, dropout_p=0.0, seed=None,
-                           offset=0, allow_tf32=False, return_lse=False, check_finite=False):
+                           scale=None, softcap=0.0, alibi_slopes=None, sinks=None, dropout_p=0.0,
+                           seed=None, offset=0, allow_tf32=False, return_lse=False,
+                           check_finite=False):
     """flash_attention over packed variable-length sequences (flash-attn's
     varlen layout), differentiable.
 
@@ -206,7 +225,7 @@ def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False,
     sequence's keys. Returns [Tq, H, Dv]. Each sequence is attended as one
     batch entry of flash_attention with the sequence's own lengths: causal
     (top-left aligned), band (bottom-right aligned per sequence, as
-    flash-attn's window_size), scale, softcap, dropout, allow_tf32 and
+    flash-attn's window_size), scale, softcap, sinks, dropout, allow_tf32 and
     check_finite as there; alibi_slopes [H] or [N, H]. Hkv divides H (GQA). The lengths may
     be anything, 0 included: the kernels work on each sequence's own blocks.
     Dropout draws element (n, h, i, j) of the sequences padded to the
@@ -229,9 +248,10 @@ def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False,
     return_lse = flag(op, "return_lse", return_lse)
     slopes = _alibi_slopes(op, alibi_slopes, max(cu_q.shape[0] - 1, 0), q.shape[1], q.device)
     check_finite = flag(op, "check_finite", check_finite)
+    sinks = _sinks(check, sinks, q.shape[1])
     mask = Options("AttentionMask", causal=causal, band_left=band[0], band_right=band[1],
                    alibi_slopes=slopes)
-    o, lse = _FlashAttentionVarlen.apply(q, k, v, cu_q, cu_k,
+    o, lse = _FlashAttentionVarlen.apply(q, k, v, cu_q, cu_k, sinks,
                                          _options(scale, softcap, dropout, allow_tf32,
                                                   check_finite), mask)
     return (o, lse) if return_lse else o

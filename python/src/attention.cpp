@@ -5,6 +5,7 @@
 // written in place; and its packed variable-length form
 // (kdnn.flash_attention_varlen) on [T, H, D] arrays with cu_seqlens.
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
 
 #include <cstdint>
 #include <string>
@@ -22,42 +23,50 @@ using namespace nb::literals;
 namespace {
 
 void forward(const StridedArray& q, const StridedArray& k, const StridedArray& v,
-             const StridedArray& o, const Array& lse, const at::FusedAttentionOptions& options,
-             const AttentionMaskArrays& mask, std::uintptr_t stream) {
+             const StridedArray& o, const Array& lse, const Optional& sinks,
+             const at::FusedAttentionOptions& options, const AttentionMaskArrays& mask,
+             std::uintptr_t stream) {
+  constexpr const char* op = "flash_attention";
   dispatch(q, "flash_attention: q", stream, [&](auto space, auto zero) {
     using Space = decltype(space);
     using T = decltype(zero);
     using In = kdnn::StridedTensor4<const T, Space>;
-    at::fused_attention_forward(space, view_of<In>(q, "flash_attention: q"),
-                                view_of<In>(k, "flash_attention: k"),
-                                view_of<In>(v, "flash_attention: v"),
-                                view_of<kdnn::StridedTensor4<T, Space>>(o, "flash_attention: out"),
-                                view_of<kdnn::Tensor3<T, Space>>(lse, "flash_attention: lse"),
-                                options, mask.views<Space>("flash_attention"));
+    const auto name = [&](const char* array) { return std::string(op) + ": " + array; };
+    at::fused_attention_forward(
+        space,
+        at::FusedAttentionForward<T, Space>{
+            view_of<In>(q, name("q")), view_of<In>(k, name("k")), view_of<In>(v, name("v")),
+            view_of<kdnn::StridedTensor4<T, Space>>(o, name("out")),
+            view_of<kdnn::Tensor3<T, Space>>(lse, name("lse")), mask.views<Space>(op),
+            view_of<kdnn::Vector<const T, Space>>(sinks, name("sinks"))},
+        options);
   });
 }
 
 void backward(const StridedArray& q, const StridedArray& k, const StridedArray& v,
               const StridedArray& o, const Array& lse, const StridedArray& dout,
               const StridedArray& dq, const StridedArray& dk, const StridedArray& dv,
+              const Optional& sinks, const Optional& dsinks,
               const at::FusedAttentionOptions& options, const AttentionMaskArrays& mask,
               std::uintptr_t stream) {
+  constexpr const char* op = "flash_attention backward";
   dispatch(q, "flash_attention backward: q", stream, [&](auto space, auto zero) {
     using Space = decltype(space);
     using T = decltype(zero);
     using In = kdnn::StridedTensor4<const T, Space>;
     using Out = kdnn::StridedTensor4<T, Space>;
+    const auto name = [&](const char* array) { return std::string(op) + ": " + array; };
     at::fused_attention_backward(
-        space, view_of<In>(q, "flash_attention backward: q"),
-        view_of<In>(k, "flash_attention backward: k"),
-        view_of<In>(v, "flash_attention backward: v"),
-        view_of<In>(o, "flash_attention backward: out"),
-        view_of<kdnn::Tensor3<const T, Space>>(lse, "flash_attention backward: lse"),
-        view_of<In>(dout, "flash_attention backward: grad"),
-        view_of<Out>(dq, "flash_attention backward: dq"),
-        view_of<Out>(dk, "flash_attention backward: dk"),
-        view_of<Out>(dv, "flash_attention backward: dv"), options,
-        mask.views<Space>("flash_attention"));
+        space,
+        at::FusedAttentionBackward<T, Space>{
+            view_of<In>(q, name("q")), view_of<In>(k, name("k")), view_of<In>(v, name("v")),
+            view_of<In>(o, name("out")), view_of<kdnn::Tensor3<const T, Space>>(lse, name("lse")),
+            view_of<In>(dout, name("grad")), view_of<Out>(dq, name("dq")),
+            view_of<Out>(dk, name("dk")), view_of<Out>(dv, name("dv")),
+            mask.views<Space>("flash_attention"),
+            view_of<kdnn::Vector<const T, Space>>(sinks, name("sinks")),
+            view_of<kdnn::Vector<T, Space>>(dsinks, name("dsinks"))},
+        options);
   });
 }
 
@@ -71,26 +80,30 @@ at::PackedSequences<Space> packing(const Array& cu_q, const Array& cu_k, const c
 
 void varlen_forward(const StridedArray& q, const StridedArray& k, const StridedArray& v,
                     const StridedArray& o, const Array& lse, const Array& cu_q, const Array& cu_k,
-                    const at::FusedAttentionOptions& options, const AttentionMaskArrays& mask,
-                    std::uintptr_t stream) {
+                    const Optional& sinks, const at::FusedAttentionOptions& options,
+                    const AttentionMaskArrays& mask, std::uintptr_t stream) {
   constexpr const char* op = "flash_attention_varlen";
   dispatch(q, "flash_attention_varlen: q", stream, [&](auto space, auto zero) {
     using Space = decltype(space);
     using T = decltype(zero);
     using In = kdnn::StridedTensor3<const T, Space>;
+    const auto name = [&](const char* array) { return std::string(op) + ": " + array; };
     at::fused_attention_varlen_forward(
-        space, view_of<In>(q, "flash_attention_varlen: q"),
-        view_of<In>(k, "flash_attention_varlen: k"), view_of<In>(v, "flash_attention_varlen: v"),
-        view_of<kdnn::StridedTensor3<T, Space>>(o, "flash_attention_varlen: out"),
-        view_of<kdnn::Matrix<T, Space>>(lse, "flash_attention_varlen: lse"),
-        packing<Space>(cu_q, cu_k, op), options, mask.views<Space>(op));
+        space,
+        at::FusedAttentionVarlenForward<T, Space>{
+            view_of<In>(q, name("q")), view_of<In>(k, name("k")), view_of<In>(v, name("v")),
+            view_of<kdnn::StridedTensor3<T, Space>>(o, name("out")),
+            view_of<kdnn::Matrix<T, Space>>(lse, name("lse")), packing<Space>(cu_q, cu_k, op),
+            mask.views<Space>(op), view_of<kdnn::Vector<const T, Space>>(sinks, name("sinks"))},
+        options);
   });
 }
 
 void varlen_backward(const StridedArray& q, const StridedArray& k, const StridedArray& v,
                      const StridedArray& o, const Array& lse, const StridedArray& dout,
                      const StridedArray& dq, const StridedArray& dk, const StridedArray& dv,
-                     const Array& cu_q, const Array& cu_k, const at::FusedAttentionOptions& options,
+                     const Array& cu_q, const Array& cu_k, const Optional& sinks,
+                     const Optional& dsinks, const at::FusedAttentionOptions& options,
                      const AttentionMaskArrays& mask, std::uintptr_t stream) {
   constexpr const char* op = "flash_attention_varlen backward";
   dispatch(q, "flash_attention_varlen backward: q", stream, [&](auto space, auto zero) {
@@ -98,34 +111,37 @@ void varlen_backward(const StridedArray& q, const StridedArray& k, const Strided
     using T = decltype(zero);
     using In = kdnn::StridedTensor3<const T, Space>;
     using Out = kdnn::StridedTensor3<T, Space>;
+    const auto name = [&](const char* array) { return std::string(op) + ": " + array; };
     at::fused_attention_varlen_backward(
-        space, view_of<In>(q, "flash_attention_varlen backward: q"),
-        view_of<In>(k, "flash_attention_varlen backward: k"),
-        view_of<In>(v, "flash_attention_varlen backward: v"),
-        view_of<In>(o, "flash_attention_varlen backward: out"),
-        view_of<kdnn::Matrix<const T, Space>>(lse, "flash_attention_varlen backward: lse"),
-        view_of<In>(dout, "flash_attention_varlen backward: grad"),
-        view_of<Out>(dq, "flash_attention_varlen backward: dq"),
-        view_of<Out>(dk, "flash_attention_varlen backward: dk"),
-        view_of<Out>(dv, "flash_attention_varlen backward: dv"), packing<Space>(cu_q, cu_k, op),
-        options, mask.views<Space>(op));
+        space,
+        at::FusedAttentionVarlenBackward<T, Space>{
+            view_of<In>(q, name("q")), view_of<In>(k, name("k")), view_of<In>(v, name("v")),
+            view_of<In>(o, name("out")), view_of<kdnn::Matrix<const T, Space>>(lse, name("lse")),
+            view_of<In>(dout, name("grad")), view_of<Out>(dq, name("dq")),
+            view_of<Out>(dk, name("dk")), view_of<Out>(dv, name("dv")),
+            packing<Space>(cu_q, cu_k, op), mask.views<Space>(op),
+            view_of<kdnn::Vector<const T, Space>>(sinks, name("sinks")),
+            view_of<kdnn::Vector<T, Space>>(dsinks, name("dsinks"))},
+        options);
   });
 }
 
 }  // namespace
 
-// Tensors positionally, then the options (_kdnn.FusedAttentionOptions), the
-// mask (_kdnn.AttentionMask) and PyTorch's stream.
+// Tensors positionally (the sinks [H] and their gradient: None for none),
+// then the options (_kdnn.FusedAttentionOptions), the mask
+// (_kdnn.AttentionMask) and PyTorch's stream.
 void bind_attention(nb::module_& m) {
-  m.def("flash_attention_forward", &forward, "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a, "options"_a,
-        "mask"_a, "stream"_a);
+  m.def("flash_attention_forward", &forward, "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a, "sinks"_a.none(),
+        "options"_a, "mask"_a, "stream"_a);
   m.def("flash_attention_backward", &backward, "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a, "dout"_a,
-        "dq"_a, "dk"_a, "dv"_a, "options"_a, "mask"_a, "stream"_a);
-  m.def("flash_attention_varlen_forward", &varlen_forward, "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a,
-        "cu_seqlens_q"_a, "cu_seqlens_k"_a, "options"_a, "mask"_a, "stream"_a);
-  m.def("flash_attention_varlen_backward", &varlen_backward, "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a,
-        "dout"_a, "dq"_a, "dk"_a, "dv"_a, "cu_seqlens_q"_a, "cu_seqlens_k"_a, "options"_a, "mask"_a,
+        "dq"_a, "dk"_a, "dv"_a, "sinks"_a.none(), "dsinks"_a.none(), "options"_a, "mask"_a,
         "stream"_a);
+  m.def("flash_attention_varlen_forward", &varlen_forward, "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a,
+        "cu_seqlens_q"_a, "cu_seqlens_k"_a, "sinks"_a.none(), "options"_a, "mask"_a, "stream"_a);
+  m.def("flash_attention_varlen_backward", &varlen_backward, "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a,
+        "dout"_a, "dq"_a, "dk"_a, "dv"_a, "cu_seqlens_q"_a, "cu_seqlens_k"_a, "sinks"_a.none(),
+        "dsinks"_a.none(), "options"_a, "mask"_a, "stream"_a);
 }
 
 }  // namespace kdnn_python

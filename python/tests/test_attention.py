@@ -324,3 +324,71 @@ def test_varlen_gradcheck_dropout_and_errors():
         kdnn.flash_attention_varlen(q[None], k, v, cu_q, cu_k)
     with pytest.raises(TypeError):
         kdnn.flash_attention_varlen(q, k, v, cu_q, cu_k, True)  # options are keywords
+
+
+def reference_with_sinks(q, k, v, sinks, causal=False, scale=None):
+    """Attention whose rows' softmax takes one more logit per head, the
+    sink, in a column of its own that has no value (gpt-oss's sinks)."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    s = scale * q @ k.transpose(-1, -2)
+    if causal:
+        S, Sk = s.shape[-2:]
+        s = s.masked_fill(~torch.ones(S, Sk, dtype=torch.bool).tril(), -math.inf)
+    column = sinks.reshape(1, -1, 1, 1).expand(*s.shape[:-1], 1)
+    P = torch.softmax(torch.cat([s, column], dim=-1), dim=-1)[..., :-1]
+    return P @ v
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("causal", [False, True])
+def test_sinks_match_a_softmax_with_the_sink_appended(dtype, causal):
+    q, k, v = inputs(dtype, B=2, H=3, S=20, Sk=20, D=16, Dv=8, grad=True)
+    sinks = torch.tensor([0.5, -1.0, 2.0], dtype=dtype, requires_grad=True)
+    assert_matches(kdnn.flash_attention(q, k, v, causal=causal, sinks=sinks),
+                   reference_with_sinks(q, k, v, sinks, causal), (q, k, v, sinks),
+                   **TOLERANCE[dtype])
+
+
+def test_sinks_gradcheck_minus_infinity_and_errors():
+    q, k, v = inputs(torch.float64, B=1, H=2, S=5, Sk=4, D=3, Dv=2, grad=True)
+    sinks = torch.tensor([0.3, -0.7], dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(
+        lambda q, k, v, s: kdnn.flash_attention(q, k, v, causal=True, sinks=s, dropout_p=0.2,
+                                                seed=3), (q, k, v, sinks))
+    # A sink of -inf is none, bitwise; a row that sees no key gets lse = sink.
+    none = kdnn.flash_attention(q, k, v, causal=True, return_lse=True)
+    minus_inf = torch.full((2,), -math.inf, dtype=torch.float64)
+    assert all(torch.equal(a, b) for a, b in zip(
+        kdnn.flash_attention(q, k, v, causal=True, return_lse=True, sinks=minus_inf), none))
+    _, lse = kdnn.flash_attention(q, k, v, window=([0] * 5, [0] * 5), sinks=sinks,
+                                  return_lse=True)
+    torch.testing.assert_close(lse, sinks.detach().reshape(1, 2, 1).expand(1, 2, 5))
+    with pytest.raises(kdnn.Error, match=r"sinks has shape \[3\], expected \[H\] = \[2\]"):
+        kdnn.flash_attention(q, k, v, sinks=torch.zeros(3, dtype=torch.float64))
+    with pytest.raises(kdnn.Error, match="sinks has dtype torch.float32, expected torch.float64"):
+        kdnn.flash_attention(q, k, v, sinks=torch.zeros(2))
+
+
+def test_sinks_of_packed_sequences_and_the_compat_entry_points():
+    from kdnn.compat.flash_attn import flash_attn_func, flash_attn_varlen_func
+    kw = dict(dtype=torch.float64, requires_grad=True)
+    q, k, v = torch.randn(9, 2, 4, **kw), torch.randn(7, 1, 4, **kw), torch.randn(7, 1, 3, **kw)
+    sinks = torch.tensor([0.2, -0.5], **kw)
+    cu_q, cu_k = torch.tensor([0, 4, 9]), torch.tensor([0, 3, 7])
+    out = kdnn.flash_attention_varlen(q, k, v, cu_q, cu_k, causal=True, sinks=sinks)
+    outs = []
+    for n in range(2):
+        rows_q, rows_k = slice(int(cu_q[n]), int(cu_q[n + 1])), slice(int(cu_k[n]), int(cu_k[n + 1]))
+        o = kdnn.flash_attention(q[rows_q].transpose(0, 1)[None], k[rows_k].transpose(0, 1)[None],
+                                 v[rows_k].transpose(0, 1)[None], causal=True, sinks=sinks)
+        outs.append(o[0].transpose(0, 1))
+    assert_matches(out, torch.cat(outs), (q, k, v, sinks), **TOLERANCE[torch.float64])
+    # flash-attn's causal mask is bottom-right aligned: kdnn's band (-1, 0).
+    torch.testing.assert_close(
+        flash_attn_varlen_func(q, k, v, cu_q.int(), cu_k.int(), 5, 4, causal=True, sinks=sinks),
+        kdnn.flash_attention_varlen(q, k, v, cu_q, cu_k, band=(-1, 0), sinks=sinks))
+    qb, kb, vb = (t[:4][None] for t in (q, k, v))  # (batch, seqlen, nheads, headdim)
+    torch.testing.assert_close(
+        flash_attn_func(qb, kb, vb, sinks=sinks),
+        kdnn.flash_attention(qb.transpose(1, 2), kb.transpose(1, 2), vb.transpose(1, 2),
+                             sinks=sinks).transpose(1, 2))

@@ -56,7 +56,7 @@ def _window(op, window_size):
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
                     window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False,
-                    return_attn_probs=False):
+                    return_attn_probs=False, sinks=None):
     """flash-attn's flash_attn_func. Returns out (batch, seqlen, nheads,
     headdim_v); with return_attn_probs, (out, softmax_lse (batch, nheads,
     seqlen), None): kdnn does not return the attention probabilities, and
@@ -67,7 +67,9 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
     seqlen_k - seqlen_q - j| added to the scores, as flash-attn's; under
     its causal mask (no left window) flash-attn adds slope·j instead, which
     differs by a constant of each row: the same output, and softmax_lse is
-    returned as flash-attn's."""
+    returned as flash-attn's. sinks (nheads,): attention sinks (gpt-oss's,
+    flash-attn 3's learnable sink), differentiable: each head's logit joins
+    every row's softmax denominator, and softmax_lse includes it."""
     op = "compat.flash_attn.flash_attn_func"
     for name, t in (("q", q), ("k", k), ("v", v)):
         require(isinstance(t, torch.Tensor) and t.dim() == 4,
@@ -81,7 +83,8 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
     band = _band(Sk, causal, window_size)
     out, lse = attention.flash_attention(
         q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), band=band, scale=scale,
-        softcap=softcap, alibi_slopes=alibi_slopes, dropout_p=dropout_p, return_lse=True)
+        softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks, dropout_p=dropout_p,
+        return_lse=True)
     out = out.transpose(1, 2)  # (batch, seqlen, nheads, headdim_v) memory, as flash-attn's
     if not return_attn_probs:
         return out
@@ -153,15 +156,16 @@ def _varlen_alibi_lse(lse, alibi_slopes, cu_q, cu_k):
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                            dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
                            softcap=0.0, alibi_slopes=None, deterministic=False,
-                           return_attn_probs=False, block_table=None):
+                           return_attn_probs=False, block_table=None, sinks=None):
     """flash-attn's flash_attn_varlen_func. Returns out (total_q, nheads,
     headdim_v); with return_attn_probs, (out, softmax_lse (nheads,
     total_q), None), as flash_attn_func's. The lengths are read from
     cu_seqlens_q and cu_seqlens_k (kdnn copies them to the host and checks
     them); max_seqlen_k bounds the window as flash-attn's (a bound of
     max_seqlen_k or more is none), max_seqlen_q is accepted. alibi_slopes
-    (nheads,) or (batch, nheads), batch the number of sequences. block_table
-    (a paged KV cache) is not supported."""
+    (nheads,) or (batch, nheads), batch the number of sequences. sinks
+    (nheads,): as flash_attn_func's. block_table (a paged KV cache) is not
+    supported."""
     op = "compat.flash_attn.flash_attn_varlen_func"
     for name, t in (("q", q), ("k", k), ("v", v)):
         require(isinstance(t, torch.Tensor) and t.dim() == 3,
@@ -187,7 +191,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     band = _band(max_seqlen_k, causal, window_size)
     out, lse = attention.flash_attention_varlen(
         q, k, v, cu_seqlens_q, cu_seqlens_k, band=band, scale=scale, softcap=softcap,
-        alibi_slopes=alibi_slopes, dropout_p=dropout_p, return_lse=True)
+        alibi_slopes=alibi_slopes, sinks=sinks, dropout_p=dropout_p, return_lse=True)
     if not return_attn_probs:
         return out
     if alibi_slopes is not None and band == (-1, 0):
