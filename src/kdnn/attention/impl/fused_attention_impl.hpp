@@ -400,7 +400,8 @@ void fused_backward_on_rows(const char* op, const ExecSpace& space,
                             const FusedAttentionOptions& opts, MaskCheck mask_check,
                             const EntryRows& queries, const EntryRows& keys) {
   check_fused_backward<ExecSpace, T>(op, space, a, opts);
-  const auto &q = a.q, &k = a.k, &dk = a.dk, &dv = a.dv;
+  const auto &q = a.q, &k = a.k;  // one type per declaration (nvcc)
+  const auto &dk = a.dk, &dv = a.dv;
   const int B = int(q.extent(0)), H = int(q.extent(1)), S = int(q.extent(2)), Sk = int(k.extent(2));
   if (mask_check == MaskCheck::here) check_mask(op, a.mask, B, S, Sk, H);
   if (B == 0 || H == 0) return;

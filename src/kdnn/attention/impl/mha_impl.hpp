@@ -199,7 +199,9 @@ template <class ExecSpace, class T>
 void mha_forward(const ExecSpace& space, const MhaForward<T, ExecSpace>& a,
                  const MhaOptions& opts) {
   constexpr const char* op = "attention::mha_forward";
-  const auto &w = a.weights, &q = a.q, &k = a.k, &v = a.v, &residual = a.residual, &out = a.out;
+  const auto& w = a.weights;
+  const auto &q = a.q, &k = a.k, &v = a.v, &residual = a.residual;  // one type per declaration
+  const auto& out = a.out;
   const auto &reserve = a.reserve, &workspace = a.workspace;
   const auto& mask = a.mask;
   const auto& seqs = a.seqs;
