@@ -271,6 +271,26 @@ TEST(FusedAttentionSinksPacked, FollowTheCallWithoutSinks) {
   }
 }
 
+// No rows (B = 0 or S = 0): the sinks' gradient is 0, written over what
+// dsinks held.
+TEST(FusedAttentionSinksEdges, NoRowsGiveAZeroGradient) {
+  for (const Shape s : {Shape{0, 2, 1, 3, 4, 8, 8}, Shape{2, 2, 1, 0, 4, 8, 8}}) {
+    SCOPED_TRACE("B=" + std::to_string(s.B) + ", S=" + std::to_string(s.S));
+    DeviceView<double****> q("q", s.B, s.H, s.S, s.D), k("k", s.B, s.Hkv, s.Sk, s.D),
+        v("v", s.B, s.Hkv, s.Sk, s.Dv), o("o", s.B, s.H, s.S, s.Dv), g("g", s.B, s.H, s.S, s.Dv),
+        dq("dq", s.B, s.H, s.S, s.D), dk("dk", s.B, s.Hkv, s.Sk, s.D),
+        dv("dv", s.B, s.Hkv, s.Sk, s.Dv);
+    DeviceView<double***> lse("lse", s.B, s.H, s.S);
+    const auto sinks = to_device<double*>({0.5, -0.5}, 2);
+    const auto dsinks = to_device<double*>({std::nan(""), std::nan("")}, 2);
+    at::fused_attention_forward(
+        Space(), at::FusedAttentionForward<double, Space>{q, k, v, o, lse, {}, sinks});
+    at::fused_attention_backward(Space(), at::FusedAttentionBackward<double, Space>{
+                                              q, k, v, o, lse, g, dq, dk, dv, {}, sinks, dsinks});
+    EXPECT_EQ(to_host(dsinks), std::vector<double>(2, 0.0));
+  }
+}
+
 TEST(FusedAttentionSinksErrors, ShapesAndOverlapsAreChecked) {
   DeviceView<float****> q("q", 1, 4, 3, 8), k("k", 1, 2, 5, 8), v("v", 1, 2, 5, 8),
       o("o", 1, 4, 3, 8), g("g", 1, 4, 3, 8), dq("dq", 1, 4, 3, 8), dk("dk", 1, 2, 5, 8),

@@ -404,7 +404,10 @@ void fused_backward_on_rows(const char* op, const ExecSpace& space,
   const auto &dk = a.dk, &dv = a.dv;
   const int B = int(q.extent(0)), H = int(q.extent(1)), S = int(q.extent(2)), Sk = int(k.extent(2));
   if (mask_check == MaskCheck::here) check_mask(op, a.mask, B, S, Sk, H);
-  if (B == 0 || H == 0) return;
+  if (B == 0 || H == 0) {
+    if (validate::given(a.dsinks)) Kokkos::deep_copy(space, a.dsinks, T(0));  // no rows
+    return;
+  }
   const int group = int(q.extent(1) / k.extent(1));
 
   // δ_i = dO_i·O_i, the softmax backward's row sums (O(B·H·S) memory): in
