@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // Element-by-element walks of strided Views: RowMajorIndex
 // (core/impl/row_major_index.hpp) gives each flat number its indices, last
-// index fastest, past 2^32 elements too; fill_rank4
+// index fastest, past 2^32 elements too; fill_strided
 // (core/impl/strided_fill.hpp) writes every element of a strided View and
 // nothing between them.
 #include <gtest/gtest.h>
@@ -64,7 +64,7 @@ TEST(FillRank4, WritesEveryElementOfAStridedViewAndNothingBetween) {
   const std::pair<int, int> heads(1, 3), cols(2, 5);
   const auto part = Kokkos::subview(full, Kokkos::ALL, heads, Kokkos::ALL, cols);
   static_assert(std::is_same_v<typename decltype(part)::array_layout, Kokkos::LayoutStride>);
-  ki::fill_rank4(Space(), part, 7.0);
+  ki::fill_strided(Space(), part, 7.0);
   Space().fence();
   const auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), full);
   for (int b = 0; b < 2; ++b)
@@ -78,7 +78,7 @@ TEST(FillRank4, WritesEveryElementOfAStridedViewAndNothingBetween) {
   // An empty View: nothing to do, and no launch over a zero range.
   const auto none =
       Kokkos::subview(full, Kokkos::ALL, std::pair<int, int>(0, 0), Kokkos::ALL, Kokkos::ALL);
-  ki::fill_rank4(Space(), none, 3.0);
+  ki::fill_strided(Space(), none, 3.0);
 }
 
 }  // namespace

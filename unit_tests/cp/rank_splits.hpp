@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
-// The ways the context-parallel tests split a sequence over ranks, and
-// pack sequences into it; this process's rank and the number of ranks.
+// The ways the context-parallel tests split a sequence over ranks, a rank's
+// slice of it, and packed sequences in it; this process's rank and the
+// number of ranks.
 #pragma once
 #include <mpi.h>
 
@@ -54,6 +55,17 @@ inline std::vector<std::vector<int>> rank_splits(int R, int L, int short_steps, 
     }
   }
   return valid;
+}
+
+/// Steps [first, first + n) of a [B, L, E] tensor, flat.
+inline std::vector<double> slice(const std::vector<double>& v, int B, int L, int E, int first,
+                                 int n) {
+  std::vector<double> out;
+  for (int b = 0; b < B; ++b) {
+    const auto at = v.begin() + (std::size_t(b) * L + first) * E;
+    out.insert(out.end(), at, at + std::size_t(n) * E);
+  }
+  return out;
 }
 
 /// Sequence ids [B, L] (packed sequences): row b's sequences have the

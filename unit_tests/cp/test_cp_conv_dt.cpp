@@ -17,127 +17,12 @@
 #include <vector>
 
 #include "allclose.hpp"
-#include "conv_reference.hpp"
+#include "conv_dt_runs.hpp"
 #include "expect_error.hpp"
-#include "kdnn/cp/cp.hpp"
-#include "kdnn/ssm/ssm.hpp"
-#include "rank_splits.hpp"
-#include "views.hpp"
 
 namespace {
 
 using namespace kdnn_test;
-using ssm_ref::Vec;
-namespace cp = kdnn::cp;
-namespace ssm = kdnn::ssm;
-
-/// One whole-sequence problem: conv inputs [B, L, C], dt [B, L, H] and the
-/// upstream gradients.
-struct Problem {
-  int B, L, C, K, H;
-  bool bias, init, dfinal;
-  Vec x, w, b, h0, dy, dfin, dt, dt_bias, ddt_out;
-  Vec seq;  ///< [B, L] sequence ids, or empty
-
-  Problem(int B_, int L_, int C_, int K_, int H_, bool bias_, bool init_, bool dfinal_)
-      : B(B_), L(L_), C(C_), K(K_), H(H_), bias(bias_), init(init_), dfinal(dfinal_) {
-    const std::size_t n = std::size_t(B) * L * C, ns = std::size_t(B) * (K - 1) * C;
-    x = normal(n, 1);
-    w = uniform(std::size_t(C) * K, -0.6, 0.6, 2);
-    if (bias) b = uniform(C, -0.5, 0.5, 3);
-    if (init) h0 = normal(ns, 4);
-    dy = normal(n, 5);
-    if (dfinal) dfin = normal(ns, 6);
-    dt = uniform(std::size_t(B) * L * H, -4, 4, 7);
-    dt_bias = uniform(H, -1, 1, 8);
-    ddt_out = normal(dt.size(), 9);
-  }
-};
-
-/// Steps [first, first + n) of a [B, L, E] tensor.
-Vec slice(const Vec& v, int B, int L, int E, int first, int n) {
-  Vec out;
-  for (int b = 0; b < B; ++b) {
-    const auto at = v.begin() + (std::size_t(b) * L + first) * E;
-    out.insert(out.end(), at, at + std::size_t(n) * E);
-  }
-  return out;
-}
-
-/// Every output and gradient of one run, flat.
-struct Result {
-  Vec y, final_state, dt_out, dx, dw, dbias, dinit, ddt, ddt_bias;
-};
-
-/// The run on this rank's steps [first, first + n) (first = 0, n = L and
-/// `comm` = null: the single-rank operators on the whole sequence). Rank 0
-/// holds the initial state and its gradient; every rank asks for its final
-/// state, the last rank gets d(final state).
-template <class T>
-Result run(const Problem& p, int first, int n, MPI_Comm comm, cp::HaloStats* fwd = nullptr,
-           cp::HaloStats* bwd = nullptr) {
-  const bool single = comm == MPI_COMM_NULL;
-  const int rank = single ? 0 : comm_rank(), last = single ? 0 : comm_size() - 1;
-  const int B = p.B, C = p.C, K = p.K, H = p.H;
-  const auto x = to_device<T***>(slice(p.x, B, p.L, C, first, n), B, n, C);
-  const auto dy = to_device<T***>(slice(p.dy, B, p.L, C, first, n), B, n, C);
-  const auto dt = to_device<T***>(slice(p.dt, B, p.L, H, first, n), B, n, H);
-  const auto ddt_out = to_device<T***>(slice(p.ddt_out, B, p.L, H, first, n), B, n, H);
-  const auto w = to_device<T**>(p.w, C, K);
-  const auto dt_bias = to_device<T*>(p.dt_bias, H);
-  DeviceView<T*> bias, dbias;
-  DeviceView<T***> init, dinit, dfinal;
-  if (p.bias) bias = to_device<T*>(p.b, C), dbias = DeviceView<T*>("dbias", C);
-  if (p.init && rank == 0) {
-    init = to_device<T***>(p.h0, B, K - 1, C);
-    dinit = DeviceView<T***>("dinit", B, K - 1, C);
-  }
-  if (p.dfinal && rank == last) dfinal = to_device<T***>(p.dfin, B, K - 1, C);
-  DeviceView<T***> y("y", B, n, C), fin("final", B, K - 1, C), halo("halo", B, K - 1, C);
-  DeviceView<T***> dt_out("dt_out", B, n, H), dx("dx", B, n, C), ddt("ddt", B, n, H);
-  DeviceView<T**> dw("dw", C, K);
-  DeviceView<T*> ddt_bias("ddt_bias", H);
-  DeviceView<int**> seq;
-  if (!p.seq.empty()) seq = to_device<int**>(slice(p.seq, B, p.L, 1, first, n), B, n);
-
-  ssm::ConvForward<T, Space> f;
-  f.x = x, f.w = w, f.bias = bias, f.initial_state = init, f.y = y, f.final_state = fin;
-  f.seq_idx = seq;
-  ssm::ConvBackward<T, Space> g;
-  g.x = x, g.w = w, g.bias = bias, g.dy = dy, g.dfinal_state = dfinal, g.seq_idx = seq;
-  g.dx = dx, g.dw = dw, g.dbias = dbias, g.dinitial_state = dinit;
-  if (single) {
-    ssm::causal_conv1d_forward(Space(), f);
-    ssm::dt_softplus_forward(Space(), dt, dt_bias, dt_out);
-    g.initial_state = init;
-    ssm::causal_conv1d_backward(Space(), g);
-    ssm::dt_softplus_backward(Space(), dt, dt_bias, ddt_out, ddt, ddt_bias);
-  } else {
-    cp::ConvDtForward<T, Space> cf;
-    cf.conv = f, cf.halo = halo, cf.dt = dt, cf.dt_bias = dt_bias, cf.dt_out = dt_out;
-    const auto sf = cp::conv_dt_forward(Space(), comm, cf);
-    g.initial_state = halo;
-    cp::ConvDtBackward<T, Space> cb;
-    cb.conv = g, cb.dt = dt, cb.dt_bias = dt_bias, cb.ddt_out = ddt_out, cb.ddt = ddt;
-    cb.ddt_bias = ddt_bias;
-    const auto sb = cp::conv_dt_backward(Space(), comm, cb);
-    cp::allreduce_sum(comm, dw);
-    if (p.bias) cp::allreduce_sum(comm, dbias);
-    cp::allreduce_sum(comm, ddt_bias);
-    if (fwd) *fwd = sf;
-    if (bwd) *bwd = sb;
-  }
-  Result r{to_host(y),
-           to_host(fin),
-           to_host(dt_out),
-           to_host(dx),
-           to_host(dw),
-           p.bias ? to_host(dbias) : Vec{},
-           dinit.size() ? to_host(dinit) : Vec{},
-           to_host(ddt),
-           to_host(ddt_bias)};
-  return r;
-}
 
 void expect_equal_to_single_rank(const Problem& p) {
   const int P = comm_size(), rank = comm_rank();
@@ -171,6 +56,12 @@ void expect_equal_to_single_rank(const Problem& p) {
     const int window = before < p.K - 1 ? before : p.K - 1;
     EXPECT_EQ(fs.bytes_received, std::int64_t(p.B) * window * p.C * 8);
     EXPECT_EQ(bs.bytes_sent, fs.bytes_received);  // the gradients go back
+    // A plan made once for this split gives the same, bit for bit.
+    const cp::HaloPlan plan(MPI_COMM_WORLD, n, p.K);
+    cp::HaloStats pfs, pbs;
+    expect_same(run<double>(p, first, n, MPI_COMM_WORLD, &pfs, &pbs, &plan), part);
+    EXPECT_EQ(pfs.bytes_received, fs.bytes_received);
+    EXPECT_EQ(pbs.bytes_sent, bs.bytes_sent);
   }
 }
 
@@ -220,13 +111,7 @@ TEST(CpConvDt, MismatchOnOneRankGivesEveryRankTheSameError) {
   const int odd = P - 1;  // the rank that passes a different argument
   const int B = 2, n = 5, K = 4, H = 2;
   const int C = rank == odd && P > 1 ? 4 : 3;
-  DeviceView<double***> x("x", B, n, C), y("y", B, n, C), halo("halo", B, K - 1, C);
-  DeviceView<double**> w("w", C, K);
-  DeviceView<double***> dt("dt", B, n, H), dt_out("dt_out", B, n, H);
-  DeviceView<double*> dt_bias("dt_bias", H);
-  cp::ConvDtForward<double, Space> a;
-  a.conv.x = x, a.conv.w = w, a.conv.y = y, a.halo = halo;
-  a.dt = dt, a.dt_bias = dt_bias, a.dt_out = dt_out;
+  auto a = zero_forward(B, n, C, K, H);
   const auto call = [&](const cp::ConvDtForward<double, Space>& args) {
     return error_of([&] { cp::conv_dt_forward(Space(), MPI_COMM_WORLD, args); });
   };
@@ -242,9 +127,7 @@ TEST(CpConvDt, MismatchOnOneRankGivesEveryRankTheSameError) {
             "extent(1)) (on rank " +
                 std::to_string(odd) + " of " + std::to_string(P) + ")");
   // After the errors, a correct call on every rank still works.
-  DeviceView<double***> x3("x", B, n, 3), y3("y", B, n, 3), halo3("halo", B, K - 1, 3);
-  DeviceView<double**> w3("w", 3, K);
-  a.conv.x = x3, a.conv.w = w3, a.conv.y = y3, a.halo = halo3;
+  a = zero_forward(B, n, 3, K, H);
   // The initial state belongs to rank 0.
   if (P > 1) {
     auto late = a;

@@ -53,16 +53,6 @@ SsdCase make_problem(SsdShape s, bool d, bool init, bool dfinal) {
   return a;
 }
 
-/// Steps [first, first + n) of a [B, L, E] tensor.
-Vec slice(const Vec& v, int B, int L, int E, int first, int n) {
-  Vec out;
-  for (int b = 0; b < B; ++b) {
-    const auto at = v.begin() + (std::size_t(b) * L + first) * E;
-    out.insert(out.end(), at, at + std::size_t(n) * E);
-  }
-  return out;
-}
-
 struct Result {
   Vec y, final_state, dx, ddt, dA, dB, dC, dD, dinit, ddt_bias, dz;
   Vec sequence_states;  ///< with `offsets` only

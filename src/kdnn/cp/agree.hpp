@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,27 +27,42 @@ namespace kdnn::cp {
 /// for the other ranks never keeps this rank's other threads off the space
 /// (two threads' calls on two communicators, reaching the ranks in
 /// different orders, would each wait for the other).
+namespace impl {
+/// Sends the message of rank `first`, the lowest whose checks threw, to every
+/// rank of `comm` (two broadcasts). Collective; nothing when none threw
+/// (first == the number of ranks).
+inline void share_failure(MPI_Comm comm, int first, int size, std::string& message) {
+  if (first == size) return;
+  int length = int(message.size());
+  MPI_Bcast(&length, 1, MPI_INT, first, comm);
+  message.resize(std::size_t(length));
+  MPI_Bcast(message.data(), length, MPI_CHAR, first, comm);
+}
+
+/// Runs `local_checks`: the message it threw, or none.
+template <class Checks>
+std::optional<std::string> failure_of(const Checks& local_checks) {
+  try {
+    local_checks();
+  } catch (const std::exception& e) {
+    return std::string(e.what());
+  }
+  return std::nullopt;
+}
+}  // namespace impl
+
 template <class Lock, class Checks>
 void agree(MPI_Comm comm, Lock& lock, const Checks& local_checks) {
   int rank = 0, size = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
-  std::string message;
-  int failed_at = size;
-  try {
-    local_checks();
-  } catch (const std::exception& e) {
-    message = e.what();
-    failed_at = rank;
-  }
+  const auto failure = impl::failure_of(local_checks);
+  std::string message = failure.value_or("");
+  const int failed_at = failure ? rank : size;
   int first = size;
   lock.released_while([&] {
     MPI_Allreduce(&failed_at, &first, 1, MPI_INT, MPI_MIN, comm);
-    if (first == size) return;
-    int length = int(message.size());
-    MPI_Bcast(&length, 1, MPI_INT, first, comm);
-    message.resize(std::size_t(length));
-    MPI_Bcast(message.data(), length, MPI_CHAR, first, comm);
+    impl::share_failure(comm, first, size, message);
   });
   if (first < size) fail(message, " (on rank ", first, " of ", size, ")");
 }
@@ -122,23 +138,27 @@ struct Field {
   }
 };
 
-/// Gathers each rank's fields (the same names, in the same order, on every
-/// rank) and checks them: a `same` field that differs from rank 0's, or a
-/// `rank0_only` field set on another rank, throws on every rank the same
-/// kdnn::Error, e.g. "cp::conv_dt_forward: C=4 on rank 2, expected 3 (as on
-/// rank 0)". Returns every rank's values, [rank][field]. Collective.
-inline std::vector<std::vector<std::int64_t>> gather_signature(MPI_Comm comm, const char* op,
-                                                               const std::vector<Field>& fields) {
+namespace impl {
+/// Every rank's `values` (the same count on every rank), [rank][value].
+/// Collective: one all-gather.
+inline std::vector<std::vector<std::int64_t>> all_gathered(MPI_Comm comm,
+                                                           const std::vector<std::int64_t>& mine) {
   int size = 1;
   MPI_Comm_size(comm, &size);
-  const int n = int(fields.size());
-  std::vector<std::int64_t> mine(fields.size()), all(std::size_t(n) * size);
-  for (int f = 0; f < n; ++f) mine[f] = fields[f].value;
+  const int n = int(mine.size());
+  std::vector<std::int64_t> all(std::size_t(n) * size);
   MPI_Allgather(mine.data(), n, MPI_INT64_T, all.data(), n, MPI_INT64_T, comm);
   std::vector<std::vector<std::int64_t>> by_rank(static_cast<std::size_t>(size));
   for (int r = 0; r < size; ++r) by_rank[r].assign(all.begin() + r * n, all.begin() + (r + 1) * n);
-  for (int r = 1; r < size; ++r) {
-    for (int f = 0; f < n; ++f) {
+  return by_rank;
+}
+
+/// Throws the first rule that every rank's values (`by_rank`, gathered)
+/// break. Every rank holds the same values, so every rank throws the same.
+inline void check_signature(const char* op, const std::vector<Field>& fields,
+                            const std::vector<std::vector<std::int64_t>>& by_rank) {
+  for (std::size_t r = 1; r < by_rank.size(); ++r) {
+    for (std::size_t f = 0; f < fields.size(); ++f) {
       const std::int64_t v = by_rank[r][f], v0 = by_rank[0][f];
       const Field::Rule rule = fields[f].rule;
       if (rule == Field::same && v != v0) {
@@ -158,12 +178,44 @@ inline std::vector<std::vector<std::int64_t>> gather_signature(MPI_Comm comm, co
              " differs from rank 0's, expected the same values on every rank (a parameter of the "
              "whole sequence)");
       }
-      if (fields[f].rule == Field::rank0_only && v != 0) {
+      if (rule == Field::rank0_only && v != 0) {
         fail(op, ": ", fields[f].name, " given on rank ", r,
              ", expected it on rank 0 only (it belongs to the start of the sequence)");
       }
     }
   }
+}
+}  // namespace impl
+
+/// What a context-parallel call does before it computes, in one all-gather
+/// (plus two broadcasts when a rank's checks threw): runs `local_checks` as
+/// agree() does, and gathers each rank's `fields` (the same names, in the
+/// same order, on every rank) and checks their rules. A rank's failed check
+/// comes first, as "<message> (on rank r of P)" from the lowest such rank;
+/// then a `same` field that differs from rank 0's, or a `rank0_only` field
+/// set on another rank, e.g. "cp::conv_dt_forward: C=4 on rank 2, expected
+/// 3 (as on rank 0; every rank must agree)". Every rank throws the same
+/// kdnn::Error. `fields` are computed before the checks run, so they must be
+/// well defined for any arguments (shapes, flags, fingerprints). Returns
+/// every rank's values, [rank][field]. Collective.
+template <class Checks>
+std::vector<std::vector<std::int64_t>> agree_on_signature(MPI_Comm comm, const char* op,
+                                                          const Checks& local_checks,
+                                                          const std::vector<Field>& fields) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  const auto failure = impl::failure_of(local_checks);
+  std::vector<std::int64_t> mine{failure ? 1 : 0};  // the checks' verdict, then the fields
+  for (const Field& f : fields) mine.push_back(f.value);
+  auto by_rank = impl::all_gathered(comm, mine);
+  int first = size;
+  for (int r = size - 1; r >= 0; --r) first = by_rank[r][0] != 0 ? r : first;
+  std::string message = failure.value_or("");
+  impl::share_failure(comm, first, size, message);
+  if (first < size) fail(message, " (on rank ", first, " of ", size, ")");
+  for (auto& values : by_rank) values.erase(values.begin());
+  impl::check_signature(op, fields, by_rank);
   return by_rank;
 }
 

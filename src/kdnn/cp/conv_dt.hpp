@@ -27,7 +27,12 @@
 //
 // Checks are collective: a bad argument on any rank, or a shape, dtype,
 // K or option that differs between ranks, throws the same kdnn::Error on
-// every rank before any message is sent.
+// every rank before any message is sent. They take one all-gather per call
+// (and one more with seq_idx, for the ids at the ranks' edges).
+//
+// The exchange is a HaloPlan's (cp/halo_plan.hpp): the caller's, made once
+// for the split and K and used by every layer and step, or one each call
+// makes from the lengths its checks gathered.
 //
 // Device memory is staged through host buffers unless the MPI library is
 // CUDA-aware (cp/impl/mpi_memory.hpp).
@@ -37,6 +42,7 @@
 #include <cstdint>
 
 #include "kdnn/core/tensor.hpp"
+#include "kdnn/cp/halo_plan.hpp"
 #include "kdnn/ssm/causal_conv1d.hpp"
 #include "kdnn/ssm/dt_softplus.hpp"
 
@@ -45,17 +51,6 @@ namespace kdnn::cp {
 struct ConvDtOptions {
   ssm::CausalConv1dOptions conv;
   ssm::DtSoftplusOptions dt;
-};
-
-/// What one call's halo exchange moved, and the time it overlapped.
-struct HaloStats {
-  std::int64_t bytes_sent = 0, bytes_received = 0;
-  int messages_sent = 0, messages_received = 0;
-  /// Seconds from posting the messages to waiting for them: the compute that
-  /// ran while they were in flight.
-  double overlapped_seconds = 0;
-  /// Seconds then blocked waiting for them (communication not hidden).
-  double waited_seconds = 0;
 };
 
 /// The arguments of conv_dt_forward on one rank.
@@ -97,11 +92,20 @@ namespace kdnn::cp {
 
 /// y, final state, halo and dt_out on this rank (see above). Collective over
 /// `comm`; returns when the exchange is complete (the kernels it launched
-/// after it are asynchronous on `space`).
+/// after it are asynchronous on `space`). Makes the halo plan of the call's
+/// split from the lengths its checks gather (no collective more).
 template <class ExecSpace, class T>
 HaloStats conv_dt_forward(const ExecSpace& space, MPI_Comm comm,
                           const ConvDtForward<T, ExecSpace>& args, const ConvDtOptions& opts = {}) {
-  return impl::conv_dt_forward(space, comm, args, opts);
+  return impl::conv_dt_forward(space, comm, nullptr, args, opts);
+}
+
+/// As above, with a plan made once for this split and K (cp/halo_plan.hpp),
+/// over its communicator: x must hold plan.steps() steps, w K = plan.width().
+template <class ExecSpace, class T>
+HaloStats conv_dt_forward(const ExecSpace& space, const HaloPlan& plan,
+                          const ConvDtForward<T, ExecSpace>& args, const ConvDtOptions& opts = {}) {
+  return impl::conv_dt_forward(space, plan.comm(), &plan, args, opts);
 }
 
 /// dx, dw, dbias, d(initial state), ddt and ddt_bias on this rank (see
@@ -110,7 +114,15 @@ template <class ExecSpace, class T>
 HaloStats conv_dt_backward(const ExecSpace& space, MPI_Comm comm,
                            const ConvDtBackward<T, ExecSpace>& args,
                            const ConvDtOptions& opts = {}) {
-  return impl::conv_dt_backward(space, comm, args, opts);
+  return impl::conv_dt_backward(space, comm, nullptr, args, opts);
+}
+
+/// As above, with the forward's plan.
+template <class ExecSpace, class T>
+HaloStats conv_dt_backward(const ExecSpace& space, const HaloPlan& plan,
+                           const ConvDtBackward<T, ExecSpace>& args,
+                           const ConvDtOptions& opts = {}) {
+  return impl::conv_dt_backward(space, plan.comm(), &plan, args, opts);
 }
 
 /// Sums `view` (contiguous, float or double) over the ranks of `comm`, in

@@ -4,5 +4,6 @@
 // of an MPI communicator. Link kdnn::cp (kdnn + MPI).
 #include "kdnn/cp/agree.hpp"
 #include "kdnn/cp/conv_dt.hpp"
+#include "kdnn/cp/halo_plan.hpp"
 #include "kdnn/cp/sequence_split.hpp"
 #include "kdnn/cp/ssd.hpp"

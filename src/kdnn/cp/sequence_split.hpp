@@ -13,7 +13,7 @@
 namespace kdnn::cp {
 
 /// The split's step offsets (R + 1) from each rank's fields gathered by
-/// gather_signature (cp/agree.hpp), its length at `length_field`.
+/// agree_on_signature (cp/agree.hpp), its length at `length_field`.
 inline std::vector<std::int64_t> offsets_of(const std::vector<std::vector<std::int64_t>>& all,
                                             std::size_t length_field) {
   std::vector<std::int64_t> offsets(all.size() + 1, 0);

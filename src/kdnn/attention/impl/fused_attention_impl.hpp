@@ -283,7 +283,7 @@ void launch_backward_teams(const char* op, const ExecSpace& space,
   data.bq = KV::BQ;  // the rows load_rows reads
   data.bk = KV::BK;
   constexpr bool kv_adds_dq = std::is_void_v<Q>;
-  if (kv_adds_dq) kdnn::impl::fill_rank4(space, dq, T(0));  // the shares are added to it
+  if (kv_adds_dq) kdnn::impl::fill_strided(space, dq, T(0));  // the shares are added to it
   KV kv;
   static_cast<FusedBackwardData<ExecSpace, T>&>(kv) = data;
   kv.dk = entry_rows(dk, keys), kv.dv = entry_rows(dv, keys);

@@ -259,13 +259,16 @@ StateStats ssd_forward(const ExecSpace& space, MPI_Comm comm,
   const char* op = "cp::ssd_forward";
   check_communicator(op, comm);
   const SummaryLayout layout{a.x.extent(0) * a.x.extent(2), a.x.extent(3) * a.B.extent(3), 1};
-  agree(comm, [&] {
-    ssm::impl::check_ssd_forward(op, space, a, opts);
-    SequenceEdges::check_size(op, a.seq_idx, 1);
-    check_summary_size(op, layout);
-  });
   const auto fields = ssd_fields<T>(space, a, opts);
-  const auto offsets = offsets_of(gather_signature(comm, op, fields), fields.size() - 1);
+  const auto all = agree_on_signature(
+      comm, op,
+      [&] {
+        ssm::impl::check_ssd_forward(op, space, a, opts);
+        SequenceEdges::check_size(op, a.seq_idx, 1);
+        check_summary_size(op, layout);
+      },
+      fields);
+  const auto offsets = offsets_of(all, fields.size() - 1);
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
   kdnn::impl::SpaceLock exclusive(space);  // after the collective checks
@@ -288,15 +291,18 @@ StateStats ssd_backward(const ExecSpace& space, MPI_Comm comm,
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &ranks);
   const SummaryLayout layout{a.x.extent(0) * a.x.extent(2), a.x.extent(3) * a.B.extent(3), 2};
-  agree(comm, [&] {
-    ssm::impl::check_ssd_backward(op, space, a, opts);
-    SequenceEdges::check_size(op, a.seq_idx, 1);
-    check_summary_size(op, layout);
-  });
   auto fields = ssd_fields<T>(space, a, opts);
   fields.insert(fields.end() - 1,
                 Field{"dinitial_state", validate::given(a.dinitial_state), Field::rank0_only});
-  const auto offsets = offsets_of(gather_signature(comm, op, fields), fields.size() - 1);
+  const auto all = agree_on_signature(
+      comm, op,
+      [&] {
+        ssm::impl::check_ssd_backward(op, space, a, opts);
+        SequenceEdges::check_size(op, a.seq_idx, 1);
+        check_summary_size(op, layout);
+      },
+      fields);
+  const auto offsets = offsets_of(all, fields.size() - 1);
   kdnn::impl::SpaceLock exclusive(space);  // after the collective checks
   const auto starts = rank_starts(space, comm, exclusive, a.seq_idx, offsets, rank);
   Tensor3<const T, ExecSpace> dt;
