@@ -142,28 +142,7 @@ struct FusedForwardGpuKernel : FusedForwardData<ExecSpace, T>,
     kdnn::impl::ThreadRegisters<T, NT, RM * RN, kPrivate> s;
     kdnn::impl::ThreadRegisters<T, NT, RM * DVC, kPrivate> acc;
 
-    // Qᵀ, scaled (pad rows zero); empty accumulators.
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ * D), [&](int e) {
-      const int r = e / D, d = e % D;
-      w.qt[d * BQ + r] = r < rows && d < d_qk ? scale * q(b, h, i0 + r, d) : T(0);
-    });
-    threads(team, [&](int t) {
-      const int r0 = (t / CG) * RM;
-      KDNN_IMPL_UNROLL
-      for (int i = 0; i < RM; ++i) {
-        int& first = range(t)[i];
-        int& last = range(t)[RM + i];
-        if (r0 + i < rows) {
-          visible.range(b, i0 + r0 + i, first, last);
-        } else {
-          first = last = 0;
-        }
-        m_alpha(t)[i] = neg_inf;
-        l(t)[i] = 0.0;
-      }
-      KDNN_IMPL_UNROLL
-      for (int e = 0; e < RM * DVC; ++e) acc(t)[e] = T(0);
-    });
+    start_rows(team, qb, w, range, m_alpha, l, acc);
 
     const auto seen = visible.team_bounds(team, b, i0, rows);
     for (int j0 = seen.lo / BK * BK; j0 < seen.hi; j0 += BK) {
@@ -175,26 +154,7 @@ struct FusedForwardGpuKernel : FusedForwardData<ExecSpace, T>,
       });
       team.team_barrier();
 
-      // Scores (masked: −inf), the thread's partial row maxima.
-      threads(team, [&](int t) {
-        const int r0 = (t / CG) * RM, c0 = (t % CG) * RN;
-        T* st = s(t);
-        kdnn::impl::register_tile_product<RM, RN, D>(w.qt + r0, BQ, 1, w.kv + c0, BK, 1, st);
-        KDNN_IMPL_UNROLL
-        for (int i = 0; i < RM; ++i) {
-          const int first = range(t)[i], last = range(t)[RM + i];
-          T mx = m_alpha(t)[i];
-          KDNN_IMPL_UNROLL
-          for (int j = 0; j < RN; ++j) {
-            const int key = j0 + c0 + j;
-            T& x = st[i * RN + j];
-            // pad keys: last <= Sk
-            x = this->score(x, (key >= first) & (key < last), bias, i0 + r0 + i, key);
-            mx = x > mx ? x : mx;
-          }
-          w.part_max[(t % CG) * BQ + r0 + i] = mx;
-        }
-      });
+      tile_scores(team, qb, w, bias, j0, range, m_alpha, s);
       team.team_barrier();
 
       // The rows' new maxima, α = e^{m−m'}, the probabilities (dropped ones
@@ -253,7 +213,71 @@ struct FusedForwardGpuKernel : FusedForwardData<ExecSpace, T>,
       });
     }
 
-    // O / l and lse = m + log l (−inf and a zero row for a row that saw no key).
+    finish_rows(team, qb, m_alpha, l, acc);
+  }
+
+  /// Qᵀ, scaled (pad rows and columns past the call's D zero); the thread's
+  /// rows' visible keys, m = −inf and l = 0; empty accumulators.
+  template <class Range, class MAlpha, class L, class Acc>
+  KOKKOS_FORCEINLINE_FUNCTION void start_rows(const Member& team, const RowBlock& qb, const Work& w,
+                                              Range& range, MAlpha& m_alpha, L& l, Acc& acc) const {
+    const int b = qb.b, h = qb.h, i0 = qb.start, rows = qb.count, d_qk = int(q.extent(3));
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, BQ * D), [&](int e) {
+      const int r = e / D, d = e % D;
+      w.qt[d * BQ + r] = r < rows && d < d_qk ? scale * q(b, h, i0 + r, d) : T(0);
+    });
+    threads(team, [&](int t) {
+      const int r0 = (t / CG) * RM;
+      KDNN_IMPL_UNROLL
+      for (int i = 0; i < RM; ++i) {
+        int& first = range(t)[i];
+        int& last = range(t)[RM + i];
+        if (r0 + i < rows) {
+          visible.range(b, i0 + r0 + i, first, last);
+        } else {
+          first = last = 0;
+        }
+        m_alpha(t)[i] = neg_inf;
+        l(t)[i] = 0.0;
+      }
+      KDNN_IMPL_UNROLL
+      for (int e = 0; e < RM * DVC; ++e) acc(t)[e] = T(0);
+    });
+  }
+
+  /// The thread's scores of the key tile at j0 (masked: −inf) and its
+  /// partial row maxima.
+  template <class Range, class MAlpha, class S>
+  KOKKOS_FORCEINLINE_FUNCTION void tile_scores(const Member& team, const RowBlock& qb,
+                                               const Work& w, const AlibiRow<T>& bias, int j0,
+                                               Range& range, MAlpha& m_alpha, S& s) const {
+    const int i0 = qb.start;
+    threads(team, [&](int t) {
+      const int r0 = (t / CG) * RM, c0 = (t % CG) * RN;
+      T* st = s(t);
+      kdnn::impl::register_tile_product<RM, RN, D>(w.qt + r0, BQ, 1, w.kv + c0, BK, 1, st);
+      KDNN_IMPL_UNROLL
+      for (int i = 0; i < RM; ++i) {
+        const int first = range(t)[i], last = range(t)[RM + i];
+        T mx = m_alpha(t)[i];
+        KDNN_IMPL_UNROLL
+        for (int j = 0; j < RN; ++j) {
+          const int key = j0 + c0 + j;
+          T& x = st[i * RN + j];
+          // pad keys: last <= Sk
+          x = this->score(x, (key >= first) & (key < last), bias, i0 + r0 + i, key);
+          mx = x > mx ? x : mx;
+        }
+        w.part_max[(t % CG) * BQ + r0 + i] = mx;
+      }
+    });
+  }
+
+  /// O / l and lse = m + log l (−inf and a zero row for a row that saw no key).
+  template <class MAlpha, class L, class Acc>
+  KOKKOS_FORCEINLINE_FUNCTION void finish_rows(const Member& team, const RowBlock& qb,
+                                               MAlpha& m_alpha, L& l, Acc& acc) const {
+    const int b = qb.b, h = qb.h, i0 = qb.start, rows = qb.count, d_v = int(v.extent(3));
     threads(team, [&](int t) {
       const int r0 = (t / CG) * RM, d0 = (t % CG) * DVC;
       KDNN_IMPL_UNROLL

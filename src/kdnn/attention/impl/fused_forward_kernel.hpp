@@ -82,25 +82,45 @@ struct FusedForwardKernel : FusedForwardData<ExecSpace, T> {
 
   /// Work item `item` (a query block), in the team's scratch.
   KOKKOS_INLINE_FUNCTION void one_block(const Member& team, int item, void* scratch) const {
-    const int D = int(q.extent(3)), Dv = int(v.extent(3)), dvp = Tile::pad(Dv);
     const RowBlock qb = this->blocks(item);
-    const int b = qb.b, h = qb.h, bh = qb.bh, hk = this->kv_head(h), i0 = qb.start, rows = qb.count;
-    const int keys = k.rows(b);  // the entry's keys
-    const AlibiRow<T> bias = this->visible.template alibi<T>(b, h);
+    const AlibiRow<T> bias = this->visible.template alibi<T>(qb.b, qb.h);
     kdnn::impl::ScratchCarver carver(scratch);
-    const Work w = carve(carver, bq, bk, D, Dv);
+    const Work w = carve(carver, bq, bk, int(q.extent(3)), int(v.extent(3)));
+    start_rows(team, qb, w);
+    const auto seen = visible.team_bounds(team, qb.b, qb.start, qb.count);
+    for (int j0 = seen.lo / bk * bk; j0 < seen.hi; j0 += bk) {
+      // A tile every row sees whole has finite scores only (pad rows score
+      // 0), so it needs neither the mask nor the test for −inf.
+      const int cols = k.rows(qb.b) - j0 < bk ? k.rows(qb.b) - j0 : bk;
+      const bool unmasked = seen.common_lo <= j0 && j0 + cols <= seen.common_hi;
+      one_tile(team, qb, w, bias, j0, cols, unmasked);
+    }
+    team.team_barrier();
+    const int Dv = int(v.extent(3)), dvp = Tile::pad(Dv);
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, qb.count), [&](int r) {
+      const auto end = this->finish(qb.h, w.m[r], w.l[r]);
+      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, Dv), [&](int d) {
+        o(qb.b, qb.h, qb.start + r, d) = w.o[r * dvp + d] * end.inv;
+      });
+      Kokkos::single(Kokkos::PerThread(team), [&] { lse(qb.b, qb.h, qb.start + r) = end.lse; });
+    });
+  }
 
-    // The block's queries (pad rows zero, seeing no key), empty accumulators.
+  /// The block's queries, scaled (pad rows zero, seeing no key), and empty
+  /// accumulators.
+  KOKKOS_FORCEINLINE_FUNCTION void start_rows(const Member& team, const RowBlock& qb,
+                                              const Work& w) const {
+    const int D = int(q.extent(3)), dvp = Tile::pad(int(v.extent(3)));
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, bq), [&](int r) {
-      const bool live = r < rows;
+      const bool live = r < qb.count;
       Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D), [&](int d) {
-        w.qt[d * bq + r] = live ? scale * q(b, h, i0 + r, d) : T(0);
+        w.qt[d * bq + r] = live ? scale * q(qb.b, qb.h, qb.start + r, d) : T(0);
       });
       Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, dvp),
                            [&](int d) { w.o[r * dvp + d] = T(0); });
       Kokkos::single(Kokkos::PerThread(team), [&] {
         if (live) {
-          visible.range(b, i0 + r, w.first[r], w.last[r]);
+          visible.range(qb.b, qb.start + r, w.first[r], w.last[r]);
         } else {
           w.first[r] = w.last[r] = 0;
         }
@@ -108,91 +128,93 @@ struct FusedForwardKernel : FusedForwardData<ExecSpace, T> {
         w.l[r] = 0.0;
       });
     });
-    const auto seen = visible.team_bounds(team, b, i0, rows);
-    for (int j0 = seen.lo / bk * bk; j0 < seen.hi; j0 += bk) {
-      const int cols = keys - j0 < bk ? keys - j0 : bk;
-      team.team_barrier();  // the previous tile is done with
-      kdnn::impl::team_copy_rows(
-          team, [&](int c) { return &k(b, hk, j0 + c, 0); }, cols, bk, D, D, w.k, D);
-      kdnn::impl::team_copy_rows(
-          team, [&](int c) { return &v(b, hk, j0 + c, 0); }, cols, bk, Dv, dvp, w.v, dvp);
-      team.team_barrier();
-      // Sᵀ = K·(scale·Q)ᵀ [bk, bq]: the tile's scores, one key per row.
-      kdnn::impl::team_gemm<ExecSpace>(team, bk, bq, D, kdnn::impl::GemmA<T>::rows(w.k, D), w.qt,
-                                       bq, w.st, bq, false);
-      team.team_barrier();
-      // −inf where the mask hides the pair; the rows' new maxima m' (in α
-      // until the rescale factors replace them). A tile every row sees whole
-      // has finite scores only (pad rows score 0), so it needs neither the
-      // mask nor, below, the test for −inf.
-      const bool unmasked = seen.common_lo <= j0 && j0 + cols <= seen.common_hi;
-      Kokkos::parallel_for(Kokkos::TeamVectorRange(team, bq), [&](int r) { w.alpha[r] = w.m[r]; });
-      team.team_barrier();
-      if (unmasked) {
-        kdnn::impl::team_sweep<ExecSpace>(team, cols, bq, [&](int c, int r) {
-          T& x = w.st[c * bq + r];
-          x = this->score(x, true, bias, i0 + r, j0 + c);
-          w.alpha[r] = x > w.alpha[r] ? x : w.alpha[r];
-        });
-      } else {
-        kdnn::impl::team_sweep<ExecSpace>(team, cols, bq, [&](int c, int r) {
-          const int j = j0 + c;
-          T& x = w.st[c * bq + r];
-          x = this->score(x, (j >= w.first[r]) & (j < w.last[r]), bias, i0 + r, j);
-          w.alpha[r] = x > w.alpha[r] ? x : w.alpha[r];
-        });
-      }
-      team.team_barrier();
-      Kokkos::parallel_for(Kokkos::TeamVectorRange(team, bq), [&](int r) {
-        const T m_new = w.alpha[r];
-        w.alpha[r] = this->rescale(w.m[r], m_new);
-        w.m[r] = m_new;
-        w.sum[r] = 0.0;
+  }
+
+  /// Keys j0 … j0 + cols − 1 (`unmasked`: every row sees them all): the
+  /// scores, the online rescale of the rows' statistics and O += P·V.
+  KOKKOS_FORCEINLINE_FUNCTION void one_tile(const Member& team, const RowBlock& qb, const Work& w,
+                                            const AlibiRow<T>& bias, int j0, int cols,
+                                            bool unmasked) const {
+    const int D = int(q.extent(3)), Dv = int(v.extent(3)), dvp = Tile::pad(Dv);
+    const int b = qb.b, hk = this->kv_head(qb.h), i0 = qb.start;
+    team.team_barrier();  // the previous tile is done with
+    kdnn::impl::team_copy_rows(
+        team, [&](int c) { return &k(b, hk, j0 + c, 0); }, cols, bk, D, D, w.k, D);
+    kdnn::impl::team_copy_rows(
+        team, [&](int c) { return &v(b, hk, j0 + c, 0); }, cols, bk, Dv, dvp, w.v, dvp);
+    team.team_barrier();
+    // Sᵀ = K·(scale·Q)ᵀ [bk, bq]: the tile's scores, one key per row.
+    kdnn::impl::team_gemm<ExecSpace>(team, bk, bq, D, kdnn::impl::GemmA<T>::rows(w.k, D), w.qt, bq,
+                                     w.st, bq, false);
+    team.team_barrier();
+    // −inf where the mask hides the pair; the rows' new maxima m' (in α
+    // until the rescale factors replace them).
+    Kokkos::parallel_for(Kokkos::TeamVectorRange(team, bq), [&](int r) { w.alpha[r] = w.m[r]; });
+    team.team_barrier();
+    if (unmasked) {
+      kdnn::impl::team_sweep<ExecSpace>(team, cols, bq, [&](int c, int r) {
+        T& x = w.st[c * bq + r];
+        x = this->score(x, true, bias, i0 + r, j0 + c);
+        w.alpha[r] = x > w.alpha[r] ? x : w.alpha[r];
       });
-      team.team_barrier();
-      if (unmasked) {
-        kdnn::impl::team_sweep<ExecSpace>(team, cols, bq, [&](int c, int r) {
-          T& x = w.st[c * bq + r];
-          x = kdnn::impl::exp_vectorisable(x - w.m[r]);  // probability(), every score visible
-          w.sum[r] += double(x);
-        });
-      } else {
-        kdnn::impl::team_sweep<ExecSpace>(team, cols, bq, [&](int c, int r) {
-          T& x = w.st[c * bq + r];
-          x = this->probability(x, w.m[r]);
-          w.sum[r] += double(x);
-        });
-      }
-      team.team_barrier();
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, bq), [&](int r) {
-        const T alpha = w.alpha[r];
-        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, dvp),
-                             [&](int d) { w.o[r * dvp + d] *= alpha; });
-        Kokkos::single(Kokkos::PerThread(team),
-                       [&] { w.l[r] = double(alpha) * w.l[r] + w.sum[r]; });
+    } else {
+      kdnn::impl::team_sweep<ExecSpace>(team, cols, bq, [&](int c, int r) {
+        const int j = j0 + c;
+        T& x = w.st[c * bq + r];
+        x = this->score(x, (j >= w.first[r]) & (j < w.last[r]), bias, i0 + r, j);
+        w.alpha[r] = x > w.alpha[r] ? x : w.alpha[r];
       });
-      if (dropout.active) {
-        team.team_barrier();
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols), [&](int c) {
-          T* sc = w.st + c * bq;
-          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, rows), [&](int r) {
-            sc[r] = this->dropped(sc[r], this->keeps(bh, i0 + r, j0 + c));
-          });
-        });
-      }
-      team.team_barrier();
-      // O += P·V over the tile's live keys.
-      kdnn::impl::team_gemm<ExecSpace>(team, bq, dvp, cols, kdnn::impl::GemmA<T>::k_major(w.st, bq),
-                                       w.v, dvp, w.o, dvp, true);
     }
     team.team_barrier();
-
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](int r) {
-      const auto end = this->finish(h, w.m[r], w.l[r]);
-      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, Dv),
-                           [&](int d) { o(b, h, i0 + r, d) = w.o[r * dvp + d] * end.inv; });
-      Kokkos::single(Kokkos::PerThread(team), [&] { lse(b, h, i0 + r) = end.lse; });
+    Kokkos::parallel_for(Kokkos::TeamVectorRange(team, bq), [&](int r) {
+      const T m_new = w.alpha[r];
+      w.alpha[r] = this->rescale(w.m[r], m_new);
+      w.m[r] = m_new;
+      w.sum[r] = 0.0;
     });
+    team.team_barrier();
+    probabilities(team, qb, w, j0, cols, unmasked);
+    team.team_barrier();
+    // O += P·V over the tile's live keys.
+    kdnn::impl::team_gemm<ExecSpace>(team, bq, dvp, cols, kdnn::impl::GemmA<T>::k_major(w.st, bq),
+                                     w.v, dvp, w.o, dvp, true);
+  }
+
+  /// The tile's probabilities and their row sums; the rows' rescale of O and
+  /// l; dropout.
+  KOKKOS_FORCEINLINE_FUNCTION void probabilities(const Member& team, const RowBlock& qb,
+                                                 const Work& w, int j0, int cols,
+                                                 bool unmasked) const {
+    const int dvp = Tile::pad(int(v.extent(3)));
+    if (unmasked) {
+      kdnn::impl::team_sweep<ExecSpace>(team, cols, bq, [&](int c, int r) {
+        T& x = w.st[c * bq + r];
+        x = kdnn::impl::exp_vectorisable(x - w.m[r]);  // probability(), every score visible
+        w.sum[r] += double(x);
+      });
+    } else {
+      kdnn::impl::team_sweep<ExecSpace>(team, cols, bq, [&](int c, int r) {
+        T& x = w.st[c * bq + r];
+        x = this->probability(x, w.m[r]);
+        w.sum[r] += double(x);
+      });
+    }
+    team.team_barrier();
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, bq), [&](int r) {
+      const T alpha = w.alpha[r];
+      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, dvp),
+                           [&](int d) { w.o[r * dvp + d] *= alpha; });
+      Kokkos::single(Kokkos::PerThread(team), [&] { w.l[r] = double(alpha) * w.l[r] + w.sum[r]; });
+    });
+    if (dropout.active) {
+      team.team_barrier();
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols), [&](int c) {
+        T* sc = w.st + c * bq;
+        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, qb.count), [&](int r) {
+          sc[r] = this->dropped(sc[r], this->keeps(qb.bh, qb.start + r, j0 + c));
+        });
+      });
+    }
   }
 };
 

@@ -91,24 +91,7 @@ struct FusedForwardMmaKernel
     kdnn::impl::ThreadRegisters<T, NT, MT * NK * CR, kPrivate> sacc;
     kdnn::impl::ThreadRegisters<T, NT, MT * ND * CR, kPrivate> oacc;
 
-    threads(team, [&](int t) {
-      if constexpr (kQInRegisters) Base::template load_a<D>(t, qf, q, b, h, i0, rows, scale);
-      // Each row once, at its even column of the first tile.
-      Base::template each_accumulator<1>(t, [&](int, int slot, int row, int col) {
-        if (col % 2 != 0) return;
-        int& first = range(t)[slot];
-        int& last = range(t)[RT + slot];
-        if (row < rows) {
-          visible.range(b, i0 + row, first, last);
-        } else {
-          first = last = 0;
-        }
-        m_alpha(t)[slot] = neg_inf;
-        l(t)[slot] = 0.0;
-      });
-      KDNN_IMPL_UNROLL
-      for (int e = 0; e < MT * ND * CR; ++e) oacc(t)[e] = T(0);
-    });
+    start_rows(team, qb, qf, range, m_alpha, l, oacc);
 
     const auto max_op = [](T x, T y) { return x > y ? x : y; };
     const auto add_op = [](double x, double y) { return x + y; };
@@ -180,7 +163,40 @@ struct FusedForwardMmaKernel
       Base::template accumulator_product<DV>(team, sacc, w.vt, LDV, oacc);
     }
 
-    // O / l and lse = m + log l (−inf and a zero row for a row that saw no key).
+    finish_rows(team, qb, m_alpha, l, oacc);
+  }
+
+  /// The thread's scale·Q fragments (when held), its rows' visible keys,
+  /// m = −inf and l = 0, and empty O accumulators.
+  template <class Q, class Range, class MAlpha, class L, class O>
+  KOKKOS_FORCEINLINE_FUNCTION void start_rows(const Member& team, const RowBlock& qb, Q& qf,
+                                              Range& range, MAlpha& m_alpha, L& l, O& oacc) const {
+    const int b = qb.b, h = qb.h, i0 = qb.start, rows = qb.count;
+    threads(team, [&](int t) {
+      if constexpr (kQInRegisters) Base::template load_a<D>(t, qf, q, b, h, i0, rows, scale);
+      // Each row once, at its even column of the first tile.
+      Base::template each_accumulator<1>(t, [&](int, int slot, int row, int col) {
+        if (col % 2 != 0) return;
+        int& first = range(t)[slot];
+        int& last = range(t)[RT + slot];
+        if (row < rows) {
+          visible.range(b, i0 + row, first, last);
+        } else {
+          first = last = 0;
+        }
+        m_alpha(t)[slot] = neg_inf;
+        l(t)[slot] = 0.0;
+      });
+      KDNN_IMPL_UNROLL
+      for (int e = 0; e < MT * ND * CR; ++e) oacc(t)[e] = T(0);
+    });
+  }
+
+  /// O / l and lse = m + log l (−inf and a zero row for a row that saw no key).
+  template <class MAlpha, class L, class O>
+  KOKKOS_FORCEINLINE_FUNCTION void finish_rows(const Member& team, const RowBlock& qb,
+                                               MAlpha& m_alpha, L& l, O& oacc) const {
+    const int b = qb.b, h = qb.h, i0 = qb.start, rows = qb.count;
     threads(team, [&](int t) {
       Base::template each_accumulator<ND>(t, [&](int e, int slot, int row, int col) {
         if (row >= rows) return;

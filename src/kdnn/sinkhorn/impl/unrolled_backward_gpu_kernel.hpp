@@ -164,49 +164,68 @@ struct UnrolledBackwardGpuKernel
       du(i)[0] = s;
     });
 
-    // Reverse sweep (UnrolledBackwardKernel's reverse_rescale and col_dot
-    // steps, lane by lane), each step's rank-1 terms added to dP.
-    for (int k = K - 1; k >= 1; --k) {
-      const T* u_k = U + k * N;
-      const T* u_prev = U + (k - 1) * N;
-      const T* v_k = V + k * N;
-      const T* v_prev = V + (k - 1) * N;
-      Kokkos::parallel_for(lanes, [&](int i) {
-        T& d = du(i)[0];
-        w.dr[i] = -d * u_k[i] * u_k[i];
-        if (e == 0) {
-          d = T(0);
-        } else {
-          const T ratio = u_k[i] / u_prev[i];
-          d *= e * ratio * ratio;
-        }
-      });
-      Kokkos::parallel_for(lanes, [&](int j) {
-        T& d = dv(j)[0];
-        d += lane_dot_shared<N>(col(j), w.dr);
-        w.dc[j] = -d * v_k[j] * v_k[j];
-        if (e == 0) {
-          d = T(0);
-        } else {
-          const T ratio = v_k[j] / v_prev[j];
-          d *= e * ratio * ratio;
-        }
-      });
-      Kokkos::parallel_for(lanes, [&](int i) {
-        du(i)[0] += lane_dot_shared<N>(row(i), w.dc);
-        double* dp = dP(i);
-        const double dri = w.dr[i], ui = u_prev[i];
-        KDNN_IMPL_UNROLL
-        for (int j = 0; j < N; ++j) dp[j] += dri * double(v_k[j]) + ui * double(w.dc[j]);
-      });
-    }
+    // Reverse sweep, k = K−1 .. 1.
+    for (int k = K - 1; k >= 1; --k) reverse_step(team, w, k, e, row, col, dP, du, dv);
 
-    // dP = G∘(u_{K−1} v_{K−1}ᵀ) + the sweep's sum, as the host form adds
-    // them (the small terms summed before the large one is added), into the
-    // tile over G. Then the first iteration's reverse
-    // (first_iteration_reverse, its sums in its order): lane i,
-    // a_i = Σ_l dP_il P_il; lane j, b_j = Σ_l (dP_lj − a_l)(P_lj − w_l), then
-    // column j of dX.
+    // dP and the first iteration's reverse, from u_{K−1} and v_{K−1}.
+    first_iteration_reverse<Tr>(team, w, x, ldx, dx, ldd, u_last, v_last, dP);
+  }
+
+  /// Step k of the reverse sweep (UnrolledBackwardKernel's reverse_rescale
+  /// and col_dot steps, lane by lane): du and dv stepped back, the step's
+  /// rank-1 terms added to dP.
+  template <class Rows, class Cols, class DP, class Adjoint>
+  static KOKKOS_FORCEINLINE_FUNCTION void reverse_step(const Member& team, const Work& w, int k,
+                                                       T e, Rows& row, Cols& col, DP& dP,
+                                                       Adjoint& du, Adjoint& dv) {
+    const auto lanes = Kokkos::ThreadVectorRange(team, N);
+    const T* u_k = w.U + k * N;
+    const T* u_prev = w.U + (k - 1) * N;
+    const T* v_k = w.V + k * N;
+    const T* v_prev = w.V + (k - 1) * N;
+    Kokkos::parallel_for(lanes, [&](int i) {
+      T& d = du(i)[0];
+      w.dr[i] = -d * u_k[i] * u_k[i];
+      if (e == 0) {
+        d = T(0);
+      } else {
+        const T ratio = u_k[i] / u_prev[i];
+        d *= e * ratio * ratio;
+      }
+    });
+    Kokkos::parallel_for(lanes, [&](int j) {
+      T& d = dv(j)[0];
+      d += lane_dot_shared<N>(col(j), w.dr);
+      w.dc[j] = -d * v_k[j] * v_k[j];
+      if (e == 0) {
+        d = T(0);
+      } else {
+        const T ratio = v_k[j] / v_prev[j];
+        d *= e * ratio * ratio;
+      }
+    });
+    Kokkos::parallel_for(lanes, [&](int i) {
+      du(i)[0] += lane_dot_shared<N>(row(i), w.dc);
+      double* dp = dP(i);
+      const double dri = w.dr[i], ui = u_prev[i];
+      KDNN_IMPL_UNROLL
+      for (int j = 0; j < N; ++j) dp[j] += dri * double(v_k[j]) + ui * double(w.dc[j]);
+    });
+  }
+
+  /// dP = G∘(u_{K−1} v_{K−1}ᵀ) + the sweep's sum, as the host form adds
+  /// them (the small terms summed before the large one is added), into the
+  /// tile over G. Then the first iteration's reverse
+  /// (first_iteration_reverse, its sums in its order): lane i,
+  /// a_i = Σ_l dP_il P_il; lane j, b_j = Σ_l (dP_lj − a_l)(P_lj − w_l), then
+  /// column j of dX.
+  template <bool Tr, class DP>
+  static KOKKOS_FORCEINLINE_FUNCTION void first_iteration_reverse(const Member& team, const Work& w,
+                                                                  const T* x, int ldx, T* dx,
+                                                                  int ldd, const T* u_last,
+                                                                  const T* v_last, DP& dP) {
+    const auto lanes = Kokkos::ThreadVectorRange(team, N);
+    const auto xd = [&](int i, int j) { return double(Base::template at<Tr>(x, ldx, i, j)); };
     Kokkos::parallel_for(lanes, [&](int i) {
       const double* dp = dP(i);
       T* tile_i = w.tile + i * kLd;

@@ -66,6 +66,19 @@ struct UnrolledBackwardThreadKernel : UnrolledBackwardData<ExecSpace, T> {
     T* hist;
     double* first;
   };
+  /// A matrix's first iteration in Work::first (value c at c · tile): P by
+  /// rows, w, the column shifts m_j and 1 / s_j.
+  struct Kept {
+    double* first;
+    int tile;
+    KOKKOS_INLINE_FUNCTION double& p1(int i, int j) const { return first[(i * N + j) * tile]; }
+    KOKKOS_INLINE_FUNCTION double& w(int i) const { return first[(N * N + i) * tile]; }
+    KOKKOS_INLINE_FUNCTION double& shift(int j) const { return first[(N * N + N + j) * tile]; }
+    KOKKOS_INLINE_FUNCTION double& inv_colsum(int j) const {
+      return first[(N * N + 2 * N + j) * tile];
+    }
+  };
+
   static KOKKOS_INLINE_FUNCTION Work carve(kdnn::impl::ScratchCarver& s, int iters, int matrices) {
     Work w;
     w.hist = s.take<T>(history(iters) * std::size_t(matrices));
@@ -131,11 +144,7 @@ struct UnrolledBackwardThreadKernel : UnrolledBackwardData<ExecSpace, T> {
     const auto v_at = [&](int k, int j) -> T& {
       return w.hist[std::size_t((K + k) * N + j) * tile];
     };
-    const auto first = [&](int c) -> double& { return w.first[c * tile]; };
-    const auto p1_at = [&](int i, int j) -> double& { return first(i * N + j); };
-    const auto w_at = [&](int i) -> double& { return first(N * N + i); };
-    const auto shift_at = [&](int j) -> double& { return first(N * N + N + j); };
-    const auto inv_colsum_at = [&](int j) -> double& { return first(N * N + 2 * N + j); };
+    const Kept kept{w.first, tile};
 
     // Iteration 1 in double (kept in scratch for its reverse); P = T(P1) by
     // rows and by columns; u_0 = v_0 = 1.
@@ -147,17 +156,17 @@ struct UnrolledBackwardThreadKernel : UnrolledBackwardData<ExecSpace, T> {
         first_column(
             N, [&](int i) { return double(at<Tr>(x, ldx, i, j)); }, [](int, double) {}, shift[j],
             inv_colsum[j]);
-        shift_at(j) = shift[j];
-        inv_colsum_at(j) = inv_colsum[j];
+        kept.shift(j) = shift[j];
+        kept.inv_colsum(j) = inv_colsum[j];
       }
       KDNN_IMPL_UNROLL
       for (int i = 0; i < N; ++i) {
-        w_at(i) = first_row(
+        kept.w(i) = first_row(
             N, [&](int j) { return compat::exp(double(at<Tr>(x, ldx, i, j)) - shift[j]); },
             [&](int j) { return double(at<Tr>(x, ldx, i, j)); }, [&](int j) { return shift[j]; },
             [&](int j) { return inv_colsum[j]; }, this->eps,
             [&](int j, double pij) {
-              p1_at(i, j) = pij;
+              kept.p1(i, j) = pij;
               pt[j][i] = p[i][j] = T(pij);
             });
         u[i] = v[i] = T(1);
@@ -201,60 +210,80 @@ struct UnrolledBackwardThreadKernel : UnrolledBackwardData<ExecSpace, T> {
     // step's rank-1 terms dr_k v_kᵀ + u_{k−1} dc_kᵀ added to dP.
     KDNN_IMPL_NO_UNROLL
     for (int k = K - 1; k >= 1; --k) {
-      T u_prev[N], v_prev[N], dr[N], dc[N];
+      T u_prev[N], v_prev[N];
       KDNN_IMPL_UNROLL
       for (int i = 0; i < N; ++i) {
         u_prev[i] = u_at(k - 1, i);
         v_prev[i] = v_at(k - 1, i);
       }
-      KDNN_IMPL_UNROLL
-      for (int i = 0; i < N; ++i) {
-        dr[i] = -du[i] * u[i] * u[i];
-        if (e == 0) {
-          du[i] = T(0);
-        } else {
-          const T ratio = u[i] / u_prev[i];
-          du[i] *= e * ratio * ratio;
-        }
-      }
-      KDNN_IMPL_UNROLL
-      for (int j = 0; j < N; ++j) {
-        dv[j] += lane_dot<N>(pt[j], dr);
-        dc[j] = -dv[j] * v[j] * v[j];
-        if (e == 0) {
-          dv[j] = T(0);
-        } else {
-          const T ratio = v[j] / v_prev[j];
-          dv[j] *= e * ratio * ratio;
-        }
-      }
-      KDNN_IMPL_UNROLL
-      for (int i = 0; i < N; ++i) {
-        du[i] += lane_dot<N>(p[i], dc);
-        const double dri = dr[i], ui = u_prev[i];
-        KDNN_IMPL_UNROLL
-        for (int j = 0; j < N; ++j) dp[i][j] += dri * double(v[j]) + ui * double(dc[j]);
-      }
-      KDNN_IMPL_UNROLL
-      for (int i = 0; i < N; ++i) {
-        u[i] = u_prev[i];
-        v[i] = v_prev[i];
-      }
+      reverse_step(p, pt, u_prev, v_prev, e, u, v, du, dv, dp);
     }
 
-    // dP = G∘(u_{K−1} v_{K−1}ᵀ) + the sweep's sum, rounded to T once (as
-    // the lane form does), then the first iteration's reverse with
-    // first_iteration_reverse's sums in its order:
-    //   a_i = Σ_l dP_il P_il,  b_j = Σ_l (dP_lj − a_l)(P_lj − w_l),
-    //   dX_ij = (P_ij − w_i)(dP_ij − a_i) − S_ij b_j,
-    // a and b in one pass over the rows (b's sums in row order), dX in a
-    // second; S_ij = exp(X_ij − m_j) / s_j, as the lane form computes it.
-    T u_last[N], v_last[N], dpt[N][N];
+    // dP and the first iteration's reverse, from u_{K−1} and v_{K−1}.
+    T u_last[N], v_last[N];
     KDNN_IMPL_UNROLL
     for (int i = 0; i < N; ++i) {
       u_last[i] = u_at(K - 1, i);
       v_last[i] = v_at(K - 1, i);
     }
+    first_iteration_reverse<Tr>(x, ldx, dx, ldd, gm, kept, u_last, v_last, dp);
+  }
+
+  /// One step of the reverse sweep, with u = u_k and v = v_k on entry
+  /// (u_{k−1}, v_{k−1} on return): du and dv stepped back, and the step's
+  /// rank-1 terms dr_k v_kᵀ + u_{k−1} dc_kᵀ added to dP.
+  static KOKKOS_FORCEINLINE_FUNCTION void reverse_step(const T (&p)[N][N], const T (&pt)[N][N],
+                                                       const T (&u_prev)[N], const T (&v_prev)[N],
+                                                       T e, T (&u)[N], T (&v)[N], T (&du)[N],
+                                                       T (&dv)[N], double (&dp)[N][N]) {
+    T dr[N], dc[N];
+    KDNN_IMPL_UNROLL
+    for (int i = 0; i < N; ++i) {
+      dr[i] = -du[i] * u[i] * u[i];
+      if (e == 0) {
+        du[i] = T(0);
+      } else {
+        const T ratio = u[i] / u_prev[i];
+        du[i] *= e * ratio * ratio;
+      }
+    }
+    KDNN_IMPL_UNROLL
+    for (int j = 0; j < N; ++j) {
+      dv[j] += lane_dot<N>(pt[j], dr);
+      dc[j] = -dv[j] * v[j] * v[j];
+      if (e == 0) {
+        dv[j] = T(0);
+      } else {
+        const T ratio = v[j] / v_prev[j];
+        dv[j] *= e * ratio * ratio;
+      }
+    }
+    KDNN_IMPL_UNROLL
+    for (int i = 0; i < N; ++i) {
+      du[i] += lane_dot<N>(p[i], dc);
+      const double dri = dr[i], ui = u_prev[i];
+      KDNN_IMPL_UNROLL
+      for (int j = 0; j < N; ++j) dp[i][j] += dri * double(v[j]) + ui * double(dc[j]);
+    }
+    KDNN_IMPL_UNROLL
+    for (int i = 0; i < N; ++i) {
+      u[i] = u_prev[i];
+      v[i] = v_prev[i];
+    }
+  }
+
+  /// dP = G∘(u_{K−1} v_{K−1}ᵀ) + the sweep's sum `dp`, rounded to T once (as
+  /// the lane form does), then the first iteration's reverse with
+  /// first_iteration_reverse's sums in its order:
+  ///   a_i = Σ_l dP_il P_il,  b_j = Σ_l (dP_lj − a_l)(P_lj − w_l),
+  ///   dX_ij = (P_ij − w_i)(dP_ij − a_i) − S_ij b_j,
+  /// a and b in one pass over the rows (b's sums in row order), dX in a
+  /// second; S_ij = exp(X_ij − m_j) / s_j, as the lane form computes it.
+  template <bool Tr, class Gm>
+  static KOKKOS_FORCEINLINE_FUNCTION void first_iteration_reverse(
+      const T* x, int ldx, T* dx, int ldd, const Gm& gm, const Kept& kept, const T (&u_last)[N],
+      const T (&v_last)[N], const double (&dp)[N][N]) {
+    T dpt[N][N];
     double a[N], bsum[N] = {};
     KDNN_IMPL_UNROLL
     for (int i = 0; i < N; ++i) {
@@ -262,20 +291,21 @@ struct UnrolledBackwardThreadKernel : UnrolledBackwardData<ExecSpace, T> {
       KDNN_IMPL_UNROLL
       for (int l = 0; l < N; ++l) {
         dpt[i][l] = T(double(gm(i, l) * u_last[i] * v_last[l]) + dp[i][l]);
-        s += double(dpt[i][l]) * p1_at(i, l);
+        s += double(dpt[i][l]) * kept.p1(i, l);
       }
       a[i] = s;
-      const double wi = w_at(i);
+      const double wi = kept.w(i);
       KDNN_IMPL_UNROLL
-      for (int j = 0; j < N; ++j) bsum[j] += (double(dpt[i][j]) - a[i]) * (p1_at(i, j) - wi);
+      for (int j = 0; j < N; ++j) bsum[j] += (double(dpt[i][j]) - a[i]) * (kept.p1(i, j) - wi);
     }
     KDNN_IMPL_UNROLL
     for (int i = 0; i < N; ++i) {
-      const double wi = w_at(i);
+      const double wi = kept.w(i);
       KDNN_IMPL_UNROLL
       for (int j = 0; j < N; ++j) {
-        const double S = compat::exp(double(at<Tr>(x, ldx, i, j)) - shift_at(j)) * inv_colsum_at(j);
-        at<Tr>(dx, ldd, i, j) = T((p1_at(i, j) - wi) * (double(dpt[i][j]) - a[i]) - S * bsum[j]);
+        const double S =
+            compat::exp(double(at<Tr>(x, ldx, i, j)) - kept.shift(j)) * kept.inv_colsum(j);
+        at<Tr>(dx, ldd, i, j) = T((kept.p1(i, j) - wi) * (double(dpt[i][j]) - a[i]) - S * bsum[j]);
       }
     }
   }
