@@ -1062,18 +1062,10 @@ TEST_P(FusedAttentionGradients, MatchCentralDifferencesInDouble) {
                                to_device<double****>(hk, B, H, Sk, D),
                                to_device<double****>(hv, B, H, Sk, Dv), o, lse,
                                to_device<double****>(hg, B, H, S, Dv), dq, dk, dv, opts, mask);
-  const double h = 1e-6;
-  const auto check = [&](const char* name, std::vector<double>& x,
-                         const std::vector<double>& grad) {
-    const auto numeric = central_differences(x, loss, h);
-    for (std::size_t e = 0; e < x.size(); ++e) {
-      EXPECT_NEAR(grad[e], numeric[e], 1e-7 * (1 + std::abs(numeric[e])))
-          << name << "[" << e << "]";
-    }
-  };
-  check("dq", hq, to_host(dq));
-  check("dk", hk, to_host(dk));
-  check("dv", hv, to_host(dv));
+  const double h = 1e-6, tol = 1e-7;
+  expect_gradient("dq", hq, loss, h, to_host(dq), tol);
+  expect_gradient("dk", hk, loss, h, to_host(dk), tol);
+  expect_gradient("dv", hv, loss, h, to_host(dv), tol);
 }
 
 // Every launch the backend accepts gives bitwise the same results: the
