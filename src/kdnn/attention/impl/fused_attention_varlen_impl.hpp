@@ -101,22 +101,48 @@ Packing<ExecSpace> packing(const char* op, const ExecSpace& space,
 }
 
 /// Checks that the packed tensors agree: q [Tq, H, D], k [Tk, Hkv, D],
-/// v [Tk, Hkv, Dv], o (or dout) [Tq, H, Dv], lse [H, Tq] (the number of
-/// heads, H a multiple of Hkv, is checked with the dense tensors).
+/// v [Tk, Hkv, Dv], o [Tq, H, Dv], lse [H, Tq] (the number of heads, H a
+/// multiple of Hkv, is checked with the dense tensors).
 template <class ExecSpace, class T>
 void check_packed_shapes(const char* op, const StridedTensor3<const T, ExecSpace>& q,
                          const StridedTensor3<const T, ExecSpace>& k,
-                         const StridedTensor3<const T, ExecSpace>& v, const char* o_name,
+                         const StridedTensor3<const T, ExecSpace>& v,
                          const StridedTensor3<const T, ExecSpace>& o,
                          const Matrix<const T, ExecSpace>& lse) {
   validate::extent(op, "k", k, 2, q.extent(2), "D, q's extent(2)");
   validate::extent(op, "v", v, 0, k.extent(0), "Tk, k's extent(0)");
   validate::extent(op, "v", v, 1, k.extent(1), "Hkv, k's extent(1)");
-  validate::extent(op, o_name, o, 0, q.extent(0), "Tq, q's extent(0)");
-  validate::extent(op, o_name, o, 1, q.extent(1), "H, q's extent(1)");
-  validate::extent(op, o_name, o, 2, v.extent(2), "Dv, v's extent(2)");
+  validate::extent(op, "o", o, 0, q.extent(0), "Tq, q's extent(0)");
+  validate::extent(op, "o", o, 1, q.extent(1), "H, q's extent(1)");
+  validate::extent(op, "o", o, 2, v.extent(2), "Dv, v's extent(2)");
   validate::extent(op, "lse", lse, 0, q.extent(1), "H, q's extent(1)");
   validate::extent(op, "lse", lse, 1, q.extent(0), "Tq, q's extent(0)");
+}
+
+/// The forward's.
+template <class ExecSpace, class T>
+void check_packed_shapes(const char* op, const FusedAttentionVarlenForward<T, ExecSpace>& a) {
+  check_packed_shapes<ExecSpace, T>(op, a.q, a.k, a.v, a.o, a.lse);
+}
+
+/// The backward's, and its gradients'. The dense checks would see the same
+/// mismatches on the flat entries, but name their extents in the flat
+/// layout's terms (a packed dq's extent(2) as extent(3)).
+template <class ExecSpace, class T>
+void check_packed_shapes(const char* op, const FusedAttentionVarlenBackward<T, ExecSpace>& a) {
+  check_packed_shapes<ExecSpace, T>(op, a.q, a.k, a.v, a.o, a.lse);
+  validate::same_shape(op, "dout", a.dout, "o", a.o);
+  validate::same_shape(op, "dq", a.dq, "q", a.q);
+  validate::same_shape(op, "dk", a.dk, "k", a.k);
+  validate::same_shape(op, "dv", a.dv, "v", a.v);
+}
+
+/// The start of a packed call (forward or backward arguments `a`): checks
+/// the packed tensors' shapes, then the packing (packing).
+template <class ExecSpace, class Args>
+Packing<ExecSpace> packed_call(const char* op, const ExecSpace& space, const Args& a) {
+  check_packed_shapes(op, a);
+  return packing(op, space, a.seqs, a.q.extent(0), a.k.extent(0), a.q.extent(1), a.mask);
 }
 
 /// The forward on the flat entries [1, H, T, ·] of packed tensors whose
@@ -146,9 +172,7 @@ void fused_attention_varlen_forward(const ExecSpace& space,
                                     const FusedAttentionVarlenForward<T, ExecSpace>& a,
                                     const FusedAttentionOptions& opts) {
   constexpr const char* op = "attention::fused_attention_varlen_forward";
-  check_packed_shapes<ExecSpace, T>(op, a.q, a.k, a.v, "o", a.o, a.lse);
-  const Packing<ExecSpace> p =
-      packing(op, space, a.seqs, a.q.extent(0), a.k.extent(0), a.q.extent(1), a.mask);
+  const Packing<ExecSpace> p = packed_call(op, space, a);
   packed_fused_forward<ExecSpace, T>(op, space,
                                      {flat_entry(a.q),
                                       flat_entry(a.k),
@@ -165,13 +189,7 @@ void fused_attention_varlen_backward(const ExecSpace& space,
                                      const FusedAttentionVarlenBackward<T, ExecSpace>& a,
                                      const FusedAttentionOptions& opts) {
   constexpr const char* op = "attention::fused_attention_varlen_backward";
-  check_packed_shapes<ExecSpace, T>(op, a.q, a.k, a.v, "o", a.o, a.lse);
-  validate::same_shape(op, "dout", a.dout, "o", a.o);
-  validate::same_shape(op, "dq", a.dq, "q", a.q);
-  validate::same_shape(op, "dk", a.dk, "k", a.k);
-  validate::same_shape(op, "dv", a.dv, "v", a.v);
-  const Packing<ExecSpace> p =
-      packing(op, space, a.seqs, a.q.extent(0), a.k.extent(0), a.q.extent(1), a.mask);
+  const Packing<ExecSpace> p = packed_call(op, space, a);
   packed_fused_backward<ExecSpace, T>(op, space,
                                       {flat_entry(a.q),
                                        flat_entry(a.k),
