@@ -27,6 +27,7 @@
 #include <Kokkos_Core.hpp>
 
 #include "kdnn/attention/fused_attention.hpp"
+#include "kdnn/attention/impl/flat_entry.hpp"
 
 namespace kdnn::attention {
 
@@ -48,6 +49,17 @@ struct FusedAttentionVarlenForward {
   PackedSequences<ExecSpace> seqs;       ///< the packing
   AttentionMask<ExecSpace> mask;         ///< optional, without per-entry vectors
   Vector<const T, ExecSpace> sinks;      ///< [H], as FusedAttentionForward's; optional
+
+  /// The dense call's arguments on the flat entry [1, H, T, ·] of each
+  /// packed tensor (lse [1, H, Tq]), over the same memory; the mask as
+  /// given (the packed call adds its sequences' lengths to it).
+  FusedAttentionForward<T, ExecSpace> dense() const {
+    FusedAttentionForward<T, ExecSpace> d;
+    d.q = impl::flat_entry(q), d.k = impl::flat_entry(k), d.v = impl::flat_entry(v);
+    d.o = impl::flat_entry(o), d.lse = impl::flat_values(lse);
+    d.mask = mask, d.sinks = sinks;
+    return d;
+  }
 };
 
 /// The arguments of fused_attention_varlen_backward: the forward's tensors,
@@ -67,6 +79,18 @@ struct FusedAttentionVarlenBackward {
   AttentionMask<ExecSpace> mask;            ///< the forward's
   Vector<const T, ExecSpace> sinks;         ///< the forward's [H]; optional
   Vector<T, ExecSpace> dsinks;              ///< output [H]; optional, with sinks only
+
+  /// The dense call's arguments, as FusedAttentionVarlenForward::dense()
+  /// makes them (the dense struct's workspaces left empty).
+  FusedAttentionBackward<T, ExecSpace> dense() const {
+    FusedAttentionBackward<T, ExecSpace> d;
+    d.q = impl::flat_entry(q), d.k = impl::flat_entry(k), d.v = impl::flat_entry(v);
+    d.o = impl::flat_entry(o), d.lse = impl::flat_values(lse);
+    d.dout = impl::flat_entry(dout);
+    d.dq = impl::flat_entry(dq), d.dk = impl::flat_entry(dk), d.dv = impl::flat_entry(dv);
+    d.mask = mask, d.sinks = sinks, d.dsinks = dsinks;
+    return d;
+  }
 };
 
 }  // namespace kdnn::attention

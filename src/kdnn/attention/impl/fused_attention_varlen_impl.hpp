@@ -2,9 +2,9 @@
 #pragma once
 // Definition of kdnn::attention::impl::fused_attention_varlen_forward and
 // _backward: the packing is checked once on the host; the packed tensors
-// pass the dense checks as one flat entry [1, H, T, ·], and the dense
-// kernels run over each sequence's own rows and blocks (entry_rows.hpp,
-// row_blocks.hpp).
+// pass the dense checks as one flat entry [1, H, T, ·] (the argument
+// structs' dense()), and the dense kernels run over each sequence's own
+// rows and blocks (entry_rows.hpp, row_blocks.hpp).
 #include <Kokkos_Core.hpp>
 #include <string>
 
@@ -16,26 +16,6 @@
 #include "kdnn/core/validate.hpp"
 
 namespace kdnn::attention::impl {
-
-/// A packed [T, H, ·] tensor as the flat entry [1, H, T, ·]; unmanaged (the
-/// caller's View holds the memory).
-template <class View>
-auto flat_entry(const View& x) {
-  static_assert(unsigned(View::rank) == 3, "flat_entry: a packed [T, H, ·] View");
-  using Flat = Kokkos::View<typename View::value_type****, Kokkos::LayoutStride,
-                            typename View::memory_space>;
-  return Flat(x.data(), Kokkos::LayoutStride(1, 0, x.extent(1), x.stride(1), x.extent(0),
-                                             x.stride(0), x.extent(2), x.stride(2)));
-}
-
-/// lse [H, T] as the flat entry [1, H, T].
-template <class View>
-auto flat_values(const View& lse) {
-  static_assert(unsigned(View::rank) == 2, "flat_values: a packed [H, T] View");
-  using Flat =
-      Kokkos::View<typename View::value_type***, Kokkos::LayoutRight, typename View::memory_space>;
-  return Flat(lse.data(), 1, lse.extent(0), lse.extent(1));
-}
 
 /// The sequences' rows, and the caller's mask with their lengths as its
 /// seq_q and seq_k.
@@ -173,15 +153,7 @@ void fused_attention_varlen_forward(const ExecSpace& space,
                                     const FusedAttentionOptions& opts) {
   constexpr const char* op = "attention::fused_attention_varlen_forward";
   const Packing<ExecSpace> p = packed_call(op, space, a);
-  packed_fused_forward<ExecSpace, T>(op, space,
-                                     {flat_entry(a.q),
-                                      flat_entry(a.k),
-                                      flat_entry(a.v),
-                                      flat_entry(a.o),
-                                      flat_values(a.lse),
-                                      {},
-                                      a.sinks},
-                                     opts, p);
+  packed_fused_forward<ExecSpace, T>(op, space, a.dense(), opts, p);
 }
 
 template <class ExecSpace, class T>
@@ -190,20 +162,7 @@ void fused_attention_varlen_backward(const ExecSpace& space,
                                      const FusedAttentionOptions& opts) {
   constexpr const char* op = "attention::fused_attention_varlen_backward";
   const Packing<ExecSpace> p = packed_call(op, space, a);
-  packed_fused_backward<ExecSpace, T>(op, space,
-                                      {flat_entry(a.q),
-                                       flat_entry(a.k),
-                                       flat_entry(a.v),
-                                       flat_entry(a.o),
-                                       flat_values(a.lse),
-                                       flat_entry(a.dout),
-                                       flat_entry(a.dq),
-                                       flat_entry(a.dk),
-                                       flat_entry(a.dv),
-                                       {},
-                                       a.sinks,
-                                       a.dsinks},
-                                      opts, p);
+  packed_fused_backward<ExecSpace, T>(op, space, a.dense(), opts, p);
 }
 
 }  // namespace kdnn::attention::impl
