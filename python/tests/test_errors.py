@@ -8,6 +8,9 @@ import pytest
 import torch
 
 import kdnn
+from kdnn import _kdnn
+from kdnn._options import Options
+from kdnn._tensors import DEVICES
 
 
 def raises(fragment):
@@ -208,6 +211,25 @@ def test_scores_past_float32_are_an_error_not_nan():
     bad[0, 0, 2, 1] = math.nan
     with raises(r"fused_attention_forward: k\[0, 0, 2, 1\]=nan, expected finite values"):
         kdnn.flash_attention(q, bad, q, check_finite=True)
+
+
+def test_a_head_size_past_every_gpu_form_is_an_error_where_a_gpu_form_runs():
+    # The largest head size of the GPU forms is 256: past it, a CUDA tensor
+    # or a launch pinned to a GPU form (the extension's options; kdnn's
+    # functions pin none) is refused, naming the size; the CPU's host form
+    # takes it.
+    q = torch.randn(1, 1, 3, 8, dtype=torch.float64)
+    v = torch.randn(1, 1, 3, 264, dtype=torch.float64)
+    p = torch.softmax(q @ q.transpose(-1, -2) / math.sqrt(8), dim=-1)
+    torch.testing.assert_close(kdnn.flash_attention(q, q, v), p @ v)
+    pinned = Options("FusedAttentionOptions", launch=Options("Launch", form=_kdnn.KernelForm.gpu))
+    o, lse = torch.empty_like(v), torch.empty(1, 1, 3, dtype=torch.float64)
+    with raises(r"fused_attention_forward: v's head size Dv=264, expected at most 256"):
+        _kdnn.flash_attention_forward(q, q, v, o, lse, None, pinned.bound(),
+                                      Options("AttentionMask").bound(), 0)
+    if torch.cuda.is_available() and "cuda" in DEVICES:
+        with raises(r"fused_attention_forward: v's head size Dv=264, expected at most 256"):
+            kdnn.flash_attention(q.cuda(), q.cuda(), v.cuda())
 
 
 def test_an_unrolled_backward_that_cannot_run_fails_at_the_forward():

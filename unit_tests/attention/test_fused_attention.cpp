@@ -1105,37 +1105,47 @@ TEST(FusedAttentionLaunch, ResultsDoNotDependOnTheLaunchShape) {
 // Blocks past on-chip scratch: a GPU launch (forced here) strides a bounded
 // league over them in a team workspace (core/impl/team_work.hpp), a host
 // launch gives each its team and level-1 scratch; bitwise the same results.
-// Dv is past every GPU form's head sizes, so the GPU launch runs the host
-// kernel.
+// The backward in double has no GPU form for Dv between 128 and the largest
+// GPU head size, so the GPU launch runs the host kernels there (past that
+// size a GPU launch is refused: test_fused_attention_head_sizes.cpp).
 TEST(FusedAttentionLaunch, GpuLaunchPastLevelZeroMatchesTheDefault) {
   using T = double;
-  const int S = 150, Sk = 130, D = 128, Dv = 264;
-  const FusedCase c{"past level 0", 2, 3, S, Sk, D, Dv, true, {}, {}, {}, {}, 0};
+  const int B = 2, H = 3, S = 150, Sk = 130, D = 128, Dv = 200;
+  const FusedCase c{"past level 0", B, H, S, Sk, D, Dv, true, {}, {}, {}, {}, 0};
   unsigned seed = 611;
   const auto in = random_inputs<T>(c, seed);  // named below: a lambda takes them
   const auto &q = in[0], &k = in[1], &v = in[2], &g = in[3];
+  at::FusedAttentionOptions opts;
+  opts.scale = 0.2;
+  opts.launch.form = kdnn::KernelForm::gpu;
+  ASSERT_EQ((at::impl::backward_form<Space, T>(Space(), opts, D, Dv)), kdnn::KernelForm::host)
+      << "no GPU form of the backward may take the case";
   {
     int bq = 0, bk = 0;
     at::impl::fused_block_sizes<Space>(S, Sk, D, Dv, bq, bk);
     const std::size_t bytes = kdnn::impl::layout_bytes([&](kdnn::impl::ScratchCarver& s) {
-      at::impl::FusedForwardKernel<Space, T>::carve(s, bq, bk, D, Dv);
+      at::impl::FusedBackwardKVKernel<Space, T>::carve(s, bq, bk, D, Dv);
     });
     ASSERT_GT(bytes, kdnn::impl::scratch_capacity<Space>(0)) << "the case must be past level 0";
     ASSERT_GT(S, 2 * bq) << "several query blocks per head";
   }
-  const auto run = [&](kdnn::KernelForm form, at::FusedBackwardSchedule schedule) {
-    at::FusedAttentionOptions opts;
-    opts.backward = schedule;
-    opts.scale = 0.2;
-    opts.launch.form = form;
-    at::AttentionMask<Space> mask;
-    mask.causal = true;
-    return fused_outputs<T>(q, k, v, g, opts, mask);
+  at::AttentionMask<Space> mask;
+  mask.causal = true;
+  DeviceView<T****> o("o", B, H, S, Dv);
+  DeviceView<T***> lse("lse", B, H, S);
+  at::fused_attention_forward(Space(), q, k, v, o, lse, opts, mask);
+  const auto gradients = [&](kdnn::KernelForm form, at::FusedBackwardSchedule schedule) {
+    at::FusedAttentionOptions with = opts;
+    with.launch.form = form;
+    with.backward = schedule;
+    DeviceView<T****> dq("dq", B, H, S, D), dk("dk", B, H, Sk, D), dv("dv", B, H, Sk, Dv);
+    at::fused_attention_backward(Space(), q, k, v, o, lse, g, dq, dk, dv, with, mask);
+    return std::vector<std::vector<double>>{to_host(dq), to_host(dk), to_host(dv)};
   };
   for (const auto schedule :
        {at::FusedBackwardSchedule::per_head, at::FusedBackwardSchedule::per_key_block}) {
-    const auto gpu = run(kdnn::KernelForm::gpu, schedule);
-    EXPECT_EQ(gpu, run(kdnn::KernelForm::host, schedule)) << "schedule " << int(schedule);
+    const auto gpu = gradients(kdnn::KernelForm::gpu, schedule);
+    EXPECT_EQ(gpu, gradients(kdnn::KernelForm::host, schedule)) << "schedule " << int(schedule);
     for (const auto& x : gpu) EXPECT_NE(x, std::vector<double>(x.size(), 0.0));
   }
 }
@@ -1160,9 +1170,11 @@ TEST(FusedAttentionErrors, ScratchPastTheLimitIsAClearError) {
         Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(name)), 1, 1, 1, d);
   };
   DeviceView<double***> lse("lse", 1, 1, 1);
+  // On a GPU backend such a D is past every GPU form, refused as that.
+  const bool host = kdnn::impl::BackendTraits<Space>::is_host;
   EXPECT_KDNN_ERROR(at::fused_attention_forward(Space(), alloc("q", D), alloc("k", D),
                                                 alloc("v", 1), alloc("o", 1), lse),
-                    "bytes of team scratch, above the");
+                    host ? "bytes of team scratch, above the" : "q's head size D=");
   EXPECT_KDNN_ERROR(at::fused_attention_forward(Space(), alloc("q", D), alloc("k", D),
                                                 alloc("v", 1), alloc("o", 1), lse),
                     "D=" + std::to_string(D));

@@ -129,6 +129,9 @@ TEST(Forms, ATableRunsTheChosenFormAtItsAdmittedTuple) {
   int kernels = 0;
   Table::for_each(kdnn::Launch{}, [&](auto, auto) { ++kernels; });
   EXPECT_EQ(kernels, 4);
+  EXPECT_EQ(Table::largest(0), 4);
+  EXPECT_EQ(Table::largest(1), 4);
+  EXPECT_EQ(ki::Forms<>::largest(0), 0);
 }
 
 // The fused attention's tables: the head-size pairs of the lists its
@@ -144,6 +147,12 @@ TEST(Forms, TheFusedAttentionsTablesHoldTheirKernelsHeadSizes) {
   EXPECT_EQ(at::MmaHeadPairs::count, mma);
   EXPECT_EQ(at::FlashHeadPairs::largest(0), 256);
   EXPECT_EQ(at::MmaHeadPairs::largest(1), 128);
+  // Past the GPU forms' largest D and Dv only the host form runs; in
+  // double the backward's GPU form stops at 128, the forward's does not.
+  using Host = Kokkos::DefaultHostExecutionSpace;
+  EXPECT_EQ((at::FusedBackwardForms<Host, double>::largest(0)), 128);
+  EXPECT_EQ((at::largest_gpu_head_size<Host, double>(0)), 256);
+  EXPECT_EQ((at::largest_gpu_head_size<Host, float>(1)), 256);
 }
 
 }  // namespace

@@ -54,7 +54,9 @@ struct FusedAttentionOptions {
   /// ::tensor_cores anywhere (float in 3×TF32, or one TF32 pass with
   /// `launch.allow_tf32`); both pick their own team size and vector length
   /// (the backward's form is the per_key_block split whatever `backward`
-  /// says).
+  /// says). A D or Dv past 256, the GPU forms' largest, is an error on a
+  /// GPU backend and with ::gpu or ::tensor_cores; the host form on a host
+  /// backend takes any.
   Launch launch;
   FusedBackwardSchedule backward = FusedBackwardSchedule::automatic;  ///< the backward's split
   /// Refuse a scale with which a score scale·q_i·k_j of finite q and k

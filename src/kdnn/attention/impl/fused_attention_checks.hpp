@@ -38,6 +38,29 @@ void fused_block_sizes(int S, int Sk, int D, int Dv, int& bq, int& bk) {
   }
 }
 
+/// Refuses a head size D (q's) or Dv (v's) past every GPU and tensor-core
+/// form (largest_gpu_head_size) where such a form would have to run it: on
+/// a GPU backend, whatever the launch asks, and wherever the launch pins
+/// KernelForm::gpu or tensor_cores. Only the host form could take it, a
+/// form written for CPU caches that a GPU runs slowly: an error naming the
+/// largest, rather than that. On a host backend the host form takes any
+/// size.
+template <class ExecSpace, class T>
+void check_gpu_head_sizes(const char* op, const Launch& launch, std::size_t D, std::size_t Dv) {
+  const bool gpu = kdnn::impl::BackendTraits<ExecSpace>::is_gpu || launch.form == KernelForm::gpu ||
+                   launch.form == KernelForm::tensor_cores;
+  if (!gpu) return;
+  const auto check = [&](const char* name, std::size_t size, int largest) {
+    if (size > std::size_t(largest)) {
+      fail(op, ": ", name, "=", size, ", expected at most ", largest,
+           ", the largest head size of the GPU and tensor-core forms, which a GPU backend and "
+           "launch.form gpu or tensor_cores run (the host form on a host backend takes any)");
+    }
+  };
+  check("q's head size D", D, largest_gpu_head_size<ExecSpace, T>(0));
+  check("v's head size Dv", Dv, largest_gpu_head_size<ExecSpace, T>(1));
+}
+
 /// The kernels index with int: every extent, and the teams of each launch
 /// (B·H·⌈S/bq⌉ query blocks, B·H·⌈Sk/bk⌉ key blocks), counted in 64 bits,
 /// must stay below 2^31.
@@ -53,6 +76,7 @@ void check_fused_sizes(const char* op, const ExecSpace& space, const FusedAttent
   for (const std::size_t extent : {B, H, S, Sk, D, Dv}) {
     if (extent > limit) fail(op, ": ", shape(), ", expected every extent below 2^31");
   }
+  check_gpu_head_sizes<ExecSpace, T>(op, opts.launch, D, Dv);
   // The smallest blocks of queries (bq) and keys (bk) of the kernels the
   // forward and the backward run.
   int bq = std::numeric_limits<int>::max(), bk = bq;

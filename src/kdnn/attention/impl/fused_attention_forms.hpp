@@ -92,6 +92,17 @@ using FusedBackwardForms = kdnn::impl::Forms<
     kdnn::impl::Form<KernelForm::gpu, FlashBackwardHeadPairs<T>, kdnn::impl::SizeMatch::round_up,
                      BackwardGpuKernels<ExecSpace, T>>>;
 
+/// The largest head size of axis i (0: D, 1: Dv) that a GPU or tensor-core
+/// form of the forward or of the backward runs (the forward's GPU form
+/// reaches furthest; the backward's in double stops short of it, its larger
+/// sizes run by the host form): past it, only the host form could.
+template <class ExecSpace, class T>
+constexpr int largest_gpu_head_size(std::size_t i) {
+  const int forward = FusedForwardForms<ExecSpace, T>::largest(i);
+  const int backward = FusedBackwardForms<ExecSpace, T>::largest(i);
+  return forward > backward ? forward : backward;
+}
+
 /// The form the forward runs for D and Dv (Forms::chosen).
 template <class ExecSpace, class T>
 KernelForm forward_form(const ExecSpace& space, const FusedAttentionOptions& opts, int D, int Dv) {

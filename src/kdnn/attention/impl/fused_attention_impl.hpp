@@ -86,12 +86,14 @@ void plan_backward_teams(const char* op, const ExecSpace& space, int S, int Sk,
 }
 
 /// Makes the launch plans the fused forward (or backward) would make for
-/// these sizes, launching nothing: throws what the call would (team scratch
-/// past the backend's limit, a launch the backend refuses). For callers that
-/// must check everything before their first launch (the attention layer).
+/// these sizes, launching nothing: throws what the call would (a head size
+/// past every GPU form where one must run, team scratch past the backend's
+/// limit, a launch the backend refuses). For callers that must check
+/// everything before their first launch (the attention layer).
 template <class ExecSpace, class T>
 void check_fused_launch(const char* op, const ExecSpace& space, int B, int H, int S, int Sk, int D,
                         int Dv, const FusedAttentionOptions& opts, bool backward) {
+  check_gpu_head_sizes<ExecSpace, T>(op, opts.launch, std::size_t(D), std::size_t(Dv));
   if (B == 0 || H == 0) return;
   int bq = 1, bk = 1;
   fused_block_sizes<ExecSpace>(S, Sk, D, Dv, bq, bk);

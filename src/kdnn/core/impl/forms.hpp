@@ -193,6 +193,15 @@ struct Forms {
     return ((F::form == form && F::sizes::admits(want, F::match)) || ...);
   }
 
+  /// The largest size of axis i over every form's tuples (SizeList::largest):
+  /// past it, no form of the table runs.
+  static constexpr int largest(std::size_t i) {
+    int most = 0;
+    static_cast<void>(i);  // unused where the table is empty
+    ((most = F::sizes::largest(i) > most ? F::sizes::largest(i) : most), ...);
+    return most;
+  }
+
   /// The form a call runs on `space` (chosen_form's rule, backend_traits.hpp).
   template <class ExecSpace, std::size_t N>
   static KernelForm chosen(const ExecSpace& space, KernelForm asked,
