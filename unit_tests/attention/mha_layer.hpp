@@ -2,8 +2,8 @@
 #pragma once
 // One multi-head attention layer's tensors on the device and the three calls
 // on them (mha_forward, mha_backward_data, mha_backward_weights), built from
-// an MhaCase and MhaData (mha_reference.hpp); shared by test_mha.cpp and
-// test_mha_golden.cpp.
+// an MhaCase and MhaData (mha_reference.hpp); shared by test_mha.cpp,
+// test_mha_errors.cpp and test_mha_golden.cpp.
 #include <utility>
 #include <vector>
 
