@@ -1,20 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
-// Tests of kdnn::io .npy reading and writing. The files under data/npy/ were
-// written by NumPy 1.24 (np.save / np.lib.format.write_array), with
-// unit_tests/reference/gen_npy_fixtures.py.
+// Tests of kdnn::io .npy reading and writing: dtypes, round trips, the
+// files written, files NumPy wrote, typed access, integer vectors and
+// arrays as Views. The files under data/npy/ were written by NumPy 1.24
+// (np.save / np.lib.format.write_array), with
+// unit_tests/reference/gen_npy_fixtures.py. Header parsing, damaged files
+// and escaped messages: test_npy_headers.cpp; sets of files, temporaries
+// and files that are not regular: test_npy_files.cpp.
 #include <gtest/gtest.h>
 
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
-#include <random>
 #include <set>
 #include <string>
 #include <type_traits>
@@ -22,85 +18,18 @@
 
 #include "expect_error.hpp"
 #include "kdnn/core/error.hpp"
-#include "kdnn/io/escape.hpp"
 #include "kdnn/io/npy.hpp"
-#include "kdnn/io/npy_files.hpp"
 #include "kdnn/io/npy_view.hpp"
-#include "test_paths.hpp"
+#include "npy_test_files.hpp"
 
-namespace fs = std::filesystem;
 using kdnn::io::DType;
 using kdnn::io::NpyArray;
 using kdnn::io::read_int_vector;
 using kdnn::io::read_npy;
 using kdnn::io::write_npy;
+using namespace kdnn_test;  // fs, the fixture and the file helpers
 
 namespace {
-
-std::string fixture(const std::string& name) { return kdnn_test::data_dir() + "/npy/" + name; }
-
-void expect_contains(const std::string& message, const std::string& part) {
-  EXPECT_NE(message.find(part), std::string::npos)
-      << "message: " << message << "\nexpected to contain: " << part;
-}
-
-/// Reading `path` fails with a message that starts with the path and
-/// contains every one of `parts`.
-void expect_read_error(const std::string& path, const std::vector<std::string>& parts) {
-  const std::string message = kdnn_test::error_of([&] { read_npy(path); });
-  EXPECT_EQ(message.rfind(path, 0), 0u) << "message does not start with the path: " << message;
-  for (const auto& part : parts) expect_contains(message, part);
-}
-
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary) << bytes;
-}
-
-/// A version 1.0 .npy file with the given header dict (padded NumPy-style)
-/// and data bytes.
-std::string make_npy(std::string dict, const std::string& data) {
-  while ((10 + dict.size() + 1) % 64 != 0) dict.push_back(' ');
-  dict.push_back('\n');
-  std::string bytes("\x93NUMPY\x01\x00", 8);
-  bytes.push_back(char(dict.size() & 0xff));
-  bytes.push_back(char(dict.size() >> 8));
-  return bytes + dict + data;
-}
-
-/// `n` float64 values 1, 2, ..., n as raw bytes.
-std::string f64_bytes(std::size_t n) {
-  std::vector<double> values(n);
-  for (std::size_t i = 0; i < n; ++i) values[i] = double(i + 1);
-  return std::string(reinterpret_cast<const char*>(values.data()), n * sizeof(double));
-}
-
-/// Each test gets a fresh, empty directory, removed afterwards.
-class Npy : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    dir_ = fs::temp_directory_path() /
-           ("kdnn_test_npy_" + name + "_" + std::to_string(std::random_device{}()));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-
-  /// The names in the directory (temporaries included).
-  std::set<std::string> entries() const {
-    std::set<std::string> names;
-    for (const auto& e : fs::directory_iterator(dir_)) names.insert(e.path().filename().string());
-    return names;
-  }
-
-  fs::path dir_;
-};
 
 /// The i-th test value of type T (i < 32); integers of either sign that use
 /// the type's full width.
@@ -344,96 +273,6 @@ TEST(NpyNumPyFiles, StructuredDTypeIsRejected) {
                     {"dtype [('a', '<f4'), ('b', '<i4')] not supported"});
 }
 
-// ---- header parsing ----
-
-TEST_F(Npy, HeaderVariantsAreAccepted) {
-  const std::vector<std::string> dicts = {
-      "{'shape': (2, 3), 'fortran_order': False, 'descr': '<f8'}",
-      "{ \"descr\" : \"<f8\" ,\n\t'fortran_order':False,'shape':(2,3,) , }",
-      "{'descr': '<f8', 'fortran_order': False, 'shape': (2L, 3L), }",
-  };
-  for (const auto& dict : dicts) {
-    SCOPED_TRACE(dict);
-    write_bytes(path("a.npy"), make_npy(dict, f64_bytes(6)));
-    const NpyArray array = read_npy(path("a.npy"));
-    EXPECT_EQ(array.dtype, DType::f64);
-    EXPECT_EQ(array.shape, (std::vector<std::size_t>{2, 3}));
-    EXPECT_EQ(array.data<double>()[5], 6.0);
-  }
-}
-
-TEST_F(Npy, MalformedHeadersAreRejected) {
-  const std::vector<std::pair<std::string, std::string>> cases = {
-      {"{'descr': '<f8', 'fortran_order': False}", "missing key 'shape'"},
-      {"{'descr': '<f8', 'fortran_order': False, 'shape': (3,), 'x': 1}", "unexpected key 'x'"},
-      {"{'descr': '<f8', 'descr': '<f8', 'fortran_order': False, 'shape': (3,)}",
-       "duplicate key 'descr'"},
-      {"{'descr': '<f8', 'fortran_order': False, 'shape': (3)}", "not a tuple"},
-      {"{'descr': '<f8', 'fortran_order': False, 'shape': (-3,)}", "non-negative integer"},
-      {"{'descr': '<f8', 'fortran_order': 0, 'shape': (3,)}", "True or False"},
-      {"{'descr': '<f8, 'fortran_order': False, 'shape': (3,)}", "malformed header"},
-      {"{'descr': '<f8', 'fortran_order': False, 'shape': (3,)} x", "after the closing"},
-      {"'descr': '<f8'", "expected '{'"},
-  };
-  for (const auto& [dict, part] : cases) {
-    SCOPED_TRACE(dict);
-    write_bytes(path("a.npy"), make_npy(dict, f64_bytes(3)));
-    expect_read_error(path("a.npy"), {"malformed header", part});
-  }
-}
-
-TEST_F(Npy, OtherDescrsAreRejected) {
-  for (const std::string descr :
-       {"<u8", "|u1", "|i1", "<i16", ">i8", "=i4", "|b1", "<c8", "<f2", "i4", "int32"}) {
-    SCOPED_TRACE(descr);
-    const std::string dict = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': (1,), }";
-    write_bytes(path("a.npy"), make_npy(dict, f64_bytes(1)));
-    expect_read_error(path("a.npy"), {"dtype '" + descr + "' not supported"});
-  }
-}
-
-// ---- damaged files ----
-
-TEST_F(Npy, MissingFile) { expect_read_error(path("does_not_exist.npy"), {"cannot open"}); }
-
-TEST_F(Npy, BadMagic) {
-  write_bytes(path("a.npy"), "PK\x03\x04 this is a zip file, not an array");
-  expect_read_error(path("a.npy"), {"not a .npy file"});
-  write_bytes(path("short.npy"), "\x93NU");
-  expect_read_error(path("short.npy"), {"not a .npy file"});
-}
-
-TEST_F(Npy, UnsupportedVersion) {
-  std::string bytes = read_bytes(fixture("f64_4.npy"));
-  bytes[6] = '\x04';
-  write_bytes(path("a.npy"), bytes);
-  expect_read_error(path("a.npy"), {"unsupported .npy format version 4.0"});
-}
-
-TEST_F(Npy, TruncatedHeader) {
-  write_bytes(path("a.npy"), read_bytes(fixture("f64_4.npy")).substr(0, 40));
-  expect_read_error(path("a.npy"), {"truncated", "bytes of header"});
-}
-
-TEST_F(Npy, TruncatedData) {
-  const std::string bytes = read_bytes(fixture("f64_4.npy"));
-  write_bytes(path("a.npy"), bytes.substr(0, bytes.size() - 3));
-  expect_read_error(path("a.npy"), {"truncated: expected 32 bytes of data, found 29"});
-}
-
-TEST_F(Npy, TrailingBytes) {
-  write_bytes(path("a.npy"), read_bytes(fixture("f64_4.npy")) + "xx");
-  expect_read_error(path("a.npy"),
-                    {"unexpected trailing bytes", "expected 32 bytes of data, found 34"});
-}
-
-TEST_F(Npy, HugeShapeIsRejectedWithoutAllocating) {
-  const std::string dict =
-      "{'descr': '<f8', 'fortran_order': False, 'shape': (4294967296, 4294967296), }";
-  write_bytes(path("a.npy"), make_npy(dict, f64_bytes(1)));
-  expect_read_error(path("a.npy"), {"too large"});
-}
-
 // ---- typed access ----
 
 TEST(NpyTypedAccess, DataTypeMismatchThrows) {
@@ -560,176 +399,4 @@ TEST(NpyView, IntegerArraysAsIntegerViews) {
   expect_contains(
       kdnn_test::error_of([&] { kdnn::io::view_of<const std::int64_t**>(array, "w.npy"); }),
       "w.npy has dtype int32, expected int64");
-}
-
-// ---- a set of files, all or nothing (npy_files.hpp) ----
-
-namespace {
-
-/// The inode of `path` itself (not of a link's target).
-ino_t inode_of(const std::string& path) {
-  struct stat st {};
-  EXPECT_EQ(::lstat(path.c_str(), &st), 0) << path;
-  return st.st_ino;
-}
-
-}  // namespace
-
-TEST_F(Npy, WriteFilesReplacesEveryFileAndLeavesNothingElse) {
-  const NpyArray a = read_npy(fixture("f64_4.npy"));
-  const NpyArray b = read_npy(fixture("f32_2x3.npy"));
-  write_bytes(path("a.npy"), "earlier");
-  kdnn::io::write_npy_files({{path("a.npy"), a}, {path("b.npy"), b}});
-  EXPECT_EQ(read_npy(path("a.npy")).bytes, a.bytes);
-  EXPECT_EQ(read_npy(path("b.npy")).bytes, b.bytes);
-  EXPECT_EQ(entries(), (std::set<std::string>{"a.npy", "b.npy"}));
-}
-
-TEST_F(Npy, WriteFilesFailingPartWayRestoresEveryEarlierFile) {
-  // a.npy and c.npy are replaced before the rename onto the directory b.npy
-  // fails; then a.npy must be the very file it was, and c.npy gone again.
-  const NpyArray array = read_npy(fixture("f64_4.npy"));
-  write_bytes(path("a.npy"), "earlier");
-  const ino_t inode = inode_of(path("a.npy"));
-  fs::create_directories(path("b.npy") + "/keep");
-  const std::string message = kdnn_test::error_of([&] {
-    kdnn::io::write_npy_files(
-        {{path("a.npy"), array}, {path("c.npy"), array}, {path("b.npy"), array}});
-  });
-  EXPECT_EQ(message.rfind(path("b.npy"), 0), 0u) << message;
-  EXPECT_EQ(read_bytes(path("a.npy")), "earlier");
-  EXPECT_EQ(inode_of(path("a.npy")), inode);
-  EXPECT_TRUE(fs::is_directory(path("b.npy") + "/keep"));
-  EXPECT_EQ(entries(), (std::set<std::string>{"a.npy", "b.npy"}));
-}
-
-TEST_F(Npy, WriteFilesRestoresAnEarlierSymbolicLink) {
-  // The link itself is kept and put back, not the file it points to.
-  const NpyArray array = read_npy(fixture("f64_4.npy"));
-  write_bytes(path("target"), "target");
-  fs::create_symlink("target", path("a.npy"));
-  fs::create_directory(path("b.npy"));
-  EXPECT_NE(kdnn_test::error_of([&] {
-              kdnn::io::write_npy_files({{path("a.npy"), array}, {path("b.npy"), array}});
-            }),
-            "");
-  ASSERT_TRUE(fs::is_symlink(path("a.npy")));
-  EXPECT_EQ(fs::read_symlink(path("a.npy")), "target");
-  EXPECT_EQ(read_bytes(path("target")), "target");
-  EXPECT_EQ(entries(), (std::set<std::string>{"a.npy", "b.npy", "target"}));
-}
-
-// ---- temporaries never follow what is already under their name ----
-
-TEST_F(Npy, TemporaryNamesTakenBySymbolicLinksAreSkipped) {
-  // Learn the naming pattern "<path>.tmp.<pid>.<n>" from one temporary.
-  const double values[2] = {1, 2};
-  const std::string target = path("a.npy");
-  const std::string first = kdnn::io::write_npy_temporary(target, DType::f64, {2}, values);
-  fs::remove(first);
-  const std::string prefix = target + ".tmp." + std::to_string(::getpid()) + ".";
-  ASSERT_EQ(first.rfind(prefix, 0), 0u) << first;
-  const unsigned long n = std::stoul(first.substr(prefix.size()));
-
-  // Links at the next 50 names, pointing at a file that must stay unchanged.
-  const std::string victim = path("victim");
-  write_bytes(victim, "victim");
-  std::set<std::string> expected = {"a.npy", "victim"};
-  for (unsigned long k = n + 1; k <= n + 50; ++k) {
-    const std::string link = prefix + std::to_string(k);
-    fs::create_symlink(victim, link);
-    expected.insert(fs::path(link).filename().string());
-  }
-
-  write_npy<double>(target, {2}, values);
-  EXPECT_FALSE(fs::is_symlink(target));
-  EXPECT_EQ(read_npy(target).data<double>()[1], 2.0);
-  EXPECT_EQ(read_bytes(victim), "victim");
-  EXPECT_EQ(entries(), expected);
-  for (unsigned long k = n + 1; k <= n + 50; ++k) {
-    const std::string link = prefix + std::to_string(k);
-    ASSERT_TRUE(fs::is_symlink(link)) << link;
-    EXPECT_EQ(fs::read_symlink(link), victim) << link;
-  }
-}
-
-// ---- only regular files are read ----
-
-TEST_F(Npy, FifoIsRejectedWithoutBlocking) {
-  // Opening a FIFO for reading would wait for a writer forever; should it
-  // block, SIGALRM ends the test binary rather than leave it hanging.
-  ASSERT_EQ(::mkfifo(path("a.npy").c_str(), 0600), 0);
-  ::alarm(20);
-  expect_read_error(path("a.npy"), {": not a regular file (a FIFO)"});
-  ::alarm(0);
-}
-
-TEST_F(Npy, DirectoryIsRejected) {
-  fs::create_directory(path("a.npy"));
-  expect_read_error(path("a.npy"), {": not a regular file (a directory)"});
-}
-
-TEST_F(Npy, DanglingSymbolicLinkIsNamed) {
-  fs::create_symlink(path("missing.npy"), path("a.npy"));
-  expect_read_error(path("a.npy"), {": symbolic link to a missing file"});
-}
-
-TEST_F(Npy, SymbolicLinkLoopIsRejected) {
-  fs::create_symlink("b.npy", path("a.npy"));
-  fs::create_symlink("a.npy", path("b.npy"));
-  expect_read_error(path("a.npy"), {std::strerror(ELOOP)});
-}
-
-TEST_F(Npy, SymbolicLinkToARegularFileIsRead) {
-  fs::create_symlink(fixture("f64_4.npy"), path("a.npy"));
-  EXPECT_EQ(read_npy(path("a.npy")).bytes, read_npy(fixture("f64_4.npy")).bytes);
-}
-
-// ---- bytes from the file are escaped in messages ----
-
-namespace {
-
-/// No control bytes (NUL, ESC, newline, ...) and nothing beyond ASCII.
-bool only_printable_ascii(const std::string& text) {
-  for (const char c : text) {
-    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) {
-      return false;
-    }
-  }
-  return true;
-}
-
-}  // namespace
-
-TEST_F(Npy, HeaderBytesAreEscapedInMessages) {
-  // A key holding a NUL, a terminal escape sequence, a backslash and a byte
-  // beyond ASCII; the text after the NUL must not be lost.
-  const std::string key = std::string("a", 1) + '\0' + "after\x1b[31mred\\\xff";
-  const std::string dict =
-      "{'descr': '<f8', 'fortran_order': False, 'shape': (3,), '" + key + "': 1}";
-  write_bytes(path("a.npy"), make_npy(dict, f64_bytes(3)));
-  const std::string message = kdnn_test::error_of([&] { read_npy(path("a.npy")); });
-  EXPECT_TRUE(only_printable_ascii(message)) << message;
-  const std::string escaped = "a\\x00after\\x1b[31mred\\\\\\xff";
-  expect_contains(message, "unexpected key '" + escaped + "'");
-  expect_contains(message, "(header: {'descr': '<f8'");  // the header shown ...
-  expect_contains(message, "'" + escaped + "': 1})");    // ... to its end, escaped
-}
-
-TEST_F(Npy, DescrBytesAreEscapedInMessages) {
-  write_bytes(path("a.npy"),
-              make_npy("{'descr': '<f8\x1b]0;title\x07', 'fortran_order': False, 'shape': (3,), }",
-                       f64_bytes(3)));
-  const std::string message = kdnn_test::error_of([&] { read_npy(path("a.npy")); });
-  EXPECT_TRUE(only_printable_ascii(message)) << message;
-  expect_contains(message, "dtype '<f8\\x1b]0;title\\x07' not supported");
-}
-
-TEST(NpyEscape, PrintableAsciiAsIsBackslashDoubledOtherBytesInLowercaseHex) {
-  using kdnn::io::escape_bytes;
-  EXPECT_EQ(escape_bytes(" az~'\""), " az~'\"");
-  EXPECT_EQ(escape_bytes("a\\b"), "a\\\\b");
-  EXPECT_EQ(escape_bytes(std::string("\0\n\x1b\x1f\x7f\x80\xff", 7)),
-            "\\x00\\x0a\\x1b\\x1f\\x7f\\x80\\xff");
-  EXPECT_EQ(escape_bytes(""), "");
 }
