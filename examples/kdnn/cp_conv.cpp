@@ -157,6 +157,68 @@ std::vector<OutputShape> output_shapes(const Header& h, DType dtype) {
   return out;
 }
 
+/// The backward on this rank's steps of the forward `f` (its halo the
+/// initial state), its outputs collected in `out`; the halo exchange's
+/// statistics.
+template <class T>
+cp::HaloStats backward(const Options& o, const Inputs* in, const Header& h,
+                       const cp::ConvDtForward<T, Space>& f, Collector<T>& out) {
+  const Sharding& sh = out.s;
+  const int rank = sh.rank, P = sh.ranks();
+  const MPI_Comm comm = sh.comm;
+  const std::int64_t B = h.B, C = h.C, K = h.K, H = h.H, n = sh.mine();
+  // A gradient file not given is zero (rank 0 scatters zeros).
+  std::vector<T> zeros;
+  if (rank == 0 && !(in->dy && in->ddt_out)) {
+    zeros.assign(std::size_t(B) * h.L * std::max(C, H), T(0));
+  }
+  const T* dy_all = rank ? nullptr : in->dy ? in->dy->data<T>() : zeros.data();
+  const T* ddt_all = rank ? nullptr : in->ddt_out ? in->ddt_out->data<T>() : zeros.data();
+  auto dy_mine = sh.scatter<T>(dy_all, C);
+  auto ddt_mine = sh.scatter<T>(ddt_all, H);
+  cp::ConvDtBackward<T, Space> g;
+  g.conv.x = f.conv.x;
+  g.conv.w = f.conv.w;
+  g.conv.bias = f.conv.bias;
+  g.conv.initial_state = f.halo;
+  g.conv.seq_idx = f.conv.seq_idx;
+  g.conv.dy = device_view<T***>(dy_mine, B, n, C);
+  // d(final state) belongs to the last rank: rank 0 sends it there.
+  std::vector<T> dfinal;
+  if (h.dfinal) {
+    dfinal = send_to_rank<T>(rank ? nullptr : &*in->dfinal, std::size_t(B * (K - 1) * C), P - 1,
+                             rank, comm);
+    if (rank == P - 1) g.conv.dfinal_state = device_view<T***>(dfinal, B, K - 1, C);
+  }
+  const auto dx = out.template per_step<T***>("dxbc.npy", C);
+  const auto ddt = out.template per_step<T***>("ddt.npy", H);
+  Tensor3<T, Space> dinit;
+  Matrix<T, Space> dw("dw", C, K);
+  Vector<T, Space> dbias, ddt_bias("ddt_bias", H);
+  if (h.bias) dbias = Vector<T, Space>("dbias", C);
+  if (rank == 0 && h.init) dinit = Tensor3<T, Space>("dinit", B, K - 1, C);
+  g.conv.dx = dx;
+  g.conv.dw = dw;
+  g.conv.dbias = dbias;
+  g.conv.dinitial_state = dinit;
+  g.dt = f.dt;
+  g.dt_bias = f.dt_bias;
+  g.ddt_out = device_view<T***>(ddt_mine, B, n, H);
+  g.ddt = ddt;
+  g.ddt_bias = ddt_bias;
+  const cp::HaloStats sb = cp::conv_dt_backward(Space(), comm, g, o.cp);
+  cp::allreduce_sum(comm, dw);
+  cp::allreduce_sum(comm, ddt_bias);
+  if (h.bias) cp::allreduce_sum(comm, dbias);
+  out.gathered("dxbc.npy", dx);
+  out.gathered("ddt.npy", ddt);
+  out.from_rank("dconv_w.npy", dw, 0);
+  out.from_rank("ddt_bias.npy", ddt_bias, 0);
+  if (h.bias) out.from_rank("dconv_b.npy", dbias, 0);
+  if (h.init && rank == 0) out.from_rank("dinit.npy", dinit, 0);
+  return sb;
+}
+
 template <class T>
 int compute(const Options& o, const Inputs* in, const Header& h,
             const std::vector<std::int64_t>& lengths, int rank, MPI_Comm comm) {
@@ -202,57 +264,7 @@ int compute(const Options& o, const Inputs* in, const Header& h,
   out.from_rank("final.npy", fin, P - 1);
 
   cp::HaloStats sb;
-  if (h.backward) {
-    // A gradient file not given is zero (rank 0 scatters zeros).
-    std::vector<T> zeros;
-    if (rank == 0 && !(in->dy && in->ddt_out)) {
-      zeros.assign(std::size_t(B) * h.L * std::max(C, H), T(0));
-    }
-    const T* dy_all = rank ? nullptr : in->dy ? in->dy->data<T>() : zeros.data();
-    const T* ddt_all = rank ? nullptr : in->ddt_out ? in->ddt_out->data<T>() : zeros.data();
-    auto dy_mine = sh.scatter<T>(dy_all, C);
-    auto ddt_mine = sh.scatter<T>(ddt_all, H);
-    cp::ConvDtBackward<T, Space> g;
-    g.conv.x = f.conv.x;
-    g.conv.w = f.conv.w;
-    g.conv.bias = f.conv.bias;
-    g.conv.initial_state = halo;
-    g.conv.seq_idx = f.conv.seq_idx;
-    g.conv.dy = device_view<T***>(dy_mine, B, n, C);
-    // d(final state) belongs to the last rank: rank 0 sends it there.
-    std::vector<T> dfinal;
-    if (h.dfinal) {
-      dfinal = send_to_rank<T>(rank ? nullptr : &*in->dfinal, std::size_t(B * (K - 1) * C), P - 1,
-                               rank, comm);
-      if (rank == P - 1) g.conv.dfinal_state = device_view<T***>(dfinal, B, K - 1, C);
-    }
-    const auto dx = out.template per_step<T***>("dxbc.npy", C);
-    const auto ddt = out.template per_step<T***>("ddt.npy", H);
-    Tensor3<T, Space> dinit;
-    Matrix<T, Space> dw("dw", C, K);
-    Vector<T, Space> dbias, ddt_bias("ddt_bias", H);
-    if (h.bias) dbias = Vector<T, Space>("dbias", C);
-    if (rank == 0 && h.init) dinit = Tensor3<T, Space>("dinit", B, K - 1, C);
-    g.conv.dx = dx;
-    g.conv.dw = dw;
-    g.conv.dbias = dbias;
-    g.conv.dinitial_state = dinit;
-    g.dt = f.dt;
-    g.dt_bias = f.dt_bias;
-    g.ddt_out = device_view<T***>(ddt_mine, B, n, H);
-    g.ddt = ddt;
-    g.ddt_bias = ddt_bias;
-    sb = cp::conv_dt_backward(space, comm, g, o.cp);
-    cp::allreduce_sum(comm, dw);
-    cp::allreduce_sum(comm, ddt_bias);
-    if (h.bias) cp::allreduce_sum(comm, dbias);
-    out.gathered("dxbc.npy", dx);
-    out.gathered("ddt.npy", ddt);
-    out.from_rank("dconv_w.npy", dw, 0);
-    out.from_rank("ddt_bias.npy", ddt_bias, 0);
-    if (h.bias) out.from_rank("dconv_b.npy", dbias, 0);
-    if (h.init && rank == 0) out.from_rank("dinit.npy", dinit, 0);
-  }
+  if (h.backward) sb = backward(o, in, h, f, out);
 
   std::int64_t sent[2] = {sf.bytes_sent, sb.bytes_sent}, most[2] = {0, 0};
   MPI_Reduce(sent, most, 2, MPI_INT64_T, MPI_MAX, 0, comm);

@@ -299,6 +299,52 @@ void gather_sequence_states(Collector<T>& out, const std::vector<StateSource>& s
   if (sh.rank == 0) out.outputs.push_back({"varlen_states.npy", std::move(whole)});
 }
 
+/// The backward on this rank's steps of the forward `f`, its outputs
+/// collected in `out`; the state passing's statistics.
+template <class T>
+cp::StateStats backward(const Options& o, const Inputs* in, const Header& h,
+                        const ssm::SsdForward<T, Space>& f, Collector<T>& out) {
+  const Sharding& sh = out.s;
+  const int rank = sh.rank, R = sh.ranks();
+  const MPI_Comm comm = sh.comm;
+  const std::int64_t B = h.B, H = h.H, P = h.P, G = h.G, N = h.N, n = sh.mine();
+  // A gradient file not given is zero (rank 0 scatters zeros).
+  std::vector<T> zeros;
+  if (rank == 0 && !in->dy) zeros.assign(std::size_t(B) * h.L * H * P, T(0));
+  auto dy = sh.scatter<T>(rank ? nullptr : in->dy ? in->dy->data<T>() : zeros.data(), H * P);
+  // d(final state) belongs to the last rank: rank 0 sends it there.
+  std::vector<T> dfinal;
+  if (h.dfinal) {
+    dfinal = send_to_rank<T>(rank ? nullptr : &*in->dfinal, std::size_t(B * H * P * N), R - 1, rank,
+                             comm);
+  }
+  ssm::SsdBackward<T, Space> g;
+  g.x = f.x, g.dt = f.dt, g.A = f.A, g.B = f.B, g.C = f.C, g.D = f.D;
+  g.initial_state = f.initial_state, g.seq_idx = f.seq_idx;
+  g.dy = device_view<T****>(dy, B, n, H, P);
+  if (h.dfinal && rank == R - 1) g.dfinal_state = device_view<T****>(dfinal, B, H, P, N);
+  const auto dx = out.template per_step<T****>("dx.npy", H, P);
+  const auto ddt = out.template per_step<T***>("ddt.npy", H);
+  const auto db = out.template per_step<T****>("db.npy", G, N);
+  const auto dc = out.template per_step<T****>("dc.npy", G, N);
+  Tensor4<T, Space> dinit;
+  Vector<T, Space> da("da", H), dd;
+  if (h.d) dd = Vector<T, Space>("dd", H);
+  if (rank == 0 && h.init) dinit = Tensor4<T, Space>("dinit", B, H, P, N);
+  g.dx = dx, g.ddt = ddt, g.dA = da, g.dB = db, g.dC = dc, g.dD = dd, g.dinitial_state = dinit;
+  const cp::StateStats sb = cp::ssd_backward(Space(), comm, g, o.ssd);
+  cp::allreduce_sum(comm, da);
+  if (h.d) cp::allreduce_sum(comm, dd);
+  out.gathered("dx.npy", dx);
+  out.gathered("ddt.npy", ddt);
+  out.gathered("db.npy", db);
+  out.gathered("dc.npy", dc);
+  out.from_rank("da.npy", da, 0);
+  if (h.d) out.from_rank("dd.npy", dd, 0);
+  if (h.init && rank == 0) out.from_rank("dinit.npy", dinit, 0);
+  return sb;
+}
+
 template <class T>
 int compute(const Options& o, const Inputs* in, const Header& h,
             const std::vector<std::int64_t>& lengths, int rank, MPI_Comm comm) {
@@ -360,42 +406,7 @@ int compute(const Options& o, const Inputs* in, const Header& h,
   if (h.offsets) gather_sequence_states(out, state_sources(cu, sh), f.sequence_states, H * P * N);
 
   cp::StateStats sb;
-  if (h.backward) {
-    // A gradient file not given is zero (rank 0 scatters zeros).
-    std::vector<T> zeros;
-    if (rank == 0 && !in->dy) zeros.assign(std::size_t(B) * h.L * H * P, T(0));
-    auto dy = sh.scatter<T>(rank ? nullptr : in->dy ? in->dy->data<T>() : zeros.data(), H * P);
-    // d(final state) belongs to the last rank: rank 0 sends it there.
-    std::vector<T> dfinal;
-    if (h.dfinal) {
-      dfinal = send_to_rank<T>(rank ? nullptr : &*in->dfinal, std::size_t(B * H * P * N), R - 1,
-                               rank, comm);
-    }
-    ssm::SsdBackward<T, Space> g;
-    g.x = f.x, g.dt = f.dt, g.A = f.A, g.B = f.B, g.C = f.C, g.D = f.D;
-    g.initial_state = f.initial_state, g.seq_idx = f.seq_idx;
-    g.dy = device_view<T****>(dy, B, n, H, P);
-    if (h.dfinal && rank == R - 1) g.dfinal_state = device_view<T****>(dfinal, B, H, P, N);
-    const auto dx = out.template per_step<T****>("dx.npy", H, P);
-    const auto ddt = out.template per_step<T***>("ddt.npy", H);
-    const auto db = out.template per_step<T****>("db.npy", G, N);
-    const auto dc = out.template per_step<T****>("dc.npy", G, N);
-    Tensor4<T, Space> dinit;
-    Vector<T, Space> da("da", H), dd;
-    if (h.d) dd = Vector<T, Space>("dd", H);
-    if (rank == 0 && h.init) dinit = Tensor4<T, Space>("dinit", B, H, P, N);
-    g.dx = dx, g.ddt = ddt, g.dA = da, g.dB = db, g.dC = dc, g.dD = dd, g.dinitial_state = dinit;
-    sb = cp::ssd_backward(space, comm, g, o.ssd);
-    cp::allreduce_sum(comm, da);
-    if (h.d) cp::allreduce_sum(comm, dd);
-    out.gathered("dx.npy", dx);
-    out.gathered("ddt.npy", ddt);
-    out.gathered("db.npy", db);
-    out.gathered("dc.npy", dc);
-    out.from_rank("da.npy", da, 0);
-    if (h.d) out.from_rank("dd.npy", dd, 0);
-    if (h.init && rank == 0) out.from_rank("dinit.npy", dinit, 0);
-  }
+  if (h.backward) sb = backward(o, in, h, f, out);
 
   cp::agree(comm, [&] {
     if (rank == 0) write_outputs(o.out, out.outputs);
