@@ -137,7 +137,11 @@ def resident_kib(field):
         return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
 
 
-def main():
+def gflops(phase, size, ms):
+    return flops(phase, *size) / (ms * 1e-3) / 1e9
+
+
+def parse_args():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--bench", required=True, help="kdnn_perf_fused_attention")
     ap.add_argument("--sizes", default="8x4x128x128x64,1x8x2048x2048x64")
@@ -153,14 +157,12 @@ def main():
     ap.add_argument("--torch-threads", type=int, default=2)
     ap.add_argument("--json", help="also write the rows in result_rows.py's form here")
     ap.add_argument("--peak-of", help=argparse.SUPPRESS)  # internal: SIZE:PHASE in this process
-    args = ap.parse_args()
-    torch.set_num_threads(args.torch_threads)
-    if args.peak_of:
-        size, phase = args.peak_of.split(":")
-        print(json.dumps(torch_peak_mib(parse_sizes(size)[0], phase, args.device)))
-        return
+    return ap.parse_args()
 
-    sizes = parse_sizes(args.sizes)
+
+def bench_times(args, sizes):
+    """The C++ benchmark's (median ms, counters) by (path, phase, size):
+    path fused, unfused, fusedhost or fused64, phase each of ROWS."""
     bench = {}
     for size in sizes:
         arg = "--kdnn_sizes=" + "x".join(map(str, size))
@@ -181,23 +183,32 @@ def main():
             (f_ms, f_c), (b_ms, b_c) = (bench[(path, p, size)] for p in PHASES)
             bench[(path, "fwd+bwd", size)] = (f_ms + b_ms, {
                 "peak_MiB": max(f_c["peak_MiB"], b_c["peak_MiB"])})
-    module = kdnn_attention(kdnn_package())
-    print(method_line(module, "PyTorch", "the unfused path"))
-    gf = lambda phase, size, ms: flops(phase, *size) / (ms * 1e-3) / 1e9  # noqa: E731
+    return bench
+
+
+def torch_peaks(args, size):
+    """PyTorch's peak memory (MiB) by phase of ROWS, each phase measured in
+    a fresh process (torch_peak_mib)."""
+    peak = {phase: json.loads(subprocess.run(
+        [sys.executable, __file__, "--bench", args.bench, "--device", args.device,
+         "--torch-threads", str(args.torch_threads),
+         "--peak-of", "x".join(map(str, size)) + ":" + phase],
+        check=True, capture_output=True, text=True).stdout) for phase in PHASES}
+    peak["fwd+bwd"] = max(peak.values())
+    return peak
+
+
+def float32_table(args, sizes, bench, module, rows):
+    """The float32 table: kdnn (the package's module, else the C++
+    benchmark's times) and its unfused path beside PyTorch."""
     print("| phase | B, H, S, Sk, D | kdnn device | kdnn call | kdnn bench | unfused bench "
           "| PyTorch device | PyTorch call | PyTorch / kdnn | kdnn GFLOP/s | PyTorch GFLOP/s "
           "| kdnn MiB | unfused MiB | PyTorch MiB |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    rows = []
     for size in sizes:
         reference = timed(F.scaled_dot_product_attention, size, args.device, args.repeats)
         kdnn = timed(module, size, args.device, args.repeats) if module else None
-        peak = {phase: json.loads(subprocess.run(
-            [sys.executable, __file__, "--bench", args.bench, "--device", args.device,
-             "--torch-threads", str(args.torch_threads),
-             "--peak-of", "x".join(map(str, size)) + ":" + phase],
-            check=True, capture_output=True, text=True).stdout) for phase in PHASES}
-        peak["fwd+bwd"] = max(peak.values())
+        peak = torch_peaks(args, size)
         for phase in ROWS:
             bench_ms, c = bench[("fused", phase, size)]
             mine, ref = kdnn[phase] if kdnn else bench_ms, reference[phase]
@@ -207,8 +218,8 @@ def main():
             u_mib = f"{unfused[1]['peak_MiB']:.0f}" if unfused else "-"
             print(f"| {phase} | {', '.join(map(str, size))} | {ms:.3f} | {call_cell(mine)} "
                   f"| {bench_ms:.3f} | {u_ms} | {ref.device_ms:.3f} | {ref.call_ms:.3f} "
-                  f"| {ref.device_ms / ms:.2f}x | {gf(phase, size, ms):.1f} "
-                  f"| {gf(phase, size, ref.device_ms):.1f} | {c['peak_MiB']:.0f} | {u_mib} "
+                  f"| {ref.device_ms / ms:.2f}x | {gflops(phase, size, ms):.1f} "
+                  f"| {gflops(phase, size, ref.device_ms):.1f} | {c['peak_MiB']:.0f} | {u_mib} "
                   f"| {peak[phase]:.0f} |")
             rows.append(result_rows.row("attention", "fused " + phase, size, mine,
                                         "PyTorch SDPA float32", ref, bench_ms=bench_ms))
@@ -221,7 +232,9 @@ def main():
                                             host_form[0], "PyTorch SDPA float32", ref,
                                             bench_ms=host_form[0]))
 
-    # float64: kdnn's fused attention against PyTorch's float64 SDPA.
+
+def float64_table(args, sizes, bench, module, rows):
+    """float64: kdnn's fused attention against PyTorch's float64 SDPA."""
     sizes64 = [s for s in sizes if s[2] <= args.f64_max_seq and ("fused64", "forward", s) in bench]
     if sizes64:
         print("\nfloat64:\n")
@@ -238,11 +251,28 @@ def main():
             ms = device_and_call(mine)[0]
             print(f"| {phase} | {', '.join(map(str, size))} | {ms:.3f} | {call_cell(mine)} "
                   f"| {bench_ms:.3f} | {ref.device_ms:.3f} | {ref.call_ms:.3f} "
-                  f"| {ref.device_ms / ms:.2f}x | {gf(phase, size, ms):.1f} "
-                  f"| {gf(phase, size, ref.device_ms):.1f} |")
+                  f"| {ref.device_ms / ms:.2f}x | {gflops(phase, size, ms):.1f} "
+                  f"| {gflops(phase, size, ref.device_ms):.1f} |")
             rows.append(result_rows.row("attention", "fused float64 " + phase, size, mine,
                                         "PyTorch SDPA float64", ref, dtype="float64",
                                         bench_ms=bench_ms))
+
+
+def main():
+    args = parse_args()
+    torch.set_num_threads(args.torch_threads)
+    if args.peak_of:
+        size, phase = args.peak_of.split(":")
+        print(json.dumps(torch_peak_mib(parse_sizes(size)[0], phase, args.device)))
+        return
+
+    sizes = parse_sizes(args.sizes)
+    bench = bench_times(args, sizes)
+    module = kdnn_attention(kdnn_package())
+    print(method_line(module, "PyTorch", "the unfused path"))
+    rows = []
+    float32_table(args, sizes, bench, module, rows)
+    float64_table(args, sizes, bench, module, rows)
     tf32_table(kdnn_package(), sizes, args.device, args.repeats, rows)
     result_rows.write(args.json, rows)
 
