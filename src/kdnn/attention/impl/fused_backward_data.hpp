@@ -49,11 +49,15 @@ struct FusedBackwardData {
   /// Pd and dS' (dS without the scale) of a pair from its score
   /// s = (scale·q)·k, ALiBi's `bias` and dPd = dO·v: P is 0 where the pair
   /// is hidden (whatever lse is), `keep` is dropout's test. With a score
-  /// cap, P is that of the capped score and dS' carries the cap's slope.
+  /// cap, P is that of the capped score and dS' carries the cap's slope;
+  /// `Capped` false: the caller knows there is no cap (the same results,
+  /// and a loop body without tanh's call, which a host compiler vectorises).
+  template <bool Capped = true>
   KOKKOS_FORCEINLINE_FUNCTION void grads(T s, T bias, T dpd, bool seen, bool keep, T row_lse,
                                          T row_delta, T& pd, T& ds) const {
-    T slope;
-    s = softcap(s, slope) + bias;
+    T slope = T(1);
+    if constexpr (Capped) s = softcap(s, slope);
+    s += bias;
     const T e = kdnn::impl::exp_vectorisable(s - row_lse);
     const T p = seen ? e : T(0);
     const T kept = keep ? keep_scale : T(0);
@@ -69,35 +73,46 @@ struct FusedBackwardData {
   /// Calls grads for every (row, column) pair of a tile through `sweep`
   /// (team_sweep with the tile's loop order), with dropout's test only
   /// when dropout is on and the mask's only when the tile is not
-  /// `unmasked` (every pair seen). at(r, c) gives the pair's s and dPd by
-  /// reference, which it overwrites with Pd and dS.
+  /// `unmasked` (every pair seen) and the cap's only with a cap. at(r, c)
+  /// gives the pair's s and dPd by reference, which it overwrites with Pd
+  /// and dS.
   template <class Sweep, class At>
   KOKKOS_INLINE_FUNCTION void tile_grads(const Sweep& sweep, int bh, int i0, int j0, bool unmasked,
                                          const int* first, const int* last, const T* row_lse,
                                          const T* row_delta, const At& at) const {
     const int S = int(q.extent(2)), Sk = int(k.extent(2));
     const AlibiRow<T> bias = alibi(bh);
-    const auto one = [&](int r, int c, bool keep, auto all_seen) {
+    const auto one = [&](int r, int c, bool keep, auto all_seen, auto capped) {
       const int j = j0 + c;
       T& s = at.s(r, c);
       T& dp = at.dp(r, c);
       T pd, ds;
       const bool seen = decltype(all_seen)::value || ((j >= first[r]) & (j < last[r]));
-      grads(s, bias(i0 + r, j), dp, seen, keep, row_lse[r], row_delta[r], pd, ds);
+      grads<decltype(capped)::value>(s, bias(i0 + r, j), dp, seen, keep, row_lse[r], row_delta[r],
+                                     pd, ds);
       s = pd;
       dp = ds;
     };
-    const auto each = [&](auto all_seen) {
+    const auto each = [&](auto all_seen, auto capped) {
       if (dropout.active) {
-        sweep([&](int r, int c) { one(r, c, dropout.keep(bh, i0 + r, j0 + c, S, Sk), all_seen); });
+        sweep([&](int r, int c) {
+          one(r, c, dropout.keep(bh, i0 + r, j0 + c, S, Sk), all_seen, capped);
+        });
       } else {
-        sweep([&](int r, int c) { one(r, c, true, all_seen); });
+        sweep([&](int r, int c) { one(r, c, true, all_seen, capped); });
+      }
+    };
+    const auto with_cap = [&](auto all_seen) {
+      if (softcap.cap != T(0)) {
+        each(all_seen, std::true_type{});
+      } else {
+        each(all_seen, std::false_type{});
       }
     };
     if (unmasked) {
-      each(std::true_type{});
+      with_cap(std::true_type{});
     } else {
-      each(std::false_type{});
+      with_cap(std::false_type{});
     }
   }
 

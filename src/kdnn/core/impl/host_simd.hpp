@@ -8,6 +8,11 @@
 //  * HostVector<T, Bytes>::type is Bytes of T as one vector value.
 //  * KDNN_IMPL_INDEPENDENT_ITERATIONS before a loop says that its
 //    iterations are independent (GCC's ivdep, Clang's assume_safety).
+//  * KDNN_IMPL_HOST_FLATTEN on a function inlines every call in it on a
+//    host (GCC's and Clang's flatten): an element loop whose body is a
+//    caller's lambda is vectorised only if the lambda is inlined, which a
+//    compiler may decline inside a large kernel (measured: the fused
+//    attention backward's per-pair lambda called out of line).
 //  * kHostGemmVectorBytes, the width of team_gemm's host tile vectors, is
 //    fixed when kdnn is configured (config.hpp: 32 if the library's flags
 //    enable AVX, else 16), never by the flags of the file that includes
@@ -24,6 +29,12 @@
 #define KDNN_IMPL_HOST_SIMD 0
 #endif
 
+#if KDNN_IMPL_HOST_SIMD
+#define KDNN_IMPL_HOST_FLATTEN __attribute__((flatten))
+#else
+#define KDNN_IMPL_HOST_FLATTEN
+#endif
+
 #if defined(__clang__)
 #define KDNN_IMPL_INDEPENDENT_ITERATIONS _Pragma("clang loop vectorize(assume_safety)")
 #elif defined(__GNUC__)
@@ -35,6 +46,9 @@
 namespace kdnn::impl {
 
 constexpr int kHostGemmVectorBytes = KDNN_HOST_GEMM_VECTOR_BYTES;
+/// Rows of team_gemm's host tile, fixed when kdnn is configured as the
+/// width is (config.hpp: 8 with AVX-512's 32 vector registers, else 4).
+constexpr int kHostGemmRows = KDNN_HOST_GEMM_ROWS;
 
 #if KDNN_IMPL_HOST_SIMD
 template <class T, int Bytes>

@@ -71,9 +71,10 @@ template <class ExecSpace, class T>
 struct GemmTile {
   static constexpr bool host = BackendTraits<ExecSpace>::is_host;
   static constexpr int simd_bytes = kHostGemmVectorBytes;  // host_simd.hpp
-  /// Rows and columns of one tile: 4 × two SIMD vectors on a host (8 or 12
-  /// accumulator registers of 16), 2×2 per lane on a GPU.
-  static constexpr int rows = host ? 4 : 2;
+  /// Rows and columns of one tile: 4 or 8 (kHostGemmRows) × two SIMD
+  /// vectors on a host (with each k block's partial sums, 16 of 16 vector
+  /// registers, or 32 of AVX-512's 32), 2×2 per lane on a GPU.
+  static constexpr int rows = host ? kHostGemmRows : 2;
   static constexpr int cols = host ? 2 * simd_bytes / int(sizeof(T)) : 2;
   /// What M and N must be multiples of.
   static constexpr int align = rows > cols ? rows : cols;

@@ -15,7 +15,8 @@
 namespace kdnn::impl {
 
 template <class ExecSpace, class Member, class F>
-KOKKOS_INLINE_FUNCTION void team_sweep(const Member& team, int outer, int inner, const F& f) {
+KDNN_IMPL_HOST_FLATTEN KOKKOS_INLINE_FUNCTION void team_sweep(const Member& team, int outer,
+                                                              int inner, const F& f) {
   if constexpr (BackendTraits<ExecSpace>::is_host) {
     if (team.team_size() == 1) {
       for (int o = 0; o < outer; ++o) {
