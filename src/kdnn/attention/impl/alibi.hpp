@@ -16,7 +16,7 @@
 #include <cstddef>
 #include <limits>
 
-#include "kdnn/attention/softmax.hpp"
+#include "kdnn/attention/types.hpp"
 #include "kdnn/core/error.hpp"
 
 namespace kdnn::attention::impl {

@@ -130,7 +130,10 @@ struct FusedBackwardData {
           first[r] = f, last[r] = e;
           row_lse[r] = r < rows ? lse(b, h, i0 + r) : T(0);
           row_delta[r] = r < rows ? delta(b, h, i0 + r) : T(0);
-          if ((f > j_lo ? f : j_lo) < (e < j_hi ? e : j_hi)) seen = 1;
+          // Every row gives 0 or 1: Max's identity (the least int) must not
+          // survive into `any` when no row sees a key.
+          const int hit = (f > j_lo ? f : j_lo) < (e < j_hi ? e : j_hi) ? 1 : 0;
+          seen = hit > seen ? hit : seen;
         },
         Kokkos::Max<int>(any));
   }
