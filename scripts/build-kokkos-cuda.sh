@@ -44,18 +44,8 @@ if [[ ${#need[@]} -gt 0 ]]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 
-# 2. Sources: only packages/kokkos and packages/kokkos-kernels of the tarball.
-mkdir -p "$work"
-cd "$work"
-if ! ls trilinos_*.orig.tar.* >/dev/null 2>&1; then
-  apt-get source --download-only trilinos 2>&1 | grep -v "^W: Download is performed unsandboxed" || true
-fi
-src=$(ls -d Trilinos-*/packages 2>/dev/null | head -n 1 || true)
-if [[ -z $src ]]; then
-  tar xf trilinos_*.orig.tar.* --wildcards '*/packages/kokkos/*' '*/packages/kokkos-kernels/*'
-  src=$(ls -d Trilinos-*/packages | head -n 1)
-fi
-src=$work/$src
+# 2. Sources (scripts/kokkos-sources.sh).
+src=$(bash "$repo/scripts/kokkos-sources.sh" "$work")
 
 # 3. Headers of another CUDA under /usr/local/include (searched by the host
 # compiler before /usr/include) would shadow the 11.8 ones: a directory of
