@@ -2,13 +2,14 @@
 # SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 """kdnn beside the current PyTorch (2.x, from PyPI) on the CPU, on the same
 cores with equal thread counts, in one process: every operator family's
-forward + backward (medians of --repeats runs, device_timing.py), each with
-its rate (GFLOP/s for the attention's products, GB/s for the memory-bound
-conv and SSD, counted as below), and the example model's training step
-(python/examples/train_hybrid.py, each side in its own process: time and
-the growth of peak memory) and that rate as a fraction of the
-machine's ceiling (perf_tests/machine_peak.cpp: the FMA peak, the copy
-bandwidth) on that many threads. One markdown table per thread count.
+forward + backward (medians of --repeats runs, timed and fed by each
+family's compare_*.py) with its rate (GFLOP/s for the attention's and the
+SSD's products, GB/s for the memory-bound conv, counted as below) and that
+rate as a fraction of the machine's ceiling on that many threads
+(perf_tests/machine_peak.cpp: the FMA peak, the copy bandwidth); then the
+example model's training step (python/examples/train_hybrid.py, each side
+in its own process: time and the growth of peak memory). One markdown
+table per thread count.
 
 Counted work: attention 4·B·H·S·Sk·D FLOP forward (half of it causal),
 2.5 times that backward; the SSD's chunk products, per chunk of Q steps
@@ -40,51 +41,39 @@ SSD = (2, 4096, 8, 64, 64, 64)  # B, L, H, P, N, chunk
 CONV = (4, 1024, 8192, 4)       # B, L, D, K
 
 
-def rows(kdnn, torch, F, repeats):
-    """(name, kdnn Times, PyTorch Times, rate unit, work of fwd+bwd) per row."""
-    from device_timing import forward_backward
+def fwd_bwd_ms(times):
+    """Forward + backward ms of a device_timing.forward_backward result."""
+    return times["forward"].device_ms + times["backward"].device_ms
 
-    def both(forward_kdnn, forward_torch, grad, leaves):
-        k = forward_backward("cpu", repeats, forward_kdnn, grad, leaves)
-        t = forward_backward("cpu", repeats, forward_torch, grad, leaves)
-        total = lambda d: d["forward"].device_ms + d["backward"].device_ms  # noqa: E731
-        return total(k), total(t)
+
+def rows(kdnn, torch, F, repeats):
+    """(name, kdnn ms, PyTorch ms, rate unit, work of fwd+bwd, ceiling) per
+    row, each timed by its family's compare_*.py (the same inputs)."""
+    import compare_fused_attention as attention
+    import compare_ssd as ssd
+    import compare_ssm_conv as conv
 
     out = []
     for B, H, S, D, causal, dtype in ATTENTION:
-        dt = getattr(torch, dtype)
-        g = torch.Generator().manual_seed(0)
-        q, k, v = (torch.randn(B, H, S, D, generator=g, dtype=dt).requires_grad_()
-                   for _ in range(3))
-        dout = torch.randn(B, H, S, D, generator=g, dtype=dt)
-        ms = both(lambda: kdnn.flash_attention(q, k, v, causal=causal),
-                  lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal), dout, (q, k, v))
+        size = (B, H, S, S, D)
+        ms = [fwd_bwd_ms(attention.timed(f, size, "cpu", repeats, getattr(torch, dtype))) for f in (
+            lambda q, k, v: kdnn.flash_attention(q, k, v, causal=causal),
+            lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal))]
         flops = 4.0 * B * H * S * S * D * (0.5 if causal else 1.0) * 3.5
         name = f"{'causal ' if causal else ''}attention {dtype} ({B}, {H}, {S}, {D})"
         out.append((name, *ms, "GFLOP/s", flops / 1e9, dtype))
 
-    sys.path.insert(0, os.path.join(HERE, "..", "unit_tests", "reference"))
-    from kdnn_reference.ssd import ssd_chunked
     Bb, L, H, P, N, Q = SSD
-    g = torch.Generator().manual_seed(0)
-    mk = lambda lo, hi, *s: (lo + (hi - lo) * torch.rand(*s, generator=g)).requires_grad_()  # noqa: E731
-    x, Bm, Cm = mk(-1, 1, Bb, L, H, P), mk(-1, 1, Bb, L, 1, N), mk(-1, 1, Bb, L, 1, N)
-    dtt, A, Dd = mk(0.001, 0.1, Bb, L, H), mk(-8, -1, H), mk(-1, 1, H)
-    dy = torch.rand(Bb, L, H, P, generator=g)
-    ms = both(lambda: kdnn.ssd(x, dtt, A, Bm, Cm, Dd, chunk_size=Q),
-              lambda: ssd_chunked(x, dtt, A, Bm, Cm, Q, Dd)[0], dy, (x, dtt, A, Bm, Cm, Dd))
+    ms = [fwd_bwd_ms(ssd.timed(f, SSD, "cpu", repeats)) for f in (ssd.kdnn_ssd(kdnn),
+                                                                    ssd.ssd_chunked)]
     chunks = Bb * L // Q
     ssd_flops = 3.0 * chunks * (2 * Q * Q * N + H * (2 * Q * Q * P + 4 * Q * N * P))
     out.append((f"SSD ({Bb}, {L}, {H}, {P}, N {N}, chunk {Q}) vs the chunked PyTorch form",
                 *ms, "GFLOP/s", ssd_flops / 1e9, "float32"))
 
     Bc, Lc, Dc, K = CONV
-    xc = torch.randn(Bc, Lc, Dc, generator=g).requires_grad_()
-    w, bias = torch.randn(Dc, K, generator=g).requires_grad_(), torch.randn(Dc, generator=g)
-    dyc = torch.randn(Bc, Lc, Dc, generator=g)
-    torch_conv = lambda: F.silu(F.conv1d(F.pad(xc.transpose(1, 2), (K - 1, 0)),  # noqa: E731
-                                         w.unsqueeze(1), bias, groups=Dc)).transpose(1, 2)
-    ms = both(lambda: kdnn.causal_conv1d(xc, w, bias, activation="silu"), torch_conv, dyc, (xc, w))
+    ms = [fwd_bwd_ms(conv.timed(f, CONV, "cpu", repeats)) for f in (conv.kdnn_conv(kdnn),
+                                                                      conv.conv)]
     out.append((f"conv + SiLU ({Bc}, {Lc}, {Dc}, K {K}) vs F.conv1d + F.silu", *ms, "GB/s",
                 4.0 * Bc * Lc * Dc * 5 / 1e9, "copy"))
     return out
