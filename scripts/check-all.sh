@@ -2,12 +2,15 @@
 # SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 # Everything CI checks, on a fresh Debian 12 machine (the README's test
 # command): the dependencies, the formatting, the `serial` preset's build,
-# clang-tidy and suite, the Python package's check, and the compile of every
-# target for CUDA (the `cuda-ci` preset: the corners of each form's size
-# lists, core/impl/forms.hpp). The CUDA toolchain and its Kokkos install
-# (scripts/build-kokkos-cuda.sh, mostly downloading) run beside the serial
-# stages. Prints each stage's wall time and each build's ten slowest
-# objects, and a summary at the end.
+# clang-tidy and suite, the Python package's check, the `openmp` preset's
+# build and suite (two threads), and the compile of every target for CUDA
+# (the `cuda-ci` preset: the corners of each form's size lists,
+# core/impl/forms.hpp). The OpenMP Kokkos (scripts/build-kokkos-openmp.sh),
+# then the CUDA toolchain and its Kokkos (scripts/build-kokkos-cuda.sh,
+# mostly downloading) are built beside the serial stages, one after the
+# other (they share the Kokkos sources and the package manager). Prints each
+# stage's wall time and each build's ten slowest objects, and a summary at
+# the end.
 #
 #   bash scripts/check-all.sh
 set -euo pipefail
@@ -39,8 +42,16 @@ slowest() {
 
 stage "dependencies" bash scripts/install-deps.sh
 mkdir -p build
+kokkos_openmp_log=build/kokkos-openmp.log
+kokkos_openmp_rc=build/kokkos-openmp.rc
 kokkos_cuda_log=build/kokkos-cuda.log
-bash scripts/build-kokkos-cuda.sh > "$kokkos_cuda_log" 2>&1 &
+rm -f "$kokkos_openmp_rc"
+(
+  rc=0
+  bash scripts/build-kokkos-openmp.sh > "$kokkos_openmp_log" 2>&1 || rc=$?
+  echo "$rc" > "$kokkos_openmp_rc"
+  exec bash scripts/build-kokkos-cuda.sh > "$kokkos_cuda_log" 2>&1
+) &
 kokkos_cuda=$!
 
 stage "format" bash scripts/check-format.sh
@@ -50,6 +61,24 @@ slowest build/serial
 stage "serial: clang-tidy" bash scripts/check-tidy.sh
 stage "serial: tests" ctest --preset serial -j "$(nproc)"
 stage "python" bash scripts/check-python.sh --reuse-build build/serial
+
+wait_kokkos_openmp() {
+  while [[ ! -f $kokkos_openmp_rc ]]; do
+    if ! kill -0 "$kokkos_cuda" 2>/dev/null; then break; fi
+    sleep 5
+  done
+  if [[ $(cat "$kokkos_openmp_rc" 2>/dev/null) != 0 ]]; then
+    cat "$kokkos_openmp_log" >&2
+    echo "check-all: scripts/build-kokkos-openmp.sh failed (above)" >&2
+    return 1
+  fi
+  tail -n 1 "$kokkos_openmp_log"
+}
+stage "openmp: Kokkos (waited for)" wait_kokkos_openmp
+stage "openmp: configure" cmake --preset openmp
+stage "openmp: build" cmake --build build/openmp
+slowest build/openmp
+stage "openmp: tests" ctest --preset openmp -j "$(nproc)"
 
 wait_kokkos_cuda() {
   if ! wait "$kokkos_cuda"; then

@@ -3,16 +3,20 @@
 // thread runs an operator over and over on its own inputs, and every result
 // must equal, bitwise, what the same call gives when it runs alone. The
 // operators are those whose kernels use team scratch and reductions, which
-// Kokkos keeps per backend or per instance.
+// Kokkos keeps per backend or per instance. The last test calls from a thread
+// that has done nothing with Kokkos before.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <cstddef>
+#include <exception>
 #include <initializer_list>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "kdnn/attention/fused_attention.hpp"
+#include "kdnn/core/impl/openmp_thread_pool.hpp"
 #include "kdnn/sinkhorn/sinkhorn.hpp"
 #include "kdnn/ssm/causal_conv1d.hpp"
 #include "kdnn/ssm/ssd.hpp"
@@ -37,6 +41,11 @@ int mismatches_under_threads(const Run& run) {
   std::vector<std::thread> pool;
   for (int t = 0; t < kThreads; ++t) {
     pool.emplace_back([&, t] {
+      // The calls' inputs and outputs are made on the thread: on Kokkos 3.4's
+      // OpenMP backend, a thread needs a pool of its own for that (kdnn's
+      // calls make it themselves; a View made before the first call needs it
+      // first).
+      kdnn::impl::ensure_openmp_pool_on_this_thread();
       ++ready;
       while (ready.load() < kThreads) std::this_thread::yield();  // start together
       for (int r = 0; r < kRepeats; ++r) {
@@ -174,6 +183,35 @@ TYPED_TEST(ConcurrentCalls, SsdForwardAndBackward) {
   };
   EXPECT_EQ(mismatches_under_threads(call), 0)
       << "of " << kThreads * kRepeats << " concurrent calls";
+}
+
+TEST(ConcurrentCalls, FromAThreadThatNeverUsedKokkos) {
+  // Inputs and outputs made here; the new thread only calls kdnn (on Kokkos
+  // 3.4's OpenMP backend, such a thread has no thread pool until kdnn gives
+  // it one).
+  const int batch = 8, n = 12;
+  const std::size_t size = std::size_t(batch) * n * n;
+  const auto X = to_device<double***>(uniform(size, -2.0, 2.0, 7), batch, n, n);
+  const auto G = to_device<double***>(normal(size, 8), batch, n, n);
+  DeviceView<double***> R("R", batch, n, n), dX("dX", batch, n, n);
+  DeviceView<double***> R_here("R_here", batch, n, n), dX_here("dX_here", batch, n, n);
+  const auto call = [&](const DeviceView<double***>& r, const DeviceView<double***>& dx) {
+    kdnn::sinkhorn::forward(Space(), X, r, {20});
+    kdnn::sinkhorn::backward(Space(), r, G, dx);
+    Space().fence();
+  };
+  std::string error;
+  std::thread([&] {
+    try {
+      call(R, dX);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }).join();
+  ASSERT_EQ(error, "");
+  call(R_here, dX_here);
+  EXPECT_EQ(to_host(R), to_host(R_here));
+  EXPECT_EQ(to_host(dX), to_host(dX_here));
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
-// The per-backend locks of core/impl/space_lock.hpp, defined once so that
+// The per-backend locks of core/impl/space_mutex.hpp, defined once so that
 // every piece of a program that calls kdnn shares them.
-#include "kdnn/core/impl/space_lock.hpp"
+#include "kdnn/core/impl/space_mutex.hpp"
 
 #include <map>
 #include <mutex>

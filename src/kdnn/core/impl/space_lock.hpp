@@ -10,14 +10,17 @@
 // turns and each gives what it gives alone. One thread pays one uncontended
 // lock per call. The lock is recursive, as an operator may call another
 // (the attention layer its Linear), and it is one per type rather than per
-// instance because Kokkos 3.4's host instances share their buffers.
+// instance because Kokkos 3.4's host instances share their buffers. On
+// Kokkos 3.4's OpenMP backend the lock also gives a calling thread that has
+// no thread pool its own (core/impl/openmp_thread_pool.hpp).
+#include <Kokkos_Core.hpp>
 #include <mutex>
+#include <type_traits>
+
+#include "kdnn/core/impl/openmp_thread_pool.hpp"
+#include "kdnn/core/impl/space_mutex.hpp"
 
 namespace kdnn::impl {
-
-/// The process's lock for execution spaces whose type's name() is
-/// `space_name` (one definition, in libkdnn).
-std::recursive_mutex& space_mutex(const char* space_name);
 
 /// Holds the lock of `space`'s type for its lifetime; a context-parallel
 /// operator releases it while it waits on MPI (another thread's call on
@@ -25,7 +28,11 @@ std::recursive_mutex& space_mutex(const char* space_name);
 class SpaceLock {
  public:
   template <class ExecSpace>
-  explicit SpaceLock(const ExecSpace&) : lock_(space_mutex(ExecSpace::name())) {}
+  explicit SpaceLock(const ExecSpace&) : lock_(space_mutex(ExecSpace::name())) {
+#if defined(KOKKOS_ENABLE_OPENMP)
+    if constexpr (std::is_same_v<ExecSpace, Kokkos::OpenMP>) ensure_openmp_pool_on_this_thread();
+#endif
+  }
 
   /// Runs `wait()` (a blocking wait on something other than this backend)
   /// with the lock released, and takes it again.
