@@ -2,10 +2,10 @@
 # SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 # Everything CI checks, on a fresh Debian 12 machine (the README's test
 # command): the dependencies, the formatting, the `serial` preset's build,
-# clang-tidy and suite, the Python package's check, the `openmp` preset's
-# build and suite (two threads), and the compile of every target for CUDA
-# (the `cuda-ci` preset: the corners of each form's size lists,
-# core/impl/forms.hpp). The OpenMP Kokkos (scripts/build-kokkos-openmp.sh),
+# clang-tidy and suite, the Python package's check, the whole suite again on
+# OpenMP with two threads (the `openmp` preset), and the compile of every
+# target for CUDA (the `cuda-ci` preset: the corners of each form's size
+# lists, core/impl/forms.hpp). The OpenMP Kokkos (scripts/build-kokkos-openmp.sh),
 # then the CUDA toolchain and its Kokkos (scripts/build-kokkos-cuda.sh,
 # mostly downloading) are built beside the serial stages, one after the
 # other (they share the Kokkos sources and the package manager). Prints each
@@ -75,7 +75,8 @@ wait_kokkos_openmp() {
   tail -n 1 "$kokkos_openmp_log"
 }
 stage "openmp: Kokkos (waited for)" wait_kokkos_openmp
-stage "openmp: configure" cmake --preset openmp
+# The benchmarks are left out here: the serial build compiles them.
+stage "openmp: configure" cmake --preset openmp -Dkdnn_ENABLE_BENCHMARK=OFF
 stage "openmp: build" cmake --build build/openmp
 slowest build/openmp
 stage "openmp: tests" ctest --preset openmp -j "$(nproc)"
