@@ -3,7 +3,8 @@
 # Everything CI checks, on a fresh Debian 12 machine (the README's test
 # command): the dependencies, the formatting, the `serial` preset's build,
 # clang-tidy and suite, the Python package's check, the whole suite again on
-# OpenMP with two threads (the `openmp` preset), and the compile of every
+# OpenMP with two threads (the `openmp-ci` preset: the forms' size lists cut
+# to their corners, as below), and the compile of every
 # target for CUDA (the `cuda-ci` preset: the corners of each form's size
 # lists, core/impl/forms.hpp). The OpenMP Kokkos (scripts/build-kokkos-openmp.sh),
 # then the CUDA toolchain and its Kokkos (scripts/build-kokkos-cuda.sh,
@@ -75,11 +76,10 @@ wait_kokkos_openmp() {
   tail -n 1 "$kokkos_openmp_log"
 }
 stage "openmp: Kokkos (waited for)" wait_kokkos_openmp
-# The benchmarks are left out here: the serial build compiles them.
-stage "openmp: configure" cmake --preset openmp -Dkdnn_ENABLE_BENCHMARK=OFF
-stage "openmp: build" cmake --build build/openmp
-slowest build/openmp
-stage "openmp: tests" ctest --preset openmp -j "$(nproc)"
+stage "openmp: configure" cmake --preset openmp-ci
+stage "openmp: build" cmake --build build/openmp-ci
+slowest build/openmp-ci
+stage "openmp: tests" ctest --preset openmp-ci -j "$(nproc)"
 
 wait_kokkos_cuda() {
   if ! wait "$kokkos_cuda"; then

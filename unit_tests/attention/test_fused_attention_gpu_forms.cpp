@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "all_sizes.hpp"
 #include "allclose.hpp"
 #include "allocation_counter.hpp"
 #include "central_differences.hpp"
@@ -42,6 +43,7 @@ TYPED_TEST_SUITE(FusedAttention, Types);
 // fits a CUDA team's 48 KiB of level 0 for every pair of them, so on a GPU
 // they never take a team workspace.
 TEST(FusedAttentionGpuForm, RunsForTheCompiledHeadSizesWithinOnChipScratch) {
+  KDNN_TEST_NEEDS_ALL_SIZES();
   using kdnn::KernelForm;
   const bool gpu = !kdnn::impl::BackendTraits<Space>::is_host;
   const bool tensor_cores = kdnn::impl::has_tensor_cores(Space());
@@ -142,6 +144,7 @@ TEST(FusedAttentionGpuForm, RunsForTheCompiledHeadSizesWithinOnChipScratch) {
 // grouped-query heads and dropout, and the columns of o, dq, dk and dv past
 // the call's own (the rest of wider tensors) keep their values.
 TYPED_TEST(FusedAttention, HeadSizesBetweenCompiledOnesRoundUpOnTheGpuForms) {
+  KDNN_TEST_NEEDS_ALL_SIZES();
   using T = TypeParam;
   using kdnn::KernelForm;
   unsigned seed = 700;

@@ -15,6 +15,7 @@
 #include <tuple>
 #include <vector>
 
+#include "all_sizes.hpp"
 #include "fused_case.hpp"
 #include "kdnn/attention/fused_attention.hpp"
 #include "kdnn/attention/impl/fused_attention_impl.hpp"
@@ -142,6 +143,7 @@ double max_diff(const std::vector<double>& a, const std::vector<double>& b) {
 }
 
 TEST(FusedAttentionMma, Float32WithThreeTf32KeepsFloat32Accuracy) {
+  KDNN_TEST_NEEDS_ALL_SIZES();
   unsigned seed = 1;
   for (const FusedCase& c : mma_cases()) {
     SCOPED_TRACE(c.name);

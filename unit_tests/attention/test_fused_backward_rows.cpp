@@ -15,25 +15,25 @@
 
 namespace {
 
-using Space = Kokkos::DefaultHostExecutionSpace;
-using Data = kdnn::attention::impl::FusedBackwardData<Space, float>;
+using HostExec = Kokkos::DefaultHostExecutionSpace;
+using Data = kdnn::attention::impl::FusedBackwardData<HostExec, float>;
 
 /// `any` of load_rows for query rows [i0, i0 + rows) and keys [j_lo, j_hi)
 /// of a causal mask over S queries and keys, with first/last checked.
 int rows_see_keys(int S, int i0, int rows, int j_lo, int j_hi) {
-  Kokkos::View<float***, Space> lse("lse", 1, 1, S), delta("delta", 1, 1, S);
-  kdnn::attention::AttentionMask<Space> mask;
+  Kokkos::View<float***, HostExec> lse("lse", 1, 1, S), delta("delta", 1, 1, S);
+  kdnn::attention::AttentionMask<HostExec> mask;
   mask.causal = true;
   Data data;
   data.lse = lse, data.delta = delta;
-  data.visible = kdnn::attention::impl::VisibleKeys<Space>(mask, S, S);
+  data.visible = kdnn::attention::impl::VisibleKeys<HostExec>(mask, S, S);
   data.bq = rows;
-  Kokkos::View<int*, Space> first("first", rows), last("last", rows);
-  Kokkos::View<float*, Space> row_lse("row_lse", rows), row_delta("row_delta", rows);
+  Kokkos::View<int*, HostExec> first("first", rows), last("last", rows);
+  Kokkos::View<float*, HostExec> row_lse("row_lse", rows), row_delta("row_delta", rows);
   int any = -1;
   Kokkos::parallel_reduce(
-      Kokkos::TeamPolicy<Space>(1, 1),
-      KOKKOS_LAMBDA(const Kokkos::TeamPolicy<Space>::member_type& team, int& out) {
+      Kokkos::TeamPolicy<HostExec>(1, 1),
+      KOKKOS_LAMBDA(const Kokkos::TeamPolicy<HostExec>::member_type& team, int& out) {
         int seen = 0;
         data.load_rows(team, 0, 0, i0, rows, first.data(), last.data(), row_lse.data(),
                        row_delta.data(), j_lo, j_hi, seen);

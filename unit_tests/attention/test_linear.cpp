@@ -22,7 +22,7 @@ using Types = ::testing::Types<float, double>;
 TYPED_TEST_SUITE(Linear, Types);
 
 template <class T>
-double tol() {
+double linear_tol() {
   return sizeof(T) == 8 ? 1e-13 : 1e-5;
 }
 
@@ -63,7 +63,7 @@ TYPED_TEST(Linear, ForwardMatchesDoubleLoops) {
     DeviceView<T*> b = bias ? to_device<T*>(p.b, p.out) : DeviceView<T*>();
     at::linear_forward(Space(), to_device<T***>(p.x, p.B, p.S, p.in),
                        to_device<T**>(p.W, p.out, p.in), b, y);
-    EXPECT_LT(rel_error(to_host(y), ref_forward(p, bias)), tol<T>()) << "bias=" << bias;
+    EXPECT_LT(rel_error(to_host(y), ref_forward(p, bias)), linear_tol<T>()) << "bias=" << bias;
   }
 }
 
@@ -89,9 +89,9 @@ TYPED_TEST(Linear, BackwardMatchesDoubleLoopsInBothModes) {
   auto dWv = to_device<T**>(nan_W, p.out, p.in);
   auto dbv = to_device<T*>(nan_b, p.out);
   at::linear_backward(Space(), x, W, dy, dX, dWv, dbv, at::WgradMode::set);
-  EXPECT_LT(rel_error(to_host(dX), dx), tol<T>());
-  EXPECT_LT(rel_error(to_host(dWv), dW), tol<T>());
-  EXPECT_LT(rel_error(to_host(dbv), db), tol<T>());
+  EXPECT_LT(rel_error(to_host(dX), dx), linear_tol<T>());
+  EXPECT_LT(rel_error(to_host(dWv), dW), linear_tol<T>());
+  EXPECT_LT(rel_error(to_host(dbv), db), linear_tol<T>());
 
   const auto W0 = normal(p.W.size(), 30), b0 = normal(p.out, 31);
   dWv = to_device<T**>(W0, p.out, p.in);
@@ -99,8 +99,8 @@ TYPED_TEST(Linear, BackwardMatchesDoubleLoopsInBothModes) {
   at::linear_backward(Space(), x, W, dy, DeviceView<T***>(), dWv, dbv, at::WgradMode::add);
   for (std::size_t k = 0; k < dW.size(); ++k) dW[k] += W0[k];
   for (int o = 0; o < p.out; ++o) db[o] += b0[o];
-  EXPECT_LT(rel_error(to_host(dWv), dW), tol<T>());
-  EXPECT_LT(rel_error(to_host(dbv), db), tol<T>());
+  EXPECT_LT(rel_error(to_host(dWv), dW), linear_tol<T>());
+  EXPECT_LT(rel_error(to_host(dbv), db), linear_tol<T>());
 }
 
 TEST(Linear, BackwardMatchesFiniteDifferences) {

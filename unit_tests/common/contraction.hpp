@@ -6,7 +6,9 @@
 // can still round differently (one contracted, the other not), and the
 // tests that expect bitwise equality of two such host kernels expect it only
 // where the build does not contract. kdnn and its tests are compiled with
-// the same flags, so the test files' compiler decides as the library's does.
+// the same flags (the tests' -O1 keeps GCC's contraction pass:
+// kdnn_TEST_CODE_FLAGS), so the test files' compiler decides as the
+// library's does.
 
 namespace kdnn_test {
 

@@ -21,6 +21,7 @@
 #include <cstring>
 #include <limits>
 
+#include "all_sizes.hpp"
 #include "contraction.hpp"
 #include "kdnn/core/impl/backend_traits.hpp"
 #include "kdnn/sinkhorn/impl/sinkhorn_impl.hpp"
@@ -149,6 +150,7 @@ TYPED_TEST(SinkhornGpuForm, MasksAndHugeValuesMatchHostForm) {
 // takes the thread forms); other n (and the automatic form on a host) take
 // the generic kernels, still correct.
 TYPED_TEST(SinkhornGpuForm, DispatchesOnlyTheCompiledSizes) {
+  KDNN_TEST_NEEDS_ALL_SIZES();
   using T = TypeParam;
   for (int n : {1, 2, 3, 4, 5, 8, 16, 31, 32}) {
     const int batch = 3, iters = 20;
@@ -183,6 +185,7 @@ TYPED_TEST(SinkhornGpuForm, DispatchesOnlyTheCompiledSizes) {
 // MasksAndHugeValuesMatchHostForm and BackwardMatchesHostForm check what
 // they compute.
 TEST(SinkhornGpuForm, ThreadFormRunsForTheSmallSizes) {
+  KDNN_TEST_NEEDS_ALL_SIZES();
   for (int n : {1, 2, 3, 4, 5, 8}) {
     for (auto form : {kdnn::KernelForm::gpu, kdnn::KernelForm::automatic, kdnn::KernelForm::host}) {
       kdnn::Launch launch;

@@ -28,7 +28,7 @@ namespace ssm = kdnn::ssm;
 
 enum Given : unsigned { kBias = 1, kInit = 2, kDfinal = 4, kAll = 7 };
 
-ConvCase make_case(ConvShape s, unsigned given, bool silu, unsigned seed) {
+ConvCase make_conv_case(ConvShape s, unsigned given, bool silu, unsigned seed) {
   ConvCase a;
   a.s = s;
   a.silu = silu;
@@ -62,7 +62,7 @@ struct ConvViews {
   }
 };
 
-ssm::CausalConv1dOptions options(bool silu, kdnn::KernelForm form) {
+ssm::CausalConv1dOptions conv_options(bool silu, kdnn::KernelForm form) {
   ssm::CausalConv1dOptions o;
   o.silu = silu;
   o.launch.form = form;
@@ -70,8 +70,8 @@ ssm::CausalConv1dOptions options(bool silu, kdnn::KernelForm form) {
 }
 
 template <class T>
-ssm_ref::ConvForwardResult run_forward(const ConvCase& a,
-                                       kdnn::KernelForm form = kdnn::KernelForm::automatic) {
+ssm_ref::ConvForwardResult run_conv_forward(const ConvCase& a,
+                                            kdnn::KernelForm form = kdnn::KernelForm::automatic) {
   const auto& s = a.s;
   ConvViews<T> v(a);
   DeviceView<T***> y("y", s.B, s.L, s.C), fin("final", s.B, s.K - 1, s.C);
@@ -82,14 +82,14 @@ ssm_ref::ConvForwardResult run_forward(const ConvCase& a,
   args.initial_state = v.init;
   args.y = y;
   args.final_state = fin;
-  ssm::causal_conv1d_forward(Space(), args, options(a.silu, form));
+  ssm::causal_conv1d_forward(Space(), args, conv_options(a.silu, form));
   return {to_host(y), to_host(fin)};
 }
 
 template <class T>
-ssm_ref::ConvBackwardResult run_backward(const ConvCase& a, bool want_dbias = true,
-                                         bool want_dinit = true,
-                                         kdnn::KernelForm form = kdnn::KernelForm::automatic) {
+ssm_ref::ConvBackwardResult run_conv_backward(const ConvCase& a, bool want_dbias = true,
+                                              bool want_dinit = true,
+                                              kdnn::KernelForm form = kdnn::KernelForm::automatic) {
   const auto& s = a.s;
   ConvViews<T> v(a);
   DeviceView<T***> dx("dx", s.B, s.L, s.C), dinit;
@@ -109,13 +109,13 @@ ssm_ref::ConvBackwardResult run_backward(const ConvCase& a, bool want_dbias = tr
   args.dw = dw;
   args.dbias = dbias;
   args.dinitial_state = dinit;
-  ssm::causal_conv1d_backward(Space(), args, options(a.silu, form));
+  ssm::causal_conv1d_backward(Space(), args, conv_options(a.silu, form));
   return {to_host(dx), to_host(dw), want_dbias ? to_host(dbias) : Vec{},
           want_dinit ? to_host(dinit) : Vec{}};
 }
 
 template <class T>
-constexpr double tol() {
+constexpr double conv_tol() {
   return sizeof(T) == 4 ? 2e-5 : 1e-12;
 }
 
@@ -142,14 +142,14 @@ TYPED_TEST(CausalConv1d, ForwardMatchesDoubleLoops) {
   for (const ConvShape& s : kShapes) {
     for (unsigned given : {0u, unsigned(kAll)}) {
       for (bool silu : {true, false}) {
-        const ConvCase a = make_case(s, given, silu, seed += 10);
+        const ConvCase a = make_conv_case(s, given, silu, seed += 10);
         const auto expected = ssm_ref::conv_forward(a);
         for (const auto form : kForms) {
           SCOPED_TRACE(::testing::Message()
                        << "B=" << s.B << " L=" << s.L << " C=" << s.C << " K=" << s.K
                        << " given=" << given << " silu=" << silu << " " << form_name(form));
-          const auto actual = run_forward<T>(a, form);
-          EXPECT_ALLCLOSE(actual.y, expected.y, tol<T>(), tol<T>());
+          const auto actual = run_conv_forward<T>(a, form);
+          EXPECT_ALLCLOSE(actual.y, expected.y, conv_tol<T>(), conv_tol<T>());
           Vec copied;  // the final state copies inputs: exact in T
           for (double v : expected.final_state) copied.push_back(double(T(v)));
           EXPECT_ALLCLOSE(actual.final_state, copied, 0, 0);
@@ -165,19 +165,19 @@ TYPED_TEST(CausalConv1d, BackwardMatchesDoubleLoops) {
   for (const ConvShape& s : kShapes) {
     for (unsigned given : {0u, unsigned(kBias), unsigned(kAll)}) {
       for (bool silu : {true, false}) {
-        const ConvCase a = make_case(s, given, silu, seed += 10);
+        const ConvCase a = make_conv_case(s, given, silu, seed += 10);
         const auto expected = ssm_ref::conv_backward(a);
         for (const auto form : kForms) {
           SCOPED_TRACE(::testing::Message()
                        << "B=" << s.B << " L=" << s.L << " C=" << s.C << " K=" << s.K
                        << " given=" << given << " silu=" << silu << " " << form_name(form));
-          const auto actual = run_backward<T>(a, true, true, form);
+          const auto actual = run_conv_backward<T>(a, true, true, form);
           // dw and dbias sum over B·L terms of size ~1.
-          const double sum_tol = tol<T>() * std::sqrt(double(s.B * s.L) + 1);
-          EXPECT_ALLCLOSE(actual.dx, expected.dx, tol<T>(), tol<T>());
-          EXPECT_ALLCLOSE(actual.dw, expected.dw, tol<T>(), sum_tol);
-          EXPECT_ALLCLOSE(actual.dbias, expected.dbias, tol<T>(), sum_tol);
-          EXPECT_ALLCLOSE(actual.dinit, expected.dinit, tol<T>(), tol<T>());
+          const double sum_tol = conv_tol<T>() * std::sqrt(double(s.B * s.L) + 1);
+          EXPECT_ALLCLOSE(actual.dx, expected.dx, conv_tol<T>(), conv_tol<T>());
+          EXPECT_ALLCLOSE(actual.dw, expected.dw, conv_tol<T>(), sum_tol);
+          EXPECT_ALLCLOSE(actual.dbias, expected.dbias, conv_tol<T>(), sum_tol);
+          EXPECT_ALLCLOSE(actual.dinit, expected.dinit, conv_tol<T>(), conv_tol<T>());
         }
       }
     }
@@ -196,10 +196,11 @@ TYPED_TEST(CausalConv1d, RegisterFormMatchesTheTiledForm) {
        {ConvShape{2, 200, 33, 3}, ConvShape{3, 70, 130, 2}, ConvShape{2, 37, 5, 4}}) {
     for (bool silu : {true, false}) {
       SCOPED_TRACE(::testing::Message() << "K=" << s.K << " silu=" << silu);
-      const ConvCase a = make_case(s, kAll, silu, seed += 10);
+      const ConvCase a = make_conv_case(s, kAll, silu, seed += 10);
       const auto host = kdnn::KernelForm::host, gpu = kdnn::KernelForm::gpu;
-      EXPECT_ALLCLOSE(run_forward<T>(a, gpu).y, run_forward<T>(a, host).y, exact, exact);
-      const auto g = run_backward<T>(a, true, true, gpu), h = run_backward<T>(a, true, true, host);
+      EXPECT_ALLCLOSE(run_conv_forward<T>(a, gpu).y, run_conv_forward<T>(a, host).y, exact, exact);
+      const auto g = run_conv_backward<T>(a, true, true, gpu),
+                 h = run_conv_backward<T>(a, true, true, host);
       EXPECT_ALLCLOSE(g.dx, h.dx, exact, exact);
       EXPECT_ALLCLOSE(g.dinit, h.dinit, exact, exact);
       const double sums = 64 * std::numeric_limits<T>::epsilon() * std::sqrt(double(s.B * s.L));
@@ -211,9 +212,9 @@ TYPED_TEST(CausalConv1d, RegisterFormMatchesTheTiledForm) {
 
 TYPED_TEST(CausalConv1d, OptionalGradientsMayBeLeftOut) {
   using T = TypeParam;
-  const ConvCase a = make_case({2, 40, 6, 4}, kAll, true, 77);
-  const auto all = run_backward<T>(a);
-  const auto some = run_backward<T>(a, false, false);
+  const ConvCase a = make_conv_case({2, 40, 6, 4}, kAll, true, 77);
+  const auto all = run_conv_backward<T>(a);
+  const auto some = run_conv_backward<T>(a, false, false);
   EXPECT_EQ(some.dx, all.dx);
   EXPECT_EQ(some.dw, all.dw);
 }
@@ -249,11 +250,11 @@ TEST(CausalConv1dGradient, ReferenceAndKdnnMatchFiniteDifferences) {
   for (int K : {1, 2, 4, 7}) {
     for (bool silu : {true, false}) {
       SCOPED_TRACE(::testing::Message() << "K=" << K << " silu=" << silu);
-      const ConvCase a = make_case({2, 9, 3, K}, kAll, silu, 900 + K);
+      const ConvCase a = make_conv_case({2, 9, 3, K}, kAll, silu, 900 + K);
       const auto ref = ssm_ref::conv_backward(a);
-      const auto got = run_backward<double>(a);
+      const auto got = run_conv_backward<double>(a);
       const auto ref_forward = [](const ConvCase& c) { return ssm_ref::conv_forward(c); };
-      const auto kdnn_forward = [](const ConvCase& c) { return run_forward<double>(c); };
+      const auto kdnn_forward = [](const ConvCase& c) { return run_conv_forward<double>(c); };
       check_directional(a, &ConvCase::x, ref.dx, ref_forward, 1e-7, "reference dx");
       check_directional(a, &ConvCase::x, got.dx, kdnn_forward, 1e-7, "kdnn dx");
       check_directional(a, &ConvCase::w, got.dw, kdnn_forward, 1e-7, "kdnn dw");
@@ -269,17 +270,17 @@ TEST(CausalConv1dGradient, ReferenceAndKdnnMatchFiniteDifferences) {
 TEST(CausalConv1dEdges, EmptyBatchAndSequence) {
   // B = 0: nothing to compute. L = 0: y empty, final = initial state, dw = 0.
   for (const ConvShape& s : {ConvShape{0, 5, 3, 4}, ConvShape{2, 0, 3, 4}}) {
-    const ConvCase a = make_case(s, kAll, true, 31);
-    const auto f = run_forward<double>(a);
+    const ConvCase a = make_conv_case(s, kAll, true, 31);
+    const auto f = run_conv_forward<double>(a);
     EXPECT_EQ(f.final_state, ssm_ref::conv_forward(a).final_state);
-    const auto g = run_backward<double>(a);
+    const auto g = run_conv_backward<double>(a);
     EXPECT_EQ(g.dw, Vec(std::size_t(s.C) * s.K, 0.0));
     EXPECT_EQ(g.dinit, ssm_ref::conv_backward(a).dinit);  // = dfinal when L = 0
   }
 }
 
 TEST(CausalConv1dErrors, BadArgumentsNameTheArgument) {
-  const ConvCase a = make_case({2, 6, 3, 4}, kAll, true, 5);
+  const ConvCase a = make_conv_case({2, 6, 3, 4}, kAll, true, 5);
   ConvViews<double> v(a);
   DeviceView<double***> y("y", 2, 6, 3);
   ssm::ConvForward<double, Space> f;

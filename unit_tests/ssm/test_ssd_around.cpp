@@ -50,7 +50,7 @@ struct AroundCase {
   Around what;
 };
 
-AroundCase make_case(SsdShape s, const Around& what, unsigned seed) {
+AroundCase make_around_case(SsdShape s, const Around& what, unsigned seed) {
   AroundCase c;
   c.what = what;
   SsdCase& a = c.a;
@@ -134,7 +134,7 @@ Expected expected(const AroundCase& c) {
   return e;
 }
 
-ssm::SsdOptions options(const Around& what, int chunk, kdnn::KernelForm form) {
+ssm::SsdOptions around_options(const Around& what, int chunk, kdnn::KernelForm form) {
   ssm::SsdOptions o;
   o.chunk = chunk;
   o.launch.form = form;
@@ -157,7 +157,8 @@ struct Forward {
 /// ssd_forward through `run` (the single-rank operator unless given), with
 /// y_ungated kept when `keep` (and z given).
 template <class T, class Run>
-Forward run_forward(const Views<T>& v, const ssm::SsdOptions& opts, bool keep, const Run& run) {
+Forward run_around_forward(const Views<T>& v, const ssm::SsdOptions& opts, bool keep,
+                           const Run& run) {
   ssm::SsdForward<T, Space> args;
   v.set_inputs(args);
   const auto y = v.like_x("y"), yu = v.like_x("y_ungated");
@@ -173,8 +174,8 @@ struct Backward {
 };
 
 template <class T, class Run>
-Backward run_backward(const Views<T>& v, const ssm::SsdOptions& opts,
-                      const DeviceView<T****>& y_ungated, const Run& run) {
+Backward run_around_backward(const Views<T>& v, const ssm::SsdOptions& opts,
+                             const DeviceView<T****>& y_ungated, const Run& run) {
   const auto& s = v.s;
   ssm::SsdBackward<T, Space> args;
   v.set_inputs(args);
@@ -209,13 +210,13 @@ struct SingleRank {
 };
 
 template <class T>
-constexpr double tol() {
+constexpr double around_tol() {
   return sizeof(T) == 4 ? 1e-4 : 1e-11;
 }
 
 template <class T>
 double sum_tol(double terms) {
-  return tol<T>() * std::sqrt(terms + 1);
+  return around_tol<T>() * std::sqrt(terms + 1);
 }
 
 const Around kRequests[] = {
@@ -242,7 +243,7 @@ TYPED_TEST(SsdAround, IsTheScanOfTheTransformedStepsThenTheGate) {
   unsigned seed = 7000;
   for (const Config& cfg : configs) {
     for (const Around& what : kRequests) {
-      const AroundCase c = make_case(cfg.s, what, seed += 20);
+      const AroundCase c = make_around_case(cfg.s, what, seed += 20);
       const Expected e = expected(c);
       const Views<T> v(c);
       const auto& s = cfg.s;
@@ -250,33 +251,33 @@ TYPED_TEST(SsdAround, IsTheScanOfTheTransformedStepsThenTheGate) {
            {kdnn::KernelForm::host, kdnn::KernelForm::gpu, kdnn::KernelForm::tensor_cores}) {
         SCOPED_TRACE(what.name() + " P=" + std::to_string(s.P) + " form " +
                      std::to_string(int(form)));
-        const auto opts = options(what, cfg.chunk, form);
-        const auto f = run_forward(v, opts, what.gate, SingleRank());
+        const auto opts = around_options(what, cfg.chunk, form);
+        const auto f = run_around_forward(v, opts, what.gate, SingleRank());
         const double atol = sum_tol<T>(4.0 * s.N);
-        EXPECT_ALLCLOSE(f.y, e.y, tol<T>(), atol) << "y";
-        EXPECT_ALLCLOSE(f.final_state, e.final_state, tol<T>(), atol) << "final state";
+        EXPECT_ALLCLOSE(f.y, e.y, around_tol<T>(), atol) << "y";
+        EXPECT_ALLCLOSE(f.final_state, e.final_state, around_tol<T>(), atol) << "final state";
         if (what.gate) {
-          EXPECT_ALLCLOSE(f.y_ungated, e.y_ungated, tol<T>(), atol) << "y_ungated";
+          EXPECT_ALLCLOSE(f.y_ungated, e.y_ungated, around_tol<T>(), atol) << "y_ungated";
         }
 
         // The backward from the forward's y_ungated, and recomputing it: the
         // same values bitwise (the same kernels on the same operands).
         DeviceView<T****> kept;
         if (what.gate) kept = to_device<T****>(f.y_ungated, s.B, s.L, s.H, s.P);
-        const auto b = run_backward(v, opts, kept, SingleRank());
+        const auto b = run_around_backward(v, opts, kept, SingleRank());
         const double step = sum_tol<T>(4.0 * s.P * s.N);
         const double param = sum_tol<T>(4.0 * s.P * s.N * s.B * s.L);
-        EXPECT_ALLCLOSE(b.dx, e.g.dx, tol<T>(), step) << "dx";
-        EXPECT_ALLCLOSE(b.ddt, e.g.ddt, tol<T>(), step) << "ddt";
-        EXPECT_ALLCLOSE(b.dB, e.g.dB, tol<T>(), step * s.H) << "dB";
-        EXPECT_ALLCLOSE(b.dC, e.g.dC, tol<T>(), step * s.H) << "dC";
-        EXPECT_ALLCLOSE(b.dA, e.g.dA, tol<T>(), param) << "dA";
-        EXPECT_ALLCLOSE(b.dD, e.g.dD, tol<T>(), param) << "dD";
-        EXPECT_ALLCLOSE(b.dinit, e.g.dinit, tol<T>(), step) << "dinit";
-        EXPECT_ALLCLOSE(b.ddt_bias, e.ddt_bias, tol<T>(), param) << "ddt_bias";
-        EXPECT_ALLCLOSE(b.dz, e.dz, tol<T>(), step) << "dz";
+        EXPECT_ALLCLOSE(b.dx, e.g.dx, around_tol<T>(), step) << "dx";
+        EXPECT_ALLCLOSE(b.ddt, e.g.ddt, around_tol<T>(), step) << "ddt";
+        EXPECT_ALLCLOSE(b.dB, e.g.dB, around_tol<T>(), step * s.H) << "dB";
+        EXPECT_ALLCLOSE(b.dC, e.g.dC, around_tol<T>(), step * s.H) << "dC";
+        EXPECT_ALLCLOSE(b.dA, e.g.dA, around_tol<T>(), param) << "dA";
+        EXPECT_ALLCLOSE(b.dD, e.g.dD, around_tol<T>(), param) << "dD";
+        EXPECT_ALLCLOSE(b.dinit, e.g.dinit, around_tol<T>(), step) << "dinit";
+        EXPECT_ALLCLOSE(b.ddt_bias, e.ddt_bias, around_tol<T>(), param) << "ddt_bias";
+        EXPECT_ALLCLOSE(b.dz, e.dz, around_tol<T>(), step) << "dz";
         if (what.gate) {
-          const auto recomputed = run_backward(v, opts, DeviceView<T****>(), SingleRank());
+          const auto recomputed = run_around_backward(v, opts, DeviceView<T****>(), SingleRank());
           EXPECT_EQ(recomputed.dx, b.dx);
           EXPECT_EQ(recomputed.ddt, b.ddt);
           EXPECT_EQ(recomputed.dz, b.dz);
@@ -290,8 +291,8 @@ TYPED_TEST(SsdAround, IsTheScanOfTheTransformedStepsThenTheGate) {
 /// Σ y·dy + Σ final·dfinal of kdnn's double forward.
 double loss(const AroundCase& c, int chunk) {
   const Views<double> v(c);
-  const auto f =
-      run_forward(v, options(c.what, chunk, kdnn::KernelForm::automatic), false, SingleRank());
+  const auto f = run_around_forward(v, around_options(c.what, chunk, kdnn::KernelForm::automatic),
+                                    false, SingleRank());
   double l = 0;
   for (std::size_t i = 0; i < f.y.size(); ++i) l += f.y[i] * c.a.dy[i];
   for (std::size_t i = 0; i < f.final_state.size(); ++i) l += f.final_state[i] * c.a.dfinal[i];
@@ -302,10 +303,10 @@ TEST(SsdAroundGradient, MatchesFiniteDifferencesOfItsForward) {
   const int chunk = 8;
   for (const Around& what : kRequests) {
     SCOPED_TRACE(what.name());
-    const AroundCase c = make_case({2, 23, 4, 5, 2, 3}, what, 9100);
+    const AroundCase c = make_around_case({2, 23, 4, 5, 2, 3}, what, 9100);
     const Views<double> v(c);
-    const auto g = run_backward(v, options(what, chunk, kdnn::KernelForm::automatic),
-                                DeviceView<double****>(), SingleRank());
+    const auto g = run_around_backward(v, around_options(what, chunk, kdnn::KernelForm::automatic),
+                                       DeviceView<double****>(), SingleRank());
     struct Input {
       Vec AroundCase::*field;
       Vec SsdCase::*case_field;
@@ -339,14 +340,14 @@ TEST(SsdAroundGradient, MatchesFiniteDifferencesOfItsForward) {
 TEST(SsdAroundErrors, BadArgumentsAreNamed) {
   using T = double;
   const SsdShape s{1, 6, 2, 3, 1, 2};
-  const AroundCase c = make_case(s, {true, 0, kInf, true, true}, 11);
+  const AroundCase c = make_around_case(s, {true, 0, kInf, true, true}, 11);
   const Views<T> v(c);
   const auto fwd =
       [&](const std::function<void(ssm::SsdForward<T, Space>&, ssm::SsdOptions&)>& edit) {
         ssm::SsdForward<T, Space> args;
         v.set_inputs(args);
         args.y = v.like_x("y");
-        ssm::SsdOptions opts = options(c.what, 4, kdnn::KernelForm::automatic);
+        ssm::SsdOptions opts = around_options(c.what, 4, kdnn::KernelForm::automatic);
         edit(args, opts);
         ssm::ssd_forward(Space(), args, opts);
       };
@@ -378,8 +379,9 @@ TEST(SsdAroundErrors, BadArgumentsAreNamed) {
   ssm::SsdForward<T, Space> plain;
   v.set_inputs(plain);
   plain.y = v.like_x("y");
-  EXPECT_KDNN_ERROR(ssm::ssd_diag(Space(), plain, options(c.what, 4, kdnn::KernelForm::host)),
-                    "ssm::ssd_diag: opts.dt_softplus=1");
+  EXPECT_KDNN_ERROR(
+      ssm::ssd_diag(Space(), plain, around_options(c.what, 4, kdnn::KernelForm::host)),
+      "ssm::ssd_diag: opts.dt_softplus=1");
   EXPECT_KDNN_ERROR(ssm::ssd_diag(Space(), plain, ssm::SsdOptions()),
                     "dt_bias or z is given, expected neither");
 
@@ -393,7 +395,7 @@ TEST(SsdAroundErrors, BadArgumentsAreNamed) {
     args.dB = DeviceView<T****>("dB", s.B, s.L, s.G, s.N);
     args.dC = DeviceView<T****>("dC", s.B, s.L, s.G, s.N);
     edit(args);
-    ssm::ssd_backward(Space(), args, options(c.what, 4, kdnn::KernelForm::automatic));
+    ssm::ssd_backward(Space(), args, around_options(c.what, 4, kdnn::KernelForm::automatic));
   };
   EXPECT_KDNN_ERROR(bwd([](auto& a) { a.dz = {}; }), "dz has extent(0)=0, expected 1");
   EXPECT_KDNN_ERROR(bwd([](auto& a) {

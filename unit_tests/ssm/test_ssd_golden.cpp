@@ -31,7 +31,7 @@ namespace ssm = kdnn::ssm;
 /// size ~1 per output, more for dA and dD); double: only the order of the
 /// operations differs from PyTorch's.
 template <class T>
-constexpr double tol() {
+constexpr double ssd_golden_tol() {
   return sizeof(T) == 4 ? 2e-4 : 1e-11;
 }
 
@@ -128,8 +128,8 @@ void check_ssd(const std::string& name) {
   fa.x = x, fa.dt = dt, fa.A = A, fa.B = Bm, fa.C = Cm, fa.D = D, fa.initial_state = init;
   fa.y = y, fa.final_state = fin;
   ssm::ssd_forward(Space(), fa, opts);
-  EXPECT_ALLCLOSE(to_host(y), g.y, tol<T>(), tol<T>());
-  EXPECT_ALLCLOSE(to_host(fin), g.final_state, tol<T>(), tol<T>());
+  EXPECT_ALLCLOSE(to_host(y), g.y, ssd_golden_tol<T>(), ssd_golden_tol<T>());
+  EXPECT_ALLCLOSE(to_host(fin), g.final_state, ssd_golden_tol<T>(), ssd_golden_tol<T>());
 
   DeviceView<T****> dx("dx", B, L, H, P), dB("dB", B, L, G, N), dC("dC", B, L, G, N);
   DeviceView<T***> ddt("ddt", B, L, H);
@@ -140,16 +140,16 @@ void check_ssd(const std::string& name) {
   ba.dx = dx, ba.ddt = ddt, ba.dA = dA, ba.dB = dB, ba.dC = dC, ba.dD = dD;
   ba.dinitial_state = dinit;
   ssm::ssd_backward(Space(), ba, opts);
-  EXPECT_ALLCLOSE(to_host(dx), g.dx, tol<T>(), tol<T>());
-  EXPECT_ALLCLOSE(to_host(ddt), g.ddt, tol<T>(), tol<T>());
-  EXPECT_ALLCLOSE(to_host(dA), g.da, tol<T>(), tol<T>());
-  EXPECT_ALLCLOSE(to_host(dB), g.db, tol<T>(), tol<T>());
-  EXPECT_ALLCLOSE(to_host(dC), g.dc, tol<T>(), tol<T>());
+  EXPECT_ALLCLOSE(to_host(dx), g.dx, ssd_golden_tol<T>(), ssd_golden_tol<T>());
+  EXPECT_ALLCLOSE(to_host(ddt), g.ddt, ssd_golden_tol<T>(), ssd_golden_tol<T>());
+  EXPECT_ALLCLOSE(to_host(dA), g.da, ssd_golden_tol<T>(), ssd_golden_tol<T>());
+  EXPECT_ALLCLOSE(to_host(dB), g.db, ssd_golden_tol<T>(), ssd_golden_tol<T>());
+  EXPECT_ALLCLOSE(to_host(dC), g.dc, ssd_golden_tol<T>(), ssd_golden_tol<T>());
   if (g.has_d) {
-    EXPECT_ALLCLOSE(to_host(dD), g.dd, tol<T>(), tol<T>());
+    EXPECT_ALLCLOSE(to_host(dD), g.dd, ssd_golden_tol<T>(), ssd_golden_tol<T>());
   }
   if (g.has_init) {
-    EXPECT_ALLCLOSE(to_host(dinit), g.dinit, tol<T>(), tol<T>());
+    EXPECT_ALLCLOSE(to_host(dinit), g.dinit, ssd_golden_tol<T>(), ssd_golden_tol<T>());
   }
 }
 

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "all_sizes.hpp"
 #include "allclose.hpp"
 #include "kdnn/ssm/ssd.hpp"
 #include "ssd_reference.hpp"
@@ -60,6 +61,7 @@ TYPED_TEST(Ssd, GpuLaunchPastLevelZeroMatchesTheHostLaunch) {
 // The GPU forms of the chunk kernels (P, N in {64, 128}, Q <= 256;
 // ssd_gpu_chunks.hpp) run where the launch asks for them, and only there.
 TEST(SsdGpuForm, RunsForItsSizesWithinOnChipScratch) {
+  KDNN_TEST_NEEDS_ALL_SIZES();
   namespace impl = ssm::impl;
   const bool gpu = !kdnn::impl::BackendTraits<Space>::is_host;
   kdnn::Launch launch;

@@ -44,7 +44,7 @@ Vec packed_ids(const std::vector<std::vector<int>>& lengths) {
   return seq;
 }
 
-SsdCase make_case(SsdShape s, const Vec& seq, unsigned seed) {
+SsdCase make_seq_idx_case(SsdShape s, const Vec& seq, unsigned seed) {
   SsdCase a;
   a.s = s;
   const std::size_t nx = std::size_t(s.B) * s.L * s.H * s.P;
@@ -96,7 +96,7 @@ TYPED_TEST(SsdSeqIdx, MatchesTheRecurrenceResetAtEachStart) {
   unsigned seed = 4100;
   for (const Packed& c : packed_cases()) {
     const SsdShape& s = c.s;
-    const SsdCase a = make_case(s, packed_ids(c.lengths), seed += 10);
+    const SsdCase a = make_seq_idx_case(s, packed_ids(c.lengths), seed += 10);
     for (const auto form : c.forms) {
       SCOPED_TRACE(::testing::Message() << "L=" << s.L << " P=" << s.P << " N=" << s.N
                                         << " Q=" << c.chunk << " form " << int(form));
@@ -136,7 +136,7 @@ TYPED_TEST(SsdSeqIdx, NoDecayCrossesAStart) {
   const SsdShape s{2, 70, 2, 64, 1, 64};
   const int first = 21;  // the first sequence: 21 steps, across a chunk edge
   const Vec seq = packed_ids({{first, 13, 36}, {first, 49}});
-  SsdCase a = make_case(s, seq, 4300);
+  SsdCase a = make_seq_idx_case(s, seq, 4300);
   const SsdCase changed = perturb_first_steps(a, first, 3.0);
   for (const auto form :
        {kdnn::KernelForm::host, kdnn::KernelForm::gpu, kdnn::KernelForm::tensor_cores}) {
@@ -179,7 +179,7 @@ TYPED_TEST(SsdSeqIdx, NoDecayCrossesAStart) {
 TEST(SsdSeqIdxErrors, ShapeIsChecked) {
   using T = double;
   const SsdShape s{2, 6, 2, 3, 1, 4};
-  SsdCase a = make_case(s, {}, 1);
+  SsdCase a = make_seq_idx_case(s, {}, 1);
   SsdViews<T> v(a);
   DeviceView<T****> y("y", s.B, s.L, s.H, s.P);
   ssm::SsdForward<T, Space> args;

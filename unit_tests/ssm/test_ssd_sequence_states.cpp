@@ -98,7 +98,7 @@ Result run(const SsdCase& a, const Vec& cu, int chunk, kdnn::KernelForm form) {
   return {to_host(y), to_host(fin), to_host(states)};
 }
 
-struct Packed {
+struct PackedStates {
   SsdShape s;
   int chunk;
   std::vector<kdnn::KernelForm> forms;
@@ -107,7 +107,7 @@ struct Packed {
 
 /// Sequences ending inside chunks and on their edges, of 0, 1, Q − 1, Q,
 /// Q + 1 and several chunks of steps, a sequence first and last.
-std::vector<Packed> packed_cases() {
+std::vector<PackedStates> packed_state_cases() {
   const auto host = kdnn::KernelForm::host, gpu = kdnn::KernelForm::gpu,
              tc = kdnn::KernelForm::tensor_cores;
   return {
@@ -127,7 +127,7 @@ TYPED_TEST_SUITE(SsdSequenceStates, Types);
 TYPED_TEST(SsdSequenceStates, EqualTheRecurrenceAfterEachSequence) {
   using T = TypeParam;
   unsigned seed = 5200;
-  for (const Packed& c : packed_cases()) {
+  for (const PackedStates& c : packed_state_cases()) {
     for (const bool with_init : {false, true}) {
       const SsdCase a = packed_case(c.s, c.lengths, with_init, seed += 10);
       const Vec cu = offsets_of(c.lengths);

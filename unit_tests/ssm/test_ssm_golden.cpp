@@ -40,7 +40,7 @@ namespace ssm = kdnn::ssm;
 /// dbias and ddt_bias), so 1e-5 relative and absolute; double only differs
 /// from PyTorch in the order of its operations.
 template <class T>
-constexpr double tol() {
+constexpr double ssm_golden_tol() {
   return sizeof(T) == 4 ? 1e-5 : 1e-12;
 }
 
@@ -155,8 +155,9 @@ void check_conv(const std::string& name) {
   fa.y = y;
   fa.final_state = fin;
   ssm::causal_conv1d_forward(Space(), fa, opts);
-  EXPECT_ALLCLOSE(to_host(y), g.y, tol<T>(), tol<T>());
-  EXPECT_ALLCLOSE(to_host(fin), g.final_state, tol<T>(), tol<T>());  // copies of inputs
+  EXPECT_ALLCLOSE(to_host(y), g.y, ssm_golden_tol<T>(), ssm_golden_tol<T>());
+  EXPECT_ALLCLOSE(to_host(fin), g.final_state, ssm_golden_tol<T>(),
+                  ssm_golden_tol<T>());  // copies of inputs
 
   DeviceView<T***> dx("dx", B, L, C), dinit;
   DeviceView<T**> dw("dw", C, K);
@@ -175,13 +176,13 @@ void check_conv(const std::string& name) {
   ba.dbias = dbias;
   ba.dinitial_state = dinit;
   ssm::causal_conv1d_backward(Space(), ba, opts);
-  EXPECT_ALLCLOSE(to_host(dx), g.dx, tol<T>(), tol<T>());
-  EXPECT_ALLCLOSE(to_host(dw), g.dw, tol<T>(), tol<T>());
+  EXPECT_ALLCLOSE(to_host(dx), g.dx, ssm_golden_tol<T>(), ssm_golden_tol<T>());
+  EXPECT_ALLCLOSE(to_host(dw), g.dw, ssm_golden_tol<T>(), ssm_golden_tol<T>());
   if (g.has_bias) {
-    EXPECT_ALLCLOSE(to_host(dbias), g.dbias, tol<T>(), tol<T>());
+    EXPECT_ALLCLOSE(to_host(dbias), g.dbias, ssm_golden_tol<T>(), ssm_golden_tol<T>());
   }
   if (g.has_init) {
-    EXPECT_ALLCLOSE(to_host(dinit), g.dinit, tol<T>(), tol<T>());
+    EXPECT_ALLCLOSE(to_host(dinit), g.dinit, ssm_golden_tol<T>(), ssm_golden_tol<T>());
   }
 }
 
@@ -239,9 +240,9 @@ void check_dt(const std::string& name) {
   DeviceView<T*> ddt_bias("ddt_bias", H);
   ssm::dt_softplus_forward(Space(), dt, bias, out, g.opts);
   ssm::dt_softplus_backward(Space(), dt, bias, ddt_out, ddt, ddt_bias, g.opts);
-  EXPECT_ALLCLOSE(to_host(out), g.dt_out, tol<T>(), tol<T>());
-  EXPECT_ALLCLOSE(to_host(ddt), g.ddt, tol<T>(), tol<T>());
-  EXPECT_ALLCLOSE(to_host(ddt_bias), g.ddt_bias, tol<T>(), tol<T>());
+  EXPECT_ALLCLOSE(to_host(out), g.dt_out, ssm_golden_tol<T>(), ssm_golden_tol<T>());
+  EXPECT_ALLCLOSE(to_host(ddt), g.ddt, ssm_golden_tol<T>(), ssm_golden_tol<T>());
+  EXPECT_ALLCLOSE(to_host(ddt_bias), g.ddt_bias, ssm_golden_tol<T>(), ssm_golden_tol<T>());
 }
 
 const char* const dt_cases[] = {"noclamp", "clamp"};

@@ -15,6 +15,7 @@
 // between element by element; pad rows and columns of the tiles hold zeros.
 #include <Kokkos_Core.hpp>
 #include <cstdint>
+#include <type_traits>
 
 #include "kdnn/attention/impl/fused_forward_rules.hpp"
 #include "kdnn/attention/impl/row_blocks.hpp"
@@ -151,19 +152,30 @@ struct FusedForwardKernel : FusedForwardData<ExecSpace, T> {
     // until the rescale factors replace them).
     Kokkos::parallel_for(Kokkos::TeamVectorRange(team, bq), [&](int r) { w.alpha[r] = w.m[r]; });
     team.team_barrier();
-    if (unmasked) {
-      kdnn::impl::team_sweep<ExecSpace>(team, cols, bq, [&](int c, int r) {
-        T& x = w.st[c * bq + r];
-        x = this->score(x, true, bias, i0 + r, j0 + c);
-        w.alpha[r] = x > w.alpha[r] ? x : w.alpha[r];
-      });
+    // The cap's test is taken out of the loops (without a cap, no call to
+    // tanh in them), so that a host vectorises them.
+    const auto scores = [&](auto capped) {
+      using Capped = decltype(capped);
+      if (unmasked) {
+        kdnn::impl::team_sweep<ExecSpace>(team, cols, bq, [&](int c, int r) {
+          T& x = w.st[c * bq + r];
+          x = this->template score<Capped::value>(x, true, bias, i0 + r, j0 + c);
+          w.alpha[r] = x > w.alpha[r] ? x : w.alpha[r];
+        });
+      } else {
+        kdnn::impl::team_sweep<ExecSpace>(team, cols, bq, [&](int c, int r) {
+          const int j = j0 + c;
+          T& x = w.st[c * bq + r];
+          x = this->template score<Capped::value>(x, (j >= w.first[r]) & (j < w.last[r]), bias,
+                                                  i0 + r, j);
+          w.alpha[r] = x > w.alpha[r] ? x : w.alpha[r];
+        });
+      }
+    };
+    if (this->softcap.cap != T(0)) {
+      scores(std::true_type{});
     } else {
-      kdnn::impl::team_sweep<ExecSpace>(team, cols, bq, [&](int c, int r) {
-        const int j = j0 + c;
-        T& x = w.st[c * bq + r];
-        x = this->score(x, (j >= w.first[r]) & (j < w.last[r]), bias, i0 + r, j);
-        w.alpha[r] = x > w.alpha[r] ? x : w.alpha[r];
-      });
+      scores(std::false_type{});
     }
     team.team_barrier();
     Kokkos::parallel_for(Kokkos::TeamVectorRange(team, bq), [&](int r) {

@@ -97,8 +97,11 @@ struct FusedForwardData {
 
   /// The score of query i and key j from the scaled product x: capped,
   /// plus ALiBi's bias; −inf where the mask hides the pair (seen false).
+  /// Capped = false skips the cap's test, for callers that know it is off.
+  template <bool Capped = true>
   KOKKOS_FORCEINLINE_FUNCTION T score(T x, bool seen, const AlibiRow<T>& bias, int i, int j) const {
-    return seen ? softcap(x) + bias(i, j) : neg_inf;
+    if constexpr (Capped) x = softcap(x);
+    return seen ? x + bias(i, j) : neg_inf;
   }
 
   /// α = e^{m − m'}, which rescales a row's sums when its running maximum m
