@@ -13,7 +13,10 @@ packages=(
   g++ cmake ninja-build
   libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev
   liblapack-dev libblas-dev  # named by Debian's Kokkos Kernels CMake target, not pulled in
-  libopenblas0-pthread  # becomes libblas.so.3 (alternatives): Kokkos Kernels' GEMMs reach OpenBLAS
+  # becomes libblas.so.3 (alternatives): Kokkos Kernels' GEMMs reach OpenBLAS. Its OpenMP
+  # build, so that with an OpenMP Kokkos the GEMMs run on the same thread pool (its
+  # pthread build keeps a second pool that spins beside Kokkos' threads).
+  libopenblas0-openmp
   libopenmpi-dev openmpi-bin
   libgtest-dev libbenchmark-dev
   libcli11-dev  # the kdnn tool's option parsing
