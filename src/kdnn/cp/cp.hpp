@@ -6,5 +6,6 @@
 #include "kdnn/cp/conv_dt.hpp"
 #include "kdnn/cp/halo_plan.hpp"
 #include "kdnn/cp/sequence_layout.hpp"
+#include "kdnn/cp/sequence_shards.hpp"
 #include "kdnn/cp/sequence_split.hpp"
 #include "kdnn/cp/ssd.hpp"

@@ -123,6 +123,24 @@ class SequenceLayout {
     return out;
   }
 
+  /// A 64-bit hash of every rank's segments (FNV-1a), for checking that the
+  /// ranks of a call were given the same layout without sending it.
+  std::int64_t fingerprint() const {
+    std::uint64_t h = 1469598103934665603ull;
+    const auto mix = [&h](std::int64_t v) {
+      for (int i = 0; i < 8; ++i) {
+        h ^= std::uint64_t(v >> (8 * i)) & 0xffu;
+        h *= 1099511628211ull;
+      }
+    };
+    mix(ranks());
+    for (const auto& list : per_rank_) {
+      mix(std::int64_t(list.size()));
+      for (const Segment& s : list) mix(s.begin), mix(s.end);
+    }
+    return std::int64_t(h);
+  }
+
   bool operator==(const SequenceLayout& o) const { return per_rank_ == o.per_rank_; }
   bool operator!=(const SequenceLayout& o) const { return !(*this == o); }
 
