@@ -56,11 +56,10 @@ def start_peak_memory():
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
-        hwm = status_kib("VmHWM") is not None
-    except OSError:
-        hwm = False
-    if hwm:
         before = status_kib("VmHWM")
+    except OSError:
+        before = None
+    if before is not None:
         return lambda: (status_kib("VmHWM") - before) / 1024
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return lambda: (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024

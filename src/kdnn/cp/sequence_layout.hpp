@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "kdnn/core/error.hpp"
+#include "kdnn/core/impl/fingerprint.hpp"
 
 namespace kdnn::cp {
 
@@ -95,8 +96,9 @@ class SequenceLayout {
     for (const Segment& s : segments(r)) n += s.steps();
     return n;
   }
-  /// Whether every rank holds one segment and rank r's precedes rank r+1's
-  /// (the split of cp::HaloPlan and of the calls without a layout).
+  /// Whether the ranks' segments, read rank after rank and each rank's in
+  /// its order, are the sequence in order (the split of cp::HaloPlan and of
+  /// the calls without a layout).
   bool is_contiguous() const {
     std::int64_t at = 0;
     for (const auto& list : per_rank_) {
@@ -123,17 +125,12 @@ class SequenceLayout {
     return out;
   }
 
-  /// A 64-bit hash of every rank's segments (FNV-1a), for checking that the
-  /// ranks of a call were given the same layout without sending it.
+  /// A 64-bit hash of every rank's segments (chained through the mix of
+  /// core/impl/fingerprint.hpp), for checking that the ranks of a call were
+  /// given the same layout without sending it.
   std::int64_t fingerprint() const {
-    std::uint64_t h = 1469598103934665603ull;
-    const auto mix = [&h](std::int64_t v) {
-      for (int i = 0; i < 8; ++i) {
-        h ^= std::uint64_t(v >> (8 * i)) & 0xffu;
-        h *= 1099511628211ull;
-      }
-    };
-    mix(ranks());
+    std::uint64_t h = kdnn::impl::mix64(std::uint64_t(ranks()));
+    const auto mix = [&h](std::int64_t v) { h = kdnn::impl::mix64(h + std::uint64_t(v) + 1); };
     for (const auto& list : per_rank_) {
       mix(std::int64_t(list.size()));
       for (const Segment& s : list) mix(s.begin), mix(s.end);

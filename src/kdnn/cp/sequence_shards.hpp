@@ -6,6 +6,8 @@
 // holding its segments one after another.
 //  * shard(space, layout, rank, global, local): local = that rank's steps of
 //    global. Local (no communication); asynchronous on `space`.
+// Both may be called from several threads (the space's lock, core/impl/
+// space_lock.hpp, around their kernels).
 //  * gather(space, comm, layout, local, global): global = every rank's part
 //    in its place, on every rank. Collective over `comm` (of layout.ranks()
 //    ranks): the parts travel in one MPI_Allgatherv, through host memory.
@@ -23,6 +25,8 @@
 #include <vector>
 
 #include "kdnn/core/error.hpp"
+#include "kdnn/core/impl/space_lock.hpp"
+#include "kdnn/core/validate.hpp"
 #include "kdnn/cp/agree.hpp"
 #include "kdnn/cp/impl/mpi_memory.hpp"
 #include "kdnn/cp/sequence_layout.hpp"
@@ -71,19 +75,10 @@ template <class Global, class Part>
 void check_part(const char* op, const char* name, const Global& global, const Part& part,
                 std::int64_t S, std::int64_t steps) {
   static_assert(unsigned(Global::rank) == unsigned(Part::rank), "global and local of one rank");
-  if (std::int64_t(global.extent(1)) != S) {
-    fail(op, ": global has extent(1)=", global.extent(1), ", expected ", S,
-         " (the layout's sequence length)");
-  }
-  if (std::int64_t(part.extent(1)) != steps) {
-    fail(op, ": ", name, " has extent(1)=", part.extent(1), ", expected ", steps,
-         " (the steps the layout gives this rank)");
-  }
-  for (unsigned d = 0; d < unsigned(Global::rank); ++d) {
-    if (d != 1 && part.extent(d) != global.extent(d)) {
-      fail(op, ": ", name, " has extent(", d, ")=", part.extent(d), ", expected ", global.extent(d),
-           " (global's)");
-    }
+  validate::extent(op, "global", global, 1, std::size_t(S), "the layout's sequence length");
+  validate::extent(op, name, part, 1, std::size_t(steps), "the steps the layout gives this rank");
+  for (int d = 0; d < int(Global::rank); ++d) {
+    if (d != 1) validate::extent(op, name, part, d, global.extent(d), "global's");
   }
 }
 
@@ -97,9 +92,10 @@ void shard(const ExecSpace& space, const SequenceLayout& layout, int rank, const
     fail(op, ": rank=", rank, ", expected 0 <= rank < ", layout.ranks(), " (the layout's ranks)");
   }
   impl::check_part(op, "local", global, local, layout.length(), layout.local_steps(rank));
+  kdnn::impl::SpaceLock hold(space);
   std::int64_t at = 0;
   for (const Segment& s : layout.segments(rank)) {
-    if (s.steps() > 0 && local.extent(0) > 0) {
+    if (s.steps() > 0) {
       Kokkos::deep_copy(space, impl::sequence_steps(local, at, at + s.steps()),
                         impl::sequence_steps(global, s.begin, s.end));
     }
@@ -133,10 +129,15 @@ void gather(const ExecSpace& space, MPI_Comm comm, const SequenceLayout& layout,
                      {Field{"layout", layout.fingerprint(), Field::same_values}, Field{"B", B},
                       Field{"the elements of a step", row},
                       Field{"global", std::int64_t(sizeof(T)), Field::same_dtype}});
-  // This rank's part, contiguous and on the host.
+  // This rank's part, contiguous and on the host. The space's lock is held
+  // for its kernels only, not while the ranks exchange.
   auto packed = impl::contiguous_like<typename ExecSpace::memory_space>(local, "kdnn::cp::gather");
-  Kokkos::deep_copy(space, packed, local);
-  auto mine = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), packed);
+  typename decltype(packed)::HostMirror mine;
+  {
+    kdnn::impl::SpaceLock hold(space);
+    Kokkos::deep_copy(space, packed, local);
+    mine = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), packed);
+  }
   std::vector<int> counts(static_cast<std::size_t>(size)), starts(static_cast<std::size_t>(size));
   for (int r = 0, at = 0; r < size; ++r) {
     counts[std::size_t(r)] = int(B * layout.local_steps(r) * row);
@@ -157,6 +158,7 @@ void gather(const ExecSpace& space, MPI_Comm comm, const SequenceLayout& layout,
                   std::size_t(p.global.steps() * row) * sizeof(T));
     }
   }
+  kdnn::impl::SpaceLock hold(space);
   auto device = Kokkos::create_mirror_view_and_copy(typename ExecSpace::memory_space(), whole);
   Kokkos::deep_copy(space, global, device);
   space.fence();
