@@ -12,6 +12,7 @@
 #include "kdnn/cp/cp.hpp"
 #include "kdnn/ssm/ssm.hpp"
 #include "rank_splits.hpp"
+#include "test_layouts.hpp"
 #include "views.hpp"
 
 namespace kdnn_test {
@@ -48,21 +49,26 @@ struct Result {
   Vec y, final_state, dt_out, dx, dw, dbias, dinit, ddt, ddt_bias;
 };
 
-/// The run on this rank's steps [first, first + n) (first = 0, n = L and
-/// `comm` = null: the single-rank operators on the whole sequence), with
-/// `plan` if given (over `comm`). Rank 0 holds the initial state and its
-/// gradient; every rank asks for its final state, the last rank gets
-/// d(final state).
+/// The run on this rank's local steps, its `segments` of the whole
+/// sequence (one segment [0, L) and `comm` = null: the single-rank operators
+/// on the whole sequence), with `plan` if given (over `comm`; without one,
+/// the segment is the rank's of a contiguous split). Rank 0 holds the
+/// initial state and its gradient; every rank asks for its final state,
+/// `dfinal_here` gets d(final state).
 template <class T>
-Result run(const Problem& p, int first, int n, MPI_Comm comm, cp::HaloStats* fwd = nullptr,
-           cp::HaloStats* bwd = nullptr, const cp::HaloPlan* plan = nullptr) {
+Result run_segments(const Problem& p, const std::vector<cp::Segment>& segments, MPI_Comm comm,
+                    bool dfinal_here, cp::HaloStats* fwd = nullptr, cp::HaloStats* bwd = nullptr,
+                    const cp::HaloPlan* plan = nullptr) {
   const bool single = comm == MPI_COMM_NULL;
-  const int rank = single ? 0 : comm_rank(), last = single ? 0 : comm_size() - 1;
+  const int rank = single ? 0 : comm_rank();
   const int B = p.B, C = p.C, K = p.K, H = p.H;
-  const auto x = to_device<T***>(slice(p.x, B, p.L, C, first, n), B, n, C);
-  const auto dy = to_device<T***>(slice(p.dy, B, p.L, C, first, n), B, n, C);
-  const auto dt = to_device<T***>(slice(p.dt, B, p.L, H, first, n), B, n, H);
-  const auto ddt_out = to_device<T***>(slice(p.ddt_out, B, p.L, H, first, n), B, n, H);
+  int n = 0;
+  for (const auto& s : segments) n += int(s.steps());
+  const int rows = int(segments.size()) * (K - 1);
+  const auto x = to_device<T***>(local_steps(p.x, B, p.L, C, segments), B, n, C);
+  const auto dy = to_device<T***>(local_steps(p.dy, B, p.L, C, segments), B, n, C);
+  const auto dt = to_device<T***>(local_steps(p.dt, B, p.L, H, segments), B, n, H);
+  const auto ddt_out = to_device<T***>(local_steps(p.ddt_out, B, p.L, H, segments), B, n, H);
   const auto w = to_device<T**>(p.w, C, K);
   const auto dt_bias = to_device<T*>(p.dt_bias, H);
   DeviceView<T*> bias, dbias;
@@ -72,13 +78,13 @@ Result run(const Problem& p, int first, int n, MPI_Comm comm, cp::HaloStats* fwd
     init = to_device<T***>(p.h0, B, K - 1, C);
     dinit = DeviceView<T***>("dinit", B, K - 1, C);
   }
-  if (p.dfinal && rank == last) dfinal = to_device<T***>(p.dfin, B, K - 1, C);
-  DeviceView<T***> y("y", B, n, C), fin("final", B, K - 1, C), halo("halo", B, K - 1, C);
+  if (p.dfinal && dfinal_here) dfinal = to_device<T***>(p.dfin, B, K - 1, C);
+  DeviceView<T***> y("y", B, n, C), fin("final", B, K - 1, C), halo("halo", B, rows, C);
   DeviceView<T***> dt_out("dt_out", B, n, H), dx("dx", B, n, C), ddt("ddt", B, n, H);
   DeviceView<T**> dw("dw", C, K);
   DeviceView<T*> ddt_bias("ddt_bias", H);
   DeviceView<int**> seq;
-  if (!p.seq.empty()) seq = to_device<int**>(slice(p.seq, B, p.L, 1, first, n), B, n);
+  if (!p.seq.empty()) seq = to_device<int**>(local_steps(p.seq, B, p.L, 1, segments), B, n);
 
   ssm::ConvForward<T, Space> f;
   f.x = x, f.w = w, f.bias = bias, f.initial_state = init, f.y = y, f.final_state = fin;
@@ -119,6 +125,16 @@ Result run(const Problem& p, int first, int n, MPI_Comm comm, cp::HaloStats* fwd
            to_host(ddt),
            to_host(ddt_bias)};
   return r;
+}
+
+/// The run on this rank's steps [first, first + n) of a contiguous split
+/// (first = 0, n = L and `comm` = null: the single-rank operators); the last
+/// rank gets d(final state).
+template <class T>
+Result run(const Problem& p, int first, int n, MPI_Comm comm, cp::HaloStats* fwd = nullptr,
+           cp::HaloStats* bwd = nullptr, const cp::HaloPlan* plan = nullptr) {
+  const bool last = comm == MPI_COMM_NULL || comm_rank() == comm_size() - 1;
+  return run_segments<T>(p, {{first, first + n}}, comm, last, fwd, bwd, plan);
 }
 
 /// Zero-filled arguments of a forward call on n steps, for the checks' tests.

@@ -168,16 +168,77 @@ TEST(CpConvDt, MismatchOnOneRankGivesEveryRankTheSameError) {
   EXPECT_EQ(call(a), "");
 }
 
-TEST(SequenceSplit, PiecesComeFromEveryPredecessorInTheWindow) {
-  // Lengths 1, 0, 2, 5 with K−1 = 3: rank 3's window [0, 3) comes from ranks
-  // 0 (step 0) and 2 (steps 1, 2); with an initial state rank 1's window
-  // [−2, 1) takes [−2, 0) and step 0 from rank 0, and so does empty rank 2.
-  const auto pieces = cp::halo_pieces({0, 1, 1, 3, 8}, 3, true);
-  std::vector<std::vector<std::int64_t>> got;
-  for (const auto& p : pieces) got.push_back({p.from, p.to, p.begin, p.end});
-  const std::vector<std::vector<std::int64_t>> expected = {
-      {0, 1, -2, 0}, {0, 1, 0, 1}, {0, 2, -2, 0}, {0, 2, 0, 1}, {0, 3, 0, 1}, {2, 3, 1, 3}};
-  EXPECT_EQ(got, expected);
+TEST(SequenceSplit, PiecesComeFromEveryRankInTheWindow) {
+  // Contiguous lengths 1, 0, 2, 5 with K−1 = 3: rank 3's window [0, 3) comes
+  // from ranks 0 (step 0) and 2 (steps 1, 2); with an initial state rank 0's
+  // window [−3, 0) is its own, rank 1's [−2, 1) takes [−2, 0) and step 0 from
+  // rank 0, and so does empty rank 2. Rows: {from, to, segment, begin, end,
+  // from_row, to_row}.
+  using Rows = std::vector<std::vector<std::int64_t>>;
+  const auto rows_of = [](const std::vector<cp::HaloPiece>& pieces) {
+    Rows got;
+    for (const auto& p : pieces)
+      got.push_back({p.from, p.to, p.segment, p.begin, p.end, p.from_row, p.to_row});
+    return got;
+  };
+  EXPECT_EQ(rows_of(cp::halo_pieces(cp::SequenceLayout::contiguous({1, 0, 2, 5}), 3, true)),
+            (Rows{{0, 0, 0, -3, 0, 0, 0},
+                  {0, 1, 0, -2, 0, 1, 0},
+                  {0, 1, 0, 0, 1, 0, 2},
+                  {0, 2, 0, -2, 0, 1, 0},
+                  {0, 2, 0, 0, 1, 0, 2},
+                  {0, 3, 0, 0, 1, 0, 0},
+                  {2, 3, 0, 1, 3, 0, 1}}));
+  // Load-balanced, 7 steps on 2 ranks (chunks [0,2) [2,4) [4,6) [6,7)), K−1
+  // = 2, no initial state: rank 0 holds chunks 0 and 3, rank 1 chunks 1 and
+  // 2; rank 1's second segment reads its own first (a piece to itself), and
+  // rank 0's second segment, its halo rows 2 and 3, reads rank 1's local
+  // steps 2 and 3.
+  EXPECT_EQ(rows_of(cp::halo_pieces(cp::SequenceLayout::load_balanced(7, 2), 2, false)),
+            (Rows{{1, 0, 1, 4, 6, 2, 2}, {0, 1, 0, 0, 2, 0, 0}, {1, 1, 1, 2, 4, 0, 2}}));
+}
+
+// Every layout (contiguous splits, load-balanced, interleaved with short
+// segments and a rank's own adjacent ones): each rank's outputs and
+// gradients equal the single-rank operators' rows for its segments, with
+// packed sequences too; the rank whose last segment ends the sequence has
+// the sequence's final state.
+void expect_layout_equal_to_single_rank(const Problem& p) {
+  const int rank = comm_rank();
+  const Result whole = run<double>(p, 0, p.L, MPI_COMM_NULL);
+  for (const auto& named : test_layouts(comm_size(), p.L, p.K > 2 ? p.K - 2 : 1)) {
+    const auto& segments = named.layout.segments(rank);
+    SCOPED_TRACE("K=" + std::to_string(p.K) + " " + named.name + " rank " + std::to_string(rank));
+    const cp::HaloPlan plan(MPI_COMM_WORLD, named.layout, p.K);
+    const bool last = rank == final_rank(named.layout);
+    const Result part =
+        run_segments<double>(p, segments, MPI_COMM_WORLD, last, nullptr, nullptr, &plan);
+    const auto mine = [&](const Vec& v, int E) { return local_steps(v, p.B, p.L, E, segments); };
+    const double tol = 1e-13;
+    EXPECT_ALLCLOSE(part.y, mine(whole.y, p.C), tol, tol);
+    EXPECT_ALLCLOSE(part.dt_out, mine(whole.dt_out, p.H), tol, tol);
+    EXPECT_ALLCLOSE(part.dx, mine(whole.dx, p.C), tol, tol);
+    EXPECT_ALLCLOSE(part.ddt, mine(whole.ddt, p.H), tol, tol);
+    EXPECT_ALLCLOSE(part.dw, whole.dw, tol, tol);
+    EXPECT_ALLCLOSE(part.dbias, whole.dbias, tol, tol);
+    EXPECT_ALLCLOSE(part.ddt_bias, whole.ddt_bias, tol, tol);
+    if (rank == 0) {
+      EXPECT_ALLCLOSE(part.dinit, whole.dinit, tol, tol);
+    }
+    if (last) {
+      EXPECT_ALLCLOSE(part.final_state, whole.final_state, 0, 0);
+    }
+  }
+}
+
+TEST(CpConvDt, EqualsSingleRankOnEveryLayout) {
+  for (int K : {1, 2, 4}) {
+    expect_layout_equal_to_single_rank(Problem(2, 23, 5, K, 3, true, true, true));
+  }
+  expect_layout_equal_to_single_rank(Problem(1, 5, 3, 4, 2, false, false, true));  // short
+  Problem packed(3, 29, 4, 4, 2, true, true, true);
+  packed.seq = packed_ids(packed.B, packed.L, {{3, 5, 2, 5, 5, 1, 1, 7}, {1}, {1, 14, 1, 6, 7}});
+  expect_layout_equal_to_single_rank(packed);
 }
 
 }  // namespace

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // kdnn::cp::HaloPlan (kdnn/cp/halo_plan.hpp), run by ctest under mpiexec at
-// 1, 2, 3 and 4 ranks: gather() brings each rank the K−1 steps before its
-// first (from one or more predecessors, rank 0's initial state, or zeros)
-// for every split; scatter_add() is its adjoint (each received gradient
+// 1, 2, 3 and 4 ranks: gather() brings each rank the K−1 steps before each
+// of its segments (from one or more ranks, itself included, rank 0's
+// initial state, or zeros) for every layout (contiguous splits,
+// load-balanced, interleaved); scatter_add() is its adjoint (each received gradient
 // added once to the step it came from); one plan serves layers of other
 // B and C and repeated steps, bit for bit as the calls that make their own;
 // a call takes one set-up collective; and a bad or mismatched argument on
@@ -18,6 +19,7 @@
 #include "collective_counts.hpp"
 #include "conv_dt_runs.hpp"
 #include "expect_error.hpp"
+#include "test_layouts.hpp"
 
 namespace {
 
@@ -29,77 +31,92 @@ double sequence_value(int b, std::int64_t t, int c) { return 1000.0 * b + 10.0 *
 /// The gradient rank r's halo row j gets, also integer-valued.
 double gradient_value(int r, int b, int j, int c) { return 100.0 * r + 20.0 * b + 3.0 * j + c; }
 
-/// For every split and K, with and without an initial state: gather()'s halo
-/// is the whole sequence's K−1 steps before the rank's first (zeros before
-/// step 0 without an initial state), and scatter_add() adds to each step
-/// (and to rank 0's initial state) the gradients of the halo rows that read it.
+/// For every layout and K, with and without an initial state: gather()'s
+/// halo holds, for each of the rank's segments, the whole sequence's K−1
+/// steps before it (zeros before step 0 without an initial state), and
+/// scatter_add() adds to each step (and to rank 0's initial state) the
+/// gradients of every halo row that read it, its own rank's included.
+void expect_gather_and_scatter_add(const NamedLayout& named, int K, bool init) {
+  const int P = comm_size(), rank = comm_rank(), B = 2, C = 3;
+  const auto& layout = named.layout;
+  const auto& segments = layout.segments(rank);
+  const int n = int(layout.local_steps(rank)), K1 = K - 1, rows = int(segments.size()) * K1;
+  SCOPED_TRACE(named.name + " K=" + std::to_string(K) + " init=" + std::to_string(init) + " rank " +
+               std::to_string(rank));
+  const cp::HaloPlan plan = named.contiguous ? cp::HaloPlan(MPI_COMM_WORLD, n, K)
+                                             : cp::HaloPlan(MPI_COMM_WORLD, layout, K);
+  ASSERT_TRUE(plan.layout() == layout);
+  ASSERT_EQ(plan.halo_rows(), rows);
+  Vec x, h0, expected_halo, dhalo, expected_dx, expected_dinit;
+  for (int b = 0; b < B; ++b) {
+    for (const auto& seg : segments) {
+      for (std::int64_t t = seg.begin; t < seg.end; ++t) {
+        for (int c = 0; c < C; ++c) x.push_back(sequence_value(b, t, c));
+      }
+    }
+    for (int j = 0; j < K1; ++j) {
+      for (int c = 0; c < C; ++c) h0.push_back(sequence_value(b, j - K1, c));
+    }
+    for (std::size_t s = 0; s < segments.size(); ++s) {
+      for (int j = 0; j < K1; ++j) {
+        for (int c = 0; c < C; ++c) {
+          const std::int64_t t = segments[s].begin - K1 + j;
+          expected_halo.push_back(t >= 0 || init ? sequence_value(b, t, c) : 0.0);
+          dhalo.push_back(gradient_value(rank, b, int(s) * K1 + j, c));
+        }
+      }
+    }
+  }
+  // dx of step t: the rows of every rank's halo that read it.
+  const auto gradient_of = [&](int b, std::int64_t t, int c) {
+    double sum = 0;
+    for (int r = 0; r < P; ++r) {
+      const auto& list = layout.segments(r);
+      for (std::size_t s = 0; s < list.size(); ++s) {
+        const std::int64_t j = t - (list[s].begin - K1);
+        if (j >= 0 && j < K1 && (t >= 0 || init)) {
+          sum += gradient_value(r, b, int(s) * K1 + int(j), c);
+        }
+      }
+    }
+    return sum;
+  };
+  for (int b = 0; b < B; ++b) {
+    for (const auto& seg : segments) {
+      for (std::int64_t t = seg.begin; t < seg.end; ++t) {
+        for (int c = 0; c < C; ++c) expected_dx.push_back(gradient_of(b, t, c));
+      }
+    }
+    for (int j = 0; j < K1; ++j) {
+      for (int c = 0; c < C; ++c) expected_dinit.push_back(gradient_of(b, j - K1, c));
+    }
+  }
+  const auto xd = to_device<double***>(x, B, n, C);
+  DeviceView<double***> init_d, dinit_d, halo("halo", B, rows, C), dx("dx", B, n, C);
+  if (init && rank == 0) {
+    init_d = to_device<double***>(h0, B, K1, C);
+    dinit_d = DeviceView<double***>("dinit", B, K1, C);
+  }
+  plan.gather(Space(), kdnn::StridedTensor3<const double, Space>(xd),
+              kdnn::StridedTensor3<const double, Space>(init_d), kdnn::Tensor3<double, Space>(halo))
+      .finish();
+  EXPECT_EQ(to_host(halo), expected_halo);
+  const auto dhalo_d = to_device<double***>(dhalo, B, rows, C);
+  plan.scatter_add(Space(), kdnn::Tensor3<const double, Space>(dhalo_d),
+                   kdnn::StridedTensor3<double, Space>(dx),
+                   kdnn::StridedTensor3<double, Space>(dinit_d))
+      .finish();
+  EXPECT_EQ(to_host(dx), expected_dx);
+  if (init && rank == 0) {
+    EXPECT_EQ(to_host(dinit_d), expected_dinit);
+  }
+}
+
 TEST(CpHaloPlan, GatherBringsTheStepsBeforeAndScatterAddSendsTheirGradientsBack) {
-  const int P = comm_size(), rank = comm_rank(), B = 2, C = 3, L = 11;
   for (int K : {1, 2, 4, 7}) {
-    for (const auto& lengths : rank_splits(P, L, K > 2 ? K - 2 : 1, 0)) {
-      for (bool init : {false, true}) {
-        const std::vector<std::int64_t> offsets = [&] {
-          std::vector<std::int64_t> o{0};
-          for (int l : lengths) o.push_back(o.back() + l);
-          return o;
-        }();
-        const std::int64_t begin = offsets[rank];
-        const int n = lengths[rank];
-        SCOPED_TRACE("K=" + std::to_string(K) + " init=" + std::to_string(init) + " rank " +
-                     std::to_string(rank) + " of split starting " + std::to_string(begin));
-        const cp::HaloPlan plan(MPI_COMM_WORLD, n, K);
-        ASSERT_EQ(plan.offsets(), offsets);
-        Vec x, h0, expected_halo, dhalo, expected_dx, expected_dinit;
-        for (int b = 0; b < B; ++b) {
-          for (int s = 0; s < n; ++s) {
-            for (int c = 0; c < C; ++c) x.push_back(sequence_value(b, begin + s, c));
-          }
-          for (int j = 0; j < K - 1; ++j) {
-            for (int c = 0; c < C; ++c) {
-              const std::int64_t t = begin - (K - 1) + j;
-              h0.push_back(sequence_value(b, j - (K - 1), c));
-              expected_halo.push_back(t >= 0 || init ? sequence_value(b, t, c) : 0.0);
-              dhalo.push_back(gradient_value(rank, b, j, c));
-            }
-          }
-        }
-        // dx of step t: the rows of every rank's halo that read it.
-        const auto gradient_of = [&](int b, std::int64_t t, int c) {
-          double sum = 0;
-          for (int r = 0; r < P; ++r) {
-            const std::int64_t j = t - (offsets[r] - (K - 1));
-            if (j >= 0 && j < K - 1 && (t >= 0 || init)) sum += gradient_value(r, b, int(j), c);
-          }
-          return sum;
-        };
-        for (int b = 0; b < B; ++b) {
-          for (int s = 0; s < n; ++s) {
-            for (int c = 0; c < C; ++c) expected_dx.push_back(gradient_of(b, begin + s, c));
-          }
-          for (int j = 0; j < K - 1; ++j) {
-            for (int c = 0; c < C; ++c) expected_dinit.push_back(gradient_of(b, j - (K - 1), c));
-          }
-        }
-        const auto xd = to_device<double***>(x, B, n, C);
-        DeviceView<double***> init_d, dinit_d, halo("halo", B, K - 1, C), dx("dx", B, n, C);
-        if (init && rank == 0) {
-          init_d = to_device<double***>(h0, B, K - 1, C);
-          dinit_d = DeviceView<double***>("dinit", B, K - 1, C);
-        }
-        plan.gather(Space(), kdnn::StridedTensor3<const double, Space>(xd),
-                    kdnn::StridedTensor3<const double, Space>(init_d),
-                    kdnn::Tensor3<double, Space>(halo))
-            .finish();
-        EXPECT_EQ(to_host(halo), expected_halo);
-        const auto dhalo_d = to_device<double***>(dhalo, B, K - 1, C);
-        plan.scatter_add(Space(), kdnn::Tensor3<const double, Space>(dhalo_d),
-                         kdnn::StridedTensor3<double, Space>(dx),
-                         kdnn::StridedTensor3<double, Space>(dinit_d))
-            .finish();
-        EXPECT_EQ(to_host(dx), expected_dx);
-        if (init && rank == 0) {
-          EXPECT_EQ(to_host(dinit_d), expected_dinit);
-        }
+    for (int L : {11, 3, 0}) {
+      for (const auto& named : test_layouts(comm_size(), L, K > 2 ? K - 2 : 1)) {
+        for (bool init : {false, true}) expect_gather_and_scatter_add(named, K, init);
       }
     }
   }
@@ -154,6 +171,34 @@ TEST(CpHaloPlan, BadOrMismatchedArgumentsGiveEveryRankTheSameError) {
               "cp::HaloPlan: K=5 on rank " + std::to_string(odd) +
                   ", expected 4 (as on rank 0; every rank must agree)");
   }
+  // A layout that differs between the ranks, or is not the communicator's.
+  const auto layout = cp::SequenceLayout::load_balanced(10, P);
+  const auto other = cp::SequenceLayout::load_balanced(rank == odd ? 11 : 10, P);
+  if (P > 1) {
+    EXPECT_EQ(error_of([&] { cp::HaloPlan(MPI_COMM_WORLD, other, 4); }),
+              "cp::HaloPlan: layout on rank " + std::to_string(odd) +
+                  " differs from rank 0's, expected the same values on every rank (a parameter "
+                  "of the whole sequence)");
+  }
+  EXPECT_EQ(error_of([&] {
+              cp::HaloPlan(MPI_COMM_WORLD, cp::SequenceLayout::load_balanced(10, P + 1), 4);
+            }),
+            "cp::HaloPlan: layout has " + std::to_string(P + 1) + " ranks, expected " +
+                std::to_string(P) + " (the communicator's size) (on rank 0 of " +
+                std::to_string(P) + ")");
+  // A conv call on a plan whose layout differs between the ranks (made
+  // locally, as Agreed wrongly claims): every rank refuses it.
+  if (P > 1) {
+    const cp::HaloPlan local(MPI_COMM_WORLD, rank == odd ? other : layout, 4,
+                             cp::HaloPlan::Agreed{});
+    const auto b = zero_forward(1, int(local.steps()), 2, 4, 1);
+    auto with_rows = b;
+    with_rows.halo = DeviceView<double***>("halo", 1, local.halo_rows(), 2);
+    EXPECT_EQ(error_of([&] { cp::conv_dt_forward(Space(), local, with_rows); }),
+              "cp::conv_dt_forward: plan's layout on rank " + std::to_string(odd) +
+                  " differs from rank 0's, expected the same values on every rank (a parameter "
+                  "of the whole sequence)");
+  }
   // A call whose steps or K are not its plan's.
   const int n = 4, K = 3, B = 1, C = 2, H = 1;
   const cp::HaloPlan plan(MPI_COMM_WORLD, n, K);
@@ -171,7 +216,7 @@ TEST(CpHaloPlan, BadOrMismatchedArgumentsGiveEveryRankTheSameError) {
                   .finish();
             }),
             "cp::HaloPlan::gather: halo has extent(1)=" + std::to_string(K) + ", expected " +
-                std::to_string(K - 1) + " (K-1, the plan's width - 1)" + on_odd);
+                std::to_string(K - 1) + " ((K-1)·segments, the plan's halo rows)" + on_odd);
   // After the errors, the plan still works on every rank.
   EXPECT_EQ(
       error_of([&] {

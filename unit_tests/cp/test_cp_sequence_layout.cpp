@@ -126,6 +126,10 @@ TEST(CpSequenceLayout, ALayoutThatMissesOrRepeatsAStepIsRefused) {
   EXPECT_KDNN_ERROR(SequenceLayout(Lists{{{0, 3}, {5, 4}}}),
                     "rank 0's segment 1 is [5, 4), expected 0 <= begin <= end");
   EXPECT_KDNN_ERROR(SequenceLayout(Lists{}), "no ranks");
+  EXPECT_KDNN_ERROR(SequenceLayout(Lists{{{0, 3}}, {}}),
+                    "rank 1 has no segments, expected at least one");
+  EXPECT_KDNN_ERROR(SequenceLayout(Lists{{{0, 3}}, {{5, 5}}}),
+                    "rank 1's segment 0 is [5, 5), beyond the sequence's 3 steps");
   EXPECT_KDNN_ERROR(SequenceLayout::contiguous({2, -1}), "lengths[1]=-1, expected >= 0");
   EXPECT_KDNN_ERROR(SequenceLayout::contiguous({}), "lengths is empty");
   EXPECT_KDNN_ERROR(SequenceLayout::load_balanced(-1, 2), "S=-1, expected >= 0");

@@ -1,14 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // kdnn::cp context-parallel Mamba-2 conv1d (+ SiLU) and dt softplus: the
-// sequence is split contiguously across the ranks of a communicator (any
-// lengths, zero included), each rank holding x [B, L_r, C] and dt [B, L_r, H]
-// of its steps. The result on every rank equals the single-rank operators
+// sequence is split across the ranks of a communicator, contiguously (any
+// lengths, zero included) or, with a HaloPlan, under any SequenceLayout
+// (each rank's segments one after another), each rank holding x [B, L_r, C]
+// and dt [B, L_r, H] of its steps. The result on every rank equals the single-rank operators
 // (kdnn/ssm/) applied to the whole sequence, restricted to the rank's steps.
 //
-// Forward: a rank's first K−1 outputs read the K−1 steps before its first
-// one (its halo), owned by one or more predecessors (several when they hold
-// fewer than K−1 steps; rank 0 owns the sequence's initial state). The halo
+// Forward: a segment's first K−1 outputs read the K−1 steps before its
+// first one (its halo), owned by one or more ranks (several when they hold
+// fewer than K−1 steps; the rank itself when it holds the steps before one
+// of its segments; rank 0 owns the sequence's initial state). The halo
 // pieces travel point to point (MPI_Isend/Irecv) while the rank computes
 // dt_out and the outputs that need no halo; then the first K−1 outputs.
 // Every rank receives exactly B·min(K−1, steps before it)·C elements, which
@@ -59,10 +61,12 @@ struct ConvDtForward {
   /// The conv on this rank's steps: x [B, L_r, C], w, bias as in
   /// ssm::ConvForward; initial_state is the sequence's, given on rank 0 only
   /// (or nowhere: zeros); final_state (optional, any rank) receives the last
-  /// K−1 steps before this rank's end (the last rank's is the sequence's).
+  /// K−1 steps before the end of this rank's last segment (the sequence's
+  /// final state on the rank whose last segment ends the sequence).
   ssm::ConvForward<T, ExecSpace> conv;
-  /// Output [B, K−1, C]: the K−1 steps before this rank's first step (zeros
-  /// before the sequence without an initial state). Keep it for the backward.
+  /// Output [B, K−1, C], or with a plan [B, plan.halo_rows(), C]: the K−1
+  /// steps before each of this rank's segments (zeros before the sequence
+  /// without an initial state). Keep it for the backward.
   Tensor3<T, ExecSpace> halo;
   Tensor3<const T, ExecSpace> dt;      ///< [B, L_r, H] (H may be 0)
   Vector<const T, ExecSpace> dt_bias;  ///< [H]

@@ -16,8 +16,10 @@
 //    Megatron's context parallelism). Any S: chunk c has ⌊S/2R⌋ steps, and
 //    one more when c < S mod 2R, so that two ranks' chunks differ by at most
 //    one step each.
-// A layout made any other way (layout(segments)) must cover [0, S) exactly
-// once; segments may be empty.
+// A layout made any other way (SequenceLayout(segments)) must cover [0, S)
+// exactly once, and give each rank at least one segment; segments may be
+// empty (an empty segment [p, p) places a rank: its conv halo and final
+// state are the steps before p).
 #include <algorithm>
 #include <cstdint>
 #include <utility>
@@ -40,12 +42,13 @@ struct Placement {
   int rank = 0;
   std::int64_t local = 0;  ///< the run's first local step on `rank`
   Segment global;          ///< the run's global steps
+  int segment = 0;         ///< the index of its segment in `rank`'s list
 };
 
 class SequenceLayout {
  public:
   /// R = 1: the whole sequence of 0 steps on one rank.
-  SequenceLayout() : SequenceLayout(std::vector<std::vector<Segment>>{{}}) {}
+  SequenceLayout() : SequenceLayout(std::vector<std::vector<Segment>>{{Segment{}}}) {}
 
   /// The segments of each rank (ranks ≥ 1), which together must cover
   /// [0, S) exactly once; a kdnn::Error names the first gap or overlap.
@@ -90,6 +93,12 @@ class SequenceLayout {
   std::int64_t length() const { return length_; }  ///< S
   /// Rank r's segments, in the order its local tensors hold them.
   const std::vector<Segment>& segments(int r) const { return per_rank_.at(std::size_t(r)); }
+  /// The number of segments of all the ranks.
+  std::size_t segment_count() const {
+    std::size_t n = 0;
+    for (const auto& list : per_rank_) n += list.size();
+    return n;
+  }
   /// The number of steps rank r holds.
   std::int64_t local_steps(int r) const {
     std::int64_t n = 0;
@@ -114,13 +123,20 @@ class SequenceLayout {
   /// Every non-empty run of local steps with its rank, in global order:
   /// the sequence read from its start.
   const std::vector<Placement>& in_sequence_order() const { return order_; }
+  /// The run that holds global step p (0 ≤ p < S).
+  const Placement& holding(std::int64_t p) const {
+    const auto after = std::upper_bound(
+        order_.begin(), order_.end(), p,
+        [](std::int64_t step, const Placement& run) { return step < run.global.begin; });
+    return *(after - 1);
+  }
   /// The runs of local steps that hold global steps [begin, end), in global
   /// order (each clipped to the range).
   std::vector<Placement> find(std::int64_t begin, std::int64_t end) const {
     std::vector<Placement> out;
     for (const Placement& p : order_) {
       const std::int64_t b = std::max(begin, p.global.begin), e = std::min(end, p.global.end);
-      if (b < e) out.push_back({p.rank, p.local + (b - p.global.begin), {b, e}});
+      if (b < e) out.push_back({p.rank, p.local + (b - p.global.begin), {b, e}, p.segment});
     }
     return out;
   }
@@ -147,6 +163,10 @@ class SequenceLayout {
     if (per_rank_.empty()) fail(op, ": no ranks, expected at least one");
     order_.clear();
     for (std::size_t r = 0; r < per_rank_.size(); ++r) {
+      if (per_rank_[r].empty()) {
+        fail(op, ": rank ", r, " has no segments, expected at least one (an empty segment [p, p) ",
+             "places a rank that holds no steps)");
+      }
       std::int64_t local = 0;
       for (std::size_t i = 0; i < per_rank_[r].size(); ++i) {
         const Segment& s = per_rank_[r][i];
@@ -154,7 +174,7 @@ class SequenceLayout {
           fail(op, ": rank ", r, "'s segment ", i, " is [", s.begin, ", ", s.end,
                "), expected 0 <= begin <= end");
         }
-        if (s.steps() > 0) order_.push_back({int(r), local, s});
+        if (s.steps() > 0) order_.push_back({int(r), local, s, int(i)});
         local += s.steps();
       }
     }
@@ -172,6 +192,15 @@ class SequenceLayout {
         fail(op, ": no rank holds steps [", length_, ", ", p.global.begin, ")");
       }
       length_ = p.global.end;
+    }
+    for (std::size_t r = 0; r < per_rank_.size(); ++r) {
+      for (std::size_t i = 0; i < per_rank_[r].size(); ++i) {
+        const Segment& s = per_rank_[r][i];
+        if (s.end > length_) {
+          fail(op, ": rank ", r, "'s segment ", i, " is [", s.begin, ", ", s.end,
+               "), beyond the sequence's ", length_, " steps");
+        }
+      }
     }
   }
 

@@ -6,14 +6,14 @@
 // holding its segments one after another.
 //  * shard(space, layout, rank, global, local): local = that rank's steps of
 //    global. Local (no communication); asynchronous on `space`.
-// Both may be called from several threads (the space's lock, core/impl/
-// space_lock.hpp, around their kernels).
 //  * gather(space, comm, layout, local, global): global = every rank's part
 //    in its place, on every rank. Collective over `comm` (of layout.ranks()
 //    ranks): the parts travel in one MPI_Allgatherv, through host memory.
 //    Its checks are collective: a layout, shape or dtype that differs
 //    between ranks throws the same kdnn::Error on every rank. Blocks until
 //    global is written.
+// Both may be called from several threads (the space's lock, core/impl/
+// space_lock.hpp, around their kernels).
 #include <mpi.h>
 
 #include <Kokkos_Core.hpp>

@@ -31,14 +31,10 @@ struct HaloExchange {
   HaloStats stats;
   double posted = 0;  ///< MPI_Wtime() when the messages were posted
   int B = 0, C = 0;
-  /// Forward: the halo, whose row j is step halo_begin + j.
-  Tensor3<T, ExecSpace> halo;
-  std::int64_t halo_begin = 0;
-  /// Backward: dx, whose row j is step begin + j, and rank 0's
-  /// dinitial_state, whose row j is step j − (K − 1).
+  Tensor3<T, ExecSpace> halo;         ///< forward: where the pieces go
+  Tensor3<const T, ExecSpace> dhalo;  ///< backward: the pieces' gradients
+  /// Backward: where they are added (rows of the pieces' from_row).
   StridedTensor3<T, ExecSpace> dx, dinitial_state;
-  std::int64_t begin = 0;
-  int K = 1;
 
   HaloExchange(const ExecSpace& s, impl::HaloMessages<T, ExecSpace> m)
       : space(s), messages(std::move(m)) {
@@ -55,8 +51,9 @@ struct HaloExchange {
   }
 
   /// Waits for the messages (with the space's lock released) and writes what
-  /// arrived: the forward's pieces into the halo, the backward's added into
-  /// dx and dinitial_state. Returns what moved and the time it overlapped.
+  /// arrived: the forward's pieces into the halo; the backward's, then this
+  /// rank's own pieces, added into dx and dinitial_state. Returns what moved
+  /// and the time it overlapped.
   HaloStats finish() {
     kdnn::impl::SpaceLock hold(space);
     return finish(hold);
@@ -72,11 +69,16 @@ struct HaloExchange {
       const std::size_t at = messages.recv_at[i];
       const int n = int(p.steps());
       if (messages.forward) {
-        impl::unpack(space, buf, at, B, n, C, halo, int(p.begin - halo_begin), false);
-      } else if (p.begin >= begin) {
-        impl::unpack(space, buf, at, B, n, C, dx, int(p.begin - begin), true);
-      } else {  // rank 0's initial state: the piece lies wholly before step 0
-        impl::unpack(space, buf, at, B, n, C, dinitial_state, int(p.begin + K - 1), true);
+        impl::unpack(space, buf, at, B, n, C, halo, int(p.to_row), false);
+      } else {
+        impl::unpack(space, buf, at, B, n, C, p.initial() ? dinitial_state : dx, int(p.from_row),
+                     true);
+      }
+    }
+    if (!messages.forward) {
+      for (const HaloPiece& p : messages.selfs) {
+        impl::copy_rows(space, B, int(p.steps()), C, p.initial() ? dinitial_state : dx,
+                        int(p.from_row), dhalo, int(p.to_row), true);
       }
     }
     return stats;
@@ -96,29 +98,30 @@ HaloExchange<T, ExecSpace> start_gather(const HaloPlan& plan, const ExecSpace& s
                                         const StridedTensor3<const T, ExecSpace>& x,
                                         const StridedTensor3<const T, ExecSpace>& initial_state,
                                         const Tensor3<T, ExecSpace>& halo, bool with_initial) {
-  const int B = int(halo.extent(0)), C = int(halo.extent(2)), K = plan.width();
-  const std::int64_t begin = plan.begin();
+  const int B = int(halo.extent(0)), C = int(halo.extent(2));
   HaloExchange<T, ExecSpace> ex(
       space,
       HaloMessages<T, ExecSpace>(plan.pieces(with_initial), plan.rank(), true, std::size_t(B) * C));
-  ex.B = B, ex.C = C, ex.halo = halo, ex.halo_begin = begin - (K - 1);
+  ex.B = B, ex.C = C, ex.halo = halo;
   auto& m = ex.messages;
   m.post_receives(plan.comm(), kForwardTag);
-  for (std::size_t i = 0; i < m.sends.size(); ++i) {  // step p → x row p − begin
+  for (std::size_t i = 0; i < m.sends.size(); ++i) {
+    const bool initial = m.sends[i].initial();
     pack(
         space, m.send_buf.device, m.send_at[i], B, int(m.sends[i].steps()), C,
-        int(m.sends[i].begin - begin), KOKKOS_LAMBDA(int b, int s, int c) {
-          return s >= 0 ? x(b, s, c) : initial_state(b, s + K - 1, c);
+        int(m.sends[i].from_row), KOKKOS_LAMBDA(int b, int s, int c) {
+          return initial ? initial_state(b, s, c) : x(b, s, c);
         });
   }
   m.post_sends(space, plan.comm(), kForwardTag);
   ex.posted = MPI_Wtime();
-  // The halo's own part while the pieces travel: rank 0's initial state, or
-  // zeros (before the sequence; the pieces overwrite the rest).
-  if (plan.rank() == 0 && with_initial) {
-    Kokkos::deep_copy(space, halo, initial_state);
-  } else {
-    Kokkos::deep_copy(space, halo, T(0));
+  // The halo's own part while the pieces travel: zeros (before the sequence
+  // without an initial state; the pieces overwrite the rest), then the
+  // pieces this rank holds itself.
+  Kokkos::deep_copy(space, halo, T(0));
+  for (const HaloPiece& p : m.selfs) {
+    copy_rows(space, B, int(p.steps()), C, halo, int(p.to_row), p.initial() ? initial_state : x,
+              int(p.from_row), false);
   }
   return ex;
 }
@@ -130,34 +133,26 @@ HaloExchange<T, ExecSpace> start_scatter_add(const HaloPlan& plan, const ExecSpa
                                              const StridedTensor3<T, ExecSpace>& dx,
                                              const StridedTensor3<T, ExecSpace>& dinitial_state,
                                              bool with_initial) {
-  const int B = int(dhalo.extent(0)), C = int(dhalo.extent(2)), K = plan.width();
-  const std::int64_t begin = plan.begin();
+  const int B = int(dhalo.extent(0)), C = int(dhalo.extent(2));
   HaloExchange<T, ExecSpace> ex(
       space, HaloMessages<T, ExecSpace>(plan.pieces(with_initial), plan.rank(), false,
                                         std::size_t(B) * C));
-  ex.B = B, ex.C = C, ex.dx = dx, ex.dinitial_state = dinitial_state;
-  ex.begin = begin, ex.K = K;
+  ex.B = B, ex.C = C, ex.dhalo = dhalo, ex.dx = dx, ex.dinitial_state = dinitial_state;
   auto& m = ex.messages;
   m.post_receives(plan.comm(), kBackwardTag);
-  for (std::size_t i = 0; i < m.sends.size(); ++i) {  // step p → dhalo row p − (begin − K + 1)
+  for (std::size_t i = 0; i < m.sends.size(); ++i) {
     pack(
         space, m.send_buf.device, m.send_at[i], B, int(m.sends[i].steps()), C,
-        int(m.sends[i].begin - (begin - (K - 1))),
-        KOKKOS_LAMBDA(int b, int j, int c) { return dhalo(b, j, c); });
+        int(m.sends[i].to_row), KOKKOS_LAMBDA(int b, int j, int c) { return dhalo(b, j, c); });
   }
   m.post_sends(space, plan.comm(), kBackwardTag);
   ex.posted = MPI_Wtime();
-  if (plan.rank() == 0 && with_initial) {  // rank 0's own halo is its initial state
-    Kokkos::parallel_for(
-        "kdnn::cp::add_own_halo",
-        Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<3>>(space, {0, 0, 0}, {B, K - 1, C}),
-        KOKKOS_LAMBDA(int b, int j, int c) { dinitial_state(b, j, c) += dhalo(b, j, c); });
-  }
   return ex;
 }
 
-/// The checks of gather and scatter_add: `state` [B, K−1, C] and `steps`
-/// [B, plan.steps(), C] share B and C, the optional `initial` is [B, K−1, C],
+/// The checks of gather and scatter_add: `state` [B, plan.halo_rows(), C]
+/// and `steps` [B, plan.steps(), C] share B and C, the optional `initial` is
+/// [B, K−1, C],
 /// the output shares no memory with the inputs. Returns whether rank 0 gives
 /// `initial` (agreed: the same on every rank).
 template <class T, class State, class Steps, class Initial>
@@ -165,19 +160,23 @@ bool agree_on_halo(const HaloPlan& plan, const char* op, const char* state_name,
                    const char* steps_name, const Steps& steps, const char* initial_name,
                    const Initial& initial, std::initializer_list<validate::MemoryRange> outputs,
                    std::initializer_list<validate::MemoryRange> inputs) {
-  const auto K1 = std::size_t(plan.width() - 1);
+  const auto rows = std::size_t(plan.halo_rows());
   const std::string B_is = std::string("B, ") + state_name + "'s extent(0)";
   const std::string C_is = std::string("C, ") + state_name + "'s extent(2)";
   const auto all = agree_on_signature(
       plan.comm(), op,
       [&] {
-        validate::extent(op, state_name, state, 1, K1, "K-1, the plan's width - 1");
+        validate::extent(op, state_name, state, 1, rows, "(K-1)·segments, the plan's halo rows");
         validate::extent(op, steps_name, steps, 0, state.extent(0), B_is.c_str());
         validate::extent(op, steps_name, steps, 1, std::size_t(plan.steps()),
                          "the plan's steps on this rank");
         validate::extent(op, steps_name, steps, 2, state.extent(2), C_is.c_str());
-        if (validate::given(initial))
-          validate::same_shape(op, initial_name, initial, state_name, state);
+        if (validate::given(initial)) {
+          validate::extent(op, initial_name, initial, 0, state.extent(0), B_is.c_str());
+          validate::extent(op, initial_name, initial, 1, std::size_t(plan.width() - 1),
+                           "K-1, the plan's width - 1");
+          validate::extent(op, initial_name, initial, 2, state.extent(2), C_is.c_str());
+        }
         validate::disjoint(op, outputs, inputs);
       },
       {{"dtype", std::int64_t(sizeof(T)), Field::same_dtype},

@@ -2,8 +2,9 @@
 #pragma once
 // The messages of one halo exchange on one rank (cp/halo_plan.hpp): the
 // pieces it sends and receives, packed one after another ([B, steps, C]
-// each) in one buffer per direction, their requests, and the kernels that
-// copy a piece between a buffer and a step-indexed [B, ·, C] tensor.
+// each) in one buffer per direction, their requests, the pieces it sends
+// itself, and the kernels that copy a piece between a buffer, or another
+// tensor, and a step-indexed [B, ·, C] tensor.
 #include <mpi.h>
 
 #include <Kokkos_Core.hpp>
@@ -18,6 +19,7 @@ namespace kdnn::cp::impl {
 template <class T, class ExecSpace>
 struct HaloMessages {
   std::vector<HaloPiece> sends, recvs;
+  std::vector<HaloPiece> selfs;               ///< from this rank to itself: copied, not sent
   std::vector<std::size_t> send_at, recv_at;  ///< element offsets in the buffers
   MpiBuffer<T, ExecSpace> send_buf, recv_buf;
   std::vector<MPI_Request> requests;
@@ -36,7 +38,9 @@ struct HaloMessages {
     std::size_t s = 0, r = 0;
     for (const HaloPiece& p : pieces) {
       if (count(p) == 0) continue;
-      if (sender(p) == me) {
+      if (p.from == me && p.to == me) {
+        selfs.push_back(p);
+      } else if (sender(p) == me) {
         sends.push_back(p);
         send_at.push_back(s);
         s += count(p);
@@ -51,9 +55,8 @@ struct HaloMessages {
                            std::size_t BC) {
     std::size_t n = 0;
     for (const HaloPiece& p : pieces) {
-      if ((send ? (forward ? p.from : p.to) : (forward ? p.to : p.from)) == me) {
-        n += BC * std::size_t(p.steps());
-      }
+      const int from = forward ? p.from : p.to, to = forward ? p.to : p.from;
+      if (from != to && (send ? from : to) == me) n += BC * std::size_t(p.steps());
     }
     return n;
   }
@@ -109,6 +112,23 @@ void unpack(const ExecSpace& space, const Kokkos::View<T*, typename ExecSpace::m
           dst(b, first + j, c) += v;
         } else {
           dst(b, first + j, c) = v;
+        }
+      });
+}
+
+/// dst(b, to + j, c) = (or +=, with `add`) src(b, from + j, c) for j < n:
+/// a piece that a rank sends itself.
+template <class ExecSpace, class Dst, class Src>
+void copy_rows(const ExecSpace& space, int B, int n, int C, const Dst& dst, int to, const Src& src,
+               int from, bool add) {
+  Kokkos::parallel_for(
+      "kdnn::cp::copy_halo",
+      Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<3>>(space, {0, 0, 0}, {B, n, C}),
+      KOKKOS_LAMBDA(int b, int j, int c) {
+        if (add) {
+          dst(b, to + j, c) += src(b, from + j, c);
+        } else {
+          dst(b, to + j, c) = src(b, from + j, c);
         }
       });
 }

@@ -122,14 +122,14 @@ template <class ExecSpace>
 Vector<const int, ExecSpace> rank_starts(const ExecSpace& space, MPI_Comm comm,
                                          kdnn::impl::SpaceLock& lock,
                                          const Matrix<const int, ExecSpace>& seq_idx,
-                                         const std::vector<std::int64_t>& offsets, int rank) {
+                                         const SequenceLayout& layout, int rank) {
   if (!validate::given(seq_idx)) return {};
-  const SequenceEdges edges(space, comm, lock, seq_idx, offsets, 1);
+  const SequenceEdges edges(space, comm, lock, seq_idx, layout, rank, 1);
   const int B = int(seq_idx.extent(0));
   return kdnn::impl::filled_on_host(space, Vector<int, ExecSpace>("kdnn::cp::ssd_rank_starts", B),
                                     [&](const auto& host) {
                                       for (int b = 0; b < B; ++b)
-                                        host(b) = edges.starts_sequence(rank, b) ? 1 : 0;
+                                        host(b) = edges.starts_sequence(rank, 0, b) ? 1 : 0;
                                     });
 }
 
@@ -258,21 +258,22 @@ StateStats ssd_forward(const ExecSpace& space, MPI_Comm comm,
                        const ssm::SsdForward<T, ExecSpace>& a, const ssm::SsdOptions& opts) {
   const char* op = "cp::ssd_forward";
   check_communicator(op, comm);
+  int rank = 0, ranks = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &ranks);
   const SummaryLayout layout{a.x.extent(0) * a.x.extent(2), a.x.extent(3) * a.B.extent(3), 1};
   const auto fields = ssd_fields<T>(space, a, opts);
   const auto all = agree_on_signature(
       comm, op,
       [&] {
         ssm::impl::check_ssd_forward(op, space, a, opts);
-        SequenceEdges::check_size(op, a.seq_idx, 1);
+        SequenceEdges::check_size(op, a.seq_idx, 1, std::size_t(ranks));
         check_summary_size(op, layout);
       },
       fields);
-  const auto offsets = offsets_of(all, fields.size() - 1);
-  int rank = 0;
-  MPI_Comm_rank(comm, &rank);
+  const auto layout_of_ranks = SequenceLayout::contiguous(lengths_of(all, fields.size() - 1));
   kdnn::impl::SpaceLock exclusive(space);  // after the collective checks
-  const auto starts = rank_starts(space, comm, exclusive, a.seq_idx, offsets, rank);
+  const auto starts = rank_starts(space, comm, exclusive, a.seq_idx, layout_of_ranks, rank);
   Tensor3<const T, ExecSpace> dt;
   agree(comm, exclusive, [&] { dt = ssm::impl::step_sizes<ExecSpace, T>(op, space, a, opts); });
   StateStats stats;
@@ -298,13 +299,13 @@ StateStats ssd_backward(const ExecSpace& space, MPI_Comm comm,
       comm, op,
       [&] {
         ssm::impl::check_ssd_backward(op, space, a, opts);
-        SequenceEdges::check_size(op, a.seq_idx, 1);
+        SequenceEdges::check_size(op, a.seq_idx, 1, std::size_t(ranks));
         check_summary_size(op, layout);
       },
       fields);
-  const auto offsets = offsets_of(all, fields.size() - 1);
+  const auto layout_of_ranks = SequenceLayout::contiguous(lengths_of(all, fields.size() - 1));
   kdnn::impl::SpaceLock exclusive(space);  // after the collective checks
-  const auto starts = rank_starts(space, comm, exclusive, a.seq_idx, offsets, rank);
+  const auto starts = rank_starts(space, comm, exclusive, a.seq_idx, layout_of_ranks, rank);
   Tensor3<const T, ExecSpace> dt;
   agree(comm, exclusive, [&] { dt = ssm::impl::step_sizes<ExecSpace, T>(op, space, a, opts); });
 
