@@ -183,9 +183,9 @@ TEST(CpHaloPlan, BadOrMismatchedArgumentsGiveEveryRankTheSameError) {
   EXPECT_EQ(error_of([&] {
               cp::HaloPlan(MPI_COMM_WORLD, cp::SequenceLayout::load_balanced(10, P + 1), 4);
             }),
-            "cp::HaloPlan: layout has " + std::to_string(P + 1) + " ranks, expected " +
-                std::to_string(P) + " (the communicator's size) (on rank 0 of " +
-                std::to_string(P) + ")");
+            "cp::HaloPlan: the layout has " + std::to_string(P + 1) + " ranks, expected " +
+                std::to_string(P) + " (the communicator's) (on rank 0 of " + std::to_string(P) +
+                ")");
   // A conv call on a plan whose layout differs between the ranks (made
   // locally, as Agreed wrongly claims): every rank refuses it.
   if (P > 1) {

@@ -24,6 +24,7 @@
 #include "kdnn/ssm/ssd.hpp"
 #include "rank_splits.hpp"
 #include "ssd_reference.hpp"
+#include "test_layouts.hpp"
 #include "views.hpp"
 
 namespace {
@@ -66,24 +67,28 @@ struct Around {
   bool softplus = false;
 };
 
-/// The run on steps [first, first + n): the single-rank operators when
-/// `comm` is null, else this rank's share. Rank 0 holds the initial state
-/// and its gradient, the last rank d(final state); every rank asks for its
-/// final state, and with `offsets` (the steps' own cu_seqlens) for the
-/// states after each of their sequences.
+/// The run on this rank's `segments` of the sequence: the single-rank
+/// operators when `comm` is null (one segment [0, L)), else this rank's
+/// share under `layout` (or, when null, the contiguous split). Rank 0 holds
+/// the initial state and its gradient, `dfinal_here` d(final state); every
+/// rank asks for its final state, and with `offsets` (the steps' own
+/// cu_seqlens) for the states after each of their sequences.
 template <class T>
-Result run(const SsdCase& a, int first, int n, int chunk, MPI_Comm comm,
-           kdnn::KernelForm form = kdnn::KernelForm::automatic, const Around& around = {},
-           const Vec& offsets = {}) {
+Result run_segments(const SsdCase& a, const std::vector<cp::Segment>& segments, int chunk,
+                    MPI_Comm comm, const cp::SequenceLayout* layout, bool dfinal_here,
+                    kdnn::KernelForm form = kdnn::KernelForm::automatic, const Around& around = {},
+                    const Vec& offsets = {}) {
+  int n = 0;
+  for (const auto& seg : segments) n += int(seg.steps());
   const bool single = comm == MPI_COMM_NULL;
-  const int rank = single ? 0 : comm_rank(), last = single ? 0 : comm_size() - 1;
+  const int rank = single ? 0 : comm_rank();
   const auto& s = a.s;
   const int HP = s.H * s.P, GN = s.G * s.N;
-  const auto x = to_device<T****>(slice(a.x, s.B, s.L, HP, first, n), s.B, n, s.H, s.P);
-  const auto dy = to_device<T****>(slice(a.dy, s.B, s.L, HP, first, n), s.B, n, s.H, s.P);
-  const auto dt = to_device<T***>(slice(a.dt, s.B, s.L, s.H, first, n), s.B, n, s.H);
-  const auto Bm = to_device<T****>(slice(a.Bm, s.B, s.L, GN, first, n), s.B, n, s.G, s.N);
-  const auto Cm = to_device<T****>(slice(a.Cm, s.B, s.L, GN, first, n), s.B, n, s.G, s.N);
+  const auto x = to_device<T****>(local_steps(a.x, s.B, s.L, HP, segments), s.B, n, s.H, s.P);
+  const auto dy = to_device<T****>(local_steps(a.dy, s.B, s.L, HP, segments), s.B, n, s.H, s.P);
+  const auto dt = to_device<T***>(local_steps(a.dt, s.B, s.L, s.H, segments), s.B, n, s.H);
+  const auto Bm = to_device<T****>(local_steps(a.Bm, s.B, s.L, GN, segments), s.B, n, s.G, s.N);
+  const auto Cm = to_device<T****>(local_steps(a.Cm, s.B, s.L, GN, segments), s.B, n, s.G, s.N);
   const auto A = to_device<T*>(a.A, s.H);
   DeviceView<T*> D, dD;
   if (!a.D.empty()) D = to_device<T*>(a.D, s.H), dD = DeviceView<T*>("dD", s.H);
@@ -92,7 +97,7 @@ Result run(const SsdCase& a, int first, int n, int chunk, MPI_Comm comm,
     init = to_device<T****>(a.init, s.B, s.H, s.P, s.N);
     dinit = DeviceView<T****>("dinit", s.B, s.H, s.P, s.N);
   }
-  if (!a.dfinal.empty() && rank == last) dfinal = to_device<T****>(a.dfinal, s.B, s.H, s.P, s.N);
+  if (!a.dfinal.empty() && dfinal_here) dfinal = to_device<T****>(a.dfinal, s.B, s.H, s.P, s.N);
   DeviceView<T****> y("y", s.B, n, s.H, s.P), fin("final", s.B, s.H, s.P, s.N);
   DeviceView<T****> dx("dx", s.B, n, s.H, s.P), dB("dB", s.B, n, s.G, s.N),
       dC("dC", s.B, n, s.G, s.N);
@@ -100,12 +105,12 @@ Result run(const SsdCase& a, int first, int n, int chunk, MPI_Comm comm,
   DeviceView<T*> dA("dA", s.H), dt_bias, ddt_bias;
   DeviceView<T****> z, dz;
   DeviceView<int**> seq;
-  if (!a.seq.empty()) seq = to_device<int**>(slice(a.seq, s.B, s.L, 1, first, n), s.B, n);
+  if (!a.seq.empty()) seq = to_device<int**>(local_steps(a.seq, s.B, s.L, 1, segments), s.B, n);
   if (!around.dt_bias.empty()) {
     dt_bias = to_device<T*>(around.dt_bias, s.H), ddt_bias = DeviceView<T*>("ddt_bias", s.H);
   }
   if (!around.z.empty()) {
-    z = to_device<T****>(slice(around.z, s.B, s.L, HP, first, n), s.B, n, s.H, s.P);
+    z = to_device<T****>(local_steps(around.z, s.B, s.L, HP, segments), s.B, n, s.H, s.P);
     dz = DeviceView<T****>("dz", s.B, n, s.H, s.P);
   }
 
@@ -135,8 +140,10 @@ Result run(const SsdCase& a, int first, int n, int chunk, MPI_Comm comm,
     ssm::ssd_forward(Space(), f, opts);
     ssm::ssd_backward(Space(), g, opts);
   } else {
-    r.forward = cp::ssd_forward(Space(), comm, f, opts);
-    r.backward = cp::ssd_backward(Space(), comm, g, opts);
+    r.forward = layout ? cp::ssd_forward(Space(), comm, *layout, f, opts)
+                       : cp::ssd_forward(Space(), comm, f, opts);
+    r.backward = layout ? cp::ssd_backward(Space(), comm, *layout, g, opts)
+                        : cp::ssd_backward(Space(), comm, g, opts);
     cp::allreduce_sum(comm, dA);
     if (!a.D.empty()) cp::allreduce_sum(comm, dD);
     if (!around.dt_bias.empty()) cp::allreduce_sum(comm, ddt_bias);
@@ -149,6 +156,17 @@ Result run(const SsdCase& a, int first, int n, int chunk, MPI_Comm comm,
   if (!around.z.empty()) r.dz = to_host(dz);
   if (!offsets.empty()) r.sequence_states = to_host(states);
   return r;
+}
+
+/// The run on steps [first, first + n) of a contiguous split (the last
+/// rank gets d(final state)), or of the whole sequence when `comm` is null.
+template <class T>
+Result run(const SsdCase& a, int first, int n, int chunk, MPI_Comm comm,
+           kdnn::KernelForm form = kdnn::KernelForm::automatic, const Around& around = {},
+           const Vec& offsets = {}) {
+  const bool last = comm == MPI_COMM_NULL || comm_rank() == comm_size() - 1;
+  return run_segments<T>(a, {{first, first + n}}, chunk, comm, nullptr, last, form, around,
+                         offsets);
 }
 
 /// The float64 recurrence's state after step `end` − 1 ([B, H, P, N]).
@@ -165,18 +183,24 @@ Vec state_at(const SsdCase& a, int end) {
   return out;
 }
 
+/// `a` on the step sizes after the transform (dt_bias, softplus): what the
+/// float64 recurrence's states run on.
+SsdCase on_step_sizes(const SsdCase& a, const Around& around) {
+  SsdCase steps = a;
+  for (std::size_t i = 0; i < steps.dt.size(); ++i) {
+    const double u = a.dt[i] + (around.dt_bias.empty() ? 0.0 : around.dt_bias[i % a.s.H]);
+    steps.dt[i] = around.softplus ? std::log1p(std::exp(u)) : u;
+  }
+  return steps;
+}
+
 void expect_equal_to_single_rank(const SsdCase& a, int chunk,
                                  kdnn::KernelForm form = kdnn::KernelForm::automatic,
                                  const Around& around = {}) {
   const int R = comm_size(), rank = comm_rank();
   const auto& s = a.s;
   const Result whole = run<double>(a, 0, s.L, chunk, MPI_COMM_NULL, form, around);
-  // The recurrence's states run on the step sizes (after the transform).
-  SsdCase steps = a;
-  for (std::size_t i = 0; i < steps.dt.size(); ++i) {
-    const double u = a.dt[i] + (around.dt_bias.empty() ? 0.0 : around.dt_bias[i % s.H]);
-    steps.dt[i] = around.softplus ? std::log1p(std::exp(u)) : u;
-  }
+  const SsdCase steps = on_step_sizes(a, around);
   // Short ranks hold less than a chunk; uneven ones more than one.
   for (const auto& lengths : kdnn_test::rank_splits(R, s.L, chunk > 1 ? chunk - 1 : 1, chunk)) {
     const int first = std::accumulate(lengths.begin(), lengths.begin() + rank, 0);
@@ -204,11 +228,14 @@ void expect_equal_to_single_rank(const SsdCase& a, int chunk,
     }
     EXPECT_ALLCLOSE(part.final_state, state_at(steps, first + n), tol, tol);
     // Each rank's summary goes to every other rank: B·H·(1 + P·N) values
-    // forward, B·H·(1 + 2·P·N) backward, whatever L and the split.
+    // forward, B·H·(1 + 2·P·N) backward, whatever L and the split; rank 0's
+    // initial state is one summary more.
     const std::int64_t bh = std::int64_t(s.B) * s.H, pn = std::int64_t(s.P) * s.N;
-    EXPECT_EQ(part.forward.bytes_sent, (R - 1) * bh * (1 + pn) * 8);
-    EXPECT_EQ(part.backward.bytes_sent, (R - 1) * bh * (1 + 2 * pn) * 8);
-    EXPECT_EQ(part.forward.bytes_received, part.forward.bytes_sent);
+    const bool init = !a.init.empty();
+    const std::int64_t mine = rank == 0 && init ? 2 : 1, others = R - 1 + (rank > 0 && init);
+    EXPECT_EQ(part.forward.bytes_sent, mine * (R - 1) * bh * (1 + pn) * 8);
+    EXPECT_EQ(part.backward.bytes_sent, mine * (R - 1) * bh * (1 + 2 * pn) * 8);
+    EXPECT_EQ(part.forward.bytes_received, others * bh * (1 + pn) * 8);
   }
 }
 
@@ -234,6 +261,67 @@ Around step_sizes_and_gate(const SsdCase& a) {
 TEST(CpSsd, StepSizesAndGateEqualSingleRankForEverySplit) {
   const SsdCase a = make_problem({2, 29, 4, 5, 2, 3}, true, true, true);
   expect_equal_to_single_rank(a, 4, kdnn::KernelForm::automatic, step_sizes_and_gate(a));
+}
+
+/// The same on every layout of test_layouts (contiguous splits,
+/// load-balanced, interleaved with short and empty segments, a rank's own
+/// adjacent ones): each rank's rows equal the single rank's rows for its
+/// segments, and its final state the recurrence's at the end of its last
+/// segment.
+void expect_layout_equal_to_single_rank(const SsdCase& a, int chunk,
+                                        kdnn::KernelForm form = kdnn::KernelForm::automatic,
+                                        const Around& around = {}) {
+  const int R = comm_size(), rank = comm_rank();
+  const auto& s = a.s;
+  const Result whole = run<double>(a, 0, s.L, chunk, MPI_COMM_NULL, form, around);
+  const SsdCase steps = on_step_sizes(a, around);
+  for (const auto& named : test_layouts(R, s.L, chunk > 1 ? chunk - 1 : 1)) {
+    const auto& segments = named.layout.segments(rank);
+    SCOPED_TRACE("Q=" + std::to_string(chunk) + " L=" + std::to_string(s.L) +
+                 " B=" + std::to_string(s.B) + " " + named.name + " rank " + std::to_string(rank));
+    const Result part = run_segments<double>(a, segments, chunk, MPI_COMM_WORLD, &named.layout,
+                                             rank == final_rank(named.layout), form, around);
+    const auto mine = [&](const Vec& v, int E) { return local_steps(v, s.B, s.L, E, segments); };
+    const double tol = 1e-12;
+    const int HP = s.H * s.P, GN = s.G * s.N;
+    EXPECT_ALLCLOSE(part.y, mine(whole.y, HP), tol, tol);
+    EXPECT_ALLCLOSE(part.dx, mine(whole.dx, HP), tol, tol);
+    EXPECT_ALLCLOSE(part.ddt, mine(whole.ddt, s.H), tol, tol);
+    EXPECT_ALLCLOSE(part.dB, mine(whole.dB, GN), tol, tol);
+    EXPECT_ALLCLOSE(part.dC, mine(whole.dC, GN), tol, tol);
+    EXPECT_ALLCLOSE(part.dA, whole.dA, tol, tol);
+    EXPECT_ALLCLOSE(part.dD, whole.dD, tol, tol);
+    EXPECT_ALLCLOSE(part.ddt_bias, whole.ddt_bias, tol, tol);
+    if (!around.z.empty()) {
+      EXPECT_ALLCLOSE(part.dz, mine(whole.dz, HP), tol, tol);
+    }
+    if (rank == 0) {
+      EXPECT_ALLCLOSE(part.dinit, whole.dinit, tol, tol);
+    }
+    EXPECT_ALLCLOSE(part.final_state, state_at(steps, int(segments.back().end)), tol, tol);
+    // One summary per segment, B·H·(1 + P·N) values, to each other rank.
+    const std::int64_t bh = std::int64_t(s.B) * s.H, pn = std::int64_t(s.P) * s.N;
+    const std::int64_t summaries =
+        std::int64_t(segments.size()) + (rank == 0 && !a.init.empty() ? 1 : 0);
+    EXPECT_EQ(part.forward.bytes_sent, summaries * (R - 1) * bh * (1 + pn) * 8);
+  }
+}
+
+TEST(CpSsd, EqualsSingleRankOnEveryLayout) {
+  // B = 2: a rank's segments run on copies of their rows; B = 1 on views.
+  expect_layout_equal_to_single_rank(make_problem({2, 29, 4, 5, 2, 3}, true, true, true), 4);
+  expect_layout_equal_to_single_rank(make_problem({1, 37, 2, 4, 1, 4}, false, false, true), 8);
+  expect_layout_equal_to_single_rank(make_problem({1, 3, 2, 3, 1, 2}, true, true, true), 4);
+  const SsdCase a = make_problem({2, 29, 4, 5, 2, 3}, true, true, true);
+  expect_layout_equal_to_single_rank(a, 4, kdnn::KernelForm::automatic, step_sizes_and_gate(a));
+}
+
+// Packed sequences on every layout: a segment whose first step starts a
+// sequence drops the state entering it, wherever the step before it is.
+TEST(CpSsd, PackedSequencesEqualSingleRankOnEveryLayout) {
+  SsdCase a = make_problem({2, 29, 4, 5, 2, 3}, true, true, true);
+  a.seq = packed_ids(a.s.B, a.s.L, {{3, 5, 2, 5, 5, 1, 1, 7}, {1, 14, 1, 6, 7}});
+  expect_layout_equal_to_single_rank(a, 4);
 }
 
 // The GPU forms (P = N = 64, ssm/impl/ssd_gpu_chunks.hpp) under a GPU launch
@@ -329,6 +417,42 @@ TEST(CpSsd, MismatchOnOneRankGivesEveryRankTheSameError) {
     EXPECT_EQ(call(packed), "cp::ssd_forward: seq_idx given=1 on rank " + std::to_string(odd) +
                                 ", expected 0 (as on rank 0; every rank must agree)");
   }
+  // Under a layout: x must hold the layout's steps on this rank, the layout
+  // must be every rank's and the communicator's, and cu_seqlens needs a
+  // rank of one segment.
+  const auto with_layout = [&](const cp::SequenceLayout& layout,
+                               const ssm::SsdForward<double, Space>& args) {
+    return error_of([&] { cp::ssd_forward(Space(), MPI_COMM_WORLD, layout, args); });
+  };
+  const auto even = cp::SequenceLayout::contiguous(std::vector<std::int64_t>(R, n));
+  EXPECT_EQ(with_layout(even, f), "");
+  const auto balanced = cp::SequenceLayout::load_balanced(std::int64_t(n) * R, R);
+  EXPECT_EQ(with_layout(balanced, f), "");
+  std::vector<std::int64_t> longer(R, n);
+  longer[std::size_t(odd)] = n + 1;
+  EXPECT_EQ(with_layout(cp::SequenceLayout::contiguous(longer), f),
+            "cp::ssd_forward: x has extent(1)=" + std::to_string(n) + ", expected " +
+                std::to_string(n + 1) + " (the layout's steps on this rank) (on rank " +
+                std::to_string(odd) + " of " + std::to_string(R) + ")");
+  if (R > 1) {
+    EXPECT_EQ(with_layout(rank == odd ? balanced : even, f),
+              "cp::ssd_forward: layout on rank " + std::to_string(odd) +
+                  " differs from rank 0's, expected the same values on every rank (a parameter "
+                  "of the whole sequence)");
+  }
+  EXPECT_EQ(with_layout(cp::SequenceLayout::load_balanced(n, R + 1), f),
+            "cp::ssd_forward: the layout has " + std::to_string(R + 1) + " ranks, expected " +
+                std::to_string(R) + " (the communicator's) (on rank 0 of " + std::to_string(R) +
+                ")");
+  auto offsets = f;
+  DeviceView<int*> cu2 = to_device<int*>({0, n}, 2);
+  DeviceView<double****> one_state("states", 1, H, 3, N);
+  DeviceView<int**> one_sequence("seq_idx", B, n);
+  offsets.cu_seqlens = cu2, offsets.sequence_states = one_state, offsets.seq_idx = one_sequence;
+  EXPECT_EQ(with_layout(balanced, offsets),
+            "cp::ssd_forward: cu_seqlens given on a rank of 2 segments, expected one segment "
+            "(the offsets of one run of the rank's steps) (on rank 0 of " +
+                std::to_string(R) + ")");
   // Per-sequence states on one rank only: that rank's mistake (no
   // sequence_states), every rank's error.
   auto varlen = f;

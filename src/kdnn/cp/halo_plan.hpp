@@ -26,6 +26,7 @@
 
 #include "kdnn/core/tensor.hpp"
 #include "kdnn/cp/agree.hpp"
+#include "kdnn/cp/impl/layout_checks.hpp"
 #include "kdnn/cp/sequence_layout.hpp"
 #include "kdnn/cp/sequence_split.hpp"
 
@@ -76,9 +77,9 @@ class HaloPlan {
     agree_on_signature(comm, op,
                        [&] {
                          check_width(op, K);
-                         check_ranks(op, comm, layout);
+                         impl::check_layout_ranks(op, comm, layout);
                        },
-                       {{"K", K}, {"layout", layout.fingerprint(), Field::same_values}});
+                       {{"K", K}, impl::layout_field("layout", layout)});
     set_layout(std::move(layout));
   }
 
@@ -101,16 +102,6 @@ class HaloPlan {
   /// state or without it.
   const std::vector<HaloPiece>& pieces(bool with_initial) const {
     return with_initial ? with_initial_ : without_initial_;
-  }
-
-  /// Throws unless `layout` has a rank for each of `comm`'s.
-  static void check_ranks(const char* op, MPI_Comm comm, const SequenceLayout& layout) {
-    int size = 1;
-    MPI_Comm_size(comm, &size);
-    if (layout.ranks() != size) {
-      fail(op, ": layout has ", layout.ranks(), " ranks, expected ", size,
-           " (the communicator's size)");
-    }
   }
 
   /// Starts the forward exchange: x [B, steps(), C] of this rank's steps,

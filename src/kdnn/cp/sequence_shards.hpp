@@ -28,6 +28,7 @@
 #include "kdnn/core/impl/space_lock.hpp"
 #include "kdnn/core/validate.hpp"
 #include "kdnn/cp/agree.hpp"
+#include "kdnn/cp/impl/layout_checks.hpp"
 #include "kdnn/cp/impl/mpi_memory.hpp"
 #include "kdnn/cp/sequence_layout.hpp"
 
@@ -113,22 +114,18 @@ void gather(const ExecSpace& space, MPI_Comm comm, const SequenceLayout& layout,
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
   const std::int64_t B = std::int64_t(global.extent(0)), row = impl::step_elements(global);
-  agree_on_signature(comm, op,
-                     [&] {
-                       if (size != layout.ranks()) {
-                         fail(op, ": the layout has ", layout.ranks(), " ranks, expected ", size,
-                              " (the communicator's)");
-                       }
-                       impl::check_part(op, "local", global, local, layout.length(),
-                                        layout.local_steps(rank));
-                       if (B * layout.length() * row > INT_MAX) {
-                         fail(op, ": global has ", B * layout.length() * row,
-                              " elements, expected at most 2^31 - 1 (one MPI_Allgatherv)");
-                       }
-                     },
-                     {Field{"layout", layout.fingerprint(), Field::same_values}, Field{"B", B},
-                      Field{"the elements of a step", row},
-                      Field{"global", std::int64_t(sizeof(T)), Field::same_dtype}});
+  agree_on_signature(
+      comm, op,
+      [&] {
+        impl::check_layout_ranks(op, comm, layout);
+        impl::check_part(op, "local", global, local, layout.length(), layout.local_steps(rank));
+        if (B * layout.length() * row > INT_MAX) {
+          fail(op, ": global has ", B * layout.length() * row,
+               " elements, expected at most 2^31 - 1 (one MPI_Allgatherv)");
+        }
+      },
+      {impl::layout_field("layout", layout), Field{"B", B}, Field{"the elements of a step", row},
+       Field{"global", std::int64_t(sizeof(T)), Field::same_dtype}});
   // This rank's part, contiguous and on the host. The space's lock is held
   // for its kernels only, not while the ranks exchange.
   auto packed = impl::contiguous_like<typename ExecSpace::memory_space>(local, "kdnn::cp::gather");

@@ -19,6 +19,7 @@
 #include "kdnn/core/validate.hpp"
 #include "kdnn/cp/agree.hpp"
 #include "kdnn/cp/halo_plan.hpp"
+#include "kdnn/cp/impl/layout_checks.hpp"
 #include "kdnn/cp/impl/mpi_memory.hpp"
 #include "kdnn/cp/impl/segment_views.hpp"
 #include "kdnn/cp/impl/sequence_edges.hpp"
@@ -191,9 +192,7 @@ void check_edges(const char* op, const SeqIdx& seq_idx, const W& w, const HaloPl
 /// The fields of a call: the conv's, a given plan's layout, then the rank-0
 /// options, the length last (for the plan made without one).
 inline void add_layout_field(std::vector<Field>& fields, const HaloPlan* plan) {
-  if (plan)
-    fields.insert(fields.end() - 1,
-                  {"plan's layout", plan->layout().fingerprint(), Field::same_values});
+  if (plan) fields.insert(fields.end() - 1, layout_field("plan's layout", plan->layout()));
 }
 
 /// The forward's checks on every rank (one all-gather), then the plan: the

@@ -4,6 +4,7 @@
 // its segments one after another): a [B, L_r, ·] tensor's rows of the
 // segment, a block of K−1 rows of the halo, and the segment's sequence ids.
 #include <Kokkos_Core.hpp>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -51,6 +52,59 @@ Matrix<const int, ExecSpace> ids_of(const ExecSpace& space,
                               seq_idx.extent(0), std::size_t(range.second - range.first));
   Kokkos::deep_copy(space, copy, Kokkos::subview(seq_idx, Kokkos::ALL, range));
   return copy;
+}
+
+/// Rows [range) of a LayoutRight View [B, L, ...] (rank 2 to 4) as a View
+/// of the same type: the View's own memory when the range is all of it or
+/// B = 1 (an unmanaged View into it), else a new View, filled with the rows
+/// when `copy_in` (an input), or not (an output, for put_rows). Empty stays
+/// empty.
+template <class View, class ExecSpace>
+View right_rows(const ExecSpace& space, const View& v, std::pair<int, int> range, bool copy_in) {
+  static_assert(std::is_same_v<typename View::array_layout, Kokkos::LayoutRight>);
+  const int n = range.second - range.first;
+  if (!validate::given(v) || (range.first == 0 && std::size_t(n) == v.extent(1))) return v;
+  const std::size_t e2 = View::rank > 2 ? v.extent(2) : 0, e3 = View::rank > 3 ? v.extent(3) : 0;
+  const auto make = [&](auto* data) {
+    if constexpr (View::rank == 2) return View(data, v.extent(0), n);
+    if constexpr (View::rank == 3) return View(data, v.extent(0), n, e2);
+    if constexpr (View::rank == 4) return View(data, v.extent(0), n, e2, e3);
+  };
+  if (v.extent(0) == 1) return make(v.data() + std::size_t(range.first) * v.stride(1));
+  using Owned = Kokkos::View<typename View::non_const_data_type, Kokkos::LayoutRight,
+                             typename View::memory_space>;
+  Owned rows;
+  if constexpr (View::rank == 2) {
+    rows = Owned(Kokkos::view_alloc(Kokkos::WithoutInitializing, "kdnn::cp::segment_rows"),
+                 v.extent(0), n);
+    if (copy_in) Kokkos::deep_copy(space, rows, Kokkos::subview(v, Kokkos::ALL, range));
+  } else if constexpr (View::rank == 3) {
+    rows = Owned(Kokkos::view_alloc(Kokkos::WithoutInitializing, "kdnn::cp::segment_rows"),
+                 v.extent(0), n, e2);
+    if (copy_in)
+      Kokkos::deep_copy(space, rows, Kokkos::subview(v, Kokkos::ALL, range, Kokkos::ALL));
+  } else {
+    rows = Owned(Kokkos::view_alloc(Kokkos::WithoutInitializing, "kdnn::cp::segment_rows"),
+                 v.extent(0), n, e2, e3);
+    if (copy_in) {
+      Kokkos::deep_copy(space, rows,
+                        Kokkos::subview(v, Kokkos::ALL, range, Kokkos::ALL, Kokkos::ALL));
+    }
+  }
+  return rows;
+}
+
+/// Rows [range) of `dst` = `rows`, unless right_rows gave dst's own memory.
+template <class ExecSpace, class Dst, class Rows>
+void put_rows(const ExecSpace& space, const Dst& dst, std::pair<int, int> range, const Rows& rows) {
+  if (!validate::given(dst) || rows.data() == dst.data() + std::size_t(range.first) * dst.stride(1))
+    return;
+  if constexpr (Dst::rank == 3) {
+    Kokkos::deep_copy(space, Kokkos::subview(dst, Kokkos::ALL, range, Kokkos::ALL), rows);
+  } else {
+    Kokkos::deep_copy(space, Kokkos::subview(dst, Kokkos::ALL, range, Kokkos::ALL, Kokkos::ALL),
+                      rows);
+  }
 }
 
 }  // namespace kdnn::cp::impl

@@ -1,14 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 #pragma once
 // Definitions of kdnn::cp::impl::{ssd_forward, ssd_backward}: the collective
-// checks, the summaries (packed one per rank: [Λ: B·H][S: B·H·N·P] and, in
-// the backward, [dS: B·H·N·P]), the all-gather overlapped with the Y_diag
-// kernels, and the scans over the ranks that correct the chunk states.
+// checks, then the single-rank SSD's steps on each segment of this rank's
+// (cp/impl/segment_views.hpp), the summaries' all-gather overlapped with the
+// Y_diag kernels, and the scans that correct the chunk states
+// (cp/impl/ssd_summaries.hpp).
 #include <mpi.h>
 
 #include <Kokkos_Core.hpp>
 #include <climits>
 #include <cstdint>
+#include <functional>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "kdnn/core/impl/fingerprint.hpp"
@@ -16,9 +20,13 @@
 #include "kdnn/core/impl/space_lock.hpp"
 #include "kdnn/core/validate.hpp"
 #include "kdnn/cp/agree.hpp"
+#include "kdnn/cp/impl/layout_checks.hpp"
 #include "kdnn/cp/impl/mpi_memory.hpp"
+#include "kdnn/cp/impl/segment_views.hpp"
 #include "kdnn/cp/impl/sequence_edges.hpp"
+#include "kdnn/cp/impl/ssd_summaries.hpp"
 #include "kdnn/cp/impl/timed_wait.hpp"
+#include "kdnn/cp/sequence_layout.hpp"
 #include "kdnn/cp/sequence_split.hpp"
 #include "kdnn/ssm/impl/ssd_around.hpp"
 #include "kdnn/ssm/impl/ssd_checks.hpp"
@@ -62,285 +70,332 @@ std::vector<Field> ssd_fields(const ExecSpace& space, const Args& a, const ssm::
           {"L", std::int64_t(a.x.extent(1)), Field::any}};
 }
 
-/// One rank's summary in the gathered buffer: Λ [B·H], then `parts` blocks of
-/// [B·H·NP] (S, then dS in the backward).
-struct SummaryLayout {
-  std::size_t BH, NP;
-  int parts;
-  KOKKOS_INLINE_FUNCTION std::size_t size() const { return BH * (1 + parts * NP); }
-  KOKKOS_INLINE_FUNCTION std::size_t decay(int r, std::size_t bh) const { return r * size() + bh; }
-  KOKKOS_INLINE_FUNCTION std::size_t state(int r, int part, std::size_t bh, std::size_t e) const {
-    return r * size() + BH + (part * BH + bh) * NP + e;
-  }
-};
-
-/// Throws when a rank's summary is too large for one MPI count.
-inline void check_summary_size(const char* op, const SummaryLayout& s) {
-  if (s.size() > std::size_t(INT_MAX)) {
-    fail(op, ": a state summary of ", s.size(), " values (B·H·(1 + ", s.parts,
-         "·P·N)), expected at most 2^31 - 1");
-  }
-}
-
-/// The all-gather of the summaries and its statistics.
-template <class T, class ExecSpace>
-struct SummaryExchange {
-  SummaryLayout layout;
-  int ranks;
-  MpiBuffer<T, ExecSpace> mine, all;
-  std::vector<MPI_Request> requests{MPI_REQUEST_NULL};  ///< the all-gather's
-  double posted = 0;
-
-  SummaryExchange(const SummaryLayout& l, int R)
-      : layout(l),
-        ranks(R),
-        mine("kdnn::cp::ssd_summary", l.size()),
-        all("kdnn::cp::ssd_summaries", l.size() * R) {}
-
-  /// After the pack kernel: starts the all-gather.
-  void start(const ExecSpace& space, MPI_Comm comm) {
-    mine.to_mpi(space);
-    MPI_Iallgather(mine.mpi_data(), int(layout.size()), mpi_type<T>(), all.mpi_data(),
-                   int(layout.size()), mpi_type<T>(), comm, &requests[0]);
-    posted = MPI_Wtime();
-  }
-  void wait(const ExecSpace& space, StateStats& stats, kdnn::impl::SpaceLock& lock) {
-    timed_wait(space, requests, posted, lock, stats);
-    all.from_mpi(space);
-    const std::int64_t bytes = std::int64_t(layout.size() * sizeof(T)) * (ranks - 1);
-    stats.bytes_sent = bytes;
-    stats.bytes_received = bytes;
-  }
-};
-
-/// Packed sequences: per batch entry, whether this rank's first step starts
-/// a sequence (its id differs from the step before it, on an earlier rank).
-/// The state entering the rank is then dropped: the rank's summary passes
-/// none of it on (Λ = 0, and dS = 0 in the backward) and its own correction
-/// is 0. Empty without seq_idx; collective with it (on every rank, then).
+/// Packed sequences: per segment of this rank and batch entry, whether the
+/// segment's first step starts a sequence (its id differs from the step
+/// before it, wherever that is). The state entering the segment is then
+/// dropped: its summary passes none of it on (Λ = 0, and dS = 0 in the
+/// backward) and its own correction is 0. Empty Views without seq_idx;
+/// collective with it (on every rank, then).
 template <class ExecSpace>
-Vector<const int, ExecSpace> rank_starts(const ExecSpace& space, MPI_Comm comm,
-                                         kdnn::impl::SpaceLock& lock,
-                                         const Matrix<const int, ExecSpace>& seq_idx,
-                                         const SequenceLayout& layout, int rank) {
-  if (!validate::given(seq_idx)) return {};
+std::vector<Vector<const int, ExecSpace>> segment_starts(
+    const ExecSpace& space, MPI_Comm comm, kdnn::impl::SpaceLock& lock,
+    const Matrix<const int, ExecSpace>& seq_idx, const SequenceLayout& layout, int rank) {
+  std::vector<Vector<const int, ExecSpace>> starts(layout.segments(rank).size());
+  if (!validate::given(seq_idx)) return starts;
   const SequenceEdges edges(space, comm, lock, seq_idx, layout, rank, 1);
   const int B = int(seq_idx.extent(0));
-  return kdnn::impl::filled_on_host(space, Vector<int, ExecSpace>("kdnn::cp::ssd_rank_starts", B),
-                                    [&](const auto& host) {
-                                      for (int b = 0; b < B; ++b)
-                                        host(b) = edges.starts_sequence(rank, 0, b) ? 1 : 0;
-                                    });
+  for (std::size_t k = 0; k < starts.size(); ++k) {
+    starts[k] = kdnn::impl::filled_on_host(
+        space, Vector<int, ExecSpace>("kdnn::cp::ssd_segment_starts", B), [&](const auto& host) {
+          for (int b = 0; b < B; ++b) host(b) = edges.starts_sequence(rank, int(k), b) ? 1 : 0;
+        });
+  }
+  return starts;
 }
 
-/// Packs this rank's summary: Λ = Π_c decay_c, S = the chunk states' last
-/// row (the segment's final state) and, with `dinit`, its gradient dS;
-/// Λ and dS are 0 for the batch entries where `starts` (rank_starts) is set.
+/// a's arguments with the inputs that the forward and the backward share
+/// (x, dt, B, C, seq_idx) cut to rows `r`, and no initial state (the scan
+/// brings it).
+template <class ExecSpace, class Args>
+Args segment_inputs(const ExecSpace& space, const Args& a, std::pair<int, int> r) {
+  Args s = a;
+  s.x = right_rows(space, a.x, r, true);
+  s.dt = right_rows(space, a.dt, r, true);
+  s.B = right_rows(space, a.B, r, true);
+  s.C = right_rows(space, a.C, r, true);
+  s.seq_idx = right_rows(space, a.seq_idx, r, true);
+  s.initial_state = {};
+  return s;
+}
+
+/// Segment k's forward arguments: its rows of the steps' tensors (y copied
+/// back by put_rows), the final state on the rank's last segment only
+/// (written by the scan).
+template <class T, class ExecSpace>
+ssm::SsdForward<T, ExecSpace> segment_forward(const ExecSpace& space,
+                                              const ssm::SsdForward<T, ExecSpace>& a,
+                                              const std::vector<LocalRows>& rows, std::size_t k) {
+  const auto r = rows[k].range();
+  ssm::SsdForward<T, ExecSpace> f = segment_inputs(space, a, r);
+  f.y = right_rows(space, a.y, r, false);
+  if (k + 1 < rows.size()) f.final_state = {};
+  return f;
+}
+
+/// Segment k's backward arguments, as segment_forward: d(final state) on the
+/// rank's last segment only, no d(initial state) (the scan gives it); dA and
+/// dD of segment 0 are the caller's, the others' new (added by add_sums).
+template <class T, class ExecSpace>
+ssm::SsdBackward<T, ExecSpace> segment_backward(const ExecSpace& space,
+                                                const ssm::SsdBackward<T, ExecSpace>& a,
+                                                const std::vector<LocalRows>& rows, std::size_t k) {
+  const auto r = rows[k].range();
+  ssm::SsdBackward<T, ExecSpace> g = segment_inputs(space, a, r);
+  g.dy = right_rows(space, a.dy, r, true);
+  g.dx = right_rows(space, a.dx, r, false);
+  g.ddt = right_rows(space, a.ddt, r, false);
+  g.dB = right_rows(space, a.dB, r, false);
+  g.dC = right_rows(space, a.dC, r, false);
+  g.dinitial_state = {};
+  if (k + 1 < rows.size()) g.dfinal_state = {};
+  if (k > 0) {
+    g.dA = Vector<T, ExecSpace>("kdnn::cp::segment_dA", a.dA.extent(0));
+    if (validate::given(a.dD)) g.dD = Vector<T, ExecSpace>("kdnn::cp::segment_dD", a.dD.extent(0));
+  }
+  return g;
+}
+
+/// into += from, elementwise (a later segment's dA or dD); nothing when
+/// either is empty.
 template <class ExecSpace, class T>
-void pack_summary(const ExecSpace& space, const SummaryLayout& s,
-                  const Kokkos::View<T*, typename ExecSpace::memory_space>& buf,
-                  const ssm::impl::ChunkStates<T, ExecSpace>& states,
-                  const ssm::impl::ChunkDecays<T, ExecSpace>& decay,
-                  const Tensor4<T, ExecSpace>& dinit, const Vector<const int, ExecSpace>& starts) {
-  const int H = int(states.extent(1)), chunks = int(states.extent(2)) - 1;
-  const int P = dinit.extent(2) > 0 ? int(dinit.extent(2)) : 1;
-  const bool has_starts = validate::given(starts);
-  if (s.size() == 0) return;
+void add_sums(const ExecSpace& space, const Vector<T, ExecSpace>& into,
+              const Vector<T, ExecSpace>& from) {
+  if (!validate::given(into) || into.data() == from.data()) return;
   Kokkos::parallel_for(
-      "kdnn::cp::ssd_pack_summary", Kokkos::RangePolicy<ExecSpace>(space, 0, s.size()),
-      KOKKOS_LAMBDA(std::size_t i) {
-        if (i < s.BH) {
-          T prod = has_starts && starts(int(i) / H) ? 0 : 1;
-          for (int c = 0; c < chunks; ++c) prod *= decay(i / H, i % H, c);
-          buf(i) = prod;
-          return;
-        }
-        const std::size_t j = i - s.BH, part = j / (s.BH * s.NP), bh = j / s.NP % s.BH;
-        const int e = int(j % s.NP), b = int(bh) / H, h = int(bh) % H;
-        buf(i) = part == 0                      ? states(b, h, chunks, e)
-                 : has_starts && starts(b) != 0 ? T(0)
-                                                : dinit(b, h, e % P, e / P);
-      });
+      "kdnn::cp::ssd_add_segment_sums", Kokkos::RangePolicy<ExecSpace>(space, 0, into.extent(0)),
+      KOKKOS_LAMBDA(std::size_t i) { into(i) += from(i); });
 }
 
-/// The forward scan over the ranks before `rank`: h_in = Σ_{q<r} (Π Λ)·S_q
-/// (0 where `starts` is set); then states(c) += (Π_{c'<c} decay_c')·h_in
-/// for c ≤ chunks, and the rank's final state (when given) from the
-/// corrected last row.
-template <class ExecSpace, class T>
-void correct_states(const ExecSpace& space, const SummaryLayout& s, int rank,
-                    const Kokkos::View<T*, typename ExecSpace::memory_space>& all,
-                    const ssm::impl::ChunkStates<T, ExecSpace>& states,
-                    const ssm::impl::ChunkDecays<T, ExecSpace>& decay,
-                    const Tensor4<T, ExecSpace>& final_state,
-                    const Vector<const int, ExecSpace>& starts) {
-  const int H = int(states.extent(1)), chunks = int(states.extent(2)) - 1;
-  const bool has_final = validate::given(final_state), has_starts = validate::given(starts);
-  const int P = has_final ? int(final_state.extent(2)) : 1;
-  const std::size_t count = s.BH * s.NP;
-  if (count == 0) return;
-  Kokkos::parallel_for(
-      "kdnn::cp::ssd_correct_states", Kokkos::RangePolicy<ExecSpace>(space, 0, count),
-      KOKKOS_LAMBDA(std::size_t i) {
-        const std::size_t bh = i / s.NP;
-        const int e = int(i % s.NP), b = int(bh) / H, h = int(bh) % H;
-        T add = 0;
-        for (int q = 0; q < rank; ++q) add = all(s.decay(q, bh)) * add + all(s.state(q, 0, bh, e));
-        if (has_starts && starts(b) != 0) add = 0;
-        for (int c = 0; c <= chunks; ++c) {
-          states(b, h, c, e) += add;
-          if (c < chunks) add *= decay(b, h, c);
-        }
-        if (has_final) final_state(b, h, e % P, e / P) = states(b, h, chunks, e);
-      });
-}
+/// What the forward and backward scans of one call share: the layout, this
+/// rank's segments and their summaries' slots, the segments' starts.
+template <class ExecSpace>
+struct ScanContext {
+  const SequenceLayout& layout;
+  int rank;
+  std::vector<LocalRows> rows;
+  SummarySlots<ExecSpace> slots;
+  std::vector<Vector<const int, ExecSpace>> starts;
+  MPI_Comm comm;
 
-/// The reverse scan over the ranks after `rank`: the gradient of the state
-/// leaving this rank, dnext = Σ_{q>r} (Π Λ)·dS_q; then dstates(c) +=
-/// (Π_{c'>c} decay_c')·dnext, and on rank 0 d(initial state) = dS_0 +
-/// Λ_0·dnext.
-template <class ExecSpace, class T>
-void correct_dstates(const ExecSpace& space, const SummaryLayout& s, int rank, int ranks,
-                     const Kokkos::View<T*, typename ExecSpace::memory_space>& all,
-                     const ssm::impl::ChunkStates<T, ExecSpace>& dstates,
-                     const ssm::impl::ChunkDecays<T, ExecSpace>& decay,
-                     const Tensor4<T, ExecSpace>& dinit) {
-  const int H = int(dstates.extent(1)), chunks = int(dstates.extent(2));
-  const bool has_dinit = validate::given(dinit);
-  const int P = has_dinit ? int(dinit.extent(2)) : 1;
-  const std::size_t count = s.BH * s.NP;
-  if (count == 0) return;
-  Kokkos::parallel_for(
-      "kdnn::cp::ssd_correct_dstates", Kokkos::RangePolicy<ExecSpace>(space, 0, count),
-      KOKKOS_LAMBDA(std::size_t i) {
-        const std::size_t bh = i / s.NP;
-        const int e = int(i % s.NP), b = int(bh) / H, h = int(bh) % H;
-        T add = 0;
-        for (int q = ranks - 1; q > rank; --q) {
-          add = all(s.state(q, 1, bh, e)) + all(s.decay(q, bh)) * add;
-        }
-        for (int c = chunks - 1; c >= 0; --c) {
-          dstates(b, h, c, e) += add;
-          add *= decay(b, h, c);
-        }
-        if (has_dinit) dinit(b, h, e % P, e / P) = all(s.state(rank, 1, bh, e)) + add;
-      });
-}
+  bool with_initial;  ///< rank 0 gives the initial state
 
-/// This rank's scan on checked arguments (no transform, no gate). Collective.
-template <class ExecSpace, class T>
-StateStats scan_forward(const char* op, const ExecSpace& space, MPI_Comm comm,
-                        kdnn::impl::SpaceLock& exclusive, const SummaryLayout& layout,
-                        const ssm::SsdForward<T, ExecSpace>& a, const ssm::SsdOptions& opts,
-                        const Vector<const int, ExecSpace>& starts) {
-  int rank = 0, ranks = 1;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &ranks);
-  ssm::impl::ChunkStates<T, ExecSpace> states;
-  ssm::impl::ChunkDecays<T, ExecSpace> decay;
-  ssm::impl::chunk_states<ExecSpace, T>(op, space, a, opts, states, decay);
-  ssm::impl::state_pass(space, states, decay, a.initial_state, Tensor4<T, ExecSpace>());
-  SummaryExchange<T, ExecSpace> ex(layout, ranks);
-  pack_summary(space, layout, ex.mine.device, states, decay, Tensor4<T, ExecSpace>(), starts);
-  ex.start(space, comm);
+  /// The local slot (in this rank's packed summaries) of segment k.
+  int local_slot(std::size_t k) const { return slots.own_first(rank) + int(k); }
+};
 
-  ssm::impl::chunk_output(op, space, a, opts, states, true, false);  // Y_diag + D·x
+/// This rank's scan on checked arguments (no transform, no gate): per
+/// segment, its chunk states from a zero state and its summary; the
+/// all-gather while Y_diag + D·x runs; the corrections and Y_off. Collective.
+template <class ExecSpace, class T>
+StateStats scan_forward(const char* op, const ExecSpace& space, kdnn::impl::SpaceLock& exclusive,
+                        const ScanContext<ExecSpace>& ctx, const ssm::SsdForward<T, ExecSpace>& a,
+                        const ssm::SsdOptions& opts) {
+  const std::size_t segments = ctx.rows.size();
+  const SummaryLayout layout{a.x.extent(0) * a.x.extent(2), a.x.extent(3) * a.B.extent(3), 1};
+  SummaryExchange<T, ExecSpace> ex(layout, ctx.slots, ctx.layout.ranks(), ctx.rank);
+  if (ctx.rank == 0 && ctx.with_initial) {
+    pack_initial(space, layout, ex.mine.device, a.initial_state, int(a.x.extent(2)));
+  }
+  std::vector<ssm::SsdForward<T, ExecSpace>> seg;
+  std::vector<ssm::impl::ChunkStates<T, ExecSpace>> states(segments);
+  std::vector<ssm::impl::ChunkDecays<T, ExecSpace>> decay(segments);
+  for (std::size_t k = 0; k < segments; ++k) {
+    seg.push_back(segment_forward(space, a, ctx.rows, k));
+    ssm::impl::chunk_states<ExecSpace, T>(op, space, seg[k], opts, states[k], decay[k]);
+    ssm::impl::state_pass(space, states[k], decay[k], Tensor4<const T, ExecSpace>(),
+                          Tensor4<T, ExecSpace>());
+    pack_summary(space, layout, ctx.local_slot(k), ex.mine.device, states[k], decay[k],
+                 Tensor4<T, ExecSpace>(), ctx.starts[k]);
+  }
+  ex.start(space, ctx.comm);
+
+  for (std::size_t k = 0; k < segments; ++k) {  // Y_diag + D·x
+    ssm::impl::chunk_output(op, space, seg[k], opts, states[k], true, false);
+  }
   StateStats stats;
   ex.wait(space, stats, exclusive);
-  correct_states(space, layout, rank, ex.all.device, states, decay, a.final_state, starts);
-  ssm::impl::sequence_states(space, a, opts, states);
-  ssm::impl::chunk_output(op, space, a, opts, states, false, true);  // + Y_off
+  for (std::size_t k = 0; k < segments; ++k) {
+    correct_states(space, layout, ex.all.device, ctx.slots.lists(), ctx.slots.before(int(k)),
+                   states[k], decay[k], seg[k].final_state, ctx.starts[k]);
+    ssm::impl::sequence_states(space, seg[k], opts, states[k]);
+    ssm::impl::chunk_output(op, space, seg[k], opts, states[k], false, true);  // + Y_off
+    put_rows(space, a.y, ctx.rows[k].range(), seg[k].y);
+  }
   return stats;
 }
 
+/// This rank's backward scan on checked arguments (no transform, no gate),
+/// as scan_forward: per segment, its chunk states and its own reverse pass
+/// (from its own d(final state)), the summaries' all-gather while the
+/// Y_diag backward runs, the corrections both ways and the state half.
 template <class ExecSpace, class T>
-StateStats ssd_forward(const ExecSpace& space, MPI_Comm comm,
-                       const ssm::SsdForward<T, ExecSpace>& a, const ssm::SsdOptions& opts) {
-  const char* op = "cp::ssd_forward";
-  check_communicator(op, comm);
+StateStats scan_backward(const char* op, const ExecSpace& space, kdnn::impl::SpaceLock& exclusive,
+                         const ScanContext<ExecSpace>& ctx, const ssm::SsdBackward<T, ExecSpace>& g,
+                         const ssm::SsdOptions& opts) {
+  const std::size_t segments = ctx.rows.size();
+  const SummaryLayout layout{g.x.extent(0) * g.x.extent(2), g.x.extent(3) * g.B.extent(3), 2};
+  SummaryExchange<T, ExecSpace> ex(layout, ctx.slots, ctx.layout.ranks(), ctx.rank);
+  if (ctx.rank == 0 && ctx.with_initial) {
+    pack_initial(space, layout, ex.mine.device, g.initial_state, int(g.x.extent(2)));
+  }
+  std::vector<ssm::SsdBackward<T, ExecSpace>> seg;
+  std::vector<ssm::impl::ChunkStates<T, ExecSpace>> states(segments), dstates(segments);
+  std::vector<ssm::impl::ChunkDecays<T, ExecSpace>> decay(segments);
+  for (std::size_t k = 0; k < segments; ++k) {
+    seg.push_back(segment_backward(space, g, ctx.rows, k));
+    const auto& s = seg[k];
+    ssm::impl::chunk_states<ExecSpace, T>(op, space, s, opts, states[k], decay[k]);
+    ssm::impl::state_pass(space, states[k], decay[k], Tensor4<const T, ExecSpace>(),
+                          Tensor4<T, ExecSpace>());
+    ssm::impl::chunk_dstates(op, space, s, opts, dstates[k]);
+    Tensor4<T, ExecSpace> dlocal("kdnn::cp::ssd_dlocal", s.x.extent(0), s.x.extent(2),
+                                 s.x.extent(3), s.B.extent(3));
+    ssm::impl::reverse_state_pass(space, dstates[k], decay[k], s.dfinal_state, dlocal,
+                                  int(s.x.extent(3)));
+    pack_summary(space, layout, ctx.local_slot(k), ex.mine.device, states[k], decay[k], dlocal,
+                 ctx.starts[k]);
+  }
+  ex.start(space, ctx.comm);
+
+  std::vector<ssm::impl::SsdGradients<ExecSpace, T>> grads;
+  for (std::size_t k = 0; k < segments; ++k) {  // diag_backward adds what state_backward reads
+    grads.push_back(ssm::impl::gradient_buffers(seg[k]));
+    ssm::impl::diag_backward(op, space, seg[k], opts, grads[k]);
+  }
+  StateStats stats;
+  ex.wait(space, stats, exclusive);
+  for (std::size_t k = 0; k < segments; ++k) {
+    const auto& s = seg[k];
+    correct_states(space, layout, ex.all.device, ctx.slots.lists(), ctx.slots.before(int(k)),
+                   states[k], decay[k], Tensor4<T, ExecSpace>(), ctx.starts[k]);
+    correct_dstates(space, layout, ex.all.device, ctx.slots.lists(), ctx.slots.after(int(k)),
+                    dstates[k], decay[k]);
+    ssm::impl::state_backward(op, space, s, opts, states[k], dstates[k], grads[k]);
+    const auto r = ctx.rows[k].range();
+    put_rows(space, g.dx, r, s.dx);
+    put_rows(space, g.ddt, r, s.ddt);
+    put_rows(space, g.dB, r, s.dB);
+    put_rows(space, g.dC, r, s.dC);
+    if (k > 0) add_sums(space, g.dA, s.dA), add_sums(space, g.dD, s.dD);
+  }
+  if (validate::given(g.dinitial_state)) {
+    initial_state_gradient(space, layout, ex.all.device, ctx.slots.lists(), ctx.slots.all(),
+                           g.dinitial_state);
+  }
+  return stats;
+}
+
+/// The checks every rank runs (inside agree_on_signature): the single-rank
+/// operator's, the layout's, and the sizes of what the ranks exchange.
+template <class ExecSpace, class Args>
+void check_cp_ssd(const char* op, const ExecSpace& space, MPI_Comm comm,
+                  const SequenceLayout* layout, const Args& a, std::size_t parts) {
   int rank = 0, ranks = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &ranks);
-  const SummaryLayout layout{a.x.extent(0) * a.x.extent(2), a.x.extent(3) * a.B.extent(3), 1};
-  const auto fields = ssd_fields<T>(space, a, opts);
+  if (layout) {
+    check_layout_ranks(op, comm, *layout);
+    validate::extent(op, "x", a.x, 1, std::size_t(layout->local_steps(rank)),
+                     "the layout's steps on this rank");
+  }
+  const std::size_t segments = layout ? layout->segment_count() : std::size_t(ranks);
+  SequenceEdges::check_size(op, a.seq_idx, 1, segments);
+  const SummaryLayout summary{a.x.extent(0) * a.x.extent(2), a.x.extent(3) * a.B.extent(3),
+                              int(parts)};
+  check_summary_size(op, summary, 1 + segments);
+}
+
+/// cu_seqlens (the rank's own offsets of packed sequences) only on a rank
+/// of one segment.
+template <class Args>
+void check_sequence_offsets(const char* op, MPI_Comm comm, const SequenceLayout* layout,
+                            const Args& a) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  if (layout && validate::given(a.cu_seqlens) && layout->segments(rank).size() > 1) {
+    fail(op, ": cu_seqlens given on a rank of ", layout->segments(rank).size(),
+         " segments, expected one segment (the offsets of one run of the rank's steps)");
+  }
+}
+
+/// The collective checks of a call (one all-gather), then the scan's
+/// layout (the caller's, or the contiguous split of the gathered lengths)
+/// and whether rank 0 gives an initial state.
+template <class T, class ExecSpace, class Args>
+std::pair<SequenceLayout, bool> agree_on_ssd(const char* op, const ExecSpace& space, MPI_Comm comm,
+                                             const SequenceLayout* layout, const Args& a,
+                                             const ssm::SsdOptions& opts, std::vector<Field> fields,
+                                             int parts,
+                                             const std::function<void()>& operator_checks) {
+  check_communicator(op, comm);
+  if (layout) {
+    fields.insert(fields.end() - 1, layout_field("layout", *layout));
+  }
   const auto all = agree_on_signature(
       comm, op,
       [&] {
-        ssm::impl::check_ssd_forward(op, space, a, opts);
-        SequenceEdges::check_size(op, a.seq_idx, 1, std::size_t(ranks));
-        check_summary_size(op, layout);
+        check_cp_ssd(op, space, comm, layout, a, std::size_t(parts));  // the layout first
+        operator_checks();
       },
       fields);
-  const auto layout_of_ranks = SequenceLayout::contiguous(lengths_of(all, fields.size() - 1));
+  std::size_t initial = 0;  // the field that says whether rank 0 gives an initial state
+  while (std::string_view(fields[initial].name) != "initial_state") ++initial;
+  return {layout ? *layout : SequenceLayout::contiguous(lengths_of(all, fields.size() - 1)),
+          all[0][initial] != 0};
+}
+
+template <class ExecSpace, class T>
+StateStats ssd_forward(const ExecSpace& space, MPI_Comm comm, const SequenceLayout* given,
+                       const ssm::SsdForward<T, ExecSpace>& a, const ssm::SsdOptions& opts) {
+  const char* op = "cp::ssd_forward";
+  const auto agreed =
+      agree_on_ssd<T>(op, space, comm, given, a, opts, ssd_fields<T>(space, a, opts), 1, [&] {
+        ssm::impl::check_ssd_forward(op, space, a, opts);
+        check_sequence_offsets(op, comm, given, a);
+      });
+  const SequenceLayout& layout = agreed.first;
+  const bool with_initial = agreed.second;
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
   kdnn::impl::SpaceLock exclusive(space);  // after the collective checks
-  const auto starts = rank_starts(space, comm, exclusive, a.seq_idx, layout_of_ranks, rank);
+  ScanContext<ExecSpace> ctx{layout,
+                             rank,
+                             local_rows(layout.segments(rank)),
+                             SummarySlots<ExecSpace>(space, layout, rank, with_initial),
+                             segment_starts(space, comm, exclusive, a.seq_idx, layout, rank),
+                             comm,
+                             with_initial};
   Tensor3<const T, ExecSpace> dt;
   agree(comm, exclusive, [&] { dt = ssm::impl::step_sizes<ExecSpace, T>(op, space, a, opts); });
   StateStats stats;
   ssm::impl::around_forward(space, a, dt, [&](const ssm::SsdForward<T, ExecSpace>& s) {
-    stats = scan_forward(op, space, comm, exclusive, layout, s, opts, starts);
+    stats = scan_forward(op, space, exclusive, ctx, s, opts);
   });
   return stats;
 }
 
 template <class ExecSpace, class T>
-StateStats ssd_backward(const ExecSpace& space, MPI_Comm comm,
+StateStats ssd_backward(const ExecSpace& space, MPI_Comm comm, const SequenceLayout* given,
                         const ssm::SsdBackward<T, ExecSpace>& a, const ssm::SsdOptions& opts) {
   const char* op = "cp::ssd_backward";
-  check_communicator(op, comm);
-  int rank = 0, ranks = 1;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &ranks);
-  const SummaryLayout layout{a.x.extent(0) * a.x.extent(2), a.x.extent(3) * a.B.extent(3), 2};
   auto fields = ssd_fields<T>(space, a, opts);
   fields.insert(fields.end() - 1,
                 Field{"dinitial_state", validate::given(a.dinitial_state), Field::rank0_only});
-  const auto all = agree_on_signature(
-      comm, op,
-      [&] {
-        ssm::impl::check_ssd_backward(op, space, a, opts);
-        SequenceEdges::check_size(op, a.seq_idx, 1, std::size_t(ranks));
-        check_summary_size(op, layout);
-      },
-      fields);
-  const auto layout_of_ranks = SequenceLayout::contiguous(lengths_of(all, fields.size() - 1));
+  const auto agreed = agree_on_ssd<T>(op, space, comm, given, a, opts, fields, 2,
+                                      [&] { ssm::impl::check_ssd_backward(op, space, a, opts); });
+  const SequenceLayout& layout = agreed.first;
+  const bool with_initial = agreed.second;
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
   kdnn::impl::SpaceLock exclusive(space);  // after the collective checks
-  const auto starts = rank_starts(space, comm, exclusive, a.seq_idx, layout_of_ranks, rank);
+  ScanContext<ExecSpace> ctx{layout,
+                             rank,
+                             local_rows(layout.segments(rank)),
+                             SummarySlots<ExecSpace>(space, layout, rank, with_initial),
+                             segment_starts(space, comm, exclusive, a.seq_idx, layout, rank),
+                             comm,
+                             with_initial};
   Tensor3<const T, ExecSpace> dt;
   agree(comm, exclusive, [&] { dt = ssm::impl::step_sizes<ExecSpace, T>(op, space, a, opts); });
 
   StateStats stats;
-  const SummaryLayout forward_layout{layout.BH, layout.NP, 1};
   const auto forward = [&](const ssm::SsdForward<T, ExecSpace>& f) {
-    scan_forward(op, space, comm, exclusive, forward_layout, f, opts, starts);
+    scan_forward(op, space, exclusive, ctx, f, opts);
   };
-  ssm::impl::around_backward(
-      space, a, opts, dt, forward, [&](const ssm::SsdBackward<T, ExecSpace>& g) {
-        // The forward's chunk states and this rank's reverse pass, from its own
-        // d(final state): H_c, dH_{c+1} and dS_r as if the other ranks were not there.
-        ssm::impl::ChunkStates<T, ExecSpace> states, dstates;
-        ssm::impl::ChunkDecays<T, ExecSpace> decay;
-        ssm::impl::chunk_states<ExecSpace, T>(op, space, g, opts, states, decay);
-        ssm::impl::state_pass(space, states, decay, g.initial_state, Tensor4<T, ExecSpace>());
-        ssm::impl::chunk_dstates(op, space, g, opts, dstates);
-        Tensor4<T, ExecSpace> dlocal("kdnn::cp::ssd_dlocal", g.x.extent(0), g.x.extent(2),
-                                     g.x.extent(3), g.B.extent(3));
-        ssm::impl::reverse_state_pass(space, dstates, decay, g.dfinal_state, dlocal,
-                                      int(g.x.extent(3)));
-        SummaryExchange<T, ExecSpace> ex(layout, ranks);
-        pack_summary(space, layout, ex.mine.device, states, decay, dlocal, starts);
-        ex.start(space, comm);
-
-        auto grads =
-            ssm::impl::gradient_buffers(g);  // diag_backward adds what state_backward reads
-        ssm::impl::diag_backward(op, space, g, opts, grads);
-        ex.wait(space, stats, exclusive);
-        correct_states(space, layout, rank, ex.all.device, states, decay, Tensor4<T, ExecSpace>(),
-                       starts);
-        correct_dstates(space, layout, rank, ranks, ex.all.device, dstates, decay,
-                        g.dinitial_state);
-        ssm::impl::state_backward(op, space, g, opts, states, dstates, grads);
-      });
+  ssm::impl::around_backward(space, a, opts, dt, forward,
+                             [&](const ssm::SsdBackward<T, ExecSpace>& g) {
+                               stats = scan_backward(op, space, exclusive, ctx, g, opts);
+                             });
   return stats;
 }
 
