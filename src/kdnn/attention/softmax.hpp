@@ -52,10 +52,34 @@ struct AttentionMask {
   /// them; the other operators refuse them.
   Matrix<const double, ExecSpace> alibi_slopes;
 
-  /// Sk_b − S_b: the key on query 0's diagonal in batch entry b, for S
-  /// queries and Sk keys (the band's and ALiBi's alignment).
+  /// Where the call's queries and keys lie in longer sequences (a block of
+  /// context-parallel attention, kdnn::cp): query i is position
+  /// query_begin + i of query_length, key j position key_begin + j of
+  /// key_length. The causal mask, the band and ALiBi are aligned, seq_q and
+  /// seq_k count, and dropout numbers its elements ([B, H, query_length,
+  /// key_length]) in those positions; lo_win and hi_win stay the call's
+  /// own key indices. A length of −1 (the default): the call's own, S or
+  /// Sk, from position 0.
+  struct Positions {
+    int query_begin = 0, query_length = -1;
+    int key_begin = 0, key_length = -1;
+  };
+  Positions positions;
+
+  /// The lengths the positions count in, for S queries and Sk keys.
+  KOKKOS_INLINE_FUNCTION int query_positions(int queries) const {
+    return positions.query_length >= 0 ? positions.query_length : queries;
+  }
+  KOKKOS_INLINE_FUNCTION int key_positions(int keys) const {
+    return positions.key_length >= 0 ? positions.key_length : keys;
+  }
+
+  /// Sk_b − S_b: the key position on query position 0's diagonal in batch
+  /// entry b, for S queries and Sk keys (the band's and ALiBi's alignment;
+  /// S_b, Sk_b: seq_q[b], seq_k[b], else the lengths of the positions).
   KOKKOS_INLINE_FUNCTION int diagonal_shift(int b, int queries, int keys) const {
-    return (seq_k.extent(0) > 0 ? seq_k(b) : keys) - (seq_q.extent(0) > 0 ? seq_q(b) : queries);
+    return (seq_k.extent(0) > 0 ? seq_k(b) : key_positions(keys)) -
+           (seq_q.extent(0) > 0 ? seq_q(b) : query_positions(queries));
   }
 };
 

@@ -42,6 +42,11 @@ Packing<ExecSpace> packing(const char* op, const ExecSpace& space,
   refuse("seq_k", mask.seq_k.extent(0));
   refuse("lo_win", mask.lo_win.extent(0));
   refuse("hi_win", mask.hi_win.extent(0));
+  if (mask.positions.query_length != -1 || mask.positions.key_length != -1) {
+    fail(op,
+         ": mask.positions given, expected none (packed sequences take their positions "
+         "from cu_seqlens_q and cu_seqlens_k)");
+  }
   if (seqs.cu_seqlens_q.extent(0) != seqs.cu_seqlens_k.extent(0)) {
     fail(op, ": seqs.cu_seqlens_k has extent(0)=", seqs.cu_seqlens_k.extent(0), ", expected ",
          seqs.cu_seqlens_q.extent(0), " (N + 1, as seqs.cu_seqlens_q)");

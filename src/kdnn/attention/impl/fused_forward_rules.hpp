@@ -29,10 +29,14 @@
 
 namespace kdnn::attention::impl {
 
-/// Dropout's keep test for element k of [B, H, S, Sk] (dropout.hpp's rule).
+/// Dropout's keep test for element k of [B, H, S, Sk] (dropout.hpp's rule),
+/// in the mask's positions (AttentionMask::Positions): query i and key j of
+/// the call are element (query_begin + i, key_begin + j) of [B, H,
+/// query_length, key_length].
 struct DropoutMask {
   std::uint32_t threshold = 0, key0 = 0, key1 = 0, off0 = 0, off1 = 0;
   bool active = false;
+  int query_begin = 0, query_length = -1, key_begin = 0, key_length = -1;
 
   KOKKOS_INLINE_FUNCTION bool keep(std::uint64_t k) const {
     if (!active) return true;
@@ -44,6 +48,8 @@ struct DropoutMask {
 
   /// The test for element (i, j) of head bh = b·H + h of [B, H, S, Sk].
   KOKKOS_INLINE_FUNCTION bool keep(int bh, int i, int j, int S, int Sk) const {
+    if (query_length >= 0) S = query_length, i += query_begin;
+    if (key_length >= 0) Sk = key_length, j += key_begin;
     return keep(std::uint64_t(bh) * std::uint64_t(S) * std::uint64_t(Sk) +
                 std::uint64_t(i) * std::uint64_t(Sk) + std::uint64_t(j));
   }

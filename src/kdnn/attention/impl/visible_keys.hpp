@@ -20,9 +20,9 @@ struct VisibleKeys {
   bool lo = false, hi = false, seq_q = false, seq_k = false, band = false;
 
   VisibleKeys() = default;
-  /// A band's bounds are taken at most S + Sk (no fewer keys: no diagonal
-  /// is further than that from a key), so that range() computes in int
-  /// (check_mask refuses a band with S + Sk past 2^29).
+  /// A band's bounds are taken at most the positions' S + Sk (no fewer
+  /// keys: no diagonal is further than that from a key), so that range()
+  /// computes in int (check_mask refuses a band with S + Sk past 2^29).
   VisibleKeys(const AttentionMask<ExecSpace>& m, int query_count, int key_count)
       : mask(m),
         queries(query_count),
@@ -32,23 +32,29 @@ struct VisibleKeys {
         seq_q(m.seq_q.extent(0) > 0),
         seq_k(m.seq_k.extent(0) > 0),
         band(m.band_left >= 0 || m.band_right >= 0) {
-    const long long most = (long long)query_count + key_count;
+    const long long most = (long long)m.query_positions(query_count) + m.key_positions(key_count);
     if (mask.band_left > most) mask.band_left = int(most);
     if (mask.band_right > most) mask.band_right = int(most);
   }
 
   /// Keys [first, last) of query i in batch entry b (first >= last: none).
+  /// In positions (AttentionMask::Positions): query i is position p = i +
+  /// query_begin, and key j position j + key_begin.
   KOKKOS_INLINE_FUNCTION void range(int b, int i, int& first, int& last) const {
-    // The entry's lengths (seq_k(b) <= Sk, checked): a padded query sees none.
-    const int lq = seq_q ? mask.seq_q(b) : queries, lk = seq_k ? mask.seq_k(b) : keys;
+    // The entry's lengths in positions (checked to fit them): a padded query
+    // sees none.
+    const int lq = seq_q ? mask.seq_q(b) : mask.query_positions(queries);
+    const int lk = seq_k ? mask.seq_k(b) : mask.key_positions(keys);
+    const int p = i + mask.positions.query_begin, k0 = mask.positions.key_begin;
     first = 0;
-    last = i < lq ? lk : 0;
+    last = p < lq ? (lk - k0 < keys ? lk - k0 : keys) : 0;
     if (lo && mask.lo_win(i) > first) first = mask.lo_win(i);
     if (hi && mask.hi_win(i) < last) last = mask.hi_win(i);
-    if (mask.causal && i + 1 < last) last = i + 1;
+    if (mask.causal && p - k0 + 1 < last) last = p - k0 + 1;
     if (band) {
-      // d = i + Sk_b − S_b in (−S, S + Sk), bounds at most S + Sk: in int.
-      const int d = i + lk - lq;
+      // The diagonal key d = p + Sk_b − S_b − k0 in (−S − Sk, S + Sk) of the
+      // positions, bounds at most S + Sk: in int.
+      const int d = p + lk - lq - k0;
       if (mask.band_left >= 0 && d - mask.band_left > first) first = d - mask.band_left;
       if (mask.band_right >= 0 && d + mask.band_right + 1 < last) last = d + mask.band_right + 1;
     }
@@ -62,7 +68,8 @@ struct VisibleKeys {
     AlibiRow<T> a;
     if (slopes.extent(0) == 0) return a;
     a.slope = T(slopes(slopes.extent(0) == 1 ? 0 : b, h));
-    a.shift = mask.diagonal_shift(b, queries, keys);
+    a.shift = mask.diagonal_shift(b, queries, keys) + mask.positions.query_begin -
+              mask.positions.key_begin;
     return a;
   }
 
@@ -117,6 +124,30 @@ struct VisibleKeys {
   }
 };
 
+/// The positions (AttentionMask::Positions) of S queries and Sk keys: each
+/// block inside its length.
+template <class Positions>
+void check_positions(const char* op, const Positions& p, std::size_t queries, std::size_t keys) {
+  const auto check = [&](const char* begin_name, int begin, const char* length_name, int length,
+                         std::size_t count, const char* what) {
+    if (length < -1) {
+      fail(op, ": mask.positions.", length_name, "=", length,
+           ", expected -1 (the call's own) or a length >= 0");
+    }
+    if (length == -1 && begin != 0) {
+      fail(op, ": mask.positions.", begin_name, "=", begin, " with ", length_name,
+           "=-1, expected 0 (the call's own positions)");
+    }
+    if (length >= 0 && (begin < 0 || std::size_t(begin) + count > std::size_t(length))) {
+      fail(op, ": mask.positions.", begin_name, "=", begin, " with ", count, " ", what,
+           ", expected 0 <= ", begin_name, " and ", begin_name, " + ", count, " <= ", length_name,
+           "=", length);
+    }
+  };
+  check("query_begin", p.query_begin, "query_length", p.query_length, queries, "queries (S)");
+  check("key_begin", p.key_begin, "key_length", p.key_length, keys, "keys (Sk)");
+}
+
 /// The mask against scores of B entries, S queries and Sk keys, and its
 /// ALiBi slopes against H = `heads` (0: an operator that adds no bias,
 /// alibi.hpp's check_alibi). Each given vector is copied to the host once,
@@ -132,8 +163,12 @@ void check_mask(const char* op, const AttentionMask<ExecSpace>& m, std::size_t b
   };
   check_bound("band_left", m.band_left);
   check_bound("band_right", m.band_right);
-  if ((m.band_left >= 0 || m.band_right >= 0) && queries + keys > (std::size_t(1) << 29)) {
-    fail(op, ": a band (mask.band_left, band_right) with S + Sk = ", queries + keys,
+  check_positions(op, m.positions, queries, keys);
+  // The band, ALiBi and the lengths count in the positions.
+  const auto S_pos = std::size_t(m.query_positions(int(queries)));
+  const auto Sk_pos = std::size_t(m.key_positions(int(keys)));
+  if ((m.band_left >= 0 || m.band_right >= 0) && S_pos + Sk_pos > (std::size_t(1) << 29)) {
+    fail(op, ": a band (mask.band_left, band_right) with S + Sk = ", S_pos + Sk_pos,
          ", expected S + Sk <= 2^29");
   }
   if (m.lo_win.extent(0) + m.hi_win.extent(0) + m.seq_q.extent(0) + m.seq_k.extent(0) +
@@ -142,7 +177,7 @@ void check_mask(const char* op, const AttentionMask<ExecSpace>& m, std::size_t b
     return;  // nothing to copy or check (causal is a flag)
   }
   const kdnn::impl::ProfilingRegion region("kdnn::attention::check_mask");
-  check_alibi<ExecSpace>(op, m.alibi_slopes, batch, heads, queries, keys);
+  check_alibi<ExecSpace>(op, m.alibi_slopes, batch, heads, S_pos, Sk_pos);
   using HostVector = decltype(Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), m.lo_win));
   const auto check = [&](const char* name, const auto& v, std::size_t n, const char* count,
                          std::size_t max, const char* what) {
@@ -161,8 +196,8 @@ void check_mask(const char* op, const AttentionMask<ExecSpace>& m, std::size_t b
   };
   const auto lo = check("lo_win", m.lo_win, queries, "one per query, S", keys, "key indices, Sk");
   const auto hi = check("hi_win", m.hi_win, queries, "one per query, S", keys, "key indices, Sk");
-  check("seq_q", m.seq_q, batch, "one per batch entry, B", queries, "query length, S");
-  check("seq_k", m.seq_k, batch, "one per batch entry, B", keys, "key length, Sk");
+  check("seq_q", m.seq_q, batch, "one per batch entry, B", S_pos, "query length, S");
+  check("seq_k", m.seq_k, batch, "one per batch entry, B", Sk_pos, "key length, Sk");
   if (lo.extent(0) > 0 && hi.extent(0) > 0) {
     for (std::size_t i = 0; i < queries; ++i) {
       if (lo(i) > hi(i)) {
