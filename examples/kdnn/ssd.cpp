@@ -414,7 +414,7 @@ int compute(const Options& o, const Inputs* in, const Header& h,
   if (rank == 0) {
     std::cout << "ssd: B=" << B << " L=" << h.L << " H=" << H << " P=" << P << " G=" << G
               << " N=" << N << " Q=" << o.ssd.chunk << " " << (h.f64 ? "float64" : "float32")
-              << ", " << R << " rank(s), state bytes sent per rank " << sf.bytes_sent
+              << ", " << R << " rank(s), state bytes sent by rank 0 " << sf.bytes_sent
               << " (forward)";
     if (h.backward) std::cout << ", " << sb.bytes_sent << " (backward)";
     std::cout << std::endl;

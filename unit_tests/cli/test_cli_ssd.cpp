@@ -84,10 +84,10 @@ TEST_F(CliSsd, UnevenSplitEqualsTheRecurrence) {
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.err, "");
   // Each summary is B·H·(1 + P·N) = 56 values forward, 104 backward, sent
-  // to 2 ranks.
+  // to 2 ranks; rank 0 sends two, its segment's and the initial state's.
   EXPECT_EQ(r.out,
-            "ssd: B=2 L=19 H=4 P=3 G=2 N=2 Q=4 float64, 3 rank(s), state bytes sent per rank "
-            "896 (forward), 1664 (backward)\n");
+            "ssd: B=2 L=19 H=4 P=3 G=2 N=2 Q=4 float64, 3 rank(s), state bytes sent by rank 0 "
+            "1792 (forward), 3328 (backward)\n");
   expect_float64_outputs_equal_the_recurrence();
 }
 

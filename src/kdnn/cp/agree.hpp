@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kdnn/core/error.hpp"
+#include "kdnn/core/impl/fingerprint.hpp"
 
 namespace kdnn::cp {
 
@@ -135,6 +136,12 @@ struct Field {
     double v;
     std::memcpy(&v, &bits, sizeof v);
     return v;
+  }
+  /// A parameter (a contiguous View) that must hold the same values on every
+  /// rank, compared by its fingerprint (one reduction on `space`).
+  template <class ExecSpace, class View>
+  static Field values(const ExecSpace& space, const char* name, const View& v) {
+    return {name, std::int64_t(kdnn::impl::fingerprint(space, v)), same_values};
   }
 };
 

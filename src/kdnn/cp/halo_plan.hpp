@@ -26,6 +26,7 @@
 
 #include "kdnn/core/tensor.hpp"
 #include "kdnn/cp/agree.hpp"
+#include "kdnn/cp/exchange_stats.hpp"
 #include "kdnn/cp/impl/layout_checks.hpp"
 #include "kdnn/cp/sequence_layout.hpp"
 #include "kdnn/cp/sequence_split.hpp"
@@ -33,15 +34,7 @@
 namespace kdnn::cp {
 
 /// What one call's halo exchange moved, and the time it overlapped.
-struct HaloStats {
-  std::int64_t bytes_sent = 0, bytes_received = 0;
-  int messages_sent = 0, messages_received = 0;
-  /// Seconds from posting the messages to waiting for them: the compute that
-  /// ran while they were in flight.
-  double overlapped_seconds = 0;
-  /// Seconds then blocked waiting for them (communication not hidden).
-  double waited_seconds = 0;
-};
+using HaloStats = ExchangeStats;
 
 template <class T, class ExecSpace>
 struct HaloExchange;

@@ -44,9 +44,8 @@ template <class T, class ExecSpace, class Conv>
 std::vector<Field> conv_dt_fields(const ExecSpace& space, const Conv& conv,
                                   const Vector<const T, ExecSpace>& dt_bias,
                                   const ConvDtOptions& opts) {
-  using kdnn::impl::fingerprint;
   const auto values = [&](const char* name, const auto& v) {
-    return Field{name, std::int64_t(fingerprint(space, v)), Field::same_values};
+    return Field::values(space, name, v);
   };
   return {{"x", std::int64_t(sizeof(T)), Field::same_dtype},
           {"B", std::int64_t(conv.x.extent(0))},

@@ -43,9 +43,8 @@ namespace kdnn::cp::impl {
 /// fingerprint: the same parameters on every rank).
 template <class T, class ExecSpace, class Args>
 std::vector<Field> ssd_fields(const ExecSpace& space, const Args& a, const ssm::SsdOptions& opts) {
-  using kdnn::impl::fingerprint;
   const auto values = [&](const char* name, const auto& v) {
-    return Field{name, std::int64_t(fingerprint(space, v)), Field::same_values};
+    return Field::values(space, name, v);
   };
   return {{"x", std::int64_t(sizeof(T)), Field::same_dtype},
           {"B", std::int64_t(a.x.extent(0))},

@@ -1,0 +1,194 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+#pragma once
+// kdnn::cp context-parallel fused attention: self-attention over a sequence
+// laid out on the ranks of a communicator by a SequenceLayout
+// (cp/sequence_layout.hpp), each rank holding q [B, H, L_r, D], k
+// [B, Hkv, L_r, D], v [B, Hkv, L_r, Dv], o [B, H, L_r, Dv] and lse
+// [B, H, L_r] of its steps (its segments one after another along the
+// sequence dimension). The result on every rank equals the single-rank
+// fused attention (kdnn/attention/fused_attention.hpp) over the whole
+// sequence, restricted to the rank's steps, to round-off.
+//
+// Communication (CpAttentionOptions::comm):
+//  * ring: the K/V blocks travel around the ring of ranks with
+//    MPI_Isend/MPI_Irecv while the block before is computed; each block's
+//    (O, lse) merges into the running ones by their log-sum-exp, in T (a
+//    row that has seen no key stays (0, −inf), never NaN). Pairs of
+//    segments that the causal mask or the band hides are skipped; the
+//    others run the single-rank kernels with the mask's positions (causal,
+//    band, ALiBi, the padding lengths and dropout's numbering are those of
+//    the whole sequence). Attention sinks join once, at the end. GQA/MQA
+//    blocks travel with their Hkv heads. A rank sends R − 1 blocks of
+//    B·Hkv·L_src·(D + Dv) values. Backward: the K/V blocks go round again,
+//    and each block's dK/dV accumulator follows one step behind, to its
+//    owner (ring_attention_backward.hpp); dQ stays local. Every pair uses
+//    the whole sequence's O and lse. A rank sends R − 1 blocks and R
+//    gradients of that size.
+//
+// The mask is the whole sequence's: causal (top-left), the band
+// (bottom-right, flash-attn's window), ALiBi's slopes, seq_q and seq_k
+// (lengths in the sequence); lo_win, hi_win and positions are refused (the
+// call sets the positions). Checks are collective: a bad argument on one
+// rank, or an option, shape, dtype, layout or parameter that differs
+// between ranks, is the same kdnn::Error on every rank (one all-gather).
+#include <mpi.h>
+
+#include <climits>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "kdnn/attention/fused_attention.hpp"
+#include "kdnn/core/impl/fingerprint.hpp"
+#include "kdnn/core/impl/space_lock.hpp"
+#include "kdnn/core/validate.hpp"
+#include "kdnn/cp/agree.hpp"
+#include "kdnn/cp/exchange_stats.hpp"
+#include "kdnn/cp/impl/layout_checks.hpp"
+#include "kdnn/cp/impl/ring_attention.hpp"
+#include "kdnn/cp/impl/ring_attention_backward.hpp"
+#include "kdnn/cp/sequence_layout.hpp"
+
+namespace kdnn::cp {
+
+/// How the ranks exchange what attention needs.
+enum class AttentionComm {
+  ring,  ///< K/V blocks around the ring, overlapped with the compute
+};
+
+struct CpAttentionOptions {
+  AttentionComm comm = AttentionComm::ring;
+};
+
+namespace impl {
+
+/// The fields every rank of an attention call must agree on: the dtype,
+/// the shapes, the options and the mask, and the parameters' values (sinks,
+/// ALiBi's slopes, the padding lengths, by fingerprint).
+template <class T, class ExecSpace, class Args>
+std::vector<Field> attention_fields(const ExecSpace& space, const SequenceLayout& layout,
+                                    const Args& a, const attention::FusedAttentionOptions& opts,
+                                    const CpAttentionOptions& cp_opts) {
+  const auto values = [&](const char* name, const auto& v) {
+    return Field::values(space, name, v);
+  };
+  return {{"q", std::int64_t(sizeof(T)), Field::same_dtype},
+          {"B", std::int64_t(a.q.extent(0))},
+          {"H", std::int64_t(a.q.extent(1))},
+          {"Hkv", std::int64_t(a.k.extent(1))},
+          {"D", std::int64_t(a.q.extent(3))},
+          {"Dv", std::int64_t(a.v.extent(3))},
+          layout_field("layout", layout),
+          {"comm", std::int64_t(cp_opts.comm)},
+          {"mask.causal", a.mask.causal},
+          {"mask.band_left", a.mask.band_left},
+          {"mask.band_right", a.mask.band_right},
+          values("mask.alibi_slopes", a.mask.alibi_slopes),
+          values("mask.seq_q", a.mask.seq_q),
+          values("mask.seq_k", a.mask.seq_k),
+          values("sinks", a.sinks),
+          Field::real("opts.scale", opts.scale),
+          Field::real("opts.softcap", opts.softcap),
+          Field::real("opts.dropout.p", opts.dropout.p),
+          {"opts.dropout.seed", std::int64_t(opts.dropout.seed)},
+          {"opts.dropout.offset", std::int64_t(opts.dropout.offset)}};
+}
+
+/// The checks of this rank's arguments (inside agree_on_signature): the
+/// layout's, the single-rank operator's on the rank's whole steps (the
+/// mask's positions those of the sequence), and the message sizes.
+template <class T, class ExecSpace, class Args>
+void check_attention(const char* op, const ExecSpace& space, MPI_Comm comm,
+                     const SequenceLayout& layout, const Args& a,
+                     const attention::FusedAttentionOptions& opts) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  check_layout_ranks(op, comm, layout);
+  const auto steps = std::size_t(layout.local_steps(rank));
+  validate::extent(op, "q", a.q, 2, steps, "the layout's steps on this rank");
+  validate::extent(op, "k", a.k, 2, steps, "the layout's steps on this rank");
+  const auto refuse_window = [&](const char* name, std::size_t given) {
+    if (given > 0) {
+      fail(op, ": mask.", name,
+           " given, expected none (a window per query of the rank's own keys; use the band)");
+    }
+  };
+  refuse_window("lo_win", a.mask.lo_win.extent(0));
+  refuse_window("hi_win", a.mask.hi_win.extent(0));
+  if (a.mask.positions.query_length != -1 || a.mask.positions.key_length != -1) {
+    fail(op, ": mask.positions given, expected none (the call places each block itself)");
+  }
+  auto whole = a;  // the rank's steps, placed in the sequence
+  const int S = int(layout.length());
+  whole.mask.positions = {0, S, 0, S};
+  if constexpr (std::is_same_v<Args, attention::FusedAttentionForward<T, ExecSpace>>) {
+    const attention::impl::EntryRows queries{int(a.q.extent(0)), int(a.q.extent(2))},
+        keys{int(a.k.extent(0)), int(a.k.extent(2))};
+    attention::impl::forward_data<ExecSpace, T>(op, space, whole, opts,
+                                                attention::impl::MaskCheck::here, queries, keys);
+  } else {
+    attention::impl::check_fused_backward<ExecSpace, T>(op, space, whole, opts);
+    attention::impl::check_mask(op, whole.mask, a.q.extent(0), a.q.extent(2), a.k.extent(2),
+                                a.q.extent(1));
+  }
+  std::int64_t longest = 0;
+  for (int r = 0; r < layout.ranks(); ++r) longest = std::max(longest, layout.local_steps(r));
+  const KvBlock kv{int(a.k.extent(0)), int(a.k.extent(1)), int(a.k.extent(3)), int(a.v.extent(3))};
+  if (kv.elements(longest) > std::size_t(INT_MAX)) {
+    fail(op, ": a K/V block of ", kv.elements(longest),
+         " values (B·Hkv·L·(D + Dv), L the layout's most steps on a rank), expected at most "
+         "2^31 - 1 (one message)");
+  }
+}
+
+}  // namespace impl
+
+/// o and lse on this rank's steps (see above). Collective over `comm`;
+/// returns when the exchange is complete.
+template <class ExecSpace, class T>
+ExchangeStats fused_attention_forward(const ExecSpace& space, MPI_Comm comm,
+                                      const SequenceLayout& layout,
+                                      const attention::FusedAttentionForward<T, ExecSpace>& args,
+                                      const attention::FusedAttentionOptions& opts = {},
+                                      const CpAttentionOptions& cp_opts = {}) {
+  const char* op = "cp::fused_attention_forward";
+  check_communicator(op, comm);
+  agree_on_signature(
+      comm, op, [&] { impl::check_attention<T>(op, space, comm, layout, args, opts); },
+      impl::attention_fields<T>(space, layout, args, opts, cp_opts));
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  kdnn::impl::SpaceLock exclusive(space);  // after the collective checks
+  return impl::ring_forward(space, comm, exclusive, layout, rank, args, opts);
+}
+
+/// dq, dk, dv on this rank's steps from the forward's o and lse (this
+/// rank's rows, as the forward gave them) and dout, with the forward's
+/// options; dsinks (optional, with sinks) receives this rank's partial sum:
+/// cp::allreduce_sum adds them over the ranks. Collective over `comm`.
+template <class ExecSpace, class T>
+ExchangeStats fused_attention_backward(const ExecSpace& space, MPI_Comm comm,
+                                       const SequenceLayout& layout,
+                                       const attention::FusedAttentionBackward<T, ExecSpace>& args,
+                                       const attention::FusedAttentionOptions& opts = {},
+                                       const CpAttentionOptions& cp_opts = {}) {
+  const char* op = "cp::fused_attention_backward";
+  check_communicator(op, comm);
+  auto fields = impl::attention_fields<T>(space, layout, args, opts, cp_opts);
+  fields.push_back({"dsinks given", validate::given(args.dsinks)});
+  agree_on_signature(
+      comm, op, [&] { impl::check_attention<T>(op, space, comm, layout, args, opts); }, fields);
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  kdnn::impl::SpaceLock exclusive(space);  // after the collective checks
+  if (validate::given(args.dsinks)) {      // the sinks' share of this rank's rows
+    Tensor3<T, ExecSpace> delta("kdnn::cp::attention_delta", args.q.extent(0), args.q.extent(1),
+                                args.q.extent(2));
+    attention::impl::row_deltas<ExecSpace, T>(space, args.dout, args.o, delta);
+    attention::impl::sink_gradients<ExecSpace, T>(space, args.sinks, args.lse, delta, args.dsinks);
+  }
+  return impl::ring_backward(space, comm, exclusive, layout, rank, args, opts);
+}
+
+}  // namespace kdnn::cp

@@ -1,0 +1,210 @@
+// SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
+// Context-parallel fused attention (kdnn/cp/attention.hpp), run by ctest
+// under mpiexec at 1, 2, 3 and 4 ranks: on every layout (contiguous splits
+// with short and empty ranks, load-balanced with S not divisible by 2R,
+// interleaved), each rank's O and lse equal the single-rank fused attention
+// over the whole sequence at its steps, with the causal mask and without,
+// GQA and MQA, a sliding window narrower than a segment and wider than a
+// rank's share, ALiBi with a softcap, dropout, sinks, padded entries; in
+// float64 to 1e-12 and float32 to its tolerance. The bytes a rank sends are
+// the R − 1 blocks it passes on. The backward's dq, dk, dv (and the sinks'
+// gradient, summed over the ranks) equal the single-rank backward's. The
+// collective checks give every rank the same error.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "allclose.hpp"
+#include "expect_error.hpp"
+#include "kdnn/cp/cp.hpp"
+#include "rank_splits.hpp"
+#include "test_layouts.hpp"
+#include "views.hpp"
+
+namespace {
+
+using namespace kdnn_test;
+namespace at = kdnn::attention;
+namespace cp = kdnn::cp;
+using Vec = std::vector<double>;
+
+/// One attention problem over a whole sequence of S steps.
+struct Attention {
+  int B, H, Hkv, S, D;
+  Vec q, k, v, dout, sinks;
+  at::FusedAttentionOptions opts;
+  at::AttentionMask<Space> mask;
+
+  Attention(int B_, int H_, int Hkv_, int S_, int D_) : B(B_), H(H_), Hkv(Hkv_), S(S_), D(D_) {
+    q = normal(std::size_t(B) * H * S * D, 11);
+    k = normal(std::size_t(B) * Hkv * S * D, 12);
+    v = normal(std::size_t(B) * Hkv * S * D, 13);
+    dout = normal(q.size(), 14);
+    opts.scale = 1.0 / std::sqrt(double(D));
+  }
+};
+
+struct Out {
+  Vec o, lse, dq, dk, dv, dsinks;
+  cp::ExchangeStats forward, backward;
+};
+
+/// The forward on this rank's `segments` under `layout`, or (layout null)
+/// the single-rank operator on the whole sequence.
+template <class T>
+Out run(const Attention& a, const cp::SequenceLayout* layout,
+        const std::vector<cp::Segment>& segments) {
+  int n = 0;
+  for (const auto& s : segments) n += int(s.steps());
+  const auto rows = [&](const Vec& x, int heads) {
+    return local_steps(x, a.B * heads, a.S, a.D, segments);
+  };
+  at::FusedAttentionForward<T, Space> f;
+  f.q = to_device<T****>(rows(a.q, a.H), a.B, a.H, n, a.D);
+  f.k = to_device<T****>(rows(a.k, a.Hkv), a.B, a.Hkv, n, a.D);
+  f.v = to_device<T****>(rows(a.v, a.Hkv), a.B, a.Hkv, n, a.D);
+  DeviceView<T****> o("o", a.B, a.H, n, a.D);
+  DeviceView<T***> lse("lse", a.B, a.H, n);
+  f.o = o, f.lse = lse, f.mask = a.mask;
+  if (!a.sinks.empty()) f.sinks = to_device<T*>(a.sinks, a.H);
+  at::FusedAttentionBackward<T, Space> g;
+  g.q = f.q, g.k = f.k, g.v = f.v, g.o = o, g.lse = lse, g.mask = a.mask, g.sinks = f.sinks;
+  g.dout = to_device<T****>(rows(a.dout, a.H), a.B, a.H, n, a.D);
+  DeviceView<T****> dq("dq", a.B, a.H, n, a.D), dk("dk", a.B, a.Hkv, n, a.D),
+      dv("dv", a.B, a.Hkv, n, a.D);
+  DeviceView<T*> dsinks;
+  if (!a.sinks.empty()) dsinks = DeviceView<T*>("dsinks", a.H);
+  g.dq = dq, g.dk = dk, g.dv = dv, g.dsinks = dsinks;
+  Out out;
+  if (layout) {
+    out.forward = cp::fused_attention_forward(Space(), MPI_COMM_WORLD, *layout, f, a.opts);
+    out.backward = cp::fused_attention_backward(Space(), MPI_COMM_WORLD, *layout, g, a.opts);
+    if (!a.sinks.empty()) cp::allreduce_sum(MPI_COMM_WORLD, dsinks);
+  } else {
+    at::fused_attention_forward(Space(), f, a.opts);
+    at::fused_attention_backward(Space(), g, a.opts);
+  }
+  out.o = to_host(o), out.lse = to_host(lse);
+  out.dq = to_host(dq), out.dk = to_host(dk), out.dv = to_host(dv);
+  if (!a.sinks.empty()) out.dsinks = to_host(dsinks);
+  for (double& x : out.lse) x = x == -std::numeric_limits<double>::infinity() ? -1e300 : x;
+  return out;
+}
+
+template <class T>
+void expect_equal_to_single_rank(const Attention& a, double tol) {
+  const int R = comm_size(), rank = comm_rank();
+  const Out whole = run<T>(a, nullptr, {{0, a.S}});
+  for (const auto& named : test_layouts(R, a.S, 2)) {
+    const auto& segments = named.layout.segments(rank);
+    SCOPED_TRACE(named.name + " rank " + std::to_string(rank) + " S=" + std::to_string(a.S));
+    const Out part = run<T>(a, &named.layout, segments);
+    EXPECT_ALLCLOSE(part.o, local_steps(whole.o, a.B * a.H, a.S, a.D, segments), tol, tol);
+    EXPECT_ALLCLOSE(part.lse, local_steps(whole.lse, a.B * a.H, a.S, 1, segments), tol, tol);
+    const double gtol = 10 * tol;  // sums of more terms, in another order
+    EXPECT_ALLCLOSE(part.dq, local_steps(whole.dq, a.B * a.H, a.S, a.D, segments), gtol, gtol);
+    EXPECT_ALLCLOSE(part.dk, local_steps(whole.dk, a.B * a.Hkv, a.S, a.D, segments), gtol, gtol);
+    EXPECT_ALLCLOSE(part.dv, local_steps(whole.dv, a.B * a.Hkv, a.S, a.D, segments), gtol, gtol);
+    EXPECT_ALLCLOSE(part.dsinks, whole.dsinks, gtol, gtol);
+    // R − 1 blocks leave each rank: its own, then each it received but the
+    // last; in the backward again, with R gradients (each block's, as it
+    // leaves this rank).
+    std::int64_t sent = 0, gradients = 0;
+    for (int s = 0; s < R; ++s) {
+      const std::int64_t block = std::int64_t(a.B) * a.Hkv *
+                                 named.layout.local_steps((rank + R - s) % R) * 2 * a.D *
+                                 std::int64_t(sizeof(T));
+      if (s + 1 < R) sent += block;
+      if (R > 1) gradients += block;
+    }
+    EXPECT_EQ(part.forward.bytes_sent, sent);
+    EXPECT_EQ(part.backward.bytes_sent, sent + gradients);
+  }
+}
+
+TEST(CpAttention, EqualsSingleRankOnEveryLayout) {
+  Attention causal(2, 4, 2, 29, 8);
+  causal.mask.causal = true;
+  expect_equal_to_single_rank<double>(causal, 1e-12);
+  expect_equal_to_single_rank<float>(causal, 2e-5);
+  Attention full(1, 3, 1, 17, 8);  // MQA, no mask
+  expect_equal_to_single_rank<double>(full, 1e-12);
+}
+
+TEST(CpAttention, WindowsAlibiSoftcapDropoutSinksAndPaddingEqualSingleRank) {
+  Attention window(1, 2, 2, 31, 8);
+  window.mask.band_left = 2, window.mask.band_right = 0;  // narrower than a segment
+  expect_equal_to_single_rank<double>(window, 1e-12);
+  window.mask.band_left = 20;  // wider than a rank's share
+  expect_equal_to_single_rank<double>(window, 1e-12);
+  Attention biased(2, 4, 2, 23, 8);
+  biased.mask.causal = true;
+  biased.mask.alibi_slopes = to_device<double**>({0.5, 0.25, 0.125, 0.0625}, 1, 4);
+  biased.opts.softcap = 4.0;
+  biased.opts.dropout = {0.2, 77, 3};
+  biased.sinks = {0.3, -1.0, 2.0, -std::numeric_limits<double>::infinity()};
+  expect_equal_to_single_rank<double>(biased, 1e-12);
+  Attention padded(2, 2, 1, 21, 8);
+  padded.mask.causal = true;
+  padded.mask.seq_q = to_device<int*>({14, 21}, 2);
+  padded.mask.seq_k = to_device<int*>({9, 21}, 2);
+  expect_equal_to_single_rank<double>(padded, 1e-12);
+}
+
+TEST(CpAttention, BadOrMismatchedArgumentsGiveEveryRankTheSameError) {
+  const int R = comm_size(), rank = comm_rank(), odd = R - 1;
+  const std::string on_odd = " (on rank " + std::to_string(odd) + " of " + std::to_string(R) + ")";
+  const int n = 4, S = n * R;
+  const auto layout = cp::SequenceLayout::load_balanced(S, R);
+  const int mine = int(layout.local_steps(rank));
+  const auto args = [&](int steps, int D) {
+    at::FusedAttentionForward<double, Space> f;
+    f.q = DeviceView<double****>("q", 1, 2, steps, D);
+    f.k = DeviceView<double****>("k", 1, 1, steps, D);
+    f.v = DeviceView<double****>("v", 1, 1, steps, D);
+    f.o = DeviceView<double****>("o", 1, 2, steps, D);
+    f.lse = DeviceView<double***>("lse", 1, 2, steps);
+    return f;
+  };
+  const auto call = [&](const cp::SequenceLayout& l,
+                        const at::FusedAttentionForward<double, Space>& f,
+                        const at::FusedAttentionOptions& o = {}) {
+    return error_of([&] { cp::fused_attention_forward(Space(), MPI_COMM_WORLD, l, f, o); });
+  };
+  EXPECT_EQ(call(layout, args(mine, 4)), "");
+  EXPECT_EQ(call(layout, args(rank == odd ? mine + 1 : mine, 4)),
+            "cp::fused_attention_forward: q has extent(2)=" +
+                std::to_string(layout.local_steps(odd) + 1) + ", expected " +
+                std::to_string(layout.local_steps(odd)) + " (the layout's steps on this rank)" +
+                on_odd);
+  if (R > 1) {
+    EXPECT_EQ(call(layout, args(mine, rank == odd ? 8 : 4)),
+              "cp::fused_attention_forward: D=8 on rank " + std::to_string(odd) +
+                  ", expected 4 (as on rank 0; every rank must agree)");
+    at::FusedAttentionOptions scaled;
+    if (rank == odd) scaled.scale = 0.5;
+    EXPECT_EQ(call(layout, args(mine, 4), scaled),
+              "cp::fused_attention_forward: opts.scale=0.5 on rank " + std::to_string(odd) +
+                  ", expected 1 (as on rank 0; every rank must agree)");
+  }
+  auto windowed = args(mine, 4);
+  if (rank == odd) windowed.mask.hi_win = DeviceView<int*>("hi", mine);
+  EXPECT_EQ(call(layout, windowed),
+            "cp::fused_attention_forward: mask.hi_win given, expected none (a window per query of "
+            "the rank's own keys; use the band)" +
+                on_odd);
+  auto padded = args(mine, 4);
+  padded.mask.seq_k = to_device<int*>({double(S + 1)}, 1);
+  EXPECT_EQ(call(layout, padded),
+            "cp::fused_attention_forward: mask.seq_k[0]=" + std::to_string(S + 1) +
+                ", expected a value in [0, " + std::to_string(S) +
+                "] (key length, Sk) (on rank 0 of " + std::to_string(R) + ")");
+  // After the errors, a good call still works on every rank.
+  EXPECT_EQ(call(layout, args(mine, 4)), "");
+}
+
+}  // namespace
