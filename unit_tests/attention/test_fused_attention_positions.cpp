@@ -21,12 +21,13 @@
 #include "views.hpp"
 
 namespace {
+namespace positions_test {  // one name for this file's helpers (unity builds)
 
 using namespace kdnn_test;
 namespace at = kdnn::attention;
 using Vec = std::vector<double>;
 
-constexpr int B = 2, H = 4, Hkv = 2, S = 23, D = 8;
+constexpr int B = 2, H = 4, Hkv = 2, S = 23;  // D per case
 
 /// Rows [first, first + n) of a [B, heads, S, E] tensor, flat.
 Vec rows_of(const Vec& v, int heads, int E, int first, int n) {
@@ -62,7 +63,7 @@ struct Run {
 /// nq = nk = S, qb = kb = 0 and `positioned` false: the whole call.
 Run block(const Vec& q, const Vec& k, const Vec& v, const Vec& dout, const Vec& o_all,
           const Vec& lse_all, int qb, int nq, int kb, int nk, at::AttentionMask<Space> mask,
-          const at::FusedAttentionOptions& opts, bool positioned) {
+          const at::FusedAttentionOptions& opts, bool positioned, int D) {
   if (positioned) mask.positions = {qb, S, kb, S};
   const auto qd = to_device<double****>(rows_of(q, H, D, qb, nq), B, H, nq, D);
   const auto kd = to_device<double****>(rows_of(k, Hkv, D, kb, nk), B, Hkv, nk, D);
@@ -88,12 +89,12 @@ Run block(const Vec& q, const Vec& k, const Vec& v, const Vec& dout, const Vec& 
 /// Query blocks × key blocks of the split `cuts` ([0, c1), [c1, c2), …, S):
 /// the merged forward and the summed backward equal the whole call's.
 void expect_blocks_equal_whole(const at::AttentionMask<Space>& mask,
-                               const at::FusedAttentionOptions& opts,
-                               const std::vector<int>& cuts) {
+                               const at::FusedAttentionOptions& opts, const std::vector<int>& cuts,
+                               int D = 8) {
   const Vec q = normal(std::size_t(B) * H * S * D, 1), k = normal(std::size_t(B) * Hkv * S * D, 2),
             v = normal(std::size_t(B) * Hkv * S * D, 3), dout = normal(q.size(), 4);
-  const Run whole = block(q, k, v, dout, {}, {}, 0, S, 0, S, mask, opts, false);
-  const Run grads = block(q, k, v, dout, whole.o, whole.lse, 0, S, 0, S, mask, opts, false);
+  const Run whole = block(q, k, v, dout, {}, {}, 0, S, 0, S, mask, opts, false, D);
+  const Run grads = block(q, k, v, dout, whole.o, whole.lse, 0, S, 0, S, mask, opts, false, D);
   std::vector<std::pair<int, int>> blocks;
   for (std::size_t c = 0; c + 1 < cuts.size(); ++c)
     blocks.push_back({cuts[c], cuts[c + 1] - cuts[c]});
@@ -102,7 +103,7 @@ void expect_blocks_equal_whole(const at::AttentionMask<Space>& mask,
   for (const auto& [qb, nq] : blocks) {
     Vec o(std::size_t(B) * H * nq * D, 0.0), lse(std::size_t(B) * H * nq, -inf);
     for (const auto& [kb, nk] : blocks) {
-      const Run part = block(q, k, v, dout, {}, {}, qb, nq, kb, nk, mask, opts, true);
+      const Run part = block(q, k, v, dout, {}, {}, qb, nq, kb, nk, mask, opts, true, D);
       for (std::size_t r = 0; r < lse.size(); ++r) {  // merge by log-sum-exp
         const double a = lse[r], c = part.lse[r];
         const double m = std::max(a, c);
@@ -114,7 +115,7 @@ void expect_blocks_equal_whole(const at::AttentionMask<Space>& mask,
         }
         lse[r] = l;
       }
-      const Run g = block(q, k, v, dout, whole.o, whole.lse, qb, nq, kb, nk, mask, opts, true);
+      const Run g = block(q, k, v, dout, whole.o, whole.lse, qb, nq, kb, nk, mask, opts, true, D);
       add_rows(dq, g.dq, H, D, qb, nq);
       add_rows(dk, g.dk, Hkv, D, kb, nk);
       add_rows(dv, g.dv, Hkv, D, kb, nk);
@@ -127,7 +128,7 @@ void expect_blocks_equal_whole(const at::AttentionMask<Space>& mask,
   EXPECT_ALLCLOSE(dv, grads.dv, 1e-11, 1e-11);
 }
 
-at::FusedAttentionOptions scaled() {
+at::FusedAttentionOptions scaled(int D = 8) {
   at::FusedAttentionOptions opts;
   opts.scale = 1.0 / std::sqrt(double(D));
   return opts;
@@ -161,6 +162,21 @@ TEST(FusedAttentionPositions, BandsAlibiSoftcapAndDropoutFollowThePositions) {
   expect_blocks_equal_whole(padded, scaled(), {0, 9, 16, 23});
 }
 
+// The GPU and tensor-core forms (D = 32, emulated on a host) read the same
+// rules: their blocks merge to the whole call too.
+TEST(FusedAttentionPositions, EveryKernelFormFollowsThePositions) {
+  at::AttentionMask<Space> mask;
+  mask.causal = true;
+  mask.alibi_slopes = to_device<double**>({0.5, 0.25, 0.125, 0.0625}, 1, H);
+  for (const auto form : {kdnn::KernelForm::gpu, kdnn::KernelForm::tensor_cores}) {
+    SCOPED_TRACE(form == kdnn::KernelForm::gpu ? "gpu form" : "tensor-core form");
+    auto opts = scaled(32);
+    opts.launch.form = form;
+    opts.dropout = {0.1, 9, 1};
+    expect_blocks_equal_whole(mask, opts, {0, 7, 16, 23}, 32);
+  }
+}
+
 TEST(FusedAttentionPositions, PositionsOutsideTheirLengthsAreRefused) {
   const auto q = DeviceView<double****>("q", 1, 1, 4, 2),
              k = DeviceView<double****>("k", 1, 1, 3, 2);
@@ -189,4 +205,5 @@ TEST(FusedAttentionPositions, PositionsOutsideTheirLengthsAreRefused) {
             "call's own) or a length >= 0");
 }
 
+}  // namespace positions_test
 }  // namespace

@@ -26,6 +26,7 @@
 #include "views.hpp"
 
 namespace {
+namespace cp_attention_test {  // one name for this file's helpers (unity builds)
 
 using namespace kdnn_test;
 namespace at = kdnn::attention;
@@ -207,4 +208,5 @@ TEST(CpAttention, BadOrMismatchedArgumentsGiveEveryRankTheSameError) {
   EXPECT_EQ(call(layout, args(mine, 4)), "");
 }
 
+}  // namespace cp_attention_test
 }  // namespace
