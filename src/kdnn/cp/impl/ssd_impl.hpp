@@ -276,9 +276,9 @@ StateStats scan_backward(const char* op, const ExecSpace& space, kdnn::impl::Spa
 
 /// The checks every rank runs (inside agree_on_signature): the single-rank
 /// operator's, the layout's, and the sizes of what the ranks exchange.
-template <class ExecSpace, class Args>
-void check_cp_ssd(const char* op, const ExecSpace& space, MPI_Comm comm,
-                  const SequenceLayout* layout, const Args& a, std::size_t parts) {
+template <class Args>
+void check_cp_ssd(const char* op, MPI_Comm comm, const SequenceLayout* layout, const Args& a,
+                  std::size_t parts) {
   int rank = 0, ranks = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &ranks);
@@ -310,11 +310,10 @@ void check_sequence_offsets(const char* op, MPI_Comm comm, const SequenceLayout*
 /// The collective checks of a call (one all-gather), then the scan's
 /// layout (the caller's, or the contiguous split of the gathered lengths)
 /// and whether rank 0 gives an initial state.
-template <class T, class ExecSpace, class Args>
-std::pair<SequenceLayout, bool> agree_on_ssd(const char* op, const ExecSpace& space, MPI_Comm comm,
+template <class Args>
+std::pair<SequenceLayout, bool> agree_on_ssd(const char* op, MPI_Comm comm,
                                              const SequenceLayout* layout, const Args& a,
-                                             const ssm::SsdOptions& opts, std::vector<Field> fields,
-                                             int parts,
+                                             std::vector<Field> fields, int parts,
                                              const std::function<void()>& operator_checks) {
   check_communicator(op, comm);
   if (layout) {
@@ -323,7 +322,7 @@ std::pair<SequenceLayout, bool> agree_on_ssd(const char* op, const ExecSpace& sp
   const auto all = agree_on_signature(
       comm, op,
       [&] {
-        check_cp_ssd(op, space, comm, layout, a, std::size_t(parts));  // the layout first
+        check_cp_ssd(op, comm, layout, a, std::size_t(parts));  // the layout first
         operator_checks();
       },
       fields);
@@ -337,11 +336,10 @@ template <class ExecSpace, class T>
 StateStats ssd_forward(const ExecSpace& space, MPI_Comm comm, const SequenceLayout* given,
                        const ssm::SsdForward<T, ExecSpace>& a, const ssm::SsdOptions& opts) {
   const char* op = "cp::ssd_forward";
-  const auto agreed =
-      agree_on_ssd<T>(op, space, comm, given, a, opts, ssd_fields<T>(space, a, opts), 1, [&] {
-        ssm::impl::check_ssd_forward(op, space, a, opts);
-        check_sequence_offsets(op, comm, given, a);
-      });
+  const auto agreed = agree_on_ssd(op, comm, given, a, ssd_fields<T>(space, a, opts), 1, [&] {
+    ssm::impl::check_ssd_forward(op, space, a, opts);
+    check_sequence_offsets(op, comm, given, a);
+  });
   const SequenceLayout& layout = agreed.first;
   const bool with_initial = agreed.second;
   int rank = 0;
@@ -370,8 +368,8 @@ StateStats ssd_backward(const ExecSpace& space, MPI_Comm comm, const SequenceLay
   auto fields = ssd_fields<T>(space, a, opts);
   fields.insert(fields.end() - 1,
                 Field{"dinitial_state", validate::given(a.dinitial_state), Field::rank0_only});
-  const auto agreed = agree_on_ssd<T>(op, space, comm, given, a, opts, fields, 2,
-                                      [&] { ssm::impl::check_ssd_backward(op, space, a, opts); });
+  const auto agreed = agree_on_ssd(op, comm, given, a, fields, 2,
+                                   [&] { ssm::impl::check_ssd_backward(op, space, a, opts); });
   const SequenceLayout& layout = agreed.first;
   const bool with_initial = agreed.second;
   int rank = 0;
