@@ -42,9 +42,7 @@ struct Size {
 
 /// Resets the process's peak resident set to its current size (Linux's
 /// clear_refs 5), so that peak_mib() measures what follows.
-void reset_peak() {
-  std::ofstream("/proc/self/clear_refs") << "5";
-}
+void reset_peak() { std::ofstream("/proc/self/clear_refs") << "5"; }
 
 /// The process's peak resident set (VmHWM), MiB.
 double peak_mib() {
@@ -103,10 +101,11 @@ void run(const Size& z) {
     Kokkos::View<T***, Space> lse("lse", z.B, z.H, n);
     filled(q, 1), filled(k, 2), filled(v, 3), filled(dout, 4);
     const auto whole = [&] {
-      at::fused_attention_forward(Space(), at::FusedAttentionForward<T, Space>{q, k, v, o, lse, mask},
-                                  opts);
+      at::fused_attention_forward(Space(),
+                                  at::FusedAttentionForward<T, Space>{q, k, v, o, lse, mask}, opts);
       at::fused_attention_backward(
-          Space(), at::FusedAttentionBackward<T, Space>{q, k, v, o, lse, dout, dq, dk, dv, mask}, opts);
+          Space(), at::FusedAttentionBackward<T, Space>{q, k, v, o, lse, dout, dq, dk, dv, mask},
+          opts);
     };
     single = median_seconds(MPI_COMM_WORLD, z.repeats, [&] {
       if (rank == 0) whole();
@@ -114,9 +113,10 @@ void run(const Size& z) {
     crowded = median_seconds(MPI_COMM_WORLD, z.repeats, whole);
   }
   if (rank == 0) {
-    std::printf("cp attention fwd+bwd %s S=%d B=%d H=%d Hkv=%d D=%d %s, %d rank(s), 1 thread each\n",
-                z.causal ? "causal" : "full", z.S, z.B, z.H, z.Hkv, z.D,
-                sizeof(T) == 8 ? "float64" : "float32", R);
+    std::printf(
+        "cp attention fwd+bwd %s S=%d B=%d H=%d Hkv=%d D=%d %s, %d rank(s), 1 thread each\n",
+        z.causal ? "causal" : "full", z.S, z.B, z.H, z.Hkv, z.D,
+        sizeof(T) == 8 ? "float64" : "float32", R);
     std::printf(
         "  single rank, whole sequence: %.3f s alone, %.3f s with every rank doing the same; ideal "
         "per rank: %.3f s (1/R of alone), %.3f s (1/R of crowded)\n",
@@ -125,8 +125,8 @@ void run(const Size& z) {
   for (const char* name : {"load_balanced", "contiguous"}) {
     reset_peak();
     const auto layout = std::string(name) == "contiguous"
-                            ? cp::SequenceLayout::contiguous(std::vector<std::int64_t>(
-                                  std::size_t(R), std::int64_t(z.S / R)))
+                            ? cp::SequenceLayout::contiguous(
+                                  std::vector<std::int64_t>(std::size_t(R), std::int64_t(z.S / R)))
                             : cp::SequenceLayout::load_balanced(z.S / R * R, R);
     const int n = int(layout.local_steps(rank));
     Kokkos::View<T****, Space> q("q", z.B, z.H, n, z.D), k("k", z.B, z.Hkv, n, z.D),
@@ -137,7 +137,8 @@ void run(const Size& z) {
     cp::ExchangeStats f, b;
     const double t = median_seconds(MPI_COMM_WORLD, z.repeats, [&] {
       f = cp::fused_attention_forward(Space(), MPI_COMM_WORLD, layout,
-                                      at::FusedAttentionForward<T, Space>{q, k, v, o, lse, mask}, opts);
+                                      at::FusedAttentionForward<T, Space>{q, k, v, o, lse, mask},
+                                      opts);
       b = cp::fused_attention_backward(
           Space(), MPI_COMM_WORLD, layout,
           at::FusedAttentionBackward<T, Space>{q, k, v, o, lse, dout, dq, dk, dv, mask}, opts);
@@ -152,8 +153,9 @@ void run(const Size& z) {
     MPI_Gather(mine.data(), int(mine.size()), MPI_DOUBLE, all.data(), int(mine.size()), MPI_DOUBLE,
                0, MPI_COMM_WORLD);
     if (rank != 0) continue;
-    std::printf("  %-13s %.3f s (%.2fx the ideal, efficiency %.0f %%; %.0f %% of the crowded ideal)\n",
-                name, t, t / (single / R), 100.0 * single / R / t, 100.0 * crowded / R / t);
+    std::printf(
+        "  %-13s %.3f s (%.2fx the ideal, efficiency %.0f %%; %.0f %% of the crowded ideal)\n",
+        name, t, t / (single / R), 100.0 * single / R / t, 100.0 * crowded / R / t);
     for (int r = 0; r < R; ++r) {
       const double* x = &all[std::size_t(r) * mine.size()];
       std::printf(
