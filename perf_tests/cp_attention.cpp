@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -175,13 +176,19 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc && i <= 6; ++i) *fields[i - 1] = std::atoi(argv[i]);
   if (argc > 7) z.causal = std::atoi(argv[7]) != 0;
   if (argc > 8) z.f64 = std::atoi(argv[8]) != 0;
-  Kokkos::initialize(argc, argv);
-  if (z.f64) {
-    run<double>(z);
-  } else {
-    run<float>(z);
+  int status = 0;
+  try {
+    Kokkos::initialize(argc, argv);
+    if (z.f64) {
+      run<double>(z);
+    } else {
+      run<float>(z);
+    }
+    Kokkos::finalize();
+  } catch (const std::exception& e) {  // a kdnn::Error: the same on every rank
+    std::fprintf(stderr, "kdnn_perf_cp_attention: %s\n", e.what());
+    status = 1;
   }
-  Kokkos::finalize();
   MPI_Finalize();
-  return 0;
+  return status;
 }
