@@ -86,7 +86,7 @@ void run(const Size& z) {
   opts.scale = 1.0 / std::sqrt(double(z.D));
   at::AttentionMask<Space> mask;
   mask.causal = z.causal;
-  const auto filled = [](Kokkos::View<T****, Space> v, unsigned seed) {
+  const auto filled = [](Kokkos::View<T****, Kokkos::LayoutRight, Space> v, unsigned seed) {
     Kokkos::Random_XorShift64_Pool<Space> pool(seed);
     Kokkos::fill_random(v, pool, T(-1), T(1));
     return v;
@@ -96,10 +96,11 @@ void run(const Size& z) {
   double single = 0, crowded = 0;
   {
     const int n = z.S;
-    Kokkos::View<T****, Space> q("q", z.B, z.H, n, z.D), k("k", z.B, z.Hkv, n, z.D),
-        v("v", z.B, z.Hkv, n, z.D), o("o", z.B, z.H, n, z.D), dout("dout", z.B, z.H, n, z.D),
-        dq("dq", z.B, z.H, n, z.D), dk("dk", z.B, z.Hkv, n, z.D), dv("dv", z.B, z.Hkv, n, z.D);
-    Kokkos::View<T***, Space> lse("lse", z.B, z.H, n);
+    Kokkos::View<T****, Kokkos::LayoutRight, Space> q("q", z.B, z.H, n, z.D),
+        k("k", z.B, z.Hkv, n, z.D), v("v", z.B, z.Hkv, n, z.D), o("o", z.B, z.H, n, z.D),
+        dout("dout", z.B, z.H, n, z.D), dq("dq", z.B, z.H, n, z.D), dk("dk", z.B, z.Hkv, n, z.D),
+        dv("dv", z.B, z.Hkv, n, z.D);
+    Kokkos::View<T***, Kokkos::LayoutRight, Space> lse("lse", z.B, z.H, n);
     filled(q, 1), filled(k, 2), filled(v, 3), filled(dout, 4);
     const auto whole = [&] {
       at::fused_attention_forward(Space(),
@@ -130,10 +131,11 @@ void run(const Size& z) {
                                   std::vector<std::int64_t>(std::size_t(R), std::int64_t(z.S / R)))
                             : cp::SequenceLayout::load_balanced(z.S / R * R, R);
     const int n = int(layout.local_steps(rank));
-    Kokkos::View<T****, Space> q("q", z.B, z.H, n, z.D), k("k", z.B, z.Hkv, n, z.D),
-        v("v", z.B, z.Hkv, n, z.D), o("o", z.B, z.H, n, z.D), dout("dout", z.B, z.H, n, z.D),
-        dq("dq", z.B, z.H, n, z.D), dk("dk", z.B, z.Hkv, n, z.D), dv("dv", z.B, z.Hkv, n, z.D);
-    Kokkos::View<T***, Space> lse("lse", z.B, z.H, n);
+    Kokkos::View<T****, Kokkos::LayoutRight, Space> q("q", z.B, z.H, n, z.D),
+        k("k", z.B, z.Hkv, n, z.D), v("v", z.B, z.Hkv, n, z.D), o("o", z.B, z.H, n, z.D),
+        dout("dout", z.B, z.H, n, z.D), dq("dq", z.B, z.H, n, z.D), dk("dk", z.B, z.Hkv, n, z.D),
+        dv("dv", z.B, z.Hkv, n, z.D);
+    Kokkos::View<T***, Kokkos::LayoutRight, Space> lse("lse", z.B, z.H, n);
     filled(q, 11 + rank), filled(k, 21 + rank), filled(v, 31 + rank), filled(dout, 41 + rank);
     cp::ExchangeStats f, b;
     const double t = median_seconds(MPI_COMM_WORLD, z.repeats, [&] {
