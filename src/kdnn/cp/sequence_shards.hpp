@@ -30,26 +30,12 @@
 #include "kdnn/cp/agree.hpp"
 #include "kdnn/cp/impl/layout_checks.hpp"
 #include "kdnn/cp/impl/mpi_memory.hpp"
+#include "kdnn/cp/impl/segment_views.hpp"
 #include "kdnn/cp/sequence_layout.hpp"
 
 namespace kdnn::cp {
 
 namespace impl {
-
-/// Steps [b, e) of v's dimension 1, the other dimensions whole.
-template <class View>
-auto sequence_steps(const View& v, std::int64_t b, std::int64_t e) {
-  const auto steps = std::make_pair(std::size_t(b), std::size_t(e));
-  constexpr unsigned rank = unsigned(View::rank);
-  static_assert(rank >= 2 && rank <= 4, "a [B, S, ...] View of rank 2, 3 or 4");
-  if constexpr (rank == 2) {
-    return Kokkos::subview(v, Kokkos::ALL, steps);
-  } else if constexpr (rank == 3) {
-    return Kokkos::subview(v, Kokkos::ALL, steps, Kokkos::ALL);
-  } else {
-    return Kokkos::subview(v, Kokkos::ALL, steps, Kokkos::ALL, Kokkos::ALL);
-  }
-}
 
 /// The elements of one step of one batch entry (the product of the extents
 /// past dimension 1).

@@ -4,6 +4,8 @@
 // its segments one after another): a [B, L_r, ·] tensor's rows of the
 // segment, a block of K−1 rows of the halo, and the segment's sequence ids.
 #include <Kokkos_Core.hpp>
+#include <cstdint>
+#include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -31,13 +33,28 @@ inline std::vector<LocalRows> local_rows(const std::vector<Segment>& segments) {
   return rows;
 }
 
+/// Steps [b, e) of v's dimension 1, the other dimensions whole.
+template <class View>
+auto sequence_steps(const View& v, std::int64_t b, std::int64_t e) {
+  const auto steps = std::make_pair(std::size_t(b), std::size_t(e));
+  constexpr unsigned rank = unsigned(View::rank);
+  static_assert(rank >= 2 && rank <= 4, "a [B, S, ...] View of rank 2, 3 or 4");
+  if constexpr (rank == 2) {
+    return Kokkos::subview(v, Kokkos::ALL, steps);
+  } else if constexpr (rank == 3) {
+    return Kokkos::subview(v, Kokkos::ALL, steps, Kokkos::ALL);
+  } else {
+    return Kokkos::subview(v, Kokkos::ALL, steps, Kokkos::ALL, Kokkos::ALL);
+  }
+}
+
 /// Rows [range) of a [B, ·, C] View, as a LayoutStride View (empty stays empty).
 template <class View>
 auto rows_of(const View& v, std::pair<int, int> range) {
   using Strided =
       Kokkos::View<typename View::data_type, Kokkos::LayoutStride, typename View::memory_space>;
   if (!validate::given(v)) return Strided();
-  return Strided(Kokkos::subview(v, Kokkos::ALL, range, Kokkos::ALL));
+  return Strided(sequence_steps(v, range.first, range.second));
 }
 
 /// Columns [range) of seq_idx [B, L] (empty stays empty): the View itself
@@ -50,7 +67,7 @@ Matrix<const int, ExecSpace> ids_of(const ExecSpace& space,
   if (!validate::given(seq_idx) || all) return seq_idx;
   Matrix<int, ExecSpace> copy(Kokkos::view_alloc(Kokkos::WithoutInitializing, "kdnn::cp::seq_ids"),
                               seq_idx.extent(0), std::size_t(range.second - range.first));
-  Kokkos::deep_copy(space, copy, Kokkos::subview(seq_idx, Kokkos::ALL, range));
+  Kokkos::deep_copy(space, copy, sequence_steps(seq_idx, range.first, range.second));
   return copy;
 }
 
@@ -65,32 +82,23 @@ View right_rows(const ExecSpace& space, const View& v, std::pair<int, int> range
   const int n = range.second - range.first;
   if (!validate::given(v) || (range.first == 0 && std::size_t(n) == v.extent(1))) return v;
   const std::size_t e2 = View::rank > 2 ? v.extent(2) : 0, e3 = View::rank > 3 ? v.extent(3) : 0;
-  const auto make = [&](auto* data) {
-    if constexpr (View::rank == 2) return View(data, v.extent(0), n);
-    if constexpr (View::rank == 3) return View(data, v.extent(0), n, e2);
-    if constexpr (View::rank == 4) return View(data, v.extent(0), n, e2, e3);
+  // A View of type V with v's extents but n rows, over `first` (a pointer
+  // into v, or the allocation's properties).
+  const auto shaped = [&](auto type, const auto& first) {
+    using V = typename decltype(type)::type;
+    if constexpr (View::rank == 2) return V(first, v.extent(0), n);
+    if constexpr (View::rank == 3) return V(first, v.extent(0), n, e2);
+    if constexpr (View::rank == 4) return V(first, v.extent(0), n, e2, e3);
   };
-  if (v.extent(0) == 1) return make(v.data() + std::size_t(range.first) * v.stride(1));
+  if (v.extent(0) == 1) {
+    return shaped(std::common_type<View>(), v.data() + std::size_t(range.first) * v.stride(1));
+  }
   using Owned = Kokkos::View<typename View::non_const_data_type, Kokkos::LayoutRight,
                              typename View::memory_space>;
-  Owned rows;
-  if constexpr (View::rank == 2) {
-    rows = Owned(Kokkos::view_alloc(Kokkos::WithoutInitializing, "kdnn::cp::segment_rows"),
-                 v.extent(0), n);
-    if (copy_in) Kokkos::deep_copy(space, rows, Kokkos::subview(v, Kokkos::ALL, range));
-  } else if constexpr (View::rank == 3) {
-    rows = Owned(Kokkos::view_alloc(Kokkos::WithoutInitializing, "kdnn::cp::segment_rows"),
-                 v.extent(0), n, e2);
-    if (copy_in)
-      Kokkos::deep_copy(space, rows, Kokkos::subview(v, Kokkos::ALL, range, Kokkos::ALL));
-  } else {
-    rows = Owned(Kokkos::view_alloc(Kokkos::WithoutInitializing, "kdnn::cp::segment_rows"),
-                 v.extent(0), n, e2, e3);
-    if (copy_in) {
-      Kokkos::deep_copy(space, rows,
-                        Kokkos::subview(v, Kokkos::ALL, range, Kokkos::ALL, Kokkos::ALL));
-    }
-  }
+  Owned rows = shaped(
+      std::common_type<Owned>(),
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("kdnn::cp::segment_rows")));
+  if (copy_in) Kokkos::deep_copy(space, rows, sequence_steps(v, range.first, range.second));
   return rows;
 }
 
@@ -99,12 +107,7 @@ template <class ExecSpace, class Dst, class Rows>
 void put_rows(const ExecSpace& space, const Dst& dst, std::pair<int, int> range, const Rows& rows) {
   if (!validate::given(dst) || rows.data() == dst.data() + std::size_t(range.first) * dst.stride(1))
     return;
-  if constexpr (Dst::rank == 3) {
-    Kokkos::deep_copy(space, Kokkos::subview(dst, Kokkos::ALL, range, Kokkos::ALL), rows);
-  } else {
-    Kokkos::deep_copy(space, Kokkos::subview(dst, Kokkos::ALL, range, Kokkos::ALL, Kokkos::ALL),
-                      rows);
-  }
+  Kokkos::deep_copy(space, sequence_steps(dst, range.first, range.second), rows);
 }
 
 }  // namespace kdnn::cp::impl
