@@ -42,5 +42,8 @@ function(kdnn_add_mpi_test)
   foreach(ranks IN LISTS arg_RANKS)
     kdnn_mpi_command(command RANKS ${ranks} COMMAND ${arg_COMMAND})
     add_test(NAME ${arg_NAME}.np${ranks} COMMAND ${command})
+    # A hang (a rank left waiting in a collective) fails the test instead of
+    # stalling the run: every MPI test ends within five minutes.
+    set_tests_properties(${arg_NAME}.np${ranks} PROPERTIES TIMEOUT 300)
   endforeach()
 endfunction()
