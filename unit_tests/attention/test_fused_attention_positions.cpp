@@ -177,6 +177,70 @@ TEST(FusedAttentionPositions, EveryKernelFormFollowsThePositions) {
   }
 }
 
+/// Heads [first, first + n) of a [B, heads, S, E] tensor, flat.
+Vec heads_of(const Vec& v, int heads, int E, int first, int n) {
+  Vec out;
+  const std::size_t per_head = std::size_t(S) * E;
+  for (int b = 0; b < B; ++b) {
+    const auto at = v.begin() + std::ptrdiff_t((std::size_t(b) * heads + first) * per_head);
+    out.insert(out.end(), at, at + std::ptrdiff_t(n * per_head));
+  }
+  return out;
+}
+
+// A call on query heads 2 and 3 (K/V head 1) placed at head_begin = 2 of
+// 4 gives those heads of the whole call: dropout numbers the elements by
+// the whole call's heads, in every kernel form.
+TEST(FusedAttentionPositions, HeadPositionsNumberDropoutAsTheWholeCall) {
+  for (const auto form :
+       {kdnn::KernelForm::host, kdnn::KernelForm::gpu, kdnn::KernelForm::tensor_cores}) {
+    SCOPED_TRACE("kernel form " + std::to_string(int(form)));
+    constexpr int D = 32;
+    auto opts = scaled(D);
+    opts.launch.form = form;
+    opts.dropout = {0.3, 21, 4};
+    const Vec q = normal(std::size_t(B) * H * S * D, 5),
+              k = normal(std::size_t(B) * Hkv * S * D, 6),
+              v = normal(std::size_t(B) * Hkv * S * D, 7), dout = normal(q.size(), 8);
+    const auto call = [&](int h0, int n, bool placed) {
+      at::AttentionMask<Space> mask;
+      mask.causal = true;
+      if (placed) mask.positions = {0, S, 0, S, h0, H};
+      const int nkv = n / (H / Hkv), k0 = h0 / (H / Hkv);
+      const auto qd = to_device<double****>(heads_of(q, H, D, h0, n), B, n, S, D);
+      const auto kd = to_device<double****>(heads_of(k, Hkv, D, k0, nkv), B, nkv, S, D);
+      const auto vd = to_device<double****>(heads_of(v, Hkv, D, k0, nkv), B, nkv, S, D);
+      DeviceView<double****> o("o", B, n, S, D), dq("dq", B, n, S, D), dk("dk", B, nkv, S, D),
+          dv("dv", B, nkv, S, D);
+      DeviceView<double***> lse("lse", B, n, S);
+      at::fused_attention_forward(
+          Space(), at::FusedAttentionForward<double, Space>{qd, kd, vd, o, lse, mask}, opts);
+      at::fused_attention_backward(
+          Space(),
+          at::FusedAttentionBackward<double, Space>{
+              qd, kd, vd, o, lse, to_device<double****>(heads_of(dout, H, D, h0, n), B, n, S, D),
+              dq, dk, dv, mask},
+          opts);
+      return positions_test::Run{to_host(o), finite(to_host(lse)), to_host(dq), to_host(dk),
+                                 to_host(dv)};
+    };
+    const positions_test::Run whole = call(0, H, false), part = call(2, 2, true),
+                              unplaced = call(2, 2, false);
+    EXPECT_ALLCLOSE(part.o, heads_of(whole.o, H, D, 2, 2), 1e-12, 1e-12);
+    EXPECT_ALLCLOSE(part.lse, heads_of(whole.lse, H, 1, 2, 2), 1e-12, 1e-12);
+    EXPECT_ALLCLOSE(part.dq, heads_of(whole.dq, H, D, 2, 2), 1e-11, 1e-11);
+    EXPECT_ALLCLOSE(part.dk, heads_of(whole.dk, Hkv, D, 1, 1), 1e-11, 1e-11);
+    EXPECT_ALLCLOSE(part.dv, heads_of(whole.dv, Hkv, D, 1, 1), 1e-11, 1e-11);
+    // The control: without the heads' positions the mask is another one.
+    const Vec expected = heads_of(whole.o, H, D, 2, 2);
+    double apart = 0;
+    for (std::size_t i = 0; i < expected.size(); ++i) {
+      apart = std::max(apart, std::abs(unplaced.o[i] - expected[i]));
+    }
+    EXPECT_GT(apart, 1e-3);
+  }
+}
+
 TEST(FusedAttentionPositions, PositionsOutsideTheirLengthsAreRefused) {
   const auto q = DeviceView<double****>("q", 1, 1, 4, 2),
              k = DeviceView<double****>("k", 1, 1, 3, 2);
@@ -200,6 +264,9 @@ TEST(FusedAttentionPositions, PositionsOutsideTheirLengthsAreRefused) {
   EXPECT_EQ(call({2, -1, 0, -1}),
             "attention::fused_attention_forward: mask.positions.query_begin=2 with "
             "query_length=-1, expected 0 (the call's own positions)");
+  EXPECT_EQ(call({0, -1, 0, -1, 1, 1}),
+            "attention::fused_attention_forward: mask.positions.head_begin=1 with 1 heads (H), "
+            "expected 0 <= head_begin and head_begin + 1 <= head_count=1");
   EXPECT_EQ(call({0, -2, 0, -1}),
             "attention::fused_attention_forward: mask.positions.query_length=-2, expected -1 (the "
             "call's own) or a length >= 0");

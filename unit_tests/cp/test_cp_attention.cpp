@@ -13,9 +13,12 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "allclose.hpp"
@@ -58,7 +61,7 @@ struct Out {
 /// the single-rank operator on the whole sequence.
 template <class T>
 Out run(const Attention& a, const cp::SequenceLayout* layout,
-        const std::vector<cp::Segment>& segments) {
+        const std::vector<cp::Segment>& segments, const cp::CpAttentionOptions& how = {}) {
   int n = 0;
   for (const auto& s : segments) n += int(s.steps());
   const auto rows = [&](const Vec& x, int heads) {
@@ -82,8 +85,8 @@ Out run(const Attention& a, const cp::SequenceLayout* layout,
   g.dq = dq, g.dk = dk, g.dv = dv, g.dsinks = dsinks;
   Out out;
   if (layout) {
-    out.forward = cp::fused_attention_forward(Space(), MPI_COMM_WORLD, *layout, f, a.opts);
-    out.backward = cp::fused_attention_backward(Space(), MPI_COMM_WORLD, *layout, g, a.opts);
+    out.forward = cp::fused_attention_forward(Space(), MPI_COMM_WORLD, *layout, f, a.opts, how);
+    out.backward = cp::fused_attention_backward(Space(), MPI_COMM_WORLD, *layout, g, a.opts, how);
     if (!a.sinks.empty()) cp::allreduce_sum(MPI_COMM_WORLD, dsinks);
   } else {
     at::fused_attention_forward(Space(), f, a.opts);
@@ -96,34 +99,77 @@ Out run(const Attention& a, const cp::SequenceLayout* layout,
   return out;
 }
 
+/// Each communication type with a name: the all_gather also one K/V head
+/// at a time.
+std::vector<std::pair<std::string, cp::CpAttentionOptions>> comm_types() {
+  using C = cp::AttentionComm;
+  return {{"ring", {C::ring, 0}},
+          {"all_gather", {C::all_gather, 0}},
+          {"all_gather by 1 head", {C::all_gather, 1}},
+          {"all_to_all", {C::all_to_all, 0}}};
+}
+
+/// The bytes a rank sends in the forward and the backward of `how`, from
+/// each form's description (cp/attention.hpp), per value of T.
+std::pair<std::int64_t, std::int64_t> values_sent(const Attention& a, const cp::SequenceLayout& l,
+                                                  cp::AttentionComm how) {
+  const int R = l.ranks(), rank = comm_rank();
+  const std::int64_t rows = std::int64_t(a.B) * a.Hkv * 2 * a.D;  // a K/V step of every head
+  const std::int64_t mine = l.local_steps(rank), S = a.S;
+  std::int64_t forward = 0, backward = 0;
+  if (how == cp::AttentionComm::ring) {
+    // R − 1 blocks leave each rank: its own, then each it received but the
+    // last; in the backward again, with R gradients (each block's, as it
+    // leaves this rank).
+    for (int s = 0; s < R; ++s) {
+      const std::int64_t block = rows * l.local_steps((rank + R - s) % R);
+      if (s + 1 < R) forward += block;
+      if (R > 1) backward += block;
+    }
+    backward += forward;
+  } else if (how == cp::AttentionComm::all_gather) {
+    forward = (R - 1) * rows * mine;         // its own K/V to every other rank
+    backward = forward + rows * (S - mine);  // and the others' rows of dK/dV
+  } else {
+    // Rank d computes query heads [qb(d), qb(d + 1)) and the K/V heads
+    // they read; a rank sends each other rank its steps of those heads, and
+    // gets back O and lse (forward) or dQ, dK, dV (backward) at its steps.
+    const auto qb = [&](int d) { return d * (a.H / R) + std::min(d, a.H % R); };
+    const int g = a.H / a.Hkv;
+    const auto heads = [&](int d) { return qb(d + 1) - qb(d); };
+    const auto kv_heads = [&](int d) { return heads(d) ? (qb(d + 1) - 1) / g - qb(d) / g + 1 : 0; };
+    for (int d = 0; d < R; ++d) {
+      if (d == rank) continue;
+      const std::int64_t qkv = a.B * mine * (heads(d) * a.D + kv_heads(d) * 2 * a.D);
+      forward += qkv + a.B * l.local_steps(d) * heads(rank) * (a.D + 1);
+      backward += qkv + a.B * mine * heads(d) * (2 * a.D + 1) +
+                  a.B * l.local_steps(d) * (heads(rank) * a.D + kv_heads(rank) * 2 * a.D);
+    }
+  }
+  return {forward, backward};
+}
+
 template <class T>
 void expect_equal_to_single_rank(const Attention& a, double tol) {
   const int R = comm_size(), rank = comm_rank();
   const Out whole = run<T>(a, nullptr, {{0, a.S}});
   for (const auto& named : test_layouts(R, a.S, 2)) {
-    const auto& segments = named.layout.segments(rank);
-    SCOPED_TRACE(named.name + " rank " + std::to_string(rank) + " S=" + std::to_string(a.S));
-    const Out part = run<T>(a, &named.layout, segments);
-    EXPECT_ALLCLOSE(part.o, local_steps(whole.o, a.B * a.H, a.S, a.D, segments), tol, tol);
-    EXPECT_ALLCLOSE(part.lse, local_steps(whole.lse, a.B * a.H, a.S, 1, segments), tol, tol);
-    const double gtol = 10 * tol;  // sums of more terms, in another order
-    EXPECT_ALLCLOSE(part.dq, local_steps(whole.dq, a.B * a.H, a.S, a.D, segments), gtol, gtol);
-    EXPECT_ALLCLOSE(part.dk, local_steps(whole.dk, a.B * a.Hkv, a.S, a.D, segments), gtol, gtol);
-    EXPECT_ALLCLOSE(part.dv, local_steps(whole.dv, a.B * a.Hkv, a.S, a.D, segments), gtol, gtol);
-    EXPECT_ALLCLOSE(part.dsinks, whole.dsinks, gtol, gtol);
-    // R − 1 blocks leave each rank: its own, then each it received but the
-    // last; in the backward again, with R gradients (each block's, as it
-    // leaves this rank).
-    std::int64_t sent = 0, gradients = 0;
-    for (int s = 0; s < R; ++s) {
-      const std::int64_t block = std::int64_t(a.B) * a.Hkv *
-                                 named.layout.local_steps((rank + R - s) % R) * 2 * a.D *
-                                 std::int64_t(sizeof(T));
-      if (s + 1 < R) sent += block;
-      if (R > 1) gradients += block;
+    for (const auto& [how_name, how] : comm_types()) {
+      const auto& segments = named.layout.segments(rank);
+      SCOPED_TRACE(named.name + ", " + how_name + ", rank " + std::to_string(rank) +
+                   " S=" + std::to_string(a.S));
+      const Out part = run<T>(a, &named.layout, segments, how);
+      EXPECT_ALLCLOSE(part.o, local_steps(whole.o, a.B * a.H, a.S, a.D, segments), tol, tol);
+      EXPECT_ALLCLOSE(part.lse, local_steps(whole.lse, a.B * a.H, a.S, 1, segments), tol, tol);
+      const double gtol = 10 * tol;  // sums of more terms, in another order
+      EXPECT_ALLCLOSE(part.dq, local_steps(whole.dq, a.B * a.H, a.S, a.D, segments), gtol, gtol);
+      EXPECT_ALLCLOSE(part.dk, local_steps(whole.dk, a.B * a.Hkv, a.S, a.D, segments), gtol, gtol);
+      EXPECT_ALLCLOSE(part.dv, local_steps(whole.dv, a.B * a.Hkv, a.S, a.D, segments), gtol, gtol);
+      EXPECT_ALLCLOSE(part.dsinks, whole.dsinks, gtol, gtol);
+      const auto [forward, backward] = values_sent(a, named.layout, how.comm);
+      EXPECT_EQ(part.forward.bytes_sent, forward * std::int64_t(sizeof(T)));
+      EXPECT_EQ(part.backward.bytes_sent, backward * std::int64_t(sizeof(T)));
     }
-    EXPECT_EQ(part.forward.bytes_sent, sent);
-    EXPECT_EQ(part.backward.bytes_sent, sent + gradients);
   }
 }
 
@@ -134,6 +180,9 @@ TEST(CpAttention, EqualsSingleRankOnEveryLayout) {
   expect_equal_to_single_rank<float>(causal, 2e-5);
   Attention full(1, 3, 1, 17, 8);  // MQA, no mask
   expect_equal_to_single_rank<double>(full, 1e-12);
+  Attention cut(1, 6, 2, 13, 4);  // groups of 3 heads: the all_to_all cuts them at 4 ranks
+  cut.mask.causal = true;
+  expect_equal_to_single_rank<double>(cut, 1e-12);
 }
 
 TEST(CpAttention, WindowsAlibiSoftcapDropoutSinksAndPaddingEqualSingleRank) {
@@ -204,6 +253,23 @@ TEST(CpAttention, BadOrMismatchedArgumentsGiveEveryRankTheSameError) {
             "cp::fused_attention_forward: mask.seq_k[0]=" + std::to_string(S + 1) +
                 ", expected a value in [0, " + std::to_string(S) +
                 "] (key length, Sk) (on rank 0 of " + std::to_string(R) + ")");
+  cp::CpAttentionOptions how;
+  how.comm = rank == odd ? cp::AttentionComm::all_to_all : cp::AttentionComm::ring;
+  if (R > 1) {
+    EXPECT_EQ(error_of([&] {
+                cp::fused_attention_forward(Space(), MPI_COMM_WORLD, layout, args(mine, 4), {},
+                                            how);
+              }),
+              "cp::fused_attention_forward: comm=2 on rank " + std::to_string(odd) +
+                  ", expected 0 (as on rank 0; every rank must agree)");
+  }
+  how = {cp::AttentionComm::all_gather, rank == odd ? -1 : 0};
+  EXPECT_EQ(error_of([&] {
+              cp::fused_attention_forward(Space(), MPI_COMM_WORLD, layout, args(mine, 4), {}, how);
+            }),
+            "cp::fused_attention_forward: cp_opts.gather_kv_heads=-1, expected 0 (automatic) or "
+            "a number of K/V heads >= 1" +
+                on_odd);
   // After the errors, a good call still works on every rank.
   EXPECT_EQ(call(layout, args(mine, 4)), "");
 }

@@ -59,10 +59,13 @@ struct AttentionMask {
   /// seq_k count, and dropout numbers its elements ([B, H, query_length,
   /// key_length]) in those positions; lo_win and hi_win stay the call's
   /// own key indices. A length of −1 (the default): the call's own, S or
-  /// Sk, from position 0.
+  /// Sk, from position 0. Likewise the call's H heads may be heads
+  /// head_begin … head_begin + H − 1 of head_count, which only dropout's
+  /// numbering sees (ALiBi's slopes and the sinks are the call's own, [H]).
   struct Positions {
     int query_begin = 0, query_length = -1;
     int key_begin = 0, key_length = -1;
+    int head_begin = 0, head_count = -1;
   };
   Positions positions;
 

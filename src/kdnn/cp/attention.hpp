@@ -24,6 +24,21 @@
 //    owner (ring_attention_backward.hpp); dQ stays local. Every pair uses
 //    the whole sequence's O and lse. A rank sends R − 1 blocks and R
 //    gradients of that size.
+//  * all_gather: K/V heads are taken ⌈Hkv/R⌉ at a time (or
+//    CpAttentionOptions::gather_kv_heads): every rank's K/V of those heads
+//    is gathered (MPI_Iallgatherv) into sequence order, and each of the
+//    rank's query segments attends to all of it in one single-rank call
+//    (gather_attention.hpp). A rank sends its B·Hkv·L_r·(D + Dv) values to
+//    every other rank. Backward: the same gather, and each rank's rows of
+//    the dK/dV sums go back to it (MPI_Ireduce_scatter). The form for
+//    sliding windows, where the ring's skipping gains little.
+//  * all_to_all (DeepSpeed-Ulysses): the query heads are dealt out
+//    ⌈H/R⌉ / ⌊H/R⌋ (any H; a rank may get none), each rank with the K/V
+//    heads they read (a K/V head whose group is cut, always when Hkv < R,
+//    goes to each rank that reads it, and its gradients are summed); one
+//    MPI_Ialltoallv gives each rank the whole sequence of its heads, the
+//    single-rank attention runs on it, and a second returns O and lse
+//    (ulysses_attention.hpp, head_split.hpp).
 //
 // The mask is the whole sequence's: causal (top-left), the band
 // (bottom-right, flash-attn's window), ALiBi's slopes, seq_q and seq_k
@@ -45,20 +60,27 @@
 #include "kdnn/core/validate.hpp"
 #include "kdnn/cp/agree.hpp"
 #include "kdnn/cp/exchange_stats.hpp"
+#include "kdnn/cp/impl/gather_attention.hpp"
 #include "kdnn/cp/impl/layout_checks.hpp"
 #include "kdnn/cp/impl/ring_attention.hpp"
 #include "kdnn/cp/impl/ring_attention_backward.hpp"
+#include "kdnn/cp/impl/ulysses_attention.hpp"
 #include "kdnn/cp/sequence_layout.hpp"
 
 namespace kdnn::cp {
 
 /// How the ranks exchange what attention needs.
 enum class AttentionComm {
-  ring,  ///< K/V blocks around the ring, overlapped with the compute
+  ring,        ///< K/V blocks around the ring, overlapped with the compute
+  all_gather,  ///< every rank's K/V gathered, a slice of heads at a time
+  all_to_all,  ///< heads scattered and the sequence gathered (Ulysses)
 };
 
 struct CpAttentionOptions {
   AttentionComm comm = AttentionComm::ring;
+  /// all_gather: the K/V heads gathered at a time (0: ⌈Hkv/R⌉, a slice of
+  /// the whole sequence about the size of a rank's own K/V).
+  int gather_kv_heads = 0;
 };
 
 namespace impl {
@@ -81,6 +103,7 @@ std::vector<Field> attention_fields(const ExecSpace& space, const SequenceLayout
           {"Dv", std::int64_t(a.v.extent(3))},
           layout_field("layout", layout),
           {"comm", std::int64_t(cp_opts.comm)},
+          {"gather_kv_heads", std::int64_t(cp_opts.gather_kv_heads)},
           {"mask.causal", a.mask.causal},
           {"mask.band_left", a.mask.band_left},
           {"mask.band_right", a.mask.band_right},
@@ -101,7 +124,8 @@ std::vector<Field> attention_fields(const ExecSpace& space, const SequenceLayout
 template <class T, class ExecSpace, class Args>
 void check_attention(const char* op, const ExecSpace& space, MPI_Comm comm,
                      const SequenceLayout& layout, const Args& a,
-                     const attention::FusedAttentionOptions& opts) {
+                     const attention::FusedAttentionOptions& opts,
+                     const CpAttentionOptions& cp_opts) {
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
   check_layout_ranks(op, comm, layout);
@@ -132,13 +156,39 @@ void check_attention(const char* op, const ExecSpace& space, MPI_Comm comm,
     attention::impl::check_mask(op, whole.mask, a.q.extent(0), a.q.extent(2), a.k.extent(2),
                                 a.q.extent(1));
   }
+  if (cp_opts.gather_kv_heads < 0) {
+    fail(op, ": cp_opts.gather_kv_heads=", cp_opts.gather_kv_heads,
+         ", expected 0 (automatic) or a number of K/V heads >= 1");
+  }
+  // What one message or collective of the chosen form holds, in values.
+  const std::size_t B = a.q.extent(0), H = a.q.extent(1), Hkv = a.k.extent(1);
+  const std::size_t D = a.q.extent(3), Dv = a.v.extent(3), steps_all = std::size_t(S);
+  const int R = layout.ranks();
   std::int64_t longest = 0;
-  for (int r = 0; r < layout.ranks(); ++r) longest = std::max(longest, layout.local_steps(r));
-  const KvBlock kv{int(a.k.extent(0)), int(a.k.extent(1)), int(a.k.extent(3)), int(a.v.extent(3))};
-  if (kv.elements(longest) > std::size_t(INT_MAX)) {
-    fail(op, ": a K/V block of ", kv.elements(longest),
-         " values (B·Hkv·L·(D + Dv), L the layout's most steps on a rank), expected at most "
-         "2^31 - 1 (one message)");
+  for (int r = 0; r < R; ++r) longest = std::max(longest, layout.local_steps(r));
+  std::size_t values = 0;
+  const char* what = "";
+  switch (cp_opts.comm) {
+    case AttentionComm::ring:
+      values = B * Hkv * std::size_t(longest) * (D + Dv);
+      what = "a K/V block (B·Hkv·L·(D + Dv), L the layout's most steps on a rank)";
+      break;
+    case AttentionComm::all_gather:
+      values = B * std::size_t(gather_slice_heads(cp_opts.gather_kv_heads, int(Hkv), R)) *
+               steps_all * (D + Dv);
+      what = "a gathered K/V slice (B·heads·S·(D + Dv))";
+      break;
+    case AttentionComm::all_to_all:  // the backward's: q, k, v, o, dout, lse (K/V heads cut twice)
+      values = B * steps_all *
+               (((H + std::size_t(R) - 1) / std::size_t(R)) * (D + 2 * Dv + 1) +
+                ((Hkv + std::size_t(R) - 1) / std::size_t(R) + 1) * (D + Dv));
+      what = "a rank's all-to-all (B·S·(⌈H/R⌉·(D + 2·Dv + 1) + (⌈Hkv/R⌉ + 1)·(D + Dv)))";
+      break;
+    default:
+      fail(op, ": cp_opts.comm=", int(cp_opts.comm), ", expected ring, all_gather or all_to_all");
+  }
+  if (values > std::size_t(INT_MAX)) {
+    fail(op, ": ", what, " of ", values, " values, expected at most 2^31 - 1 (one message)");
   }
 }
 
@@ -155,12 +205,21 @@ ExchangeStats fused_attention_forward(const ExecSpace& space, MPI_Comm comm,
   const char* op = "cp::fused_attention_forward";
   check_communicator(op, comm);
   agree_on_signature(
-      comm, op, [&] { impl::check_attention<T>(op, space, comm, layout, args, opts); },
+      comm, op, [&] { impl::check_attention<T>(op, space, comm, layout, args, opts, cp_opts); },
       impl::attention_fields<T>(space, layout, args, opts, cp_opts));
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
   kdnn::impl::SpaceLock exclusive(space);  // after the collective checks
-  return impl::ring_forward(space, comm, exclusive, layout, rank, args, opts);
+  switch (cp_opts.comm) {
+    case AttentionComm::all_gather:
+      return impl::gather_forward(
+          space, comm, exclusive, layout, rank, args, opts,
+          impl::gather_slice_heads(cp_opts.gather_kv_heads, int(args.k.extent(1)), layout.ranks()));
+    case AttentionComm::all_to_all:
+      return impl::ulysses_forward(space, comm, exclusive, layout, rank, args, opts);
+    default:
+      return impl::ring_forward(space, comm, exclusive, layout, rank, args, opts);
+  }
 }
 
 /// dq, dk, dv on this rank's steps from the forward's o and lse (this
@@ -178,7 +237,8 @@ ExchangeStats fused_attention_backward(const ExecSpace& space, MPI_Comm comm,
   auto fields = impl::attention_fields<T>(space, layout, args, opts, cp_opts);
   fields.push_back({"dsinks given", validate::given(args.dsinks)});
   agree_on_signature(
-      comm, op, [&] { impl::check_attention<T>(op, space, comm, layout, args, opts); }, fields);
+      comm, op, [&] { impl::check_attention<T>(op, space, comm, layout, args, opts, cp_opts); },
+      fields);
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
   kdnn::impl::SpaceLock exclusive(space);  // after the collective checks
@@ -188,7 +248,16 @@ ExchangeStats fused_attention_backward(const ExecSpace& space, MPI_Comm comm,
     attention::impl::row_deltas<ExecSpace, T>(space, args.dout, args.o, delta);
     attention::impl::sink_gradients<ExecSpace, T>(space, args.sinks, args.lse, delta, args.dsinks);
   }
-  return impl::ring_backward(space, comm, exclusive, layout, rank, args, opts);
+  switch (cp_opts.comm) {
+    case AttentionComm::all_gather:
+      return impl::gather_backward(
+          space, comm, exclusive, layout, rank, args, opts,
+          impl::gather_slice_heads(cp_opts.gather_kv_heads, int(args.k.extent(1)), layout.ranks()));
+    case AttentionComm::all_to_all:
+      return impl::ulysses_backward(space, comm, exclusive, layout, rank, args, opts);
+    default:
+      return impl::ring_backward(space, comm, exclusive, layout, rank, args, opts);
+  }
 }
 
 }  // namespace kdnn::cp

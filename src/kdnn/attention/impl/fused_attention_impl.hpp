@@ -26,12 +26,14 @@
 namespace kdnn::attention::impl {
 
 /// The dropout test of `opts` (dropout.hpp's rule, Philox keyed by seed) in
-/// the mask's positions.
+/// the mask's positions, for a call of H heads.
 template <class Positions>
-DropoutMask dropout_mask(const DropoutOptions& opts, const Positions& positions) {
+DropoutMask dropout_mask(const DropoutOptions& opts, const Positions& positions, int H) {
   DropoutMask m;
   m.query_begin = positions.query_begin, m.query_length = positions.query_length;
   m.key_begin = positions.key_begin, m.key_length = positions.key_length;
+  m.head_begin = positions.head_begin, m.head_count = positions.head_count;
+  m.heads = H > 0 ? H : 1;
   m.active = opts.p > 0;
   m.threshold = drop_threshold(opts.p);
   m.key0 = std::uint32_t(opts.seed), m.key1 = std::uint32_t(opts.seed >> 32);
@@ -159,7 +161,7 @@ FusedForwardData<ExecSpace, T> forward_data(const char* op, const ExecSpace& spa
   data.softcap = score_cap<T>(opts);
   data.keep_scale = T(1.0 / (1.0 - opts.dropout.p));
   data.neg_inf = -std::numeric_limits<T>::infinity();
-  data.dropout = dropout_mask(opts.dropout, mask.positions);
+  data.dropout = dropout_mask(opts.dropout, mask.positions, int(q.extent(1)));
   data.sinks = a.sinks;
   return data;
 }
@@ -339,7 +341,7 @@ void run_fused_backward(
   data.lse = entry_values(lse, queries), data.delta = entry_values(delta, queries);
   data.group = group;
   data.visible = VisibleKeys<ExecSpace>(mask, S, Sk);
-  data.dropout = dropout_mask(opts.dropout, mask.positions);
+  data.dropout = dropout_mask(opts.dropout, mask.positions, H);
   data.scale = T(opts.scale);
   data.softcap = score_cap<T>(opts);
   data.keep_scale = T(1.0 / (1.0 - opts.dropout.p));

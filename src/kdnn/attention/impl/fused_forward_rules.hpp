@@ -31,12 +31,13 @@ namespace kdnn::attention::impl {
 
 /// Dropout's keep test for element k of [B, H, S, Sk] (dropout.hpp's rule),
 /// in the mask's positions (AttentionMask::Positions): query i and key j of
-/// the call are element (query_begin + i, key_begin + j) of [B, H,
-/// query_length, key_length].
+/// head h are element (head_begin + h, query_begin + i, key_begin + j) of
+/// [B, head_count, query_length, key_length].
 struct DropoutMask {
   std::uint32_t threshold = 0, key0 = 0, key1 = 0, off0 = 0, off1 = 0;
   bool active = false;
   int query_begin = 0, query_length = -1, key_begin = 0, key_length = -1;
+  int head_begin = 0, head_count = -1, heads = 1;  ///< heads: the call's H
 
   KOKKOS_INLINE_FUNCTION bool keep(std::uint64_t k) const {
     if (!active) return true;
@@ -50,6 +51,7 @@ struct DropoutMask {
   KOKKOS_INLINE_FUNCTION bool keep(int bh, int i, int j, int S, int Sk) const {
     if (query_length >= 0) S = query_length, i += query_begin;
     if (key_length >= 0) Sk = key_length, j += key_begin;
+    if (head_count >= 0) bh = (bh / heads) * head_count + head_begin + bh % heads;
     return keep(std::uint64_t(bh) * std::uint64_t(S) * std::uint64_t(Sk) +
                 std::uint64_t(i) * std::uint64_t(Sk) + std::uint64_t(j));
   }

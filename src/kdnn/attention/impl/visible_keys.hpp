@@ -127,7 +127,8 @@ struct VisibleKeys {
 /// The positions (AttentionMask::Positions) of S queries and Sk keys: each
 /// block inside its length.
 template <class Positions>
-void check_positions(const char* op, const Positions& p, std::size_t queries, std::size_t keys) {
+void check_positions(const char* op, const Positions& p, std::size_t queries, std::size_t keys,
+                     std::size_t heads) {
   const auto check = [&](const char* begin_name, int begin, const char* length_name, int length,
                          std::size_t count, const char* what) {
     if (length < -1) {
@@ -146,6 +147,7 @@ void check_positions(const char* op, const Positions& p, std::size_t queries, st
   };
   check("query_begin", p.query_begin, "query_length", p.query_length, queries, "queries (S)");
   check("key_begin", p.key_begin, "key_length", p.key_length, keys, "keys (Sk)");
+  check("head_begin", p.head_begin, "head_count", p.head_count, heads, "heads (H)");
 }
 
 /// The mask against scores of B entries, S queries and Sk keys, and its
@@ -163,7 +165,7 @@ void check_mask(const char* op, const AttentionMask<ExecSpace>& m, std::size_t b
   };
   check_bound("band_left", m.band_left);
   check_bound("band_right", m.band_right);
-  check_positions(op, m.positions, queries, keys);
+  check_positions(op, m.positions, queries, keys, heads);
   // The band, ALiBi and the lengths count in the positions.
   const auto S_pos = std::size_t(m.query_positions(int(queries)));
   const auto Sk_pos = std::size_t(m.key_positions(int(keys)));

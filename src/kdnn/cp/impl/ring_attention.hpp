@@ -25,6 +25,7 @@
 #include "kdnn/cp/impl/attention_merge.hpp"
 #include "kdnn/cp/impl/mpi_memory.hpp"
 #include "kdnn/cp/impl/segment_views.hpp"
+#include "kdnn/cp/impl/sequence_rows.hpp"
 #include "kdnn/cp/impl/timed_wait.hpp"
 #include "kdnn/cp/sequence_layout.hpp"
 
@@ -54,18 +55,8 @@ template <class ExecSpace, class T>
 void pack_kv(const ExecSpace& space, const StridedTensor4<const T, ExecSpace>& k,
              const StridedTensor4<const T, ExecSpace>& v,
              const Kokkos::View<T*, typename ExecSpace::memory_space>& buf) {
-  const int B = int(k.extent(0)), Hkv = int(k.extent(1)), L = int(k.extent(2));
-  const int D = int(k.extent(3)), Dv = int(v.extent(3));
-  const std::size_t nk = std::size_t(B) * Hkv * L * D;
-  if (std::size_t(B) * Hkv * L == 0) return;
-  Kokkos::parallel_for(
-      "kdnn::cp::pack_kv",
-      Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<3>>(space, {0, 0, 0}, {B, Hkv, L}),
-      KOKKOS_LAMBDA(int b, int h, int t) {
-        const std::size_t row = (std::size_t(b) * Hkv + h) * L + t;
-        for (int e = 0; e < D; ++e) buf(row * D + e) = k(b, h, t, e);
-        for (int e = 0; e < Dv; ++e) buf(nk + row * Dv + e) = v(b, h, t, e);
-      });
+  pack_rows(space, k, buf.data());
+  pack_rows(space, v, buf.data() + k.size());
 }
 
 /// Whether the mask hides every pair of query segment q and key segment k

@@ -26,6 +26,7 @@
 #include "kdnn/cp/impl/mpi_memory.hpp"
 #include "kdnn/cp/impl/ring_attention.hpp"
 #include "kdnn/cp/impl/segment_views.hpp"
+#include "kdnn/cp/impl/sequence_rows.hpp"
 #include "kdnn/cp/impl/timed_wait.hpp"
 #include "kdnn/cp/sequence_layout.hpp"
 
@@ -40,21 +41,6 @@ void add_into(const ExecSpace& space, T* to, const T* from, std::size_t n) {
   Kokkos::parallel_for(
       "kdnn::cp::ring_add_gradients", Kokkos::RangePolicy<ExecSpace>(space, 0, n),
       KOKKOS_LAMBDA(std::size_t i) { to[i] += from[i]; });
-}
-
-/// dst(b, h, first + t, e) += src(b, h, t, e).
-template <class ExecSpace, class T>
-void add_rows(const ExecSpace& space, const StridedTensor4<T, ExecSpace>& dst, int first,
-              const StridedTensor4<const T, ExecSpace>& src) {
-  const int B = int(src.extent(0)), H = int(src.extent(1)), n = int(src.extent(2));
-  const int E = int(src.extent(3));
-  if (std::size_t(B) * H * n == 0) return;
-  Kokkos::parallel_for(
-      "kdnn::cp::ring_add_rows",
-      Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<3>>(space, {0, 0, 0}, {B, H, n}),
-      KOKKOS_LAMBDA(int b, int h, int t) {
-        for (int e = 0; e < E; ++e) dst(b, h, first + t, e) += src(b, h, t, e);
-      });
 }
 
 /// Scratch for one rank's pairs of segments: per query segment its lse rows
