@@ -2,12 +2,15 @@
 // Context-parallel fused attention (kdnn/cp/attention.hpp), run by ctest
 // under mpiexec at 1, 2, 3 and 4 ranks: on every layout (contiguous splits
 // with short and empty ranks, load-balanced with S not divisible by 2R,
-// interleaved), each rank's O and lse equal the single-rank fused attention
+// interleaved) and with each communication type (ring, all_gather by the
+// default slice and by one head, all_to_all, all_to_all inside groups of
+// every size that divides R with a ring across), each rank's O and lse
+// equal the single-rank fused attention
 // over the whole sequence at its steps, with the causal mask and without,
 // GQA and MQA, a sliding window narrower than a segment and wider than a
 // rank's share, ALiBi with a softcap, dropout, sinks, padded entries; in
 // float64 to 1e-12 and float32 to its tolerance. The bytes a rank sends are
-// the R − 1 blocks it passes on. The backward's dq, dk, dv (and the sinks'
+// each form's formula. The backward's dq, dk, dv (and the sinks'
 // gradient, summed over the ranks) equal the single-rank backward's. The
 // collective checks give every rank the same error.
 #include <gtest/gtest.h>
@@ -17,6 +20,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -99,14 +103,34 @@ Out run(const Attention& a, const cp::SequenceLayout* layout,
   return out;
 }
 
+/// The groups of `size` consecutive ranks of MPI_COMM_WORLD (freed with it).
+struct Groups {
+  MPI_Comm comm = MPI_COMM_NULL;
+  explicit Groups(int size) {
+    MPI_Comm_split(MPI_COMM_WORLD, comm_rank() / size, comm_rank(), &comm);
+  }
+  ~Groups() { MPI_Comm_free(&comm); }
+  Groups(const Groups&) = delete;
+  Groups& operator=(const Groups&) = delete;
+};
+
 /// Each communication type with a name: the all_gather also one K/V head
-/// at a time.
-std::vector<std::pair<std::string, cp::CpAttentionOptions>> comm_types() {
+/// at a time, and the two-level form on each of `grids`.
+std::vector<std::pair<std::string, cp::CpAttentionOptions>> comm_types(
+    const std::vector<std::unique_ptr<Groups>>& grids) {
   using C = cp::AttentionComm;
-  return {{"ring", {C::ring, 0}},
-          {"all_gather", {C::all_gather, 0}},
-          {"all_gather by 1 head", {C::all_gather, 1}},
-          {"all_to_all", {C::all_to_all, 0}}};
+  std::vector<std::pair<std::string, cp::CpAttentionOptions>> out = {
+      {"ring", {C::ring, 0}},
+      {"all_gather", {C::all_gather, 0}},
+      {"all_gather by 1 head", {C::all_gather, 1}},
+      {"all_to_all", {C::all_to_all, 0}}};
+  for (const auto& g : grids) {
+    int size = 0;
+    MPI_Comm_size(g->comm, &size);
+    out.push_back({"all_to_all in groups of " + std::to_string(size) + ", ring across",
+                   {C::all_to_all_ring, 0, g->comm}});
+  }
+  return out;
 }
 
 /// The bytes a rank sends in the forward and the backward of `how`, from
@@ -153,8 +177,12 @@ template <class T>
 void expect_equal_to_single_rank(const Attention& a, double tol) {
   const int R = comm_size(), rank = comm_rank();
   const Out whole = run<T>(a, nullptr, {{0, a.S}});
+  std::vector<std::unique_ptr<Groups>> grids;  // every split of the ranks into groups
+  for (int size = 1; size <= R; ++size) {
+    if (R % size == 0) grids.push_back(std::make_unique<Groups>(size));
+  }
   for (const auto& named : test_layouts(R, a.S, 2)) {
-    for (const auto& [how_name, how] : comm_types()) {
+    for (const auto& [how_name, how] : comm_types(grids)) {
       const auto& segments = named.layout.segments(rank);
       SCOPED_TRACE(named.name + ", " + how_name + ", rank " + std::to_string(rank) +
                    " S=" + std::to_string(a.S));
@@ -166,6 +194,7 @@ void expect_equal_to_single_rank(const Attention& a, double tol) {
       EXPECT_ALLCLOSE(part.dk, local_steps(whole.dk, a.B * a.Hkv, a.S, a.D, segments), gtol, gtol);
       EXPECT_ALLCLOSE(part.dv, local_steps(whole.dv, a.B * a.Hkv, a.S, a.D, segments), gtol, gtol);
       EXPECT_ALLCLOSE(part.dsinks, whole.dsinks, gtol, gtol);
+      if (how.comm == cp::AttentionComm::all_to_all_ring) continue;  // its parts' are below
       const auto [forward, backward] = values_sent(a, named.layout, how.comm);
       EXPECT_EQ(part.forward.bytes_sent, forward * std::int64_t(sizeof(T)));
       EXPECT_EQ(part.backward.bytes_sent, backward * std::int64_t(sizeof(T)));
@@ -270,6 +299,13 @@ TEST(CpAttention, BadOrMismatchedArgumentsGiveEveryRankTheSameError) {
             "cp::fused_attention_forward: cp_opts.gather_kv_heads=-1, expected 0 (automatic) or "
             "a number of K/V heads >= 1" +
                 on_odd);
+  how = {cp::AttentionComm::all_to_all_ring};
+  EXPECT_EQ(error_of([&] {
+              cp::fused_attention_forward(Space(), MPI_COMM_WORLD, layout, args(mine, 4), {}, how);
+            }),
+            "cp::fused_attention_forward: cp_opts.heads_comm is not given (or not an "
+            "intracommunicator), expected this rank's group for all_to_all_ring (on rank 0 of " +
+                std::to_string(R) + ")");
   // After the errors, a good call still works on every rank.
   EXPECT_EQ(call(layout, args(mine, 4)), "");
 }

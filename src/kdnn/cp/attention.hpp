@@ -39,6 +39,11 @@
 //    MPI_Ialltoallv gives each rank the whole sequence of its heads, the
 //    single-rank attention runs on it, and a second returns O and lse
 //    (ulysses_attention.hpp, head_split.hpp).
+//  * all_to_all_ring: over a grid of R = R_h × R_s ranks, split by the
+//    caller into groups of R_h (CpAttentionOptions::heads_comm): the
+//    all_to_all inside each group gives its members their heads of the
+//    group's steps, and the ranks with the same heads in every group run
+//    the ring over the groups' steps (two_level_attention.hpp).
 //
 // The mask is the whole sequence's: causal (top-left), the band
 // (bottom-right, flash-attn's window), ALiBi's slopes, seq_q and seq_k
@@ -64,6 +69,7 @@
 #include "kdnn/cp/impl/layout_checks.hpp"
 #include "kdnn/cp/impl/ring_attention.hpp"
 #include "kdnn/cp/impl/ring_attention_backward.hpp"
+#include "kdnn/cp/impl/two_level_attention.hpp"
 #include "kdnn/cp/impl/ulysses_attention.hpp"
 #include "kdnn/cp/sequence_layout.hpp"
 
@@ -74,6 +80,9 @@ enum class AttentionComm {
   ring,        ///< K/V blocks around the ring, overlapped with the compute
   all_gather,  ///< every rank's K/V gathered, a slice of heads at a time
   all_to_all,  ///< heads scattered and the sequence gathered (Ulysses)
+  /// all_to_all inside groups of ranks (CpAttentionOptions::heads_comm),
+  /// ring across them
+  all_to_all_ring,
 };
 
 struct CpAttentionOptions {
@@ -81,9 +90,52 @@ struct CpAttentionOptions {
   /// all_gather: the K/V heads gathered at a time (0: ⌈Hkv/R⌉, a slice of
   /// the whole sequence about the size of a rank's own K/V).
   int gather_kv_heads = 0;
+  /// all_to_all_ring: this rank's group, a split of the call's comm into
+  /// groups of one size (MPI_Comm_split); the ranks of one rank in each
+  /// group form a ring.
+  MPI_Comm heads_comm = MPI_COMM_NULL;
 };
 
 namespace impl {
+
+/// The size of cp_opts.heads_comm (0 when none, or not a live intracommunicator).
+inline std::int64_t heads_comm_size(const CpAttentionOptions& cp_opts) {
+  if (cp_opts.heads_comm == MPI_COMM_NULL) return 0;
+  int inter = 0, size = 0;
+  MPI_Comm_test_inter(cp_opts.heads_comm, &inter);
+  if (inter) return 0;
+  MPI_Comm_size(cp_opts.heads_comm, &size);
+  return size;
+}
+
+/// heads_comm for all_to_all_ring: a live communicator of ranks of `comm`
+/// whose size divides comm's.
+inline void check_heads_comm(const char* op, MPI_Comm comm, const CpAttentionOptions& cp_opts) {
+  if (cp_opts.comm != AttentionComm::all_to_all_ring) return;
+  int R = 0;
+  MPI_Comm_size(comm, &R);
+  const auto size = heads_comm_size(cp_opts);
+  if (size == 0) {
+    fail(op,
+         ": cp_opts.heads_comm is not given (or not an intracommunicator), expected this "
+         "rank's group for all_to_all_ring");
+  }
+  if (R % size != 0) {
+    fail(op, ": cp_opts.heads_comm has ", size, " ranks, expected a divisor of comm's ", R);
+  }
+  MPI_Group whole, group;
+  MPI_Comm_group(comm, &whole);
+  MPI_Comm_group(cp_opts.heads_comm, &group);
+  std::vector<int> members(static_cast<std::size_t>(size)), there(members.size());
+  for (int i = 0; i < int(size); ++i) members[std::size_t(i)] = i;
+  MPI_Group_translate_ranks(group, int(size), members.data(), whole, there.data());
+  MPI_Group_free(&group);
+  MPI_Group_free(&whole);
+  for (int r : there) {
+    if (r == MPI_UNDEFINED)
+      fail(op, ": cp_opts.heads_comm has a rank outside comm, expected a split of comm");
+  }
+}
 
 /// The fields every rank of an attention call must agree on: the dtype,
 /// the shapes, the options and the mask, and the parameters' values (sinks,
@@ -104,6 +156,7 @@ std::vector<Field> attention_fields(const ExecSpace& space, const SequenceLayout
           layout_field("layout", layout),
           {"comm", std::int64_t(cp_opts.comm)},
           {"gather_kv_heads", std::int64_t(cp_opts.gather_kv_heads)},
+          {"heads_comm size", heads_comm_size(cp_opts)},
           {"mask.causal", a.mask.causal},
           {"mask.band_left", a.mask.band_left},
           {"mask.band_right", a.mask.band_right},
@@ -140,7 +193,8 @@ void check_attention(const char* op, const ExecSpace& space, MPI_Comm comm,
   };
   refuse_window("lo_win", a.mask.lo_win.extent(0));
   refuse_window("hi_win", a.mask.hi_win.extent(0));
-  if (a.mask.positions.query_length != -1 || a.mask.positions.key_length != -1) {
+  if (a.mask.positions.query_length != -1 || a.mask.positions.key_length != -1 ||
+      a.mask.positions.head_count != -1) {
     fail(op, ": mask.positions given, expected none (the call places each block itself)");
   }
   auto whole = a;  // the rank's steps, placed in the sequence
@@ -156,6 +210,7 @@ void check_attention(const char* op, const ExecSpace& space, MPI_Comm comm,
     attention::impl::check_mask(op, whole.mask, a.q.extent(0), a.q.extent(2), a.k.extent(2),
                                 a.q.extent(1));
   }
+  check_heads_comm(op, comm, cp_opts);
   if (cp_opts.gather_kv_heads < 0) {
     fail(op, ": cp_opts.gather_kv_heads=", cp_opts.gather_kv_heads,
          ", expected 0 (automatic) or a number of K/V heads >= 1");
@@ -179,6 +234,7 @@ void check_attention(const char* op, const ExecSpace& space, MPI_Comm comm,
       what = "a gathered K/V slice (B·heads·S·(D + Dv))";
       break;
     case AttentionComm::all_to_all:  // the backward's: q, k, v, o, dout, lse (K/V heads cut twice)
+    case AttentionComm::all_to_all_ring:  // and at most as much in a ring's block
       values = B * steps_all *
                (((H + std::size_t(R) - 1) / std::size_t(R)) * (D + 2 * Dv + 1) +
                 ((Hkv + std::size_t(R) - 1) / std::size_t(R) + 1) * (D + Dv));
@@ -216,7 +272,15 @@ ExchangeStats fused_attention_forward(const ExecSpace& space, MPI_Comm comm,
           space, comm, exclusive, layout, rank, args, opts,
           impl::gather_slice_heads(cp_opts.gather_kv_heads, int(args.k.extent(1)), layout.ranks()));
     case AttentionComm::all_to_all:
-      return impl::ulysses_forward(space, comm, exclusive, layout, rank, args, opts);
+      return impl::ulysses_forward(
+          space, comm, exclusive, layout, rank, args, [&](const auto& run) {
+            attention::impl::fused_attention_forward(space, run, opts,
+                                                     attention::impl::MaskCheck::done_by_caller);
+            return ExchangeStats{};
+          });
+    case AttentionComm::all_to_all_ring:
+      return impl::two_level_forward(space, comm, cp_opts.heads_comm, exclusive, layout, args,
+                                     opts);
     default:
       return impl::ring_forward(space, comm, exclusive, layout, rank, args, opts);
   }
@@ -254,7 +318,15 @@ ExchangeStats fused_attention_backward(const ExecSpace& space, MPI_Comm comm,
           space, comm, exclusive, layout, rank, args, opts,
           impl::gather_slice_heads(cp_opts.gather_kv_heads, int(args.k.extent(1)), layout.ranks()));
     case AttentionComm::all_to_all:
-      return impl::ulysses_backward(space, comm, exclusive, layout, rank, args, opts);
+      return impl::ulysses_backward(
+          space, comm, exclusive, layout, rank, args, [&](const auto& run) {
+            attention::impl::fused_attention_backward(space, run, opts,
+                                                      attention::impl::MaskCheck::done_by_caller);
+            return ExchangeStats{};
+          });
+    case AttentionComm::all_to_all_ring:
+      return impl::two_level_backward(space, comm, cp_opts.heads_comm, exclusive, layout, args,
+                                      opts);
     default:
       return impl::ring_backward(space, comm, exclusive, layout, rank, args, opts);
   }

@@ -14,6 +14,14 @@ struct ExchangeStats {
   double overlapped_seconds = 0;
   /// Seconds then blocked waiting for them (communication not hidden).
   double waited_seconds = 0;
+
+  /// The exchanges of two parts of one call together.
+  ExchangeStats& operator+=(const ExchangeStats& o) {
+    bytes_sent += o.bytes_sent, bytes_received += o.bytes_received;
+    messages_sent += o.messages_sent, messages_received += o.messages_received;
+    overlapped_seconds += o.overlapped_seconds, waited_seconds += o.waited_seconds;
+    return *this;
+  }
 };
 
 }  // namespace kdnn::cp

@@ -98,7 +98,9 @@ void attend_block(const ExecSpace& space, const SequenceLayout& layout, int rank
       blk.o = o_b[i];
       blk.lse = lse_b[i];
       blk.mask = a.mask;
-      blk.mask.positions = {int(mine[i].begin), S, int(theirs[j].begin), S};
+      blk.mask.positions = {int(mine[i].begin),          S,
+                            int(theirs[j].begin),        S,
+                            a.mask.positions.head_begin, a.mask.positions.head_count};
       attention::impl::fused_attention_forward(space, blk, opts,
                                                attention::impl::MaskCheck::done_by_caller);
       merge_block(space, a.o, a.lse, q_rows[i].first, StridedTensor4<const T, ExecSpace>(o_b[i]),

@@ -86,7 +86,9 @@ void backward_block(const ExecSpace& space, const SequenceLayout& layout, int ra
       blk.dk = rows(scratch.dk, keys);
       blk.dv = rows(scratch.dv, keys);
       blk.mask = a.mask;
-      blk.mask.positions = {int(mine[i].begin), S, int(theirs[j].begin), S};
+      blk.mask.positions = {int(mine[i].begin),          S,
+                            int(theirs[j].begin),        S,
+                            a.mask.positions.head_begin, a.mask.positions.head_count};
       attention::impl::fused_attention_backward(space, blk, opts,
                                                 attention::impl::MaskCheck::done_by_caller);
       using Rows = StridedTensor4<const T, ExecSpace>;

@@ -185,12 +185,16 @@ struct HeadExchange {
   }
 };
 
-/// The all_to_all forward on checked arguments (agreed on every rank).
-template <class ExecSpace, class T>
+/// The all_to_all forward on checked arguments (agreed on every rank),
+/// over `layout`'s ranks of `comm`: `attend(blk)` computes each run of this
+/// rank's heads over the whole of `layout`'s steps (the single-rank fused
+/// attention, or a ring across groups in two_level_attention.hpp) and
+/// returns its exchanges.
+template <class ExecSpace, class T, class Attend>
 ExchangeStats ulysses_forward(const ExecSpace& space, MPI_Comm comm, kdnn::impl::SpaceLock& lock,
                               const SequenceLayout& layout, int rank,
                               const attention::FusedAttentionForward<T, ExecSpace>& a,
-                              const attention::FusedAttentionOptions& opts) {
+                              Attend attend) {
   const int B = int(a.q.extent(0)), H = int(a.q.extent(1)), Hkv = int(a.k.extent(1));
   const int D = int(a.q.extent(3)), Dv = int(a.v.extent(3)), S = int(layout.length());
   const HeadExchange<ExecSpace, T> x(space, layout, rank, B, H, Hkv);
@@ -215,8 +219,7 @@ ExchangeStats ulysses_forward(const ExecSpace& space, MPI_Comm comm, kdnn::impl:
     blk.lse = lse_block(space, lse, qh, all, false);
     blk.mask = mask_for(space, a.mask, run.query, H, 0, S);
     blk.sinks = sinks_for(a.sinks, run.query);
-    attention::impl::fused_attention_forward(space, blk, opts,
-                                             attention::impl::MaskCheck::done_by_caller);
+    stats += attend(blk);
     put_lse_block(space, lse, blk.lse, qh, all);
   }
   const auto back = x.sequence_to_heads(
@@ -226,12 +229,13 @@ ExchangeStats ulysses_forward(const ExecSpace& space, MPI_Comm comm, kdnn::impl:
   return stats;
 }
 
-/// The all_to_all backward on checked arguments (agreed on every rank).
-template <class ExecSpace, class T>
+/// The all_to_all backward on checked arguments (agreed on every rank),
+/// as ulysses_forward.
+template <class ExecSpace, class T, class Attend>
 ExchangeStats ulysses_backward(const ExecSpace& space, MPI_Comm comm, kdnn::impl::SpaceLock& lock,
                                const SequenceLayout& layout, int rank,
                                const attention::FusedAttentionBackward<T, ExecSpace>& a,
-                               const attention::FusedAttentionOptions& opts) {
+                               Attend attend) {
   const int B = int(a.q.extent(0)), H = int(a.q.extent(1)), Hkv = int(a.k.extent(1));
   const int D = int(a.q.extent(3)), Dv = int(a.v.extent(3)), S = int(layout.length());
   const HeadExchange<ExecSpace, T> x(space, layout, rank, B, H, Hkv);
@@ -268,8 +272,7 @@ ExchangeStats ulysses_backward(const ExecSpace& space, MPI_Comm comm, kdnn::impl
     blk.dq = heads_of(dq, qh), blk.dk = heads_of(dk, kh), blk.dv = heads_of(dv, kh);
     blk.mask = mask_for(space, a.mask, run.query, H, 0, S);
     blk.sinks = sinks_for(a.sinks, run.query);
-    attention::impl::fused_attention_backward(space, blk, opts,
-                                              attention::impl::MaskCheck::done_by_caller);
+    stats += attend(blk);
   }
   const auto back =
       x.sequence_to_heads(space, comm, lock, {{dq, false}, {dk, true}, {dv, true}}, stats);
