@@ -22,11 +22,13 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "allclose.hpp"
 #include "expect_error.hpp"
+#include "kdnn/attention/fused_attention_varlen.hpp"
 #include "kdnn/cp/cp.hpp"
 #include "rank_splits.hpp"
 #include "test_layouts.hpp"
@@ -44,6 +46,7 @@ using Vec = std::vector<double>;
 struct Attention {
   int B, H, Hkv, S, D;
   Vec q, k, v, dout, sinks;
+  std::vector<std::int64_t> cu_seqlens;  ///< packed sequences (B = 1), or none
   at::FusedAttentionOptions opts;
   at::AttentionMask<Space> mask;
 
@@ -89,9 +92,34 @@ Out run(const Attention& a, const cp::SequenceLayout* layout,
   g.dq = dq, g.dk = dk, g.dv = dv, g.dsinks = dsinks;
   Out out;
   if (layout) {
-    out.forward = cp::fused_attention_forward(Space(), MPI_COMM_WORLD, *layout, f, a.opts, how);
-    out.backward = cp::fused_attention_backward(Space(), MPI_COMM_WORLD, *layout, g, a.opts, how);
+    auto packed = how;
+    packed.cu_seqlens = a.cu_seqlens;
+    out.forward = cp::fused_attention_forward(Space(), MPI_COMM_WORLD, *layout, f, a.opts, packed);
+    out.backward =
+        cp::fused_attention_backward(Space(), MPI_COMM_WORLD, *layout, g, a.opts, packed);
     if (!a.sinks.empty()) cp::allreduce_sum(MPI_COMM_WORLD, dsinks);
+  } else if (!a.cu_seqlens.empty()) {         // the single-rank packed call on the same memory
+    const auto packed = [&](const auto& t) {  // [1, heads, S, E] as [S, heads, E]
+      using V = Kokkos::View<typename std::remove_reference_t<decltype(t)>::value_type***,
+                             Kokkos::LayoutStride, Space>;
+      return V(t.data(), Kokkos::LayoutStride(t.extent(2), t.stride(2), t.extent(1), t.stride(1),
+                                              t.extent(3), t.stride(3)));
+    };
+    Vec offsets(a.cu_seqlens.begin(), a.cu_seqlens.end());
+    const at::PackedSequences<Space> seqs{to_device<int*>(offsets, offsets.size()),
+                                          to_device<int*>(offsets, offsets.size())};
+    const Kokkos::View<T**, Space> lse_ht(lse.data(), a.H, n);
+    at::fused_attention_varlen_forward(
+        Space(),
+        at::FusedAttentionVarlenForward<T, Space>{packed(f.q), packed(f.k), packed(f.v), packed(o),
+                                                  lse_ht, seqs, a.mask, f.sinks},
+        a.opts);
+    at::fused_attention_varlen_backward(
+        Space(),
+        at::FusedAttentionVarlenBackward<T, Space>{
+            packed(g.q), packed(g.k), packed(g.v), packed(g.o), lse_ht, packed(g.dout), packed(dq),
+            packed(dk), packed(dv), seqs, a.mask, g.sinks, dsinks},
+        a.opts);
   } else {
     at::fused_attention_forward(Space(), f, a.opts);
     at::fused_attention_backward(Space(), g, a.opts);
@@ -234,6 +262,30 @@ TEST(CpAttention, WindowsAlibiSoftcapDropoutSinksAndPaddingEqualSingleRank) {
   expect_equal_to_single_rank<double>(padded, 1e-12);
 }
 
+// Packed sequences (cu_seqlens over the whole sequence, an empty one among
+// them) whose boundaries fall on rank edges and inside chunks: every form
+// equals the single-rank packed call, with the causal mask, a window, and
+// ALiBi with one row of slopes per sequence, dropout and sinks.
+TEST(CpAttention, PackedSequencesEqualTheSingleRankPackedCall) {
+  Attention causal(1, 4, 2, 29, 8);
+  causal.cu_seqlens = {0, 5, 6, 13, 13, 22, 29};
+  causal.mask.causal = true;
+  expect_equal_to_single_rank<double>(causal, 1e-12);
+  expect_equal_to_single_rank<float>(causal, 2e-5);
+  Attention window = causal;
+  window.mask.causal = false;
+  window.mask.band_left = 3, window.mask.band_right = 1;
+  expect_equal_to_single_rank<double>(window, 1e-12);
+  Attention biased(1, 2, 1, 26, 8);
+  biased.cu_seqlens = {0, 7, 8, 20, 26};
+  biased.mask.causal = true;
+  biased.mask.alibi_slopes =
+      to_device<double**>({0.5, 0.25, 0.125, 1.0, 0.75, 0.0625, 0.3, 0.2}, 4, 2);
+  biased.opts.dropout = {0.2, 5, 9};
+  biased.sinks = {0.4, -0.5};
+  expect_equal_to_single_rank<double>(biased, 1e-12);
+}
+
 TEST(CpAttention, BadOrMismatchedArgumentsGiveEveryRankTheSameError) {
   const int R = comm_size(), rank = comm_rank(), odd = R - 1;
   const std::string on_odd = " (on rank " + std::to_string(odd) + " of " + std::to_string(R) + ")";
@@ -305,6 +357,21 @@ TEST(CpAttention, BadOrMismatchedArgumentsGiveEveryRankTheSameError) {
             }),
             "cp::fused_attention_forward: cp_opts.heads_comm is not given (or not an "
             "intracommunicator), expected this rank's group for all_to_all_ring (on rank 0 of " +
+                std::to_string(R) + ")");
+  how = {};
+  how.cu_seqlens = {0, 3, std::int64_t(S) - 1};
+  EXPECT_EQ(error_of([&] {
+              cp::fused_attention_forward(Space(), MPI_COMM_WORLD, layout, args(mine, 4), {}, how);
+            }),
+            "cp::fused_attention_forward: cp_opts.cu_seqlens has 3 offsets from 0 to " +
+                std::to_string(S - 1) + ", expected N + 1 >= 2 offsets from 0 to S=" +
+                std::to_string(S) + " (on rank 0 of " + std::to_string(R) + ")");
+  how.cu_seqlens = {0, 2, 1, std::int64_t(S)};
+  EXPECT_EQ(error_of([&] {
+              cp::fused_attention_forward(Space(), MPI_COMM_WORLD, layout, args(mine, 4), {}, how);
+            }),
+            "cp::fused_attention_forward: cp_opts.cu_seqlens[2]=1 < cu_seqlens[1]=2, expected "
+            "offsets that never decrease (on rank 0 of " +
                 std::to_string(R) + ")");
   // After the errors, a good call still works on every rank.
   EXPECT_EQ(call(layout, args(mine, 4)), "");

@@ -45,6 +45,11 @@
 //    group's steps, and the ranks with the same heads in every group run
 //    the ring over the groups' steps (two_level_attention.hpp).
 //
+// Packed sequences (CpAttentionOptions::cu_seqlens) under every type: each
+// pair of blocks runs one single-rank call per sequence both reach, placed
+// in its sequence (block_pieces.hpp), so the result is the single-rank
+// packed call's (fused_attention_varlen.hpp), dropout's numbering included.
+//
 // The mask is the whole sequence's: causal (top-left), the band
 // (bottom-right, flash-attn's window), ALiBi's slopes, seq_q and seq_k
 // (lengths in the sequence); lo_win, hi_win and positions are refused (the
@@ -94,6 +99,12 @@ struct CpAttentionOptions {
   /// groups of one size (MPI_Comm_split); the ranks of one rank in each
   /// group form a ring.
   MPI_Comm heads_comm = MPI_COMM_NULL;
+  /// Packed sequences (flash-attn's cu_seqlens over the whole sequence):
+  /// N + 1 offsets, 0 first and S last, never decreasing, with B = 1; a
+  /// query sees only its own sequence's keys, and the result equals the
+  /// single-rank packed call's (fused_attention_varlen.hpp). Empty: one
+  /// sequence of S steps per batch entry.
+  std::vector<std::int64_t> cu_seqlens;
 };
 
 namespace impl {
@@ -137,6 +148,42 @@ inline void check_heads_comm(const char* op, MPI_Comm comm, const CpAttentionOpt
   }
 }
 
+/// cu_seqlens: offsets of packed sequences over the whole S steps of one
+/// batch entry, without per-entry lengths, ALiBi's slopes [1 or N, H].
+template <class ExecSpace>
+void check_packing(const char* op, const std::vector<std::int64_t>& cu, std::int64_t S,
+                   std::size_t B, const attention::AttentionMask<ExecSpace>& mask) {
+  if (cu.empty()) return;
+  if (cu.size() < 2 || cu.front() != 0 || cu.back() != S) {
+    fail(op, ": cp_opts.cu_seqlens has ", cu.size(), " offsets from ", cu.front(), " to ",
+         cu.back(), ", expected N + 1 >= 2 offsets from 0 to S=", S);
+  }
+  for (std::size_t n = 0; n + 1 < cu.size(); ++n) {
+    if (cu[n + 1] < cu[n]) {
+      fail(op, ": cp_opts.cu_seqlens[", n + 1, "]=", cu[n + 1], " < cu_seqlens[", n, "]=", cu[n],
+           ", expected offsets that never decrease");
+    }
+  }
+  if (B != 1) fail(op, ": q has B=", B, " with cp_opts.cu_seqlens, expected 1 (packed sequences)");
+  if (mask.seq_q.extent(0) > 0 || mask.seq_k.extent(0) > 0) {
+    fail(op,
+         ": mask.seq_q or seq_k given with cp_opts.cu_seqlens, expected none (packed "
+         "sequences have their own lengths)");
+  }
+  const std::size_t N = cu.size() - 1, rows = mask.alibi_slopes.extent(0);
+  if (mask.alibi_slopes.size() > 0 && rows != 1 && rows != N) {
+    fail(op, ": mask.alibi_slopes has ", rows, " rows with cp_opts.cu_seqlens of ", N,
+         " sequences, expected 1 or ", N);
+  }
+}
+
+/// A 64-bit hash of cu_seqlens, to compare the ranks'.
+inline std::int64_t packing_fingerprint(const std::vector<std::int64_t>& cu) {
+  std::uint64_t h = kdnn::impl::mix64(cu.size());
+  for (const std::int64_t c : cu) h = kdnn::impl::mix64(h + std::uint64_t(c) + 1);
+  return std::int64_t(h);
+}
+
 /// The fields every rank of an attention call must agree on: the dtype,
 /// the shapes, the options and the mask, and the parameters' values (sinks,
 /// ALiBi's slopes, the padding lengths, by fingerprint).
@@ -157,6 +204,7 @@ std::vector<Field> attention_fields(const ExecSpace& space, const SequenceLayout
           {"comm", std::int64_t(cp_opts.comm)},
           {"gather_kv_heads", std::int64_t(cp_opts.gather_kv_heads)},
           {"heads_comm size", heads_comm_size(cp_opts)},
+          {"cu_seqlens", packing_fingerprint(cp_opts.cu_seqlens), Field::same_values},
           {"mask.causal", a.mask.causal},
           {"mask.band_left", a.mask.band_left},
           {"mask.band_right", a.mask.band_right},
@@ -197,9 +245,17 @@ void check_attention(const char* op, const ExecSpace& space, MPI_Comm comm,
       a.mask.positions.head_count != -1) {
     fail(op, ": mask.positions given, expected none (the call places each block itself)");
   }
+  check_packing(op, cp_opts.cu_seqlens, layout.length(), a.q.extent(0), a.mask);
   auto whole = a;  // the rank's steps, placed in the sequence
   const int S = int(layout.length());
   whole.mask.positions = {0, S, 0, S};
+  if (!cp_opts.cu_seqlens.empty() && a.mask.alibi_slopes.extent(0) > 1) {
+    // One row of slopes per packed sequence: checked here, the rest as one entry's.
+    attention::impl::check_alibi<ExecSpace>(op, a.mask.alibi_slopes, cp_opts.cu_seqlens.size() - 1,
+                                            a.q.extent(1), std::size_t(S), std::size_t(S));
+    whole.mask.alibi_slopes =
+        Kokkos::subview(a.mask.alibi_slopes, std::make_pair(0, 1), Kokkos::ALL);
+  }
   if constexpr (std::is_same_v<Args, attention::FusedAttentionForward<T, ExecSpace>>) {
     const attention::impl::EntryRows queries{int(a.q.extent(0)), int(a.q.extent(2))},
         keys{int(a.k.extent(0)), int(a.k.extent(2))};
@@ -266,23 +322,19 @@ ExchangeStats fused_attention_forward(const ExecSpace& space, MPI_Comm comm,
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
   kdnn::impl::SpaceLock exclusive(space);  // after the collective checks
+  const impl::Packing packing(cp_opts.cu_seqlens, layout.length());
   switch (cp_opts.comm) {
     case AttentionComm::all_gather:
       return impl::gather_forward(
-          space, comm, exclusive, layout, rank, args, opts,
+          space, comm, exclusive, layout, packing, rank, args, opts,
           impl::gather_slice_heads(cp_opts.gather_kv_heads, int(args.k.extent(1)), layout.ranks()));
     case AttentionComm::all_to_all:
-      return impl::ulysses_forward(
-          space, comm, exclusive, layout, rank, args, [&](const auto& run) {
-            attention::impl::fused_attention_forward(space, run, opts,
-                                                     attention::impl::MaskCheck::done_by_caller);
-            return ExchangeStats{};
-          });
+      return impl::ulysses_forward(space, comm, exclusive, layout, packing, rank, args, opts);
     case AttentionComm::all_to_all_ring:
-      return impl::two_level_forward(space, comm, cp_opts.heads_comm, exclusive, layout, args,
-                                     opts);
+      return impl::two_level_forward(space, comm, cp_opts.heads_comm, exclusive, layout, packing,
+                                     args, opts);
     default:
-      return impl::ring_forward(space, comm, exclusive, layout, rank, args, opts);
+      return impl::ring_forward(space, comm, exclusive, layout, packing, rank, args, opts);
   }
 }
 
@@ -312,23 +364,19 @@ ExchangeStats fused_attention_backward(const ExecSpace& space, MPI_Comm comm,
     attention::impl::row_deltas<ExecSpace, T>(space, args.dout, args.o, delta);
     attention::impl::sink_gradients<ExecSpace, T>(space, args.sinks, args.lse, delta, args.dsinks);
   }
+  const impl::Packing packing(cp_opts.cu_seqlens, layout.length());
   switch (cp_opts.comm) {
     case AttentionComm::all_gather:
       return impl::gather_backward(
-          space, comm, exclusive, layout, rank, args, opts,
+          space, comm, exclusive, layout, packing, rank, args, opts,
           impl::gather_slice_heads(cp_opts.gather_kv_heads, int(args.k.extent(1)), layout.ranks()));
     case AttentionComm::all_to_all:
-      return impl::ulysses_backward(
-          space, comm, exclusive, layout, rank, args, [&](const auto& run) {
-            attention::impl::fused_attention_backward(space, run, opts,
-                                                      attention::impl::MaskCheck::done_by_caller);
-            return ExchangeStats{};
-          });
+      return impl::ulysses_backward(space, comm, exclusive, layout, packing, rank, args, opts);
     case AttentionComm::all_to_all_ring:
-      return impl::two_level_backward(space, comm, cp_opts.heads_comm, exclusive, layout, args,
-                                      opts);
+      return impl::two_level_backward(space, comm, cp_opts.heads_comm, exclusive, layout, packing,
+                                      args, opts);
     default:
-      return impl::ring_backward(space, comm, exclusive, layout, rank, args, opts);
+      return impl::ring_backward(space, comm, exclusive, layout, packing, rank, args, opts);
   }
 }
 

@@ -5,7 +5,8 @@
 // gathered keys stay bounded); each slice's K/V of every rank is gathered
 // (MPI_Iallgatherv) and put in sequence order, and each of this rank's
 // query segments attends to all of it in one single-rank call, placed by
-// the mask's positions: no merge. Backward: the slice is gathered again,
+// the mask's positions (piece by piece, block_pieces.hpp): no merge; the
+// sinks join at the end. Backward: the slice is gathered again,
 // each segment's call gives dQ (its own rows) and a dK/dV over the whole
 // sequence, summed over the segments, and every rank's rows of that sum go
 // back to it summed over the ranks (MPI_Ireduce_scatter).
@@ -14,13 +15,15 @@
 #include <Kokkos_Core.hpp>
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "kdnn/attention/fused_attention.hpp"
 #include "kdnn/core/impl/space_lock.hpp"
 #include "kdnn/core/impl/strided_fill.hpp"
 #include "kdnn/cp/exchange_stats.hpp"
-#include "kdnn/cp/impl/head_calls.hpp"
+#include "kdnn/cp/impl/attention_merge.hpp"
+#include "kdnn/cp/impl/block_calls.hpp"
 #include "kdnn/cp/impl/mpi_memory.hpp"
 #include "kdnn/cp/impl/segment_views.hpp"
 #include "kdnn/cp/impl/sequence_rows.hpp"
@@ -115,14 +118,21 @@ struct GatheredKv {
   }
 };
 
+/// Whether `pieces` (of disjoint query rows) reach all `rows` queries.
+inline bool reach_every_query(const std::vector<BlockPiece>& pieces, int rows) {
+  int n = 0;
+  for (const BlockPiece& p : pieces) n += p.q_rows.second - p.q_rows.first;
+  return n == rows;
+}
+
 /// The all_gather forward on checked arguments (agreed on every rank).
 template <class ExecSpace, class T>
 ExchangeStats gather_forward(const ExecSpace& space, MPI_Comm comm, kdnn::impl::SpaceLock& lock,
-                             const SequenceLayout& layout, int rank,
+                             const SequenceLayout& layout, const Packing& packing, int rank,
                              const attention::FusedAttentionForward<T, ExecSpace>& a,
                              const attention::FusedAttentionOptions& opts, int slice_heads) {
   const int H = int(a.q.extent(1)), Hkv = int(a.k.extent(1)), g = H / Hkv;
-  const int S = int(layout.length());
+  const Segment everything{0, layout.length()};
   GatheredKv<ExecSpace, T> kv(space, layout, rank, int(a.q.extent(0)), int(a.k.extent(3)),
                               int(a.v.extent(3)), slice_heads);
   const auto& mine = layout.segments(rank);
@@ -133,47 +143,46 @@ ExchangeStats gather_forward(const ExecSpace& space, MPI_Comm comm, kdnn::impl::
     const HeadRange heads{slice.begin * g, slice.end * g};
     kv.gather(space, comm, lock, rank, a.k, a.v, slice, stats);
     for (std::size_t i = 0; i < mine.size(); ++i) {
-      if (mine[i].steps() == 0) continue;
-      attention::FusedAttentionForward<T, ExecSpace> blk;
+      const auto pieces = block_pieces(packing, a.mask, mine[i], everything);
+      attention::FusedAttentionForward<T, ExecSpace> blk;  // no sinks: they join at the end
       blk.q = block_of(a.q, heads.range(), rows[i].range());
       blk.k = heads_of(kv.k, slice.from(k0));
       blk.v = heads_of(kv.v, slice.from(k0));
       blk.o = block_of(a.o, heads.range(), rows[i].range());
       blk.lse = lse_block(space, a.lse, heads.range(), rows[i].range(), false);
-      blk.mask = mask_for(space, a.mask, heads, H, int(mine[i].begin), S);
-      blk.sinks = sinks_for(a.sinks, heads);
-      attention::impl::fused_attention_forward(space, blk, opts,
-                                               attention::impl::MaskCheck::done_by_caller);
+      blk.mask = mask_for(space, a.mask, heads, H);
+      if (!reach_every_query(pieces, rows[i].steps)) {  // rows that see no key
+        kdnn::impl::fill_strided(space, blk.o, T(0));
+        Kokkos::deep_copy(space, blk.lse, -std::numeric_limits<T>::infinity());
+      }
+      forward_pieces(space, blk, opts, packing, pieces);
       put_lse_block(space, a.lse, blk.lse, heads.range(), rows[i].range());
     }
   }
+  if (validate::given(a.sinks)) merge_sinks(space, a.o, a.lse, a.sinks);
   return stats;
 }
 
 /// The all_gather backward on checked arguments (agreed on every rank).
 template <class ExecSpace, class T>
 ExchangeStats gather_backward(const ExecSpace& space, MPI_Comm comm, kdnn::impl::SpaceLock& lock,
-                              const SequenceLayout& layout, int rank,
+                              const SequenceLayout& layout, const Packing& packing, int rank,
                               const attention::FusedAttentionBackward<T, ExecSpace>& a,
                               const attention::FusedAttentionOptions& opts, int slice_heads) {
   const int H = int(a.q.extent(1)), Hkv = int(a.k.extent(1)), g = H / Hkv;
   const int B = int(a.q.extent(0)), D = int(a.k.extent(3)), Dv = int(a.v.extent(3));
   const int S = int(layout.length()), R = layout.ranks();
+  const Segment everything{0, layout.length()};
   GatheredKv<ExecSpace, T> kv(space, layout, rank, B, D, Dv, slice_heads);
-  // dK, dV of the slice over the whole sequence, and one segment's.
+  // dK, dV of the slice over the whole sequence, summed over this rank's queries.
   Tensor4<T, ExecSpace> dk("kdnn::cp::gathered_dk", B, slice_heads, S, D),
       dv("kdnn::cp::gathered_dv", B, slice_heads, S, Dv);
   const auto& mine = layout.segments(rank);
   const auto rows = local_rows(mine);
-  const auto segments =
-      std::count_if(mine.begin(), mine.end(), [](const Segment& s) { return s.steps() > 0; });
-  Tensor4<T, ExecSpace> dk_one, dv_one;
-  if (segments > 1) {
-    dk_one = Tensor4<T, ExecSpace>("kdnn::cp::segment_dk", B, slice_heads, S, D);
-    dv_one = Tensor4<T, ExecSpace>("kdnn::cp::segment_dv", B, slice_heads, S, Dv);
-  }
+  PieceGradients<ExecSpace, T> scratch;
   MpiBuffer<T, ExecSpace> out("kdnn::cp::gather_dkv", kv.elements(S));
   MpiBuffer<T, ExecSpace> in("kdnn::cp::gather_dkv_mine", kv.elements(layout.local_steps(rank)));
+  kdnn::impl::fill_strided(space, a.dq, T(0));
   ExchangeStats stats;
   for (int k0 = 0; k0 < Hkv; k0 += slice_heads) {
     const HeadRange slice{k0, std::min(Hkv, k0 + slice_heads)};
@@ -181,14 +190,10 @@ ExchangeStats gather_backward(const ExecSpace& space, MPI_Comm comm, kdnn::impl:
     const auto local = slice.from(k0);
     kv.gather(space, comm, lock, rank, a.k, a.v, slice, stats);
     const StridedTensor4<T, ExecSpace> dk_all = heads_of(dk, local), dv_all = heads_of(dv, local);
-    if (segments == 0) {
-      kdnn::impl::fill_strided(space, dk_all, T(0));
-      kdnn::impl::fill_strided(space, dv_all, T(0));
-    }
-    bool first = true;
+    kdnn::impl::fill_strided(space, dk_all, T(0));
+    kdnn::impl::fill_strided(space, dv_all, T(0));
     for (std::size_t i = 0; i < mine.size(); ++i) {
-      if (mine[i].steps() == 0) continue;
-      attention::FusedAttentionBackward<T, ExecSpace> blk;
+      attention::FusedAttentionBackward<T, ExecSpace> blk;  // lse holds the sinks already
       blk.q = block_of(a.q, heads.range(), rows[i].range());
       blk.k = heads_of(kv.k, local);
       blk.v = heads_of(kv.v, local);
@@ -196,17 +201,10 @@ ExchangeStats gather_backward(const ExecSpace& space, MPI_Comm comm, kdnn::impl:
       blk.lse = lse_block(space, a.lse, heads.range(), rows[i].range(), true);
       blk.dout = block_of(a.dout, heads.range(), rows[i].range());
       blk.dq = block_of(a.dq, heads.range(), rows[i].range());
-      blk.dk = first ? dk_all : StridedTensor4<T, ExecSpace>(heads_of(dk_one, local));
-      blk.dv = first ? dv_all : StridedTensor4<T, ExecSpace>(heads_of(dv_one, local));
-      blk.mask = mask_for(space, a.mask, heads, H, int(mine[i].begin), S);
-      blk.sinks = sinks_for(a.sinks, heads);
-      attention::impl::fused_attention_backward(space, blk, opts,
-                                                attention::impl::MaskCheck::done_by_caller);
-      if (!first) {
-        add_rows(space, dk_all, 0, StridedTensor4<const T, ExecSpace>(blk.dk));
-        add_rows(space, dv_all, 0, StridedTensor4<const T, ExecSpace>(blk.dv));
-      }
-      first = false;
+      blk.dk = dk_all, blk.dv = dv_all;
+      blk.mask = mask_for(space, a.mask, heads, H);
+      backward_pieces(space, blk, opts, packing, block_pieces(packing, a.mask, mine[i], everything),
+                      scratch);
     }
     // Every rank's rows of the sums, to it, summed over the ranks.
     const int h = slice.count();

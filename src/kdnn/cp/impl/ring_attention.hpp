@@ -23,6 +23,7 @@
 #include "kdnn/core/impl/strided_fill.hpp"
 #include "kdnn/cp/exchange_stats.hpp"
 #include "kdnn/cp/impl/attention_merge.hpp"
+#include "kdnn/cp/impl/block_calls.hpp"
 #include "kdnn/cp/impl/mpi_memory.hpp"
 #include "kdnn/cp/impl/segment_views.hpp"
 #include "kdnn/cp/impl/sequence_rows.hpp"
@@ -59,26 +60,12 @@ void pack_kv(const ExecSpace& space, const StridedTensor4<const T, ExecSpace>& k
   pack_rows(space, v, buf.data() + k.size());
 }
 
-/// Whether the mask hides every pair of query segment q and key segment k
-/// (positions in one sequence): keys all after the queries under the
-/// causal mask, or outside the band of every query (without per-entry
-/// lengths, which move the band's diagonal).
-template <class ExecSpace>
-bool hidden(const attention::AttentionMask<ExecSpace>& mask, const Segment& q, const Segment& k) {
-  if (q.steps() == 0 || k.steps() == 0) return true;
-  if (mask.causal && k.begin > q.end - 1) return true;
-  if (mask.seq_q.extent(0) > 0 || mask.seq_k.extent(0) > 0) return false;
-  if (mask.band_right >= 0 && k.begin > q.end - 1 + mask.band_right) return true;
-  if (mask.band_left >= 0 && k.end - 1 < q.begin - mask.band_left) return true;
-  return false;
-}
-
 /// This rank's queries against one K/V block (rank `src`'s, k and v of its
-/// local steps): each pair of segments the mask does not hide, computed
-/// into o_b/lse_b and merged into a's (O, lse).
+/// local steps): each pair of segments, piece by piece (block_pieces.hpp),
+/// computed into o_b/lse_b and merged into a's (O, lse).
 template <class ExecSpace, class T>
-void attend_block(const ExecSpace& space, const SequenceLayout& layout, int rank, int src,
-                  const attention::FusedAttentionForward<T, ExecSpace>& a,
+void attend_block(const ExecSpace& space, const SequenceLayout& layout, const Packing& packing,
+                  int rank, int src, const attention::FusedAttentionForward<T, ExecSpace>& a,
                   const attention::FusedAttentionOptions& opts,
                   const StridedTensor4<const T, ExecSpace>& k,
                   const StridedTensor4<const T, ExecSpace>& v,
@@ -87,22 +74,20 @@ void attend_block(const ExecSpace& space, const SequenceLayout& layout, int rank
   const auto& mine = layout.segments(rank);
   const auto& theirs = layout.segments(src);
   const auto q_rows = local_rows(mine), k_rows = local_rows(theirs);
-  const int S = int(layout.length());
   for (std::size_t i = 0; i < mine.size(); ++i) {
     for (std::size_t j = 0; j < theirs.size(); ++j) {
-      if (hidden(a.mask, mine[i], theirs[j])) continue;
-      attention::FusedAttentionForward<T, ExecSpace> blk;
-      blk.q = Kokkos::subview(a.q, Kokkos::ALL, Kokkos::ALL, q_rows[i].range(), Kokkos::ALL);
-      blk.k = Kokkos::subview(k, Kokkos::ALL, Kokkos::ALL, k_rows[j].range(), Kokkos::ALL);
-      blk.v = Kokkos::subview(v, Kokkos::ALL, Kokkos::ALL, k_rows[j].range(), Kokkos::ALL);
-      blk.o = o_b[i];
-      blk.lse = lse_b[i];
-      blk.mask = a.mask;
-      blk.mask.positions = {int(mine[i].begin),          S,
-                            int(theirs[j].begin),        S,
-                            a.mask.positions.head_begin, a.mask.positions.head_count};
-      attention::impl::fused_attention_forward(space, blk, opts,
-                                               attention::impl::MaskCheck::done_by_caller);
+      const auto pieces = block_pieces(packing, a.mask, mine[i], theirs[j]);
+      if (pieces.empty()) continue;
+      attention::FusedAttentionForward<T, ExecSpace> blk;  // no sinks: they join at the end
+      blk.q = rows_in(a.q, q_rows[i].range());
+      blk.k = rows_in(k, k_rows[j].range());
+      blk.v = rows_in(v, k_rows[j].range());
+      blk.o = o_b[i], blk.lse = lse_b[i], blk.mask = a.mask;
+      if (!one_whole_piece(pieces, q_rows[i].steps, k_rows[j].steps)) {
+        kdnn::impl::fill_strided(space, blk.o, T(0));  // rows no piece reaches see no key here
+        Kokkos::deep_copy(space, lse_b[i], -std::numeric_limits<T>::infinity());
+      }
+      forward_pieces(space, blk, opts, packing, pieces);
       merge_block(space, a.o, a.lse, q_rows[i].first, StridedTensor4<const T, ExecSpace>(o_b[i]),
                   Tensor3<const T, ExecSpace>(lse_b[i]));
     }
@@ -113,7 +98,7 @@ void attend_block(const ExecSpace& space, const SequenceLayout& layout, int rank
 /// (held, on `space`) is released while the ranks wait.
 template <class ExecSpace, class T>
 ExchangeStats ring_forward(const ExecSpace& space, MPI_Comm comm, kdnn::impl::SpaceLock& lock,
-                           const SequenceLayout& layout, int rank,
+                           const SequenceLayout& layout, const Packing& packing, int rank,
                            const attention::FusedAttentionForward<T, ExecSpace>& a,
                            const attention::FusedAttentionOptions& opts) {
   const int R = layout.ranks(), B = int(a.q.extent(0)), H = int(a.q.extent(1));
@@ -158,7 +143,8 @@ ExchangeStats ring_forward(const ExecSpace& space, MPI_Comm comm, kdnn::impl::Sp
     }
     const std::int64_t L = layout.local_steps(src);
     const T* block = buf[s % 2].device.data();
-    attend_block(space, layout, rank, src, a, opts, s == 0 ? a.k : kv.k<T, ExecSpace>(block, L),
+    attend_block(space, layout, packing, rank, src, a, opts,
+                 s == 0 ? a.k : kv.k<T, ExecSpace>(block, L),
                  s == 0 ? a.v : kv.v<T, ExecSpace>(block, L), o_b, lse_b);
     if (!requests.empty()) {
       ExchangeStats step;

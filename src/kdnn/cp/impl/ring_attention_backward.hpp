@@ -23,6 +23,7 @@
 #include "kdnn/core/impl/space_lock.hpp"
 #include "kdnn/core/impl/strided_fill.hpp"
 #include "kdnn/cp/exchange_stats.hpp"
+#include "kdnn/cp/impl/block_calls.hpp"
 #include "kdnn/cp/impl/mpi_memory.hpp"
 #include "kdnn/cp/impl/ring_attention.hpp"
 #include "kdnn/cp/impl/segment_views.hpp"
@@ -44,21 +45,19 @@ void add_into(const ExecSpace& space, T* to, const T* from, std::size_t n) {
 }
 
 /// Scratch for one rank's pairs of segments: per query segment its lse rows
-/// (contiguous) and dQ; per key segment of the largest block dK and dV.
+/// (contiguous), and a piece's gradients.
 template <class ExecSpace, class T>
 struct PairScratch {
   std::vector<Tensor3<T, ExecSpace>> lse;
-  std::vector<Tensor4<T, ExecSpace>> dq;
-  Tensor4<T, ExecSpace> dk, dv;
+  PieceGradients<ExecSpace, T> piece;
 };
 
 /// This rank's queries against one K/V block (rank `src`'s): each pair of
-/// segments the mask does not hide adds its dQ into a.dq and its dK, dV
-/// into `dk`, `dv` [B, Hkv, L_src, ·] (the block's contributions from this
-/// rank).
+/// segments, piece by piece, adds its dQ into a.dq and its dK, dV into
+/// `dk`, `dv` [B, Hkv, L_src, ·] (the block's contributions from this rank).
 template <class ExecSpace, class T>
-void backward_block(const ExecSpace& space, const SequenceLayout& layout, int rank, int src,
-                    const attention::FusedAttentionBackward<T, ExecSpace>& a,
+void backward_block(const ExecSpace& space, const SequenceLayout& layout, const Packing& packing,
+                    int rank, int src, const attention::FusedAttentionBackward<T, ExecSpace>& a,
                     const attention::FusedAttentionOptions& opts,
                     const StridedTensor4<const T, ExecSpace>& k,
                     const StridedTensor4<const T, ExecSpace>& v,
@@ -67,34 +66,22 @@ void backward_block(const ExecSpace& space, const SequenceLayout& layout, int ra
   const auto& mine = layout.segments(rank);
   const auto& theirs = layout.segments(src);
   const auto q_rows = local_rows(mine), k_rows = local_rows(theirs);
-  const int S = int(layout.length());
-  const auto rows = [](const auto& view, std::pair<int, int> r) {
-    return Kokkos::subview(view, Kokkos::ALL, Kokkos::ALL, r, Kokkos::ALL);
-  };
   for (std::size_t i = 0; i < mine.size(); ++i) {
     for (std::size_t j = 0; j < theirs.size(); ++j) {
-      if (hidden(a.mask, mine[i], theirs[j])) continue;
-      const auto keys = std::pair<int, int>(0, k_rows[j].steps);
-      attention::FusedAttentionBackward<T, ExecSpace> blk;
-      blk.q = rows(a.q, q_rows[i].range());
-      blk.k = rows(k, k_rows[j].range());
-      blk.v = rows(v, k_rows[j].range());
-      blk.o = rows(a.o, q_rows[i].range());
+      const auto pieces = block_pieces(packing, a.mask, mine[i], theirs[j]);
+      if (pieces.empty()) continue;
+      attention::FusedAttentionBackward<T, ExecSpace> blk;  // lse holds the sinks already
+      blk.q = rows_in(a.q, q_rows[i].range());
+      blk.k = rows_in(k, k_rows[j].range());
+      blk.v = rows_in(v, k_rows[j].range());
+      blk.o = rows_in(a.o, q_rows[i].range());
       blk.lse = scratch.lse[i];
-      blk.dout = rows(a.dout, q_rows[i].range());
-      blk.dq = scratch.dq[i];
-      blk.dk = rows(scratch.dk, keys);
-      blk.dv = rows(scratch.dv, keys);
+      blk.dout = rows_in(a.dout, q_rows[i].range());
+      blk.dq = rows_in(a.dq, q_rows[i].range());
+      blk.dk = rows_in(dk, k_rows[j].range());
+      blk.dv = rows_in(dv, k_rows[j].range());
       blk.mask = a.mask;
-      blk.mask.positions = {int(mine[i].begin),          S,
-                            int(theirs[j].begin),        S,
-                            a.mask.positions.head_begin, a.mask.positions.head_count};
-      attention::impl::fused_attention_backward(space, blk, opts,
-                                                attention::impl::MaskCheck::done_by_caller);
-      using Rows = StridedTensor4<const T, ExecSpace>;
-      add_rows(space, a.dq, q_rows[i].first, Rows(scratch.dq[i]));
-      add_rows(space, dk, k_rows[j].first, Rows(rows(scratch.dk, keys)));
-      add_rows(space, dv, k_rows[j].first, Rows(rows(scratch.dv, keys)));
+      backward_pieces(space, blk, opts, packing, pieces, scratch.piece);
     }
   }
 }
@@ -103,7 +90,7 @@ void backward_block(const ExecSpace& space, const SequenceLayout& layout, int ra
 /// (held, on `space`) is released while the ranks wait.
 template <class ExecSpace, class T>
 ExchangeStats ring_backward(const ExecSpace& space, MPI_Comm comm, kdnn::impl::SpaceLock& lock,
-                            const SequenceLayout& layout, int rank,
+                            const SequenceLayout& layout, const Packing& packing, int rank,
                             const attention::FusedAttentionBackward<T, ExecSpace>& a,
                             const attention::FusedAttentionOptions& opts) {
   const int R = layout.ranks(), B = int(a.q.extent(0)), H = int(a.q.extent(1));
@@ -128,15 +115,7 @@ ExchangeStats ring_backward(const ExecSpace& space, MPI_Comm comm, kdnn::impl::S
     Tensor3<T, ExecSpace> lse("kdnn::cp::ring_lse", B, H, r.steps);
     Kokkos::deep_copy(space, lse, Kokkos::subview(a.lse, Kokkos::ALL, Kokkos::ALL, r.range()));
     scratch.lse.push_back(lse);
-    scratch.dq.emplace_back("kdnn::cp::ring_dq", B, H, r.steps, D);
   }
-  std::int64_t longest_segment = 0;
-  for (int r = 0; r < R; ++r) {
-    for (const Segment& s : layout.segments(r))
-      longest_segment = std::max(longest_segment, s.steps());
-  }
-  scratch.dk = Tensor4<T, ExecSpace>("kdnn::cp::ring_dk", B, Hkv, longest_segment, D);
-  scratch.dv = Tensor4<T, ExecSpace>("kdnn::cp::ring_dv", B, Hkv, longest_segment, Dv);
   // This step's contributions to the block's dK, dV (R > 1), packed as a message.
   Kokkos::View<T*, typename ExecSpace::memory_space> mine("kdnn::cp::ring_dkv_mine", most);
 
@@ -178,7 +157,7 @@ ExchangeStats ring_backward(const ExecSpace& space, MPI_Comm comm, kdnn::impl::S
     const auto k = s == 0 ? a.k : kv.k<T, ExecSpace>(block, L);
     const auto v = s == 0 ? a.v : kv.v<T, ExecSpace>(block, L);
     if (R == 1) {
-      backward_block(space, layout, rank, src, a, opts, k, v, a.dk, a.dv, scratch);
+      backward_block(space, layout, packing, rank, src, a, opts, k, v, a.dk, a.dv, scratch);
       break;
     }
     Kokkos::deep_copy(space, Kokkos::subview(mine, std::pair<std::size_t, std::size_t>(0, here)),
@@ -186,7 +165,7 @@ ExchangeStats ring_backward(const ExecSpace& space, MPI_Comm comm, kdnn::impl::S
     const StridedTensor4<T, ExecSpace> dk_mine = Tensor4<T, ExecSpace>(mine.data(), B, Hkv, L, D);
     const StridedTensor4<T, ExecSpace> dv_mine = Tensor4<T, ExecSpace>(
         mine.data() + std::size_t(B) * Hkv * std::size_t(L) * D, B, Hkv, L, Dv);
-    backward_block(space, layout, rank, src, a, opts, k, v, dk_mine, dv_mine, scratch);
+    backward_block(space, layout, packing, rank, src, a, opts, k, v, dk_mine, dv_mine, scratch);
     if (!sends.empty()) wait(sends, posted);  // the buffer this step's gradient goes out in
     wait(requests, posted);
     auto& acc = grads[s % 2];

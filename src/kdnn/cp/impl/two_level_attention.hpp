@@ -67,28 +67,30 @@ struct RankGrid {
 template <class ExecSpace, class T>
 ExchangeStats two_level_forward(const ExecSpace& space, MPI_Comm comm, MPI_Comm heads_comm,
                                 kdnn::impl::SpaceLock& lock, const SequenceLayout& layout,
+                                const Packing& packing,
                                 const attention::FusedAttentionForward<T, ExecSpace>& a,
                                 const attention::FusedAttentionOptions& opts) {
   const RankGrid grid(comm, heads_comm, layout);
-  return ulysses_forward(space, heads_comm, lock, grid.group, grid.group_rank, a,
-                         [&](const attention::FusedAttentionForward<T, ExecSpace>& run) {
-                           return ring_forward(space, grid.ring, lock, grid.rings, grid.ring_rank,
-                                               run, opts);
-                         });
+  return scattered_heads_forward(space, heads_comm, lock, grid.group, grid.group_rank, a,
+                                 [&](const attention::FusedAttentionForward<T, ExecSpace>& run) {
+                                   return ring_forward(space, grid.ring, lock, grid.rings, packing,
+                                                       grid.ring_rank, run, opts);
+                                 });
 }
 
 /// The two-level backward on checked arguments (agreed on every rank).
 template <class ExecSpace, class T>
 ExchangeStats two_level_backward(const ExecSpace& space, MPI_Comm comm, MPI_Comm heads_comm,
                                  kdnn::impl::SpaceLock& lock, const SequenceLayout& layout,
+                                 const Packing& packing,
                                  const attention::FusedAttentionBackward<T, ExecSpace>& a,
                                  const attention::FusedAttentionOptions& opts) {
   const RankGrid grid(comm, heads_comm, layout);
-  return ulysses_backward(space, heads_comm, lock, grid.group, grid.group_rank, a,
-                          [&](const attention::FusedAttentionBackward<T, ExecSpace>& run) {
-                            return ring_backward(space, grid.ring, lock, grid.rings, grid.ring_rank,
-                                                 run, opts);
-                          });
+  return scattered_heads_backward(space, heads_comm, lock, grid.group, grid.group_rank, a,
+                                  [&](const attention::FusedAttentionBackward<T, ExecSpace>& run) {
+                                    return ring_backward(space, grid.ring, lock, grid.rings,
+                                                         packing, grid.ring_rank, run, opts);
+                                  });
 }
 
 }  // namespace kdnn::cp::impl

@@ -5,7 +5,7 @@
 // head for every rank's steps of its own heads (head_split.hpp), so that
 // each rank holds the whole sequence of its query heads and of the K/V
 // heads they read; the single-rank fused attention runs on them (one call
-// per run of heads, head_calls.hpp), and a second all-to-all returns O and
+// per run of heads, block_calls.hpp), and a second all-to-all returns O and
 // lse to the ranks that hold the steps. Backward: q, k, v, o, dout and lse
 // go out the same way, and dQ, dK, dV come back; a K/V head that two ranks
 // read gets the sum of their gradients.
@@ -14,6 +14,7 @@
 #include <Kokkos_Core.hpp>
 #include <array>
 #include <cstdint>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -21,7 +22,8 @@
 #include "kdnn/core/impl/space_lock.hpp"
 #include "kdnn/core/impl/strided_fill.hpp"
 #include "kdnn/cp/exchange_stats.hpp"
-#include "kdnn/cp/impl/head_calls.hpp"
+#include "kdnn/cp/impl/block_calls.hpp"
+#include "kdnn/cp/impl/gather_attention.hpp"
 #include "kdnn/cp/impl/head_split.hpp"
 #include "kdnn/cp/impl/mpi_memory.hpp"
 #include "kdnn/cp/impl/sequence_rows.hpp"
@@ -187,14 +189,15 @@ struct HeadExchange {
 
 /// The all_to_all forward on checked arguments (agreed on every rank),
 /// over `layout`'s ranks of `comm`: `attend(blk)` computes each run of this
-/// rank's heads over the whole of `layout`'s steps (the single-rank fused
-/// attention, or a ring across groups in two_level_attention.hpp) and
-/// returns its exchanges.
+/// rank's heads over all of `layout`'s steps (the single-rank fused
+/// attention, or a ring across groups in two_level_attention.hpp), without
+/// the sinks, and returns its exchanges. The sinks join at the end.
 template <class ExecSpace, class T, class Attend>
-ExchangeStats ulysses_forward(const ExecSpace& space, MPI_Comm comm, kdnn::impl::SpaceLock& lock,
-                              const SequenceLayout& layout, int rank,
-                              const attention::FusedAttentionForward<T, ExecSpace>& a,
-                              Attend attend) {
+ExchangeStats scattered_heads_forward(const ExecSpace& space, MPI_Comm comm,
+                                      kdnn::impl::SpaceLock& lock, const SequenceLayout& layout,
+                                      int rank,
+                                      const attention::FusedAttentionForward<T, ExecSpace>& a,
+                                      Attend attend) {
   const int B = int(a.q.extent(0)), H = int(a.q.extent(1)), Hkv = int(a.k.extent(1));
   const int D = int(a.q.extent(3)), Dv = int(a.v.extent(3)), S = int(layout.length());
   const HeadExchange<ExecSpace, T> x(space, layout, rank, B, H, Hkv);
@@ -217,8 +220,7 @@ ExchangeStats ulysses_forward(const ExecSpace& space, MPI_Comm comm, kdnn::impl:
     blk.q = heads_of(q, qh), blk.k = heads_of(k, kh), blk.v = heads_of(v, kh);
     blk.o = heads_of(o, qh);
     blk.lse = lse_block(space, lse, qh, all, false);
-    blk.mask = mask_for(space, a.mask, run.query, H, 0, S);
-    blk.sinks = sinks_for(a.sinks, run.query);
+    blk.mask = mask_for(space, a.mask, run.query, H);
     stats += attend(blk);
     put_lse_block(space, lse, blk.lse, qh, all);
   }
@@ -226,16 +228,18 @@ ExchangeStats ulysses_forward(const ExecSpace& space, MPI_Comm comm, kdnn::impl:
       space, comm, lock, {{o, false}, {as_rows(Tensor3<const T, ExecSpace>(lse)), false}}, stats);
   x.gather_heads(space, back, 0, false, a.o);
   x.gather_heads(space, back, 1, false, as_rows(a.lse));
+  if (validate::given(a.sinks)) merge_sinks(space, a.o, a.lse, a.sinks);
   return stats;
 }
 
 /// The all_to_all backward on checked arguments (agreed on every rank),
-/// as ulysses_forward.
+/// as scattered_heads_forward.
 template <class ExecSpace, class T, class Attend>
-ExchangeStats ulysses_backward(const ExecSpace& space, MPI_Comm comm, kdnn::impl::SpaceLock& lock,
-                               const SequenceLayout& layout, int rank,
-                               const attention::FusedAttentionBackward<T, ExecSpace>& a,
-                               Attend attend) {
+ExchangeStats scattered_heads_backward(const ExecSpace& space, MPI_Comm comm,
+                                       kdnn::impl::SpaceLock& lock, const SequenceLayout& layout,
+                                       int rank,
+                                       const attention::FusedAttentionBackward<T, ExecSpace>& a,
+                                       Attend attend) {
   const int B = int(a.q.extent(0)), H = int(a.q.extent(1)), Hkv = int(a.k.extent(1));
   const int D = int(a.q.extent(3)), Dv = int(a.v.extent(3)), S = int(layout.length());
   const HeadExchange<ExecSpace, T> x(space, layout, rank, B, H, Hkv);
@@ -268,10 +272,9 @@ ExchangeStats ulysses_backward(const ExecSpace& space, MPI_Comm comm, kdnn::impl
     attention::FusedAttentionBackward<T, ExecSpace> blk;
     blk.q = heads_of(q, qh), blk.k = heads_of(k, kh), blk.v = heads_of(v, kh);
     blk.o = heads_of(o, qh), blk.dout = heads_of(dout, qh);
-    blk.lse = lse_block(space, Tensor3<const T, ExecSpace>(lse), qh, all, true);
+    blk.lse = lse_block(space, Tensor3<const T, ExecSpace>(lse), qh, all, true);  // with the sinks
     blk.dq = heads_of(dq, qh), blk.dk = heads_of(dk, kh), blk.dv = heads_of(dv, kh);
-    blk.mask = mask_for(space, a.mask, run.query, H, 0, S);
-    blk.sinks = sinks_for(a.sinks, run.query);
+    blk.mask = mask_for(space, a.mask, run.query, H);
     stats += attend(blk);
   }
   const auto back =
@@ -282,6 +285,43 @@ ExchangeStats ulysses_backward(const ExecSpace& space, MPI_Comm comm, kdnn::impl
   x.gather_heads(space, back, 1, true, a.dk);
   x.gather_heads(space, back, 2, true, a.dv);
   return stats;
+}
+
+/// all_to_all (Ulysses): each run of heads over the whole sequence, piece
+/// by piece.
+template <class ExecSpace, class T>
+ExchangeStats ulysses_forward(const ExecSpace& space, MPI_Comm comm, kdnn::impl::SpaceLock& lock,
+                              const SequenceLayout& layout, const Packing& packing, int rank,
+                              const attention::FusedAttentionForward<T, ExecSpace>& a,
+                              const attention::FusedAttentionOptions& opts) {
+  const Segment all{0, layout.length()};
+  return scattered_heads_forward(
+      space, comm, lock, layout, rank, a,
+      [&](const attention::FusedAttentionForward<T, ExecSpace>& run) {
+        const auto pieces = block_pieces(packing, run.mask, all, all);
+        if (!reach_every_query(pieces, int(all.steps()))) {  // rows that see no key
+          kdnn::impl::fill_strided(space, run.o, T(0));
+          Kokkos::deep_copy(space, run.lse, -std::numeric_limits<T>::infinity());
+        }
+        forward_pieces(space, run, opts, packing, pieces);
+        return ExchangeStats{};
+      });
+}
+
+template <class ExecSpace, class T>
+ExchangeStats ulysses_backward(const ExecSpace& space, MPI_Comm comm, kdnn::impl::SpaceLock& lock,
+                               const SequenceLayout& layout, const Packing& packing, int rank,
+                               const attention::FusedAttentionBackward<T, ExecSpace>& a,
+                               const attention::FusedAttentionOptions& opts) {
+  const Segment all{0, layout.length()};
+  PieceGradients<ExecSpace, T> scratch;
+  return scattered_heads_backward(space, comm, lock, layout, rank, a,
+                                  [&](const attention::FusedAttentionBackward<T, ExecSpace>& run) {
+                                    backward_pieces(space, run, opts, packing,
+                                                    block_pieces(packing, run.mask, all, all),
+                                                    scratch);
+                                    return ExchangeStats{};
+                                  });
 }
 
 }  // namespace kdnn::cp::impl
