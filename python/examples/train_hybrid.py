@@ -10,6 +10,7 @@ weights (so the loss can fall towards zero), by Adam on an MSE loss.
 
     python train_hybrid.py [--steps 300] [--ops kdnn|torch] [--dtype float32|float64]
                            [--device cpu|cuda]
+    mpiexec -n R python train_hybrid.py --cp [--layout load_balanced|contiguous] ...
 
 --ops torch runs the same model on PyTorch's own formulations (an autograd
 Sinkhorn loop, softmax attention or F.scaled_dot_product_attention, F.conv1d,
@@ -18,6 +19,13 @@ step and how much the peak memory grew while training (the process's
 resident memory on the CPU, PyTorch's allocated device memory with
 --device cuda, which needs a CUDA build of kdnn); exits 1 unless the loss
 fell below a tenth of its start.
+
+--cp trains context parallel under mpiexec: every rank holds its steps of
+each sequence by one kdnn.cp.SequenceLayout (load-balanced by default), used
+by every layer (kdnn.cp.flash_attention, conv_dt and ssd; the Sinkhorn and
+the linear layers are per token). The loss is the whole sequence's (summed
+over the ranks) and the parameters' gradients are summed over the ranks
+before each step, so the losses equal the single-rank run's.
 """
 import argparse
 import math
@@ -69,9 +77,29 @@ class KdnnOps:
     """The model's operators from kdnn."""
     sinkhorn = staticmethod(lambda logits, iters: kdnn.sinkhorn(logits, iters=iters, backward="unrolled"))
     attention = staticmethod(lambda q, k, v: kdnn.flash_attention(q, k, v, causal=True))
-    conv = staticmethod(lambda x, w, b: kdnn.causal_conv1d(x, w, b, activation="silu"))
-    dt = staticmethod(kdnn.dt_softplus)
+
+    @staticmethod
+    def conv_dt(x, w, b, dt, dt_bias):
+        return kdnn.causal_conv1d(x, w, b, activation="silu"), kdnn.dt_softplus(dt, dt_bias)
+
     ssd = staticmethod(lambda x, dt, A, B, C, chunk, D: kdnn.ssd(x, dt, A, B, C, D, chunk_size=chunk))
+
+
+class CpOps(KdnnOps):
+    """kdnn's operators on this rank's steps of `layout` over `comm`."""
+
+    def __init__(self, comm, layout):
+        self.comm, self.layout = comm, layout
+
+    def attention(self, q, k, v):
+        return kdnn.cp.flash_attention(q, k, v, comm=self.comm, layout=self.layout, causal=True)
+
+    def conv_dt(self, x, w, b, dt, dt_bias):
+        return kdnn.cp.conv_dt(x, w, dt, dt_bias, b, comm=self.comm, layout=self.layout)
+
+    def ssd(self, x, dt, A, B, C, chunk, D):
+        return kdnn.cp.ssd(x, dt, A, B, C, D, chunk_size=chunk, comm=self.comm,
+                           layout=self.layout)
 
 
 class TorchOps:
@@ -95,14 +123,10 @@ class TorchOps:
         return torch.softmax(s, -1) @ v
 
     @staticmethod
-    def conv(x, w, b):
+    def conv_dt(x, w, b, dt, dt_bias):
         K, C = w.shape[1], x.shape[-1]
         y = F.conv1d(F.pad(x.transpose(1, 2), (K - 1, 0)), w[:, None, :], b, groups=C)
-        return F.silu(y.transpose(1, 2))
-
-    @staticmethod
-    def dt(dt, bias):
-        return F.softplus(dt + bias)
+        return F.silu(y.transpose(1, 2)), F.softplus(dt + dt_bias)
 
     @staticmethod
     def ssd(x, dt, A, B, C, chunk, D):
@@ -138,8 +162,9 @@ class Layer(torch.nn.Module):
         # Mamba-2 mixer: conv1d + SiLU, dt softplus, SSD.
         zxbc = self.in_proj(x.mean(2))
         HP = self.H * self.P
-        xbc = self.ops.conv(zxbc[..., :HP + 2 * self.N].contiguous(), self.conv_w, self.conv_b)
-        dt = self.ops.dt(zxbc[..., HP + 2 * self.N:].contiguous(), self.dt_bias)
+        xbc, dt = self.ops.conv_dt(zxbc[..., :HP + 2 * self.N].contiguous(), self.conv_w,
+                                   self.conv_b, zxbc[..., HP + 2 * self.N:].contiguous(),
+                                   self.dt_bias)
         xs = xbc[..., :HP].reshape(Bt, L, self.H, self.P)
         Bm = xbc[..., HP:HP + self.N].reshape(Bt, L, 1, self.N)
         Cm = xbc[..., HP + self.N:].reshape(Bt, L, 1, self.N)
@@ -162,6 +187,37 @@ class Model(torch.nn.Module):
         return h.mean(2)
 
 
+def train(model, x, target, steps, lr, comm=None, report=None):
+    """Adam on the MSE loss of model(x) against target for `steps` steps;
+    returns the losses (steps + 1 of them). With `comm`, x and target are
+    this rank's steps of the whole sequences: the loss is the whole one
+    (summed over the ranks) and the gradients are summed over the ranks
+    before each step."""
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    count = torch.tensor(float(target.numel()))
+    if comm is not None:
+        count = torch.tensor(float(comm.allreduce(target.numel())))
+    losses = []
+    for step in range(steps + 1):
+        loss = F.mse_loss(model(x), target, reduction="sum") / count.to(target.dtype)
+        whole = loss.item() if comm is None else comm.allreduce(loss.item())
+        losses.append(whole)
+        if report:
+            report(step, whole)
+        if step == steps:
+            break
+        optimizer.zero_grad()
+        loss.backward()
+        if comm is not None:  # each rank's gradients are its steps' part
+            from mpi4py import MPI
+            for p in model.parameters():
+                g = p.grad.detach().cpu().contiguous()
+                comm.Allreduce(MPI.IN_PLACE, g.numpy())
+                p.grad.copy_(g)
+        optimizer.step()
+    return losses
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=300)
@@ -171,21 +227,36 @@ def main():
     parser.add_argument("--length", type=int, default=64)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--device", default="cpu", help="cpu, or cuda with a CUDA build of kdnn")
+    parser.add_argument("--cp", action="store_true",
+                        help="context parallel over the ranks of mpiexec (kdnn.cp)")
+    parser.add_argument("--layout", choices=["load_balanced", "contiguous"],
+                        default="load_balanced", help="with --cp: the sequence's layout")
     a = parser.parse_args()
     device = torch.device(a.device)
     cuda = device.type == "cuda"
     kw = {"dtype": getattr(torch, a.dtype), "device": device}
-    ops = KdnnOps if a.ops == "kdnn" else TorchOps
-    torch.manual_seed(0)
+    ops, comm, rank = KdnnOps if a.ops == "kdnn" else TorchOps, None, 0
+    if a.cp:
+        from mpi4py import MPI
+        comm, rank, size = MPI.COMM_WORLD, MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
+        if a.layout == "load_balanced":
+            layout = kdnn.cp.SequenceLayout.load_balanced(a.length, size)
+        else:
+            layout = kdnn.cp.SequenceLayout.contiguous(
+                [a.length // size + (r < a.length % size) for r in range(size)])
+        ops = CpOps(comm, layout)
+    torch.manual_seed(0)  # the same model and data on every rank
     teacher = Model(ops=TorchOps, **kw)
     model = Model(ops=ops, **kw)
     x = torch.randn(a.batch, a.length, 32, **kw)
     with torch.no_grad():  # a sequence at a time: the peak memory below is the training's
         target = torch.cat([teacher(x[i:i + 1]) for i in range(a.batch)])
-    optimizer = torch.optim.Adam(model.parameters(), lr=a.lr)
-    print(f"hybrid model (mHC Sinkhorn, attention, Mamba-2 conv + SSD), ops={a.ops}, {a.dtype}, "
-          f"B={a.batch} L={a.length}, on {device}, kdnn backend {kdnn.backend}")
-    first = loss = None
+    if comm is not None:
+        x, target = (kdnn.cp.shard(t, layout=layout, rank=rank) for t in (x, target))
+    say = print if rank == 0 else (lambda *args, **kwargs: None)
+    where = f"{comm.Get_size()} ranks, {a.layout} layout, " if comm is not None else ""
+    say(f"hybrid model (mHC Sinkhorn, attention, Mamba-2 conv + SSD), ops={a.ops}, {a.dtype}, "
+        f"B={a.batch} L={a.length}, {where}on {device}, kdnn backend {kdnn.backend}")
     if cuda:
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
@@ -193,17 +264,12 @@ def main():
     else:
         peak_growth = start_peak_memory()
     start = time.perf_counter()
-    for step in range(a.steps + 1):
-        loss = F.mse_loss(model(x), target)
-        if first is None:
-            first = loss.item()
+
+    def report(step, loss):
         if step % 50 == 0 or step == a.steps:
-            print(f"  step {step:4d}  loss {loss.item():.4e}", flush=True)
-        if step == a.steps:
-            break
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+            say(f"  step {step:4d}  loss {loss:.4e}", flush=True)
+
+    losses = train(model, x, target, a.steps, a.lr, comm, report)
     if cuda:
         torch.cuda.synchronize(device)
     seconds = time.perf_counter() - start
@@ -211,10 +277,10 @@ def main():
         grown = torch.cuda.max_memory_allocated(device) / 2**20 - before
     else:
         grown = peak_growth()
-    print(f"  {1e3 * seconds / max(a.steps, 1):.2f} ms per step; peak {'device ' if cuda else ''}"
-          f"memory grew {grown:.0f} MiB while training")
-    if not loss.item() < first / 10:
-        print("train_hybrid: the loss did not fall below a tenth of its start", file=sys.stderr)
+    say(f"  {1e3 * seconds / max(a.steps, 1):.2f} ms per step; peak {'device ' if cuda else ''}"
+        f"memory grew {grown:.0f} MiB while training" + (" (rank 0)" if comm else ""))
+    if not losses[-1] < losses[0] / 10:
+        say("train_hybrid: the loss did not fall below a tenth of its start", file=sys.stderr)
         return 1
     return 0
 

@@ -203,8 +203,9 @@ def dt_softplus(dt, dt_bias, *, dt_limit=(0.0, math.inf), check_finite=False):
 
 
 class _Ssd(torch.autograd.Function):
-    """The SSD on one rank (comm None) or, over the communicator with Fortran
-    handle comm, on this rank's steps (kdnn.cp.ssd). options: the SsdOptions
+    """The SSD on one rank (comm None) or, with comm = (layout, handle): over
+    the communicator with that Fortran handle, on this rank's steps of the
+    SequenceLayout (None: the ranks' steps in rank order; kdnn.cp.ssd). options: the SsdOptions
     record; seq_idx: packed sequences (this rank's steps under comm);
     cu_seqlens: their offsets (under comm, within this rank's steps), for
     the state after each one's last step (the third output, None without
@@ -225,7 +226,7 @@ class _Ssd(torch.autograd.Function):
         if comm is None:
             _kdnn.ssd_forward(*tensors, options.bound(), stream_of(x))
         else:
-            _kdnn.cp_ssd_forward(*tensors, options.bound(), comm, stream_of(x))
+            _kdnn.cp_ssd_forward(*tensors, options.bound(), *comm, stream_of(x))
         ctx.save_for_backward(x, dt, A, B, C, D, initial_states, dt_bias, z, ungated, seq_idx)
         ctx.options, ctx.comm = options, comm
         ctx.set_materialize_grads(False)
@@ -247,7 +248,7 @@ class _Ssd(torch.autograd.Function):
         if ctx.comm is None:
             _kdnn.ssd_backward(*tensors, ctx.options.bound(), stream_of(x))
         else:
-            _kdnn.cp_ssd_backward(*tensors, ctx.options.bound(), ctx.comm, stream_of(x))
+            _kdnn.cp_ssd_backward(*tensors, ctx.options.bound(), *ctx.comm, stream_of(x))
         return dx, ddt, dA, dB, dC, dD, dinit, ddt_bias, dz, None, None, None, None
 
 

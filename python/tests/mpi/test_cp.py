@@ -10,12 +10,10 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from ranks import MPI, comm, leaves, rank, size, summed
 
 import kdnn
 
-MPI = pytest.importorskip("mpi4py.MPI")
-comm = MPI.COMM_WORLD
-rank, size = comm.Get_rank(), comm.Get_size()
 
 
 def split(L, pattern, r=None):
@@ -46,17 +44,6 @@ def packed_ids(B, L, pattern, starts):
         cut = set(starts) | (edges if b == 0 else set())
         rows.append([sum(1 for c in cut if 0 < c <= t) for t in range(L)])
     return torch.tensor(rows, dtype=torch.int64)
-
-
-def summed(t):
-    """t summed over the ranks (parameter gradients are partial sums)."""
-    out = t.detach().clone().contiguous()
-    comm.Allreduce(MPI.IN_PLACE, out.numpy(), op=MPI.SUM)
-    return out
-
-
-def leaves(*ts):
-    return [None if t is None else t.detach().clone().requires_grad_(True) for t in ts]
 
 
 PATTERNS = ["even", "uneven", "empty"]
