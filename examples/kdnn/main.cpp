@@ -35,8 +35,9 @@ namespace kdnn::cli {
 extern const Subcommand sinkhorn_command;  // sinkhorn.cpp
 extern const Subcommand mha_command;       // mha.cpp
 #ifdef KDNN_ENABLE_MPI
-extern const Subcommand cp_conv_command;  // cp_conv.cpp
-extern const Subcommand ssd_command;      // ssd.cpp
+extern const Subcommand cp_conv_command;       // cp_conv.cpp
+extern const Subcommand ssd_command;           // ssd.cpp
+extern const Subcommand cp_attention_command;  // cp_attention.cpp
 #endif
 }  // namespace kdnn::cli
 
@@ -47,7 +48,7 @@ using namespace kdnn::cli;
 const Subcommand* const kSubcommands[] = {&sinkhorn_command, &mha_command
 #ifdef KDNN_ENABLE_MPI
                                           ,
-                                          &cp_conv_command, &ssd_command
+                                          &cp_conv_command, &ssd_command, &cp_attention_command
 #endif
 };
 
@@ -56,13 +57,14 @@ void print_help() {
                "       kdnn <subcommand> --help\n\n"
                "Runs a kdnn operator on .npy files.\n\nsubcommands:\n";
   for (const Subcommand* s : kSubcommands) {
-    std::cout << "  " << std::left << std::setw(12) << s->name << s->summary << '\n';
+    std::cout << "  " << std::left << std::setw(14) << s->name << s->summary << '\n';
   }
   std::cout << "\nArguments --kokkos-* (e.g. --kokkos-num-threads=N with Kokkos 4,\n"
                "--kokkos-threads=N with Kokkos 3) go to Kokkos; the integer ones\n"
                "(threads, numa, devices) must be given as --kokkos-NAME=N with N an\n"
                "int in range, or it is a usage error. MPI is initialised\n"
-               "under an MPI launcher (mpiexec, srun) and for cp-conv and ssd.\n"
+               "under an MPI launcher (mpiexec, srun) and for cp-conv, ssd and\n"
+               "cp-attention.\n"
                "\nExit status: 0 on success, 1 for bad input data or a failed\n"
                "computation or write, 2 for command-line usage errors. Errors print\n"
                "one line 'kdnn: error: <message>' to stderr and write nothing to --out,\n"

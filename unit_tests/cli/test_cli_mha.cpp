@@ -48,7 +48,7 @@ MhaCase everything() {
 TEST_F(CliMha, Help) {
   const Result top = run({"--help"});
   EXPECT_EQ(top.status, 0);
-  EXPECT_NE(top.out.find("\n  mha         multi-head attention layer"), std::string::npos)
+  EXPECT_NE(top.out.find("\n  mha           multi-head attention layer"), std::string::npos)
       << top.out;
   for (const Strings& args : {Strings{"mha", "--help"}, Strings{"mha", "-h"},
                               Strings{"mha", "--in", in_.string(), "--heads", "2", "--help"}}) {
