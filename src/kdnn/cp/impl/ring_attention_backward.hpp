@@ -4,13 +4,13 @@
 // streams of messages go round the ring: the K/V blocks, as in the forward
 // (ring_attention.hpp), and each block's accumulated gradient dK/dV, which
 // follows one step behind. At step s a rank holds rank (rank − s) mod R's
-// K/V; it computes its queries' contributions against it (the single-rank
+// K/V; it waits for that block's dK/dV accumulator, which the rank before
+// it (that computed the block at step s − 1) sent at the end of its step,
+// adds its queries' contributions into it and into dQ (the single-rank
 // backward per pair of segments, with the whole sequence's O and lse, so
-// each pair's probabilities are the whole softmax's) into dQ and into a
-// fresh dK/dV for that block; then it takes that block's accumulator from
-// the rank before it (which computed the block at step s − 1), adds its
-// own, and sends it on. After R steps each accumulator has visited every
-// rank and arrives at its owner. dQ stays local.
+// each pair's probabilities are the whole softmax's), and sends it on.
+// After R steps each accumulator has visited every rank and arrives at its
+// owner. dQ stays local. Buffers: two K/V blocks and two accumulators.
 #include <mpi.h>
 
 #include <Kokkos_Core.hpp>
@@ -34,15 +34,6 @@
 namespace kdnn::cp::impl {
 
 constexpr int kRingGradientTag = 0x6b67;
-
-/// to[i] += from[i] over n elements.
-template <class ExecSpace, class T>
-void add_into(const ExecSpace& space, T* to, const T* from, std::size_t n) {
-  if (n == 0) return;
-  Kokkos::parallel_for(
-      "kdnn::cp::ring_add_gradients", Kokkos::RangePolicy<ExecSpace>(space, 0, n),
-      KOKKOS_LAMBDA(std::size_t i) { to[i] += from[i]; });
-}
 
 /// Scratch for one rank's pairs of segments: per query segment its lse rows
 /// (contiguous), and a piece's gradients.
@@ -116,9 +107,6 @@ ExchangeStats ring_backward(const ExecSpace& space, MPI_Comm comm, kdnn::impl::S
     Kokkos::deep_copy(space, lse, Kokkos::subview(a.lse, Kokkos::ALL, Kokkos::ALL, r.range()));
     scratch.lse.push_back(lse);
   }
-  // This step's contributions to the block's dK, dV (R > 1), packed as a message.
-  Kokkos::View<T*, typename ExecSpace::memory_space> mine("kdnn::cp::ring_dkv_mine", most);
-
   ExchangeStats stats;
   const int right = (rank + 1) % R, left = (rank + R - 1) % R;
   const auto count = [&](std::vector<MPI_Request>& requests, std::size_t n, bool out) {
@@ -147,9 +135,10 @@ ExchangeStats ring_backward(const ExecSpace& space, MPI_Comm comm, kdnn::impl::S
       MPI_Isend(blocks[s % 2].mpi_data(), int(here), mpi_type<T>(), right, kRingTag, comm,
                 count(requests, here, true));
     }
+    std::vector<MPI_Request> gradient;
     if (s > 0) {  // the block's accumulator from the rank that computed it last step
       MPI_Irecv(grads[s % 2].mpi_data(), int(here), mpi_type<T>(), left, kRingGradientTag, comm,
-                count(requests, here, false));
+                count(gradient, here, false));
     }
     const double posted = MPI_Wtime();
     const std::int64_t L = layout.local_steps(src);
@@ -160,23 +149,24 @@ ExchangeStats ring_backward(const ExecSpace& space, MPI_Comm comm, kdnn::impl::S
       backward_block(space, layout, packing, rank, src, a, opts, k, v, a.dk, a.dv, scratch);
       break;
     }
-    Kokkos::deep_copy(space, Kokkos::subview(mine, std::pair<std::size_t, std::size_t>(0, here)),
-                      T(0));
-    const StridedTensor4<T, ExecSpace> dk_mine = Tensor4<T, ExecSpace>(mine.data(), B, Hkv, L, D);
-    const StridedTensor4<T, ExecSpace> dv_mine = Tensor4<T, ExecSpace>(
-        mine.data() + std::size_t(B) * Hkv * std::size_t(L) * D, B, Hkv, L, Dv);
-    backward_block(space, layout, packing, rank, src, a, opts, k, v, dk_mine, dv_mine, scratch);
-    if (!sends.empty()) wait(sends, posted);  // the buffer this step's gradient goes out in
-    wait(requests, posted);
+    // This step's contributions add into the block's accumulator, which the
+    // rank before sent at the end of its last step: no buffer of their own.
     auto& acc = grads[s % 2];
     if (s == 0) {
       Kokkos::deep_copy(space,
                         Kokkos::subview(acc.device, std::pair<std::size_t, std::size_t>(0, here)),
-                        Kokkos::subview(mine, std::pair<std::size_t, std::size_t>(0, here)));
+                        T(0));
     } else {
+      wait(gradient, posted);
       acc.from_mpi(space);
-      add_into(space, acc.device.data(), mine.data(), here);
     }
+    const StridedTensor4<T, ExecSpace> dk_acc =
+        Tensor4<T, ExecSpace>(acc.device.data(), B, Hkv, L, D);
+    const StridedTensor4<T, ExecSpace> dv_acc = Tensor4<T, ExecSpace>(
+        acc.device.data() + std::size_t(B) * Hkv * std::size_t(L) * D, B, Hkv, L, Dv);
+    backward_block(space, layout, packing, rank, src, a, opts, k, v, dk_acc, dv_acc, scratch);
+    if (!sends.empty()) wait(sends, posted);  // the last step's gradient, out of its buffer
+    wait(requests, posted);
     acc.to_mpi(space);
     MPI_Isend(acc.mpi_data(), int(here), mpi_type<T>(), right, kRingGradientTag, comm,
               count(sends, here, true));
