@@ -22,6 +22,7 @@
 #include <exception>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <Kokkos_Random.hpp>
@@ -124,8 +125,17 @@ void run(const Size& z) {
         "per rank: %.3f s (1/R of alone), %.3f s (1/R of crowded)\n",
         single, crowded, single / R, crowded / R);
   }
-  for (const char* name : {"load_balanced", "contiguous"}) {
+  const std::pair<const char*, cp::AttentionComm> runs[] = {
+      {"load_balanced", cp::AttentionComm::ring},
+      {"contiguous", cp::AttentionComm::ring},
+      {"load_balanced", cp::AttentionComm::all_gather},
+      {"load_balanced", cp::AttentionComm::all_to_all}};
+  for (const auto& [name, comm] : runs) {
     reset_peak();
+    const cp::CpAttentionOptions how{comm};
+    const char* how_name = comm == cp::AttentionComm::ring         ? "ring"
+                           : comm == cp::AttentionComm::all_gather ? "all_gather"
+                                                                   : "all_to_all";
     const auto layout = std::string(name) == "contiguous"
                             ? cp::SequenceLayout::contiguous(
                                   std::vector<std::int64_t>(std::size_t(R), std::int64_t(z.S / R)))
@@ -141,10 +151,10 @@ void run(const Size& z) {
     const double t = median_seconds(MPI_COMM_WORLD, z.repeats, [&] {
       f = cp::fused_attention_forward(Space(), MPI_COMM_WORLD, layout,
                                       at::FusedAttentionForward<T, Space>{q, k, v, o, lse, mask},
-                                      opts);
+                                      opts, how);
       b = cp::fused_attention_backward(
           Space(), MPI_COMM_WORLD, layout,
-          at::FusedAttentionBackward<T, Space>{q, k, v, o, lse, dout, dq, dk, dv, mask}, opts);
+          at::FusedAttentionBackward<T, Space>{q, k, v, o, lse, dout, dq, dk, dv, mask}, opts, how);
     });
     // The ring's forward: R − 1 blocks of B·Hkv·L·2D values.
     const double formula =
@@ -157,12 +167,14 @@ void run(const Size& z) {
                0, MPI_COMM_WORLD);
     if (rank != 0) continue;
     std::printf(
-        "  %-13s %.3f s (%.2fx the ideal, efficiency %.0f %%; %.0f %% of the crowded ideal)\n",
-        name, t, t / (single / R), 100.0 * single / R / t, 100.0 * crowded / R / t);
+        "  %-13s %-10s %.3f s (%.2fx the ideal, efficiency %.0f %%; %.0f %% of the crowded "
+        "ideal)\n",
+        name, how_name, t, t / (single / R), 100.0 * single / R / t, 100.0 * crowded / R / t);
     for (int r = 0; r < R; ++r) {
       const double* x = &all[std::size_t(r) * mine.size()];
       std::printf(
-          "    rank %d: sent %.0f B forward (formula %.0f), %.0f B backward; exchange overlapped "
+          "    rank %d: sent %.0f B forward (ring formula %.0f), %.0f B backward; exchange "
+          "overlapped "
           "%.3f s, waited %.3f s; peak memory %.0f MiB\n",
           r, x[0], formula, x[1], x[2], x[3], x[4]);
     }

@@ -50,7 +50,7 @@ fi
 "$venv/bin/python" -m pytest -q python/tests
 if "$venv/bin/python" -c "import mpi4py, kdnn; assert kdnn.cp.available" 2>/dev/null; then
   mapfile -t mpi_environment < <(grep "^[A-Za-z_]" cmake/mpi-test-environment)  # as ctest's
-  for ranks in 1 2; do
+  for ranks in 1 2 4; do
     echo "check-python: context-parallel tests on $ranks rank(s)"
     env "${mpi_environment[@]}" timeout 600 mpiexec -n "$ranks" "$venv/bin/python" -m pytest -q \
       --color=no -p no:cacheprovider python/tests/mpi

@@ -153,9 +153,8 @@ ExchangeStats ring_backward(const ExecSpace& space, MPI_Comm comm, kdnn::impl::S
     // rank before sent at the end of its last step: no buffer of their own.
     auto& acc = grads[s % 2];
     if (s == 0) {
-      Kokkos::deep_copy(space,
-                        Kokkos::subview(acc.device, std::pair<std::size_t, std::size_t>(0, here)),
-                        T(0));
+      Kokkos::deep_copy(
+          space, Kokkos::subview(acc.device, std::pair<std::size_t, std::size_t>(0, here)), T(0));
     } else {
       wait(gradient, posted);
       acc.from_mpi(space);
