@@ -108,7 +108,7 @@ Out run(const Attention& a, const cp::SequenceLayout* layout,
     Vec offsets(a.cu_seqlens.begin(), a.cu_seqlens.end());
     const at::PackedSequences<Space> seqs{to_device<int*>(offsets, offsets.size()),
                                           to_device<int*>(offsets, offsets.size())};
-    const Kokkos::View<T**, Space> lse_ht(lse.data(), a.H, n);
+    const kdnn::Matrix<T, Space> lse_ht(lse.data(), a.H, n);
     at::fused_attention_varlen_forward(
         Space(),
         at::FusedAttentionVarlenForward<T, Space>{packed(f.q), packed(f.k), packed(f.v), packed(o),

@@ -46,7 +46,7 @@ attention::AttentionMask<ExecSpace> mask_for(const ExecSpace& space,
   m.positions.head_begin = whole.positions.head_begin + heads.begin;
   m.positions.head_count = whole.positions.head_count >= 0 ? whole.positions.head_count : H;
   if (whole.alibi_slopes.size() > 0) {  // [1 or B, H] → the run's columns
-    Kokkos::View<double**, ExecSpace> slopes("kdnn::cp::alibi_slopes", whole.alibi_slopes.extent(0),
+    Matrix<double, ExecSpace> slopes("kdnn::cp::alibi_slopes", whole.alibi_slopes.extent(0),
                                              std::size_t(heads.count()));
     Kokkos::deep_copy(space, slopes,
                       Kokkos::subview(whole.alibi_slopes, Kokkos::ALL, heads.range()));

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "kdnn/attention/softmax.hpp"
+#include "kdnn/core/tensor.hpp"
 #include "kdnn/cp/sequence_layout.hpp"
 
 namespace kdnn::cp::impl {
@@ -116,7 +117,7 @@ attention::AttentionMask<ExecSpace> piece_mask(const ExecSpace& space,
                  packing.sequences() * all_heads};
   if (packing.packed && blk.alibi_slopes.extent(0) > 1) {  // [N, H]: the sequence's row
     const auto row = std::make_pair(std::size_t(piece.sequence), std::size_t(piece.sequence) + 1);
-    Kokkos::View<double**, ExecSpace> own("kdnn::cp::alibi_slopes", 1, blk.alibi_slopes.extent(1));
+    Matrix<double, ExecSpace> own("kdnn::cp::alibi_slopes", 1, blk.alibi_slopes.extent(1));
     Kokkos::deep_copy(space, own, Kokkos::subview(blk.alibi_slopes, row, Kokkos::ALL));
     m.alibi_slopes = own;
   }
