@@ -78,20 +78,30 @@ def _collective(handle, checks):
     return result
 
 
-def _layout(op, layout, comm, steps):
-    """The SequenceLayout of a call: `layout`, or (None) the contiguous one
-    of every rank's `steps` (an allgather: every rank must call it)."""
-    if layout is None:
-        lengths = comm.allgather(steps)
-        bad = [r for r, n in enumerate(lengths) if not isinstance(n, int) or n < 0]
-        if bad:
-            raise Error(f"{op}: rank {bad[0]} has no sequence steps to lay out (its "
-                        "arguments are wrong), expected every rank's tensors")
-        return SequenceLayout.contiguous(lengths)
-    if not isinstance(layout, SequenceLayout):
-        raise Error(f"{op}: layout is a {type(layout).__name__}, expected a "
-                    "kdnn.cp.SequenceLayout or None")
-    return layout
+def _layout(op, layout, comm, steps, default=True):
+    """The SequenceLayout of a call, agreed by every rank (one allgather,
+    which every rank makes, so that a layout given on some ranks only, or
+    not a SequenceLayout, is the same kdnn.Error on every rank): `layout`,
+    or (None) the contiguous one of every rank's `steps` (with default
+    False: None)."""
+    state = ("none" if layout is None else "given" if isinstance(layout, SequenceLayout)
+             else type(layout).__name__)
+    ranks = comm.allgather((steps, state))
+    for r, (_, s) in enumerate(ranks):
+        if s not in ("none", "given"):
+            raise Error(f"{op}: layout is a {s} on rank {r}, expected a kdnn.cp.SequenceLayout "
+                        "or None")
+        if s != ranks[0][1]:
+            raise Error(f"{op}: layout is {'None' if s == 'none' else 'given'} on rank {r} and "
+                        f"{'None' if ranks[0][1] == 'none' else 'given'} on rank 0, expected the "
+                        "same on every rank")
+    if layout is not None or not default:
+        return layout
+    bad = [r for r, (n, _) in enumerate(ranks) if not isinstance(n, int) or n < 0]
+    if bad:
+        raise Error(f"{op}: rank {bad[0]} has no sequence steps to lay out (its arguments are "
+                    "wrong), expected every rank's tensors")
+    return SequenceLayout.contiguous([n for n, _ in ranks])
 
 
 def _steps(x, dim):
@@ -178,7 +188,7 @@ def conv_dt(x, weight, dt, dt_bias, bias=None, *, comm, layout=None, activation=
     that holds them. check_finite as theirs. Returns (y [B, L_r, C],
     dt_out [B, L_r, H])."""
     handle = _handle(comm)
-    layout = None if layout is None else _layout("cp.conv_dt", layout, comm, _steps(x, 1))
+    layout = _layout("cp.conv_dt", layout, comm, _steps(x, 1), default=False)
 
     def checks():
         check = Operands("cp.conv_dt")
@@ -224,7 +234,7 @@ def ssd(x, dt, A, B, C, D=None, initial_states=None, z=None, dt_bias=None, *, ch
     segment, the state at the rank's end); not on a rank that holds more
     than one segment."""
     handle = _handle(comm)
-    layout = None if layout is None else _layout("cp.ssd", layout, comm, _steps(x, 1))
+    layout = _layout("cp.ssd", layout, comm, _steps(x, 1), default=False)
 
     def checks():
         *tensors, options = ssd_operands("cp.ssd", x, dt, A, B, C, D, initial_states, z,

@@ -165,8 +165,17 @@ def test_a_bad_argument_on_one_rank_is_the_same_error_on_every_rank():
     assert str(e.value) == (f"cp.flash_attention: comm_type='spiral', expected one of "
                             f"'ring', 'all_gather', 'all_to_all', 'all_to_all_ring' (on rank "
                             f"{odd} of {size})")
-    with pytest.raises(kdnn.Error, match="layout is a list, expected a kdnn.cp.SequenceLayout"):
-        kdnn.cp.flash_attention(q, q, q, comm=comm, layout=[[(0, S)]])
+    with pytest.raises(kdnn.Error) as e:
+        kdnn.cp.flash_attention(q, q, q, comm=comm, layout=[[(0, S)]] if rank == odd else layout)
+    assert str(e.value) == (f"cp.flash_attention: layout is a list on rank {odd}, expected a "
+                            "kdnn.cp.SequenceLayout or None")
+    if size > 1:
+        with pytest.raises(kdnn.Error) as e:
+            kdnn.cp.ssd(q.view(1, n, 2, 4), q[0, 0], -torch.ones(2, **f64), q.view(1, n, 1, 8),
+                        q.view(1, n, 1, 8), chunk_size=4, comm=comm,
+                        layout=None if rank == odd else layout)
+        assert str(e.value) == (f"cp.ssd: layout is None on rank {odd} and given on rank 0, "
+                                "expected the same on every rank")
     # After the errors, a good call on every rank works.
     kdnn.cp.flash_attention(q, q, q, comm=comm, layout=layout, causal=True)
 
