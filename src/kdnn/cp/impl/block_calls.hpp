@@ -47,7 +47,7 @@ attention::AttentionMask<ExecSpace> mask_for(const ExecSpace& space,
   m.positions.head_count = whole.positions.head_count >= 0 ? whole.positions.head_count : H;
   if (whole.alibi_slopes.size() > 0) {  // [1 or B, H] → the run's columns
     Matrix<double, ExecSpace> slopes("kdnn::cp::alibi_slopes", whole.alibi_slopes.extent(0),
-                                             std::size_t(heads.count()));
+                                     std::size_t(heads.count()));
     Kokkos::deep_copy(space, slopes,
                       Kokkos::subview(whole.alibi_slopes, Kokkos::ALL, heads.range()));
     m.alibi_slopes = slopes;
