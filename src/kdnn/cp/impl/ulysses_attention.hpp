@@ -15,6 +15,7 @@
 #include <array>
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -133,6 +134,15 @@ struct HeadExchange {
     for (int r = 0; r < R; ++r) at.push_back(in.plan.at(r, i));
     to_sequence(space, map, in.buf.device.data(), part_offsets(space, at), whole);
   }
+  /// Part i of every rank's message as a new [B, own heads, S, E] tensor.
+  Tensor4<T, ExecSpace> whole_part(const ExecSpace& space, const Received& in, std::size_t i,
+                                   const char* label) const {
+    const auto& part = in.plan.parts[0].parts[i];  // {this rank's heads, E} in every message
+    Tensor4<T, ExecSpace> whole(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)),
+                                B, part[0], layout.length(), part[1]);
+    gather_sequence(space, in, i, whole);
+    return whole;
+  }
   /// local's heads of each rank r ← part i of its message (`kv`: K/V heads,
   /// summed, as several ranks may send one).
   void gather_heads(const ExecSpace& space, const Received& in, std::size_t i, bool kv,
@@ -199,20 +209,18 @@ ExchangeStats scattered_heads_forward(const ExecSpace& space, MPI_Comm comm,
                                       const attention::FusedAttentionForward<T, ExecSpace>& a,
                                       Attend attend) {
   const int B = int(a.q.extent(0)), H = int(a.q.extent(1)), Hkv = int(a.k.extent(1));
-  const int D = int(a.q.extent(3)), Dv = int(a.v.extent(3)), S = int(layout.length());
+  const int Dv = int(a.v.extent(3)), S = int(layout.length());
   const HeadExchange<ExecSpace, T> x(space, layout, rank, B, H, Hkv);
   const HeadSplit mine = x.own();
-  const int Hq = mine.query.count(), Hk = mine.kv.count();
+  const int Hq = mine.query.count();
   ExchangeStats stats;
   const auto in =
       x.heads_to_sequence(space, comm, lock, {{a.q, false}, {a.k, true}, {a.v, true}}, stats);
-  Tensor4<T, ExecSpace> q("kdnn::cp::ulysses_q", B, Hq, S, D),
-      k("kdnn::cp::ulysses_k", B, Hk, S, D), v("kdnn::cp::ulysses_v", B, Hk, S, Dv),
-      o("kdnn::cp::ulysses_o", B, Hq, S, Dv);
+  const auto q = x.whole_part(space, in, 0, "kdnn::cp::ulysses_q");
+  const auto k = x.whole_part(space, in, 1, "kdnn::cp::ulysses_k");
+  const auto v = x.whole_part(space, in, 2, "kdnn::cp::ulysses_v");
+  Tensor4<T, ExecSpace> o("kdnn::cp::ulysses_o", B, Hq, S, Dv);
   Tensor3<T, ExecSpace> lse("kdnn::cp::ulysses_lse", B, Hq, S);
-  x.gather_sequence(space, in, 0, q);
-  x.gather_sequence(space, in, 1, k);
-  x.gather_sequence(space, in, 2, v);
   const std::pair<int, int> all(0, S);
   for (const HeadRun& run : head_runs(mine.query, H / Hkv)) {
     const auto qh = run.query.from(mine.query.begin), kh = run.kv.from(mine.kv.begin);
@@ -254,18 +262,16 @@ ExchangeStats scattered_heads_backward(const ExecSpace& space, MPI_Comm comm,
                                        {a.dout, false},
                                        {as_rows(a.lse), false}},
                                       stats);
-  Tensor4<T, ExecSpace> q("kdnn::cp::ulysses_q", B, Hq, S, D),
-      k("kdnn::cp::ulysses_k", B, Hk, S, D), v("kdnn::cp::ulysses_v", B, Hk, S, Dv),
-      o("kdnn::cp::ulysses_o", B, Hq, S, Dv), dout("kdnn::cp::ulysses_dout", B, Hq, S, Dv),
-      dq("kdnn::cp::ulysses_dq", B, Hq, S, D), dk("kdnn::cp::ulysses_dk", B, Hk, S, D),
-      dv("kdnn::cp::ulysses_dv", B, Hk, S, Dv);
+  const auto q = x.whole_part(space, in, 0, "kdnn::cp::ulysses_q");
+  const auto k = x.whole_part(space, in, 1, "kdnn::cp::ulysses_k");
+  const auto v = x.whole_part(space, in, 2, "kdnn::cp::ulysses_v");
+  const auto o = x.whole_part(space, in, 3, "kdnn::cp::ulysses_o");
+  const auto dout = x.whole_part(space, in, 4, "kdnn::cp::ulysses_dout");
   Tensor3<T, ExecSpace> lse("kdnn::cp::ulysses_lse", B, Hq, S);
-  x.gather_sequence(space, in, 0, q);
-  x.gather_sequence(space, in, 1, k);
-  x.gather_sequence(space, in, 2, v);
-  x.gather_sequence(space, in, 3, o);
-  x.gather_sequence(space, in, 4, dout);
   x.gather_sequence(space, in, 5, as_rows(lse));
+  // Zeroed: the pieces add into them.
+  Tensor4<T, ExecSpace> dq("kdnn::cp::ulysses_dq", B, Hq, S, D),
+      dk("kdnn::cp::ulysses_dk", B, Hk, S, D), dv("kdnn::cp::ulysses_dv", B, Hk, S, Dv);
   const std::pair<int, int> all(0, S);
   for (const HeadRun& run : head_runs(mine.query, H / Hkv)) {
     const auto qh = run.query.from(mine.query.begin), kh = run.kv.from(mine.kv.begin);
