@@ -64,12 +64,25 @@ struct GatheredKv {
   std::size_t elements(std::int64_t L, int h = -1) const {
     return std::size_t(B) * std::size_t(h < 0 ? heads : h) * std::size_t(L) * (D + Dv);
   }
-  /// Each rank's piece of a slice of h heads: where it starts and its size.
-  std::vector<std::size_t> displacements(int h) const {
-    std::vector<std::size_t> at{0};
-    for (int r = 0; r < layout.ranks(); ++r)
-      at.push_back(at.back() + elements(layout.local_steps(r), h));
-    return at;
+  /// Every rank's piece of a slice of h heads in the gathered buffer: its
+  /// size and start (MPI's counts and displacements), and where its k and
+  /// its v begin.
+  struct Pieces {
+    std::vector<int> counts, displs;
+    std::vector<std::size_t> k_at, v_at;
+    std::size_t total = 0;
+  };
+  Pieces pieces(int h) const {
+    Pieces p;
+    for (int r = 0; r < layout.ranks(); ++r) {
+      const std::int64_t L = layout.local_steps(r);
+      p.counts.push_back(int(elements(L, h)));
+      p.displs.push_back(int(p.total));
+      p.k_at.push_back(p.total);
+      p.v_at.push_back(p.total + std::size_t(B) * h * std::size_t(L) * D);
+      p.total += elements(L, h);
+    }
+    return p;
   }
 
   /// k, v ← the slice `kv` of every rank's (k_mine, v_mine), in sequence order.
@@ -84,28 +97,20 @@ struct GatheredKv {
     pack_rows(space, StridedTensor4<const T, ExecSpace>(heads_of(v_mine, kv.range())),
               send.device.data() + std::size_t(B) * h * std::size_t(L) * D);
     send.to_mpi(space);
-    const auto at = displacements(h);
-    std::vector<int> counts, displs;
-    std::vector<std::size_t> k_at, v_at;
-    for (int r = 0; r < R; ++r) {
-      counts.push_back(int(at[std::size_t(r) + 1] - at[std::size_t(r)]));
-      displs.push_back(int(at[std::size_t(r)]));
-      k_at.push_back(at[std::size_t(r)]);
-      v_at.push_back(at[std::size_t(r)] +
-                     std::size_t(B) * h * std::size_t(layout.local_steps(r)) * D);
-    }
+    const Pieces p = pieces(h);
+    const int own = p.counts[std::size_t(rank)];
     std::vector<MPI_Request> request(1);
-    MPI_Iallgatherv(send.mpi_data(), counts[std::size_t(rank)], mpi_type<T>(), recv.mpi_data(),
-                    counts.data(), displs.data(), mpi_type<T>(), comm, request.data());
-    count(stats, R, counts[std::size_t(rank)], at.back() - std::size_t(counts[std::size_t(rank)]));
+    MPI_Iallgatherv(send.mpi_data(), own, mpi_type<T>(), recv.mpi_data(), p.counts.data(),
+                    p.displs.data(), mpi_type<T>(), comm, request.data());
+    count(stats, R, std::size_t(own), p.total - std::size_t(own));
     ExchangeStats step;
     timed_wait(space, request, MPI_Wtime(), lock, step);
     stats.waited_seconds += step.waited_seconds;
     recv.from_mpi(space);
     const std::pair<int, int> slice(0, h);
-    to_sequence(space, map, recv.device.data(), part_offsets(space, k_at),
+    to_sequence(space, map, recv.device.data(), part_offsets(space, p.k_at),
                 StridedTensor4<T, ExecSpace>(heads_of(k, slice)));
-    to_sequence(space, map, recv.device.data(), part_offsets(space, v_at),
+    to_sequence(space, map, recv.device.data(), part_offsets(space, p.v_at),
                 StridedTensor4<T, ExecSpace>(heads_of(v, slice)));
   }
 
@@ -208,25 +213,17 @@ ExchangeStats gather_backward(const ExecSpace& space, MPI_Comm comm, kdnn::impl:
     }
     // Every rank's rows of the sums, to it, summed over the ranks.
     const int h = slice.count();
-    const auto at = kv.displacements(h);
-    std::vector<std::size_t> k_at, v_at;
-    std::vector<int> counts;
-    for (int r = 0; r < R; ++r) {
-      k_at.push_back(at[std::size_t(r)]);
-      v_at.push_back(at[std::size_t(r)] +
-                     std::size_t(B) * h * std::size_t(layout.local_steps(r)) * D);
-      counts.push_back(int(at[std::size_t(r) + 1] - at[std::size_t(r)]));
-    }
+    const auto p = kv.pieces(h);
     from_sequence(space, kv.map, StridedTensor4<const T, ExecSpace>(dk_all), out.device.data(),
-                  part_offsets(space, k_at));
+                  part_offsets(space, p.k_at));
     from_sequence(space, kv.map, StridedTensor4<const T, ExecSpace>(dv_all), out.device.data(),
-                  part_offsets(space, v_at));
+                  part_offsets(space, p.v_at));
     out.to_mpi(space);
     std::vector<MPI_Request> request(1);
-    MPI_Ireduce_scatter(out.mpi_data(), in.mpi_data(), counts.data(), mpi_type<T>(), MPI_SUM, comm,
-                        request.data());
-    const std::size_t own = std::size_t(counts[std::size_t(rank)]);
-    stats.bytes_sent += std::int64_t((at.back() - own) * sizeof(T));
+    MPI_Ireduce_scatter(out.mpi_data(), in.mpi_data(), p.counts.data(), mpi_type<T>(), MPI_SUM,
+                        comm, request.data());
+    const std::size_t own = std::size_t(p.counts[std::size_t(rank)]);
+    stats.bytes_sent += std::int64_t((p.total - own) * sizeof(T));
     stats.bytes_received += std::int64_t(own * sizeof(T)) * (R - 1);
     stats.messages_sent += R - 1, stats.messages_received += R - 1;
     ExchangeStats step;
