@@ -147,6 +147,7 @@ ExchangeStats gather_forward(const ExecSpace& space, MPI_Comm comm, kdnn::impl::
     const HeadRange slice{k0, std::min(Hkv, k0 + slice_heads)};
     const HeadRange heads{slice.begin * g, slice.end * g};
     kv.gather(space, comm, lock, rank, a.k, a.v, slice, stats);
+    const auto mask = mask_for(space, a.mask, heads, H);  // the slice's, for every segment
     for (std::size_t i = 0; i < mine.size(); ++i) {
       const auto pieces = block_pieces(packing, a.mask, mine[i], everything);
       attention::FusedAttentionForward<T, ExecSpace> blk;  // no sinks: they join at the end
@@ -155,7 +156,7 @@ ExchangeStats gather_forward(const ExecSpace& space, MPI_Comm comm, kdnn::impl::
       blk.v = heads_of(kv.v, slice.from(k0));
       blk.o = block_of(a.o, heads.range(), rows[i].range());
       blk.lse = lse_block(space, a.lse, heads.range(), rows[i].range(), false);
-      blk.mask = mask_for(space, a.mask, heads, H);
+      blk.mask = mask;
       if (!reach_every_query(pieces, rows[i].steps)) {  // rows that see no key
         kdnn::impl::fill_strided(space, blk.o, T(0));
         Kokkos::deep_copy(space, blk.lse, -std::numeric_limits<T>::infinity());
@@ -197,6 +198,7 @@ ExchangeStats gather_backward(const ExecSpace& space, MPI_Comm comm, kdnn::impl:
     const StridedTensor4<T, ExecSpace> dk_all = heads_of(dk, local), dv_all = heads_of(dv, local);
     kdnn::impl::fill_strided(space, dk_all, T(0));
     kdnn::impl::fill_strided(space, dv_all, T(0));
+    const auto mask = mask_for(space, a.mask, heads, H);  // the slice's, for every segment
     for (std::size_t i = 0; i < mine.size(); ++i) {
       attention::FusedAttentionBackward<T, ExecSpace> blk;  // lse holds the sinks already
       blk.q = block_of(a.q, heads.range(), rows[i].range());
@@ -207,7 +209,7 @@ ExchangeStats gather_backward(const ExecSpace& space, MPI_Comm comm, kdnn::impl:
       blk.dout = block_of(a.dout, heads.range(), rows[i].range());
       blk.dq = block_of(a.dq, heads.range(), rows[i].range());
       blk.dk = dk_all, blk.dv = dv_all;
-      blk.mask = mask_for(space, a.mask, heads, H);
+      blk.mask = mask;
       backward_pieces(space, blk, opts, packing, block_pieces(packing, a.mask, mine[i], everything),
                       scratch);
     }
