@@ -9,7 +9,10 @@
 // the median of the repeats. Prints per layout the time, the efficiency
 // (single-rank time / R / cp time, and against the crowded time), the bytes each
 // rank sent against the ring's formula, the seconds the exchange
-// overlapped and waited, and each rank's peak resident memory.
+// overlapped and waited, and each rank's peak memory: the process's
+// resident set (VmHWM: the libraries' own included) and the peak of what it
+// allocated through Kokkos (the call's tensors and every buffer of the
+// library), against the target 1/R of the single rank's plus two K/V blocks.
 //
 //   mpiexec -n 2 kdnn_perf_cp_attention [S [B H Hkv D [repeats [causal [f64]]]]]
 //   (default 8192 1 8 8 64 3 1 0)
@@ -28,6 +31,7 @@
 #include <Kokkos_Random.hpp>
 #include <cmath>
 
+#include "allocation_counter.hpp"
 #include "kdnn/attention/fused_attention.hpp"
 #include "kdnn/cp/cp.hpp"
 
@@ -94,8 +98,10 @@ void run(const Size& z) {
   };
   // The whole sequence on rank 0 alone, then on every rank at once (what the
   // ranks' sharing of the memory bandwidth and caches costs).
-  double single = 0, crowded = 0;
+  double single = 0, crowded = 0, single_mib = 0;
+  constexpr double MiB = 1024.0 * 1024.0;
   {
+    const kdnn_test::AllocationCounter allocated;
     const int n = z.S;
     Kokkos::View<T****, Kokkos::LayoutRight, Space> q("q", z.B, z.H, n, z.D),
         k("k", z.B, z.Hkv, n, z.D), v("v", z.B, z.Hkv, n, z.D), o("o", z.B, z.H, n, z.D),
@@ -114,7 +120,11 @@ void run(const Size& z) {
       if (rank == 0) whole();
     });
     crowded = median_seconds(MPI_COMM_WORLD, z.repeats, whole);
+    single_mib = double(allocated.peak) / MiB;
   }
+  // Two K/V blocks: B·Hkv·(S/R)·(D + Dv) values each.
+  const double kv_block_mib = double(z.B) * z.Hkv * (double(z.S) / R) * 2 * z.D * sizeof(T) / MiB;
+  const double target_mib = single_mib / R + 2 * kv_block_mib;
   if (rank == 0) {
     std::printf(
         "cp attention fwd+bwd %s S=%d B=%d H=%d Hkv=%d D=%d %s, %d rank(s), 1 thread each\n",
@@ -124,6 +134,10 @@ void run(const Size& z) {
         "  single rank, whole sequence: %.3f s alone, %.3f s with every rank doing the same; ideal "
         "per rank: %.3f s (1/R of alone), %.3f s (1/R of crowded)\n",
         single, crowded, single / R, crowded / R);
+    std::printf(
+        "  allocated through Kokkos, single rank: %.1f MiB; target per rank: %.1f MiB (1/R of it "
+        "plus two K/V blocks of %.1f MiB)\n",
+        single_mib, target_mib, kv_block_mib);
   }
   const std::pair<const char*, cp::AttentionComm> runs[] = {
       {"load_balanced", cp::AttentionComm::ring},
@@ -132,6 +146,7 @@ void run(const Size& z) {
       {"load_balanced", cp::AttentionComm::all_to_all}};
   for (const auto& [name, comm] : runs) {
     reset_peak();
+    const kdnn_test::AllocationCounter allocated;
     const cp::CpAttentionOptions how{comm};
     const char* how_name = comm == cp::AttentionComm::ring         ? "ring"
                            : comm == cp::AttentionComm::all_gather ? "all_gather"
@@ -159,9 +174,12 @@ void run(const Size& z) {
     // The ring's forward: R − 1 blocks of B·Hkv·L·2D values.
     const double formula =
         double(R - 1) * z.B * z.Hkv * (double(z.S) / R) * 2 * z.D * double(sizeof(T));
-    std::vector<double> mine = {double(f.bytes_sent), double(b.bytes_sent),
+    std::vector<double> mine = {double(f.bytes_sent),
+                                double(b.bytes_sent),
                                 f.overlapped_seconds + b.overlapped_seconds,
-                                f.waited_seconds + b.waited_seconds, peak_mib()};
+                                f.waited_seconds + b.waited_seconds,
+                                peak_mib(),
+                                double(allocated.peak) / MiB};
     std::vector<double> all(mine.size() * std::size_t(R));
     MPI_Gather(mine.data(), int(mine.size()), MPI_DOUBLE, all.data(), int(mine.size()), MPI_DOUBLE,
                0, MPI_COMM_WORLD);
@@ -175,8 +193,9 @@ void run(const Size& z) {
       std::printf(
           "    rank %d: sent %.0f B forward (ring formula %.0f), %.0f B backward; exchange "
           "overlapped "
-          "%.3f s, waited %.3f s; peak memory %.0f MiB\n",
-          r, x[0], formula, x[1], x[2], x[3], x[4]);
+          "%.3f s, waited %.3f s; peak memory %.0f MiB resident, %.1f MiB allocated (%.2fx the "
+          "target)\n",
+          r, x[0], formula, x[1], x[2], x[3], x[4], x[5], x[5] / target_mib);
     }
   }
 }

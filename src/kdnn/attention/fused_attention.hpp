@@ -87,8 +87,9 @@ struct FusedAttentionForward {
 };
 
 /// The arguments of fused_attention_backward: the forward's tensors and
-/// mask, dout = dL/dO and the gradients to write (overwritten). The
-/// workspaces are the caller's or, left empty, allocated for the call.
+/// mask, dout = dL/dO and the gradients to write (overwritten, or added to
+/// with `accumulate`). The workspaces are the caller's or, left empty,
+/// allocated for the call.
 template <class T, class ExecSpace>
 struct FusedAttentionBackward {
   StridedTensor4<const T, ExecSpace> q;     ///< [B, H, S, D]
@@ -108,6 +109,10 @@ struct FusedAttentionBackward {
   /// Workspaces with Hkv < H: the query heads' shares of dK and dV,
   /// [B, H, Sk, D] and [B, H, Sk, Dv]; optional.
   Tensor4<T, ExecSpace> dk_shares, dv_shares;
+  /// Add the gradients into dq, dk and dv (their values on entry) instead
+  /// of overwriting them: a sum over blocks of keys or queries (context
+  /// parallelism's) needs no buffer of its own. dsinks is overwritten.
+  bool accumulate = false;
 };
 
 }  // namespace kdnn::attention

@@ -291,7 +291,8 @@ void launch_backward_teams(const char* op, const ExecSpace& space,
   data.bq = KV::BQ;  // the rows load_rows reads
   data.bk = KV::BK;
   constexpr bool kv_adds_dq = std::is_void_v<Q>;
-  if (kv_adds_dq) kdnn::impl::fill_strided(space, dq, T(0));  // the shares are added to it
+  // The shares are added to dQ: from zero, or (add_dq) to its values.
+  if (kv_adds_dq && !data.add_dq) kdnn::impl::fill_strided(space, dq, T(0));
   KV kv;
   static_cast<FusedBackwardData<ExecSpace, T>&>(kv) = data;
   kv.dk = entry_rows(dk, keys), kv.dv = entry_rows(dv, keys);
@@ -323,7 +324,8 @@ void launch_backward_teams(const char* op, const ExecSpace& space,
 
 /// Runs the backward's kernels with dK and dV per query head (`group` query
 /// heads per key/value head of k and v), on flat tensors whose entries'
-/// rows `queries` and `keys` give (entry_rows.hpp).
+/// rows `queries` and `keys` give (entry_rows.hpp). `add_dq`, `add_dkv`:
+/// the kernels add into dq, and into dk and dv, instead of overwriting.
 template <class ExecSpace, class T>
 void run_fused_backward(
     const char* op, const ExecSpace& space, const StridedTensor4<const T, ExecSpace>& q,
@@ -331,8 +333,8 @@ void run_fused_backward(
     const StridedTensor4<const T, ExecSpace>& dout, const Tensor3<const T, ExecSpace>& lse,
     const Tensor3<const T, ExecSpace>& delta, const StridedTensor4<T, ExecSpace>& dq,
     const StridedTensor4<T, ExecSpace>& dk, const StridedTensor4<T, ExecSpace>& dv,
-    const FusedAttentionOptions& opts, const AttentionMask<ExecSpace>& mask, int group,
-    const EntryRows& queries, const EntryRows& keys) {
+    const FusedAttentionOptions& opts, const AttentionMask<ExecSpace>& mask, int group, bool add_dq,
+    bool add_dkv, const EntryRows& queries, const EntryRows& keys) {
   const int H = int(q.extent(1)), S = queries.extent, Sk = keys.extent, D = int(q.extent(3)),
             Dv = int(v.extent(3));
   FusedBackwardData<ExecSpace, T> data;
@@ -340,6 +342,7 @@ void run_fused_backward(
   data.dout = entry_rows(dout, queries);
   data.lse = entry_values(lse, queries), data.delta = entry_values(delta, queries);
   data.group = group;
+  data.add_dq = add_dq, data.add_dkv = add_dkv;
   data.visible = VisibleKeys<ExecSpace>(mask, S, Sk);
   data.dropout = dropout_mask(opts.dropout, mask.positions, H);
   data.scale = T(opts.scale);
@@ -383,10 +386,11 @@ void run_fused_backward(
 }
 
 /// into(b, g, ·, ·) = Σ_r heads(b, g·group + r, ·, ·), r = 0 .. group − 1 in
-/// order: dK or dV of a key/value head from its query heads' shares.
+/// order: dK or dV of a key/value head from its query heads' shares (`add`:
+/// added to into's values).
 template <class ExecSpace, class T>
 void sum_group_heads(const ExecSpace& space, const StridedTensor4<T, ExecSpace>& heads,
-                     const StridedTensor4<T, ExecSpace>& into, int group) {
+                     const StridedTensor4<T, ExecSpace>& into, int group, bool add) {
   const kdnn::impl::RowMajorIndex<4> at(into);
   Kokkos::parallel_for(
       "kdnn::attention::fused_sum_group_heads",
@@ -395,7 +399,7 @@ void sum_group_heads(const ExecSpace& space, const StridedTensor4<T, ExecSpace>&
         const std::size_t first = i[1] * std::size_t(group);
         T sum = heads(i[0], first, i[2], i[3]);
         for (int r = 1; r < group; ++r) sum += heads(i[0], first + r, i[2], i[3]);
-        into(i[0], i[1], i[2], i[3]) = sum;
+        FusedBackwardData<ExecSpace, T>::store(add, into(i[0], i[1], i[2], i[3]), sum);
       });
 }
 
@@ -442,11 +446,13 @@ void fused_backward_on_rows(const char* op, const ExecSpace& space,
   };
   const StridedTensor4<T, ExecSpace> dk_written = written(dk, a.dk_shares, "dk_heads"),
                                      dv_written = written(dv, a.dv_shares, "dv_heads");
+  // With accumulate, the shares are written and their sums added.
   run_fused_backward<ExecSpace, T>(op, space, q, k, a.v, a.dout, a.lse, delta, a.dq, dk_written,
-                                   dv_written, opts, a.mask, group, queries, keys);
+                                   dv_written, opts, a.mask, group, a.accumulate,
+                                   a.accumulate && group == 1, queries, keys);
   if (group > 1) {
-    sum_group_heads<ExecSpace, T>(space, dk_written, dk, group);
-    sum_group_heads<ExecSpace, T>(space, dv_written, dv, group);
+    sum_group_heads<ExecSpace, T>(space, dk_written, dk, group, a.accumulate);
+    sum_group_heads<ExecSpace, T>(space, dv_written, dv, group, a.accumulate);
   }
 }
 

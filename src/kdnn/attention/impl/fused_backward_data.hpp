@@ -28,13 +28,26 @@ struct FusedBackwardData {
   VisibleKeys<ExecSpace> visible;
   DropoutMask dropout;
   T scale = 1, keep_scale = 1;
-  ScoreCap<T> softcap;        ///< applied to the scaled scores, as in the forward
-  int bq = 1, bk = 1;         ///< multiples of Tile::align
-  int group = 1;              ///< query heads per key/value head, H / Hkv
+  ScoreCap<T> softcap;  ///< applied to the scaled scores, as in the forward
+  int bq = 1, bk = 1;   ///< multiples of Tile::align
+  int group = 1;        ///< query heads per key/value head, H / Hkv
+  /// Add the kernels' dQ (add_dq) and dK, dV (add_dkv) into the outputs'
+  /// values on entry instead of overwriting them.
+  bool add_dq = false, add_dkv = false;
   kdnn::impl::TeamWork work;  ///< set by the launch
   /// The launch's items: blocks of keys (dK, dV) or of queries (dQ), set
   /// by the launch
   RowBlocks<ExecSpace> blocks;
+
+  /// out ← value, or out += value when `add`: an output element's store.
+  template <class Out>
+  static KOKKOS_FORCEINLINE_FUNCTION void store(bool add, Out& out, T value) {
+    if (add) {
+      out += value;
+    } else {
+      out = value;
+    }
+  }
 
   /// The key/value head query head h reads (grouped-query attention). The
   /// kernels write dK and dV per query head; the group's sum is taken after.

@@ -248,12 +248,14 @@ struct FusedBackwardKVGpuKernel
         if (k0 + i >= cols) continue;
         KDNN_IMPL_UNROLL
         for (int j = 0; j < DC; ++j) {
-          if (c * DC + j < d_qk) dk(b, h, j0 + k0 + i, c * DC + j) = grad(t)[i * DC + j];
+          if (c * DC + j < d_qk)
+            this->store(this->add_dkv, dk(b, h, j0 + k0 + i, c * DC + j), grad(t)[i * DC + j]);
         }
         KDNN_IMPL_UNROLL
         for (int j = 0; j < DVC; ++j) {
           if (c * DVC + j < d_v)
-            dv(b, h, j0 + k0 + i, c * DVC + j) = grad(t)[RM * DC + i * DVC + j];
+            this->store(this->add_dkv, dv(b, h, j0 + k0 + i, c * DVC + j),
+                        grad(t)[RM * DC + i * DVC + j]);
         }
       }
     });
@@ -332,7 +334,9 @@ struct FusedBackwardQGpuKernel
         if (r0 + i >= rows) continue;
         KDNN_IMPL_UNROLL
         for (int j = 0; j < DC; ++j) {
-          if (d0 + j < d_qk) dq(b, h, i0 + r0 + i, d0 + j) = this->scale * grad(t)[i * DC + j];
+          if (d0 + j < d_qk)
+            this->store(this->add_dq, dq(b, h, i0 + r0 + i, d0 + j),
+                        this->scale * grad(t)[i * DC + j]);
         }
       }
     });

@@ -110,7 +110,9 @@ struct FusedBackwardKVKernel : FusedBackwardData<ExecSpace, T> {
     kdnn::impl::ScratchCarver carver(scratch);
     const Work w = carve(carver, bq, bk, D, Dv);
 
-    if (with_dq)
+    // dQ is summed in place over the key blocks, from zero or (add_dq) from
+    // its values on entry.
+    if (with_dq && !in.add_dq)
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, queries), [&](int i) {
         Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D),
                              [&](int d) { dq(b, h, i, d) = T(0); });
@@ -123,7 +125,8 @@ struct FusedBackwardKVKernel : FusedBackwardData<ExecSpace, T> {
       };
       kdnn::impl::team_copy_transposed(team, key(in.k), cols, bk, D, w.kt, bk);
       kdnn::impl::team_copy_transposed(team, key(in.v), cols, bk, Dv, w.vt, bk);
-      kdnn::impl::team_copy_rows(team, key(in.k), cols, bk, D, dpad, w.k, dpad);
+      // scale·K: dQ's factor (dQ = scale·dS'·K), applied before the sum.
+      kdnn::impl::team_copy_rows(team, key(in.k), cols, bk, D, dpad, w.k, dpad, in.scale);
       Kokkos::parallel_for(Kokkos::TeamVectorRange(team, bk * dpad),
                            [&](int x) { w.dk[x] = T(0); });
       Kokkos::parallel_for(Kokkos::TeamVectorRange(team, bk * dvp), [&](int x) { w.dv[x] = T(0); });
@@ -162,7 +165,7 @@ struct FusedBackwardKVKernel : FusedBackwardData<ExecSpace, T> {
         kdnn::impl::team_gemm<ExecSpace>(team, bk, dpad, rows, GemmA::k_major(w.dp, bk), w.q, dpad,
                                          w.dk, dpad, true);
         if (!with_dq) continue;
-        // dQ/scale += dS'·K.
+        // dQ += dS'·(scale·K).
         kdnn::impl::team_gemm<ExecSpace>(team, bq, dpad, cols, GemmA::rows(w.dp, bk), w.k, dpad,
                                          w.dq, dpad, true);
         team.team_barrier();
@@ -173,19 +176,14 @@ struct FusedBackwardKVKernel : FusedBackwardData<ExecSpace, T> {
       }
       team.team_barrier();
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols), [&](int c) {
-        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D),
-                             [&](int d) { dk(b, h, j0 + c, d) = w.dk[c * dpad + d]; });
-        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, Dv),
-                             [&](int d) { dv(b, h, j0 + c, d) = w.dv[c * dvp + d]; });
+        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D), [&](int d) {
+          this->store(in.add_dkv, dk(b, h, j0 + c, d), w.dk[c * dpad + d]);
+        });
+        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, Dv), [&](int d) {
+          this->store(in.add_dkv, dv(b, h, j0 + c, d), w.dv[c * dvp + d]);
+        });
       });
     }
-    if (!with_dq) return;
-    // dQ = scale·(Σ over the key blocks of dS'·K), once the sums are done.
-    team.team_barrier();
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, queries), [&](int i) {
-      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D),
-                           [&](int d) { dq(b, h, i, d) *= in.scale; });
-    });
   }
 };
 
@@ -277,8 +275,9 @@ struct FusedBackwardQKernel : FusedBackwardData<ExecSpace, T> {
     }
     team.team_barrier();
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](int r) {
-      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D),
-                           [&](int d) { dq(b, h, i0 + r, d) = in.scale * w.dq[r * dpad + d]; });
+      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, D), [&](int d) {
+        this->store(in.add_dq, dq(b, h, i0 + r, d), in.scale * w.dq[r * dpad + d]);
+      });
     });
   }
 };

@@ -150,10 +150,12 @@ struct FusedBackwardMmaKernel
     const int d_qk = int(dk.extent(3)), d_v = int(dv.extent(3));
     threads(team, [&](int t) {
       Base::template each_accumulator<ND>(t, [&](int e, int, int row, int col) {
-        if (row < cols && col < d_qk) dk(b, h, j0 + row, col) = dkacc(t)[e];
+        if (row < cols && col < d_qk)
+          this->store(this->add_dkv, dk(b, h, j0 + row, col), dkacc(t)[e]);
       });
       Base::template each_accumulator<NV>(t, [&](int e, int, int row, int col) {
-        if (row < cols && col < d_v) dv(b, h, j0 + row, col) = dvacc(t)[e];
+        if (row < cols && col < d_v)
+          this->store(this->add_dkv, dv(b, h, j0 + row, col), dvacc(t)[e]);
       });
     });
   }

@@ -111,48 +111,27 @@ void forward_pieces(const ExecSpace& space,
   }
 }
 
-/// Scratch for backward_pieces: one piece's dQ, dK, dV (grown as needed).
-template <class ExecSpace, class T>
-struct PieceGradients {
-  Tensor4<T, ExecSpace> dq, dk, dv;
-  void fit(int B, int H, int Hkv, int rows, int cols, int D, int Dv) {
-    const auto grow = [](Tensor4<T, ExecSpace>& t, int b, int h, int n, int e) {
-      if (t.extent(0) != std::size_t(b) || t.extent(1) != std::size_t(h) ||
-          t.extent(2) < std::size_t(n) || t.extent(3) != std::size_t(e)) {
-        t = Tensor4<T, ExecSpace>("kdnn::cp::piece_gradient", b, h, n, e);
-      }
-    };
-    grow(dq, B, H, rows, D), grow(dk, B, Hkv, cols, D), grow(dv, B, Hkv, cols, Dv);
-  }
-};
-
 /// blk's backward, piece by piece: each piece's dQ, dK, dV added into
-/// blk.dq, dk, dv at its rows (accumulators the caller set).
+/// blk.dq, dk, dv at its rows (accumulators the caller set), in place.
 template <class ExecSpace, class T>
 void backward_pieces(const ExecSpace& space,
                      const attention::FusedAttentionBackward<T, ExecSpace>& blk,
                      const attention::FusedAttentionOptions& opts, const Packing& packing,
-                     const std::vector<BlockPiece>& pieces, PieceGradients<ExecSpace, T>& scratch) {
-  const int B = int(blk.q.extent(0)), H = int(blk.q.extent(1)), Hkv = int(blk.k.extent(1));
+                     const std::vector<BlockPiece>& pieces) {
+  const int H = int(blk.q.extent(1));
   const std::pair<int, int> heads(0, H);
   for (const BlockPiece& p : pieces) {
-    const std::pair<int, int> rows(0, p.q_rows.second - p.q_rows.first);
-    const std::pair<int, int> cols(0, p.k_rows.second - p.k_rows.first);
-    scratch.fit(B, H, Hkv, rows.second, cols.second, int(blk.q.extent(3)), int(blk.v.extent(3)));
     attention::FusedAttentionBackward<T, ExecSpace> c;
     c.q = rows_in(blk.q, p.q_rows), c.k = rows_in(blk.k, p.k_rows), c.v = rows_in(blk.v, p.k_rows);
     c.o = rows_in(blk.o, p.q_rows), c.dout = rows_in(blk.dout, p.q_rows);
     c.lse = lse_block(space, blk.lse, heads, p.q_rows, true);
-    c.dq = rows_in(scratch.dq, rows), c.dk = rows_in(scratch.dk, cols);
-    c.dv = rows_in(scratch.dv, cols);
+    c.dq = rows_in(blk.dq, p.q_rows), c.dk = rows_in(blk.dk, p.k_rows);
+    c.dv = rows_in(blk.dv, p.k_rows);
+    c.accumulate = true;
     c.mask = piece_mask(space, blk.mask, packing, p, H);
     c.sinks = blk.sinks;
     attention::impl::fused_attention_backward(space, c, opts,
                                               attention::impl::MaskCheck::done_by_caller);
-    using Rows = StridedTensor4<const T, ExecSpace>;
-    add_rows(space, blk.dq, p.q_rows.first, Rows(c.dq));
-    add_rows(space, blk.dk, p.k_rows.first, Rows(c.dk));
-    add_rows(space, blk.dv, p.k_rows.first, Rows(c.dv));
   }
 }
 

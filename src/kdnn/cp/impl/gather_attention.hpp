@@ -185,9 +185,10 @@ ExchangeStats gather_backward(const ExecSpace& space, MPI_Comm comm, kdnn::impl:
       dv("kdnn::cp::gathered_dv", B, slice_heads, S, Dv);
   const auto& mine = layout.segments(rank);
   const auto rows = local_rows(mine);
-  PieceGradients<ExecSpace, T> scratch;
-  MpiBuffer<T, ExecSpace> out("kdnn::cp::gather_dkv", kv.elements(S));
-  MpiBuffer<T, ExecSpace> in("kdnn::cp::gather_dkv_mine", kv.elements(layout.local_steps(rank)));
+  // The sums go back through the gather's own buffers, free once a slice
+  // is in sequence order: every rank's rows out of `recv`, this rank's into
+  // `send`.
+  const auto &out = kv.recv, &in = kv.send;
   kdnn::impl::fill_strided(space, a.dq, T(0));
   ExchangeStats stats;
   for (int k0 = 0; k0 < Hkv; k0 += slice_heads) {
@@ -210,8 +211,8 @@ ExchangeStats gather_backward(const ExecSpace& space, MPI_Comm comm, kdnn::impl:
       blk.dq = block_of(a.dq, heads.range(), rows[i].range());
       blk.dk = dk_all, blk.dv = dv_all;
       blk.mask = mask;
-      backward_pieces(space, blk, opts, packing, block_pieces(packing, a.mask, mine[i], everything),
-                      scratch);
+      backward_pieces(space, blk, opts, packing,
+                      block_pieces(packing, a.mask, mine[i], everything));
     }
     // Every rank's rows of the sums, to it, summed over the ranks.
     const int h = slice.count();

@@ -320,12 +320,10 @@ ExchangeStats ulysses_backward(const ExecSpace& space, MPI_Comm comm, kdnn::impl
                                const attention::FusedAttentionBackward<T, ExecSpace>& a,
                                const attention::FusedAttentionOptions& opts) {
   const Segment all{0, layout.length()};
-  PieceGradients<ExecSpace, T> scratch;
   return scattered_heads_backward(space, comm, lock, layout, rank, a,
                                   [&](const attention::FusedAttentionBackward<T, ExecSpace>& run) {
                                     backward_pieces(space, run, opts, packing,
-                                                    block_pieces(packing, run.mask, all, all),
-                                                    scratch);
+                                                    block_pieces(packing, run.mask, all, all));
                                     return ExchangeStats{};
                                   });
 }
