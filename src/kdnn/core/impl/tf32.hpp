@@ -12,19 +12,9 @@
 #include <Kokkos_Core.hpp>
 #include <cstdint>
 
+#include "kdnn/core/impl/float_bits.hpp"
+
 namespace kdnn::impl {
-
-KOKKOS_FORCEINLINE_FUNCTION std::uint32_t float_bits(float x) {
-  std::uint32_t bits = 0;
-  __builtin_memcpy(&bits, &x, sizeof bits);
-  return bits;
-}
-
-KOKKOS_FORCEINLINE_FUNCTION float float_of_bits(std::uint32_t bits) {
-  float x = 0;
-  __builtin_memcpy(&x, &bits, sizeof x);
-  return x;
-}
 
 /// x rounded to TF32 to nearest, ties away from zero (PTX's
 /// cvt.rna.tf32.f32); infinities and NaN stay.
