@@ -39,14 +39,11 @@ struct FusedBackwardData {
   /// by the launch
   RowBlocks<ExecSpace> blocks;
 
-  /// out ← value, or out += value when `add`: an output element's store.
+  /// out ← value, or out += value when `add`: an output element's store,
+  /// one select and no branch (the kernels' stores sit in unrolled loops).
   template <class Out>
   static KOKKOS_FORCEINLINE_FUNCTION void store(bool add, Out& out, T value) {
-    if (add) {
-      out += value;
-    } else {
-      out = value;
-    }
+    out = add ? T(out + value) : value;
   }
 
   /// The key/value head query head h reads (grouped-query attention). The

@@ -241,24 +241,33 @@ struct FusedBackwardKVGpuKernel
     // The call's head sizes (at most D and DV: the columns past them were
     // zero and are not stored).
     const int d_qk = int(dk.extent(3)), d_v = int(dv.extent(3));
-    Base::threads(team, [&](int t) {
-      const int k0 = (t / CG) * RM, c = t % CG;
-      KDNN_IMPL_UNROLL
-      for (int i = 0; i < RM; ++i) {
-        if (k0 + i >= cols) continue;
+    // Written, or added to the outputs' values (add_dkv): chosen once, not
+    // per element (FusedBackwardData::store) in these unrolled register
+    // stores, where a per-element choice multiplied nvcc's compile time of
+    // the kernels by more than five.
+    const auto store = [&](auto put) {
+      Base::threads(team, [&](int t) {
+        const int k0 = (t / CG) * RM, c = t % CG;
         KDNN_IMPL_UNROLL
-        for (int j = 0; j < DC; ++j) {
-          if (c * DC + j < d_qk)
-            this->store(this->add_dkv, dk(b, h, j0 + k0 + i, c * DC + j), grad(t)[i * DC + j]);
+        for (int i = 0; i < RM; ++i) {
+          if (k0 + i >= cols) continue;
+          KDNN_IMPL_UNROLL
+          for (int j = 0; j < DC; ++j) {
+            if (c * DC + j < d_qk) put(dk(b, h, j0 + k0 + i, c * DC + j), grad(t)[i * DC + j]);
+          }
+          KDNN_IMPL_UNROLL
+          for (int j = 0; j < DVC; ++j) {
+            if (c * DVC + j < d_v)
+              put(dv(b, h, j0 + k0 + i, c * DVC + j), grad(t)[RM * DC + i * DVC + j]);
+          }
         }
-        KDNN_IMPL_UNROLL
-        for (int j = 0; j < DVC; ++j) {
-          if (c * DVC + j < d_v)
-            this->store(this->add_dkv, dv(b, h, j0 + k0 + i, c * DVC + j),
-                        grad(t)[RM * DC + i * DVC + j]);
-        }
-      }
-    });
+      });
+    };
+    if (this->add_dkv) {
+      store([](T& out, T value) { out += value; });
+    } else {
+      store([](T& out, T value) { out = value; });
+    }
   }
 };
 
@@ -327,19 +336,27 @@ struct FusedBackwardQGpuKernel
       });
     }
     const int d_qk = int(dq.extent(3));  // at most D: the columns past it are not stored
-    Base::threads(team, [&](int t) {
-      const int r0 = (t / CG) * RM, d0 = (t % CG) * DC;
-      KDNN_IMPL_UNROLL
-      for (int i = 0; i < RM; ++i) {
-        if (r0 + i >= rows) continue;
+    // Written, or added to dQ's values (add_dq): chosen once, as in the KV
+    // kernel.
+    const auto store = [&](auto put) {
+      Base::threads(team, [&](int t) {
+        const int r0 = (t / CG) * RM, d0 = (t % CG) * DC;
         KDNN_IMPL_UNROLL
-        for (int j = 0; j < DC; ++j) {
-          if (d0 + j < d_qk)
-            this->store(this->add_dq, dq(b, h, i0 + r0 + i, d0 + j),
-                        this->scale * grad(t)[i * DC + j]);
+        for (int i = 0; i < RM; ++i) {
+          if (r0 + i >= rows) continue;
+          KDNN_IMPL_UNROLL
+          for (int j = 0; j < DC; ++j) {
+            if (d0 + j < d_qk)
+              put(dq(b, h, i0 + r0 + i, d0 + j), this->scale * grad(t)[i * DC + j]);
+          }
         }
-      }
-    });
+      });
+    };
+    if (this->add_dq) {
+      store([](T& out, T value) { out += value; });
+    } else {
+      store([](T& out, T value) { out = value; });
+    }
   }
 };
 
