@@ -106,8 +106,9 @@ def main():
     for size in sizes:
         arg = "--kdnn_sizes=" + "x".join(map(str, size))
         for parts, result in median_runs(args.bench, [arg], args.repetitions).items():
-            # ssm_conv_f32/<phase>/B/L/C/K/real_time
-            bench[(parts[1], size)] = result
+            # ssm_conv_<f32|bf16>/<phase>/B/L/C/K/real_time: the float32 rows
+            if parts[0] == "ssm_conv_f32":
+                bench[(parts[1], size)] = result
     module = kdnn_conv(kdnn_package())
     print(method_line(module, "PyTorch", "the copy and tiled rows"))
     print("| phase | B, L, C, K | kdnn device | kdnn call | kdnn bench | kdnn GB/s "

@@ -1,8 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 """Checks of the tensors handed to kdnn's operators, and the stream they run on.
 
-Every operator takes float32 or float64 tensors on one device; a tensor
-that is not contiguous is made contiguous (one copy) before kdnn sees it,
+Every operator takes float32 or float64 tensors on one device, and those
+that store 16-bit activations also bfloat16 and float16 (computing in
+float32: their parameters, e.g. a conv's weight, are float32 or of the
+activations' dtype, converted to float32 exactly); a tensor that is not
+contiguous is made contiguous (one copy) before kdnn sees it,
 a contiguous one is passed as it is (kdnn views its memory). The operators
 that take strides read a transposed or sliced tensor in place:
 flash_attention any whose last dimension is contiguous, causal_conv1d any
@@ -19,6 +22,21 @@ from ._options import Options
 
 Error = _kdnn.Error
 FLOATS = (torch.float32, torch.float64)
+HALVES = (torch.bfloat16, torch.float16)
+# Every storage dtype of the operators that take 16-bit activations.
+STORAGE = FLOATS + HALVES
+
+
+def compute_dtype(dtype):
+    """The dtype kdnn computes a storage dtype in (and keeps parameters,
+    states and statistics in): float32 for the 16-bit dtypes."""
+    return torch.float32 if dtype in HALVES else dtype
+
+
+def _names(dtypes):
+    """"torch.float32 or torch.float64": the dtypes, joined."""
+    names = [str(d) for d in dtypes]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
 # The devices whose tensors this build of kdnn computes on.
 DEVICES = ("cpu", "cuda") if _kdnn.backend() == "Cuda" else ("cpu",)
 
@@ -31,21 +49,29 @@ def stream_of(t):
 
 
 class Operands:
-    """The tensors of one call, checked against its first: `first` fixes
-    the dtype and the device, each later tensor must match them."""
+    """The tensors of one call, checked against its first: the first fixes
+    the dtype (one of `dtypes`: FLOATS, or STORAGE for the operators that
+    take 16-bit activations) and the device, each later tensor must match
+    them (a parameter: see __call__)."""
 
-    def __init__(self, op):
+    def __init__(self, op, dtypes=FLOATS):
         self.op = op
+        self.dtypes = dtypes
         self.dtype = None
         self.device = None
+        self.first = None
 
-    def __call__(self, t, name, dims, layout, optional=False, strides="contiguous"):
+    def __call__(self, t, name, dims, layout, optional=False, strides="contiguous",
+                 parameter=False):
         """t (a tensor with `dims` dimensions, or at least -dims when dims is
         negative, described by `layout`, e.g. "[B, L, C]") with its values
         as they read (PyTorch's lazy negation applied) and, as the operator
         takes `strides`, contiguous ("contiguous"), with its last dimension
         contiguous ("rows": rows_contiguous) or as it is ("any"). None stays
-        None where the tensor is optional."""
+        None where the tensor is optional. A `parameter` (not the first) is
+        kept in the compute dtype: of the first's dtype or of its compute
+        dtype, and returned in the compute dtype (a differentiable cast,
+        exact; as mixed-precision training keeps parameters in float32)."""
         where = f"{self.op}: {name}"
         if t is None and optional:
             return None
@@ -54,17 +80,22 @@ class Operands:
                         f"a torch.Tensor {layout}")
         if t.layout != torch.strided:
             raise Error(f"{where} has layout {t.layout}, expected torch.strided (a dense tensor)")
-        if t.dtype not in FLOATS:
-            raise Error(f"{where} has dtype {t.dtype}, expected torch.float32 or torch.float64")
+        if t.dtype not in self.dtypes:
+            raise Error(f"{where} has dtype {t.dtype}, expected {_names(self.dtypes)}")
         if t.device.type not in DEVICES:
             raise Error(f"{where} is on {t.device}, expected a tensor on {' or '.join(DEVICES)} "
                         "(the devices this kdnn was built for)")
         if self.dtype is None:
-            self.dtype, self.device = t.dtype, t.device
+            self.dtype, self.device, self.first = t.dtype, t.device, name
+        elif parameter and t.dtype in (self.dtype, compute_dtype(self.dtype)):
+            t = t.to(compute_dtype(self.dtype))
         elif t.dtype != self.dtype:
-            raise Error(f"{where} has dtype {t.dtype}, expected {self.dtype} (as the first tensor)")
-        elif t.device != self.device:
-            raise Error(f"{where} is on {t.device}, expected {self.device} (as the first tensor)")
+            want = (_names(dict.fromkeys((self.dtype, compute_dtype(self.dtype))))
+                    if parameter else str(self.dtype))
+            raise Error(f"{where} has dtype {t.dtype}, expected {want} (as {self.first} has "
+                        f"{self.dtype})")
+        if t.device != self.device:
+            raise Error(f"{where} is on {t.device}, expected {self.device} (as {self.first})")
         if t.dim() != dims and not (dims < 0 and t.dim() >= -dims):
             count = f"{dims}" if dims >= 0 else f"at least {-dims}"
             raise Error(f"{where} has shape {list(t.shape)}, expected {count} dimensions {layout}")

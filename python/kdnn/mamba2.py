@@ -1,15 +1,21 @@
 # SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 """Mamba-2's sequence-mixing operators, differentiable: kdnn.causal_conv1d
-(+ SiLU), kdnn.dt_softplus and kdnn.ssd (the chunked SSD scan)."""
+(+ SiLU), kdnn.dt_softplus and kdnn.ssd (the chunked SSD scan).
+
+The conv and the dt softplus take bfloat16 and float16 activations (x, the
+states, dt) beside float32 and float64, computing in float32; their
+parameters (weight, bias, dt_bias) are float32 or of the activations'
+dtype, and their gradients float32, as mamba's mixed-precision training
+keeps them."""
 import math
 
 import torch
 
 from . import _kdnn
 from ._options import Options
-from ._tensors import (Operands, contiguous, empty_in_order_of, first_order, flag, int32_array,
-                       finite_parameter, int32_vector, integer, number, offsets, require,
-                       stream_of, writable)
+from ._tensors import (STORAGE, Operands, compute_dtype, contiguous, empty_in_order_of,
+                       first_order, flag, int32_array, finite_parameter, int32_vector, integer,
+                       number, offsets, require, stream_of, writable)
 
 ACTIVATIONS = (None, "silu", "swish")
 
@@ -85,7 +91,9 @@ def causal_conv1d(x, weight, bias=None, initial_state=None, *, activation=None,
     the K - 1 steps before t = 0 taken from initial_state (zeros if None).
 
     x [B, L, C], weight [C, K], bias [C], initial_state [B, K - 1, C];
-    activation None or "silu" ("swish"). Returns y [B, L, C], and with
+    activation None or "silu" ("swish"). x and initial_state float32,
+    float64, bfloat16 or float16, one dtype; weight and bias of x's dtype or
+    (16-bit x) float32, their gradients float32. Returns y [B, L, C], and with
     return_final_states also the last K - 1 inputs [B, K - 1, C] (the next
     call's initial_state). x of any strides is read in place (e.g. the
     transpose(1, 2) of a contiguous [B, C, L] tensor, causal-conv1d's
@@ -101,10 +109,10 @@ def causal_conv1d(x, weight, bias=None, initial_state=None, *, activation=None,
     initial_state (and the incoming gradients), naming the first; without
     it they propagate, as in PyTorch (docs/api.md).
     """
-    check = Operands("causal_conv1d")
+    check = Operands("causal_conv1d", STORAGE)
     x = check(x, "x", 3, "[B, L, C]", strides="any")
-    weight = check(weight, "weight", 2, "[C, K]")
-    bias = check(bias, "bias", 1, "[C]", optional=True)
+    weight = check(weight, "weight", 2, "[C, K]", parameter=True)
+    bias = check(bias, "bias", 1, "[C]", optional=True, parameter=True)
     initial_state = check(initial_state, "initial_state", 3, "[B, K-1, C]", optional=True)
     silu = conv_silu("causal_conv1d", weight, activation)
     return_final_states = flag("causal_conv1d", "return_final_states", return_final_states)
@@ -125,7 +133,7 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, *, activation=None,
 
     x [B, C] or [B, C, Lnew] (channel first), conv_state [B, C, W] with
     W >= K - 1 (updated in place), weight [C, K], bias [C]; activation None
-    or "silu" ("swish"). Returns y of x's shape. For serving, as the peer's:
+    or "silu" ("swish"); dtypes as causal_conv1d's (the state x's). Returns y of x's shape. For serving, as the peer's:
     conv_state_indices [B] (distinct rows of a conv_state [Bs, C, W]): batch
     entry b uses state row conv_state_indices[b]; cache_seqlens [B] (>= 0):
     the state is a circular buffer, x̄ is the K - 1 steps before slot
@@ -137,14 +145,14 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, *, activation=None,
     weight or bias, naming the first (docs/api.md).
     """
     op = "causal_conv1d_update"
-    check = Operands(op)
+    check = Operands(op, STORAGE)
     x_in = x
     x = check(x, "x", -2, "[B, C] or [B, C, Lnew]")
     require(x.dim() <= 3, f"{op}: x has shape {list(x.shape)}, expected [B, C] or [B, C, Lnew]")
     state = check(conv_state, "conv_state", 3, "[B, C, W]")
     writable(op, "conv_state", conv_state)
-    weight = check(weight, "weight", 2, "[C, K]")
-    bias = check(bias, "bias", 1, "[C]", optional=True)
+    weight = check(weight, "weight", 2, "[C, K]", parameter=True)
+    bias = check(bias, "bias", 1, "[C]", optional=True, parameter=True)
     silu = conv_silu(op, weight, activation)
     check_finite = flag(op, "check_finite", check_finite)
     if torch.is_grad_enabled():
@@ -173,7 +181,7 @@ class _DtSoftplus(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, dt, dt_bias, options):
-        out = torch.empty_like(dt)
+        out = torch.empty_like(dt, dtype=compute_dtype(dt.dtype))
         _kdnn.dt_softplus_forward(dt, dt_bias, out, options.bound(), stream_of(dt))
         ctx.save_for_backward(dt, dt_bias)
         ctx.options = options
@@ -192,11 +200,15 @@ class _DtSoftplus(torch.autograd.Function):
 def dt_softplus(dt, dt_bias, *, dt_limit=(0.0, math.inf), check_finite=False):
     """Mamba-2's step sizes: clamp(softplus(dt + dt_bias), *dt_limit)
     (softplus linear above 20, as PyTorch). dt [B, L, H], dt_bias [H]
-    (finite: a parameter, always checked). check_finite: refuse a NaN or an
+    (finite: a parameter, always checked). dt float32, float64, bfloat16 or
+    float16; dt_bias of dt's dtype or (16-bit dt) float32; the result and
+    dt_bias's gradient in float32 for a 16-bit dt (as mamba keeps the step
+    sizes), dt's gradient in dt's dtype. check_finite: refuse a NaN or an
     infinity in dt (and the incoming gradient) too (docs/api.md)."""
-    check = Operands("dt_softplus")
+    check = Operands("dt_softplus", STORAGE)
     dt = check(dt, "dt", 3, "[B, L, H]")
-    dt_bias = finite_parameter("dt_softplus", "dt_bias", check(dt_bias, "dt_bias", 1, "[H]"))
+    dt_bias = finite_parameter("dt_softplus", "dt_bias",
+                               check(dt_bias, "dt_bias", 1, "[H]", parameter=True))
     options = dt_options(dt_limits("dt_softplus", dt_limit),
                          flag("dt_softplus", "check_finite", check_finite))
     return _DtSoftplus.apply(dt, dt_bias, options)

@@ -23,7 +23,7 @@ namespace {
 void conv_forward(const StridedArray& x, const Array& w, const Optional& bias, const Optional& init,
                   const StridedArray& y, const Optional& final_state, const Optional& seq_idx,
                   const ssm::CausalConv1dOptions& options, std::uintptr_t stream) {
-  dispatch(x, "causal_conv1d: x", stream, [&](auto space, auto zero) {
+  dispatch<StorageDtypes>(x, "causal_conv1d: x", stream, [&](auto space, auto zero) {
     using Space = decltype(space);
     using T = decltype(zero);
     auto f = conv_forward_arguments<T, Space>("causal_conv1d", x, w, bias, init, y, final_state);
@@ -37,7 +37,7 @@ void conv_backward(const StridedArray& x, const Array& w, const Optional& bias,
                    const StridedArray& dx, const Array& dw, const Optional& dbias,
                    const Optional& dinit, const Optional& seq_idx,
                    const ssm::CausalConv1dOptions& options, std::uintptr_t stream) {
-  dispatch(x, "causal_conv1d backward: x", stream, [&](auto space, auto zero) {
+  dispatch<StorageDtypes>(x, "causal_conv1d backward: x", stream, [&](auto space, auto zero) {
     using Space = decltype(space);
     using T = decltype(zero);
     auto b = conv_backward_arguments<T, Space>("causal_conv1d", x, w, bias, init, dy, dfinal, dx,
@@ -51,14 +51,15 @@ void conv_backward(const StridedArray& x, const Array& w, const Optional& bias,
 void conv_update(const Array& x, const Array& state, const Array& w, const Optional& bias,
                  const Array& y, const Optional& state_indices, const Optional& cache_seqlens,
                  const ssm::CausalConv1dOptions& options, std::uintptr_t stream) {
-  dispatch(x, "causal_conv1d_update: x", stream, [&](auto space, auto zero) {
+  dispatch<StorageDtypes>(x, "causal_conv1d_update: x", stream, [&](auto space, auto zero) {
     using Space = decltype(space);
     using T = decltype(zero);
     ssm::ConvUpdate<T, Space> a;
     a.x = view_of<In3<T, Space>>(x, "causal_conv1d_update: x");
     a.conv_state = view_of<kdnn::Tensor3<T, Space>>(state, "causal_conv1d_update: conv_state");
-    a.w = view_of<kdnn::Matrix<const T, Space>>(w, "causal_conv1d_update: weight");
-    a.bias = view_of<kdnn::Vector<const T, Space>>(bias, "causal_conv1d_update: bias");
+    using Param = kdnn::compute_t<T>;
+    a.w = view_of<kdnn::Matrix<const Param, Space>>(w, "causal_conv1d_update: weight");
+    a.bias = view_of<kdnn::Vector<const Param, Space>>(bias, "causal_conv1d_update: bias");
     a.y = view_of<kdnn::Tensor3<T, Space>>(y, "causal_conv1d_update: out");
     using Ints = kdnn::Vector<const int, Space>;
     a.conv_state_indices = view_of<Ints>(state_indices, "causal_conv1d_update: conv_state_indices");
@@ -71,26 +72,29 @@ void conv_update(const Array& x, const Array& state, const Array& w, const Optio
 
 void dt_forward(const Array& dt, const Array& bias, const Array& out,
                 const ssm::DtSoftplusOptions& options, std::uintptr_t stream) {
-  dispatch(dt, "dt_softplus: dt", stream, [&](auto space, auto zero) {
+  dispatch<StorageDtypes>(dt, "dt_softplus: dt", stream, [&](auto space, auto zero) {
     using Space = decltype(space);
     using T = decltype(zero);
-    ssm::dt_softplus_forward(space, view_of<In3<T, Space>>(dt, "dt_softplus: dt"),
-                             view_of<kdnn::Vector<const T, Space>>(bias, "dt_softplus: dt_bias"),
-                             view_of<kdnn::Tensor3<T, Space>>(out, "dt_softplus: out"), options);
+    using Param = kdnn::compute_t<T>;  // dt_bias and dt_out
+    ssm::dt_softplus_forward(
+        space, view_of<In3<T, Space>>(dt, "dt_softplus: dt"),
+        view_of<kdnn::Vector<const Param, Space>>(bias, "dt_softplus: dt_bias"),
+        view_of<kdnn::Tensor3<Param, Space>>(out, "dt_softplus: out"), options);
   });
 }
 
 void dt_backward(const Array& dt, const Array& bias, const Array& dout, const Array& ddt,
                  const Array& dbias, const ssm::DtSoftplusOptions& options, std::uintptr_t stream) {
-  dispatch(dt, "dt_softplus backward: dt", stream, [&](auto space, auto zero) {
+  dispatch<StorageDtypes>(dt, "dt_softplus backward: dt", stream, [&](auto space, auto zero) {
     using Space = decltype(space);
     using T = decltype(zero);
+    using Param = kdnn::compute_t<T>;  // dt_bias, dt_out and their gradients
     ssm::dt_softplus_backward(
         space, view_of<In3<T, Space>>(dt, "dt_softplus backward: dt"),
-        view_of<kdnn::Vector<const T, Space>>(bias, "dt_softplus backward: dt_bias"),
-        view_of<In3<T, Space>>(dout, "dt_softplus backward: grad"),
+        view_of<kdnn::Vector<const Param, Space>>(bias, "dt_softplus backward: dt_bias"),
+        view_of<In3<Param, Space>>(dout, "dt_softplus backward: grad"),
         view_of<kdnn::Tensor3<T, Space>>(ddt, "dt_softplus backward: ddt"),
-        view_of<kdnn::Vector<T, Space>>(dbias, "dt_softplus backward: ddt_bias"), options);
+        view_of<kdnn::Vector<Param, Space>>(dbias, "dt_softplus backward: ddt_bias"), options);
   });
 }
 

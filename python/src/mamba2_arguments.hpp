@@ -16,13 +16,15 @@ namespace kdnn_python {
 template <class T, class Space>
 using Strided3 = kdnn::StridedTensor3<T, Space>;
 
-/// The conv's inputs, shared by its forward and backward argument structs.
+/// The conv's inputs, shared by its forward and backward argument structs
+/// (the weight and bias, and their gradients, of compute_t<T>).
 template <class T, class Space, class Args, class X>
 void set_conv_inputs(Args& a, const std::string& at, const X& x, const Array& w,
                      const Optional& bias, const Optional& init) {
+  using Param = kdnn::compute_t<T>;
   a.x = view_of<Strided3<const T, Space>>(x, at + "x");
-  a.w = view_of<kdnn::Matrix<const T, Space>>(w, at + "weight");
-  a.bias = view_of<kdnn::Vector<const T, Space>>(bias, at + "bias");
+  a.w = view_of<kdnn::Matrix<const Param, Space>>(w, at + "weight");
+  a.bias = view_of<kdnn::Vector<const Param, Space>>(bias, at + "bias");
   a.initial_state = view_of<Strided3<const T, Space>>(init, at + "initial_state");
 }
 
@@ -71,8 +73,8 @@ kdnn::ssm::ConvBackward<T, Space> conv_backward_arguments(const std::string& op,
   b.dy = view_of<Strided3<const T, Space>>(dy, at + "grad");
   b.dfinal_state = view_of<Strided3<const T, Space>>(dfinal, at + "grad of final_state");
   b.dx = view_of<Strided3<T, Space>>(dx, at + "dx");
-  b.dw = view_of<kdnn::Matrix<T, Space>>(dw, at + "dweight");
-  b.dbias = view_of<kdnn::Vector<T, Space>>(dbias, at + "dbias");
+  b.dw = view_of<kdnn::Matrix<kdnn::compute_t<T>, Space>>(dw, at + "dweight");
+  b.dbias = view_of<kdnn::Vector<kdnn::compute_t<T>, Space>>(dbias, at + "dbias");
   b.dinitial_state = view_of<Strided3<T, Space>>(dinit, at + "dinitial_state");
   return b;
 }

@@ -3,7 +3,9 @@
 // Arrays from Python (torch tensors, or anything with DLPack) as Kokkos
 // Views without a copy, and the execution space a call runs on.
 //
-// The Python layer hands over C-contiguous float32/float64 tensors (it makes
+// The Python layer hands over C-contiguous tensors of a storage type
+// (float32, float64 and, for the operators that take them, bfloat16 and
+// float16: kdnn::bfloat16 and kdnn::float16, the same two bytes; it makes
 // a non-contiguous one contiguous first), or, for the operators that take
 // strides, any tensor whose last dimension is contiguous; here each becomes
 // an unmanaged LayoutRight (or LayoutStride) View of its own memory, on the
@@ -25,8 +27,24 @@
 #include <utility>
 
 #include "kdnn/core/error.hpp"
+#include "kdnn/core/float16.hpp"
 #include "kdnn/core/tensor.hpp"
 #include "lifetime.hpp"
+
+// DLPack's codes of kdnn's 16-bit storage types (PyTorch's torch.bfloat16
+// and torch.float16), so that nb::dtype<T>() names them.
+namespace nanobind::detail {
+template <>
+struct dtype_traits<kdnn::bfloat16> {
+  static constexpr dlpack::dtype value{std::uint8_t(dlpack::dtype_code::Bfloat), 16, 1};
+  static constexpr auto name = const_name("bfloat16");
+};
+template <>
+struct dtype_traits<kdnn::float16> {
+  static constexpr dlpack::dtype value{std::uint8_t(dlpack::dtype_code::Float), 16, 1};
+  static constexpr auto name = const_name("float16");
+};
+}  // namespace nanobind::detail
 
 namespace kdnn_python {
 
@@ -55,7 +73,34 @@ template <class T>
 constexpr const char* dtype_name() {
   if constexpr (std::is_same_v<T, float>) return "float32";
   if constexpr (std::is_same_v<T, double>) return "float64";
+  if constexpr (std::is_same_v<T, kdnn::bfloat16>) return "bfloat16";
+  if constexpr (std::is_same_v<T, kdnn::float16>) return "float16";
   return "int32";
+}
+
+/// The scalar types an operator's dispatch takes.
+template <class... T>
+struct Dtypes {};
+/// float32 and float64.
+using FloatDtypes = Dtypes<float, double>;
+/// Every storage type: float32, float64, bfloat16 and float16.
+using StorageDtypes = Dtypes<float, double, kdnn::bfloat16, kdnn::float16>;
+
+/// g(T{}...): a zero of each of the types.
+template <class... T, class G>
+auto with_zeros(Dtypes<T...>, const G& g) {
+  return g(T{}...);
+}
+
+/// "float32, float64, bfloat16 or float16": the names of the types.
+template <class... T>
+std::string dtype_names(Dtypes<T...>) {
+  const char* names[] = {dtype_name<T>()...};
+  std::string s;
+  for (std::size_t i = 0; i < sizeof...(T); ++i) {
+    s += std::string(i == 0 ? "" : i + 1 == sizeof...(T) ? " or " : ", ") + names[i];
+  }
+  return s;
 }
 
 /// The DLPack device type of memory in `MemorySpace`: the host's, or (a
@@ -162,25 +207,22 @@ inline Kokkos::Cuda cuda_space(int device, cudaStream_t stream) {
 #endif
 
 /// Runs `f(space, T{})` on the execution space of `first`'s device with T its
-/// scalar type (float or double): the host space for CPU arrays (then fenced,
-/// so the results are there when Python reads them) and, in a CUDA build, a
-/// Kokkos::Cuda instance on the stream `stream` (PyTorch's current stream)
-/// of `first`'s GPU for CUDA arrays, ordered on that stream as PyTorch's own
-/// kernels. The GIL is released meanwhile, and Kokkos kept up throughout
-/// (Lifetime::Call, released before the GIL is taken back).
-template <class A, class F>
+/// scalar type, one of `Types` (FloatDtypes by default): the host space for CPU arrays (then
+/// fenced, so the results are there when Python reads them) and, in a CUDA build, a Kokkos::Cuda
+/// instance on the stream `stream` (PyTorch's current stream) of `first`'s GPU for CUDA arrays,
+/// ordered on that stream as PyTorch's own kernels. The GIL is released meanwhile, and Kokkos kept
+/// up throughout (Lifetime::Call, released before the GIL is taken back).
+template <class Types = FloatDtypes, class A, class F>
 void dispatch(const A& first, const char* name, std::uintptr_t stream, F&& f) {
-  if (first.dtype() != nb::dtype<float>() && first.dtype() != nb::dtype<double>()) {
-    kdnn::fail(name, " has an unsupported dtype, expected float32 or float64");
+  const auto is = [&](auto zero) { return first.dtype() == nb::dtype<decltype(zero)>(); };
+  if (!with_zeros(Types{}, [&](auto... zero) { return (is(zero) || ...); })) {
+    kdnn::fail(name, " has an unsupported dtype, expected ", dtype_names(Types{}));
   }
   const nb::gil_scoped_release unlocked;
   const Lifetime::Call call(name);
-  const auto on_dtype = [&](auto space) {
-    if (first.dtype() == nb::dtype<float>()) {
-      f(space, float{});
-    } else {
-      f(space, double{});
-    }
+  const auto on_dtype = [&](auto space) {  // f for the one type that is first's
+    with_zeros(Types{},
+               [&](auto... zero) { return ((is(zero) && (f(space, zero), true)) || ...); });
   };
   if (first.device_type() == nb::device::cpu::value) {
     const Kokkos::DefaultHostExecutionSpace host;

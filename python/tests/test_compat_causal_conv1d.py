@@ -3,7 +3,9 @@
 reference formulations (causal_conv1d_ref, causal_conv1d_update_ref),
 written here in PyTorch from the peer's documentation, both memory layouts
 of x, initial and final states, gradients, the decoding step, and the
-options kdnn does not have."""
+options kdnn does not have; and the peer's own test cases at its native
+dtypes (float16 and bfloat16 activations, float32 weights) with its
+tolerances."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -154,6 +156,78 @@ def test_update_with_a_circular_state_and_state_indices(dtype, seqlen):
         got = causal_conv1d_update(x, state, w, b, "silu", cache_seqlens, indices)
         torch.testing.assert_close(got, want, **TOLERANCE[dtype])
         torch.testing.assert_close(state, want_state, rtol=0, atol=0)  # other rows untouched
+
+
+# The peer's tolerances for 16-bit activations (weights' gradients: rtolw,
+# atolw), and its reference: computed in the weights' float32, the outputs
+# rounded to the activations' dtype.
+PEER_TOLERANCE = {torch.float16: dict(rtol=3e-3, atol=5e-3),
+                  torch.bfloat16: dict(rtol=1e-2, atol=5e-2)}
+PEER_WEIGHT_TOLERANCE = dict(rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("itype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("channel_last", [False, True])
+@pytest.mark.parametrize("has_initial_states", [False, True])
+@pytest.mark.parametrize("silu", [False, True])
+@pytest.mark.parametrize("width", [2, 3, 4])
+@pytest.mark.parametrize("seqlen", [1, 8, 130])
+def test_fn_at_the_peers_native_dtypes(itype, channel_last, has_initial_states, silu, width,
+                                       seqlen):
+    if not channel_last and has_initial_states:
+        pytest.skip("the peer takes initial states channel-last only")
+    torch.manual_seed(0)
+    batch, dim = 2, 64
+    if channel_last:  # a slice of wider rows, as the peer's test
+        x = torch.randn(batch, seqlen, dim + 96).to(itype)[:, :, 32:32 + dim].transpose(1, 2)
+    else:
+        x = torch.randn(batch, dim + 96, seqlen).to(itype)[:, 32:32 + dim, :]
+    x.requires_grad_()
+    weight = torch.randn(dim, width, requires_grad=True)
+    bias = torch.randn(dim, requires_grad=True)
+    init = (torch.randn(batch, width - 1, dim).to(itype).transpose(1, 2).requires_grad_()
+            if has_initial_states else None)
+    refs = [t.detach().clone().requires_grad_() if t is not None else None
+            for t in (x, weight, bias, init)]
+    activation = "silu" if silu else None
+    out, final = causal_conv1d_fn(x, weight, bias, initial_states=init, return_final_states=True,
+                                  activation=activation)
+    xr, wr, br, ir = refs
+    out_ref, final_ref = conv_ref(xr.float(), wr, br, None if ir is None else ir.float(),
+                                  return_final_states=True, activation=activation)
+    out_ref, final_ref = out_ref.to(itype), final_ref.to(itype)
+    tol = PEER_TOLERANCE[itype]
+    torch.testing.assert_close(out, out_ref, **tol)
+    torch.testing.assert_close(final, final_ref, rtol=0, atol=0)  # copies of inputs
+    g = torch.randn_like(out)
+    out.backward(g)
+    out_ref.backward(g)
+    torch.testing.assert_close(x.grad, xr.grad, **tol)
+    torch.testing.assert_close(weight.grad, wr.grad, **PEER_WEIGHT_TOLERANCE)
+    torch.testing.assert_close(bias.grad, br.grad, **PEER_WEIGHT_TOLERANCE)
+    if has_initial_states:
+        torch.testing.assert_close(init.grad, ir.grad, **tol)
+
+
+@pytest.mark.parametrize("itype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("has_cache_seqlens", [False, True])
+@pytest.mark.parametrize("seqlen", [1, 4, 5])
+@pytest.mark.parametrize("width", [2, 3, 4])
+@pytest.mark.parametrize("has_bias", [False, True])
+def test_update_at_the_peers_native_dtypes(itype, has_cache_seqlens, seqlen, width, has_bias):
+    torch.manual_seed(0)
+    batch, dim = 16, 2048 + 16
+    x = torch.randn(batch, seqlen, dim).to(itype).transpose(-1, -2)
+    state_len = int(torch.randint(width - 1, width + 10, (1,)))
+    state = torch.randn(batch, state_len, dim).to(itype).transpose(-1, -2)
+    weight = torch.randn(dim, width)
+    bias = torch.randn(dim) if has_bias else None
+    cache_seqlens = (torch.randint(0, 1024, (batch,), dtype=torch.int32)
+                     if has_cache_seqlens else None)
+    want, want_state = update_ref(x.float(), state.float(), weight, bias, "silu", cache_seqlens)
+    got = causal_conv1d_update(x, state, weight, bias, "silu", cache_seqlens)
+    torch.testing.assert_close(got, want.to(itype), **PEER_TOLERANCE[itype])
+    assert torch.equal(state, want_state.to(itype))
 
 
 def test_update_serving_errors_leave_the_state():

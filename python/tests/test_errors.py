@@ -24,7 +24,8 @@ def test_error_is_a_value_error():
 def test_wrong_dtype():
     with raises(r"sinkhorn: x has dtype torch.float16, expected torch.float32 or torch.float64"):
         kdnn.sinkhorn(torch.zeros(2, 3, 3, dtype=torch.float16))
-    with raises(r"ssd: dt has dtype torch.float32, expected torch.float64 \(as the first tensor\)"):
+    with raises(r"ssd: dt has dtype torch.float32, expected torch.float64 \(as x has "
+                r"torch.float64\)"):
         kdnn.ssd(torch.zeros(1, 4, 2, 2, dtype=torch.float64), torch.zeros(1, 4, 2),
                  torch.zeros(2), torch.zeros(1, 4, 1, 2), torch.zeros(1, 4, 1, 2), chunk_size=4)
     with raises("causal_conv1d: x is a list, expected a torch.Tensor"):

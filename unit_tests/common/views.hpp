@@ -2,7 +2,9 @@
 #pragma once
 // Host <-> device copies for tests, any rank: data is built and checked on
 // the host as flat row-major std::vector<double>, operators run on Views of
-// the tests' execution space (Space below).
+// the tests' execution space (Space below). Views of the 16-bit storage
+// types convert as the library does (core/float16.hpp): a double is rounded
+// to float, then to nearest even.
 #include <cstddef>
 #include <stdexcept>
 #include <string>
@@ -10,6 +12,7 @@
 
 #include <Kokkos_Core.hpp>
 
+#include "kdnn/core/float16.hpp"
 #include "random.hpp"  // the fills tests build data with
 
 namespace kdnn_test {
@@ -26,6 +29,18 @@ using Space = Kokkos::DefaultExecutionSpace;
 template <class DataType>
 using DeviceView = Kokkos::View<DataType, Kokkos::LayoutRight, Space::memory_space>;
 
+/// `x` stored as T (float, double or a 16-bit storage type).
+template <class T>
+T stored_as(double x) {
+  return kdnn::from_compute<T>(kdnn::compute_t<T>(x));
+}
+
+/// A stored value as double (exact).
+template <class T>
+double as_double(T x) {
+  return double(kdnn::to_compute(x));
+}
+
 /// A LayoutRight View in MemorySpace with the given extents holding
 /// `values` (row-major), converted to its value type.
 template <class DataType, class MemorySpace, class... Extents>
@@ -39,7 +54,7 @@ Kokkos::View<DataType, Kokkos::LayoutRight, MemorySpace> to_view(const std::vect
   }
   auto host = Kokkos::create_mirror_view(view);
   for (std::size_t k = 0; k < values.size(); ++k) {
-    host.data()[k] = typename View::value_type(values[k]);
+    host.data()[k] = stored_as<typename View::non_const_value_type>(values[k]);
   }
   Kokkos::deep_copy(view, host);
   return view;
@@ -59,7 +74,9 @@ std::vector<double> to_host(const View& view) {
       std::is_same_v<typename View::array_layout, Kokkos::LayoutRight> || unsigned(View::rank) <= 1,
       "to_host: a LayoutRight (or rank-1) View");
   auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), view);
-  return std::vector<double>(host.data(), host.data() + host.size());
+  std::vector<double> out(host.size());
+  for (std::size_t k = 0; k < out.size(); ++k) out[k] = as_double(host.data()[k]);
+  return out;
 }
 
 }  // namespace kdnn_test

@@ -59,6 +59,7 @@ template <class T>
 Result run_segments(const Problem& p, const std::vector<cp::Segment>& segments, MPI_Comm comm,
                     bool dfinal_here, cp::HaloStats* fwd = nullptr, cp::HaloStats* bwd = nullptr,
                     const cp::HaloPlan* plan = nullptr) {
+  using P = kdnn::compute_t<T>;  // the parameters' and step sizes' type
   const bool single = comm == MPI_COMM_NULL;
   const int rank = single ? 0 : comm_rank();
   const int B = p.B, C = p.C, K = p.K, H = p.H;
@@ -68,21 +69,22 @@ Result run_segments(const Problem& p, const std::vector<cp::Segment>& segments, 
   const auto x = to_device<T***>(local_steps(p.x, B, p.L, C, segments), B, n, C);
   const auto dy = to_device<T***>(local_steps(p.dy, B, p.L, C, segments), B, n, C);
   const auto dt = to_device<T***>(local_steps(p.dt, B, p.L, H, segments), B, n, H);
-  const auto ddt_out = to_device<T***>(local_steps(p.ddt_out, B, p.L, H, segments), B, n, H);
-  const auto w = to_device<T**>(p.w, C, K);
-  const auto dt_bias = to_device<T*>(p.dt_bias, H);
-  DeviceView<T*> bias, dbias;
+  const auto ddt_out = to_device<P***>(local_steps(p.ddt_out, B, p.L, H, segments), B, n, H);
+  const auto w = to_device<P**>(p.w, C, K);
+  const auto dt_bias = to_device<P*>(p.dt_bias, H);
+  DeviceView<P*> bias, dbias;
   DeviceView<T***> init, dinit, dfinal;
-  if (p.bias) bias = to_device<T*>(p.b, C), dbias = DeviceView<T*>("dbias", C);
+  if (p.bias) bias = to_device<P*>(p.b, C), dbias = DeviceView<P*>("dbias", C);
   if (p.init && rank == 0) {
     init = to_device<T***>(p.h0, B, K - 1, C);
     dinit = DeviceView<T***>("dinit", B, K - 1, C);
   }
   if (p.dfinal && dfinal_here) dfinal = to_device<T***>(p.dfin, B, K - 1, C);
   DeviceView<T***> y("y", B, n, C), fin("final", B, K - 1, C), halo("halo", B, rows, C);
-  DeviceView<T***> dt_out("dt_out", B, n, H), dx("dx", B, n, C), ddt("ddt", B, n, H);
-  DeviceView<T**> dw("dw", C, K);
-  DeviceView<T*> ddt_bias("ddt_bias", H);
+  DeviceView<P***> dt_out("dt_out", B, n, H);
+  DeviceView<T***> dx("dx", B, n, C), ddt("ddt", B, n, H);
+  DeviceView<P**> dw("dw", C, K);
+  DeviceView<P*> ddt_bias("ddt_bias", H);
   DeviceView<int**> seq;
   if (!p.seq.empty()) seq = to_device<int**>(local_steps(p.seq, B, p.L, 1, segments), B, n);
 

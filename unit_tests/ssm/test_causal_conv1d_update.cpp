@@ -2,7 +2,9 @@
 // The causal conv1d's decoding step (causal_conv1d_update): against a double
 // loop of its definition (states longer than K − 1, several new steps,
 // K = 1, no bias, no SiLU), step by step against the whole sequence's
-// forward and final state, B = 0 and Lnew = 0, bad arguments.
+// forward and final state, B = 0 and Lnew = 0, bad arguments; in float,
+// double, bfloat16 and float16 (whose outputs are the exact values rounded
+// once, and whose states are copied bitwise).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +16,7 @@
 #include "expect_error.hpp"
 #include "kdnn/ssm/causal_conv1d.hpp"
 #include "kdnn/ssm/causal_conv1d_update.hpp"
+#include "rounded_once.hpp"
 #include "views.hpp"
 
 namespace {
@@ -51,11 +54,12 @@ std::pair<std::vector<double>, std::vector<double>> reference(const UpdateCase& 
 
 template <class T>
 class ConvUpdate : public ::testing::Test {};
-using Types = ::testing::Types<float, double>;
+using Types = ::testing::Types<float, double, kdnn::bfloat16, kdnn::float16>;
 TYPED_TEST_SUITE(ConvUpdate, Types);
 
 TYPED_TEST(ConvUpdate, MatchesItsDefinition) {
   using T = TypeParam;
+  using Param = kdnn::compute_t<T>;  // the parameters' type
   const double tol = sizeof(T) == 8 ? 1e-13 : 1e-5;
   const std::vector<UpdateCase> cases = {
       {2, 5, 1, 3, 4, true, true},    // one step, W = K − 1 (mamba's decoding)
@@ -68,23 +72,23 @@ TYPED_TEST(ConvUpdate, MatchesItsDefinition) {
   for (const UpdateCase& u : cases) {
     SCOPED_TRACE("B=" + std::to_string(u.B) + " C=" + std::to_string(u.C) + " L=" +
                  std::to_string(u.L) + " W=" + std::to_string(u.W) + " K=" + std::to_string(u.K));
-    const auto x = normal(std::size_t(u.B) * u.C * u.L, seed++);
-    const auto state = normal(std::size_t(u.B) * u.C * u.W, seed++);
-    const auto w = normal(std::size_t(u.C) * u.K, seed++);
-    const auto bias = normal(u.C, seed++);
+    const auto x = quantized<T>(normal(std::size_t(u.B) * u.C * u.L, seed++));
+    const auto state = quantized<T>(normal(std::size_t(u.B) * u.C * u.W, seed++));
+    const auto w = quantized<Param>(normal(std::size_t(u.C) * u.K, seed++));
+    const auto bias = quantized<Param>(normal(u.C, seed++));
     ssm::ConvUpdate<T, Space> args;
     args.x = to_device<T***>(x, u.B, u.C, u.L);
     const auto st = to_device<T***>(state, u.B, u.C, u.W);
     args.conv_state = st;
-    args.w = to_device<T**>(w, u.C, u.K);
-    if (u.bias) args.bias = to_device<T*>(bias, u.C);
+    args.w = to_device<Param**>(w, u.C, u.K);
+    if (u.bias) args.bias = to_device<Param*>(bias, u.C);
     const DeviceView<T***> y("y", u.B, u.C, u.L);
     args.y = y;
     args.silu = u.silu;
     ssm::causal_conv1d_update(Space(), args);
     const auto [y_ref, state_ref] = reference(u, x, state, w, bias);
-    EXPECT_ALLCLOSE(to_host(y), y_ref, tol, tol);
-    EXPECT_ALLCLOSE(to_host(st), state_ref, tol, tol);
+    expect_close_as_stored<T>(to_host(y), y_ref, tol, "y");
+    EXPECT_EQ(to_host(st), state_ref);  // copies of the inputs
   }
 }
 
@@ -92,14 +96,16 @@ TYPED_TEST(ConvUpdate, MatchesItsDefinition) {
 // sequence's forward, and its final state (transposed: [B, K−1, C] there).
 TYPED_TEST(ConvUpdate, StepByStepIsTheWholeSequence) {
   using T = TypeParam;
+  using Param = kdnn::compute_t<T>;  // the parameters' type
   const double tol = sizeof(T) == 8 ? 1e-13 : 1e-5;
   const int B = 2, L = 9, C = 6, K = 4;
-  const auto xs = normal(std::size_t(B) * L * C, 41);
-  const auto w = normal(std::size_t(C) * K, 42), bias = normal(C, 43);
+  const auto xs = quantized<T>(normal(std::size_t(B) * L * C, 41));
+  const auto w = quantized<Param>(normal(std::size_t(C) * K, 42));
+  const auto bias = quantized<Param>(normal(C, 43));
   ssm::ConvForward<T, Space> whole;
   whole.x = to_device<T***>(xs, B, L, C);
-  whole.w = to_device<T**>(w, C, K);
-  whole.bias = to_device<T*>(bias, C);
+  whole.w = to_device<Param**>(w, C, K);
+  whole.bias = to_device<Param*>(bias, C);
   const DeviceView<T***> y_whole("y", B, L, C), final_whole("final", B, K - 1, C);
   whole.y = y_whole;
   whole.final_state = final_whole;
@@ -121,7 +127,11 @@ TYPED_TEST(ConvUpdate, StepByStepIsTheWholeSequence) {
       }
     step.x = to_device<T***>(xt, B, C, 1);
     ssm::causal_conv1d_update(Space(), step);
-    EXPECT_ALLCLOSE(to_host(y), expected, tol, tol) << "step " << t;
+    if constexpr (kdnn::is_float16_storage_v<T>) {  // two roundings of one value
+      EXPECT_LE(rounding_error_in_ulps<T>(to_host(y), expected, tol, "y"), 1.0) << "step " << t;
+    } else {
+      EXPECT_ALLCLOSE(to_host(y), expected, tol, tol) << "step " << t;
+    }
   }
   const auto fin = to_host(final_whole), st = to_host(state);
   for (int b = 0; b < B; ++b)
@@ -138,6 +148,7 @@ TYPED_TEST(ConvUpdate, StepByStepIsTheWholeSequence) {
 // in order), p = cache_seqlens[b]; each alone and both together.
 TYPED_TEST(ConvUpdate, StateIndicesAndACircularStateAreThePeers) {
   using T = TypeParam;
+  using Param = kdnn::compute_t<T>;  // the parameters' type
   const double tol = sizeof(T) == 8 ? 1e-13 : 1e-5;
   struct ServingCase {
     int B, C, L, W, K, Bs;
@@ -154,9 +165,10 @@ TYPED_TEST(ConvUpdate, StateIndicesAndACircularStateAreThePeers) {
   for (const ServingCase& u : cases) {
     SCOPED_TRACE("L=" + std::to_string(u.L) + " W=" + std::to_string(u.W) +
                  " K=" + std::to_string(u.K));
-    const auto x = normal(std::size_t(u.B) * u.C * u.L, seed++);
-    const auto state = normal(std::size_t(u.Bs) * u.C * u.W, seed++);
-    const auto w = normal(std::size_t(u.C) * u.K, seed++), bias = normal(u.C, seed++);
+    const auto x = quantized<T>(normal(std::size_t(u.B) * u.C * u.L, seed++));
+    const auto state = quantized<T>(normal(std::size_t(u.Bs) * u.C * u.W, seed++));
+    const auto w = quantized<Param>(normal(std::size_t(u.C) * u.K, seed++));
+    const auto bias = quantized<Param>(normal(u.C, seed++));
     std::vector<double> y_ref(x.size()), state_ref = state;
     for (int b = 0; b < u.B; ++b)
       for (int c = 0; c < u.C; ++c) {
@@ -188,8 +200,8 @@ TYPED_TEST(ConvUpdate, StateIndicesAndACircularStateAreThePeers) {
     args.x = to_device<T***>(x, u.B, u.C, u.L);
     const auto st = to_device<T***>(state, u.Bs, u.C, u.W);
     args.conv_state = st;
-    args.w = to_device<T**>(w, u.C, u.K);
-    args.bias = to_device<T*>(bias, u.C);
+    args.w = to_device<Param**>(w, u.C, u.K);
+    args.bias = to_device<Param*>(bias, u.C);
     const DeviceView<T***> y("y", u.B, u.C, u.L);
     args.y = y;
     const auto ints = [](const std::vector<int>& v) {
@@ -199,8 +211,8 @@ TYPED_TEST(ConvUpdate, StateIndicesAndACircularStateAreThePeers) {
     args.conv_state_indices = ints(u.rows);
     args.cache_seqlens = ints(u.positions);
     ssm::causal_conv1d_update(Space(), args);
-    EXPECT_ALLCLOSE(to_host(y), y_ref, tol, tol);
-    EXPECT_ALLCLOSE(to_host(st), state_ref, tol, tol);
+    expect_close_as_stored<T>(to_host(y), y_ref, tol, "y");
+    EXPECT_EQ(to_host(st), state_ref);  // copies of the inputs
   }
 }
 

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0 WITH LLVM-exception
 // dt softplus: forward and backward against double loops around the
 // threshold (u = 20) and the clamp, finite differences, empty tensors and bad
-// arguments.
+// arguments; with dt in bfloat16 or float16 (dt_bias, dt_out and their
+// gradients in float), dt_out within float's error and d(dt) rounded once.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +13,7 @@
 #include "conv_reference.hpp"
 #include "expect_error.hpp"
 #include "kdnn/ssm/dt_softplus.hpp"
+#include "rounded_once.hpp"
 #include "views.hpp"
 
 namespace {
@@ -29,15 +31,18 @@ struct DtRun {
   Vec out, ddt, ddt_bias;
 };
 
+/// dt and ddt in T; dt_bias, dt_out and their gradients in compute_t<T>.
 template <class T>
 DtRun run(int B, int L, int H, const Vec& dt, const Vec& bias, const Vec& g,
           ssm::DtSoftplusOptions o) {
+  using C = kdnn::compute_t<T>;
   const auto dtv = to_device<T***>(dt, B, L, H);
-  const auto bv = to_device<T*>(bias, H);
-  const auto gv = to_device<T***>(g, B, L, H);
-  DeviceView<T***> out("out", B, L, H), ddt("ddt", B, L, H);
-  DeviceView<T*> ddt_bias("ddt_bias", H);
-  Kokkos::deep_copy(ddt_bias, T(7));  // overwritten
+  const auto bv = to_device<C*>(bias, H);
+  const auto gv = to_device<C***>(g, B, L, H);
+  DeviceView<C***> out("out", B, L, H);
+  DeviceView<T***> ddt("ddt", B, L, H);
+  DeviceView<C*> ddt_bias("ddt_bias", H);
+  Kokkos::deep_copy(ddt_bias, C(7));  // overwritten
   ssm::dt_softplus_forward(Space(), dtv, bv, out, o);
   ssm::dt_softplus_backward(Space(), dtv, bv, gv, ddt, ddt_bias, o);
   return {to_host(out), to_host(ddt), to_host(ddt_bias)};
@@ -60,6 +65,31 @@ TYPED_TEST(DtSoftplus, MatchesDoubleLoopsAroundThresholdAndClamp) {
     EXPECT_ALLCLOSE(got.out, ref.out, tol, tol);
     EXPECT_ALLCLOSE(got.ddt, ref.ddt, tol, tol);
     EXPECT_ALLCLOSE(got.ddt_bias, ref.ddt_bias, tol, tol * 30);
+  }
+}
+
+template <class T>
+class DtSoftplus16 : public ::testing::Test {};
+using Types16 = ::testing::Types<kdnn::bfloat16, kdnn::float16>;
+TYPED_TEST_SUITE(DtSoftplus16, Types16);
+
+TYPED_TEST(DtSoftplus16, ComputesInFloatAndRoundsTheGradientOnce) {
+  using T = TypeParam;
+  const double inf = std::numeric_limits<double>::infinity();
+  const int B = 3, L = 200, H = 5;
+  // dt as a 16-bit activation holds it (float16: within ±65504); the bias
+  // and the incoming gradient are float.
+  Vec dt = quantized<T>(uniform(std::size_t(B) * L * H, -25, 25, 3));
+  Vec bias = {0.5, -1, 2, 0, 1};
+  Vec g = normal(dt.size(), 4);
+  for (double& e : g) e = double(float(e));
+  for (auto [lo, hi] : {std::pair{0.0, inf}, std::pair{0.01, 3.0}}) {
+    SCOPED_TRACE(::testing::Message() << "clamp [" << lo << ", " << hi << "]");
+    const auto ref = ssm_ref::dt_softplus(dt, bias, g, lo, hi);
+    const auto got = run<T>(B, L, H, dt, bias, g, {lo, hi});
+    EXPECT_ALLCLOSE(got.out, ref.out, 2e-6, 2e-6);
+    expect_rounded_once<T>(got.ddt, ref.ddt, 2e-6, "ddt");
+    EXPECT_ALLCLOSE(got.ddt_bias, ref.ddt_bias, 2e-6, 6e-5);  // of the unrounded ddt
   }
 }
 

@@ -150,4 +150,10 @@ KOKKOS_FORCEINLINE_FUNCTION T from_compute(compute_t<T> x) {
   }
 }
 
+/// target = target + value, added in the compute type and rounded once.
+template <class T>
+KOKKOS_FORCEINLINE_FUNCTION void add_to(T& target, compute_t<T> value) {
+  target = from_compute<T>(to_compute(target) + value);
+}
+
 }  // namespace kdnn

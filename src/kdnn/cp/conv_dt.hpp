@@ -38,6 +38,12 @@
 //
 // Device memory is staged through host buffers unless the MPI library is
 // CUDA-aware (cp/impl/mpi_memory.hpp).
+//
+// Types as the single-rank operators': T for the activations, the halo and
+// dt; compute_t<T> for the conv's weight and bias, dt_bias, dt_out and their
+// gradients. T is float or double for now: with a 16-bit T the gradient of
+// the halo, a partial sum, must travel and be added in float so that dx is
+// rounded once, as on one rank (a static_assert says so).
 #include <mpi.h>
 
 #include <Kokkos_Core.hpp>
@@ -68,9 +74,9 @@ struct ConvDtForward {
   /// steps before each of this rank's segments (zeros before the sequence
   /// without an initial state). Keep it for the backward.
   Tensor3<T, ExecSpace> halo;
-  Tensor3<const T, ExecSpace> dt;      ///< [B, L_r, H] (H may be 0)
-  Vector<const T, ExecSpace> dt_bias;  ///< [H]
-  Tensor3<T, ExecSpace> dt_out;        ///< output [B, L_r, H]
+  Tensor3<const T, ExecSpace> dt;                 ///< [B, L_r, H] (H may be 0)
+  Vector<const compute_t<T>, ExecSpace> dt_bias;  ///< [H]
+  Tensor3<compute_t<T>, ExecSpace> dt_out;        ///< output [B, L_r, H]
 };
 
 /// The arguments of conv_dt_backward on one rank.
@@ -81,11 +87,11 @@ struct ConvDtBackward {
   /// (the gradient of its final_state); dinitial_state is the sequence's, on
   /// rank 0 only. dw and dbias receive this rank's partial sums.
   ssm::ConvBackward<T, ExecSpace> conv;
-  Tensor3<const T, ExecSpace> dt;       ///< [B, L_r, H]
-  Vector<const T, ExecSpace> dt_bias;   ///< [H]
-  Tensor3<const T, ExecSpace> ddt_out;  ///< [B, L_r, H]
-  Tensor3<T, ExecSpace> ddt;            ///< output [B, L_r, H]
-  Vector<T, ExecSpace> ddt_bias;        ///< output [H]: this rank's partial sum
+  Tensor3<const T, ExecSpace> dt;                  ///< [B, L_r, H]
+  Vector<const compute_t<T>, ExecSpace> dt_bias;   ///< [H]
+  Tensor3<const compute_t<T>, ExecSpace> ddt_out;  ///< [B, L_r, H]
+  Tensor3<T, ExecSpace> ddt;                       ///< output [B, L_r, H]
+  Vector<compute_t<T>, ExecSpace> ddt_bias;        ///< output [H]: this rank's partial sum
 };
 
 }  // namespace kdnn::cp
@@ -142,13 +148,13 @@ void allreduce_sum(MPI_Comm comm, const View& view) {
   const int n = int(view.span());
   if (impl::mpi_reaches<typename View::memory_space>()) {
     Space().fence();
-    MPI_Allreduce(MPI_IN_PLACE, view.data(), n, impl::mpi_type<T>(), MPI_SUM, comm);
+    MPI_Allreduce(MPI_IN_PLACE, view.data(), n, impl::mpi_sum_type<T>(), MPI_SUM, comm);
     return;
   }
   impl::MpiBuffer<T, Space> buffer("kdnn::cp::allreduce_sum", view.span());
   Kokkos::deep_copy(buffer.device, Flat(view.data(), view.span()));
   buffer.to_mpi(Space());
-  MPI_Allreduce(MPI_IN_PLACE, buffer.mpi_data(), n, impl::mpi_type<T>(), MPI_SUM, comm);
+  MPI_Allreduce(MPI_IN_PLACE, buffer.mpi_data(), n, impl::mpi_sum_type<T>(), MPI_SUM, comm);
   buffer.from_mpi(Space());
   Kokkos::deep_copy(Flat(view.data(), view.span()), buffer.device);
 }

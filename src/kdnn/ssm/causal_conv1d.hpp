@@ -28,12 +28,20 @@
 // through its strides) are both read and written in place, each with its
 // own thread mapping in the GPU form. Outputs' elements must not overlap.
 //
+// Storage: the activations (x, the states, y and their gradients) are of
+// the storage type T (float, double, kdnn::bfloat16 or kdnn::float16); the
+// parameters w and bias and their gradients are of compute_t<T> (float for
+// the 16-bit types: a bfloat16 weight converts exactly, and a float one, as
+// mixed-precision training keeps it, loses nothing), and every sum is
+// computed in compute_t<T>, each output rounded to T once.
+//
 // The backward recomputes z from x (nothing but the inputs is kept) and
 // returns dx, dw, dbias and d(initial state), accepting d(final state).
 // Deterministic: dw and dbias are summed per block of steps, then over the
 // blocks in a fixed order (no atomics).
 #include <Kokkos_Core.hpp>
 
+#include "kdnn/core/float16.hpp"
 #include "kdnn/core/impl/eti.hpp"
 #include "kdnn/core/impl/space_lock.hpp"
 #include "kdnn/core/launch.hpp"
@@ -61,8 +69,8 @@ struct CausalConv1dOptions {
 template <class T, class ExecSpace>
 struct ConvForward {
   StridedTensor3<const T, ExecSpace> x;              ///< [B, L, C]
-  Matrix<const T, ExecSpace> w;                      ///< [C, K], K ≥ 1
-  Vector<const T, ExecSpace> bias;                   ///< [C]; optional (zero)
+  Matrix<const compute_t<T>, ExecSpace> w;           ///< [C, K], K ≥ 1
+  Vector<const compute_t<T>, ExecSpace> bias;        ///< [C]; optional (zero)
   StridedTensor3<const T, ExecSpace> initial_state;  ///< [B, K−1, C]; optional (zeros)
   StridedTensor3<T, ExecSpace> y;                    ///< output [B, L, C]
   StridedTensor3<T, ExecSpace> final_state;          ///< output [B, K−1, C]; optional
@@ -74,14 +82,14 @@ struct ConvForward {
 template <class T, class ExecSpace>
 struct ConvBackward {
   StridedTensor3<const T, ExecSpace> x;              ///< [B, L, C]
-  Matrix<const T, ExecSpace> w;                      ///< [C, K]
-  Vector<const T, ExecSpace> bias;                   ///< [C]; optional, as in the forward
+  Matrix<const compute_t<T>, ExecSpace> w;           ///< [C, K]
+  Vector<const compute_t<T>, ExecSpace> bias;        ///< [C]; optional, as in the forward
   StridedTensor3<const T, ExecSpace> initial_state;  ///< [B, K−1, C]; optional, as in the forward
   StridedTensor3<const T, ExecSpace> dy;             ///< [B, L, C]
   StridedTensor3<const T, ExecSpace> dfinal_state;   ///< [B, K−1, C]; optional (zero)
   StridedTensor3<T, ExecSpace> dx;                   ///< output [B, L, C]
-  Matrix<T, ExecSpace> dw;                           ///< output [C, K]
-  Vector<T, ExecSpace> dbias;                        ///< output [C]; optional
+  Matrix<compute_t<T>, ExecSpace> dw;                ///< output [C, K]
+  Vector<compute_t<T>, ExecSpace> dbias;             ///< output [C]; optional
   StridedTensor3<T, ExecSpace> dinitial_state;       ///< output [B, K−1, C]; optional
   Matrix<const int, ExecSpace> seq_idx;              ///< [B, L]; optional, as in the forward
 };
@@ -100,7 +108,7 @@ namespace impl {
 KDNN_CAUSAL_CONV1D_OPERATORS(KDNN_TEMPLATE_EXEC_SPACE_T, ExecSpace, T)
 #define KDNN_CAUSAL_CONV1D_EXTERN(ExecSpace, T) \
   KDNN_CAUSAL_CONV1D_OPERATORS(extern template, ExecSpace, T)
-KDNN_ETI_FOR_EACH(KDNN_CAUSAL_CONV1D_EXTERN)
+KDNN_ETI_FOR_EACH_STORAGE(KDNN_CAUSAL_CONV1D_EXTERN)
 #undef KDNN_CAUSAL_CONV1D_EXTERN
 }  // namespace impl
 

@@ -21,6 +21,7 @@
 //   later steps stay). The caller advances p.
 #include <Kokkos_Core.hpp>
 
+#include "kdnn/core/float16.hpp"
 #include "kdnn/core/impl/eti.hpp"
 #include "kdnn/core/impl/space_lock.hpp"
 #include "kdnn/core/tensor.hpp"
@@ -35,8 +36,8 @@ struct ConvUpdate {
   /// [B, C, W] (with conv_state_indices [Bs, C, W]), W ≥ K − 1; read, then
   /// updated in place
   Tensor3<T, ExecSpace> conv_state;
-  Matrix<const T, ExecSpace> w;                     ///< [C, K], K ≥ 1
-  Vector<const T, ExecSpace> bias;                  ///< [C]; optional (zero)
+  Matrix<const compute_t<T>, ExecSpace> w;          ///< [C, K], K ≥ 1 (as the conv's)
+  Vector<const compute_t<T>, ExecSpace> bias;       ///< [C]; optional (zero)
   Tensor3<T, ExecSpace> y;                          ///< output [B, C, Lnew]
   Vector<const int, ExecSpace> conv_state_indices;  ///< [B]; optional: conv_state row b
   Vector<const int, ExecSpace> cache_seqlens;       ///< [B]; optional: a circular state
@@ -58,7 +59,7 @@ namespace impl {
 KDNN_CAUSAL_CONV1D_UPDATE_OPERATORS(KDNN_TEMPLATE_EXEC_SPACE_T, ExecSpace, T)
 #define KDNN_CAUSAL_CONV1D_UPDATE_EXTERN(ExecSpace, T) \
   KDNN_CAUSAL_CONV1D_UPDATE_OPERATORS(extern template, ExecSpace, T)
-KDNN_ETI_FOR_EACH(KDNN_CAUSAL_CONV1D_UPDATE_EXTERN)
+KDNN_ETI_FOR_EACH_STORAGE(KDNN_CAUSAL_CONV1D_UPDATE_EXTERN)
 #undef KDNN_CAUSAL_CONV1D_UPDATE_EXTERN
 }  // namespace impl
 

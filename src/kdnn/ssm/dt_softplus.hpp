@@ -9,9 +9,15 @@
 // gradient passes where dt_min ≤ softplus ≤ dt_max, as torch.clamp's. The
 // backward gives d(dt) and d(dt_bias) = Σ over batch and steps, summed per
 // block of rows and then over the blocks in a fixed order (deterministic).
+//
+// dt (and d(dt)) may be stored in any storage type T; dt_bias, dt_out, and
+// their gradients are compute_t<T> (float for bfloat16 and float16), as
+// mamba keeps them in fp32 under 16-bit activations (the SSD takes its dt in
+// that type too).
 #include <Kokkos_Core.hpp>
 #include <limits>
 
+#include "kdnn/core/float16.hpp"
 #include "kdnn/core/impl/eti.hpp"
 #include "kdnn/core/impl/space_lock.hpp"
 #include "kdnn/core/tensor.hpp"
@@ -31,12 +37,14 @@ struct DtSoftplusOptions {
 
 #define KDNN_DT_SOFTPLUS_OPERATORS(PREFIX, ExecSpace, T)                                           \
   PREFIX void dt_softplus_forward(const ExecSpace&, const Tensor3<const T, ExecSpace>&,            \
-                                  const Vector<const T, ExecSpace>&, const Tensor3<T, ExecSpace>&, \
+                                  const Vector<const compute_t<T>, ExecSpace>&,                    \
+                                  const Tensor3<compute_t<T>, ExecSpace>&,                         \
                                   const DtSoftplusOptions&);                                       \
   PREFIX void dt_softplus_backward(                                                                \
-      const ExecSpace&, const Tensor3<const T, ExecSpace>&, const Vector<const T, ExecSpace>&,     \
-      const Tensor3<const T, ExecSpace>&, const Tensor3<T, ExecSpace>&,                            \
-      const Vector<T, ExecSpace>&, const DtSoftplusOptions&);
+      const ExecSpace&, const Tensor3<const T, ExecSpace>&,                                        \
+      const Vector<const compute_t<T>, ExecSpace>&, const Tensor3<const compute_t<T>, ExecSpace>&, \
+      const Tensor3<T, ExecSpace>&, const Vector<compute_t<T>, ExecSpace>&,                        \
+      const DtSoftplusOptions&);
 
 namespace kdnn::ssm {
 
@@ -44,23 +52,25 @@ namespace impl {
 KDNN_DT_SOFTPLUS_OPERATORS(KDNN_TEMPLATE_EXEC_SPACE_T, ExecSpace, T)
 #define KDNN_DT_SOFTPLUS_EXTERN(ExecSpace, T) \
   KDNN_DT_SOFTPLUS_OPERATORS(extern template, ExecSpace, T)
-KDNN_ETI_FOR_EACH(KDNN_DT_SOFTPLUS_EXTERN)
+KDNN_ETI_FOR_EACH_STORAGE(KDNN_DT_SOFTPLUS_EXTERN)
 #undef KDNN_DT_SOFTPLUS_EXTERN
 }  // namespace impl
 
-/// dt_out [B, L, H] from dt [B, L, H] and dt_bias [H] (LayoutRight Views of
-/// float or double in the memory space of `space`, as kdnn::Tensor3 and
-/// kdnn::Vector). Asynchronous on `space` after the host-side checks.
+/// dt_out [B, L, H] from dt [B, L, H] and dt_bias [H] (LayoutRight Views in
+/// the memory space of `space`, as kdnn::Tensor3 and kdnn::Vector: dt of any
+/// storage type T, dt_bias and dt_out of compute_t<T>). Asynchronous on
+/// `space` after the host-side checks.
 template <class ExecSpace, class DtView, class BiasView, class OutView>
 void dt_softplus_forward(const ExecSpace& space, const DtView& dt, const BiasView& dt_bias,
                          const OutView& dt_out, const DtSoftplusOptions& opts = {}) {
   const kdnn::impl::SpaceLock exclusive(space);
-  using T = typename OutView::non_const_value_type;
+  using T = typename DtView::non_const_value_type;
   impl::dt_softplus_forward<ExecSpace, T>(space, dt, dt_bias, dt_out, opts);
 }
 
-/// ddt [B, L, H] and ddt_bias [H] (overwritten) from the forward's inputs and
-/// ddt_out = dL/d(dt_out). Asynchronous on `space` after the checks.
+/// ddt [B, L, H] (of dt's type) and ddt_bias [H] (overwritten) from the
+/// forward's inputs and ddt_out = dL/d(dt_out) (of dt_out's type).
+/// Asynchronous on `space` after the checks.
 template <class ExecSpace, class DtView, class BiasView, class GView, class DView, class DBView>
 void dt_softplus_backward(const ExecSpace& space, const DtView& dt, const BiasView& dt_bias,
                           const GView& ddt_out, const DView& ddt, const DBView& ddt_bias,

@@ -14,7 +14,7 @@ namespace kdnn::ssm::impl {
   KDNN_CONV_STEPS(template, ExecSpace, T)                     \
   KDNN_CAUSAL_CONV1D_UPDATE_OPERATORS(template, ExecSpace, T) \
   KDNN_DT_SOFTPLUS_OPERATORS(template, ExecSpace, T)
-KDNN_ETI_FOR_EACH(KDNN_SSM_INSTANTIATE)
+KDNN_ETI_FOR_EACH_STORAGE(KDNN_SSM_INSTANTIATE)
 #undef KDNN_SSM_INSTANTIATE
 
 }  // namespace kdnn::ssm::impl

@@ -7,6 +7,7 @@
 #include <Kokkos_Core.hpp>
 
 #include "kdnn/core/error.hpp"
+#include "kdnn/core/float16.hpp"
 #include "kdnn/core/impl/first_element.hpp"
 
 namespace kdnn::impl {
@@ -17,9 +18,9 @@ namespace kdnn::impl {
 /// `space` (a wait for the host); takes the lock of its type.
 template <class ExecSpace, class View>
 void check_finite(const char* op, const ExecSpace& space, const char* name, const View& v) {
-  using T = typename View::non_const_value_type;
+  using C = compute_t<typename View::non_const_value_type>;
   const auto found = first_element_where(
-      space, v, KOKKOS_LAMBDA(const T& x) { return !(x - x == T(0)); });
+      space, v, KOKKOS_LAMBDA(const C& x) { return !(x - x == C(0)); });
   if (found) {
     fail(op, ": ", element_name(name, found->first, found->second),
          ", expected finite values (check_finite)");

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "kdnn/core/error.hpp"
+#include "kdnn/core/float16.hpp"
 #include "kdnn/core/impl/row_major_index.hpp"
 #include "kdnn/core/impl/space_lock.hpp"
 
@@ -33,7 +34,8 @@ KOKKOS_INLINE_FUNCTION typename View::reference_type element_at(
 }
 
 /// Where `bad(value)` first holds in `v`, with that value (as double); empty
-/// when nowhere. Takes the lock of `space`'s type while it runs (fenced).
+/// when nowhere. `bad` sees each value in its compute type (to_compute: a
+/// 16-bit storage type as float). Takes the lock of `space`'s type while it runs (fenced).
 template <class ExecSpace, class View, class Bad>
 std::optional<std::pair<Kokkos::Array<std::size_t, std::size_t(View::rank)>, double>>
 first_element_where(const ExecSpace& space, const View& v, const Bad& bad) {
@@ -46,7 +48,7 @@ first_element_where(const ExecSpace& space, const View& v, const Bad& bad) {
   Kokkos::parallel_reduce(
       "kdnn::first_element_where", Kokkos::RangePolicy<ExecSpace>(space, 0, n),
       KOKKOS_LAMBDA(std::size_t x, std::size_t & lowest) {
-        if (x < lowest && bad(element_at(v, at(x)))) lowest = x;
+        if (x < lowest && bad(to_compute(element_at(v, at(x))))) lowest = x;
       },
       Kokkos::Min<std::size_t>(first));
   if (first >= n) return std::nullopt;  // none (Min's identity is the largest size_t)
@@ -54,7 +56,7 @@ first_element_where(const ExecSpace& space, const View& v, const Bad& bad) {
   Kokkos::View<double, typename ExecSpace::memory_space> value("kdnn::first_element_value");
   Kokkos::parallel_for(
       "kdnn::first_element_value", Kokkos::RangePolicy<ExecSpace>(space, 0, 1),
-      KOKKOS_LAMBDA(int) { value() = double(element_at(v, index)); });
+      KOKKOS_LAMBDA(int) { value() = double(to_compute(element_at(v, index))); });
   double host = 0;
   Kokkos::deep_copy(space, host, value);
   space.fence();

@@ -42,7 +42,7 @@ namespace kdnn::cp::impl {
 /// bias and dt_bias by fingerprint: the same parameters on every rank).
 template <class T, class ExecSpace, class Conv>
 std::vector<Field> conv_dt_fields(const ExecSpace& space, const Conv& conv,
-                                  const Vector<const T, ExecSpace>& dt_bias,
+                                  const Vector<const compute_t<T>, ExecSpace>& dt_bias,
                                   const ConvDtOptions& opts) {
   const auto values = [&](const char* name, const auto& v) {
     return Field::values(space, name, v);
@@ -125,9 +125,9 @@ ssm::ConvBackward<T, ExecSpace> segment_backward(const ExecSpace& space,
   g.seq_idx = ids_of(space, a.seq_idx, rows[s].range());
   if (s + 1 < rows.size()) g.dfinal_state = {};
   if (s > 0) {
-    g.dw = Matrix<T, ExecSpace>("kdnn::cp::segment_dw", a.dw.extent(0), a.dw.extent(1));
+    g.dw = Matrix<compute_t<T>, ExecSpace>("kdnn::cp::segment_dw", a.dw.extent(0), a.dw.extent(1));
     if (validate::given(a.dbias))
-      g.dbias = Vector<T, ExecSpace>("kdnn::cp::segment_dbias", a.dbias.extent(0));
+      g.dbias = Vector<compute_t<T>, ExecSpace>("kdnn::cp::segment_dbias", a.dbias.extent(0));
   }
   return g;
 }
@@ -234,6 +234,8 @@ bool agree_on_forward(const ExecSpace& space, MPI_Comm comm, const HaloPlan* pla
 template <class ExecSpace, class T>
 HaloStats conv_dt_forward(const ExecSpace& space, MPI_Comm comm, const HaloPlan* given_plan,
                           const ConvDtForward<T, ExecSpace>& a, const ConvDtOptions& opts) {
+  static_assert(!is_float16_storage_v<T>,
+                "cp::conv_dt: float or double (16-bit storage needs the halo's gradient in float)");
   std::optional<HaloPlan> made;
   const bool rank0_init = agree_on_forward(space, comm, given_plan, a, opts, made);
   const HaloPlan& plan = given_plan ? *given_plan : *made;
@@ -313,6 +315,8 @@ bool agree_on_backward(const ExecSpace& space, MPI_Comm comm, const HaloPlan* pl
 template <class ExecSpace, class T>
 HaloStats conv_dt_backward(const ExecSpace& space, MPI_Comm comm, const HaloPlan* given_plan,
                            const ConvDtBackward<T, ExecSpace>& a, const ConvDtOptions& opts) {
+  static_assert(!is_float16_storage_v<T>,
+                "cp::conv_dt: float or double (16-bit storage needs the halo's gradient in float)");
   std::optional<HaloPlan> made;
   const bool rank0_dinit = agree_on_backward(space, comm, given_plan, a, opts, made);
   const HaloPlan& plan = given_plan ? *given_plan : *made;
@@ -328,7 +332,7 @@ HaloStats conv_dt_backward(const ExecSpace& space, MPI_Comm comm, const HaloPlan
     segment.push_back(segment_backward(space, a.conv, dhalo, rows, s, K1));
     ssm::impl::conv_backward_steps(space, segment[s], opts.conv, -K1, 0, false, halo_ids[s]);
   }
-  kdnn::impl::fill_strided(space, a.conv.dinitial_state, T(0));  // scatter_add adds into it
+  kdnn::impl::fill_strided(space, a.conv.dinitial_state, T{});  // scatter_add adds into it
   auto exchange = start_scatter_add(plan, space, Tensor3<const T, ExecSpace>(dhalo), a.conv.dx,
                                     a.conv.dinitial_state, rank0_dinit);
 

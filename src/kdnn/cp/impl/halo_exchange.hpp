@@ -118,7 +118,7 @@ HaloExchange<T, ExecSpace> start_gather(const HaloPlan& plan, const ExecSpace& s
   // The halo's own part while the pieces travel: zeros (before the sequence
   // without an initial state; the pieces overwrite the rest), then the
   // pieces this rank holds itself.
-  Kokkos::deep_copy(space, halo, T(0));
+  Kokkos::deep_copy(space, halo, T{});
   for (const HaloPiece& p : m.selfs) {
     copy_rows(space, B, int(p.steps()), C, halo, int(p.to_row), p.initial() ? initial_state : x,
               int(p.from_row), false);

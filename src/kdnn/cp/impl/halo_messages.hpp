@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kdnn/core/float16.hpp"
 #include "kdnn/cp/impl/mpi_memory.hpp"
 #include "kdnn/cp/sequence_split.hpp"
 
@@ -99,7 +100,8 @@ void pack(const ExecSpace& space, const Kokkos::View<T*, typename ExecSpace::mem
       });
 }
 
-/// dst(b, first + j, c) = (or +=, with `add`) buf[at + (b·n + j)·C + c].
+/// dst(b, first + j, c) = (or +=, with `add`) buf[at + (b·n + j)·C + c]
+/// (a sum in the compute type, rounded once to T).
 template <class ExecSpace, class T, class View>
 void unpack(const ExecSpace& space, const Kokkos::View<T*, typename ExecSpace::memory_space>& buf,
             std::size_t at, int B, int n, int C, const View& dst, int first, bool add) {
@@ -109,7 +111,7 @@ void unpack(const ExecSpace& space, const Kokkos::View<T*, typename ExecSpace::m
       KOKKOS_LAMBDA(int b, int j, int c) {
         const T v = buf(at + (std::size_t(b) * n + j) * C + c);
         if (add) {
-          dst(b, first + j, c) += v;
+          add_to(dst(b, first + j, c), to_compute(v));
         } else {
           dst(b, first + j, c) = v;
         }
@@ -126,7 +128,7 @@ void copy_rows(const ExecSpace& space, int B, int n, int C, const Dst& dst, int 
       Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<3>>(space, {0, 0, 0}, {B, n, C}),
       KOKKOS_LAMBDA(int b, int j, int c) {
         if (add) {
-          dst(b, to + j, c) += src(b, from + j, c);
+          add_to(dst(b, to + j, c), to_compute(src(b, from + j, c)));
         } else {
           dst(b, to + j, c) = src(b, from + j, c);
         }

@@ -3,7 +3,7 @@
 // What MPI may be handed directly: host memory always; device memory only
 // when the MPI library says it is CUDA-aware (Open MPI's
 // MPIX_Query_cuda_support). Otherwise buffers are staged through host
-// memory. And the MPI datatype of float and double.
+// memory. And the MPI datatypes of the element types.
 #include <mpi.h>
 #if defined(KOKKOS_ENABLE_CUDA) && defined(OPEN_MPI) && __has_include(<mpi-ext.h>)
 #include <mpi-ext.h>
@@ -13,15 +13,29 @@
 #include <string>
 #include <type_traits>
 
+#include "kdnn/core/float16.hpp"
+
 namespace kdnn::cp::impl {
 
-/// The MPI datatype of float, double or int (sequence ids) elements.
+/// The MPI datatype that moves elements of type T: float, double, int
+/// (sequence ids), or a 16-bit storage type (as its bits, MPI_UINT16_T).
 template <class T>
 MPI_Datatype mpi_type() {
-  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, int>,
-                "float, double or int");
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, int> ||
+                    is_float16_storage_v<T>,
+                "float, double, int or a 16-bit storage type");
   if constexpr (std::is_same_v<T, int>) return MPI_INT;
+  if constexpr (is_float16_storage_v<T>) return MPI_UINT16_T;
   return std::is_same_v<T, float> ? MPI_FLOAT : MPI_DOUBLE;
+}
+
+/// The MPI datatype of a reduction's (MPI_SUM's) elements: float or double
+/// only; a 16-bit value is summed in its compute type, never as bits.
+template <class T>
+MPI_Datatype mpi_sum_type() {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
+                "MPI sums run in float or double");
+  return mpi_type<T>();
 }
 
 /// Whether MPI can read and write `MemorySpace` directly.

@@ -81,7 +81,8 @@ void launch_runs(const ExecSpace& space, const Kernel& k, const char* label) {
 
 template <class ExecSpace, class T, class Kernel>
 void set_conv_inputs(Kernel& k, const StridedTensor3<const T, ExecSpace>& x,
-                     const Matrix<const T, ExecSpace>& w, const Vector<const T, ExecSpace>& bias,
+                     const Matrix<const compute_t<T>, ExecSpace>& w,
+                     const Vector<const compute_t<T>, ExecSpace>& bias,
                      const StridedTensor3<const T, ExecSpace>& init,
                      const ConvSequenceIds<ExecSpace>& ids, const CausalConv1dOptions& opts,
                      int first, int last) {
@@ -159,34 +160,35 @@ void conv_final_state(const ExecSpace& space, const StridedTensor3<const T, Exec
       KOKKOS_LAMBDA(int b, int j, int c) {
         const int s = L - K1 + j;
         const bool kept = ids.in_last_sequence(b, s);
-        final_state(b, j, c) = !kept      ? T(0)
+        final_state(b, j, c) = !kept      ? T{}
                                : s >= 0   ? x(b, s, c)
                                : has_init ? init(b, s + K1, c)
-                                          : T(0);
+                                          : T{};
       });
 }
 
 /// dw and dbias from the partial sums of the blocks of steps (partial
-/// [blocks, C·(K+1)]); zeros when there were no steps.
+/// [blocks, C·(K+1)], summed in double); zeros when there were no steps.
 template <class ExecSpace, class T>
 void conv_param_sums(const ExecSpace& space, const ConvBackward<T, ExecSpace>& a,
-                     const Matrix<T, ExecSpace>& partial) {
+                     const Matrix<compute_t<T>, ExecSpace>& partial) {
+  using Compute = compute_t<T>;
   const int K = int(a.w.extent(1));
   const auto dw = a.dw;
   const auto dbias = a.dbias;
   const bool has_dbias = validate::given(dbias);
   if (partial.extent(0) == 0) {  // no steps: zero gradients
-    Kokkos::deep_copy(space, dw, T(0));
-    if (has_dbias) Kokkos::deep_copy(space, dbias, T(0));
+    Kokkos::deep_copy(space, dw, Compute(0));
+    if (has_dbias) Kokkos::deep_copy(space, dbias, Compute(0));
     return;
   }
   kdnn::impl::sum_blocks(
       space, "kdnn::ssm::causal_conv1d_param_sums", partial, KOKKOS_LAMBDA(int j, double v) {
         const int c = j / (K + 1), kk = j % (K + 1);
         if (kk < K) {
-          dw(c, kk) = T(v);
+          dw(c, kk) = Compute(v);
         } else if (has_dbias) {
-          dbias(c) = T(v);
+          dbias(c) = Compute(v);
         }
       });
 }
@@ -204,7 +206,7 @@ void set_conv_gradients(Kernel& k, const ConvBackward<T, ExecSpace>& a, bool par
   k.params = params;
   const bool steps = k.last > k.first && a.x.extent(0) > 0 && a.x.extent(2) > 0;
   if (params) {
-    k.partial = Matrix<T, ExecSpace>(
+    k.partial = Matrix<compute_t<T>, ExecSpace>(
         Kokkos::view_alloc(Kokkos::WithoutInitializing, "kdnn::ssm::conv_partial_sums"),
         steps ? blocks : 0, a.x.extent(2) * (a.w.extent(1) + 1));
   }
@@ -221,7 +223,7 @@ void conv_backward_steps(const ExecSpace& space, const ConvBackward<T, ExecSpace
   const ConvSequenceIds<ExecSpace> ids(a.seq_idx, ids_before);
   const char* label = "kdnn::ssm::causal_conv1d_backward";
   const long long B = a.x.extent(0);
-  Matrix<T, ExecSpace> partial;
+  Matrix<compute_t<T>, ExecSpace> partial;
   const auto in_registers = [&](auto width) {
     ConvRegisterBackward<ExecSpace, T, decltype(width)::value> k;
     set_conv_inputs<ExecSpace, T>(k, a.x, a.w, a.bias, a.initial_state, ids, opts, first, last);
@@ -255,7 +257,8 @@ void check_state(const char* op, const char* name, const State& state, const X& 
 /// Host-side checks of the views shared by the forward and the backward.
 template <class ExecSpace, class T>
 void check_conv_inputs(const char* op, const StridedTensor3<const T, ExecSpace>& x,
-                       const Matrix<const T, ExecSpace>& w, const Vector<const T, ExecSpace>& bias,
+                       const Matrix<const compute_t<T>, ExecSpace>& w,
+                       const Vector<const compute_t<T>, ExecSpace>& bias,
                        const StridedTensor3<const T, ExecSpace>& init) {
   const std::size_t C = x.extent(2);
   if (w.extent(1) < 1) fail(op, ": w has extent(1)=", w.extent(1), ", expected K >= 1");
@@ -378,7 +381,7 @@ void causal_conv1d_backward(const ExecSpace& space, const ConvBackward<T, ExecSp
       const StridedTensor3<const T, ExecSpace>&, const StridedTensor3<T, ExecSpace>&,              \
       const ConvSequenceIds<ExecSpace>&);
 #define KDNN_CONV_STEPS_EXTERN(ExecSpace, T) KDNN_CONV_STEPS(extern template, ExecSpace, T)
-KDNN_ETI_FOR_EACH(KDNN_CONV_STEPS_EXTERN)
+KDNN_ETI_FOR_EACH_STORAGE(KDNN_CONV_STEPS_EXTERN)
 #undef KDNN_CONV_STEPS_EXTERN
 
 }  // namespace kdnn::ssm::impl

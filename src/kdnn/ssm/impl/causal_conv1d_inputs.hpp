@@ -7,6 +7,7 @@
 #include <Kokkos_Core.hpp>
 #include <cstddef>
 
+#include "kdnn/core/float16.hpp"
 #include "kdnn/core/tensor.hpp"
 #include "kdnn/core/validate.hpp"
 #include "kdnn/ssm/impl/sigmoid.hpp"
@@ -50,12 +51,15 @@ struct ConvSequenceIds {
 };
 
 /// The arguments of every conv kernel (the tiled ones, the host form, and
-/// the register ones, the GPU form).
+/// the register ones, the GPU form). T is the tensors' storage type; the
+/// kernels compute in Compute (float for the 16-bit types): they widen each
+/// value they read and round each value they write once.
 template <class ExecSpace, class T>
 struct ConvInputs {
+  using Compute = compute_t<T>;
   StridedTensor3<const T, ExecSpace> x;     ///< [B, L, C]
-  Matrix<const T, ExecSpace> w;             ///< [C, K]
-  Vector<const T, ExecSpace> bias;          ///< [C] or empty
+  Matrix<const Compute, ExecSpace> w;       ///< [C, K]
+  Vector<const Compute, ExecSpace> bias;    ///< [C] or empty
   StridedTensor3<const T, ExecSpace> init;  ///< [B, K−1, C] or empty (zeros)
   bool has_bias = false, has_init = false, silu = true;
   int first = 0, last = 0;  ///< the launch's steps [first, last)

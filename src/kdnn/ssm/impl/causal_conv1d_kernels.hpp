@@ -28,6 +28,7 @@ namespace kdnn::ssm::impl {
 template <class ExecSpace, class T, bool Unit>
 struct ConvTiles : ConvInputs<ExecSpace, T> {
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  using typename ConvInputs<ExecSpace, T>::Compute;
   static constexpr bool host = kdnn::impl::BackendTraits<ExecSpace>::is_host;
   /// The most channels of a tile on a host (conv_tiling): the length of a
   /// host thread's row of sums in correlate().
@@ -63,20 +64,20 @@ struct ConvTiles : ConvInputs<ExecSpace, T> {
   /// xs[j·ct + c] = x̄[b, s_first + j, c0 + c] for j < rows: the initial state
   /// (or 0) before step 0, x up to L, 0 after it. Pad channels are 0. With
   /// packed sequences, ids[j] = seq.of(b, s_first + j).
-  KOKKOS_INLINE_FUNCTION void load_steps(const Member& team, const Tile& t, T* xs, int* ids,
+  KOKKOS_INLINE_FUNCTION void load_steps(const Member& team, const Tile& t, Compute* xs, int* ids,
                                          int s_first, int rows) const {
     const int L = int(x.extent(1)), K = int(w.extent(1));
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](int j) {
       const int s = s_first + j;
       if (this->seq.active)
         Kokkos::single(Kokkos::PerThread(team), [&]() { ids[j] = this->seq.of(t.b, s); });
-      T* dst = xs + j * ct;
+      Compute* dst = xs + j * ct;
       if (s >= 0 && s < L) {
         const auto src = channel_row<Unit>(x, t.b, s, t.c0);
-        vec(team, t.nc, [&](int c) { dst[c] = src[c]; });
+        vec(team, t.nc, [&](int c) { dst[c] = to_compute(src[c]); });
       } else if (s < 0 && s >= -(K - 1) && has_init) {
         const auto src = channel_row<Unit>(init, t.b, s + K - 1, t.c0);
-        vec(team, t.nc, [&](int c) { dst[c] = src[c]; });
+        vec(team, t.nc, [&](int c) { dst[c] = to_compute(src[c]); });
       } else {
         vec(team, t.nc, [&](int c) { dst[c] = 0; });
       }
@@ -85,15 +86,16 @@ struct ConvTiles : ConvInputs<ExecSpace, T> {
   }
 
   /// ws[k·ct + c] = w[c0 + c, k], bs[c] = bias[c0 + c] (0 for pad channels).
-  KOKKOS_INLINE_FUNCTION void load_weights(const Member& team, const Tile& t, T* ws, T* bs) const {
+  KOKKOS_INLINE_FUNCTION void load_weights(const Member& team, const Tile& t, Compute* ws,
+                                           Compute* bs) const {
     const int K = int(w.extent(1));
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K + 1), [&](int k) {
       Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, ct), [&](int c) {
         const bool live = c < t.nc;
         if (k < K) {
-          ws[k * ct + c] = live ? w(t.c0 + c, k) : T(0);
+          ws[k * ct + c] = live ? to_compute(w(t.c0 + c, k)) : Compute(0);
         } else {
-          bs[c] = live && has_bias ? bias(t.c0 + c) : T(0);
+          bs[c] = live && has_bias ? to_compute(bias(t.c0 + c)) : Compute(0);
         }
       });
     });
@@ -112,28 +114,28 @@ struct ConvTiles : ConvInputs<ExecSpace, T> {
   /// loop over the channels into a row of sums; on a GPU each lane keeps its
   /// sum in a register.
   template <class First, class Epilogue, class Visible>
-  KOKKOS_FORCEINLINE_FUNCTION void correlate(const Member& team, const T* ws, const T* v, int j,
-                                             int dir, int nc, int K, const First& first,
-                                             const Epilogue& epilogue,
+  KOKKOS_FORCEINLINE_FUNCTION void correlate(const Member& team, const Compute* ws,
+                                             const Compute* v, int j, int dir, int nc, int K,
+                                             const First& first, const Epilogue& epilogue,
                                              const Visible& visible) const {
     if constexpr (host) {
-      T sum[host_max_ct];
+      Compute sum[host_max_ct];
       vec(team, nc, [&](int c) { sum[c] = first(c); });
       for (int k = 0; k < K; ++k) {
-        const T* wk = ws + k * ct;
-        const T* vk = v + (j + dir * k) * ct;
+        const Compute* wk = ws + k * ct;
+        const Compute* vk = v + (j + dir * k) * ct;
         if (visible(k)) {
           vec(team, nc, [&](int c) { sum[c] += wk[c] * vk[c]; });
         } else {
-          vec(team, nc, [&](int c) { sum[c] += wk[c] * T(0); });
+          vec(team, nc, [&](int c) { sum[c] += wk[c] * Compute(0); });
         }
       }
       vec(team, nc, [&](int c) { epilogue(c, sum[c]); });
     } else {
       vec(team, nc, [&](int c) {
-        T acc = first(c);
+        Compute acc = first(c);
         for (int k = 0; k < K; ++k) {
-          acc += ws[k * ct + c] * (visible(k) ? v[(j + dir * k) * ct + c] : T(0));
+          acc += ws[k * ct + c] * (visible(k) ? v[(j + dir * k) * ct + c] : Compute(0));
         }
         epilogue(c, acc);
       });
@@ -151,20 +153,21 @@ struct ConvTiles : ConvInputs<ExecSpace, T> {
 template <class ExecSpace, class T, bool Unit>
 struct ConvForwardKernel : ConvTiles<ExecSpace, T, Unit> {
   using Base = ConvTiles<ExecSpace, T, Unit>;
+  using typename Base::Compute;
   using typename Base::Member;
   StridedTensor3<T, ExecSpace> y;
 
   struct Work {
-    T *xs, *ws, *bs;
+    Compute *xs, *ws, *bs;
     int* ids;
   };
   /// x̄ at the tile's steps and the K−1 before them, w transposed, bias, the
   /// steps' sequences.
   KOKKOS_INLINE_FUNCTION static Work carve(kdnn::impl::ScratchCarver& s, int tt, int ct, int K) {
     Work w;
-    w.xs = s.take<T>(std::size_t(tt + K - 1) * ct);
-    w.ws = s.take<T>(std::size_t(K) * ct);
-    w.bs = s.take<T>(ct);
+    w.xs = s.take<Compute>(std::size_t(tt + K - 1) * ct);
+    w.ws = s.take<Compute>(std::size_t(K) * ct);
+    w.bs = s.take<Compute>(ct);
     w.ids = s.take<int>(tt + K - 1);
     return w;
   }
@@ -189,11 +192,12 @@ struct ConvForwardKernel : ConvTiles<ExecSpace, T, Unit> {
       const auto visible = [&](int k) { return this->same_sequence(s.ids, r + k, r + K - 1); };
       if (this->silu) {
         this->correlate(
-            team, s.ws, s.xs, r, 1, t.nc, K, bias, [&](int c, T z) { out[c] = z * sigmoid(z); },
-            visible);
+            team, s.ws, s.xs, r, 1, t.nc, K, bias,
+            [&](int c, Compute z) { out[c] = from_compute<T>(z * sigmoid(z)); }, visible);
       } else {
         this->correlate(
-            team, s.ws, s.xs, r, 1, t.nc, K, bias, [&](int c, T z) { out[c] = z; }, visible);
+            team, s.ws, s.xs, r, 1, t.nc, K, bias,
+            [&](int c, Compute z) { out[c] = from_compute<T>(z); }, visible);
       }
     });
   }
@@ -207,27 +211,28 @@ struct ConvForwardKernel : ConvTiles<ExecSpace, T, Unit> {
 template <class ExecSpace, class T, bool Unit>
 struct ConvBackwardKernel : ConvTiles<ExecSpace, T, Unit> {
   using Base = ConvTiles<ExecSpace, T, Unit>;
+  using typename Base::Compute;
   using typename Base::Member;
   StridedTensor3<const T, ExecSpace> dy;      ///< [B, L, C]
   StridedTensor3<const T, ExecSpace> dfinal;  ///< [B, K−1, C] or empty
   StridedTensor3<T, ExecSpace> dx;            ///< [B, L, C] (written for s ≥ 0)
   StridedTensor3<T, ExecSpace> dinit;         ///< [B, K−1, C] (written for s < 0)
-  Matrix<T, ExecSpace> partial;               ///< [B·time_tiles, C·(K+1)] when params
+  Matrix<Compute, ExecSpace> partial;         ///< [B·time_tiles, C·(K+1)] when params
   bool has_dfinal = false, params = false;
 
   struct Work {
-    T *xs, *dz, *ws, *bs, *pw;
+    Compute *xs, *dz, *ws, *bs, *pw;
     int* ids;
   };
   /// x̄ at steps [s0−K+1, s0+n+K−1), dz at [s0, s0+n+K−1), w, bias, the
   /// partial parameter sums [K+1, ct], and the sequences of xs's steps.
   KOKKOS_INLINE_FUNCTION static Work carve(kdnn::impl::ScratchCarver& s, int tt, int ct, int K) {
     Work w;
-    w.xs = s.take<T>(std::size_t(tt + 2 * K - 2) * ct);
-    w.dz = s.take<T>(std::size_t(tt + K - 1) * ct);
-    w.ws = s.take<T>(std::size_t(K) * ct);
-    w.bs = s.take<T>(ct);
-    w.pw = s.take<T>(std::size_t(K + 1) * ct);
+    w.xs = s.take<Compute>(std::size_t(tt + 2 * K - 2) * ct);
+    w.dz = s.take<Compute>(std::size_t(tt + K - 1) * ct);
+    w.ws = s.take<Compute>(std::size_t(K) * ct);
+    w.bs = s.take<Compute>(ct);
+    w.pw = s.take<Compute>(std::size_t(K + 1) * ct);
     w.ids = s.take<int>(tt + 2 * K - 2);
     return w;
   }
@@ -252,20 +257,20 @@ struct ConvBackwardKernel : ConvTiles<ExecSpace, T, Unit> {
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, t.n + K - 1), [&](int i) {
       const int step = t.s0 + i;
       const int live = step >= 0 && step < L ? t.nc : 0;  // channels with a gradient
-      T* g = s.dz + i * ct;
+      Compute* g = s.dz + i * ct;
       if (live > 0) {
         const auto dyr = channel_row<Unit>(dy, t.b, step, t.c0);
         if (this->silu) {
           const auto visible = [&](int k) { return this->same_sequence(s.ids, i + k, i + K - 1); };
           this->correlate(
               team, s.ws, s.xs, i, 1, live, K, bias,
-              [&](int c, T z) {
-                const T sg = sigmoid(z);
-                g[c] = dyr[c] * (sg * (T(1) + z * (T(1) - sg)));
+              [&](int c, Compute z) {
+                const Compute sg = sigmoid(z);
+                g[c] = to_compute(dyr[c]) * (sg * (Compute(1) + z * (Compute(1) - sg)));
               },
               visible);
         } else {
-          this->vec(team, live, [&](int c) { g[c] = dyr[c]; });
+          this->vec(team, live, [&](int c) { g[c] = to_compute(dyr[c]); });
         }
       }
       this->vec(team, ct - live, [&](int c) { g[live + c] = 0; });
@@ -274,7 +279,7 @@ struct ConvBackwardKernel : ConvTiles<ExecSpace, T, Unit> {
 
     // dx̄[s] = Σ_k w[k]·dz[s + K − 1 − k] (+ the final state's gradient);
     // dx̄[s]'s step is row r + K − 1 of ids, dz[r + K − 1 − k]'s row r + 2K − 2 − k.
-    const auto zero = [](int) { return T(0); };
+    const auto zero = [](int) { return Compute(0); };
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, t.n), [&](int r) {
       const int step = t.s0 + r;
       const int fin = step - (L - (K - 1));  // index into the final state
@@ -288,11 +293,12 @@ struct ConvBackwardKernel : ConvTiles<ExecSpace, T, Unit> {
         const auto df = channel_row<Unit>(dfinal, t.b, fin, t.c0);
         this->correlate(
             team, s.ws, s.dz, r + K - 1, -1, t.nc, K, zero,
-            [&](int c, T acc) { out[c] = acc + df[c]; }, visible);
+            [&](int c, Compute acc) { out[c] = from_compute<T>(acc + to_compute(df[c])); },
+            visible);
       } else {
         this->correlate(
-            team, s.ws, s.dz, r + K - 1, -1, t.nc, K, zero, [&](int c, T acc) { out[c] = acc; },
-            visible);
+            team, s.ws, s.dz, r + K - 1, -1, t.nc, K, zero,
+            [&](int c, Compute acc) { out[c] = from_compute<T>(acc); }, visible);
       }
     });
     if (!params) return;
@@ -300,21 +306,21 @@ struct ConvBackwardKernel : ConvTiles<ExecSpace, T, Unit> {
     // Partial parameter sums over the tile's steps (dz is 0 outside [0, L)).
     const int row = t.b * this->time_tiles() + (t.s0 - this->first) / this->tt;
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, K + 1), [&](int k) {
-      T* acc = s.pw + k * ct;
+      Compute* acc = s.pw + k * ct;
       this->vec(team, ct, [&](int c) { acc[c] = 0; });
       if (k < K) {
         for (int r = 0; r < t.n; ++r) {
-          const T* g = s.dz + r * ct;
-          const T* v = s.xs + (k + r) * ct;
+          const Compute* g = s.dz + r * ct;
+          const Compute* v = s.xs + (k + r) * ct;
           if (this->same_sequence(s.ids, k + r, r + K - 1)) {
             this->vec(team, ct, [&](int c) { acc[c] += g[c] * v[c]; });
           } else {
-            this->vec(team, ct, [&](int c) { acc[c] += g[c] * T(0); });
+            this->vec(team, ct, [&](int c) { acc[c] += g[c] * Compute(0); });
           }
         }
       } else {
         for (int r = 0; r < t.n; ++r) {
-          const T* g = s.dz + r * ct;
+          const Compute* g = s.dz + r * ct;
           this->vec(team, ct, [&](int c) { acc[c] += g[c]; });
         }
       }

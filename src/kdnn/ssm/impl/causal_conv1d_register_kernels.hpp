@@ -20,6 +20,7 @@ namespace kdnn::ssm::impl {
 /// What both register kernels share: the thread mapping and the window.
 template <class ExecSpace, class T, int K>
 struct ConvRuns : ConvInputs<ExecSpace, T> {
+  using typename ConvInputs<ExecSpace, T>::Compute;
   int run = 64;  ///< steps per thread
 
   KOKKOS_INLINE_FUNCTION int runs() const { return (this->last - this->first + run - 1) / run; }
@@ -47,15 +48,15 @@ struct ConvRuns : ConvInputs<ExecSpace, T> {
   }
 
   /// x̄[b, s, c]: the initial state (or 0) before step 0, x in [0, L), 0 after.
-  KOKKOS_INLINE_FUNCTION T xbar(int b, int s, int c) const {
-    if (s >= 0) return s < int(this->x.extent(1)) ? this->x(b, s, c) : T(0);
-    return this->has_init && s >= -(K - 1) ? this->init(b, s + K - 1, c) : T(0);
+  KOKKOS_INLINE_FUNCTION Compute xbar(int b, int s, int c) const {
+    if (s >= 0) return s < int(this->x.extent(1)) ? to_compute(this->x(b, s, c)) : Compute(0);
+    return this->has_init && s >= -(K - 1) ? to_compute(this->init(b, s + K - 1, c)) : Compute(0);
   }
 
   /// The channel's weights and bias into registers.
-  KOKKOS_INLINE_FUNCTION void load_weights(int c, T (&wk)[K], T& bc) const {
-    for (int k = 0; k < K; ++k) wk[k] = this->w(c, k);
-    bc = this->has_bias ? this->bias(c) : T(0);
+  KOKKOS_INLINE_FUNCTION void load_weights(int c, Compute (&wk)[K], Compute& bc) const {
+    for (int k = 0; k < K; ++k) wk[k] = to_compute(this->w(c, k));
+    bc = this->has_bias ? to_compute(this->bias(c)) : Compute(0);
   }
 
   /// kernel.steps<Seq>(run_of(idx)) with Seq = seq.active: the window of
@@ -77,18 +78,20 @@ struct ConvRuns : ConvInputs<ExecSpace, T> {
   }
 
   /// bias + Σ_k wk[k]·window[k], in order of k.
-  KOKKOS_FORCEINLINE_FUNCTION static T correlate(const T (&wk)[K], T bc, const T (&window)[K]) {
-    T acc = bc;
+  KOKKOS_FORCEINLINE_FUNCTION static Compute correlate(const Compute (&wk)[K], Compute bc,
+                                                       const Compute (&window)[K]) {
+    Compute acc = bc;
     for (int k = 0; k < K; ++k) acc += wk[k] * window[k];
     return acc;
   }
   /// correlate() with the terms of steps outside the last step's sequence
   /// read as 0 (ids[k]: the sequence of window[k]), as a call per sequence
   /// reads the zeros before its first step.
-  KOKKOS_FORCEINLINE_FUNCTION static T correlate(const T (&wk)[K], T bc, const T (&window)[K],
-                                                 const int (&ids)[K]) {
-    T acc = bc;
-    for (int k = 0; k < K; ++k) acc += wk[k] * (ids[k] == ids[K - 1] ? window[k] : T(0));
+  KOKKOS_FORCEINLINE_FUNCTION static Compute correlate(const Compute (&wk)[K], Compute bc,
+                                                       const Compute (&window)[K],
+                                                       const int (&ids)[K]) {
+    Compute acc = bc;
+    for (int k = 0; k < K; ++k) acc += wk[k] * (ids[k] == ids[K - 1] ? window[k] : Compute(0));
     return acc;
   }
 };
@@ -104,7 +107,8 @@ struct ConvRegisterForward : ConvRuns<ExecSpace, T, K> {
   /// beside the window of inputs.
   template <bool Seq>
   KOKKOS_INLINE_FUNCTION void steps(const typename ConvRuns<ExecSpace, T, K>::Run& r) const {
-    T wk[K], bc, window[K];
+    using Compute = compute_t<T>;
+    Compute wk[K], bc, window[K];
     int ids[K] = {};  // (set before use where Seq; zeroed for the compilers' analysis)
     this->load_weights(r.c, wk, bc);
     for (int k = 0; k + 1 < K; ++k) {
@@ -114,15 +118,15 @@ struct ConvRegisterForward : ConvRuns<ExecSpace, T, K> {
     }
     for (int i = 0; i < r.n; ++i) {
       const int t = r.s0 + i;
-      this->push(window, this->x(r.b, t, r.c));
-      T z;
+      this->push(window, to_compute(this->x(r.b, t, r.c)));
+      Compute z;
       if constexpr (Seq) {
         this->push(ids, this->seq.of(r.b, t));
         z = this->correlate(wk, bc, window, ids);
       } else {
         z = this->correlate(wk, bc, window);
       }
-      y(r.b, t, r.c) = this->silu ? z * sigmoid(z) : z;
+      y(r.b, t, r.c) = from_compute<T>(this->silu ? z * sigmoid(z) : z);
     }
   }
 };
@@ -139,7 +143,7 @@ struct ConvRegisterBackward : ConvRuns<ExecSpace, T, K> {
   StridedTensor3<const T, ExecSpace> dfinal;  ///< [B, K−1, C] or empty
   StridedTensor3<T, ExecSpace> dx;            ///< [B, L, C] (written for s ≥ 0)
   StridedTensor3<T, ExecSpace> dinit;         ///< [B, K−1, C] (written for s < 0)
-  Matrix<T, ExecSpace> partial;               ///< [B·runs, C·(K+1)] when params
+  Matrix<compute_t<T>, ExecSpace> partial;    ///< [B·runs, C·(K+1)] when params
   bool has_dfinal = false, params = false;
 
   KOKKOS_INLINE_FUNCTION void operator()(long long idx) const { this->run_steps(*this, idx); }
@@ -149,13 +153,14 @@ struct ConvRegisterBackward : ConvRuns<ExecSpace, T, K> {
   /// between two steps of different sequences is 0.
   template <bool Seq>
   KOKKOS_INLINE_FUNCTION void steps(const typename ConvRuns<ExecSpace, T, K>::Run& r) const {
+    using Compute = compute_t<T>;
     const int L = int(this->x.extent(1));
-    T wk[K], bc, xw[K], dzw[K], pw[K + 1];
+    Compute wk[K], bc, xw[K], dzw[K], pw[K + 1];
     int ids[K] = {};  // (set before use where Seq; zeroed for the compilers' analysis)
     const auto same = [&](int k, int j) { return !Seq || ids[k] == ids[j]; };
     this->load_weights(r.c, wk, bc);
-    for (int k = 0; k < K; ++k) dzw[k] = T(0);
-    for (int k = 0; k <= K; ++k) pw[k] = T(0);
+    for (int k = 0; k < K; ++k) dzw[k] = Compute(0);
+    for (int k = 0; k <= K; ++k) pw[k] = Compute(0);
     for (int k = 0; k + 1 < K; ++k) {
       const int s = r.s0 - (K - 1) + k;
       xw[k + 1] = this->xbar(r.b, s, r.c);
@@ -166,39 +171,41 @@ struct ConvRegisterBackward : ConvRuns<ExecSpace, T, K> {
     for (int t = r.s0; t < r.s0 + r.n + K - 1; ++t) {
       this->push(xw, this->xbar(r.b, t, r.c));
       if constexpr (Seq) this->push(ids, this->seq.of(r.b, t));
-      T dz = T(0);
+      Compute dz = Compute(0);
       if (t >= 0 && t < L) {
-        const T g = dy(r.b, t, r.c);
+        const Compute g = to_compute(dy(r.b, t, r.c));
         if (this->silu) {
-          T z;
+          Compute z;
           if constexpr (Seq) {
             z = this->correlate(wk, bc, xw, ids);
           } else {
             z = this->correlate(wk, bc, xw);
           }
-          const T sg = sigmoid(z);
-          dz = g * (sg * (T(1) + z * (T(1) - sg)));
+          const Compute sg = sigmoid(z);
+          dz = g * (sg * (Compute(1) + z * (Compute(1) - sg)));
         } else {
           dz = g;
         }
       }
       if (params && t < r.s0 + r.n) {
-        for (int k = 0; k < K; ++k) pw[k] += dz * (same(k, K - 1) ? xw[k] : T(0));
+        for (int k = 0; k < K; ++k) pw[k] += dz * (same(k, K - 1) ? xw[k] : Compute(0));
         pw[K] += dz;
       }
       this->push(dzw, dz);
       const int s = t - (K - 1);
       if (s < r.s0) continue;
-      T acc = T(0);
-      for (int k = 0; k < K; ++k) acc += wk[k] * (same(0, K - 1 - k) ? dzw[K - 1 - k] : T(0));
+      Compute acc = Compute(0);
+      for (int k = 0; k < K; ++k) {
+        acc += wk[k] * (same(0, K - 1 - k) ? dzw[K - 1 - k] : Compute(0));
+      }
       const int fin = s - (L - (K - 1));  // index into the final state
       if (has_dfinal && fin >= 0 && (!Seq || this->seq.in_last_sequence(r.b, s))) {
-        acc = acc + dfinal(r.b, fin, r.c);
+        acc = acc + to_compute(dfinal(r.b, fin, r.c));
       }
       if (s < 0) {
-        dinit(r.b, s + K - 1, r.c) = acc;
+        dinit(r.b, s + K - 1, r.c) = from_compute<T>(acc);
       } else {
-        dx(r.b, s, r.c) = acc;
+        dx(r.b, s, r.c) = from_compute<T>(acc);
       }
     }
     if (params) {

@@ -39,10 +39,11 @@ struct ConvUpdateKernel {
       if (s >= W) return x[s - W];
       return circular ? state[slot(s)] : state[s];
     };
+    using Compute = compute_t<T>;  // sums in float for the 16-bit types
     for (int t = 0; t < L; ++t) {
-      T z = has_bias ? a.bias(c) : T(0);
-      for (int k = 0; k < K; ++k) z += a.w(c, k) * xbar(W + t - K + 1 + k);
-      a.y(b, c, t) = a.silu ? z * sigmoid(z) : z;
+      Compute z = has_bias ? to_compute(a.bias(c)) : Compute(0);
+      for (int k = 0; k < K; ++k) z += to_compute(a.w(c, k)) * to_compute(xbar(W + t - K + 1 + k));
+      a.y(b, c, t) = from_compute<T>(a.silu ? z * sigmoid(z) : z);
     }
     if (circular) {
       for (int t = 0; W > 0 && t < L; ++t) state[slot(W + t)] = x[t];

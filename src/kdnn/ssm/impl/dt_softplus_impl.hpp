@@ -13,7 +13,7 @@ namespace kdnn::ssm::impl {
 
 template <class ExecSpace, class T>
 void check_dt(const char* op, const Tensor3<const T, ExecSpace>& dt,
-              const Vector<const T, ExecSpace>& dt_bias, const DtSoftplusOptions& o) {
+              const Vector<const compute_t<T>, ExecSpace>& dt_bias, const DtSoftplusOptions& o) {
   check_dt_limits(op, o.dt_min, o.dt_max);
   validate::extent(op, "dt_bias", dt_bias, 0, dt.extent(2), "H, dt's extent(2)");
   if (dt.size() > std::size_t(INT_MAX)) {
@@ -25,8 +25,9 @@ void check_dt(const char* op, const Tensor3<const T, ExecSpace>& dt,
 /// ddt_out, which may be left empty.
 template <class ExecSpace, class T>
 void check_dt_finite(const char* op, const ExecSpace& space, const Tensor3<const T, ExecSpace>& dt,
-                     const Vector<const T, ExecSpace>& dt_bias,
-                     const Tensor3<const T, ExecSpace>& ddt_out, const DtSoftplusOptions& opts) {
+                     const Vector<const compute_t<T>, ExecSpace>& dt_bias,
+                     const Tensor3<const compute_t<T>, ExecSpace>& ddt_out,
+                     const DtSoftplusOptions& opts) {
   if (!opts.check_finite) return;
   kdnn::impl::check_finite(op, space, "dt", dt);
   kdnn::impl::check_finite(op, space, "dt_bias", dt_bias);
@@ -36,8 +37,9 @@ void check_dt_finite(const char* op, const ExecSpace& space, const Tensor3<const
 /// Every host-side check of dt_softplus_forward (`op` names the caller).
 template <class ExecSpace, class T>
 void check_dt_forward(const char* op, const Tensor3<const T, ExecSpace>& dt,
-                      const Vector<const T, ExecSpace>& dt_bias,
-                      const Tensor3<T, ExecSpace>& dt_out, const DtSoftplusOptions& opts) {
+                      const Vector<const compute_t<T>, ExecSpace>& dt_bias,
+                      const Tensor3<compute_t<T>, ExecSpace>& dt_out,
+                      const DtSoftplusOptions& opts) {
   check_dt<ExecSpace, T>(op, dt, dt_bias, opts);
   validate::same_shape(op, "dt_out", dt_out, "dt", dt);
   validate::disjoint(op, {validate::memory_of("dt_out", dt_out)},
@@ -47,9 +49,11 @@ void check_dt_forward(const char* op, const Tensor3<const T, ExecSpace>& dt,
 /// Every host-side check of dt_softplus_backward.
 template <class ExecSpace, class T>
 void check_dt_backward(const char* op, const Tensor3<const T, ExecSpace>& dt,
-                       const Vector<const T, ExecSpace>& dt_bias,
-                       const Tensor3<const T, ExecSpace>& ddt_out, const Tensor3<T, ExecSpace>& ddt,
-                       const Vector<T, ExecSpace>& ddt_bias, const DtSoftplusOptions& opts) {
+                       const Vector<const compute_t<T>, ExecSpace>& dt_bias,
+                       const Tensor3<const compute_t<T>, ExecSpace>& ddt_out,
+                       const Tensor3<T, ExecSpace>& ddt,
+                       const Vector<compute_t<T>, ExecSpace>& ddt_bias,
+                       const DtSoftplusOptions& opts) {
   check_dt<ExecSpace, T>(op, dt, dt_bias, opts);
   validate::same_shape(op, "ddt_out", ddt_out, "dt", dt);
   validate::same_shape(op, "ddt", ddt, "dt", dt);
@@ -62,24 +66,27 @@ void check_dt_backward(const char* op, const Tensor3<const T, ExecSpace>& dt,
 
 template <class ExecSpace, class T>
 void dt_softplus_forward(const ExecSpace& space, const Tensor3<const T, ExecSpace>& dt,
-                         const Vector<const T, ExecSpace>& dt_bias,
-                         const Tensor3<T, ExecSpace>& dt_out, const DtSoftplusOptions& opts) {
+                         const Vector<const compute_t<T>, ExecSpace>& dt_bias,
+                         const Tensor3<compute_t<T>, ExecSpace>& dt_out,
+                         const DtSoftplusOptions& opts) {
   check_dt_forward<ExecSpace, T>("ssm::dt_softplus_forward", dt, dt_bias, dt_out, opts);
   check_dt_finite<ExecSpace, T>("ssm::dt_softplus_forward", space, dt, dt_bias, {}, opts);
-  transform_dt(space, dt, dt_bias, dt_out.data(), DtTransform<T>(true, opts.dt_min, opts.dt_max));
+  transform_dt(space, dt, dt_bias, dt_out.data(),
+               DtTransform<compute_t<T>>(true, opts.dt_min, opts.dt_max));
 }
 
 template <class ExecSpace, class T>
 void dt_softplus_backward(const ExecSpace& space, const Tensor3<const T, ExecSpace>& dt,
-                          const Vector<const T, ExecSpace>& dt_bias,
-                          const Tensor3<const T, ExecSpace>& ddt_out,
-                          const Tensor3<T, ExecSpace>& ddt, const Vector<T, ExecSpace>& ddt_bias,
+                          const Vector<const compute_t<T>, ExecSpace>& dt_bias,
+                          const Tensor3<const compute_t<T>, ExecSpace>& ddt_out,
+                          const Tensor3<T, ExecSpace>& ddt,
+                          const Vector<compute_t<T>, ExecSpace>& ddt_bias,
                           const DtSoftplusOptions& opts) {
   check_dt_backward<ExecSpace, T>("ssm::dt_softplus_backward", dt, dt_bias, ddt_out, ddt, ddt_bias,
                                   opts);
   check_dt_finite<ExecSpace, T>("ssm::dt_softplus_backward", space, dt, dt_bias, ddt_out, opts);
   transform_dt_backward(space, dt, dt_bias, ddt_out.data(), ddt.data(), ddt_bias,
-                        DtTransform<T>(true, opts.dt_min, opts.dt_max));
+                        DtTransform<compute_t<T>>(true, opts.dt_min, opts.dt_max));
 }
 
 }  // namespace kdnn::ssm::impl

@@ -10,13 +10,17 @@
 // The gradient passes where lo ≤ f(u) ≤ hi (torch.clamp's rule), times
 // f'(u) = σ(u) below the threshold, 1 above it (or 1 for the identity). The
 // bias gradient is Σ over batch and steps, per block of rows and then over
-// the blocks in a fixed order (deterministic). The kernels check nothing:
-// the callers check their arguments first (check_dt_limits for the bounds).
+// the blocks in a fixed order (deterministic). dt (and its gradient) may be
+// stored in a 16-bit type: the transform computes in C, the type of the
+// bias, the output and the incoming gradient (float for the 16-bit types, as
+// mamba keeps them). The kernels check nothing: the callers check their
+// arguments first (check_dt_limits for the bounds).
 #include <Kokkos_Core.hpp>
 #include <cstddef>
 
 #include "kdnn/core/compat.hpp"
 #include "kdnn/core/error.hpp"
+#include "kdnn/core/float16.hpp"
 #include "kdnn/core/impl/block_sums.hpp"
 #include "kdnn/core/tensor.hpp"
 
@@ -59,37 +63,40 @@ struct DtTransform {
 };
 
 /// out = transform(dt + bias) over dt [B, L, H] (bias [H] or empty: 0);
-/// out may be dt's own memory.
-template <class ExecSpace, class T>
-void transform_dt(const ExecSpace& space, const Tensor3<const T, ExecSpace>& dt,
-                  const Vector<const T, ExecSpace>& bias, T* out, const DtTransform<T>& f) {
+/// out may be dt's own memory (In = C).
+template <class ExecSpace, class In, class C>
+void transform_dt(const ExecSpace& space, const Tensor3<const In, ExecSpace>& dt,
+                  const Vector<const C, ExecSpace>& bias, C* out, const DtTransform<C>& f) {
   const std::size_t H = dt.extent(2), n = dt.size();
   const bool has_bias = bias.extent(0) > 0;
-  const T* in = dt.data();
+  const In* in = dt.data();
   Kokkos::parallel_for(
       "kdnn::ssm::dt_transform", Kokkos::RangePolicy<ExecSpace>(space, 0, n),
-      KOKKOS_LAMBDA(std::size_t i) { out[i] = f(in[i] + (has_bias ? bias(i % H) : T(0))); });
+      KOKKOS_LAMBDA(std::size_t i) {
+        out[i] = f(to_compute(in[i]) + (has_bias ? bias(i % H) : C(0)));
+      });
 }
 
 /// Rows of [B·L, H] per team of the backward (one partial sum of dbias each).
 constexpr int kDtRowsPerBlock = 256;
 
 /// ddt = g · transform'(dt + bias), elementwise (g and ddt may be the same
-/// memory), and, when dbias is given, dbias[h] = Σ_{b,t} ddt[b,t,h].
-template <class ExecSpace, class T>
-void transform_dt_backward(const ExecSpace& space, const Tensor3<const T, ExecSpace>& dt,
-                           const Vector<const T, ExecSpace>& bias, const T* g, T* ddt,
-                           const Vector<T, ExecSpace>& dbias, const DtTransform<T>& f) {
+/// memory when In = C), and, when dbias is given, dbias[h] = Σ_{b,t} ddt[b,t,h]
+/// (of the values in C, before ddt's rounding to In).
+template <class ExecSpace, class In, class C>
+void transform_dt_backward(const ExecSpace& space, const Tensor3<const In, ExecSpace>& dt,
+                           const Vector<const C, ExecSpace>& bias, const C* g, In* ddt,
+                           const Vector<C, ExecSpace>& dbias, const DtTransform<C>& f) {
   const int H = int(dt.extent(2)), rows = int(dt.extent(0) * dt.extent(1));
   const int blocks = (rows + kDtRowsPerBlock - 1) / kDtRowsPerBlock;
   if (H == 0) return;
   const bool has_dbias = dbias.extent(0) > 0;
   if (blocks == 0) {
-    if (has_dbias) Kokkos::deep_copy(space, dbias, T(0));
+    if (has_dbias) Kokkos::deep_copy(space, dbias, C(0));
     return;
   }
   const bool has_bias = bias.extent(0) > 0;
-  const T* in = dt.data();
+  const In* in = dt.data();
   Matrix<double, ExecSpace> partial(
       Kokkos::view_alloc(Kokkos::WithoutInitializing, "kdnn::ssm::dt_partial_sums"),
       has_dbias ? blocks : 0, H);
@@ -104,13 +111,13 @@ void transform_dt_backward(const ExecSpace& space, const Tensor3<const T, ExecSp
         const int nr = rows - r0 < kDtRowsPerBlock ? rows - r0 : kDtRowsPerBlock;
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, H), [&](int h) {
           double sum = 0;
-          const T b = has_bias ? bias(h) : T(0);
+          const C b = has_bias ? bias(h) : C(0);
           Kokkos::parallel_reduce(
               Kokkos::ThreadVectorRange(team, nr),
               [&](int r, double& acc) {
                 const std::size_t i = std::size_t(r0 + r) * H + h;
-                const T d = f.gradient(in[i] + b, g[i]);
-                ddt[i] = d;
+                const C d = f.gradient(to_compute(in[i]) + b, g[i]);
+                ddt[i] = from_compute<In>(d);
                 acc += double(d);
               },
               sum);
@@ -122,7 +129,7 @@ void transform_dt_backward(const ExecSpace& space, const Tensor3<const T, ExecSp
   if (!has_dbias) return;
   kdnn::impl::sum_blocks(
       space, "kdnn::ssm::dt_bias_sums", partial,
-      KOKKOS_LAMBDA(int h, double v) { dbias(h) = T(v); });
+      KOKKOS_LAMBDA(int h, double v) { dbias(h) = C(v); });
 }
 
 }  // namespace kdnn::ssm::impl
