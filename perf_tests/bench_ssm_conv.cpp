@@ -139,7 +139,7 @@ int main(int argc, char** argv) {
                                  {"backward_tiled", Op::backward_tiled}});
         }
         const std::pair<const char*, void (*)(benchmark::State&, Op, bool)> types[] = {
-            {"f32", run<float>}, {"bf16", run<kdnn::bfloat16>}};
+            {"f32", run<float>}, {"bf16", run<kdnn::bfloat16>}, {"f16", run<kdnn::float16>}};
         for (const auto& size : sizes) {
           for (const auto& op : ops) {
             for (const auto& [type, runner] : types) {

@@ -263,7 +263,7 @@ TEST(NpyNumPyFiles, BigEndianIsRejected) {
 TEST(NpyNumPyFiles, UnsignedAndOtherIntegerWidthsAreRejected) {
   const std::vector<std::string> expected = {
       "'<f4' (float32), '<f8' (float64), "
-      "'<i4' (int32) or '<i8' (int64)"};
+      "'<i4' (int32), '<i8' (int64), '<f2' (float16) or [('bfloat16', '<u2')] (bfloat16)"};
   expect_read_error(fixture("u4_3.npy"), {"dtype '<u4' not supported", expected[0]});
   expect_read_error(fixture("i2_3.npy"), {"dtype '<i2' not supported", expected[0]});
 }

@@ -92,7 +92,7 @@ TEST_F(Npy, MalformedHeadersAreRejected) {
 
 TEST_F(Npy, OtherDescrsAreRejected) {
   for (const std::string descr :
-       {"<u8", "|u1", "|i1", "<i16", ">i8", "=i4", "|b1", "<c8", "<f2", "i4", "int32"}) {
+       {"<u8", "|u1", "|i1", "<i16", ">i8", "=i4", "|b1", "<c8", "<f16", "i4", "int32"}) {
     SCOPED_TRACE(descr);
     const std::string dict = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': (1,), }";
     write_bytes(path("a.npy"), make_npy(dict, f64_bytes(1)));

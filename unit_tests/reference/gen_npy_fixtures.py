@@ -8,9 +8,10 @@ byte):
 
     python3 unit_tests/reference/gen_npy_fixtures.py [OUT_DIR]
 
-Accepted by read_npy: float32, float64, int32, int64, C order, little endian,
-format versions 1.0 to 3.0. Rejected: Fortran order, big endian, unsigned
-and other integer widths, structured dtypes.
+Accepted by read_npy: float32, float64, int32, int64, float16 and bfloat16
+(raw bits under the structured dtype [('bfloat16', '<u2')]), C order, little
+endian, format versions 1.0 to 3.0. Rejected: Fortran order, big endian,
+unsigned and other integer widths, other structured dtypes.
 """
 import os
 import sys
@@ -41,6 +42,10 @@ def main():
     save(out_dir, "i32_3.npy", np.array([1, 2, 3], dtype="<i4"))
     save(out_dir, "i32_2x3.npy", np.array([[INT32_MIN, -1, 0], [1, 7, INT32_MAX]], dtype="<i4"))
     save(out_dir, "i64_5.npy", np.array([0, -5, INT32_MAX, INT32_MIN, 12], dtype="<i8"))
+    save(out_dir, "f16_4.npy", np.array([1.5, -2.0, 65504.0, 2.0**-24], dtype="<f2"))
+    # bfloat16 1.0, -2.5, 3.0e38 (rounded: 0x7f62), the smallest subnormal.
+    bf16 = np.array([0x3F80, 0xC020, 0x7F62, 0x0001], dtype="<u2").view([("bfloat16", "<u2")])
+    save(out_dir, "bf16_2x2.npy", bf16.reshape(2, 2))
     # Read, but read_int_vector refuses index 2 (beyond int).
     save(out_dir, "i64_beyond_int_3.npy", np.array([7, -2, INT32_MAX + 1], dtype="<i8"))
     # Rejected.

@@ -54,8 +54,8 @@ std::pair<std::vector<double>, std::vector<double>> reference(const UpdateCase& 
 
 template <class T>
 class ConvUpdate : public ::testing::Test {};
-using Types = ::testing::Types<float, double, kdnn::bfloat16, kdnn::float16>;
-TYPED_TEST_SUITE(ConvUpdate, Types);
+using ConvUpdateTypes = ::testing::Types<float, double, kdnn::bfloat16, kdnn::float16>;
+TYPED_TEST_SUITE(ConvUpdate, ConvUpdateTypes);
 
 TYPED_TEST(ConvUpdate, MatchesItsDefinition) {
   using T = TypeParam;

@@ -70,8 +70,8 @@ TYPED_TEST(DtSoftplus, MatchesDoubleLoopsAroundThresholdAndClamp) {
 
 template <class T>
 class DtSoftplus16 : public ::testing::Test {};
-using Types16 = ::testing::Types<kdnn::bfloat16, kdnn::float16>;
-TYPED_TEST_SUITE(DtSoftplus16, Types16);
+using DtSoftplus16Types = ::testing::Types<kdnn::bfloat16, kdnn::float16>;
+TYPED_TEST_SUITE(DtSoftplus16, DtSoftplus16Types);
 
 TYPED_TEST(DtSoftplus16, ComputesInFloatAndRoundsTheGradientOnce) {
   using T = TypeParam;

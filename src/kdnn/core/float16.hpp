@@ -57,47 +57,51 @@ KOKKOS_FORCEINLINE_FUNCTION std::uint16_t bfloat16_bits(float x) {
 #endif
 }
 
-/// float → float16 bits, to nearest even, subnormals kept.
+/// float → float16 bits, to nearest even, subnormals kept. On a host every
+/// case is computed and one selected, with no branch and no variable shift,
+/// so that a compiler vectorises a loop of conversions.
 KOKKOS_FORCEINLINE_FUNCTION std::uint16_t float16_bits(float x) {
 #if defined(__CUDA_ARCH__)
   return __half_as_ushort(__float2half_rn(x));
 #else
   const std::uint32_t u = float_bits(x);
   const std::uint32_t sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return kCanonicalNan16;
-  // From 65520 (halfway between 65504 and 2^16) up: an infinity.
-  if (a >= 0x477ff000u) return std::uint16_t(sign | 0x7c00u);
-  if (a >= 0x38800000u) {  // a normal float16 (from 2^-14): rebias, drop 13 bits
-    const std::uint32_t r = a - 0x38000000u;
-    return std::uint16_t(sign | ((r + 0xfffu + ((r >> 13) & 1u)) >> 13));
-  }
-  // Below 2^-14: a multiple of 2^-24 (a subnormal, or at most the smallest
-  // normal 0x0400 after rounding up). Up to 2^-25 (a tie with 0): zero.
-  if (a <= 0x33000000u) return std::uint16_t(sign);
-  const std::uint32_t m = (a & 0x7fffffu) | 0x800000u;  // the value is m·2^(e − 150)
-  const int shift = 126 - int(a >> 23);                 // m·2^(e − 150) / 2^-24 = m / 2^shift
-  std::uint32_t r = m >> shift;
-  const std::uint32_t rest = m & ((1u << shift) - 1u), half = 1u << (shift - 1);
-  if (rest > half || (rest == half && (r & 1u))) ++r;
-  return std::uint16_t(sign | r);
+  // A normal float16 (from 2^-14 = 0x38800000): rebias the exponent by
+  // −112 (0x38000000) and drop 13 mantissa bits, adding 0xfff plus the
+  // kept part's lowest bit (ties to even). A carry out of the mantissa
+  // raises the exponent: from 65520 (halfway between 65504 and 2^16) on,
+  // that is the infinity 0x7c00, which the clamp below keeps.
+  std::uint32_t normal = (a - 0x38000000u + 0xfffu + ((a >> 13) & 1u)) >> 13;
+  normal = normal > 0x7c00u ? 0x7c00u : normal;
+  // Below 2^-14: a multiple of 2^-24. Adding 0.5 (0x3f000000) puts 2^-24 at
+  // the float's last mantissa bit, so the float addition itself rounds to
+  // nearest even; what is left above 0.5 is the float16's bits (at most the
+  // smallest normal, 0x0400, after rounding up).
+  const std::uint32_t subnormal = float_bits(float_of_bits(a) + 0.5f) - 0x3f000000u;
+  std::uint32_t bits = a >= 0x38800000u ? normal : subnormal;
+  bits = a >= 0x47800000u ? 0x7c00u : bits;  // from 2^16: an infinity (no wrap)
+  return a > 0x7f800000u ? kCanonicalNan16 : std::uint16_t(sign | bits);
 #endif
 }
 
-/// float16 bits → float (exact).
+/// float16 bits → float (exact), on a host without a branch as float16_bits.
 KOKKOS_FORCEINLINE_FUNCTION float float16_value(std::uint16_t h) {
 #if defined(__CUDA_ARCH__)
   return __half2float(__ushort_as_half(h));
 #else
   const std::uint32_t sign = std::uint32_t(h & 0x8000u) << 16;
-  const std::uint32_t e = (h >> 10) & 0x1fu;
-  std::uint32_t m = h & 0x3ffu;
-  if (e == 0x1fu) return float_of_bits(sign | 0x7f800000u | (m << 13));  // inf, NaN
-  if (e != 0) return float_of_bits(sign | ((e + 112u) << 23) | (m << 13));
-  if (m == 0) return float_of_bits(sign);
-  // A subnormal m·2^-24: normalise m to 1.f·2^(e2 − 127).
-  std::uint32_t e2 = 113;
-  while ((m & 0x400u) == 0) m <<= 1, --e2;
-  return float_of_bits(sign | (e2 << 23) | ((m & 0x3ffu) << 13));
+  const std::uint32_t shifted = std::uint32_t(h & 0x7fffu) << 13;  // exponent, mantissa
+  const std::uint32_t e = shifted & 0x0f800000u;
+  // A normal number: rebias the exponent by +112. An infinity or a NaN
+  // (exponent 31): to 255, the mantissa (payload) kept.
+  const std::uint32_t normal = shifted + 0x38000000u;
+  const std::uint32_t special = shifted + 0x70000000u;
+  // Zero or a subnormal m·2^-24: as the float 2^-14·(1 + m/1024) minus
+  // 2^-14, exact.
+  const std::uint32_t subnormal =
+      float_bits(float_of_bits(shifted + 0x38800000u) - float_of_bits(0x38800000u));
+  const std::uint32_t bits = e == 0x0f800000u ? special : e == 0 ? subnormal : normal;
+  return float_of_bits(sign | bits);
 #endif
 }
 

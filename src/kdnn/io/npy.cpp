@@ -21,7 +21,7 @@
 #include "kdnn/io/impl/unique_name.hpp"
 
 // The element bytes are copied to and from memory unchanged, which is only
-// correct for '<f4' / '<f8' / '<i4' / '<i8' on a little-endian host.
+// correct for little-endian descrs on a little-endian host.
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "kdnn .npy I/O assumes a little-endian host"
 #endif
@@ -34,20 +34,25 @@ constexpr char kMagic[] = "\x93NUMPY";
 constexpr std::size_t kMagicLen = 6;
 constexpr std::size_t kAlign = 64;  // NumPy pads the header to this many bytes
 
-/// The dtypes and their .npy descr strings, in the order the "not supported"
-/// message lists them.
+/// The dtypes and their .npy descrs, in the order the "not supported"
+/// message lists them: a string ('<f4'), or for bfloat16 a structured
+/// dtype's list (npy.hpp), written and matched as the text NumPy writes.
 constexpr struct {
   DType dtype;
   const char* descr;
+  bool is_string;
   const char* name;
-} kDTypes[] = {{DType::f32, "<f4", "float32"},
-               {DType::f64, "<f8", "float64"},
-               {DType::i32, "<i4", "int32"},
-               {DType::i64, "<i8", "int64"}};
+} kDTypes[] = {{DType::f32, "<f4", true, "float32"},
+               {DType::f64, "<f8", true, "float64"},
+               {DType::i32, "<i4", true, "int32"},
+               {DType::i64, "<i8", true, "int64"},
+               {DType::f16, "<f2", true, "float16"},
+               {DType::bf16, "[('bfloat16', '<u2')]", false, "bfloat16"}};
 
-const char* descr_of(DType dtype) {
+/// The descr of `dtype` as the header's dict writes it ('<f4', quoted).
+std::string descr_of(DType dtype) {
   for (const auto& d : kDTypes) {
-    if (d.dtype == dtype) return d.descr;
+    if (d.dtype == dtype) return d.is_string ? std::string("'") + d.descr + "'" : d.descr;
   }
   fail("npy: invalid DType ", static_cast<int>(dtype));
 }
@@ -75,12 +80,14 @@ std::size_t data_bytes(const std::string& path, const std::vector<std::size_t>& 
 }
 
 DType check_descr(const std::string& path, const impl::Header& header) {
-  std::string expected;  // "'<f4' (float32), ... or '<i8' (int64)"
+  std::string expected;  // "'<f4' (float32), ... or [('bfloat16', '<u2')] (bfloat16)"
   constexpr std::size_t n = std::size(kDTypes);
   for (std::size_t i = 0; i < n; ++i) {
-    if (header.descr_is_string && header.descr == kDTypes[i].descr) return kDTypes[i].dtype;
+    if (header.descr_is_string == kDTypes[i].is_string && header.descr == kDTypes[i].descr) {
+      return kDTypes[i].dtype;
+    }
     if (i > 0) expected += i + 1 < n ? ", " : " or ";
-    expected += std::string("'") + kDTypes[i].descr + "' (" + kDTypes[i].name + ")";
+    expected += descr_of(kDTypes[i].dtype) + " (" + kDTypes[i].name + ")";
   }
   const std::string descr = escape_bytes(header.descr);
   const std::string shown = header.descr_is_string ? "'" + descr + "'" : descr;
@@ -166,8 +173,8 @@ class InputFile {
 /// padded with spaces and ended by '\n' to a multiple of kAlign bytes.
 std::string make_header(const std::string& path, DType dtype,
                         const std::vector<std::size_t>& shape) {
-  std::string dict = std::string("{'descr': '") + descr_of(dtype) +
-                     "', 'fortran_order': False, 'shape': " + format_shape(shape) + ", }";
+  std::string dict = "{'descr': " + descr_of(dtype) +
+                     ", 'fortran_order': False, 'shape': " + format_shape(shape) + ", }";
   constexpr std::size_t prefix_len = kMagicLen + 2 + 2;       // magic, version, uint16 length
   const std::size_t unpadded = prefix_len + dict.size() + 1;  // + '\n'
   dict.append((kAlign - unpadded % kAlign) % kAlign, ' ');
@@ -226,10 +233,14 @@ template const float* NpyArray::data<float>() const;
 template const double* NpyArray::data<double>() const;
 template const std::int32_t* NpyArray::data<std::int32_t>() const;
 template const std::int64_t* NpyArray::data<std::int64_t>() const;
+template const kdnn::float16* NpyArray::data<kdnn::float16>() const;
+template const kdnn::bfloat16* NpyArray::data<kdnn::bfloat16>() const;
 template float* NpyArray::data<float>();
 template double* NpyArray::data<double>();
 template std::int32_t* NpyArray::data<std::int32_t>();
 template std::int64_t* NpyArray::data<std::int64_t>();
+template kdnn::float16* NpyArray::data<kdnn::float16>();
+template kdnn::bfloat16* NpyArray::data<kdnn::bfloat16>();
 
 void require_floating(const NpyArray& array, const std::string& name) {
   if (is_floating(array.dtype)) return;
@@ -357,6 +368,10 @@ template void write_npy<std::int32_t>(const std::string&, const std::vector<std:
                                       const std::int32_t*);
 template void write_npy<std::int64_t>(const std::string&, const std::vector<std::size_t>&,
                                       const std::int64_t*);
+template void write_npy<kdnn::float16>(const std::string&, const std::vector<std::size_t>&,
+                                       const kdnn::float16*);
+template void write_npy<kdnn::bfloat16>(const std::string&, const std::vector<std::size_t>&,
+                                        const kdnn::bfloat16*);
 
 std::string format_shape(const std::vector<std::size_t>& shape) {
   std::ostringstream os;
