@@ -37,6 +37,8 @@ def _names(dtypes):
     """"torch.float32 or torch.float64": the dtypes, joined."""
     names = [str(d) for d in dtypes]
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+
+
 # The devices whose tensors this build of kdnn computes on.
 DEVICES = ("cpu", "cuda") if _kdnn.backend() == "Cuda" else ("cpu",)
 

@@ -223,7 +223,7 @@ ExchangeStats gather_backward(const ExecSpace& space, MPI_Comm comm, kdnn::impl:
                   part_offsets(space, p.v_at));
     out.to_mpi(space);
     std::vector<MPI_Request> request(1);
-    MPI_Ireduce_scatter(out.mpi_data(), in.mpi_data(), p.counts.data(), mpi_type<T>(), MPI_SUM,
+    MPI_Ireduce_scatter(out.mpi_data(), in.mpi_data(), p.counts.data(), mpi_sum_type<T>(), MPI_SUM,
                         comm, request.data());
     const std::size_t own = std::size_t(p.counts[std::size_t(rank)]);
     stats.bytes_sent += std::int64_t((p.total - own) * sizeof(T));

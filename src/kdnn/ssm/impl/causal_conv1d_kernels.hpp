@@ -93,9 +93,9 @@ struct ConvTiles : ConvInputs<ExecSpace, T> {
       Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, ct), [&](int c) {
         const bool live = c < t.nc;
         if (k < K) {
-          ws[k * ct + c] = live ? to_compute(w(t.c0 + c, k)) : Compute(0);
+          ws[k * ct + c] = live ? w(t.c0 + c, k) : Compute(0);
         } else {
-          bs[c] = live && has_bias ? to_compute(bias(t.c0 + c)) : Compute(0);
+          bs[c] = live && has_bias ? bias(t.c0 + c) : Compute(0);
         }
       });
     });

@@ -55,8 +55,8 @@ struct ConvRuns : ConvInputs<ExecSpace, T> {
 
   /// The channel's weights and bias into registers.
   KOKKOS_INLINE_FUNCTION void load_weights(int c, Compute (&wk)[K], Compute& bc) const {
-    for (int k = 0; k < K; ++k) wk[k] = to_compute(this->w(c, k));
-    bc = this->has_bias ? to_compute(this->bias(c)) : Compute(0);
+    for (int k = 0; k < K; ++k) wk[k] = this->w(c, k);
+    bc = this->has_bias ? this->bias(c) : Compute(0);
   }
 
   /// kernel.steps<Seq>(run_of(idx)) with Seq = seq.active: the window of

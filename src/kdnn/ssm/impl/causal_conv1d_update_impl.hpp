@@ -41,8 +41,8 @@ struct ConvUpdateKernel {
     };
     using Compute = compute_t<T>;  // sums in float for the 16-bit types
     for (int t = 0; t < L; ++t) {
-      Compute z = has_bias ? to_compute(a.bias(c)) : Compute(0);
-      for (int k = 0; k < K; ++k) z += to_compute(a.w(c, k)) * to_compute(xbar(W + t - K + 1 + k));
+      Compute z = has_bias ? a.bias(c) : Compute(0);
+      for (int k = 0; k < K; ++k) z += a.w(c, k) * to_compute(xbar(W + t - K + 1 + k));
       a.y(b, c, t) = from_compute<T>(a.silu ? z * sigmoid(z) : z);
     }
     if (circular) {
